@@ -1,0 +1,13 @@
+"""Flow cases, one module each; ``CASES`` maps the config name to the case class."""
+
+from __future__ import annotations
+
+from lbm.cases.base import Case, Setup
+from lbm.cases.cavity import Cavity
+from lbm.cases.cylinder import Cylinder
+from lbm.cases.poiseuille import Poiseuille
+from lbm.cases.taylor_green import TaylorGreen
+
+CASES: dict[str, type[Case]] = {c.name: c for c in (Cylinder, Cavity, Poiseuille, TaylorGreen)}
+
+__all__ = ["CASES", "Case", "Setup"]

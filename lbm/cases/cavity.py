@@ -1,0 +1,163 @@
+"""Lid-driven cavity: walls on every side (half-way bounce-back), the lid at y = ny-1 moving in +x.
+
+The grid includes one layer of wall cells on each side, so the cavity holds
+L = nx - 2 fluid cells across; walls sit half-way between the last fluid and the
+first wall cell. Reynolds number = U L / nu with U = flow.u_lattice (lid speed).
+Centre-line profiles u(y) at x = 1/2 and v(x) at y = 1/2 go to ``profiles.csv``
+and, at a Reynolds number Ghia et al. (1982) tabulate, are compared with them.
+"""
+
+from __future__ import annotations
+
+import csv
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.cases.base import Case, Setup, halfway_links, moving_wall_term
+from lbm.errors import ConfigError
+
+GHIA_REYNOLDS = (100, 400, 1000, 3200, 5000, 7500, 10000)
+
+
+def read_reference_csv(name: str) -> list[dict[str, str]]:
+    """Rows of a packaged reference CSV (its leading '#' source line skipped)."""
+    text = resources.files("lbm.reference").joinpath(name).read_text()
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def ghia_reference(reynolds: float) -> dict[str, np.ndarray] | None:
+    """Ghia et al. (1982) centre-line data at ``reynolds``, misprinted points removed; None if not tabulated."""
+    re_int = int(round(reynolds))
+    if re_int not in GHIA_REYNOLDS or abs(reynolds - re_int) > 1e-6 * re_int:
+        return None
+    excluded = {
+        (r["table"], int(r["Re"]), float(r["coordinate"]))
+        for r in read_reference_csv("ghia1982_suspect_points.csv") if r["action"] == "exclude"
+    }
+    u_rows = [r for r in read_reference_csv("ghia1982_table1_u_vertical_centreline.csv")
+              if ("I_u", re_int, float(r["y"])) not in excluded]
+    v_rows = [r for r in read_reference_csv("ghia1982_table2_v_horizontal_centreline.csv")
+              if ("II_v", re_int, float(r["x"])) not in excluded]
+    return {
+        "y": np.array([float(r["y_exact"]) for r in u_rows]),
+        "u": np.array([float(r[f"u_Re{re_int}"]) for r in u_rows]),
+        "x": np.array([float(r["x_exact"]) for r in v_rows]),
+        "v": np.array([float(r[f"v_Re{re_int}"]) for r in v_rows]),
+    }
+
+
+def centreline(values: np.ndarray, axis_len: int) -> np.ndarray:
+    """Values on the mid-line of a cavity with walls at cell 0 and axis_len-1 (mean of the two middle columns if even)."""
+    n = axis_len - 2  # fluid cells
+    mid = 1 + (n - 1) / 2
+    lo, hi = int(np.floor(mid)), int(np.ceil(mid))
+    return 0.5 * (values[lo] + values[hi])
+
+
+class Cavity(Case):
+    """Lid-driven square (or rectangular) cavity."""
+
+    name = "cavity"
+
+    def check(self) -> None:
+        """At least 3 fluid cells along every axis."""
+        check_geometry(self.run.grid)
+
+    def setup(self) -> Setup:
+        """Wall ring, lid velocity on the top wall, fluid at rest."""
+        shape = self.run.grid
+        check_geometry(shape)
+        d = len(shape)
+        length = float(shape[0] - 2)
+        rel = self.relaxation(length)
+        solid = np.zeros(shape, bool)
+        for a in range(d):
+            idx = [slice(None)] * d
+            idx[a] = 0
+            solid[tuple(idx)] = True
+            idx[a] = -1
+            solid[tuple(idx)] = True
+        wall_u = np.zeros((d,) + shape)
+        lid = [slice(None)] * d
+        lid[1] = -1
+        wall_u[(0, *lid)] = self.run.u_lattice
+        links = halfway_links(solid, self.lattice)
+        wall_term = moving_wall_term(links, wall_u, self.lattice).astype(self.dtype)
+        derived = self.base_derived(length, rel)
+        derived["flow_through_steps"] = length / self.run.u_lattice
+        return Setup(
+            lattice=self.lattice, shape=shape, dtype=self.dtype, solid=solid,
+            rho0=np.ones(shape), u0=np.zeros((d,) + shape),
+            stages=("macroscopic", "equilibrium", "collide", "bounce_back", "stream"),
+            tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"],
+            omega_plus=rel["omega_plus"], omega_minus=rel["omega_minus"], bounce_back_kind="halfway",
+            arrays={"bounce_back": {"solid": solid, "links": links, "wall_term": wall_term}}, derived=derived,
+        )
+
+    def observe(self, step: int, f: jnp.ndarray, aux: dict[str, np.ndarray]) -> None:
+        """Keep the last two velocity snapshots to report how steady the flow is."""
+        from lbm.kernels.macroscopic import macroscopic
+
+        u = np.asarray(macroscopic(f, self.lattice)[1])
+        self.previous = getattr(self, "latest", None)
+        self.latest = (step, u)
+
+    def profiles(self, fields: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Centre-line profiles normalised by the lid speed, wall values included (2D, or the z mid-plane in 3D)."""
+        u = fields["u"]
+        if u.shape[0] == 3:
+            u = u[:2, :, :, u.shape[3] // 2]
+        nx, ny = u.shape[1], u.shape[2]
+        lid = self.run.u_lattice
+        y = np.concatenate([[0.0], (np.arange(1, ny - 1) - 0.5) / (ny - 2), [1.0]])
+        x = np.concatenate([[0.0], (np.arange(1, nx - 1) - 0.5) / (nx - 2), [1.0]])
+        u_c = centreline(u[0], nx)[1:-1] / lid
+        v_c = centreline(np.swapaxes(u[1], 0, 1), ny)[1:-1] / lid
+        return {"y": y, "u": np.concatenate([[0.0], u_c, [1.0]]), "x": x, "v": np.concatenate([[0.0], v_c, [0.0]])}
+
+    def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
+        """Steadiness, and the deviation from Ghia et al. where they tabulate this Reynolds number."""
+        out: dict[str, Any] = {}
+        if getattr(self, "previous", None) is not None:
+            (s0, u0), (s1, u1) = self.previous, self.latest
+            out["steady_change_per_1000_steps"] = float(np.abs(u1 - u0).max() / self.run.u_lattice * 1000 / (s1 - s0))
+        prof = self.profiles(fields)
+        ref = ghia_reference(setup.reynolds)
+        out["ghia_reynolds"] = None if ref is None else int(round(setup.reynolds))
+        if ref is not None:
+            u_i = np.interp(ref["y"], prof["y"], prof["u"])
+            v_i = np.interp(ref["x"], prof["x"], prof["v"])
+            out["ghia_u_max_abs_error"] = float(np.abs(u_i - ref["u"]).max())
+            out["ghia_v_max_abs_error"] = float(np.abs(v_i - ref["v"]).max())
+            out["ghia_u_rms_error"] = float(np.sqrt(np.mean((u_i - ref["u"]) ** 2)))
+            out["ghia_v_rms_error"] = float(np.sqrt(np.mean((v_i - ref["v"]) ** 2)))
+        return out
+
+    def write_outputs(self, run_dir: Path, setup: Setup, fields: dict[str, np.ndarray], metrics: dict[str, Any]) -> list[str]:
+        """profiles.csv with both centre lines, and their plot against Ghia et al."""
+        prof = self.profiles(fields)
+        with (run_dir / "profiles.csv").open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["profile", "position", "velocity_over_lid"])
+            for yy, uu in zip(prof["y"], prof["u"]):
+                w.writerow(["u_at_x=0.5", f"{yy:.8f}", f"{uu:.8e}"])
+            for xx, vv in zip(prof["x"], prof["v"]):
+                w.writerow(["v_at_y=0.5", f"{xx:.8f}", f"{vv:.8e}"])
+        written = ["profiles.csv"]
+        if self.run.plots:
+            from lbm.io.plots import cavity_profiles_plot
+
+            written.append(cavity_profiles_plot(run_dir, prof, ghia_reference(setup.reynolds), setup.reynolds))
+        return written
+
+
+def check_geometry(shape: tuple[int, ...]) -> None:
+    """A cavity needs at least 3 fluid cells across each axis."""
+    for key, n in zip(("grid.nx", "grid.ny", "grid.nz"), shape):
+        if n < 5:
+            raise ConfigError(key, n, "an integer >= 5 for the cavity (2 wall cells plus >= 3 fluid cells)")

@@ -1,0 +1,104 @@
+"""Body-force-driven channel flow between two walls at y (half-way bounce-back), periodic in x (and z).
+
+The grid includes one wall cell on each side, so the channel holds H = ny - 2 fluid
+cells; walls sit half-way, at y = 0.5 and y = ny - 1.5. ``flow.u_lattice`` is the
+centre-line speed and the Reynolds number is u_max H / nu; the body force is
+F = 8 nu u_max / H^2 (Guo forcing). Analytic profile: u(y) = F/(2 nu) y' (H - y'), y' = j - 1/2.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lbm.cases.base import Case, Setup, halfway_links
+from lbm.errors import ConfigError
+
+
+class Poiseuille(Case):
+    """Plane Poiseuille flow with its analytic parabola."""
+
+    name = "poiseuille"
+
+    def check(self) -> None:
+        """At least 3 fluid cells across the channel."""
+        if self.run.grid[1] < 5:
+            raise ConfigError("grid.ny", self.run.grid[1], "an integer >= 5 for poiseuille (2 wall cells plus >= 3 fluid cells)")
+
+    def setup(self) -> Setup:
+        """Walls at y = 0 and y = ny-1, fluid at rest, constant body force along x."""
+        shape = self.run.grid
+        d = len(shape)
+        height = float(shape[1] - 2)
+        rel = self.relaxation(height)
+        solid = np.zeros(shape, bool)
+        solid[:, 0] = True
+        solid[:, -1] = True
+        force = np.zeros(d)
+        force[0] = 8.0 * rel["nu"] * self.run.u_lattice / height**2
+        self.height, self.force, self.nu = height, force, rel["nu"]
+        derived = self.base_derived(height, rel)
+        derived["body_force"] = float(force[0])
+        derived["diffusion_time_steps"] = height**2 / rel["nu"]
+        links = halfway_links(solid, self.lattice)
+        return Setup(
+            lattice=self.lattice, shape=shape, dtype=self.dtype, solid=solid,
+            rho0=np.ones(shape), u0=np.zeros((d,) + shape),
+            stages=("macroscopic", "equilibrium", "collide", "bounce_back", "stream"),
+            tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"],
+            omega_plus=rel["omega_plus"], omega_minus=rel["omega_minus"], force=force, bounce_back_kind="halfway",
+            arrays={"bounce_back": {"solid": solid, "links": links}}, derived=derived,
+        )
+
+    def analytic(self) -> tuple[np.ndarray, np.ndarray]:
+        """Fluid-node positions y' (distance from the lower wall) and the analytic parabola there."""
+        y = np.arange(1, int(self.height) + 1) - 0.5
+        return y, self.force[0] / (2.0 * self.nu) * y * (self.height - y)
+
+    def profile(self, fields: dict[str, np.ndarray]) -> np.ndarray:
+        """Simulated u_x across the channel, averaged over x (and z)."""
+        ux = fields["u"][0]
+        axes = tuple(a for a in range(ux.ndim) if a != 1)
+        return ux.mean(axis=axes)[1:-1]
+
+    def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
+        """Errors of the profile against the analytic parabola, and against the exact half-way bounce-back solution."""
+        y, exact = self.analytic()
+        sim = self.profile(fields)
+        u_max = float(exact.max())
+        lam = (1.0 / setup.omega_plus - 0.5) * (1.0 / setup.omega_minus - 0.5)
+        lbm_exact = self.force[0] / (2.0 * self.nu) * (y * (self.height - y) + (16.0 * lam - 3.0) / 12.0)
+        return {
+            "u_max_analytic": u_max,
+            "u_max_simulated": float(sim.max()),
+            "profile_l2_rel_error": float(np.linalg.norm(sim - exact) / np.linalg.norm(exact)),
+            "profile_max_error_over_umax": float(np.abs(sim - exact).max() / u_max),
+            "halfway_exact_max_error_over_umax": float(np.abs(sim - lbm_exact).max() / u_max),
+            "cross_velocity_max_over_umax": float(np.abs(fields["u"][1][:, 1:-1]).max() / u_max),
+        }
+
+    def write_outputs(self, run_dir: Path, setup: Setup, fields: dict[str, np.ndarray], metrics: dict[str, Any]) -> list[str]:
+        """profiles.csv (y, simulated, analytic) and the profile plot."""
+        y, exact = self.analytic()
+        sim = self.profile(fields)
+        with (run_dir / "profiles.csv").open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["y", "u_simulated", "u_analytic"])
+            for row in zip(y, sim, exact):
+                w.writerow([f"{row[0]:.4f}", f"{row[1]:.9e}", f"{row[2]:.9e}"])
+        written = ["profiles.csv"]
+        if self.run.plots:
+            from lbm.io.plots import line_plot
+
+            yy = np.linspace(0, self.height, 200)
+            written.append(line_plot(
+                run_dir / "plots" / "profile.png",
+                [(self.force[0] / (2 * self.nu) * yy * (self.height - yy), yy, "analytic parabola", "-"),
+                 (sim, y, "simulation", "o")],
+                xlabel="u_x (lattice units)", ylabel="y (cells from the lower wall)",
+                title=f"Poiseuille profile, H={int(self.height)}, Re={setup.reynolds:g}", run_dir=run_dir,
+            ))
+        return written

@@ -1,0 +1,189 @@
+"""Command line: ``python -m lbm run [hydra overrides]``.
+
+Every configuration (each job of a sweep too) is composed and validated before
+Hydra starts, so bad input gives one line and exit code 2 and writes nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+from lbm.errors import LbmError
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+GROUPS = ("case", "lattice", "collision")
+HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-dir", "-cd",
+                          "--info", "-i", "--config-path", "-cp", "--experimental-rerun")
+MAX_PREVALIDATED_JOBS = 4096
+
+USAGE = """usage: python -m lbm COMMAND [options]
+
+commands:
+  run [hydra overrides]   simulate; default: the cylinder case (python -m lbm run --help for the config)
+                          e.g. python -m lbm run case=cavity grid.nx=130 grid.ny=130 steps=20000
+                          sweep: python -m lbm run -m grid.nx=128,256
+"""
+
+
+def fail(message: str, code: int = 2) -> int:
+    """Print one error line to stderr and return the exit code."""
+    print(f"lbm: error: {message}", file=sys.stderr)
+    return code
+
+
+def group_options(group: str) -> list[str]:
+    """Config names available in a Hydra config group."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def split_hydra_args(args: Sequence[str]) -> tuple[list[str], bool, bool]:
+    """Separate overrides from Hydra's own flags; returns (overrides, multirun, has_info_flags)."""
+    overrides: list[str] = []
+    multirun = info = False
+    it = iter(args)
+    for a in it:
+        if a in ("-m", "--multirun"):
+            multirun = True
+        elif a in ("-h", "--help", "--hydra-help", "--version", "--shell-completion", "-sc", "--resolve"):
+            info = True
+        elif a in HYDRA_FLAGS_WITH_VALUE:
+            info = info or a in ("--cfg", "-c", "--info", "-i")
+            next(it, None)
+        elif a.startswith("-"):
+            raise LbmError(f"unknown option {a!r}: pass config overrides as key=value (see python -m lbm run --help)")
+        else:
+            overrides.append(a)
+    return overrides, multirun, info
+
+
+def expand_jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The override lists of every job a (multi)run will execute."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise LbmError(f"cannot parse overrides: {str(exc).splitlines()[0]}") from None
+    choices: list[list[str]] = []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            if not multirun:
+                raise LbmError(f"{o.input_line} is a sweep: add -m (multirun) to run one job per value")
+            choices.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            choices.append([o.input_line])
+        group = o.key_or_group.lstrip("+~")
+        if group in GROUPS and not o.is_delete():
+            values = [c.split("=", 1)[1] for c in choices[-1]]
+            for v in values:
+                if v not in group_options(group):
+                    raise LbmError(f"{group}={v} is not known: choose one of {', '.join(group_options(group))}")
+    jobs = [list(c) for c in itertools.islice(itertools.product(*choices), MAX_PREVALIDATED_JOBS)]
+    return jobs or [[]]
+
+
+def compose(overrides: list[str]) -> dict[str, Any]:
+    """The resolved job config (without Hydra's own node) for a list of overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name="lbm"):
+            cfg = hydra_compose(config_name="config", overrides=overrides)
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except Exception as exc:  # Hydra/OmegaConf composition errors: report the first meaningful line
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        msg = lines[0] if lines else type(exc).__name__
+        if msg.startswith("Could not override"):
+            key = msg.split("'")[1] if "'" in msg else "?"
+            msg = f"{key} is not a config key (python -m lbm run --cfg job lists them; prefix + to add a new key)"
+        raise LbmError(f"bad override: {msg}") from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def prevalidate(overrides: list[str], multirun: bool) -> None:
+    """Compose and validate every job's config; raise LbmError on the first bad one."""
+    from lbm.config import validate
+    from lbm.simulation import make_case
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for job in expand_jobs(overrides, multirun):
+            run = validate(compose(job))
+            make_case(run)
+
+
+def _task(cfg: Any) -> None:
+    """Hydra task: validate the composed config and simulate into Hydra's run directory."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from lbm.config import LbmWarning, validate
+    from lbm.simulation import simulate
+
+    log = logging.getLogger("lbm")
+
+    def show(message: Any, category: type, *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, LbmWarning):
+            log.warning("%s", message)
+        else:
+            log.debug("%s: %s", category.__name__, message)
+
+    warnings.showwarning = show  # type: ignore[assignment]
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        run = validate(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
+        simulate(run, run_dir)
+    except LbmError as exc:
+        log.error("%s", exc)
+        sys.exit(fail(str(exc), exc.exit_code))
+    except KeyboardInterrupt:
+        sys.exit(fail(f"interrupted; partial results kept in {run_dir}", 130))
+
+
+def cmd_run(args: Sequence[str]) -> int:
+    """``run``: validate all jobs, then hand over to Hydra (single run or multirun)."""
+    import hydra
+
+    overrides, multirun, info = split_hydra_args(args)
+    if not info:
+        prevalidate(overrides, multirun)
+    main = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_task)
+    argv = sys.argv
+    sys.argv = ["lbm run", *args]
+    try:
+        main()
+    finally:
+        sys.argv = argv
+    return 0
+
+
+COMMANDS = {"run": cmd_run}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m lbm`` and the ``lbm`` console script; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        return 0
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        return fail(f"unknown command {command!r}: choose one of {', '.join(COMMANDS)} (python -m lbm --help)")
+    try:
+        return COMMANDS[command](rest)
+    except LbmError as exc:
+        return fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)

@@ -1,0 +1,187 @@
+"""Typed, validated run configuration built from the Hydra config.
+
+Every key is checked here, before anything is compiled; a bad value raises
+:class:`lbm.errors.ConfigError` naming the key, the value and the valid range.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from lbm.errors import ConfigError
+from lbm.lattice import CS2, LATTICES
+
+MODES = ("fused", "instrumented")
+PRECISIONS = ("float32", "float64")
+COLLISIONS = ("bgk", "trt")
+MACH_WARN = 0.1
+"""Mach numbers above this give a warning (compressibility error grows as Ma^2)."""
+MACH_MAX = 0.5
+"""Mach numbers at or above this are refused: the second-order equilibrium breaks down."""
+TAU_WARN = 0.51
+"""Relaxation times below this give a warning: BGK is close to its stability limit."""
+
+
+class LbmWarning(UserWarning):
+    """A risky but allowed configuration (e.g. Mach number above 0.1)."""
+
+
+def _get(cfg: Mapping[str, Any], dotted: str, default: Any = ...) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            if default is ...:
+                raise ConfigError(dotted, None, "a value (the key is missing from the config)")
+            return default
+        node = node[part]
+    return node
+
+
+def check_int(key: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """``value`` as an int within [minimum, maximum], else a ConfigError naming ``key``."""
+    rng = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ConfigError(key, value, rng)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ConfigError(key, value, rng)
+    return value
+
+
+def check_float(key: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = True) -> float:
+    """``value`` as a finite float in (low, high), else a ConfigError naming ``key``."""
+    bracket = "(" if low_open else "["
+    rng = f"a number in {bracket}{low:g}, {high:g})" if high != math.inf else f"a number {'>' if low_open else '>='} {low:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, value, rng)
+    value = float(value)
+    if not math.isfinite(value) or value >= high or value < low or (low_open and value == low):
+        raise ConfigError(key, value, rng)
+    return value
+
+
+def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``, else a ConfigError naming ``key``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(key, value, f"one of {', '.join(choices)}")
+    return value
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, validated; derived physics lives in the case setup."""
+
+    case: str
+    case_params: dict[str, Any]
+    lattice: str
+    collision: str
+    trt_magic: float
+    mode: str
+    precision: str
+    steps: int
+    grid: tuple[int, ...]
+    reynolds: float
+    tau: float | None
+    u_lattice: float
+    output_every: int
+    plots: bool
+    steps_per_dispatch: int
+    parallel_devices: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def dim(self) -> int:
+        """Spatial dimension of the lattice."""
+        return LATTICES[self.lattice].d
+
+
+def validate(cfg: Mapping[str, Any]) -> RunConfig:
+    """Check every key of a (resolved, plain-dict) config and return a RunConfig."""
+    from lbm.cases import CASES
+
+    case = check_choice("case", _get(cfg, "case.name"), tuple(sorted(CASES)))
+    lattice = check_choice("lattice", _get(cfg, "lattice.name"), tuple(LATTICES))
+    d = LATTICES[lattice].d
+    collision = check_choice("collision", _get(cfg, "collision.name"), COLLISIONS)
+    trt_magic = check_float("collision.magic", _get(cfg, "collision.magic", 0.1875), 0.0)
+    mode = check_choice("mode", _get(cfg, "mode"), MODES)
+    precision = check_choice("precision", _get(cfg, "precision"), PRECISIONS)
+    steps = check_int("steps", _get(cfg, "steps"), 1)
+
+    nx = check_int("grid.nx", _get(cfg, "grid.nx"), 4)
+    ny = check_int("grid.ny", _get(cfg, "grid.ny"), 4)
+    nz = _get(cfg, "grid.nz", None)
+    if d == 3:
+        if nz is None:
+            raise ConfigError("grid.nz", nz, f"an integer >= 4 for the 3D lattice {lattice}")
+        grid: tuple[int, ...] = (nx, ny, check_int("grid.nz", nz, 4))
+    else:
+        if nz is not None:
+            raise ConfigError("grid.nz", nz, f"null for the 2D lattice {lattice} (use lattice=d3q19 for 3D)")
+        grid = (nx, ny)
+    cells = math.prod(grid)
+    if cells > 2**31 - 1:
+        raise ConfigError("grid", "x".join(map(str, grid)), "at most 2**31-1 cells in total")
+
+    reynolds = check_float("flow.reynolds", _get(cfg, "flow.reynolds"), 0.0)
+    tau = _get(cfg, "flow.tau", None)
+    if tau is not None:
+        tau = check_float("flow.tau", tau, 0.5)
+    u_lat = check_float("flow.u_lattice", _get(cfg, "flow.u_lattice"), 0.0, math.inf)
+    mach = u_lat / math.sqrt(CS2)
+    if mach >= MACH_MAX:
+        raise ConfigError(
+            "flow.u_lattice", u_lat, f"a number in (0, {MACH_MAX * math.sqrt(CS2):.3f}) (Mach < {MACH_MAX})",
+            f"it gives Mach {mach:.2f}; use <= 0.1 for accuracy",
+        )
+    if mach > MACH_WARN:
+        warnings.warn(
+            f"flow.u_lattice={u_lat:g} gives Mach {mach:.3f} > {MACH_WARN}: expect compressibility errors ~Ma^2",
+            LbmWarning, stacklevel=2,
+        )
+
+    every = check_int("output.every", _get(cfg, "output.every", 0), 0)
+    if every > steps:
+        raise ConfigError("output.every", every, f"an integer in [0, steps={steps}] (0 = automatic)")
+    plots = _get(cfg, "output.plots", True)
+    if not isinstance(plots, bool):
+        raise ConfigError("output.plots", plots, "true or false")
+    spd = check_int("steps_per_dispatch", _get(cfg, "steps_per_dispatch", 0), 0)
+    devices = check_int("parallel.devices", _get(cfg, "parallel.devices", 1), -1)
+    if devices not in (1,):
+        raise ConfigError("parallel.devices", devices, "1 (multi-device runs are not implemented yet)")
+
+    case_params = {k: v for k, v in dict(_get(cfg, "case")).items() if k != "name"}
+    return RunConfig(
+        case=case, case_params=case_params, lattice=lattice, collision=collision, trt_magic=trt_magic,
+        mode=mode, precision=precision, steps=steps, grid=grid, reynolds=reynolds, tau=tau, u_lattice=u_lat,
+        output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, raw=dict(cfg),
+    )
+
+
+def viscosity(run: RunConfig, length: float) -> tuple[float, float, float]:
+    """Lattice viscosity, relaxation time and Reynolds number for a case with reference ``length`` (cells).
+
+    From ``flow.tau`` when it is set, else nu = u_lattice * length / reynolds.
+    """
+    if run.tau is not None:
+        tau = run.tau
+        nu = CS2 * (tau - 0.5)
+        reynolds = run.u_lattice * length / nu
+    else:
+        reynolds = run.reynolds
+        nu = run.u_lattice * length / reynolds
+        tau = nu / CS2 + 0.5
+        if not tau > 0.5:
+            raise ConfigError("flow.reynolds", reynolds, "a value giving tau > 0.5", f"it gives tau={tau!r}")
+    if tau < TAU_WARN:
+        warnings.warn(
+            f"tau={tau:.5f} is close to 0.5: BGK may go unstable; lower flow.reynolds, "
+            "raise the resolution or use collision=trt", LbmWarning, stacklevel=2,
+        )
+    return nu, tau, reynolds

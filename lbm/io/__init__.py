@@ -1,0 +1,1 @@
+"""Writing results: fields (npz), metrics (json) and plots (png)."""

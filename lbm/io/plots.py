@@ -1,0 +1,138 @@
+"""PNG plots a person wants to look at: fields with obstacles drawn, profiles, histories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from lbm.io.fields import vorticity
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path, run_dir: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+    return str(path.relative_to(run_dir))
+
+
+def _plane(fields: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, str]:
+    """2D velocity (2, nx, ny) and solid mask; the z mid-plane for 3D fields."""
+    u, solid = fields["u"], fields["solid"]
+    if u.shape[0] == 3:
+        k = u.shape[3] // 2
+        return u[:2, :, :, k], solid[:, :, k], f" (z = {k} plane)"
+    return u, solid, ""
+
+
+def field_plots(run_dir: Path, fields: dict[str, np.ndarray], title: str) -> list[str]:
+    """velocity_magnitude.png and vorticity.png with colour bars, obstacles in grey."""
+    plt = _pyplot()
+    u, solid, where = _plane(fields)
+    speed = np.sqrt(u[0] ** 2 + u[1] ** 2)
+    vort = vorticity(u)
+    nx, ny = speed.shape
+    aspect_w = min(12.0, max(5.0, 6.0 * nx / ny))
+    written = []
+    for name, data, cmap, label, sym in (
+        ("velocity_magnitude", speed, "viridis", "|u| (lattice units)", False),
+        ("vorticity", vort, "RdBu_r", "vorticity dv/dx - du/dy (1/step)", True),
+    ):
+        data = np.ma.masked_where(solid, data)
+        fig, ax = plt.subplots(figsize=(aspect_w, max(3.0, aspect_w * ny / nx * 0.9)))
+        kw: dict[str, Any] = {}
+        if sym:
+            lim = float(np.percentile(np.abs(data.compressed()), 99.5)) if data.count() else 1.0
+            kw = {"vmin": -lim, "vmax": lim}
+        img = ax.imshow(data.T, origin="lower", cmap=cmap, interpolation="nearest",
+                        extent=(-0.5, nx - 0.5, -0.5, ny - 0.5), **kw)
+        if solid.any():
+            ax.contourf(np.arange(nx), np.arange(ny), solid.T.astype(float), levels=[0.5, 1.5], colors=["0.55"])
+            ax.contour(np.arange(nx), np.arange(ny), solid.T.astype(float), levels=[0.5], colors="k", linewidths=0.8)
+        ax.set_xlabel("x (cells)")
+        ax.set_ylabel("y (cells)")
+        ax.set_title(f"{title}: {name.replace('_', ' ')}{where}")
+        fig.colorbar(img, ax=ax, label=label, shrink=0.85)
+        written.append(_save(fig, run_dir / "plots" / f"{name}.png", run_dir))
+    return written
+
+
+def line_plot(
+    path: Path,
+    series: Sequence[tuple[Sequence[float], Sequence[float], str, str]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    run_dir: Path,
+    logy: bool = False,
+) -> str:
+    """A plot of (x, y, label, style) series with labelled axes and a legend."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for x, y, label, style in series:
+        if style == "o":
+            ax.plot(x, y, "o", ms=4, label=label, mfc="none")
+        else:
+            ax.plot(x, y, style, label=label)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path, run_dir)
+
+
+def cavity_profiles_plot(run_dir: Path, prof: dict[str, np.ndarray], ref: dict[str, np.ndarray] | None, re: float) -> str:
+    """Centre-line u(y) and v(x) of the cavity, with Ghia et al. (1982) points when available."""
+    plt = _pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    a1.plot(prof["u"], prof["y"], "-", label="lbm")
+    a2.plot(prof["x"], prof["v"], "-", label="lbm")
+    if ref is not None:
+        a1.plot(ref["u"], ref["y"], "o", mfc="none", label="Ghia et al. 1982")
+        a2.plot(ref["x"], ref["v"], "o", mfc="none", label="Ghia et al. 1982")
+    a1.set_xlabel("u / U_lid at x = 1/2")
+    a1.set_ylabel("y / L")
+    a2.set_xlabel("x / L")
+    a2.set_ylabel("v / U_lid at y = 1/2")
+    for a in (a1, a2):
+        a.grid(alpha=0.3)
+        a.legend()
+    fig.suptitle(f"Lid-driven cavity, Re = {re:g}: centre-line profiles")
+    return _save(fig, run_dir / "plots" / "profiles.png", run_dir)
+
+
+def forces_plot(run_dir: Path, steps: np.ndarray, cd: np.ndarray, cl: np.ndarray, metrics: dict[str, Any]) -> str:
+    """Drag and lift coefficients against the step, with the averaging window marked."""
+    plt = _pyplot()
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    a1.plot(steps, cd, lw=0.8)
+    a2.plot(steps, cl, lw=0.8, color="C1")
+    a1.set_ylabel("drag coefficient cd")
+    a2.set_ylabel("lift coefficient cl")
+    a2.set_xlabel("step")
+    window = metrics.get("average_window_steps")
+    if window:
+        for a in (a1, a2):
+            a.axvspan(window[0], window[1], color="0.9", zorder=0, label="averaging window")
+    a1.legend(loc="upper right")
+    st = metrics.get("strouhal")
+    a1.set_title(f"cd_mean = {metrics.get('cd_mean', float('nan')):.4f}, cl_amplitude = "
+                 f"{metrics.get('cl_amplitude', float('nan')):.4f}, St = {st:.4f}" if st else
+                 f"cd_mean = {metrics.get('cd_mean', float('nan')):.4f} (no shedding measured)")
+    for a in (a1, a2):
+        a.grid(alpha=0.3)
+    return _save(fig, run_dir / "plots" / "forces.png", run_dir)
