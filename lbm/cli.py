@@ -10,8 +10,9 @@ import itertools
 import logging
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from lbm.errors import LbmError
 
@@ -133,6 +134,8 @@ def _task(cfg: Any) -> None:
     from lbm.simulation import simulate
 
     log = logging.getLogger("lbm")
+    for noisy in ("jax", "matplotlib"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
     def show(message: Any, category: type, *args: Any, **kwargs: Any) -> None:
         if issubclass(category, LbmWarning):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from lbm.errors import ConfigError
 from lbm.lattice import CS2, LATTICES

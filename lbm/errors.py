@@ -16,7 +16,8 @@ class ConfigError(LbmError):
 
     def __init__(self, key: str, value: Any, valid: str, hint: str = "") -> None:
         self.key, self.value, self.valid = key, value, valid
-        msg = f"{key}={value!r} is invalid: expected {valid}"
+        shown = "null" if value is None else value if isinstance(value, str) else repr(value)
+        msg = f"{key}={shown} is invalid: expected {valid}"
         if hint:
             msg += f" ({hint})"
         super().__init__(msg)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -173,8 +174,19 @@ def make_stepper(setup: Setup, mode: str) -> Stepper:
 
 
 def fields_of(f: jnp.ndarray, setup: Setup) -> dict[str, np.ndarray]:
-    """Host copies of rho, u and solid from populations (u is the physical, force-shifted velocity)."""
-    rho, u = jax.jit(lambda f: macroscopic(f, setup.lattice, setup.force))(f)
+    """Host copies of rho, u and solid as the next step sees them (outflow and inlet applied, force-shifted u)."""
+    stages = stage_functions(setup)
+
+    @jax.jit
+    def moments(f: jnp.ndarray, arrays: dict[str, Any]) -> tuple[jnp.ndarray, jnp.ndarray]:
+        if "outflow" in stages:
+            f = stages["outflow"](f)
+        rho, u = stages["macroscopic"](f)
+        if "inlet" in stages:
+            _, rho, u, _ = stages["inlet"](f, rho, u, stages["equilibrium"](rho, u), arrays["u_in"])
+        return rho, u
+
+    rho, u = moments(f, {k: v for k, v in setup.arrays.items() if k == "u_in"})
     return {"rho": np.asarray(rho), "u": np.asarray(u), "solid": np.asarray(setup.solid, dtype=bool)}
 
 

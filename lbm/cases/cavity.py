@@ -144,9 +144,9 @@ class Cavity(Case):
         with (run_dir / "profiles.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["profile", "position", "velocity_over_lid"])
-            for yy, uu in zip(prof["y"], prof["u"]):
+            for yy, uu in zip(prof["y"], prof["u"], strict=False):
                 w.writerow(["u_at_x=0.5", f"{yy:.8f}", f"{uu:.8e}"])
-            for xx, vv in zip(prof["x"], prof["v"]):
+            for xx, vv in zip(prof["x"], prof["v"], strict=False):
                 w.writerow(["v_at_y=0.5", f"{xx:.8f}", f"{vv:.8e}"])
         written = ["profiles.csv"]
         if self.run.plots:
@@ -158,6 +158,6 @@ class Cavity(Case):
 
 def check_geometry(shape: tuple[int, ...]) -> None:
     """A cavity needs at least 3 fluid cells across each axis."""
-    for key, n in zip(("grid.nx", "grid.ny", "grid.nz"), shape):
+    for key, n in zip(("grid.nx", "grid.ny", "grid.nz"), shape, strict=False):
         if n < 5:
             raise ConfigError(key, n, "an integer >= 5 for the cavity (2 wall cells plus >= 3 fluid cells)")

@@ -2,7 +2,8 @@
 
 Defaults reproduce it: nx=420, ny=180, radius r = ny//9, centre (nx//4, ny//2),
 Re = u r / nu = 150 (based on the RADIUS, as in the original), u = 0.04, periodic
-in y, velocity inlet at x=0 (Zou-He, with the 1e-4 sinusoidal perturbation),
+in y, velocity inlet at x=0 (non-equilibrium bounce-back as in the original, with the 1e-4
+sinusoidal perturbation),
 zero-gradient outlet, full-way bounce-back on the cylinder. On 3D lattices the
 cylinder spans z (periodic). Drag and lift come from momentum exchange every step:
 cd = 2 Fx / (rho u^2 D), cl = 2 Fy / (rho u^2 D), D = 2r (per cell of depth in 3D).
@@ -20,6 +21,7 @@ import numpy as np
 
 from lbm.cases.base import Case, Setup, coordinates
 from lbm.errors import ConfigError
+from lbm.kernels.boundaries import INLET_KINDS
 from lbm.kernels.forces import boundary_links
 
 
@@ -52,6 +54,10 @@ class Cylinder(Case):
         r = ny // 9 if radius is None else radius
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not r >= 1:
             raise ConfigError("case.radius", radius, "a number >= 1 (cells), or null for ny//9")
+        r_max = min((ny - 3) / 2, (nx - 4) / 2)
+        if r > r_max:
+            raise ConfigError("case.radius", radius if radius is not None else r,
+                              f"a number in [1, {r_max:g}] cells for a {nx}x{ny} grid")
         center = self.params.get("center")
         if center is None:
             cx, cy = nx // 4, ny // 2
@@ -71,9 +77,9 @@ class Cylinder(Case):
 
     def options(self) -> tuple[str, str]:
         """Inlet kind and bounce-back kind, validated; also reads the averaging window."""
-        inlet_kind = self.params.get("inlet", "zou_he")
-        if inlet_kind not in ("zou_he", "equilibrium"):
-            raise ConfigError("case.inlet", inlet_kind, "one of zou_he, equilibrium")
+        inlet_kind = self.params.get("inlet", "nebb")
+        if inlet_kind not in INLET_KINDS:
+            raise ConfigError("case.inlet", inlet_kind, f"one of {', '.join(INLET_KINDS)}")
         bb = self.params.get("bounce_back", "fullway")
         if bb not in ("fullway", "halfway"):
             raise ConfigError("case.bounce_back", bb, "one of fullway, halfway")

@@ -87,7 +87,7 @@ class Poiseuille(Case):
         with (run_dir / "profiles.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["y", "u_simulated", "u_analytic"])
-            for row in zip(y, sim, exact):
+            for row in zip(y, sim, exact, strict=False):
                 w.writerow([f"{row[0]:.4f}", f"{row[1]:.9e}", f"{row[2]:.9e}"])
         written = ["profiles.csv"]
         if self.run.plots:

@@ -26,6 +26,9 @@ def inlet_density(f0: jnp.ndarray, ux: jnp.ndarray, lattice: Lattice) -> jnp.nda
     return (jnp.sum(f0[tangential], axis=0) + 2.0 * jnp.sum(f0[leaving], axis=0)) / (1.0 - ux)
 
 
+INLET_KINDS = ("zou_he", "nebb", "equilibrium")
+
+
 def inlet(
     f: jnp.ndarray,
     rho: jnp.ndarray,
@@ -37,8 +40,11 @@ def inlet(
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """Prescribed velocity ``u_in`` (shape ``(D, *face)``) on the x = 0 face; returns updated f, rho, u, feq.
 
-    ``zou_he``: density from the known populations, unknown populations (c_x > 0)
-    by non-equilibrium bounce-back, f_i = feq_i + f_opp(i) - feq_opp(i).
+    ``nebb``: density from the known populations, unknown populations (c_x > 0) by
+    non-equilibrium bounce-back f_i = feq_i + f_opp(i) - feq_opp(i) (the scheme of
+    Palabos' lbmFlowAroundCylinder.py, which calls it Zou/He); imposes u_x exactly.
+    ``zou_he``: the same plus Zou & He's transverse correction (Hecht & Harting's
+    form for 3D), so every velocity component is imposed exactly.
     ``equilibrium``: all populations at the face set to the equilibrium.
     """
     rho0 = inlet_density(f[:, 0], u_in[0], lattice)
@@ -47,12 +53,19 @@ def inlet(
     u = u.at[:, 0].set(u_in)
     feq = feq.at[:, 0].set(feq0)
     if kind == "equilibrium":
-        f = f.at[:, 0].set(feq0)
-    else:
-        unknown = np.flatnonzero(lattice.c[:, 0] > 0)
-        opp = lattice.opposite[unknown]
-        f = f.at[unknown, 0].set(feq0[unknown] + f[opp, 0] - feq0[opp])
-    return f, rho, u, feq
+        return f.at[:, 0].set(feq0), rho, u, feq
+    c = lattice.c
+    unknown = np.flatnonzero(c[:, 0] > 0)
+    opp = lattice.opposite[unknown]
+    f0 = f[:, 0].at[unknown].set(feq0[unknown] + f[opp, 0] - feq0[opp])
+    if kind == "zou_he":
+        for t in range(1, lattice.d):
+            moving = [i for i in unknown if c[i, t] != 0]
+            carriers = np.flatnonzero(c[:, t] != 0)
+            mom = sum(float(c[j, t]) * f0[j] for j in carriers)
+            excess = mom - rho0 * u_in[t]
+            f0 = f0.at[np.array(moving)].add(-excess * (c[moving, t] / len(moving)).reshape((-1,) + (1,) * (lattice.d - 1)))
+    return f.at[:, 0].set(f0), rho, u, feq
 
 
 def bounce_back_fullway(f_post: jnp.ndarray, f_pre: jnp.ndarray, solid: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
