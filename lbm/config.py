@@ -84,7 +84,7 @@ class RunConfig:
     trt_magic: float
     mode: str
     precision: str
-    steps: int
+    steps: int | None
     grid: tuple[int, ...]
     reynolds: float
     tau: float | None
@@ -112,7 +112,8 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     trt_magic = check_float("collision.magic", _get(cfg, "collision.magic", 0.1875), 0.0)
     mode = check_choice("mode", _get(cfg, "mode"), MODES)
     precision = check_choice("precision", _get(cfg, "precision"), PRECISIONS)
-    steps = check_int("steps", _get(cfg, "steps"), 1)
+    steps_raw = _get(cfg, "steps")
+    steps: int | None = None if steps_raw == "auto" else check_int("steps", steps_raw, 1)
 
     nx = check_int("grid.nx", _get(cfg, "grid.nx"), 4)
     ny = check_int("grid.ny", _get(cfg, "grid.ny"), 4)
@@ -147,8 +148,8 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
         )
 
     every = check_int("output.every", _get(cfg, "output.every", 0), 0)
-    if every > steps:
-        raise ConfigError("output.every", every, f"an integer in [0, steps={steps}] (0 = automatic)")
+    if steps is not None:
+        check_output_every(every, steps)
     plots = _get(cfg, "output.plots", True)
     if not isinstance(plots, bool):
         raise ConfigError("output.plots", plots, "true or false")
@@ -163,6 +164,12 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
         mode=mode, precision=precision, steps=steps, grid=grid, reynolds=reynolds, tau=tau, u_lattice=u_lat,
         output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, raw=dict(cfg),
     )
+
+
+def check_output_every(every: int, steps: int) -> None:
+    """output.every must not exceed the number of steps."""
+    if every > steps:
+        raise ConfigError("output.every", every, f"an integer in [0, steps={steps}] (0 = automatic)")
 
 
 def viscosity(run: RunConfig, length: float) -> tuple[float, float, float]:

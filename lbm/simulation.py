@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import platform
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.cases import CASES, Case, Setup
-from lbm.config import RunConfig
+from lbm.config import RunConfig, check_output_every
 from lbm.errors import DivergenceError, LbmError
 from lbm.io.fields import write_fields, write_json
 from lbm.stepper import Stepper, fields_of, make_stepper
@@ -25,9 +26,12 @@ RESULT_FILES = ("metrics.json", "fields.npz")
 
 
 def make_case(run: RunConfig) -> Case:
-    """Instantiate the configured case and check its parameters."""
+    """Instantiate the configured case, check its parameters and resolve ``steps=auto`` (case.run is final)."""
     case = CASES[run.case](run)
     case.check()
+    if run.steps is None:
+        case.run = dataclasses.replace(run, steps=case.auto_steps())
+        check_output_every(run.output_every, case.run.steps)
     return case
 
 
@@ -101,6 +105,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     if run.precision == "float64":
         jax.config.update("jax_enable_x64", True)
     case = make_case(run)
+    run = case.run
     setup = case.setup()
     log_parameters(run, setup)
 
@@ -139,6 +144,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
             case.observe(step, f, aux)
             mlups = math.prod(setup.shape) * step / t_run / 1e6 if t_run > 0 else float("nan")
             eta = t_run / step * (run.steps - step)
+            if step < run.steps and (10 * step) // run.steps == (10 * (step - n)) // run.steps:
+                continue  # log about every 10% of the run
             log.info("step %d/%d  %.1f MLUPS  elapsed %.1f s  eta %.1f s", step, run.steps, mlups, t_run, eta)
     except BaseException as exc:
         status = "diverged" if isinstance(exc, DivergenceError) else "interrupted"

@@ -27,6 +27,7 @@ def advance(run: RunConfig, steps: int | None = None, mode: str | None = None) -
     if run.precision == "float64":
         jax.config.update("jax_enable_x64", True)
     case = make_case(run)
+    run = case.run
     setup = case.setup()
     stepper = make_stepper(setup, mode or run.mode)
     f = setup.initial_populations()

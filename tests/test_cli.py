@@ -1,6 +1,7 @@
 """The command line: bad input gives one clean line and exit code 2; runs honour the output contract."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -156,3 +157,24 @@ def test_multirun_sweep_over_grid_sizes(tmp_path):
     metrics = sorted((tmp_path / "outputs" / "multirun").glob("*/*/*/metrics.json"))
     assert len(metrics) == 2
     assert sorted(json.loads(m.read_text())["grid"][0] for m in metrics) == [16, 24]
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("poiseuille", lambda h, nu, u: math.ceil(1.5 * h**2 / nu)),
+    ("cavity", lambda h, nu, u: math.ceil(25 * h / u)),
+])
+def test_auto_steps_follow_the_documented_rule(case, expected):
+    from conftest import run_config
+
+    from lbm.simulation import make_case
+
+    run = run_config(f"case={case}", "grid.nx=20", "grid.ny=20", "steps=auto")
+    assert run.steps is None
+    made = make_case(run)
+    nu = made.run.u_lattice * 18 / made.run.reynolds
+    assert made.run.steps == expected(18, nu, made.run.u_lattice)
+
+
+def test_steps_must_be_an_integer_or_auto(capsys):
+    assert main(["run", "steps=soon"]) == 2
+    assert "steps=soon" in capsys.readouterr().err

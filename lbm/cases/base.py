@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.config import RunConfig, viscosity
+from lbm.errors import ConfigError
 from lbm.kernels.collision import trt_omega_minus
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice, get_lattice
@@ -70,6 +71,10 @@ class Case:
     # --- building --------------------------------------------------------------------
     def check(self) -> None:
         """Validate the case's own parameters without building arrays (raises ConfigError)."""
+
+    def auto_steps(self) -> int:
+        """Steps for ``steps=auto``: long enough for the case's physics (steady state, one decay time)."""
+        raise ConfigError("steps", "auto", f"an integer >= 1 (case {self.name} has no automatic length)")
 
     def setup(self) -> Setup:
         """Geometry, boundary plan, initial state and derived parameters."""

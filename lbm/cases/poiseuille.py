@@ -9,6 +9,7 @@ F = 8 nu u_max / H^2 (Guo forcing). Analytic profile: u(y) = F/(2 nu) y' (H - y'
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,12 @@ class Poiseuille(Case):
         """At least 3 fluid cells across the channel."""
         if self.run.grid[1] < 5:
             raise ConfigError("grid.ny", self.run.grid[1], "an integer >= 5 for poiseuille (2 wall cells plus >= 3 fluid cells)")
+
+    def auto_steps(self) -> int:
+        """1.5 diffusion times H^2/nu: the slowest mode has decayed to exp(-1.5 pi^2) ~ 4e-7."""
+        height = self.run.grid[1] - 2
+        nu = self.relaxation(float(height))["nu"]
+        return int(math.ceil(1.5 * height**2 / nu))
 
     def setup(self) -> Setup:
         """Walls at y = 0 and y = ny-1, fluid at rest, constant body force along x."""

@@ -27,6 +27,12 @@ class TaylorGreen(Case):
 
     name = "taylor_green"
 
+    def auto_steps(self) -> int:
+        """One decay time 1 / (nu (kx^2 + ky^2)) of the velocity amplitude."""
+        nx, ny = self.run.grid[0], self.run.grid[1]
+        nu = self.relaxation(float(nx))["nu"]
+        return int(math.ceil(1.0 / (nu * ((2 * math.pi / nx) ** 2 + (2 * math.pi / ny) ** 2))))
+
     def setup(self) -> Setup:
         """Periodic box initialised with the analytic velocity and pressure fields."""
         shape = self.run.grid

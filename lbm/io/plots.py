@@ -129,6 +129,11 @@ def forces_plot(run_dir: Path, steps: np.ndarray, cd: np.ndarray, cl: np.ndarray
     if window:
         for a in (a1, a2):
             a.axvspan(window[0], window[1], color="0.9", zorder=0, label="averaging window")
+    settled = cd[len(cd) // 10:] if len(cd) >= 20 else cd
+    if len(settled):  # the start-up transient would flatten the interesting part
+        lo, hi = float(np.min(settled)), float(np.max(settled))
+        pad = 0.1 * (hi - lo) + 1e-3
+        a1.set_ylim(lo - pad, hi + pad)
     a1.legend(loc="upper right")
     st = metrics.get("strouhal")
     a1.set_title(f"cd_mean = {metrics.get('cd_mean', float('nan')):.4f}, cl_amplitude = "
