@@ -28,6 +28,10 @@ commands:
   run [hydra overrides]   simulate; default: the cylinder case (python -m lbm run --help for the config)
                           e.g. python -m lbm run case=cavity grid.nx=130 grid.ny=130 steps=20000
                           sweep: python -m lbm run -m grid.nx=128,256
+                          profile: python -m lbm run profile.enabled=true
+  bench [hydra overrides] throughput and roofline; writes bench.json
+  analyze PATH            per-stage breakdown of a trace, run directory or multirun directory
+  compare BASE NEW        regression verdict between two bench.json files
 """
 
 
@@ -172,7 +176,29 @@ def cmd_run(args: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run}
+def lazy_command(module: str, issue: str) -> Any:
+    """A command implemented in ``module`` (its ``main(args) -> int``), imported on use."""
+
+    def command(args: Sequence[str]) -> int:
+        import importlib
+
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):
+                raise LbmError(f"this command is not available in this version of lbm (see {issue})") from None
+            raise
+        return int(mod.main(list(args)))
+
+    return command
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "bench": lazy_command("lbm.bench.cli", "issue 4"),
+    "analyze": lazy_command("lbm.profiling.analyze", "issue 3"),
+    "compare": lazy_command("lbm.bench.compare", "issue 6"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -93,6 +93,7 @@ class RunConfig:
     plots: bool
     steps_per_dispatch: int
     parallel_devices: int
+    profile: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -158,12 +159,38 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     if devices not in (1,):
         raise ConfigError("parallel.devices", devices, "1 (multi-device runs are not implemented yet)")
 
+    profile = validate_profile(_get(cfg, "profile", {}) or {})
     case_params = {k: v for k, v in dict(_get(cfg, "case")).items() if k != "name"}
     return RunConfig(
         case=case, case_params=case_params, lattice=lattice, collision=collision, trt_magic=trt_magic,
         mode=mode, precision=precision, steps=steps, grid=grid, reynolds=reynolds, tau=tau, u_lattice=u_lat,
-        output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, raw=dict(cfg),
+        output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, profile=profile,
+        raw=dict(cfg),
     )
+
+
+PROFILE_BACKENDS = ("auto", "sqlite", "perfetto")
+
+
+def validate_profile(section: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``profile`` section: enabled, warmup_steps, steps, sync, backend, trace_processor."""
+    enabled = section.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError("profile.enabled", enabled, "true or false")
+    sync = section.get("sync", False)
+    if not isinstance(sync, bool):
+        raise ConfigError("profile.sync", sync, "true or false")
+    tp = section.get("trace_processor")
+    if tp is not None and not isinstance(tp, str):
+        raise ConfigError("profile.trace_processor", tp, "a path to a trace_processor binary, or null")
+    return {
+        "enabled": enabled,
+        "warmup_steps": check_int("profile.warmup_steps", section.get("warmup_steps", 5), 1),
+        "steps": check_int("profile.steps", section.get("steps", 20), 1),
+        "sync": sync,
+        "backend": check_choice("profile.backend", section.get("backend", "auto"), PROFILE_BACKENDS),
+        "trace_processor": tp,
+    }
 
 
 def check_output_every(every: int, steps: int) -> None:

@@ -109,11 +109,19 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     setup = case.setup()
     log_parameters(run, setup)
 
-    stepper: Stepper = make_stepper(setup, run.mode)
+    stepper: Stepper = make_stepper(setup, run.mode, sync=bool(run.profile.get("sync")))
     f = setup.initial_populations()
     fluid = jnp.asarray(setup.fluid)
     mass0 = fluid_mass(f, fluid)
     k = chunk_size(run)
+    profiler = None
+    if run.profile.get("enabled"):
+        # Profiling hook (lbm.profiling.capture.Profiler): started before compilation so the trace holds the
+        # first call; it may cap chunk sizes inside its window and is told after each chunk.
+        from lbm.profiling.capture import Profiler
+
+        profiler = Profiler(run, setup, stepper, run_dir)
+        profiler.start()
 
     # Compile before timing: the fused chunk ahead of time, the instrumented stages on a throw-away step.
     if run.mode == "fused":
@@ -129,6 +137,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     try:
         while step < run.steps:
             n = min(k, run.steps - step)
+            if profiler is not None:
+                n = profiler.chunk_limit(step, n)
             t0 = time.perf_counter()
             f, aux = stepper.advance(f, n, first_step=step)
             healthy = bool(_health(f))
@@ -142,6 +152,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                     "or raise the grid resolution"
                 )
             case.observe(step, f, aux)
+            if profiler is not None:
+                profiler.after_chunk(step, f)
             mlups = math.prod(setup.shape) * step / t_run / 1e6 if t_run > 0 else float("nan")
             eta = t_run / step * (run.steps - step)
             if step < run.steps and (10 * step) // run.steps == (10 * (step - n)) // run.steps:
@@ -152,6 +164,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
         write_json(run_dir / "metrics.json", build_metrics(run, setup, stepper, step, t_run, status))
         raise
     metrics = build_metrics(run, setup, stepper, step, t_run, "completed")
+    if profiler is not None:
+        metrics["profile"] = profiler.finish()
 
     fields = fields_of(f, setup)
     metrics["mass_rel_drift"] = fluid_mass(f, fluid) / mass0 - 1.0

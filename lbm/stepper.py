@@ -137,8 +137,9 @@ class InstrumentedStepper(Stepper):
 
     mode = "instrumented"
 
-    def __init__(self, setup: Setup) -> None:
+    def __init__(self, setup: Setup, sync: bool = False) -> None:
         super().__init__(setup)
+        self.sync = sync
         self.stages = {name: self._instrument(name, fn) for name, fn in stage_functions(setup).items()}
 
     def _instrument(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -152,7 +153,10 @@ class InstrumentedStepper(Stepper):
                 t0 = time.perf_counter()
                 cache[key] = jitted.lower(*args).compile()
                 self.compile_times[name] = self.compile_times.get(name, 0.0) + time.perf_counter() - t0
-            return cache[key](*args)
+            out = cache[key](*args)
+            if self.sync:  # host-side stage spans then measure execution, not just dispatch
+                jax.block_until_ready(out)
+            return out
 
         run_stage.__name__ = name
         return jax.profiler.annotate_function(run_stage, name=name)
@@ -168,9 +172,11 @@ class InstrumentedStepper(Stepper):
         return f, stacked
 
 
-def make_stepper(setup: Setup, mode: str) -> Stepper:
-    """The stepper for ``mode`` (fused | instrumented)."""
-    return {"fused": FusedStepper, "instrumented": InstrumentedStepper}[mode](setup)
+def make_stepper(setup: Setup, mode: str, sync: bool = False) -> Stepper:
+    """The stepper for ``mode`` (fused | instrumented); ``sync`` blocks after each instrumented stage."""
+    if mode == "instrumented":
+        return InstrumentedStepper(setup, sync=sync)
+    return FusedStepper(setup)
 
 
 def fields_of(f: jnp.ndarray, setup: Setup) -> dict[str, np.ndarray]:
