@@ -1,0 +1,1 @@
+"""Benchmarks: memory-bandwidth roofline, throughput, comparisons."""
