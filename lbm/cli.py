@@ -37,7 +37,8 @@ commands:
 
 def fail(message: str, code: int = 2) -> int:
     """Print one error line to stderr and return the exit code."""
-    print(f"lbm: error: {message}", file=sys.stderr)
+    one_line = " ".join(message.split("\n"))
+    print(f"lbm: error: {one_line}", file=sys.stderr)
     return code
 
 
@@ -117,11 +118,38 @@ def compose(overrides: list[str]) -> dict[str, Any]:
         GlobalHydra.instance().clear()
 
 
+def output_root(overrides: list[str], multirun: bool) -> Path:
+    """The directory a run will create its run directories under."""
+    key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
+    for o in overrides:
+        if o.startswith(key):
+            return Path(o.split("=", 1)[1]).expanduser()
+    return Path("outputs")
+
+
+def check_writable(path: Path) -> None:
+    """Refuse an output location where no directory can be created."""
+    import tempfile
+
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        if not probe.is_dir():
+            raise NotADirectoryError(str(probe))
+        tempfile.TemporaryDirectory(dir=probe).cleanup()
+    except OSError as exc:
+        raise LbmError(f"output directory {path} is not writable ({exc.strerror or exc}): "
+                       "set hydra.run.dir (or hydra.sweep.dir) to a writable place") from None
+
+
 def prevalidate(overrides: list[str], multirun: bool) -> None:
-    """Compose and validate every job's config; raise LbmError on the first bad one."""
+    """Compose and validate every job's config and the output location; raise LbmError on the first problem."""
     from lbm.config import validate
     from lbm.simulation import make_case
 
+    if not any("${" in o for o in overrides):
+        check_writable(output_root(overrides, multirun))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for job in expand_jobs(overrides, multirun):

@@ -10,6 +10,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lbm.errors import ConfigError
@@ -66,6 +67,13 @@ def check_float(key: str, value: Any, low: float, high: float = math.inf, *, low
     return value
 
 
+def check_bool(key: str, value: Any) -> bool:
+    """``value`` if it is a boolean, else a ConfigError naming ``key``."""
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "true or false")
+    return value
+
+
 def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
     """``value`` if it is one of ``choices``, else a ConfigError naming ``key``."""
     if not isinstance(value, str) or value not in choices:
@@ -93,6 +101,11 @@ class RunConfig:
     plots: bool
     steps_per_dispatch: int
     parallel_devices: int
+    checkpoint: dict[str, Any] = field(default_factory=lambda: {"every": 0, "keep": 3, "resume": None})
+    vtk: bool = False
+    frames: bool = False
+    animation: bool = False
+    progress: str = "auto"
     profile: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -151,9 +164,14 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     every = check_int("output.every", _get(cfg, "output.every", 0), 0)
     if steps is not None:
         check_output_every(every, steps)
-    plots = _get(cfg, "output.plots", True)
-    if not isinstance(plots, bool):
-        raise ConfigError("output.plots", plots, "true or false")
+    plots = check_bool("output.plots", _get(cfg, "output.plots", True))
+    vtk = check_bool("output.vtk", _get(cfg, "output.vtk", False))
+    animation = check_bool("output.animation", _get(cfg, "output.animation", False))
+    frames = check_bool("output.frames", _get(cfg, "output.frames", False)) or animation
+    progress = check_choice("output.progress", _get(cfg, "output.progress", "auto"), ("auto", "bar", "log", "none"))
+    checkpoint = validate_checkpoint(_get(cfg, "checkpoint", {}) or {}, steps)
+    if precision == "float64":
+        check_float64_supported()
     spd = check_int("steps_per_dispatch", _get(cfg, "steps_per_dispatch", 0), 0)
     devices = check_int("parallel.devices", _get(cfg, "parallel.devices", 1), -1)
     if devices not in (1,):
@@ -165,8 +183,33 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
         case=case, case_params=case_params, lattice=lattice, collision=collision, trt_magic=trt_magic,
         mode=mode, precision=precision, steps=steps, grid=grid, reynolds=reynolds, tau=tau, u_lattice=u_lat,
         output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, profile=profile,
+        checkpoint=checkpoint, vtk=vtk, frames=frames, animation=animation, progress=progress,
         raw=dict(cfg),
     )
+
+
+def validate_checkpoint(section: Mapping[str, Any], steps: int | None) -> dict[str, Any]:
+    """The ``checkpoint`` section: every (0 = off), keep, resume (path or null)."""
+    every = check_int("checkpoint.every", section.get("every", 0), 0)
+    if steps is not None and every > steps:
+        raise ConfigError("checkpoint.every", every, f"an integer in [0, steps={steps}] (0 = no periodic checkpoints)")
+    keep = check_int("checkpoint.keep", section.get("keep", 3), 1)
+    resume = section.get("resume")
+    if resume is not None:
+        if not isinstance(resume, str) or not resume:
+            raise ConfigError("checkpoint.resume", resume, "a run directory or checkpoint file, or null")
+        if not Path(resume).expanduser().exists():
+            raise ConfigError("checkpoint.resume", resume, "an existing run directory or checkpoint file")
+    return {"every": every, "keep": keep, "resume": resume}
+
+
+def check_float64_supported() -> None:
+    """float64 needs a backend with double precision (not TPU)."""
+    import jax
+
+    platform = jax.devices()[0].platform
+    if platform == "tpu":
+        raise ConfigError("precision", "float64", "float32 on TPU (it has no float64 arithmetic)")
 
 
 PROFILE_BACKENDS = ("auto", "sqlite", "perfetto")

@@ -16,7 +16,12 @@ class ConfigError(LbmError):
 
     def __init__(self, key: str, value: Any, valid: str, hint: str = "") -> None:
         self.key, self.value, self.valid = key, value, valid
-        shown = "null" if value is None else value if isinstance(value, str) else repr(value)
+        if value is None:
+            shown = "null"
+        elif isinstance(value, str) and value and value.isprintable():
+            shown = value
+        else:
+            shown = repr(value)
         msg = f"{key}={shown} is invalid: expected {valid}"
         if hint:
             msg += f" ({hint})"

@@ -1,11 +1,14 @@
-"""The run loop: build the case, compile, advance in chunks, check, observe, write the run directory."""
+"""The run loop: build the case, compile, advance in chunks, check, observe, checkpoint, write the run directory."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import platform
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,13 +19,30 @@ import numpy as np
 
 from lbm.cases import CASES, Case, Setup
 from lbm.config import RunConfig, check_output_every
-from lbm.errors import DivergenceError, LbmError
+from lbm.errors import ConfigError, DivergenceError, LbmError
+from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
 from lbm.io.fields import write_fields, write_json
+from lbm.kernels.macroscopic import macroscopic
+from lbm.lattice import Lattice
+from lbm.progress import Progress
 from lbm.stepper import Stepper, fields_of, make_stepper
 
 log = logging.getLogger("lbm")
 
 RESULT_FILES = ("metrics.json", "fields.npz")
+LAST_GOOD_MAX_BYTES = 256 * 2**20
+"""Without checkpoints, a host copy of the populations is kept per chunk (for divergence) up to this size."""
+RHO_BOUNDS = (0.0, 5.0)
+"""Densities outside this open interval count as diverged."""
+
+
+class Interrupted(LbmError):
+    """The run was stopped by SIGINT or SIGTERM after writing a checkpoint and its results."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+        self.signum = signum
 
 
 def make_case(run: RunConfig) -> Case:
@@ -32,26 +52,37 @@ def make_case(run: RunConfig) -> Case:
     if run.steps is None:
         case.run = dataclasses.replace(run, steps=case.auto_steps())
         check_output_every(run.output_every, case.run.steps)
+        every = run.checkpoint.get("every", 0)
+        if every > case.run.steps:
+            raise ConfigError("checkpoint.every", every, f"an integer in [0, steps={case.run.steps}] (steps=auto)")
     return case
 
 
 def chunk_size(run: RunConfig) -> int:
-    """Steps per chunk: output.every, else steps_per_dispatch, else about a tenth of the run (at most 1000)."""
+    """Steps per chunk: output.every, else steps_per_dispatch, else about a tenth of the run (at most 1000).
+
+    With checkpoints the chunk also divides checkpoint.every, so chunks end on checkpoint steps.
+    """
     if run.output_every:
-        return run.output_every
-    if run.steps_per_dispatch:
-        return min(run.steps_per_dispatch, run.steps)
-    return max(1, min(1000, run.steps // 10))
+        k = run.output_every
+    elif run.steps_per_dispatch:
+        k = min(run.steps_per_dispatch, run.steps)
+    else:
+        k = max(1, min(1000, run.steps // 10))
+    every = run.checkpoint.get("every", 0)
+    return math.gcd(k, every) if every else k
 
 
 def device_description() -> dict[str, Any]:
     """The default device and the software that drives it."""
     dev = jax.devices()[0]
+    import jaxlib
+
     return {
         "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}".rstrip(":"),
         "device_count": jax.device_count(),
         "jax": jax.__version__,
-        "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else jax.__version__,
+        "jaxlib": getattr(jaxlib, "__version__", jax.__version__),
         "python": platform.python_version(),
         "host": platform.machine(),
     }
@@ -72,21 +103,35 @@ def log_parameters(run: RunConfig, setup: Setup) -> None:
     )
 
 
-def fluid_mass(f: jnp.ndarray, fluid: jnp.ndarray) -> float:
-    """Total density over fluid cells (float64 on the host)."""
-    return float(np.sum(np.asarray(jnp.sum(f, axis=0), dtype=np.float64)[np.asarray(fluid)]))
+@functools.partial(jax.jit, static_argnums=2)
+def chunk_stats(f: jnp.ndarray, fluid: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """One reduction on the device: (healthy, fluid mass, fluid kinetic energy)."""
+    rho, u = macroscopic(f, lattice)
+    usq = jnp.sum(u * u, axis=0)
+    healthy = jnp.all(jnp.isfinite(rho) & (rho > RHO_BOUNDS[0]) & (rho < RHO_BOUNDS[1]) & (usq < 1.0))
+    mass = jnp.sum(jnp.where(fluid, rho, 0.0))
+    energy = jnp.sum(jnp.where(fluid, 0.5 * rho * usq, 0.0))
+    return healthy, mass, energy
 
 
-@jax.jit
-def _health(f: jnp.ndarray) -> jnp.ndarray:
-    rho = jnp.sum(f, axis=0)
-    return jnp.all(jnp.isfinite(rho) & (rho > 0.0) & (rho < 10.0))
-
-
-def _first_bad(f: jnp.ndarray) -> tuple[int, ...]:
-    rho = np.asarray(jnp.sum(f, axis=0))
-    bad = ~np.isfinite(rho) | (rho <= 0) | (rho >= 10)
+def first_bad_cell(f: np.ndarray, lattice: Lattice) -> tuple[int, ...]:
+    """Index of the first cell with a non-finite or out-of-bounds density or velocity."""
+    rho, u = (np.asarray(a) for a in macroscopic(jnp.asarray(f), lattice))
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(rho) | (rho <= RHO_BOUNDS[0]) | (rho >= RHO_BOUNDS[1]) | ~((u * u).sum(0) < 1.0)
     return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else ()
+
+
+def likely_cause(setup: Setup) -> str:
+    """The most probable reason a run diverged, with the fix to try."""
+    tau, mach = setup.tau, setup.derived["mach"]
+    if tau < 0.52:
+        return (f"tau={tau:.4f} is too close to 0.5 for this resolution: raise the grid resolution, lower "
+                "flow.reynolds, or use collision=trt")
+    if mach > 0.2:
+        return f"Mach {mach:.2f} is too high: lower flow.u_lattice (<= 0.1)"
+    return (f"the resolution is probably too low for Re={setup.reynolds:g} (tau={tau:.4f}, Mach={mach:.3f}): "
+            "raise the grid resolution or lower flow.reynolds")
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -99,9 +144,71 @@ def check_run_dir(run_dir: Path) -> None:
         )
 
 
+def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
+    """What a checkpoint records about its run, to refuse resuming an incompatible one."""
+    return {
+        "case": run.case, "lattice": run.lattice, "grid": list(setup.shape), "precision": run.precision,
+        "collision": run.collision, "trt_magic": run.trt_magic if run.collision == "trt" else None,
+        "tau": setup.tau, "u_lattice": run.u_lattice, "case_params": run.case_params,
+    }
+
+
+class StopSignals:
+    """SIGINT/SIGTERM ask the loop to stop after the current chunk; a second signal stops at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+        log.warning("%s received: finishing the current chunk, then writing a checkpoint (again to stop at once)",
+                    signal.Signals(signum).name)
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Outputs:
+    """Per-chunk outputs: monitor rows, VTK files and PNG frames at output intervals."""
+
+    def __init__(self, run: RunConfig, run_dir: Path, setup: Setup) -> None:
+        self.run, self.run_dir, self.setup = run, run_dir, setup
+        self.monitor: list[tuple[int, float, float]] = []
+        self.files: list[str] = []
+        self.frames: list[Path] = []
+
+    def chunk_done(self, step: int, f: jnp.ndarray, mass: float, energy: float, every: int) -> None:
+        """Record the monitored quantities; write VTK and frames when ``step`` is on the output interval."""
+        self.monitor.append((step, mass, energy))
+        on_interval = step % every == 0 or step == self.run.steps
+        if not (self.run.vtk or self.run.frames) or not on_interval:
+            return
+        fields = fields_of(f, self.setup)
+        if self.run.vtk:
+            from lbm.io.vtk import write_vti
+
+            path = write_vti(self.run_dir / "vtk" / f"fields_{step:010d}.vti", fields)
+            self.files.append(str(path.relative_to(self.run_dir)))
+        if self.run.frames:
+            from lbm.io.plots import frame
+
+            self.frames.append(frame(self.run_dir / "frames" / f"vorticity_{step:010d}.png", fields, step))
+
+
 def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Run a validated configuration and write metrics.json, fields.npz, case files and plots into ``run_dir``."""
     check_run_dir(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     if run.precision == "float64":
         jax.config.update("jax_enable_x64", True)
     case = make_case(run)
@@ -112,8 +219,31 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     stepper: Stepper = make_stepper(setup, run.mode, sync=bool(run.profile.get("sync")))
     f = setup.initial_populations()
     fluid = jnp.asarray(setup.fluid)
-    mass0 = fluid_mass(f, fluid)
+    outputs = Outputs(run, run_dir, setup)
+    step = 0
+    mass0 = float(chunk_stats(f, fluid, setup.lattice)[1])
+    resume = run.checkpoint.get("resume")
+    if resume:
+        ckpt = load_checkpoint(find_checkpoint(Path(resume)))
+        check_compatible(ckpt["identity"], identity(run, setup), ckpt["path"])
+        if ckpt["f"].shape != tuple(f.shape) or ckpt["f"].dtype != f.dtype:
+            raise LbmError(f"cannot resume from {ckpt['path']}: populations {ckpt['f'].shape} {ckpt['f'].dtype} "
+                           f"do not fit this run's {tuple(f.shape)} {f.dtype}")
+        step = ckpt["step"]
+        if step >= run.steps:
+            raise LbmError(f"cannot resume from {ckpt['path']}: it is at step {step} and steps={run.steps}; "
+                           f"set steps above {step}")
+        state = ckpt["state"]
+        f = jnp.asarray(ckpt["f"])
+        mass0 = float(state.pop("run/mass0"))
+        monitor = state.pop("run/monitor")
+        outputs.monitor = [(int(s), float(m), float(e)) for s, m, e in monitor]
+        case.load_state(state)
+        log.info("resumed from %s at step %d", ckpt["path"], step)
+    start = step
     k = chunk_size(run)
+    every_ckpt = run.checkpoint.get("every", 0)
+
     profiler = None
     if run.profile.get("enabled"):
         # Profiling hook (lbm.profiling.capture.Profiler): started before compilation so the trace holds the
@@ -123,69 +253,151 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
         profiler = Profiler(run, setup, stepper, run_dir)
         profiler.start()
 
-    # Compile before timing: the fused chunk ahead of time, the instrumented stages on a throw-away step.
+    # Compile before timing: the fused chunks ahead of time, the instrumented stages on a throw-away step.
     if run.mode == "fused":
-        stepper.compiled(f, k)
-        if run.steps % k:
-            stepper.compiled(f, run.steps % k)
+        for n in chunk_lengths(start, run.steps, k):
+            stepper.compiled(f, n)
     else:
         jax.block_until_ready(stepper.advance(f + 0, 1)[0])
     log.info("compiled in %.2f s (%s)", stepper.compile_time_s,
              ", ".join(f"{n}: {t * 1e3:.0f} ms" for n, t in stepper.compile_times.items()))
 
-    step, t_run = 0, 0.0
+    def checkpoint(at: int, pops: Any) -> Path:
+        state = {**case.state(), "run/mass0": np.float64(mass0),
+                 "run/monitor": np.array(outputs.monitor, dtype=np.float64).reshape(-1, 3)}
+        path = save_checkpoint(run_dir / "checkpoints", at, np.asarray(pops), identity(run, setup), state,
+                               run.checkpoint.get("keep", 3))
+        log.info("checkpoint %s", path.relative_to(run_dir))
+        return path
+
+    t_run = 0.0
+    last_good: tuple[int, np.ndarray] | None = None
+    keep_host_copy = not every_ckpt and f.nbytes <= LAST_GOOD_MAX_BYTES
+    progress = Progress(run.steps, start, math.prod(setup.shape), run.progress)
+    status, error = "completed", None
     try:
-        while step < run.steps:
-            n = min(k, run.steps - step)
-            if profiler is not None:
-                n = profiler.chunk_limit(step, n)
-            t0 = time.perf_counter()
-            f, aux = stepper.advance(f, n, first_step=step)
-            healthy = bool(_health(f))
-            t_run += time.perf_counter() - t0
-            step += n
-            if not healthy:
-                loc = _first_bad(f)
-                raise DivergenceError(
-                    f"simulation diverged by step {step} (first bad cell {loc}): tau={setup.tau:.4f}, "
-                    f"Mach={setup.derived['mach']:.3f}; lower flow.reynolds or flow.u_lattice, "
-                    "or raise the grid resolution"
-                )
-            case.observe(step, f, aux)
-            if profiler is not None:
-                profiler.after_chunk(step, f)
-            mlups = math.prod(setup.shape) * step / t_run / 1e6 if t_run > 0 else float("nan")
-            eta = t_run / step * (run.steps - step)
-            if step < run.steps and (10 * step) // run.steps == (10 * (step - n)) // run.steps:
-                continue  # log about every 10% of the run
-            log.info("step %d/%d  %.1f MLUPS  elapsed %.1f s  eta %.1f s", step, run.steps, mlups, t_run, eta)
-    except BaseException as exc:
-        status = "diverged" if isinstance(exc, DivergenceError) else "interrupted"
-        write_json(run_dir / "metrics.json", build_metrics(run, setup, stepper, step, t_run, status))
+        with StopSignals() as signals:
+            while step < run.steps:
+                n = min(k - step % k, run.steps - step)
+                if profiler is not None:
+                    n = profiler.chunk_limit(step, n)
+                if keep_host_copy:
+                    last_good = (step, np.array(f, copy=True))
+                t0 = time.perf_counter()
+                f, aux = stepper.advance(f, n, first_step=step)
+                healthy, mass, energy = (np.asarray(v).item() for v in chunk_stats(f, fluid, setup.lattice))
+                t_run += time.perf_counter() - t0
+                step += n
+                if not healthy:
+                    loc = first_bad_cell(np.asarray(f), setup.lattice)
+                    raise DivergenceError(f"simulation diverged by step {step} (first bad cell {loc}): "
+                                          f"{likely_cause(setup)}")
+                case.observe(step, f, aux)
+                outputs.chunk_done(step, f, mass, energy, k)
+                if profiler is not None:
+                    profiler.after_chunk(step, f)
+                progress.update(step, t_run)
+                if every_ckpt and step % every_ckpt == 0:
+                    checkpoint(step, f)
+                if signals.signum is not None and step < run.steps:
+                    path = checkpoint(step, f)
+                    status = "interrupted"
+                    error = Interrupted(
+                        f"stopped by {signal.Signals(signals.signum).name} at step {step}/{run.steps}; results and "
+                        f"checkpoint in {run_dir}; resume with the same overrides plus checkpoint.resume={path}",
+                        signals.signum)
+                    break
+    except DivergenceError as exc:
+        progress.close()
+        status, error = "diverged", exc
+        last_good = latest_good_state(run_dir, last_good)
+        metrics = build_metrics(run, setup, stepper, step - start, t_run, status)
+        metrics.update(diverged_at_step=step, error=str(exc))
+        if last_good is not None:
+            metrics["fields_from_step"] = last_good[0]
+            finish(run, run_dir, case, setup, jnp.asarray(last_good[1]), metrics, outputs, mass0, profiler)
+        else:
+            write_json(run_dir / "metrics.json", metrics)
         raise
-    metrics = build_metrics(run, setup, stepper, step, t_run, "completed")
-    if profiler is not None:
-        metrics["profile"] = profiler.finish()
-
-    fields = fields_of(f, setup)
-    metrics["mass_rel_drift"] = fluid_mass(f, fluid) / mass0 - 1.0
-    metrics.update(case.metrics(setup, fields, step))
-    write_fields(run_dir / "fields.npz", fields)
-    outputs = ["fields.npz"]
-    outputs += case.write_outputs(run_dir, setup, fields, metrics)
-    if run.plots:
-        from lbm.io.plots import field_plots
-
-        outputs += field_plots(run_dir, fields, f"{run.case} Re={setup.reynolds:g}")
-    metrics["outputs"] = outputs + ["metrics.json"]
-    write_json(run_dir / "metrics.json", metrics)
-    log.info("wrote %s: %s", run_dir, ", ".join(metrics["outputs"]))
-    summary = {k: metrics[k] for k in case_summary_keys(metrics)}
-    log.info("result: %s", ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    except BaseException:
+        progress.close()
+        write_json(run_dir / "metrics.json", build_metrics(run, setup, stepper, step - start, t_run, "interrupted")
+                   | {"step_reached": step})
+        raise
+    progress.close()
+    metrics = build_metrics(run, setup, stepper, step - start, t_run, status)
+    metrics["step_reached"] = step
+    if start:
+        metrics["resumed_from_step"] = start
+    finish(run, run_dir, case, setup, f, metrics, outputs, mass0, profiler)
+    if error is not None:
+        raise error
     return metrics
 
 
-def build_metrics(run: RunConfig, setup: Setup, stepper: Stepper, step: int, t_run: float, status: str) -> dict[str, Any]:
+def chunk_lengths(start: int, steps: int, k: int) -> set[int]:
+    """Distinct chunk lengths of a run from ``start`` to ``steps`` whose chunks end on multiples of k."""
+    lengths, s = set(), start
+    while s < steps:
+        n = min(k - s % k, steps - s)
+        lengths.add(n)
+        s += n
+    return lengths
+
+
+def latest_good_state(run_dir: Path, in_memory: tuple[int, np.ndarray] | None) -> tuple[int, np.ndarray] | None:
+    """The newest healthy state: the in-memory copy of the last chunk, else the newest checkpoint."""
+    if in_memory is not None:
+        return in_memory
+    found = sorted((run_dir / "checkpoints").glob("checkpoint_*.npz"))
+    if not found:
+        return None
+    ckpt = load_checkpoint(found[-1])
+    return ckpt["step"], ckpt["f"]
+
+
+def finish(run: RunConfig, run_dir: Path, case: Case, setup: Setup, f: jnp.ndarray, metrics: dict[str, Any],
+           outputs: Outputs, mass0: float, profiler: Any) -> None:
+    """Write fields, the case's files, plots, the monitor and metrics.json (last, with the list of outputs)."""
+    if profiler is not None:
+        metrics["profile"] = profiler.finish()
+    fields = fields_of(f, setup)
+    mass = float(chunk_stats(f, jnp.asarray(setup.fluid), setup.lattice)[1])
+    metrics["mass_rel_drift"] = mass / mass0 - 1.0
+    metrics.update(case.metrics(setup, fields, int(metrics.get("step_reached", run.steps))))
+    write_fields(run_dir / "fields.npz", fields)
+    written = ["fields.npz"] + case.write_outputs(run_dir, setup, fields, metrics)
+    written.append(write_monitor(run_dir, outputs.monitor, mass0))
+    written += outputs.files
+    if run.plots:
+        from lbm.io.plots import field_plots, monitor_plot
+
+        written += field_plots(run_dir, fields, f"{run.case} Re={setup.reynolds:g}")
+        if len(outputs.monitor) >= 2:
+            written.append(monitor_plot(run_dir, outputs.monitor, mass0, case))
+    if run.frames and run.animation and len(outputs.frames) >= 2:
+        from lbm.io.plots import animation
+
+        written += animation(run_dir, outputs.frames)
+    metrics["outputs"] = written + ["metrics.json"]
+    write_json(run_dir / "metrics.json", metrics)
+    log.info("wrote %s: %s", run_dir, ", ".join(metrics["outputs"]))
+    summary = {key: metrics[key] for key in case_summary_keys(metrics)}
+    log.info("result (%s): %s", metrics["status"],
+             ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+
+
+def write_monitor(run_dir: Path, rows: list[tuple[int, float, float]], mass0: float) -> str:
+    """monitor.csv: step, fluid mass, relative mass drift, kinetic energy (lattice units) per chunk."""
+    with (run_dir / "monitor.csv").open("w") as fh:
+        fh.write("step,mass,mass_rel_drift,kinetic_energy\n")
+        for s, m, e in rows:
+            fh.write(f"{s},{m:.12e},{m / mass0 - 1.0:.6e},{e:.9e}\n")
+    return "monitor.csv"
+
+
+def build_metrics(run: RunConfig, setup: Setup, stepper: Stepper, steps_timed: int, t_run: float,
+                  status: str) -> dict[str, Any]:
     """The contract fields of metrics.json common to all cases."""
     cells = math.prod(setup.shape)
     return {
@@ -198,14 +410,13 @@ def build_metrics(run: RunConfig, setup: Setup, stepper: Stepper, step: int, t_r
         "grid": list(setup.shape),
         "cells": cells,
         "fluid_cells": int(setup.fluid.sum()),
-        "steps": step,
-        "steps_requested": run.steps,
+        "steps": run.steps,
         "chunk_steps": chunk_size(run),
         **device_description(),
         "compile_time_s": stepper.compile_time_s,
         "compile_times_s": dict(stepper.compile_times),
         "wall_time_s": t_run,
-        "mlups": cells * step / t_run / 1e6 if t_run > 0 else None,
+        "mlups": cells * steps_timed / t_run / 1e6 if t_run > 0 else None,
         "mlups_clock": "host wall clock over the stepping loop, compilation excluded, one device sync per chunk",
         "tau": setup.tau,
         "nu": setup.nu,

@@ -103,6 +103,13 @@ class Case:
     def observe(self, step: int, f: jnp.ndarray, aux: dict[str, np.ndarray]) -> None:
         """Record what the case monitors after a chunk ending at ``step`` (aux: per-step outputs)."""
 
+    def state(self) -> dict[str, np.ndarray]:
+        """What the case has accumulated (time series), as arrays for a checkpoint."""
+        return {}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state` returned (after :meth:`setup`)."""
+
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """The case's own quantities for metrics.json."""
         return {}

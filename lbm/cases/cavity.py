@@ -112,6 +112,22 @@ class Cavity(Case):
         self.previous = getattr(self, "latest", None)
         self.latest = (step, u)
 
+    def state(self) -> dict[str, np.ndarray]:
+        """The last two velocity snapshots (for the steadiness measure)."""
+        out = {}
+        for name in ("previous", "latest"):
+            snap = getattr(self, name, None)
+            if snap is not None:
+                out[f"case/{name}_step"] = np.int64(snap[0])
+                out[f"case/{name}_u"] = snap[1]
+        return out
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore the velocity snapshots."""
+        for name in ("previous", "latest"):
+            if f"case/{name}_u" in state:
+                setattr(self, name, (int(state[f"case/{name}_step"]), state[f"case/{name}_u"]))
+
     def profiles(self, fields: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Centre-line profiles normalised by the lid speed, wall values included (2D, or the z mid-plane in 3D)."""
         u = fields["u"]

@@ -141,6 +141,15 @@ class Cylinder(Case):
         """Collect the per-step force vectors of the chunk."""
         self.force_rows.append(np.asarray(aux["force"], dtype=np.float64))
 
+    def state(self) -> dict[str, np.ndarray]:
+        """The force history, one row per step."""
+        forces = np.concatenate(self.force_rows) if self.force_rows else np.zeros((0, self.lattice.d))
+        return {"case/forces": forces}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore the force history."""
+        self.force_rows = [np.asarray(state["case/forces"], dtype=np.float64)]
+
     def coefficients(self) -> np.ndarray:
         """Per-step [step, F..., cd, cl] rows."""
         forces = np.concatenate(self.force_rows) if self.force_rows else np.zeros((0, self.lattice.d))

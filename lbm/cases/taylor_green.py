@@ -72,6 +72,14 @@ class TaylorGreen(Case):
             self._project = jax.jit(lambda f: jnp.sum(macroscopic(f, lat)[1] * mode) / norm)
         self.samples.append((step, float(self._project(f)) * self.run.u_lattice))
 
+    def state(self) -> dict[str, np.ndarray]:
+        """The sampled amplitudes (step, amplitude)."""
+        return {"case/samples": np.array(self.samples, dtype=np.float64)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore the sampled amplitudes."""
+        self.samples = [(int(s), float(a)) for s, a in state["case/samples"]]
+
     def analytic_amplitude(self, step: float) -> float:
         """U exp(-nu (kx^2 + ky^2) t)."""
         return self.run.u_lattice * math.exp(-self.nu * (self.kx**2 + self.ky**2) * step)

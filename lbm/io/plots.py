@@ -142,3 +142,71 @@ def forces_plot(run_dir: Path, steps: np.ndarray, cd: np.ndarray, cl: np.ndarray
     for a in (a1, a2):
         a.grid(alpha=0.3)
     return _save(fig, run_dir / "plots" / "forces.png", run_dir)
+
+
+def frame(path: Path, fields: dict[str, np.ndarray], step: int) -> Path:
+    """One vorticity frame (fixed colour scale per run is not known yet, so symmetric per frame)."""
+    plt = _pyplot()
+    u, solid, where = _plane(fields)
+    vort = np.ma.masked_where(solid, vorticity(u))
+    nx, ny = vort.shape
+    lim = float(np.percentile(np.abs(vort.compressed()), 99.5)) if vort.count() else 1.0
+    fig, ax = plt.subplots(figsize=(min(10.0, max(4.0, 6.0 * nx / ny)), max(2.5, min(8.0, 6.0 * ny / nx))))
+    ax.imshow(vort.T, origin="lower", cmap="RdBu_r", vmin=-lim or -1, vmax=lim or 1, interpolation="nearest")
+    if solid.any():
+        ax.contourf(np.arange(nx), np.arange(ny), solid.T.astype(float), levels=[0.5, 1.5], colors=["0.55"])
+    ax.set_title(f"vorticity, step {step}{where}")
+    ax.set_xlabel("x (cells)")
+    ax.set_ylabel("y (cells)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def animation(run_dir: Path, frames: list[Path]) -> list[str]:
+    """plots/vorticity.gif from the frames (Pillow), plus plots/vorticity.mp4 when ffmpeg is installed."""
+    import shutil
+    import subprocess
+
+    from PIL import Image
+
+    out = run_dir / "plots" / "vorticity.gif"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    images = [Image.open(p).convert("P", palette=Image.Palette.ADAPTIVE) for p in frames]
+    images[0].save(out, save_all=True, append_images=images[1:], duration=120, loop=0)
+    written = [str(out.relative_to(run_dir))]
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg:
+        listing = run_dir / "frames" / "frames.txt"
+        listing.write_text("".join(f"file '{p.resolve()}'\nduration 0.12\n" for p in frames))
+        mp4 = run_dir / "plots" / "vorticity.mp4"
+        proc = subprocess.run([ffmpeg, "-y", "-loglevel", "error", "-f", "concat", "-safe", "0", "-i", str(listing),
+                               "-vf", "scale=trunc(iw/2)*2:trunc(ih/2)*2", "-pix_fmt", "yuv420p", str(mp4)],
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            written.append(str(mp4.relative_to(run_dir)))
+    return written
+
+
+def monitor_plot(run_dir: Path, rows: list[tuple[int, float, float]], mass0: float, case: Any) -> str:
+    """Mass drift, kinetic energy and (for obstacles) drag and lift against the step."""
+    plt = _pyplot()
+    arr = np.array(rows, dtype=np.float64)
+    forces = case.coefficients() if hasattr(case, "coefficients") else None
+    n = 3 if forces is not None and len(forces) else 2
+    fig, axes = plt.subplots(n, 1, figsize=(8, 2.3 * n + 0.6), sharex=True)
+    axes[0].plot(arr[:, 0], arr[:, 1] / mass0 - 1.0, ".-")
+    axes[0].set_ylabel("relative mass drift")
+    axes[1].plot(arr[:, 0], arr[:, 2], ".-", color="C2")
+    axes[1].set_ylabel("kinetic energy\n(lattice units)")
+    if n == 3:
+        axes[2].plot(forces[:, 0], forces[:, -2], lw=0.8, label="cd")
+        axes[2].plot(forces[:, 0], forces[:, -1], lw=0.8, label="cl")
+        axes[2].set_ylabel("force coefficients")
+        axes[2].legend(loc="upper right")
+    axes[-1].set_xlabel("step")
+    for a in axes:
+        a.grid(alpha=0.3)
+    fig.suptitle("monitored quantities")
+    return _save(fig, run_dir / "plots" / "monitor.png", run_dir)

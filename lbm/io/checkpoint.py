@@ -1,0 +1,93 @@
+"""Checkpoints: the full simulation state in one .npz, written atomically, the last few kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lbm.errors import LbmError
+
+FORMAT = "lbm-checkpoint-1"
+COMPATIBLE_KEYS = ("case", "lattice", "grid", "precision", "collision", "tau", "u_lattice", "case_params", "trt_magic")
+"""What must match between a checkpoint and the run that resumes it."""
+
+
+def checkpoint_path(directory: Path, step: int) -> Path:
+    """The file name of the checkpoint at ``step``."""
+    return directory / f"checkpoint_{step:010d}.npz"
+
+
+def save_checkpoint(
+    directory: Path,
+    step: int,
+    f: np.ndarray,
+    identity: dict[str, Any],
+    state: dict[str, np.ndarray],
+    keep: int,
+) -> Path:
+    """Write populations, step, run identity and accumulated state; keep the newest ``keep`` checkpoints."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = checkpoint_path(directory, step)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    meta = {"format": FORMAT, "step": int(step), "identity": identity}
+    arrays = {f"state/{k}": np.asarray(v) for k, v in state.items()}
+    with open(tmp, "wb") as fh:
+        np.savez(fh, f=np.asarray(f), meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    for old in sorted(directory.glob("checkpoint_*.npz"))[:-keep] if keep > 0 else []:
+        old.unlink()
+    return path
+
+
+def find_checkpoint(path: Path) -> Path:
+    """The checkpoint file named by ``path``: a file, a run directory, or its checkpoints/ directory (newest)."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path
+    for directory in (path / "checkpoints", path):
+        if directory.is_dir():
+            found = sorted(directory.glob("checkpoint_*.npz"))
+            if found:
+                return found[-1]
+    if not path.exists():
+        raise LbmError(f"checkpoint.resume={path}: no such file or directory")
+    raise LbmError(f"checkpoint.resume={path}: no checkpoint_*.npz found there (nor in its checkpoints/)")
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint: f, step, identity and state arrays; a clear LbmError if it is not a readable one."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(bytes(z["meta"]).decode())
+            if meta.get("format") != FORMAT:
+                raise ValueError(f"unknown format {meta.get('format')!r}")
+            state = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith("state/")}
+            return {"f": z["f"], "step": int(meta["step"]), "identity": meta["identity"], "state": state, "path": path}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, EOFError) as exc:
+        raise LbmError(f"checkpoint.resume={path}: not a readable lbm checkpoint ({exc})") from None
+
+
+def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
+    """Refuse to resume when the case, lattice, grid, precision or physics differ."""
+    for key in COMPATIBLE_KEYS:
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, float) and isinstance(b, float) and abs(a - b) <= 1e-12 * max(abs(a), abs(b)):
+            continue
+        if a != b:
+            raise LbmError(
+                f"cannot resume from {path}: it has {key}={_show(a)} but this run has {key}={_show(b)}; "
+                f"use the same {key} (or start a new run without checkpoint.resume)"
+            )
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "x".join(map(str, value)) if all(isinstance(v, int) for v in value) else str(value)
+    return str(value)
