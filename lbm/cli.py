@@ -32,6 +32,7 @@ commands:
   bench [hydra overrides] throughput and roofline; writes bench.json
   analyze PATH            per-stage breakdown of a trace, run directory or multirun directory
   compare BASE NEW        regression verdict between two bench.json files
+  study batching|compile|export  loop vs lax.map vs vmap ensembles; compile vs run; jax.export bundle
 """
 
 
@@ -226,7 +227,19 @@ COMMANDS = {
     "bench": lazy_command("lbm.bench.cli", "issue 4"),
     "analyze": lazy_command("lbm.profiling.analyze", "issue 3"),
     "compare": lazy_command("lbm.bench.compare", "issue 6"),
+    "study": None,  # filled below
 }
+
+
+def cmd_study(args: Sequence[str]) -> int:
+    """``study NAME [options]``: the measurement studies (batching, compile)."""
+    studies = {"batching": "lbm.bench.batching", "compile": "lbm.bench.compile_study", "export": "lbm.bench.export"}
+    if not args or args[0] not in studies:
+        raise LbmError(f"study: name one of {', '.join(studies)} (python -m lbm study NAME --help)")
+    return lazy_command(studies[args[0]], "issue 6")(args[1:])
+
+
+COMMANDS["study"] = cmd_study
 
 
 def main(argv: Sequence[str] | None = None) -> int:

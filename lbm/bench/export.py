@@ -1,0 +1,110 @@
+"""Reproduction bundle: each stage and the fused step exported with ``jax.export``, with their input shapes.
+
+The bundle runs without lbm (``scripts/rerun_export.py``), under another JAX version, or
+attached to a bug report: a slow stage can be re-timed in isolation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+from jax import export
+
+from lbm.cases.base import Setup
+from lbm.stepper import FusedStepper, stage_functions, timestep
+
+PLATFORMS = ("cpu", "cuda")
+
+
+def stage_input_specs(setup: Setup) -> dict[str, Any]:
+    """Abstract inputs (ShapeDtypeStruct pytrees) of every active stage, from one traced timestep."""
+    specs: dict[str, Any] = {}
+    fns = stage_functions(setup)
+
+    def recorder(name: str, fn: Any) -> Any:
+        def wrapped(*args: Any) -> Any:
+            specs[name] = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+            return fn(*args)
+        return wrapped
+
+    recording = {name: recorder(name, fn) for name, fn in fns.items()}
+    arrays = jax.tree_util.tree_map(jax.numpy.asarray, setup.arrays)
+    f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
+    jax.eval_shape(lambda f, a: timestep(recording, f, a), f, arrays)
+    return specs
+
+
+def _export(fn: Any, args: Any) -> tuple[Any, list[str]]:
+    """Export for CPU and CUDA when both lower, else for the current platform alone."""
+    try:
+        return export.export(jax.jit(fn), platforms=PLATFORMS)(*args), list(PLATFORMS)
+    except Exception:  # some lowerings exist only for the local platform
+        exp = export.export(jax.jit(fn))(*args)
+        return exp, list(exp.platforms)
+
+
+def write_bundle(setup: Setup, out_dir: Path, fused_steps: int = 10, context: dict[str, Any] | None = None) -> Path:
+    """Export every stage and an n-step fused chunk into ``out_dir``; returns the manifest path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entries = []
+    specs = stage_input_specs(setup)
+    fns = stage_functions(setup)
+    for name, args in specs.items():
+        exp, platforms = _export(fns[name], args)
+        path = out_dir / f"stage_{name}.jaxexport"
+        path.write_bytes(exp.serialize())
+        entries.append({"name": name, "kind": "stage", "file": path.name, "platforms": platforms,
+                        "inputs": [[list(a.shape), str(a.dtype)] for a in exp.in_avals]})
+    stepper = FusedStepper(setup)
+    f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
+    arrays = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), stepper.arrays)
+    exp, platforms = _export(stepper._chunk_fn(fused_steps), (f, arrays))
+    path = out_dir / f"fused_{fused_steps}steps.jaxexport"
+    path.write_bytes(exp.serialize())
+    entries.append({"name": f"fused[{fused_steps}]", "kind": "fused", "steps": fused_steps, "file": path.name,
+                    "platforms": platforms, "inputs": [[list(a.shape), str(a.dtype)] for a in exp.in_avals]})
+    manifest = {
+        "format": "lbm-export-1", "jax": jax.__version__, "lattice": setup.lattice.name, "grid": list(setup.shape),
+        "dtype": str(setup.dtype), "cells": int(setup.solid.size), "context": context or {}, "entries": entries,
+        "rerun": "python scripts/rerun_export.py DIR  (needs only jax, numpy and flatbuffers)",
+    }
+    path = out_dir / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return path
+
+
+def main(args: list[str]) -> int:
+    """``python -m lbm study export [hydra overrides] [--out DIR]``: write the reproduction bundle of a case."""
+    from lbm.cli import compose, split_hydra_args
+    from lbm.config import validate
+    from lbm.errors import LbmError
+    from lbm.simulation import make_case
+
+    out = None
+    rest = []
+    it = iter(args)
+    for a in it:
+        if a == "--out":
+            out = next(it, None)
+            if out is None:
+                raise LbmError("--out needs a directory")
+        else:
+            rest.append(a)
+    overrides, multirun, _ = split_hydra_args(rest)
+    if multirun:
+        raise LbmError("study export takes one configuration, not a sweep")
+    run = validate(compose(overrides))
+    if run.precision == "float64":
+        jax.config.update("jax_enable_x64", True)
+    case = make_case(run)
+    setup = case.setup()
+    target = Path(out) if out else Path("outputs") / "export" / f"{run.case}_{'x'.join(map(str, setup.shape))}"
+    if (target / "manifest.json").exists():
+        raise LbmError(f"{target} already holds a bundle (manifest.json); choose another --out")
+    manifest = write_bundle(setup, target, context={"case": run.case, "overrides": overrides})
+    print(f"wrote {manifest.parent}: " + ", ".join(e["file"] for e in json.loads(manifest.read_text())["entries"]))
+    print(f"re-run it anywhere: python scripts/rerun_export.py {manifest.parent}")
+    return 0
