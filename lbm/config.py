@@ -93,6 +93,7 @@ class RunConfig:
     mode: str
     precision: str
     steps: int | None
+    steps_auto: bool
     grid: tuple[int, ...]
     reynolds: float
     tau: float | None
@@ -181,7 +182,8 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     case_params = {k: v for k, v in dict(_get(cfg, "case")).items() if k != "name"}
     return RunConfig(
         case=case, case_params=case_params, lattice=lattice, collision=collision, trt_magic=trt_magic,
-        mode=mode, precision=precision, steps=steps, grid=grid, reynolds=reynolds, tau=tau, u_lattice=u_lat,
+        mode=mode, precision=precision, steps=steps, steps_auto=steps is None, grid=grid, reynolds=reynolds, tau=tau,
+        u_lattice=u_lat,
         output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, profile=profile,
         checkpoint=checkpoint, vtk=vtk, frames=frames, animation=animation, progress=progress,
         raw=dict(cfg),

@@ -275,6 +275,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     keep_host_copy = not every_ckpt and f.nbytes <= LAST_GOOD_MAX_BYTES
     progress = Progress(run.steps, start, math.prod(setup.shape), run.progress)
     status, error = "completed", None
+    stopped_early = None
     try:
         with StopSignals() as signals:
             while step < run.steps:
@@ -299,6 +300,10 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                 progress.update(step, t_run)
                 if every_ckpt and step % every_ckpt == 0:
                     checkpoint(step, f)
+                if run.steps_auto and step < run.steps and case.converged(step):
+                    log.info("steady state reached after %d steps (steps=auto): stopping", step)
+                    stopped_early = step
+                    break
                 if signals.signum is not None and step < run.steps:
                     path = checkpoint(step, f)
                     status = "interrupted"
@@ -327,6 +332,9 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     progress.close()
     metrics = build_metrics(run, setup, stepper, step - start, t_run, status)
     metrics["step_reached"] = step
+    if stopped_early is not None:
+        metrics["steps"] = step
+        metrics["stopped_early"] = f"steady after {step} steps (case tolerance reached; steps=auto allowed {run.steps})"
     if start:
         metrics["resumed_from_step"] = start
     finish(run, run_dir, case, setup, f, metrics, outputs, mass0, profiler)

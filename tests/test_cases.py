@@ -122,3 +122,14 @@ def test_cylinder_drag_is_symmetric_without_perturbation():
     case, setup, fields = advance(run)
     rows = case.coefficients()
     assert np.abs(rows[:, -1]).max() < 1e-9 * np.abs(rows[:, -2]).max()
+
+
+def test_cavity_auto_steps_stop_once_steady(tmp_path):
+    from lbm.simulation import simulate
+
+    metrics = simulate(run_config("case=cavity", "grid.nx=34", "grid.ny=34", "flow.u_lattice=0.1",
+                                  "case.steady_tolerance=1e-4", "output.plots=false"), tmp_path / "r")
+    assert "stopped_early" in metrics
+    assert metrics["steps"] < 100 * 32 / 0.1
+    assert metrics["steady_change_per_1000_steps"] < 1e-4
+    assert metrics["steps"] >= 10 * 32 / 0.1

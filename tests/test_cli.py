@@ -161,7 +161,7 @@ def test_multirun_sweep_over_grid_sizes(tmp_path):
 
 @pytest.mark.parametrize("case,expected", [
     ("poiseuille", lambda h, nu, u: math.ceil(1.5 * h**2 / nu)),
-    ("cavity", lambda h, nu, u: math.ceil(25 * h / u)),
+    ("cavity", lambda h, nu, u: math.ceil(100 * h / u)),
 ])
 def test_auto_steps_follow_the_documented_rule(case, expected):
     from conftest import run_config

@@ -103,6 +103,10 @@ class Case:
     def observe(self, step: int, f: jnp.ndarray, aux: dict[str, np.ndarray]) -> None:
         """Record what the case monitors after a chunk ending at ``step`` (aux: per-step outputs)."""
 
+    def converged(self, step: int) -> bool:
+        """True when a steps=auto run may stop early (steady state reached); never by default."""
+        return False
+
     def state(self) -> dict[str, np.ndarray]:
         """What the case has accumulated (time series), as arrays for a checkpoint."""
         return {}

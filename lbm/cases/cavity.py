@@ -66,12 +66,28 @@ class Cavity(Case):
     name = "cavity"
 
     def check(self) -> None:
-        """At least 3 fluid cells along every axis."""
+        """At least 3 fluid cells along every axis; a positive steadiness tolerance."""
         check_geometry(self.run.grid)
+        tol = self.params.get("steady_tolerance", 5e-5)
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
+            raise ConfigError("case.steady_tolerance", tol, "a number > 0 (relative velocity change per 1000 steps)")
 
     def auto_steps(self) -> int:
-        """25 lid passages L/U (steady at Re <= 400; check steady_change_per_1000_steps above that)."""
-        return int(math.ceil(25 * (self.run.grid[0] - 2) / self.run.u_lattice))
+        """At most 100 lid passages L/U; with steps=auto the run stops earlier once steady (see converged)."""
+        return int(math.ceil(100 * (self.run.grid[0] - 2) / self.run.u_lattice))
+
+    def steady_change(self) -> float | None:
+        """Largest velocity change between the last two samples, over U, per 1000 steps."""
+        if getattr(self, "previous", None) is None:
+            return None
+        (s0, u0), (s1, u1) = self.previous, self.latest
+        return float(np.abs(u1 - u0).max() / self.run.u_lattice * 1000 / (s1 - s0))
+
+    def converged(self, step: int) -> bool:
+        """Steady: after 10 lid passages, the velocity changes less than case.steady_tolerance per 1000 steps."""
+        tol = self.params.get("steady_tolerance", 5e-5)
+        change = self.steady_change()
+        return change is not None and step >= 10 * (self.run.grid[0] - 2) / self.run.u_lattice and change < tol
 
     def setup(self) -> Setup:
         """Wall ring, lid velocity on the top wall, fluid at rest."""
@@ -148,9 +164,9 @@ class Cavity(Case):
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Steadiness, and the deviation from Ghia et al. where they tabulate this Reynolds number."""
         out: dict[str, Any] = {}
-        if getattr(self, "previous", None) is not None:
-            (s0, u0), (s1, u1) = self.previous, self.latest
-            out["steady_change_per_1000_steps"] = float(np.abs(u1 - u0).max() / self.run.u_lattice * 1000 / (s1 - s0))
+        change = self.steady_change()
+        if change is not None:
+            out["steady_change_per_1000_steps"] = change
         prof = self.profiles(fields)
         ref = self.reference(setup)
         out["ghia_reynolds"] = None if ref is None else int(round(setup.reynolds))
