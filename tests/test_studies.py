@@ -94,3 +94,15 @@ def test_compile_study_small(tmp_path):
     assert set(result["stages_cylinder"]) == {"outflow", "macroscopic", "equilibrium", "inlet", "collide",
                                               "bounce_back", "forces", "stream"}
     assert "skipped" in (tmp_path / "compile.md").read_text()
+
+
+def test_validate_command_reports_and_exits_by_result(tmp_path, capsys):
+    assert main(["validate", "--case", "poiseuille", "--out", str(tmp_path / "v")]) == 0
+    data = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert [c["check"] for c in data["checks"]] == ["poiseuille_parabola", "poiseuille_halfway_exact"]
+    assert all(c["passed"] for c in data["checks"])
+    assert "2/2 checks passed" in (tmp_path / "v" / "validation.md").read_text()
+    # a configuration that cannot meet the bound (too coarse, too few steps) fails with exit code 1
+    assert main(["validate", "--case", "poiseuille", "steps=50", "--out", str(tmp_path / "w")]) == 1
+    assert "**FAIL**" in (tmp_path / "w" / "validation.md").read_text()
+    assert main(["validate", "--case", "nope"]) == 2

@@ -1,0 +1,140 @@
+"""``python -m lbm validate``: the physics checked against analytic solutions and published data, as a report.
+
+Each check runs a case (a full run directory with plots) and compares one of its metrics
+with a tolerance; overrides given on the command line apply to every check (e.g.
+``precision=float64``, ``mode=instrumented``, ``collision=trt``). Exit code 0 when every
+check passes, 1 when one fails, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from lbm.errors import LbmError
+
+
+@dataclass(frozen=True)
+class Check:
+    """One validation: a configuration, the metric it reads and the bound it must satisfy."""
+
+    name: str
+    case: str
+    overrides: tuple[str, ...]
+    metric: str
+    bound: float
+    reference: str
+    quantity: Callable[[dict[str, Any]], float] | None = None
+    forced: tuple[str, ...] = ()
+
+
+CHECKS = (
+    Check("taylor_green_decay_64", "taylor_green", ("grid.nx=64", "grid.ny=64", "output.every=200"),
+          "decay_rel_error_max", 0.01,
+          "amplitude decay exp(-nu (kx^2+ky^2) t) (Taylor & Green 1937; analytic_solutions.csv)"),
+    Check("taylor_green_velocity_64", "taylor_green", ("grid.nx=64", "grid.ny=64", "output.every=200"),
+          "velocity_l2_rel_error", 0.01, "analytic velocity field at the final step"),
+    Check("poiseuille_parabola", "poiseuille", ("grid.ny=34",), "profile_max_error_over_umax", 0.01,
+          "parabola u = F/(2 nu) y (H - y) (analytic_solutions.csv)"),
+    Check("poiseuille_halfway_exact", "poiseuille", ("grid.ny=34",), "halfway_exact_max_error_over_umax", 1e-3,
+          "exact half-way bounce-back solution with the (16 Lambda - 3)/12 offset "
+          "(halfway_bounceback_poiseuille_offset.csv)"),
+    Check("cavity_ghia_u_re100", "cavity", ("grid.nx=66", "grid.ny=66", "flow.u_lattice=0.1", "flow.reynolds=100"),
+          "ghia_u_max_abs_error", 0.02, "Ghia, Ghia & Shin (1982) Table I, Re 100, misprints excluded"),
+    Check("cavity_ghia_v_re100", "cavity", ("grid.nx=66", "grid.ny=66", "flow.u_lattice=0.1", "flow.reynolds=100"),
+          "ghia_v_max_abs_error", 0.02, "Ghia, Ghia & Shin (1982) Table II, Re 100"),
+    Check("periodic_mass_conservation", "taylor_green", ("grid.nx=32", "grid.ny=32", "steps=500"),
+          "mass_rel_drift", 1e-12, "mass is conserved exactly: float64 round-off over 500 steps",
+          quantity=lambda m: abs(m["mass_rel_drift"]), forced=("precision=float64",)),
+)
+
+
+def run_checks(out: Path, overrides: list[str], only: set[str] | None = None,
+               log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run every check (sharing runs between checks of one configuration); returns one record per check."""
+    from lbm.cli import compose, prevalidate
+    from lbm.config import validate
+    from lbm.simulation import simulate
+
+    results: list[dict[str, Any]] = []
+    done: dict[tuple[str, ...], tuple[dict[str, Any], Path]] = {}
+    for check in CHECKS:
+        if only and check.case not in only:
+            continue
+        args = (f"case={check.case}", *check.overrides, *overrides, *check.forced)
+        if args not in done:
+            prevalidate(list(args), multirun=False)
+            run_dir = out / f"{len(done):02d}_{check.case}"
+            log(f"validate: {check.case} {' '.join(args[1:])} -> {run_dir}")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                done[args] = (simulate(validate(compose(list(args))), run_dir), run_dir)
+        metrics, run_dir = done[args]
+        value = check.quantity(metrics) if check.quantity else metrics.get(check.metric)
+        passed = value is not None and math.isfinite(value) and value <= check.bound
+        results.append({"check": check.name, "case": check.case, "metric": check.metric, "value": value,
+                        "bound": check.bound, "passed": bool(passed), "reference": check.reference,
+                        "run_dir": str(run_dir), "overrides": list(args)})
+    return results
+
+
+def report(results: list[dict[str, Any]], overrides: list[str]) -> str:
+    """The markdown validation report."""
+    import jax
+
+    lines = [f"# lbm validation ({datetime.datetime.now():%Y-%m-%d %H:%M}, jax {jax.__version__}, "
+             f"{jax.devices()[0].platform})", "",
+             f"Overrides applied to every check: {' '.join(overrides) or '(none)'}", "",
+             "| check | metric | value | bound | result | reference |", "|---|---|---|---|---|---|"]
+    for r in results:
+        value = "n/a" if r["value"] is None else f"{r['value']:.3e}"
+        lines.append(f"| {r['check']} | {r['metric']} | {value} | {r['bound']:.0e} | "
+                     f"{'pass' if r['passed'] else '**FAIL**'} | {r['reference']} |")
+    failed = [r["check"] for r in results if not r["passed"]]
+    lines += ["", f"{len(results) - len(failed)}/{len(results)} checks passed" + (
+        f"; failed: {', '.join(failed)}" if failed else ""), ""]
+    return "\n".join(lines)
+
+
+def main(args: list[str]) -> int:
+    """``python -m lbm validate [--case NAME]... [--out DIR] [overrides]``; exit 0 all pass, 1 a failure."""
+    from lbm.cli import split_hydra_args
+
+    out, only, rest = None, set(), []
+    it = iter(args)
+    for a in it:
+        if a in ("--out", "--case"):
+            value = next(it, None)
+            if value is None:
+                raise LbmError(f"{a} needs a value")
+            if a == "--out":
+                out = Path(value)
+            else:
+                only.add(value)
+        elif a in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        else:
+            rest.append(a)
+    known = {c.case for c in CHECKS}
+    if only - known:
+        raise LbmError(f"--case {', '.join(sorted(only - known))}: validated cases are {', '.join(sorted(known))}")
+    overrides, multirun, _ = split_hydra_args(rest)
+    if multirun or any(o.split("=", 1)[0] in ("case", "+case") for o in overrides):
+        raise LbmError("validate: choose cases with --case NAME, not case= or -m")
+    out = out or Path("outputs") / "validate" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+    if (out / "validation.json").exists():
+        raise LbmError(f"{out} already holds a validation report; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    results = run_checks(out, overrides, only or None)
+    text = report(results, overrides)
+    (out / "validation.md").write_text(text)
+    (out / "validation.json").write_text(json.dumps({"overrides": overrides, "checks": results}, indent=2) + "\n")
+    print(text)
+    print(f"wrote {out}/validation.md, validation.json and one run directory per configuration")
+    return 0 if all(r["passed"] for r in results) else 1
