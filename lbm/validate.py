@@ -12,9 +12,10 @@ import datetime
 import json
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from lbm.errors import LbmError
 
