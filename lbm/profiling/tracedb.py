@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import sqlite3
+import warnings
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -295,6 +296,12 @@ def tables_from_xplane(path: Path) -> TraceTables:
     except Exception as exc:  # the C++ parser raises plain RuntimeError/ValueError on bad bytes
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LbmError(f"{path}: not a readable XPlane protobuf ({why})") from None
+    with warnings.catch_warnings():  # jaxlib's nanobind stats types warn on iteration
+        warnings.filterwarnings("ignore", message="builtin type .* has no __module__", category=DeprecationWarning)
+        return _xplane_tables(path, planes)
+
+
+def _xplane_tables(path: Path, planes: list[Any]) -> TraceTables:
     b = _Builder(str(path))
     t0 = None
     for plane in planes:
