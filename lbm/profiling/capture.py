@@ -247,7 +247,7 @@ class Profiler:
         for line in how:
             log.info("profile: %s", line)
         for n in bd.notes:
-            log.warning("profile: %s", n)
+            log.info("profile: %s", n)
         self.summary = {
             "dir": "profile",
             "mode": self.mode,

@@ -107,8 +107,8 @@ def terminal_table(bd: Breakdown, bandwidth_gbs: float | None, title: str = "") 
     share_clock = "device" if bd.mode == "fused" else "host"
     t = Table(title=title or f"lbm profile breakdown ({bd.mode} mode)", title_justify="left")
     for col, just in (("stage", "left"), ("status", "left"), ("calls", "right"), ("compile ms", "right"),
-                      ("first call ms", "right"), ("host median ms", "right"), ("device median ms", "right"),
-                      (f"share ({share_clock})", "right"), ("device share", "right"), ("GB/s", "right"),
+                      ("1st call ms", "right"), ("host med. ms", "right"), ("device med. ms", "right"),
+                      (f"share ({share_clock})", "right"), ("dev. share", "right"), ("GB/s", "right"),
                       ("% roofline", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in bd.rows:
