@@ -246,8 +246,9 @@ class Profiler:
         (self.dir / "breakdown.txt").write_text(text)
         for line in how:
             log.info("profile: %s", line)
-        for n in bd.notes:
-            log.info("profile: %s", n)
+        for n in bd.notes:  # attribution gaps are warnings, explanations are information
+            log.log(logging.WARNING if ("matched to" in n or "cannot" in n or "no XLA" in n) else logging.INFO,
+                    "profile: %s", n)
         self.summary = {
             "dir": "profile",
             "mode": self.mode,
