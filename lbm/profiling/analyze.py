@@ -21,7 +21,8 @@ USAGE = ("python -m lbm analyze PATH [--sql QUERY] [--backend auto|sqlite|perfet
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one clean line instead of usage + exit
+    def error(self, message: str) -> Any:
+        """Raise LbmError: one clean line (exit code 2) instead of argparse's usage text."""
         raise LbmError(f"analyze: {message} (usage: {USAGE})")
 
 
@@ -41,27 +42,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _find_upwards(start: Path, rel: str, levels: int = 5) -> Path | None:
-    for d in [start, *list(start.parents)[:levels]]:
-        if (d / rel).is_file():
-            return d / rel
-    return None
-
-
-def _run_context(path: Path, trace: Path) -> dict[str, Any]:
-    """What the run directory (if any) tells: metrics, compile report, previous breakdown.json."""
-    base = path if path.is_dir() else path.parent
-    ctx: dict[str, Any] = {"metrics": None, "compile": None, "previous": None}
-    metrics = _find_upwards(trace.parent, "metrics.json", 6)
-    if metrics is None and (base / "metrics.json").is_file():
-        metrics = base / "metrics.json"
-    for key, rel in (("metrics", None), ("compile", "compile/compile.json"), ("previous", "breakdown.json")):
-        p = metrics if key == "metrics" else _find_upwards(trace.parent, rel, 5)
-        if p is not None:
-            try:
-                ctx[key] = json.loads(p.read_text())
-            except (OSError, json.JSONDecodeError):
-                ctx[key] = None
+def _run_context(trace: Path) -> dict[str, Any]:
+    """What the run around a trace tells (metrics.json, compile/compile.json, breakdown.json), read only from the
+    layout a profiled run writes (``<run>/profile/plugins/profile/<session>/``) or from beside a loose trace file."""
+    session = trace.parent
+    if session.parent.name == "profile" and session.parent.parent.name == "plugins":
+        profile_dir = session.parents[2]
+        places = {"metrics": profile_dir.parent / "metrics.json", "compile": profile_dir / "compile" / "compile.json",
+                  "previous": profile_dir / "breakdown.json"}
+    else:
+        places = {"metrics": session / "metrics.json", "compile": session / "compile" / "compile.json",
+                  "previous": session / "breakdown.json"}
+    ctx: dict[str, Any] = {}
+    for key, p in places.items():
+        try:
+            ctx[key] = json.loads(p.read_text()) if p.is_file() else None
+        except (OSError, json.JSONDecodeError):
+            ctx[key] = None
     return ctx
 
 
@@ -101,7 +98,7 @@ def analyze_trace(path: Path, args: argparse.Namespace) -> int:
     try:
         if args.sql:
             return run_sql(db, args.sql)
-        ctx = _run_context(path, files.primary)
+        ctx = _run_context(files.primary)
         metrics = ctx["metrics"] or {}
         prof = metrics.get("profile") or {}
         prev = ctx["previous"] or {}

@@ -162,9 +162,11 @@ class Profiler:
             self._stop_trace()
         try:
             return self._analyse()
-        except LbmError as exc:
-            log.warning("profile: analysis failed: %s", exc)
-            return {"dir": str(self.dir), "error": str(exc)}
+        except Exception as exc:  # the simulation's results must still be written: report, do not raise
+            log.error("profile: analysis failed (%s: %s); the trace is kept in %s, try python -m lbm analyze %s",
+                      type(exc).__name__, exc, self.dir, self.dir.parent)
+            log.debug("profile: analysis traceback", exc_info=True)
+            return {"dir": "profile", "error": f"{type(exc).__name__}: {exc}"}
 
     # --- internals ----------------------------------------------------------------------
     def _open_mark(self, name: str) -> None:

@@ -194,6 +194,7 @@ class _Builder:
         self.raw: list[tuple[int, int, str, int, str | None, dict[str, Any] | None]] = []
 
     def thread(self, pid: Any, tid: Any) -> int:
+        """The utid of (pid, tid), created on first use."""
         if pid not in self.upid:
             self.upid[pid] = len(self.upid) + 1
         key = (pid, tid)
@@ -203,9 +204,11 @@ class _Builder:
 
     def add(self, pid: Any, tid: Any, ts_ns: int, dur_ns: int, name: str, cat: str | None,
             args: dict[str, Any] | None) -> None:
+        """Record one slice (ns) on the thread (pid, tid)."""
         self.raw.append((self.thread(pid, tid), ts_ns, name, max(0, dur_ns), cat, args))
 
     def build(self) -> TraceTables:
+        """The tables, with slices nested per thread (sorted by start, longer first: depth and parent_id)."""
         t = self.tables
         for pid, upid in self.upid.items():
             t.processes.append((upid, _as_int(pid), self.process_names.get(pid)))
