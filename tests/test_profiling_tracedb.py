@@ -273,3 +273,25 @@ def test_bad_trace_files_give_one_clear_error(tmp_path, content, message):
     f.write_bytes(content)
     with pytest.raises(LbmError, match=message):
         read_trace_json(f)
+
+
+def test_device_events_without_run_id_are_grouped_by_repetition():
+    data, _ = instrumented_trace()
+    for e in data["traceEvents"]:
+        e.get("args", {}).pop("run_id", None)
+    bd = compute(SqliteTraceDB(tables_from_json(data)), list(STAGE_HOST_US))
+    rows = {r["stage"]: r for r in bd.rows}
+    for stage, (a, b) in STAGE_KERNELS_US.items():
+        assert rows[stage]["device_calls"] == 4
+        assert rows[stage]["device_median_ms"] == pytest.approx((a + 1.0 + b) / 1e3)
+    assert any("no run_id" in n for n in bd.notes)
+
+
+def test_no_run_id_and_shared_module_name_split_by_compile_report():
+    data, _ = instrumented_trace(module_names=False)
+    for e in data["traceEvents"]:
+        e.get("args", {}).pop("run_id", None)
+    info = CompileInfo({s: {"name": s, "module": "jit__lambda", "kernels": {f"k1_{s}": [s], f"k2_{s}": [s]}}
+                        for s in STAGE_HOST_US})
+    bd = compute(SqliteTraceDB(tables_from_json(data)), list(STAGE_HOST_US), compile_info=info)
+    assert [r["device_calls"] for r in bd.rows if r["status"] == "measured"] == [4, 4, 4]

@@ -176,15 +176,28 @@ def _within(children: list[Span], windows: list[Span]) -> list[Span]:
     return out
 
 
-def _executions(events: list[dict[str, Any]]) -> list[Execution]:
+def executions_of(events: list[dict[str, Any]], kernel_sets: Iterable[set[str]] = ()) -> list[Execution]:
+    """Kernel events grouped into executions: by (hlo_module, run_id); events without a run_id (some device
+    tracers omit it) by time order, a new execution whenever the module changes, a kernel repeats or (with the
+    compile report's ``kernel_sets``) the kernels would fit no single executable."""
+    sets = [set(s) for s in kernel_sets]
     groups: dict[tuple[str, str], Execution] = {}
-    for e in events:
-        if e.get("run_id") is None:
+    current: Execution | None = None
+    seq = 0
+    for e in sorted(events, key=lambda e: int(e["ts"])):
+        module = str(e.get("hlo_module"))
+        if e.get("run_id") is not None:
+            key = (module, str(e["run_id"]))
+            if key not in groups:
+                groups[key] = Execution(*key)
+            groups[key].events.append(e)
             continue
-        key = (str(e.get("hlo_module")), str(e["run_id"]))
-        if key not in groups:
-            groups[key] = Execution(*key)
-        groups[key].events.append(e)
+        op = str(e["hlo_op"])
+        if (current is None or current.module != module or op in current.ops
+                or (sets and not any(current.ops | {op} <= s for s in sets))):
+            seq += 1
+            current = groups.setdefault((module, f"seq{seq}"), Execution(module, f"seq{seq}"))
+        current.events.append(e)
     return sorted(groups.values(), key=lambda x: x.start)
 
 
@@ -298,7 +311,9 @@ def compute(db: TraceDB, stages: Sequence[str] | None = None, *, mode: str | Non
     if not steady:
         notes.append("the steady-state window holds no timestep: figures are empty (run more steps than profile.warmup_steps)")
     events = db.query(queries.DEVICE_EVENTS)
-    executions = _executions(events)
+    executions = executions_of(events, [set(e.get("kernels", {})) for e in info.executables.values()])
+    if any(ex.run_id.startswith("seq") for ex in executions):
+        notes.append("some device events carry no run_id: grouped into executions by time order and kernel repetition")
     window = {"steady_steps": len(steady), "warmup_steps": len(warm), "selection": how,
               "steady_start_ns": steady[0].ts if steady else None, "steady_end_ns": steady[-1].end if steady else None}
     if mode == "instrumented":

@@ -8,12 +8,21 @@ from typing import Any
 from lbm.profiling.breakdown import STEP, Breakdown
 from lbm.profiling.hlo import STAGE_COLORS
 
+GROUP_COLORS = ["#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#17becf", "#bcbd22",
+                "#7f7f7f"]
+"""Saturated colours for sets of fused stages (single stages use the pastel STAGE_COLORS)."""
 
-def _color(unit: str) -> str:
-    parts = unit.split("+")
-    if len(parts) == 1:
-        return STAGE_COLORS.get(parts[0], "#cccccc")
-    return "#ffd92f"
+
+def unit_colors(units: list[str]) -> dict[str, str]:
+    """A colour per row name: its stage's colour, grey for unscoped kernels, a distinct saturated one per fused set."""
+    out: dict[str, str] = {}
+    groups = sorted({u for u in units if "+" in u})
+    for u in units:
+        if "+" in u:
+            out[u] = GROUP_COLORS[groups.index(u) % len(GROUP_COLORS)]
+        else:
+            out[u] = STAGE_COLORS.get(u, "#cccccc")
+    return out
 
 
 def _pyplot() -> Any:
@@ -29,6 +38,7 @@ def breakdown_png(bd: Breakdown, path: Path, title: str = "") -> Path:
     """Stacked bars of each row's share of the step (host and device clocks) and its median time."""
     plt = _pyplot()
     rows = bd.stage_rows()
+    colors = unit_colors([r["stage"] for r in rows])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
     bars = []
     if bd.mode == "instrumented":
@@ -41,8 +51,8 @@ def breakdown_png(bd: Breakdown, path: Path, title: str = "") -> Path:
             v = r.get(key) or 0.0
             if v <= 0:
                 continue
-            ax1.barh(i, v * 100, left=left, color=_color(r["stage"]), edgecolor="black", linewidth=0.5,
-                     label=r["stage"] if i == 0 or bd.mode == "fused" else None)
+            ax1.barh(i, v * 100, left=left, color=colors[r["stage"]], edgecolor="black", linewidth=0.5,
+                     hatch="//" if "+" in r["stage"] else None, label=r["stage"])
             if v > 0.06:
                 ax1.text(left + v * 50, i, f"{r['stage'].replace('+', '+\n')}\n{v * 100:.0f}%", ha="center",
                          va="center", fontsize=7)
@@ -99,18 +109,18 @@ def timeline_png(bd: Breakdown, path: Path, n_steps: int = 3, title: str = "") -
             unit = d.name if d.name != STEP else unit_of.get(str(e["hlo_op"]), "(unscoped)")
             lane = f"device: {str(e.get('thread_name') or e.get('process_name'))[:28]}"
             lanes.setdefault(lane, []).append((int(e["ts"]), int(e["dur"]), unit))
-    fig, ax = plt.subplots(figsize=(13, 0.6 * len(lanes) + 1.8))
+    fig, ax = plt.subplots(figsize=(15, 0.6 * len(lanes) + 1.8))
+    colors = unit_colors(sorted({u for items in lanes.values() for _, _, u in items}))
     seen: dict[str, Any] = {}
     for i, items in enumerate(lanes.values()):
         for ts, dur, unit in items:
-            bar = ax.broken_barh([((ts - t0) / 1e6, max(dur, 1) / 1e6)], (i - 0.4, 0.8), facecolors=_color(unit),
-                                 edgecolors="black", linewidth=0.3)
+            bar = ax.broken_barh([((ts - t0) / 1e6, max(dur, 1) / 1e6)], (i - 0.4, 0.8), facecolors=colors[unit],
+                                 edgecolors="black", linewidth=0.3, hatch="//" if "+" in unit else None)
             seen.setdefault(unit, bar)
     ax.set_yticks(range(len(lanes)), list(lanes), fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("time since the first shown timestep started (ms, trace clock)")
-    ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.02 * len(lanes)),
-              ncol=5)
+    ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_title(title or f"{len(steps)} steady timesteps ({bd.mode} mode): host annotations and device kernels")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
