@@ -117,7 +117,9 @@ def test_fused_breakdown(runs, name):
     # the raw trace holds exactly warm-up + steady timestep annotations
     steps = [e for e in raw_trace(run_dir) if e.get("ph") == "X" and e["name"] == "timestep"]
     assert len(steps) == 13
-    assert metrics["compile_times_s"].keys() >= {"fused[1]"}
+    # the window's one-step chunk is compiled ahead of time, and the loop's own chunks (2 steps here) realign
+    # after the window: no chunk of a new length is compiled inside the timed loop
+    assert set(metrics["compile_times_s"]) == {"fused[1]", "fused[2]"}
     assert bd["attribution"]["matched_executions"] == 10
 
 

@@ -295,3 +295,45 @@ def test_no_run_id_and_shared_module_name_split_by_compile_report():
                         for s in STAGE_HOST_US})
     bd = compute(SqliteTraceDB(tables_from_json(data)), list(STAGE_HOST_US), compile_info=info)
     assert [r["device_calls"] for r in bd.rows if r["status"] == "measured"] == [4, 4, 4]
+
+
+def test_sql_literals_are_quoted():
+    assert queries.sql_literal("it's") == "'it''s'"
+    assert queries.name_list([]) == "NULL"
+    db = SqliteTraceDB(tables_from_json({"traceEvents": [_x(HOST, "it's", 1.0, 2.0)]}))
+    assert db.query(queries.slice_stats(["it's"]))[0]["calls"] == 1
+    with pytest.raises(LbmError, match="SQL error"):
+        db.query("SELECT nope FROM slice")
+
+
+def test_hlo_graph_rendered_only_with_graphviz(tmp_path, monkeypatch):
+    from lbm.profiling import compile_report
+    from lbm.profiling.hlo import parse_hlo, to_dot
+
+    hlo = """HloModule jit_chunk, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+%fused_computation (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %m = f32[4]{0} multiply(%p, %p), metadata={op_name="jit(chunk)/timestep/collide/mul"}
+}
+
+ENTRY %main (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  %f = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(chunk)/timestep/stream/x"}
+  ROOT %c = f32[4]{0} copy(%f)
+}
+"""
+    module = parse_hlo(hlo)
+    from lbm.profiling.hlo import count_ops, kernel_bytes, kernel_stages
+
+    assert kernel_stages(module, ["collide", "stream"]) == {"f": ["collide", "stream"], "c": []}
+    assert count_ops(module)["fusions"] == 1 and kernel_bytes(module)["f"] == 32
+    dot = tmp_path / "g.dot"
+    dot.write_text(to_dot(module, ["collide", "stream"]))
+    monkeypatch.setattr(compile_report.shutil, "which", lambda name: None)
+    assert compile_report.render_dot(dot) is None
+    fake = tmp_path / "dot"
+    fake.write_text('#!/bin/sh\ncp "$2" "$4"\n')  # dot -Tpng IN -o OUT
+    fake.chmod(0o755)
+    monkeypatch.setattr(compile_report.shutil, "which", lambda name: str(fake))
+    assert compile_report.render_dot(dot) == tmp_path / "g.png" and (tmp_path / "g.png").exists()
