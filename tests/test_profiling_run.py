@@ -104,6 +104,7 @@ def test_fused_breakdown(runs, name):
     covered = set()
     for r in units:
         assert int(r["calls"]) == 10
+        assert float(r["first_call_ms"]) > 10 * float(r["median_ms"])  # the step's compile + first run
         assert r["clock"].startswith("device")
         covered |= set(r["contains"].split())
     assert covered == active  # every stage's time is in some row, none is invented

@@ -202,6 +202,10 @@ def test_fused_breakdown_reports_kernels_and_stage_sets():
     step = rows["timestep"]
     assert step["calls"] == 5 and step["median_ms"] == pytest.approx(0.053)
     assert step["first_call_ms"] == pytest.approx(0.040 + 0.200)  # AOT compile span + first step span
+    # a fused row cannot run alone: its first call is the step's; its kernels' first run is reported beside
+    assert rows["collide+stream"]["first_call_ms"] == pytest.approx(0.240)
+    assert rows["collide+stream"]["first_run_device_ms"] == pytest.approx(0.012)
+    assert rows["collide"]["first_call_ms"] == pytest.approx(0.240)
     assert bd.timestep["device_median_ms"] == pytest.approx((busy + 1.5) / 1e3)
     assert {k["kernel"] for k in bd.kernels} == set(FUSED_KERNELS)
 

@@ -48,9 +48,9 @@ COMPILE_MARK = "lbm.profile.compile"
 UNSCOPED = "(unscoped)"
 """Row name for fused-mode kernels whose HLO carries no stage scope (copies XLA inserted, loop bookkeeping)."""
 
-CSV_COLUMNS = ["stage", "status", "calls", "first_call_ms", "median_ms", "mean_ms", "p95_ms", "min_ms", "total_ms",
-               "share", "clock", "host_median_ms", "device_median_ms", "device_mean_ms", "device_p95_ms",
-               "device_min_ms", "device_total_ms", "device_share", "compile_ms", "bytes_accessed", "gbs",
+CSV_COLUMNS = ["stage", "status", "calls", "first_call_ms", "first_run_device_ms", "median_ms", "mean_ms", "p95_ms",
+               "min_ms", "total_ms", "share", "clock", "host_median_ms", "device_median_ms", "device_mean_ms",
+               "device_p95_ms", "device_min_ms", "device_total_ms", "device_share", "compile_ms", "bytes_accessed", "gbs",
                "roofline_pct", "kernels", "contains"]
 """Columns of breakdown.csv (DESIGN.md's list and more)."""
 
@@ -377,6 +377,7 @@ def _instrumented(stages: list[str], stage_spans: list[Span], steps_all: list[Sp
         for k in ("median_ms", "mean_ms", "p95_ms", "min_ms", "total_ms"):
             row[f"device_{k}"] = dev[k]
         row["device_calls"] = dev["calls"]
+        row["first_run_device_ms"] = matched[first.id].span / 1e6 if first is not None and first.id in matched else None
         row["device_share"] = (sum(per_stage_dev[stage]) / dev_total) if dev_total and per_stage_dev.get(stage) else None
         row["kernels"] = len({op for (s, op) in kernels if s == stage}) or None
         row["contains"] = stage
@@ -470,12 +471,23 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
         parts = u.split("+")
         return (order.get(parts[0], 99), len(parts), u)
 
+    step = _step_summary(steps_all, steady)
+    if compile_marks and step["first_call_ms"] is not None:
+        # The one-step chunk was compiled ahead of time (span COMPILE_MARK): the first call is that plus the first step.
+        step["compile_span_ms"] = compile_marks[0].dur / 1e6
+        step["first_call_ms"] += step["compile_span_ms"]
+        notes.append(f"fused: first_call_ms = ahead-of-time compile of the one-step chunk ('{COMPILE_MARK}' span, "
+                     f"{step['compile_span_ms']:.1f} ms) + the first timestep span, for the step and every stage in it "
+                     "(first_run_device_ms: the kernels' device time in that first run)")
     rows: list[dict[str, Any]] = []
     unit_rows: dict[str, dict[str, Any]] = {}
     for u in sorted(per_set, key=unit_key):
         vals = per_set[u]
         status = "unscoped" if u == UNSCOPED else "fused-group" if "+" in u else "measured"
-        r = {"stage": u, "status": status, **summarize(vals, first_set.get(u)), "clock": DEVICE_BUSY}
+        # A fused row cannot be called alone: its first call is the step's (compile + first run); the device time
+        # of its kernels in that first run is first_run_device_ms.
+        r = {"stage": u, "status": status, **summarize(vals, None), "clock": DEVICE_BUSY,
+             "first_call_ms": step["first_call_ms"], "first_run_device_ms": first_set[u] / 1e6 if u in first_set else None}
         r["share"] = sum(vals) / busy_total if busy_total else None
         r["host_median_ms"] = None
         for k in ("median_ms", "mean_ms", "p95_ms", "min_ms", "total_ms"):
@@ -492,17 +504,11 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
         else:
             groups = [u for u in per_set if stage in u.split("+")]
             rows.append({"stage": stage, "status": "fused", "calls": len(steady) if groups else 0,
+                         "first_call_ms": step["first_call_ms"] if groups else None,
                          "clock": "fused with other stages: see " + ", ".join(sorted(groups, key=unit_key))
                          if groups else "no kernel of this stage found in the trace",
                          "contains": stage})
     rows += [unit_rows[u] for u in sorted(unit_rows, key=unit_key)]
-    step = _step_summary(steps_all, steady)
-    if compile_marks and step["first_call_ms"] is not None:
-        # The one-step chunk was compiled ahead of time (span COMPILE_MARK): the first call is that plus the first step.
-        step["compile_span_ms"] = compile_marks[0].dur / 1e6
-        step["first_call_ms"] += step["compile_span_ms"]
-        notes.append(f"fused: the timestep's first_call_ms = ahead-of-time compile of the one-step chunk "
-                     f"('{COMPILE_MARK}' span, {step['compile_span_ms']:.1f} ms) + the first timestep span")
     step["device_median_ms"] = statistics.median(step_span) / 1e6 if step_span else None
     step["device_busy_median_ms"] = statistics.median(step_busy) / 1e6 if step_busy else None
     step["device_clock"] = DEVICE_SPAN
