@@ -30,6 +30,8 @@ log = logging.getLogger("lbm")
 _ACTIVE: list[Profiler] = []
 _BANDWIDTH: dict[str, dict[str, Any]] = {}
 
+REALIGN_MAX_SINGLE_STEPS = 64
+"""After the window, at most this many single steps realign the fused loop's chunks (else one new chunk compiles)."""
 PYTHON_TRACER_LEVEL = 0
 """jax.profiler's Python function tracer is off: it adds an event per Python call (20x the trace) and
 inflates the host dispatch spans it is meant to show."""
@@ -126,7 +128,9 @@ class Profiler:
         if self.mode != "fused" or k <= 1:
             return n
         left, tail = int(self.run.steps) - step, int(self.run.steps) % k
-        return n if left % k in (0, tail) else 1
+        singles = [left % k] + ([(left - tail) % k] if tail and left >= tail else [])
+        # Aligned: the loop's chunks (and its compiled tail) finish the run. Far from it: one new tail length compiles.
+        return n if min(singles) == 0 or min(singles) > REALIGN_MAX_SINGLE_STEPS else 1
 
     def _window_chunk(self, step: int, n: int) -> int:
         if step == 0 and self.warmup:
