@@ -341,3 +341,20 @@ ENTRY %main (a: f32[4]) -> f32[4] {
     fake.chmod(0o755)
     monkeypatch.setattr(compile_report.shutil, "which", lambda name: str(fake))
     assert compile_report.render_dot(dot) == tmp_path / "g.png" and (tmp_path / "g.png").exists()
+
+
+def test_device_plane_events_win_over_host_launch_events():
+    data, _ = instrumented_trace()
+    ev = data["traceEvents"]
+    ev.append({"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/device:GPU:0"}})
+    ev.append({"ph": "M", "pid": 2, "tid": 7, "name": "thread_name", "args": {"name": "Stream #7"}})
+    for e in list(ev):
+        if e.get("tid") == DEV[1] and "hlo_op" in e.get("args", {}):
+            # the kernels on the device plane start 2 µs after their host-side launch events (which stay)
+            ev.append(dict(e, pid=2, tid=7, ts=e["ts"] + 2.0, dur=e["dur"] * 2))
+    bd = compute(SqliteTraceDB(tables_from_json(data)), list(STAGE_HOST_US))
+    rows = {r["stage"]: r for r in bd.rows}
+    for stage, (a, b) in STAGE_KERNELS_US.items():
+        assert rows[stage]["device_calls"] == 4
+        # same starts, doubled durations: first start to last end
+        assert rows[stage]["device_median_ms"] == pytest.approx(max(2 * a, a + 1.0 + 2 * b) / 1e3)

@@ -311,6 +311,9 @@ def compute(db: TraceDB, stages: Sequence[str] | None = None, *, mode: str | Non
     if not steady:
         notes.append("the steady-state window holds no timestep: figures are empty (run more steps than profile.warmup_steps)")
     events = db.query(queries.DEVICE_EVENTS)
+    on_device = [e for e in events if str(e.get("process_name") or "").startswith("/device:")]
+    if on_device:  # GPU/TPU: the kernels on the device planes, not host-side launch events that name the same op
+        events = on_device
     executions = executions_of(events, [set(e.get("kernels", {})) for e in info.executables.values()])
     if any(ex.run_id.startswith("seq") for ex in executions):
         notes.append("some device events carry no run_id: grouped into executions by time order and kernel repetition")
