@@ -1,0 +1,215 @@
+"""Reading optimised HLO text: which stages each kernel contains, how many fusions, a DOT graph.
+
+Stage names reach the HLO as ``jax.named_scope`` components of each instruction's
+``metadata={op_name="jit(chunk)/.../timestep/collide/mul"}``. A kernel (a top-level
+instruction: what a CPU thunk or a GPU kernel executes, named by the trace's ``hlo_op``)
+contains the stages named in its own op_name and in those of the instructions of the
+computation it calls (a fusion's fused computation).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->.*\{\s*$|^(ENTRY\s+)?%?([\w.\-]+)\s*\{\s*$")
+_INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_OPCODE = re.compile(r"(?<![\w.\-%])([a-z][a-z0-9\-]*)\(")
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_CALLED = re.compile(r"\b(calls|body|condition|to_apply|branch_computations)=\{?([^,}]*(?:,\s*%[\w.\-]+)*)\}?")
+_OPERAND = re.compile(r"%([\w.\-]+)")
+_MODULE = re.compile(r"^HloModule\s+([\w.\-]+)")
+_SHAPE = re.compile(r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f8\w*|bf16|f16|f32|f64|c64|c128)\[([\d,]*)\]")
+
+ITEMSIZE = {"pred": 1, "s4": 1, "s8": 1, "s16": 2, "s32": 4, "s64": 8, "u4": 1, "u8": 1, "u16": 2, "u32": 4,
+            "u64": 8, "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
+TRIVIAL = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id",
+           "replica-id", "iota", "opt-barrier"}
+"""Opcodes that launch no kernel (no thunk does work for them)."""
+
+
+@dataclass
+class Instruction:
+    """One HLO instruction: name, opcode, result bytes, operands, op_name metadata, called computations."""
+
+    name: str
+    opcode: str
+    result_bytes: int
+    operands: list[str]
+    op_name: str
+    called: list[str]
+
+
+@dataclass
+class HloModule:
+    """A parsed HLO module: its name, computations (name → instructions) and entry computation."""
+
+    name: str
+    computations: dict[str, list[Instruction]] = field(default_factory=dict)
+    entry: str = ""
+
+    def top_level(self) -> list[str]:
+        """Computations whose instructions run as kernels (entry, loop bodies, branches, calls), not fused ones."""
+        seen = [self.entry] if self.entry else []
+        i = 0
+        while i < len(seen):
+            for ins in self.computations.get(seen[i], []):
+                if ins.opcode in ("while", "conditional", "call", "async-start"):
+                    for c in ins.called:
+                        if c in self.computations and c not in seen:
+                            seen.append(c)
+            i += 1
+        return seen
+
+    def kernels(self) -> list[Instruction]:
+        """Instructions of the top-level computations that do work (fusions, copies, custom calls, ...)."""
+        out = []
+        for comp in self.top_level():
+            for ins in self.computations.get(comp, []):
+                if ins.opcode not in TRIVIAL and ins.opcode not in ("while", "conditional", "call"):
+                    out.append(ins)
+        return out
+
+
+def shape_bytes(text: str) -> int:
+    """Bytes of all array shapes in an HLO shape text (tuples summed)."""
+    total = 0
+    for dtype, dims in _SHAPE.findall(text):
+        n = 1
+        for d in filter(None, dims.split(",")):
+            n *= int(d)
+        total += n * ITEMSIZE.get(dtype, 1)
+    return total
+
+
+def parse_hlo(text: str) -> HloModule:
+    """Parse HLO text (``compiled.as_text()`` or ``lowered.as_text(dialect='hlo')``)."""
+    m = _MODULE.search(text)
+    module = HloModule(name=m.group(1) if m else "")
+    current: str | None = None
+    for line in text.splitlines():
+        if current is None:
+            h = _HEADER.match(line)
+            if h and not line.lstrip().startswith("HloModule"):
+                entry = bool(h.group(1) or h.group(4))
+                current = h.group(2) or h.group(5)
+                module.computations[current] = []
+                if entry:
+                    module.entry = current
+            continue
+        if line.strip() == "}":
+            current = None
+            continue
+        im = _INSTR.match(line)
+        if not im:
+            continue
+        name, rhs = im.group(2), im.group(3)
+        om = _OPCODE.search(rhs)
+        opcode = om.group(1) if om else "?"
+        shape_text = rhs[: om.start()] if om else ""
+        args_text = rhs[om.end():] if om else ""
+        depth, end = 1, len(args_text)
+        for i, ch in enumerate(args_text):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0:
+                end = i
+                break
+        operands = _OPERAND.findall(args_text[:end])
+        attrs = args_text[end:]
+        called: list[str] = []
+        for _, group in _CALLED.findall(attrs):
+            called += _OPERAND.findall(group) or [g.strip() for g in group.split(",") if g.strip()]
+        opn = _OP_NAME.search(attrs)
+        module.computations[current].append(
+            Instruction(name, opcode, shape_bytes(shape_text), operands, opn.group(1) if opn else "", called))
+    return module
+
+
+def stages_in(op_name: str, stages: Iterable[str]) -> list[str]:
+    """The stage names that appear as scope components of an op_name path, in path order."""
+    wanted = set(stages)
+    return [part for part in op_name.split("/") if part in wanted]
+
+
+def kernel_stages(module: HloModule, stages: Iterable[str]) -> dict[str, list[str]]:
+    """For each kernel (top-level instruction name): the stages its own and its fused instructions belong to."""
+    stages = list(stages)
+    order = {s: i for i, s in enumerate(stages)}
+    memo: dict[str, set[str]] = {}
+
+    def comp_stages(comp: str, trail: tuple[str, ...] = ()) -> set[str]:
+        if comp in memo:
+            return memo[comp]
+        found: set[str] = set()
+        for ins in module.computations.get(comp, []):
+            found.update(stages_in(ins.op_name, stages))
+            for c in ins.called:
+                if c not in trail:
+                    found |= comp_stages(c, (*trail, comp))
+        memo[comp] = found
+        return found
+
+    out: dict[str, list[str]] = {}
+    for ins in module.kernels():
+        found = set(stages_in(ins.op_name, stages))
+        if ins.opcode == "fusion" or ins.opcode == "custom-call":
+            for c in ins.called:
+                found |= comp_stages(c)
+        out[ins.name] = sorted(found, key=lambda s: order[s])
+    return out
+
+
+def kernel_bytes(module: HloModule) -> dict[str, int]:
+    """For each kernel: bytes of its operands plus its result (an upper bound on what it moves)."""
+    out: dict[str, int] = {}
+    for comp in module.top_level():
+        sizes = {ins.name: ins.result_bytes for ins in module.computations.get(comp, [])}
+        for ins in module.computations.get(comp, []):
+            if ins.opcode in TRIVIAL:
+                continue
+            out[ins.name] = ins.result_bytes + sum(sizes.get(o, 0) for o in ins.operands)
+    return out
+
+
+def count_ops(module: HloModule) -> dict[str, int]:
+    """Numbers of kernels, fusions and all instructions of the top-level computations."""
+    kernels = module.kernels()
+    return {
+        "kernels": len(kernels),
+        "fusions": sum(1 for k in kernels if k.opcode == "fusion"),
+        "instructions": sum(len(v) for v in module.computations.values()),
+        "computations": len(module.computations),
+    }
+
+
+STAGE_COLORS = {"outflow": "#8dd3c7", "macroscopic": "#ffffb3", "equilibrium": "#bebada", "inlet": "#fb8072",
+                "collide": "#80b1d3", "bounce_back": "#fdb462", "forces": "#b3de69", "stream": "#fccde5",
+                "timestep": "#d9d9d9"}
+
+
+def to_dot(module: HloModule, stages: Iterable[str], title: str = "") -> str:
+    """A Graphviz DOT graph of the kernels and their data flow, coloured by the stage(s) they contain."""
+    ks = kernel_stages(module, stages)
+    lines = ["digraph hlo {", '  rankdir=TB; node [shape=box, style="filled,rounded", fontname="Helvetica", fontsize=10];',
+             f'  label="{title or module.name}"; labelloc=t;']
+    names: set[str] = set()
+    for comp in module.top_level():
+        for ins in module.computations.get(comp, []):
+            if ins.opcode in TRIVIAL and ins.opcode != "parameter":
+                continue
+            names.add(ins.name)
+            st = ks.get(ins.name, [])
+            color = STAGE_COLORS.get(st[0], "#ffffff") if len(st) == 1 else ("#eeeeee" if not st else "#ffd92f")
+            label = f"{ins.name}\\n{ins.opcode}" + (f"\\n[{'+'.join(st)}]" if st else "")
+            lines.append(f'  "{ins.name}" [label="{label}", fillcolor="{color}"];')
+    for comp in module.top_level():
+        for ins in module.computations.get(comp, []):
+            if ins.name not in names:
+                continue
+            for o in ins.operands:
+                if o in names:
+                    lines.append(f'  "{o}" -> "{ins.name}";')
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,128 @@
+"""Pictures of a breakdown: shares and medians per stage, and a timeline of a few timesteps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lbm.profiling.breakdown import STEP, Breakdown
+from lbm.profiling.hlo import STAGE_COLORS
+
+GROUP_COLORS = ["#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#17becf", "#bcbd22",
+                "#7f7f7f"]
+"""Saturated colours for sets of fused stages (single stages use the pastel STAGE_COLORS)."""
+
+
+def unit_colors(units: list[str]) -> dict[str, str]:
+    """A colour per row name: its stage's colour, grey for unscoped kernels, a distinct saturated one per fused set."""
+    out: dict[str, str] = {}
+    groups = sorted({u for u in units if "+" in u})
+    for u in units:
+        if "+" in u:
+            out[u] = GROUP_COLORS[groups.index(u) % len(GROUP_COLORS)]
+        else:
+            out[u] = STAGE_COLORS.get(u, "#cccccc")
+    return out
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def breakdown_png(bd: Breakdown, path: Path, title: str = "") -> Path:
+    """Stacked bars of each row's share of the step (host and device clocks) and its median time."""
+    plt = _pyplot()
+    rows = bd.stage_rows()
+    colors = unit_colors([r["stage"] for r in rows])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
+    bars = []
+    if bd.mode == "instrumented":
+        bars.append(("host\n(annotation spans)", "share"))
+    if any(r.get("device_share") is not None for r in rows):
+        bars.append(("device\n(XLA events)", "device_share"))
+    for i, (_, key) in enumerate(bars):
+        left = 0.0
+        for r in rows:
+            v = r.get(key) or 0.0
+            if v <= 0:
+                continue
+            ax1.barh(i, v * 100, left=left, color=colors[r["stage"]], edgecolor="black", linewidth=0.5,
+                     hatch="//" if "+" in r["stage"] else None, label=r["stage"])
+            if v > 0.06:
+                ax1.text(left + v * 50, i, f"{r['stage'].replace('+', '+\n')}\n{v * 100:.0f}%", ha="center",
+                         va="center", fontsize=7)
+            left += v * 100
+    ax1.set_yticks(range(len(bars)), [b[0] for b in bars])
+    ax1.set_xlim(0, 100)
+    ax1.set_xlabel("share of the timestep's stage time (%)")
+    ax1.set_title("where a timestep goes")
+    handles, labels = ax1.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles, strict=True))
+    ax1.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4)
+    names = [r["stage"] for r in rows]
+    y = list(range(len(rows)))
+    host = [r.get("host_median_ms") or 0.0 for r in rows]
+    dev = [r.get("device_median_ms") or 0.0 for r in rows]
+    h = 0.38
+    if any(host):
+        ax2.barh([v + h / 2 for v in y], host, height=h, color="#80b1d3", label="host median (annotation span)")
+    if any(dev):
+        ax2.barh([v - h / 2 for v in y], dev, height=h, color="#fb8072", label="device median (XLA events)")
+    ax2.set_yticks(y, names, fontsize=8)
+    ax2.invert_yaxis()
+    ax2.set_xlabel("median per step (ms)")
+    ax2.set_title("median time per stage per step")
+    ax2.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title or f"lbm profile ({bd.mode} mode)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def timeline_png(bd: Breakdown, path: Path, n_steps: int = 3, title: str = "") -> Path | None:
+    """A timeline of ``n_steps`` steady timesteps: host spans and the device kernels they launched."""
+    steady = bd.timeline.get("steady") or []
+    if not steady:
+        return None
+    plt = _pyplot()
+    mid = max(0, len(steady) // 2 - n_steps // 2)
+    steps = steady[mid: mid + n_steps]
+    t0, t1 = steps[0].ts, steps[-1].end
+    matched = bd.timeline.get("matched", {})
+    unit_of = bd.timeline.get("unit_of", {})
+    lanes: dict[str, list[tuple[int, int, str]]] = {"host: timestep": [(s.ts, s.dur, STEP) for s in steps]}
+    stage_spans = [s for s in bd.timeline.get("stage_spans", []) if t0 <= s.ts <= t1]
+    if stage_spans:
+        lanes["host: stage spans"] = [(s.ts, s.dur, s.name) for s in stage_spans]
+    dispatches = stage_spans if stage_spans else steps
+    for d in dispatches:
+        ex = matched.get(d.id)
+        if ex is None:
+            continue
+        for e in ex.events:
+            unit = d.name if d.name != STEP else unit_of.get(str(e["hlo_op"]), "(unscoped)")
+            lane = f"device: {str(e.get('thread_name') or e.get('process_name'))[:28]}"
+            lanes.setdefault(lane, []).append((int(e["ts"]), int(e["dur"]), unit))
+    fig, ax = plt.subplots(figsize=(15, 0.6 * len(lanes) + 1.8))
+    colors = unit_colors(sorted({u for items in lanes.values() for _, _, u in items}))
+    seen: dict[str, Any] = {}
+    for i, items in enumerate(lanes.values()):
+        for ts, dur, unit in items:
+            bar = ax.broken_barh([((ts - t0) / 1e6, max(dur, 1) / 1e6)], (i - 0.4, 0.8), facecolors=colors[unit],
+                                 edgecolors="black", linewidth=0.3, hatch="//" if "+" in unit else None)
+            seen.setdefault(unit, bar)
+    ax.set_yticks(range(len(lanes)), list(lanes), fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the first shown timestep started (ms, trace clock)")
+    ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.set_title(title or f"{len(steps)} steady timesteps ({bd.mode} mode): host annotations and device kernels")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,115 @@
+"""Every SQL text the profiler runs, in one place.
+
+The same text runs on both backends (embedded SQLite and Perfetto's TraceProcessor): it
+only uses the tables and columns of Perfetto's schema that :mod:`lbm.profiling.tracedb`
+recreates (``slice``, ``thread_track``, ``thread``, ``process``, ``args``) and the
+``EXTRACT_ARG`` function, which SQLite gets as a registered Python function. Timestamps and
+durations are integer nanoseconds, as in Perfetto.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Slices with thread and process names: the building block of the other queries.
+_SLICE_THREAD = """
+FROM slice AS s
+JOIN thread_track AS tt ON s.track_id = tt.id
+JOIN thread AS th ON tt.utid = th.utid
+LEFT JOIN process AS p ON th.upid = p.upid
+"""
+
+THREADS = """
+SELECT th.utid AS utid, th.tid AS tid, th.name AS thread_name, p.pid AS pid, p.name AS process_name,
+       COUNT(s.id) AS slices
+FROM thread AS th
+LEFT JOIN process AS p ON th.upid = p.upid
+LEFT JOIN thread_track AS tt ON tt.utid = th.utid
+LEFT JOIN slice AS s ON s.track_id = tt.id
+GROUP BY th.utid
+ORDER BY slices DESC
+"""
+"""Threads (tracks) of the trace with their process and number of slices."""
+
+NAMED_SLICES = """
+SELECT s.id AS id, s.ts AS ts, s.dur AS dur, s.name AS name, s.depth AS depth, s.track_id AS track_id,
+       th.tid AS tid, th.name AS thread_name, p.name AS process_name,
+       EXTRACT_ARG(s.arg_set_id, 'args.step_num') AS step_num
+""" + _SLICE_THREAD + """
+WHERE s.name IN ({names})
+ORDER BY s.ts, s.depth
+"""
+"""Host annotation spans with the given names (stages, ``timestep``, window markers), in time order."""
+
+DEVICE_EVENTS = """
+SELECT s.id AS id, s.ts AS ts, s.dur AS dur, s.name AS name, s.track_id AS track_id,
+       th.name AS thread_name, p.name AS process_name,
+       EXTRACT_ARG(s.arg_set_id, 'args.hlo_module') AS hlo_module,
+       EXTRACT_ARG(s.arg_set_id, 'args.hlo_op') AS hlo_op,
+       EXTRACT_ARG(s.arg_set_id, 'args.run_id') AS run_id,
+       EXTRACT_ARG(s.arg_set_id, 'args.correlation_id') AS correlation_id,
+       EXTRACT_ARG(s.arg_set_id, 'args.tf_op') AS tf_op
+""" + _SLICE_THREAD + """
+WHERE EXTRACT_ARG(s.arg_set_id, 'args.hlo_op') IS NOT NULL
+ORDER BY s.ts
+"""
+"""XLA execution events (CPU thunks, GPU/TPU kernels): every slice that carries an ``hlo_op`` argument."""
+
+SLICE_STATS = """
+SELECT s.name AS name, COUNT(*) AS calls, SUM(s.dur) AS total_ns, MIN(s.dur) AS min_ns, MAX(s.dur) AS max_ns,
+       AVG(s.dur) AS mean_ns
+""" + _SLICE_THREAD + """
+WHERE s.name IN ({names})
+GROUP BY s.name
+ORDER BY total_ns DESC
+"""
+"""Count, total, min, max and mean duration (ns) per slice name, over the whole trace."""
+
+SLICES_WITHIN = """
+SELECT c.id AS id, c.ts AS ts, c.dur AS dur, c.name AS name, c.depth AS depth, w.id AS window_id
+FROM slice AS c
+JOIN slice AS w ON c.track_id = w.track_id AND c.ts >= w.ts AND c.ts + c.dur <= w.ts + w.dur AND c.depth > w.depth
+WHERE w.name = {window} AND c.name IN ({names})
+ORDER BY c.ts
+"""
+"""Slices with the given names nested inside (same track, deeper, contained) slices named ``window``."""
+
+TOP_SLICES = """
+SELECT s.name AS name, th.name AS thread_name, COUNT(*) AS calls, SUM(s.dur) AS total_ns
+""" + _SLICE_THREAD + """
+GROUP BY s.name, th.name
+ORDER BY total_ns DESC
+LIMIT {limit}
+"""
+"""The slice names with the largest total duration (for a first look at a foreign trace)."""
+
+
+def sql_literal(value: str) -> str:
+    """A SQL string literal (single quotes doubled)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def name_list(names: Iterable[str]) -> str:
+    """A comma-separated list of SQL string literals for ``IN (...)``."""
+    items = [sql_literal(n) for n in names]
+    return ", ".join(items) if items else "NULL"
+
+
+def named_slices(names: Iterable[str]) -> str:
+    """The NAMED_SLICES query for these names."""
+    return NAMED_SLICES.format(names=name_list(names))
+
+
+def slice_stats(names: Iterable[str]) -> str:
+    """The SLICE_STATS query for these names."""
+    return SLICE_STATS.format(names=name_list(names))
+
+
+def slices_within(window: str, names: Iterable[str]) -> str:
+    """The SLICES_WITHIN query: slices named ``names`` inside slices named ``window``."""
+    return SLICES_WITHIN.format(window=sql_literal(window), names=name_list(names))
+
+
+def top_slices(limit: int = 25) -> str:
+    """The TOP_SLICES query with a row limit."""
+    return TOP_SLICES.format(limit=int(limit))

@@ -1,0 +1,206 @@
+"""Real profiled runs of small cases: the breakdown agrees with the raw trace read independently."""
+
+import csv
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from conftest import run_config
+
+from lbm.cli import main
+from lbm.simulation import simulate
+from lbm.stepper import STAGES
+
+WINDOW = ["profile.enabled=true", "profile.warmup_steps=3", "profile.steps=10", "output.plots=false"]
+TG = ["case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40", *WINDOW]
+CYL = ["grid.nx=60", "grid.ny=36", "steps=20", "flow.reynolds=20", *WINDOW]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Profiled runs shared by the tests of this module: name -> (metrics, run_dir)."""
+    out = {}
+    for name, overrides in {"tg_instrumented": [*TG, "mode=instrumented"], "cyl_fused": [*CYL, "mode=fused"],
+                            "cyl_sync": [*CYL, "mode=instrumented", "profile.sync=true"]}.items():
+        run_dir = tmp_path_factory.mktemp(name)
+        out[name] = simulate(run_config(*overrides), run_dir), run_dir
+    return out
+
+
+def read_csv(path):
+    with open(path, newline="") as fh:
+        return {r["stage"]: r for r in csv.DictReader(fh)}
+
+
+def raw_trace(run_dir):
+    """The trace JSON as jax wrote it, read with gzip+json only."""
+    (path,) = (run_dir / "profile").glob("plugins/profile/*/*.trace.json.gz")
+    with gzip.open(path) as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def raw_steady_stage_durations_us(run_dir):
+    """Durations (µs) of the stage annotation events inside the steady-window marker, from the raw JSON."""
+    events = [e for e in raw_trace(run_dir) if e.get("ph") == "X"]
+    (mark,) = [e for e in events if e["name"] == "lbm.profile.steady"]
+    lo, hi = mark["ts"], mark["ts"] + mark["dur"]
+    out = {}
+    for e in events:
+        if e["name"] in STAGES and e["tid"] == mark["tid"] and lo <= e["ts"] and e["ts"] + e["dur"] <= hi:
+            out.setdefault(e["name"], []).append(e["dur"])
+    return out
+
+
+@pytest.mark.parametrize("name,active", [("tg_instrumented", {"macroscopic", "equilibrium", "collide", "stream"}),
+                                         ("cyl_sync", set(STAGES))])
+def test_instrumented_breakdown_matches_raw_trace(runs, name, active):
+    metrics, run_dir = runs[name]
+    rows = read_csv(run_dir / "profile" / "breakdown.csv")
+    raw = raw_steady_stage_durations_us(run_dir)
+    assert set(raw) == active
+    shares = 0.0
+    for stage in STAGES:
+        r = rows[stage]
+        if stage not in active:
+            assert r["status"] == "skipped" and r["median_ms"] == "" and r["calls"] == ""
+            continue
+        assert r["status"] == "measured"
+        assert int(r["calls"]) == 10 == len(raw[stage])
+        # host-side median = median of the raw annotation durations (csv keeps 6 significant digits)
+        assert float(r["median_ms"]) == pytest.approx(statistics.median(raw[stage]) / 1e3, rel=1e-5)
+        assert float(r["min_ms"]) == pytest.approx(min(raw[stage]) / 1e3, rel=1e-5)
+        # first call: compilation inside the stage's first annotation span
+        assert float(r["first_call_ms"]) > 10 * float(r["median_ms"])
+        assert float(r["first_call_ms"]) > 0.5 * float(r["compile_ms"])
+        assert r["device_median_ms"] != "" and float(r["device_median_ms"]) > 0
+        assert float(r["bytes_accessed"]) > 0 and float(r["gbs"]) > 0
+        shares += float(r["share"])
+    assert shares == pytest.approx(1.0, abs=1e-4)
+    summary = metrics["profile"]
+    assert summary["window"]["steady_steps"] == 10
+    assert ("blocked" in summary["clock"]) == (name == "cyl_sync")
+    assert int(rows["timestep"]["calls"]) == 10
+    bd = json.loads((run_dir / "profile" / "breakdown.json").read_text())
+    assert bd["attribution"]["matched_executions"] == 10 * len(active)
+    assert sum(r["device_share"] for r in bd["rows"] if r.get("device_share") is not None) == pytest.approx(1.0)
+
+
+def test_sync_host_spans_include_execution(runs):
+    rows = read_csv(runs["cyl_sync"][1] / "profile" / "breakdown.csv")
+    for stage in STAGES:  # blocked spans cover dispatch and execution: never shorter than the device time
+        assert float(rows[stage]["median_ms"]) >= float(rows[stage]["device_median_ms"])
+
+
+@pytest.mark.parametrize("name", ["cyl_fused"])
+def test_fused_breakdown(runs, name):
+    metrics, run_dir = runs[name]
+    rows = read_csv(run_dir / "profile" / "breakdown.csv")
+    bd = json.loads((run_dir / "profile" / "breakdown.json").read_text())
+    active = set(bd["run"] and json.loads((run_dir / "profile" / "compile" / "compile.json").read_text())["stages"])
+    units = [r for r in rows.values() if r["share"] != ""]
+    assert units and sum(float(r["share"]) for r in units) == pytest.approx(1.0, abs=1e-4)
+    covered = set()
+    for r in units:
+        assert int(r["calls"]) == 10
+        assert float(r["first_call_ms"]) > 10 * float(r["median_ms"])  # the step's compile + first run
+        assert r["clock"].startswith("device")
+        covered |= set(r["contains"].split())
+    assert covered == active  # every stage's time is in some row, none is invented
+    for stage in STAGES:
+        status = rows[stage]["status"]
+        assert status == ("skipped" if stage not in active else status)
+        if status == "fused":
+            assert rows[stage]["median_ms"] == "" and int(rows[stage]["calls"]) == 10
+    step = rows["timestep"]
+    assert int(step["calls"]) == 10 and float(step["first_call_ms"]) > 10 * float(step["median_ms"])
+    # the raw trace holds exactly warm-up + steady timestep annotations
+    steps = [e for e in raw_trace(run_dir) if e.get("ph") == "X" and e["name"] == "timestep"]
+    assert len(steps) == 13
+    # the window's one-step chunk is compiled ahead of time, and the loop's own chunks (2 steps here) realign
+    # after the window: no chunk of a new length is compiled inside the timed loop
+    assert set(metrics["compile_times_s"]) == {"fused[1]", "fused[2]"}
+    assert bd["attribution"]["matched_executions"] == 10
+
+
+def test_profile_directory_contents(runs):
+    _, run_dir = runs["cyl_fused"]
+    prof = run_dir / "profile"
+    for f in ("breakdown.csv", "breakdown.json", "breakdown.png", "timeline.png", "kernels.csv",
+              "compile/compile.json", "compile/fused_step.opt.hlo.txt", "compile/fused_step.hlo.txt",
+              "compile/collide.jaxpr.txt", "compile/stream.dot"):
+        assert (prof / f).is_file() and (prof / f).stat().st_size > 0, f
+    assert list(prof.glob("plugins/profile/*/*.xplane.pb")) and list(prof.glob("plugins/profile/*/perfetto_trace.json.gz"))
+    report = json.loads((prof / "compile" / "compile.json").read_text())
+    fused = next(e for e in report["executables"] if e["name"] == "fused_step")
+    assert fused["flops"] > 0 and fused["bytes_accessed"] > 0 and fused["fusions"] > 0
+    assert "collide" in {s for st in fused["kernels"].values() for s in st}
+    assert report["graphviz_note"]
+    bd = json.loads((prof / "breakdown.json").read_text())
+    assert any("ui.perfetto.dev" in line for line in bd["open"]) and any("xprof" in line for line in bd["open"])
+
+
+def test_analyze_reproduces_the_run_breakdown(runs, tmp_path, capsys):
+    _, run_dir = runs["tg_instrumented"]
+    before = read_csv(run_dir / "profile" / "breakdown.csv")
+    assert main(["analyze", str(run_dir), "--out", str(tmp_path / "a")]) == 0
+    after = read_csv(tmp_path / "a" / "breakdown.csv")
+    for stage in ("macroscopic", "collide", "stream"):
+        assert after[stage]["median_ms"] == before[stage]["median_ms"]
+        assert after[stage]["device_median_ms"] == before[stage]["device_median_ms"]
+    # the XPlane protobuf of the same session gives the same host figures
+    (xplane,) = (run_dir / "profile").glob("plugins/profile/*/*.xplane.pb")
+    assert main(["analyze", str(xplane), "--out", str(tmp_path / "b")]) == 0
+    via_pb = read_csv(tmp_path / "b" / "breakdown.csv")
+    for stage in ("macroscopic", "collide", "stream"):
+        assert float(via_pb[stage]["median_ms"]) == pytest.approx(float(before[stage]["median_ms"]), rel=1e-3)
+    out = capsys.readouterr().out
+    assert "collide" in out and "median" in out
+
+
+def test_analyze_sql_and_multirun(runs, tmp_path, capsys):
+    _, run_dir = runs["cyl_fused"]
+    assert main(["analyze", str(run_dir), "--sql", "SELECT name, COUNT(*) AS n FROM slice WHERE name = 'timestep' "
+                 "GROUP BY name"]) == 0
+    out = capsys.readouterr().out
+    assert "timestep" in out and "13" in out
+    sweep = tmp_path / "multirun"
+    for i, (name, grid) in enumerate([("cyl_fused", [32, 32]), ("tg_instrumented", [64, 32])]):
+        job = sweep / str(i)
+        job.mkdir(parents=True)
+        m = dict(runs[name][0], grid=grid, cells=grid[0] * grid[1])
+        (job / "metrics.json").write_text(json.dumps(m))
+    assert main(["analyze", str(sweep)]) == 0
+    with open(sweep / "sweep.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["grid"] for r in rows] == ["32x32", "64x32"]
+    assert float(rows[0]["mlups"]) > 0 and rows[1]["share_collide"] != ""
+    assert (sweep / "sweep.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00garbage", b'{"not": "a trace"}', b"\x00\x01binary"])
+def test_analyze_bad_file_is_one_line(tmp_path, capsys, content):
+    f = tmp_path / "t.trace.json.gz"
+    f.write_bytes(content)
+    code = main(["analyze", str(f)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("lbm: error: ") and "Traceback" not in err[0]
+
+
+def test_analyze_missing_and_foreign(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path / "nope")]) == 2
+    (tmp_path / "x.xplane.pb").write_bytes(b"not a protobuf at all")
+    assert main(["analyze", str(tmp_path / "x.xplane.pb")]) == 2
+    (tmp_path / "other.json").write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2,
+                                                                      "pid": 1, "tid": 1}]}))
+    assert main(["analyze", str(tmp_path / "other.json")]) == 2
+    assert main(["analyze", str(tmp_path / "other.json"), "--sql", "SELECT name FROM slice"]) == 0
+    assert main(["analyze", str(tmp_path), "--bogus"]) == 2
+    errs = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("lbm: error")]
+    assert len(errs) == 4 and "no lbm 'timestep'" in errs[2]
+
+
+def test_repo_untouched():
+    repo = Path(__file__).resolve().parents[1]
+    assert not (repo / "profile").exists() and not (repo / "analysis").exists()
