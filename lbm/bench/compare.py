@@ -1,0 +1,194 @@
+"""``python -m lbm compare BASE.json NEW.json``: what got slower or faster beyond the noise, and why.
+
+Records are matched by configuration (case, lattice, grid, variant, precision, collision).
+A record regressed when its median MLUPS fell by more than the noise threshold: the larger of
+``--threshold`` (default 5%) and the two runs' own spread (half their relative min-max ranges
+added), with a permutation test on the repeats giving how confident the difference is. The
+report also shows per-stage times, the compiled structure (fusions, custom calls, fusion
+kinds, bytes accessed) and the environment (versions, XLA flags, device) that differ.
+Exit code 0: nothing regressed; 1: something did; 2: bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import random
+import statistics
+from pathlib import Path
+from typing import Any
+
+from lbm.errors import LbmError
+
+KEY_FIELDS = ("case", "lattice", "grid", "variant", "precision", "collision")
+ENV_SKIP = ("timestamp", "date", "time", "hostname")
+
+
+def load(path: str) -> dict[str, Any]:
+    """A bench.json, checked to hold records with MLUPS repeats."""
+    p = Path(path)
+    if not p.is_file():
+        raise LbmError(f"{path}: no such file (expected a bench.json written by python -m lbm bench)")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise LbmError(f"{path}: not valid JSON ({exc})") from None
+    records = data.get("records") if isinstance(data, dict) else None
+    if not isinstance(records, list) or not records or not all(
+            isinstance(r, dict) and isinstance(r.get("mlups"), dict) and "median" in r["mlups"] for r in records):
+        raise LbmError(f"{path}: not a bench.json (needs 'records' with 'mlups' medians; write one with python -m lbm bench)")
+    return data
+
+
+def key_of(record: dict[str, Any]) -> tuple[Any, ...]:
+    """The configuration a record measured."""
+    return tuple(tuple(record.get(k)) if isinstance(record.get(k), list) else record.get(k) for k in KEY_FIELDS)
+
+
+def label(key: tuple[Any, ...]) -> str:
+    """A short name of a configuration."""
+    parts = dict(zip(KEY_FIELDS, key, strict=True))
+    grid = "x".join(map(str, parts["grid"])) if parts["grid"] else "?"
+    return f"{parts['case']} {grid} {parts['lattice']} {parts['variant']} {parts['precision']}"
+
+
+def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int = 0) -> float:
+    """Two-sided p-value that the medians of a and b differ, by permuting the pooled repeats."""
+    if len(a) < 2 or len(b) < 2:
+        return float("nan")
+    observed = abs(statistics.median(b) - statistics.median(a))
+    pooled = a + b
+    n = len(a)
+    combos = math.comb(len(pooled), n)
+    if combos <= rounds:
+        samples = (list(c) for c in itertools.combinations(range(len(pooled)), n))
+    else:
+        rng = random.Random(seed)
+        samples = (rng.sample(range(len(pooled)), n) for _ in range(rounds))
+    hits = total = 0
+    for idx in samples:
+        chosen = set(idx)
+        xa = [pooled[i] for i in chosen]
+        xb = [pooled[i] for i in range(len(pooled)) if i not in chosen]
+        hits += abs(statistics.median(xb) - statistics.median(xa)) >= observed - 1e-12
+        total += 1
+    return hits / total
+
+
+def noise(record: dict[str, Any]) -> float:
+    """Relative half-range of a record's MLUPS repeats."""
+    m = record["mlups"]
+    values = m.get("values") or [m["median"]]
+    return 0.5 * (max(values) - min(values)) / m["median"] if m["median"] else 0.0
+
+
+def structure(record: dict[str, Any]) -> dict[str, Any]:
+    """Compiled-structure facts of a record, flattened (fusion counts, kinds, custom calls, bytes accessed)."""
+    out: dict[str, Any] = {}
+    hlo = record.get("hlo") or {}
+    for k, v in hlo.items():
+        if isinstance(v, (int, float, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()):
+            for kk, vv in v.items():
+                out[f"{k}.{kk}"] = vv
+    for k in ("bytes_accessed", "flops"):
+        if k in record:
+            out[k] = record[k]
+    return out
+
+
+def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple[str, bool]:
+    """The markdown report and whether anything regressed."""
+    lines = ["# lbm bench comparison", ""]
+    env_a, env_b = base.get("environment", {}), new.get("environment", {})
+    env_diff = [(k, env_a.get(k), env_b.get(k)) for k in sorted(set(env_a) | set(env_b))
+                if k not in ENV_SKIP and env_a.get(k) != env_b.get(k)]
+    lines += ["## Environment", ""]
+    if env_diff:
+        lines += ["| | base | new |", "|---|---|---|"] + [f"| {k} | {a} | {b} |" for k, a, b in env_diff]
+    else:
+        lines.append("identical (versions, flags, device)")
+    bw_a, bw_b = (d.get("bandwidth", {}).get("bandwidth_gbs") for d in (base, new))
+    if bw_a and bw_b:
+        lines += ["", f"Measured memory bandwidth: base {bw_a:.1f} GB/s, new {bw_b:.1f} GB/s "
+                      f"({(bw_b / bw_a - 1) * 100:+.1f}%: a change here is the machine, not the code)."]
+    recs_a = {key_of(r): r for r in base["records"]}
+    recs_b = {key_of(r): r for r in new["records"]}
+    common = [k for k in recs_a if k in recs_b]
+    lines += ["", "## Throughput", "",
+              "| configuration | base MLUPS | new MLUPS | change | noise threshold | p (permutation) | verdict |",
+              "|---|---|---|---|---|---|---|"]
+    regressed: list[tuple[Any, ...]] = []
+    changed: list[tuple[Any, ...]] = []
+    for k in common:
+        a, b = recs_a[k], recs_b[k]
+        ma, mb = a["mlups"]["median"], b["mlups"]["median"]
+        change = mb / ma - 1.0
+        limit = max(threshold, noise(a) + noise(b))
+        p = permutation_p(list(a["mlups"].get("values", [ma])), list(b["mlups"].get("values", [mb])))
+        significant = abs(change) > limit and (math.isnan(p) or p <= 0.1)
+        verdict = "unchanged"
+        if significant:
+            verdict = "**SLOWER**" if change < 0 else "faster"
+            (regressed if change < 0 else changed).append(k)
+        elif abs(change) > limit:
+            verdict = "within noise (not significant)"
+        ptext = "n/a" if math.isnan(p) else f"{p:.3f}"
+        lines.append(f"| {label(k)} | {ma:.1f} | {mb:.1f} | {change * 100:+.1f}% | ±{limit * 100:.1f}% | {ptext} | "
+                     f"{verdict} |")
+    only_a = [label(k) for k in recs_a if k not in recs_b]
+    only_b = [label(k) for k in recs_b if k not in recs_a]
+    if only_a or only_b:
+        lines += ["", f"Not compared (in one file only): base {only_a or '-'}; new {only_b or '-'}"]
+    for k in regressed + changed:
+        a, b = recs_a[k], recs_b[k]
+        lines += ["", f"## {label(k)}: what changed", ""]
+        stages_a, stages_b = a.get("stages") or {}, b.get("stages") or {}
+        if stages_a and stages_b:
+            lines += ["| stage | base ms | new ms | change |", "|---|---|---|---|"]
+            rows = []
+            for s in stages_a:
+                if s in stages_b:
+                    ta, tb = stages_a[s]["median_ms"], stages_b[s]["median_ms"]
+                    rows.append((tb / ta - 1.0 if ta else 0.0, s, ta, tb))
+            for ch, s, ta, tb in sorted(rows, key=lambda r: -abs(r[0])):
+                lines.append(f"| {s} | {ta:.3f} | {tb:.3f} | {ch * 100:+.1f}% |")
+            lines.append("")
+        sa, sb = structure(a), structure(b)
+        diffs = [(f, sa.get(f), sb.get(f)) for f in sorted(set(sa) | set(sb)) if sa.get(f) != sb.get(f)]
+        if diffs:
+            lines += ["Compiled structure (optimised HLO of the fused step):", "", "| fact | base | new |",
+                      "|---|---|---|"] + [f"| {f} | {x} | {y} |" for f, x, y in diffs]
+        else:
+            lines.append("Compiled structure: identical fusion counts and kinds.")
+        if a.get("compile_s") and b.get("compile_s"):
+            lines.append(f"\nCompile time: {a['compile_s']:.3f} s -> {b['compile_s']:.3f} s")
+    verdict = (f"REGRESSION: {len(regressed)} configuration(s) slower beyond noise: "
+               + ", ".join(label(k) for k in regressed)) if regressed else "no regression beyond noise"
+    lines += ["", f"**Verdict: {verdict}.**", ""]
+    return "\n".join(lines), bool(regressed)
+
+
+def main(args: list[str]) -> int:
+    """Entry point of ``python -m lbm compare``: prints the report; exit 1 when something regressed."""
+    parser = argparse.ArgumentParser(prog="python -m lbm compare", description=__doc__.splitlines()[0])
+    parser.add_argument("base")
+    parser.add_argument("new")
+    parser.add_argument("--threshold", type=float, default=0.05, help="smallest relative change reported (0.05 = 5%%)")
+    parser.add_argument("--out", default=None, help="also write the markdown report to this file")
+    try:
+        ns = parser.parse_args(args)
+    except SystemExit as exc:
+        if exc.code == 0:
+            return 0
+        raise LbmError("usage: python -m lbm compare BASE.json NEW.json [--threshold 0.05] [--out report.md]") from None
+    if not 0 <= ns.threshold < 1:
+        raise LbmError(f"--threshold={ns.threshold}: expected a fraction in [0, 1)")
+    text, regressed = compare(load(ns.base), load(ns.new), ns.threshold)
+    print(text)
+    if ns.out:
+        Path(ns.out).write_text(text)
+    return 1 if regressed else 0
