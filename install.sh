@@ -2,11 +2,14 @@
 # Creates .venv with a Python >= 3.12 and installs lbm into it (editable).
 #   bash install.sh          -> runtime dependencies
 #   bash install.sh test     -> plus the test tools (pytest, hypothesis, ruff)
+#   bash install.sh --find-python  -> print the Python >= 3.12 it would use, install nothing
 # Set LBM_PYTHON=/path/to/python3.12 to choose the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")"
 extra=""
 [[ "${1:-}" == "test" ]] && extra="[test]"
+find_only=""
+[[ "${1:-}" == "--find-python" ]] && find_only=1
 
 ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; }
 candidates=()
@@ -26,6 +29,7 @@ if [[ -z "$py" ]]; then
   echo "install.sh: install one (e.g. 'pyenv install 3.12', 'apt install python3.12-venv', 'brew install python@3.12') or set LBM_PYTHON=/path/to/python3.12" >&2
   exit 1
 fi
+if [[ -n "$find_only" ]]; then echo "$py"; exit 0; fi
 if [[ -x .venv/bin/python ]] && ! ok .venv/bin/python; then rm -rf .venv; fi
 if [[ ! -x .venv/bin/python ]]; then
   echo "install.sh: creating .venv with $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
