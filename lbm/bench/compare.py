@@ -84,19 +84,19 @@ def noise(record: dict[str, Any]) -> float:
     return 0.5 * (max(values) - min(values)) / m["median"] if m["median"] else 0.0
 
 
+STRUCTURE_FIELDS = ("engine", "fusions", "fusions_in_loop_body", "custom_calls", "cost_analysis_bytes_accessed")
+"""Compiled-structure facts of a bench record (optimised HLO of the fused chunk)."""
+
+
 def structure(record: dict[str, Any]) -> dict[str, Any]:
-    """Compiled-structure facts of a record, flattened (fusion counts, kinds, custom calls, bytes accessed)."""
-    out: dict[str, Any] = {}
-    hlo = record.get("hlo") or {}
-    for k, v in hlo.items():
-        if isinstance(v, (int, float, str)) or v is None:
-            out[k] = v
-        elif isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()):
-            for kk, vv in v.items():
-                out[f"{k}.{kk}"] = vv
-    for k in ("bytes_accessed", "flops"):
-        if k in record:
-            out[k] = record[k]
+    """Compiled-structure facts of a record, flattened: counts, fusion kinds, custom-call targets, memory."""
+    out: dict[str, Any] = {k: record[k] for k in STRUCTURE_FIELDS if k in record}
+    for group in ("fusion_kinds", "custom_call_targets"):
+        for name, count in (record.get(group) or {}).items():
+            out[f"{group}[{name}]"] = count
+    memory = record.get("memory") or {}
+    if "planned_peak_bytes" in memory:
+        out["planned_peak_bytes"] = memory["planned_peak_bytes"]
     return out
 
 
