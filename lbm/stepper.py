@@ -103,9 +103,10 @@ ENGINES = ("auto", "native", "xla")
 ``native`` = the hand-fused CPU kernel for the bulk plus the stage functions on boundary cells only;
 ``auto`` = native where it is available and supports the case, else xla."""
 
-STORAGES = ("native", "bfloat16")
-"""How fused mode stores populations between steps: in the compute dtype, or as bfloat16
+STORAGES = ("native", "bfloat16", "float16")
+"""How fused mode stores populations between steps: in the compute dtype, or as 16-bit
 deviations from the rest weights (f - w), computed in the setup's dtype (float32)."""
+_STORAGE_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
 class FusedStepper(Stepper):
@@ -124,8 +125,8 @@ class FusedStepper(Stepper):
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         if storage not in STORAGES:
             raise ValueError(f"storage must be one of {', '.join(STORAGES)}, not {storage!r}")
-        if storage == "bfloat16" and jnp.dtype(setup.dtype) != jnp.float32:
-            raise ValueError("bfloat16 storage computes in float32: build the setup with precision=float32")
+        if storage != "native" and jnp.dtype(setup.dtype) != jnp.float32:
+            raise ValueError(f"{storage} storage computes in float32: build the setup with precision=float32")
         self.storage = storage
         self.stages = {name: _scoped(name, fn) for name, fn in stage_functions(setup).items()}
         self._compiled: dict[int, Any] = {}
@@ -145,13 +146,13 @@ class FusedStepper(Stepper):
     # --- storage -------------------------------------------------------------------------
     def encode(self, f: jnp.ndarray) -> jnp.ndarray:
         """Populations in the stored representation."""
-        if self.storage == "bfloat16":
-            return (f - _rest(self.setup.lattice, f.dtype, f.ndim)).astype(jnp.bfloat16)
+        if self.storage != "native":
+            return (f - _rest(self.setup.lattice, f.dtype, f.ndim)).astype(_STORAGE_DTYPES[self.storage])
         return f
 
     def decode(self, s: jnp.ndarray) -> jnp.ndarray:
         """Populations in the compute dtype from the stored representation."""
-        if self.storage == "bfloat16":
+        if self.storage != "native":
             dtype = jnp.dtype(self.setup.dtype)
             return s.astype(dtype) + _rest(self.setup.lattice, dtype, s.ndim)
         return s
@@ -234,8 +235,8 @@ class NativePlan:
         dtype = jnp.dtype(setup.dtype)
         if dtype not in (jnp.float32, jnp.float64):
             raise NativeUnavailable(f"no native kernel for dtype {dtype}")
-        if storage == "bfloat16":
-            store = "bf16"
+        if storage != "native":
+            store = {"bfloat16": "bf16", "float16": "f16"}[storage]
         else:
             store = "float32" if dtype == jnp.float32 else "float64"
         self.setup = setup
@@ -322,14 +323,14 @@ class NativePlan:
         return out, aux
 
     def _decode_block(self, stepper: FusedStepper, v: jnp.ndarray) -> jnp.ndarray:
-        if stepper.storage == "bfloat16":
+        if stepper.storage != "native":
             dtype = jnp.dtype(self.setup.dtype)
             return v.astype(dtype) + _rest(self.setup.lattice, dtype, 2)
         return v
 
     def _encode_block(self, stepper: FusedStepper, v: jnp.ndarray) -> jnp.ndarray:
-        if stepper.storage == "bfloat16":
-            return (v - _rest(self.setup.lattice, v.dtype, 2)).astype(jnp.bfloat16)
+        if stepper.storage != "native":
+            return (v - _rest(self.setup.lattice, v.dtype, 2)).astype(_STORAGE_DTYPES[stepper.storage])
         return v
 
     def block_timestep(self, stages: Stages, pre: jnp.ndarray, ghost: jnp.ndarray | None, arrays: dict[str, Any]

@@ -41,8 +41,11 @@ import numpy as np
 from lbm.lattice import CS2, Lattice
 
 KERNELS = ("push", "aa_even", "aa_odd", "scatter")
-STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "bf16": ("float", "bf16")}
+STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "bf16": ("float", "bf16"),
+           "f16": ("float", "_Float16")}
 """storage name -> (C compute type, C storage type)."""
+SHIFTED = ("bf16", "f16")
+"""16-bit storages keep f_i - w_i (deviations from the rest state) to spend their few mantissa bits on the signal."""
 
 _lock = threading.Lock()
 _registered: dict[str, str] = {}
@@ -54,7 +57,7 @@ class KernelSpec:
     """What one generated library computes: lattice, storage type, collision kind, body force present."""
 
     lattice: Lattice
-    storage: str  # float32 | float64 | bf16
+    storage: str  # float32 | float64 | bf16 | f16 (16-bit: f - w stored, float32 compute)
     trt: bool
     forced: bool
 
@@ -125,6 +128,11 @@ def _collide_body(spec: KernelSpec) -> str:
     return "\n        ".join(lines)
 
 
+def _shift(spec: KernelSpec, i: int, sign: str) -> str:
+    """bfloat16 storage holds f_i - w_i (deviations from rest): the term adding (+) or removing (-) w_i."""
+    return f" {sign} (real){_fmt(spec.lattice.w[i])}" if spec.storage in SHIFTED else ""
+
+
 def _interior(spec: KernelSpec) -> str:
     """The vectorisable inner loop over the last axis, unrolled over directions, for each kernel kind."""
     lat = spec.lattice
@@ -138,11 +146,11 @@ def _interior(spec: KernelSpec) -> str:
         lines.append("      for (int64_t k = 1; k < n - 1; ++k) {")
         for i in range(q):
             off = -int(lat.c[i, d - 1]) if kind == "AA_ODD" else 0
-            lines.append(f"        real f{i} = LD(r{i} + k + ({off}));")
+            lines.append(f"        real f{i} = LD(r{i} + k + ({off})){_shift(spec, i, '+')};")
         lines.append("        " + _collide_body(spec))
         for i in range(q):
             off = 0 if kind == "AA_EVEN" else int(lat.c[i, d - 1])
-            lines.append(f"        ST(w{i} + k + ({off}), o{i});")
+            lines.append(f"        ST(w{i} + k + ({off}), o{i}{_shift(spec, i, '-')});")
         lines.append("      }")
         lines.append("    }")
         parts.append("\n".join(lines))
@@ -160,6 +168,7 @@ def source(spec: KernelSpec) -> str:
     outer_off = ", ".join("{" + ", ".join(str(int(c[i, a])) for a in range(d - 1)) + "}" for i in range(q))
     inner_off = ", ".join(str(int(c[i, d - 1])) for i in range(q))
     opp_list = ", ".join(str(int(o)) for o in opp)
+    shift_list = ", ".join(f"(real){_fmt(lat.w[i]) if spec.storage in SHIFTED else '0'}" for i in range(q))
     if store == "bf16":
         store_t = "uint16_t"
         conv = """
@@ -175,7 +184,7 @@ static inline void ST(uint16_t* p, real v) {
         conv = f"""
 static inline real LD(const {store}* p) {{ return (real)(*p); }}
 static inline void ST({store}* p, real v) {{ *p = ({store})v; }}"""
-        ffi_type = "ffi::F32" if store == "float" else "ffi::F64"
+        ffi_type = {"float": "ffi::F32", "double": "ffi::F64", "_Float16": "ffi::F16"}[store]
     body = _collide_body(spec)
     interior = _interior(spec)
     unpack = " ".join(f"real f{i} = f_[{i}];" for i in range(q))
@@ -196,6 +205,7 @@ static const int D = {d};
 static const int OUTER_OFF[Q][D > 1 ? D - 1 : 1] = {{{outer_off}}};
 static const int INNER_OFF[Q] = {{{inner_off}}};
 static const int OPP[Q] = {{{opp_list}}};
+static const real SHIFT[Q] = {{{shift_list}}};
 
 static inline void collide(const real* __restrict f_, real* __restrict out_, real wp, real wm, const real* F) {{
         (void)F; (void)wm;
@@ -212,13 +222,11 @@ struct Geometry {{
 static inline int64_t wrap(int64_t v, int64_t n) {{ return v < 0 ? v + n : (v >= n ? v - n : v); }}
 
 // Flat outer index of outer cell o moved by s * OUTER_OFF[i], periodic.
-static inline int64_t outer_shift(const Geometry& g, int64_t o, int i, int s) {{
-  if (D == 2) return wrap(o + s * OUTER_OFF[i][0], g.n_outer);
-  int64_t ny = g.outer_dims[1];
-  int64_t x = o / ny, y = o - x * ny;
-  x = wrap(x + s * OUTER_OFF[i][0], g.outer_dims[0]);
-  y = wrap(y + s * OUTER_OFF[i][D > 2 ? 1 : 0], ny);
-  return x * ny + y;
+// (x[, y]) are the outer coordinates of the row; 2D rows have only x.
+static inline int64_t outer_shift(const Geometry& g, int64_t x, int64_t y, int i, int s) {{
+  if (D == 2) return wrap(x + s * OUTER_OFF[i][0], g.n_outer);
+  return wrap(x + s * OUTER_OFF[i][0], g.outer_dims[0]) * g.outer_dims[1] +
+         wrap(y + s * OUTER_OFF[i][D > 2 ? 1 : 0], g.outer_dims[1]);
 }}
 
 enum Kind {{ PUSH = 0, AA_EVEN = 1, AA_ODD = 2 }};
@@ -230,31 +238,34 @@ static void rows(const Geometry& g, const store* src, store* dst, int64_t o0, in
   const store* rp[Q];
   store* wrow[Q];
   real f[Q], out[Q];
+  const int64_t ny = D == 2 ? 1 : g.outer_dims[1];
+  int64_t x = D == 2 ? o0 : o0 / ny, y = D == 2 ? 0 : o0 - (o0 / ny) * ny;
   for (int64_t o = o0; o < o1; ++o) {{
     for (int i = 0; i < Q; ++i) {{
       if (K == PUSH) {{
         rp[i] = src + i * P + o * n;
-        wrow[i] = dst + i * P + outer_shift(g, o, i, +1) * n;
+        wrow[i] = dst + i * P + outer_shift(g, x, y, i, +1) * n;
       }} else if (K == AA_EVEN) {{
         rp[i] = dst + i * P + o * n;
         wrow[i] = dst + OPP[i] * P + o * n;
       }} else {{
-        rp[i] = dst + OPP[i] * P + outer_shift(g, o, i, -1) * n;
-        wrow[i] = dst + i * P + outer_shift(g, o, i, +1) * n;
+        rp[i] = dst + OPP[i] * P + outer_shift(g, x, y, i, -1) * n;
+        wrow[i] = dst + i * P + outer_shift(g, x, y, i, +1) * n;
       }}
     }}
+    if (D == 2) {{ ++x; }} else if (++y == ny) {{ y = 0; ++x; }}
     // edges of the inner axis (periodic wrap), scalar
     int64_t edge[2] = {{0, n - 1}};
     for (int e = 0; e < (n > 1 ? 2 : 1); ++e) {{
       int64_t k = edge[e];
       for (int i = 0; i < Q; ++i) {{
         int64_t kr = (K == AA_ODD) ? wrap(k - INNER_OFF[i], n) : k;
-        f[i] = LD(rp[i] + kr);
+        f[i] = LD(rp[i] + kr) + SHIFT[i];
       }}
       collide(f, out, wp, wm, F);
       for (int i = 0; i < Q; ++i) {{
         int64_t kw = (K == AA_EVEN) ? k : wrap(k + INNER_OFF[i], n);
-        ST(wrow[i] + kw, out[i]);
+        ST(wrow[i] + kw, out[i] - SHIFT[i]);
       }}
     }}
     // interior of the inner axis: no wrap, vectorised
