@@ -180,7 +180,7 @@ def environment() -> dict[str, Any]:
         "gpu_model": getattr(dev, "device_kind", None) if dev.platform == "gpu" else None,
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         "native_compiler": native.compiler(),
-        "native_cxxflags": list(native.CXXFLAGS),
+        "native_cxxflags": native.cxxflags(),
         "host_machine": platform.machine(),
     }
     return env
