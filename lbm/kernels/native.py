@@ -42,7 +42,7 @@ from lbm.lattice import CS2, Lattice
 
 KERNELS = ("push", "aa_even", "aa_odd", "scatter")
 STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "bf16": ("float", "bf16"),
-           "f16": ("float", "_Float16")}
+           "f16": ("float", "f16")}
 """storage name -> (C compute type, C storage type)."""
 SHIFTED = ("bf16", "f16")
 """16-bit storages keep f_i - w_i (deviations from the rest state) to spend their few mantissa bits on the signal."""
@@ -179,12 +179,41 @@ static inline void ST(uint16_t* p, real v) {
   b += 0x7fffu + ((b >> 16) & 1u); *p = (uint16_t)(b >> 16);
 }"""
         ffi_type = "ffi::BF16"
+    elif store == "f16":
+        # IEEE half by integer arithmetic (round to nearest even, subnormals, inf, nan), so that GCC
+        # vectorises it (it does not vectorise _Float16 conversions); exact against numpy/XLA's convert.
+        store_t = "uint16_t"
+        conv = """
+static inline uint32_t U_(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+static inline float F_(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline real LD(const uint16_t* p) {
+  const uint32_t h = *p, shifted_exp = 0x7c00u << 13;
+  uint32_t o = (h & 0x7fffu) << 13;
+  const uint32_t e = o & shifted_exp;
+  o += (127u - 15u) << 23;
+  const uint32_t o_inf = o + ((128u - 16u) << 23);
+  const uint32_t o_den = U_(F_(o + (1u << 23)) - F_(113u << 23));
+  o = e == shifted_exp ? o_inf : (e == 0 ? o_den : o);
+  return F_(o | ((h & 0x8000u) << 16));
+}
+static inline void ST(uint16_t* p, real v) {
+  const uint32_t magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  uint32_t f = U_((float)v);
+  const uint32_t sign = f & 0x80000000u;
+  f ^= sign;
+  const uint32_t o_inf = f > (255u << 23) ? 0x7e00u : 0x7c00u;
+  const uint32_t o_den = U_(F_(f) + F_(magic)) - magic;
+  const uint32_t o_norm = (f + ((uint32_t)(15 - 127) << 23) + 0xfffu + ((f >> 13) & 1u)) >> 13;
+  const uint32_t o = f >= ((127u + 16u) << 23) ? o_inf : (f < (113u << 23) ? o_den : o_norm);
+  *p = (uint16_t)(o | (sign >> 16));
+}"""
+        ffi_type = "ffi::F16"
     else:
         store_t = store
         conv = f"""
 static inline real LD(const {store}* p) {{ return (real)(*p); }}
 static inline void ST({store}* p, real v) {{ *p = ({store})v; }}"""
-        ffi_type = {"float": "ffi::F32", "double": "ffi::F64", "_Float16": "ffi::F16"}[store]
+        ffi_type = {"float": "ffi::F32", "double": "ffi::F64"}[store]
     body = _collide_body(spec)
     interior = _interior(spec)
     unpack = " ".join(f"real f{i} = f_[{i}];" for i in range(q))
@@ -399,8 +428,9 @@ def cache_dir() -> Path:
 
 
 CXXFLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-std=c++17", "-shared", "-fPIC",
-            "-fno-math-errno", "-ffp-contract=off")
-"""-ffp-contract=off: no fused multiply-adds, so results do not depend on the vector width chosen."""
+            "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off")
+"""-ffp-contract=off: no fused multiply-adds, so results do not depend on the vector width chosen;
+-fno-trapping-math lets the vectoriser evaluate both sides of the 16-bit conversions' selects."""
 
 
 def cxxflags() -> list[str]:
