@@ -64,7 +64,8 @@ def inlet(
             carriers = np.flatnonzero(c[:, t] != 0)
             mom = sum(float(c[j, t]) * f0[j] for j in carriers)
             excess = mom - rho0 * u_in[t]
-            f0 = f0.at[np.array(moving)].add(-excess * (c[moving, t] / len(moving)).reshape((-1,) + (1,) * (lattice.d - 1)))
+            share = jnp.asarray(c[moving, t] / len(moving), f0.dtype).reshape((-1,) + (1,) * (lattice.d - 1))
+            f0 = f0.at[np.array(moving)].add(-excess * share)
     return f.at[:, 0].set(f0), rho, u, feq
 
 

@@ -1,0 +1,318 @@
+"""``python -m lbm bench [hydra overrides]``: bandwidth, then throughput of each configuration; writes bench.json.
+
+Every job's configuration is composed and validated before Hydra starts, so bad input
+gives one line and exit code 2 and writes nothing (the same contract as ``run``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import platform
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lbm.errors import ConfigError, LbmError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+SCHEMA = "lbm-bench/1"
+
+
+# --- configuration -------------------------------------------------------------------------
+
+def compose_bench(overrides: list[str]) -> dict[str, Any]:
+    """The resolved bench config (without Hydra's own node) for a list of overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name="bench"):
+            cfg = hydra_compose(config_name="bench", overrides=overrides)
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except Exception as exc:  # Hydra/OmegaConf composition errors: report the first meaningful line
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        msg = lines[0] if lines else type(exc).__name__
+        if msg.startswith("Could not override"):
+            key = msg.split("'")[1] if "'" in msg else "?"
+            msg = f"{key} is not a bench config key (python -m lbm bench --cfg job lists them)"
+        raise LbmError(f"bad override: {msg}") from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _grid(key: str, value: Any, dims: int) -> tuple[int, ...]:
+    from lbm.config import check_int
+
+    if isinstance(value, (list, tuple)):
+        if len(value) != dims:
+            raise ConfigError(key, value, f"{dims} sizes for a {dims}D lattice, or one size n for n^{dims}")
+        return tuple(check_int(key, v, 4) for v in value)
+    n = check_int(key, value, 4)
+    return (n,) * dims
+
+
+def plan(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Validate a composed bench config; returns the configurations to measure and the timing (raises ConfigError)."""
+    from lbm.bench.throughput import CASES, PRECISIONS, VARIANTS, BenchConfig, Timing
+    from lbm.config import check_choice, check_float, check_int
+    from lbm.lattice import LATTICES
+
+    lattice = check_choice("lattice", (cfg.get("lattice") or {}).get("name"), tuple(LATTICES))
+    dims = LATTICES[lattice].d
+    collision = check_choice("collision", (cfg.get("collision") or {}).get("name"), ("bgk", "trt"))
+    cases = [check_choice("cases", c, tuple(CASES)) for c in _as_list(cfg.get("cases"))]
+    variants = [check_choice("variants", v, VARIANTS) for v in _as_list(cfg.get("variants"))]
+    precisions = [check_choice("precision", p, tuple(PRECISIONS)) for p in _as_list(cfg.get("precision"))]
+    if not cases or not variants or not precisions:
+        raise ConfigError("cases/variants/precision", "[]", "at least one value each")
+
+    def box(node: dict[str, Any], key: str) -> tuple[int, ...]:
+        nz = node.get("nz")
+        if dims == 3 and nz is None:
+            raise ConfigError(f"{key}.nz", None, f"an integer >= 4 for the 3D lattice {lattice}")
+        if dims == 2 and nz is not None:
+            raise ConfigError(f"{key}.nz", nz, f"null for the 2D lattice {lattice}")
+        values = [node.get("nx"), node.get("ny")] + ([nz] if dims == 3 else [])
+        return tuple(check_int(f"{key}.{a}", v, 4) for a, v in zip(("nx", "ny", "nz"), values, strict=False))
+
+    sizes = cfg.get("sizes")
+    boxes = [_grid("sizes", s, dims) for s in _as_list(sizes)] if sizes is not None else [box(cfg["grid"], "grid")]
+    cylinder = box(cfg["cylinder_grid"], "cylinder_grid")
+    if "cylinder" in cases:
+        from lbm.cli import compose
+        from lbm.config import validate
+        from lbm.simulation import make_case
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ov = ["case=cylinder", f"lattice={lattice}", "steps=1", f"grid.nx={cylinder[0]}", f"grid.ny={cylinder[1]}"]
+            make_case(validate(compose(ov + ([f"grid.nz={cylinder[2]}"] if dims == 3 else []))))
+
+    steps_raw = cfg.get("steps")
+    steps = None if steps_raw == "auto" else check_int("steps", steps_raw, 1)
+    timing = Timing(
+        repeats=check_int("repeats", cfg.get("repeats"), 1),
+        warmup=check_int("warmup", cfg.get("warmup"), 0),
+        min_time_s=check_float("min_time_s", cfg.get("min_time_s"), 0.0),
+        steps=steps,
+        max_steps=check_int("max_steps", cfg.get("max_steps"), 1),
+        steps_per_dispatch=check_int("steps_per_dispatch", cfg.get("steps_per_dispatch"), 0),
+        stage_steps=check_int("stage_steps", cfg.get("stage_steps"), 1),
+    )
+    bw = cfg.get("bandwidth") or {}
+    enabled = bw.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError("bandwidth.enabled", enabled, "true or false")
+    bandwidth = {"enabled": enabled, "bytes": check_int("bandwidth.bytes", bw.get("bytes"), 2**20),
+                 "repeats": check_int("bandwidth.repeats", bw.get("repeats"), 1)}
+    output = cfg.get("output")
+    if not isinstance(output, str) or not output.endswith(".json") or os.sep in output:
+        raise ConfigError("output", output, "a file name ending in .json (written into the run directory)")
+
+    configs: list[tuple[BenchConfig, str | None]] = []  # (config, reason it is skipped)
+    for case in cases:
+        grids = boxes if case == "periodic" else [cylinder]
+        for grid in grids:
+            for precision in precisions:
+                for variant in variants:
+                    c = BenchConfig(case=case, lattice=lattice, grid=grid, variant=variant, precision=precision,
+                                    collision=collision)
+                    storage = PRECISIONS[precision][1]
+                    skip = None
+                    if variant == "naive" and (case != "periodic" or storage != "native" or collision != "bgk"):
+                        skip = "the naive step is a BGK periodic box stored in the compute dtype"
+                    elif variant == "instrumented" and storage != "native":
+                        skip = "instrumented mode stores populations in the compute dtype"
+                    configs.append((c, skip))
+    return {"configs": configs, "timing": timing, "bandwidth": bandwidth, "output": output}
+
+
+# --- environment ---------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    """The CPU model name (from /proc/cpuinfo where available)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages (None where the OS has none)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """Software and hardware this bench ran on."""
+    import jax
+
+    from lbm.kernels import native
+
+    dev = jax.devices()[0]
+    env = {
+        "jax": jax.__version__,
+        "jaxlib": getattr(jax.lib, "__version__", jax.__version__),
+        "python": platform.python_version(),
+        "platform": dev.platform,
+        "device": str(dev),
+        "device_kind": getattr(dev, "device_kind", ""),
+        "device_count": jax.device_count(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu_model": getattr(dev, "device_kind", None) if dev.platform == "gpu" else None,
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+        "native_compiler": native.compiler(),
+        "native_cxxflags": native.cxxflags(),
+        "host_machine": platform.machine(),
+    }
+    return env
+
+
+# --- running -------------------------------------------------------------------------------
+
+def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[str, Any]:
+    """Measure everything the config asks for and write bench.json into ``run_dir``; returns the document."""
+    import jax
+
+    from lbm.bench.report import print_table, summary, write_json
+    from lbm.bench.roofline import measure_bandwidth
+    from lbm.bench.throughput import measure
+
+    p = plan(cfg)
+    if any(c.precision == "float64" for c, _ in p["configs"]):
+        jax.config.update("jax_enable_x64", True)
+    log = logging.getLogger("lbm.bench")
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": "python -m lbm bench " + " ".join(cfg.get("_overrides", [])),
+        "config": {k: v for k, v in cfg.items() if not k.startswith("_")},
+        "environment": environment(),
+        "load_average_start": load_average(),
+    }
+    progress = _Progress(console)
+    try:
+        bandwidth = None
+        if p["bandwidth"]["enabled"]:
+            progress("memory bandwidth: copy and triad, in place and into a second buffer")
+            bandwidth = measure_bandwidth(nbytes=p["bandwidth"]["bytes"], repeats=p["bandwidth"]["repeats"])
+            log.info("bandwidth %.1f GB/s (%s)", bandwidth["bandwidth_gbs"], bandwidth["roofline_kernel"])
+        doc["bandwidth"] = bandwidth
+        bw = bandwidth["bandwidth_gbs"] if bandwidth else None
+        records: list[dict[str, Any]] = []
+        skipped: list[dict[str, Any]] = []
+        todo = [c for c, skip in p["configs"] if skip is None]
+        for c, skip in p["configs"]:
+            if skip is not None:
+                skipped.append({"label": c.label, "reason": skip})
+        for k, c in enumerate(todo, 1):
+            say = lambda text, k=k: progress(f"[{k}/{len(todo)}] {text}")  # noqa: E731
+            try:
+                rec = measure(c, p["timing"], bw, say)
+            except (ValueError, RuntimeError, FloatingPointError) as exc:
+                skipped.append({"label": c.label, "reason": str(exc).splitlines()[0]})
+                log.warning("skipped %s: %s", c.label, exc)
+                continue
+            records.append(rec)
+            log.info("%s: %.1f MLUPS (spread %.1f%%)", c.label, rec["mlups"]["median"], rec["mlups"]["spread_pct"])
+        doc["records"] = records
+        doc["skipped"] = skipped
+        doc["summary"] = summary(records, bw)
+        doc["load_average_end"] = load_average()
+    finally:
+        progress.close()
+    path = run_dir / p["output"]
+    write_json(path, doc)
+    print_table(doc, console)
+    print(f"wrote {path}", file=sys.stderr)
+    return doc
+
+
+class _Progress:
+    """A single transient status line on stderr while the bench runs."""
+
+    def __init__(self, console: Any = None) -> None:
+        self.status = None
+        self.console = console
+        self.t0 = time.perf_counter()
+
+    def __call__(self, text: str) -> None:
+        line = f"bench {time.perf_counter() - self.t0:6.1f} s  {text}"
+        if self.console is not None and self.console.is_terminal:
+            if self.status is None:
+                self.status = self.console.status(line)
+                self.status.start()
+            else:
+                self.status.update(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+# --- command line --------------------------------------------------------------------------
+
+def _task(cfg: Any) -> None:
+    """Hydra task: run the bench into Hydra's run directory."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+    from rich.console import Console
+
+    for noisy in ("jax", "matplotlib"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["_overrides"] = list(hc.overrides.task)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_bench(resolved, run_dir, Console(stderr=True))
+    except LbmError as exc:
+        logging.getLogger("lbm").error("%s", exc)
+        print(f"lbm: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
+def main(args: Sequence[str]) -> int:
+    """Entry point of ``python -m lbm bench``; returns the exit code."""
+    import hydra
+
+    from lbm.cli import expand_jobs, split_hydra_args
+
+    overrides, multirun, info = split_hydra_args(args)
+    if not info:
+        for job in expand_jobs(overrides, multirun):
+            plan(compose_bench(job))
+    main_fn = hydra.main(config_path=str(CONFIG_DIR), config_name="bench", version_base="1.3")(_task)
+    argv = sys.argv
+    sys.argv = ["lbm bench", *args]
+    try:
+        main_fn()
+    finally:
+        sys.argv = argv
+    return 0
+
+
+
+__all__ = ["main", "plan", "run_bench", "compose_bench", "environment"]

@@ -1,0 +1,41 @@
+"""The naive fused JAX step the speed-ups are measured against (issue 4's baseline).
+
+Written the way a first JAX LBM usually is: moments by ``jnp.sum``/``tensordot``, the
+equilibrium for all directions at once, BGK, streaming by one ``jnp.roll`` per direction,
+the whole step in one jit, ``lax.fori_loop`` over steps, the state donated. Periodic box,
+any lattice; no boundaries. It is deliberately independent of lbm.kernels so that it
+stays a fixed reference while the engines change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from lbm.lattice import Lattice
+
+
+def naive_step(f: jnp.ndarray, lattice: Lattice, omega: float) -> jnp.ndarray:
+    """One BGK collide-and-stream step on a periodic box; ``f`` is ``(Q, *grid)``."""
+    c = jnp.asarray(lattice.c, f.dtype)
+    w = jnp.asarray(lattice.w, f.dtype).reshape((-1,) + (1,) * lattice.d)
+    rho = jnp.sum(f, axis=0)
+    u = jnp.tensordot(c.T, f, axes=1) / rho
+    cu = jnp.tensordot(c, u, axes=1)
+    usq = jnp.sum(u * u, axis=0)
+    feq = w * rho * (1.0 + 3.0 * cu + 4.5 * cu * cu - 1.5 * usq)
+    f = f - omega * (f - feq)
+    axes = tuple(range(lattice.d))
+    return jnp.stack([jnp.roll(f[i], tuple(int(s) for s in lattice.c[i]), axis=axes) for i in range(lattice.q)])
+
+
+def naive_runner(lattice: Lattice, omega: float, steps: int) -> Callable[[jnp.ndarray], jnp.ndarray]:
+    """A jitted function advancing ``f`` by ``steps`` naive steps (``lax.fori_loop``, ``f`` donated)."""
+
+    def run(f: jnp.ndarray) -> jnp.ndarray:
+        return jax.lax.fori_loop(0, steps, lambda _, g: naive_step(g, lattice, omega), f)
+
+    return jax.jit(run, donate_argnums=0)
+

@@ -1,0 +1,105 @@
+"""bench.json and the terminal table: records, per-configuration comparisons, units on every number."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lbm.io.fields import write_json as _write_json
+
+FUSED_PREFERENCE = ("auto", "native", "xla")
+"""Which fused variant stands for "fused" in comparisons, first present wins."""
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write the bench document atomically (NaN/inf become null)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_json(path, doc)
+
+
+def _key(rec: dict[str, Any]) -> tuple[Any, ...]:
+    return rec["case"], rec["lattice"], tuple(rec["grid"]), rec["precision"], rec["collision"]
+
+
+def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None) -> list[dict[str, Any]]:
+    """One comparison per (case, lattice, grid, precision, collision): fused against naive, xla and instrumented."""
+    groups: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    for rec in records:
+        groups.setdefault(_key(rec), {})[rec["variant"]] = rec
+    out = []
+    for (case, lattice, grid, precision, collision), by_variant in groups.items():
+        fused_variant = next((v for v in FUSED_PREFERENCE if v in by_variant), None)
+        row: dict[str, Any] = {"case": case, "lattice": lattice, "grid": list(grid), "precision": precision,
+                               "collision": collision,
+                               "mlups": {v: r["mlups"]["median"] for v, r in by_variant.items()}}
+        if fused_variant is not None:
+            fused = by_variant[fused_variant]
+            row["fused_variant"] = fused_variant
+            row["fused_engine"] = fused["engine"]
+            row["fused_mlups"] = fused["mlups"]["median"]
+            row["fused_fraction_of_roofline"] = fused.get("fraction_of_roofline")
+            row["fused_compile_s"] = fused["compile_s"]
+            for other in ("naive", "xla", "instrumented"):
+                if other in by_variant and other != fused_variant:
+                    row[f"speedup_vs_{other}"] = fused["mlups"]["median"] / by_variant[other]["mlups"]["median"]
+        out.append(row)
+    return out
+
+
+def _fmt(v: Any, spec: str, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    return f"{v:{spec}}{unit}"
+
+
+def print_table(doc: dict[str, Any], console: Any = None) -> None:
+    """Print the measured configurations and the comparisons as rich tables (stdout)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Console()
+    if not out.is_terminal:  # files and pipes: wide enough for every column
+        out = Console(width=170)
+    bw = doc.get("bandwidth")
+    if bw:
+        kernels = ", ".join(f"{k} {bw[k]['median_gbs']:.1f} GB/s" for k in ("copy", "triad", "copy_2buf", "triad_2buf"))
+        out.print(f"memory bandwidth (median of {bw['repeats']}): {kernels}; roofline {bw['bandwidth_gbs']:.1f} GB/s "
+                  f"({bw['roofline_kernel']})")
+    env = doc.get("environment", {})
+    out.print(f"{env.get('device', '?')} {env.get('cpu_model', '')} | jax {env.get('jax', '?')} | "
+              f"load average {doc.get('load_average_start')} -> {doc.get('load_average_end')}")
+    table = Table(title="lbm bench (MLUPS = million lattice updates per second; median of the repeats)")
+    for col in ("case", "grid", "lattice", "variant", "engine", "precision", "MLUPS", "spread", "GB/s", "roofline",
+                "compile", "memory"):
+        table.add_column(col, justify="right" if col in ("MLUPS", "spread", "GB/s", "roofline", "compile", "memory")
+                         else "left")
+    for r in doc.get("records", []):
+        mem = r.get("memory", {}).get("planned_peak_over_population")
+        table.add_row(
+            r["case"], "x".join(map(str, r["grid"])), r["lattice"], r["variant"], r["engine"], r["precision"],
+            _fmt(r["mlups"]["median"], ".1f", " MLUPS"), _fmt(r["mlups"]["spread_pct"], ".1f", " %"),
+            _fmt(r["effective_gbs"], ".1f", " GB/s"),
+            _fmt(None if r.get("fraction_of_roofline") is None else 100 * r["fraction_of_roofline"], ".1f", " %"),
+            _fmt(r["compile_s"], ".2f", " s"), _fmt(mem, ".2f", " x pop"),
+        )
+    out.print(table)
+    rows = doc.get("summary", [])
+    if rows:
+        comp = Table(title="fused against the baselines (same run)")
+        for col in ("case", "grid", "precision", "fused", "MLUPS", "roofline", "x naive", "x xla", "x instrumented"):
+            comp.add_column(col, justify="left" if col in ("case", "grid", "precision", "fused") else "right")
+        for s in rows:
+            if "fused_mlups" not in s:
+                continue
+            comp.add_row(
+                s["case"], "x".join(map(str, s["grid"])), s["precision"], f"{s['fused_variant']} ({s['fused_engine']})",
+                _fmt(s["fused_mlups"], ".1f", " MLUPS"),
+                _fmt(None if s.get("fused_fraction_of_roofline") is None else 100 * s["fused_fraction_of_roofline"],
+                     ".1f", " %"),
+                _fmt(s.get("speedup_vs_naive"), ".2f", "x"), _fmt(s.get("speedup_vs_xla"), ".2f", "x"),
+                _fmt(s.get("speedup_vs_instrumented"), ".2f", "x"),
+            )
+        out.print(comp)
+    for s in doc.get("skipped", []):
+        out.print(f"skipped {s['label']}: {s['reason']}")

@@ -1,0 +1,370 @@
+"""Throughput of one configuration: warm-up, timed repeats, MLUPS, roofline fraction, compile time, memory, HLO.
+
+A configuration is a case (``periodic``: the Taylor-Green box, the bare kernel;
+``cylinder``: a step with inlet, outflow, bounce-back and forces), a lattice, a grid, a
+precision, a collision and a variant:
+
+``auto``          fused mode, the engine FusedStepper picks (native where available)
+``native``        fused mode, the hand-fused C++ kernel (lbm.kernels.native)
+``xla``           fused mode, the stage functions composed in one jit (the reference)
+``naive``         the naive fused JAX step of lbm.bench.naive (periodic box only)
+``instrumented``  instrumented mode: one jit per stage, a Python loop over steps
+
+Clock: host wall clock around each dispatch, synchronised with block_until_ready, so a
+repeat's time is device execution plus dispatch; compilation is never inside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from lbm.bench.roofline import lbm_bytes_per_cell, roofline_mlups
+
+CASES = {"periodic": "taylor_green", "cylinder": "cylinder"}
+VARIANTS = ("auto", "native", "xla", "naive", "instrumented")
+PRECISIONS = {"float32": ("float32", "native"), "float64": ("float64", "native"),
+              "f16-storage": ("float32", "float16"), "bf16-storage": ("float32", "bfloat16")}
+"""bench precision -> (compute dtype, fused-mode storage)."""
+STORAGE_ITEMSIZE = {"float16": 2, "bfloat16": 2}
+CLOCK = "host wall clock around each dispatch, synchronised with block_until_ready; compilation excluded"
+
+Progress = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    """One measured configuration."""
+
+    case: str
+    lattice: str
+    grid: tuple[int, ...]
+    variant: str
+    precision: str = "float32"
+    collision: str = "bgk"
+
+    @property
+    def label(self) -> str:
+        """Short human-readable name."""
+        return f"{self.case} {'x'.join(map(str, self.grid))} {self.lattice} {self.variant} {self.precision}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """How long and how often to measure."""
+
+    repeats: int = 5
+    warmup: int = 1
+    min_time_s: float = 0.5
+    steps: int | None = None  # None: chosen so that one repeat lasts about min_time_s
+    max_steps: int = 100_000
+    steps_per_dispatch: int = 0  # 0: all the steps of a repeat in one dispatch (fused variants)
+    stage_steps: int = 3  # instrumented: synchronised steps timed per stage
+
+
+def make_setup(cfg: BenchConfig) -> Any:
+    """The case Setup of a configuration (composed and validated like ``python -m lbm run``)."""
+    from lbm.cli import compose
+    from lbm.config import validate
+    from lbm.simulation import make_case
+
+    compute, _ = PRECISIONS[cfg.precision]
+    overrides = [f"case={CASES[cfg.case]}", f"lattice={cfg.lattice}", f"collision={cfg.collision}",
+                 f"precision={compute}", "steps=1", f"grid.nx={cfg.grid[0]}", f"grid.ny={cfg.grid[1]}"]
+    if len(cfg.grid) == 3:
+        overrides.append(f"grid.nz={cfg.grid[2]}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make_case(validate(compose(overrides))).setup()
+
+
+# --- runners: each returns (advance(f, n) -> f, compile(f, n) -> seconds, info dict) ------------
+
+class _Runner:
+    """Uniform interface over the variants: compile a chunk, run it, describe it."""
+
+    mode = "fused"
+    engine = ""
+
+    def compile(self, f: jnp.ndarray, n: int) -> float:
+        """Compile the n-step chunk for ``f`` (once); returns the seconds its compilation took."""
+        raise NotImplementedError
+
+    def run(self, f: jnp.ndarray, n: int) -> jnp.ndarray:
+        """Advance ``f`` by ``n`` steps (compiled already) and return the new populations."""
+        raise NotImplementedError
+
+    def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
+        """HLO and memory facts about the compiled n-step chunk."""
+        return {}
+
+
+class _FusedRunner(_Runner):
+    def __init__(self, setup: Any, engine: str, storage: str, steps_per_dispatch: int) -> None:
+        from lbm.stepper import FusedStepper
+
+        t0 = time.perf_counter()
+        self.stepper = FusedStepper(setup, engine=engine, storage=storage)
+        self.setup_s = time.perf_counter() - t0
+        self.engine = self.stepper.engine
+        self.k = steps_per_dispatch
+
+    def _chunk(self, n: int) -> int:
+        return n if not self.k else min(self.k, n)
+
+    def compile(self, f: jnp.ndarray, n: int) -> float:
+        k = self._chunk(n)
+        self.stepper.compiled(f, k)
+        if n % k:
+            self.stepper.compiled(f, n % k)
+        times = self.stepper.compile_times
+        return times[f"fused[{k}]"] + (times[f"fused[{n % k}]"] if n % k else 0.0)
+
+    def run(self, f: jnp.ndarray, n: int) -> jnp.ndarray:
+        k = self._chunk(n)
+        done = 0
+        while done < n:
+            m = min(k, n - done)
+            f, _ = self.stepper.advance(f, m)
+            done += m
+        return f
+
+    def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
+        compiled = self.stepper.compiled(f, self._chunk(n))
+        info = hlo_facts(compiled, self._chunk(n), f.nbytes)
+        if self.stepper.native is not None:
+            info["kernel_build_or_load_s"] = self.stepper.native.build_time_s
+            info["boundary_cells"] = 0 if self.stepper.native.block is None else self.stepper.native.block.size
+        elif self.stepper.engine_note:
+            info["native_unavailable"] = self.stepper.engine_note
+        return info
+
+
+class _NaiveRunner(_Runner):
+    mode = "naive"
+    engine = "naive"
+
+    def __init__(self, setup: Any) -> None:
+        self.setup = setup
+        self._compiled: dict[int, Any] = {}
+        self._seconds: dict[int, float] = {}
+
+    def compile(self, f: jnp.ndarray, n: int) -> float:
+        from lbm.bench.naive import naive_runner
+
+        if n not in self._compiled:
+            t0 = time.perf_counter()
+            self._compiled[n] = naive_runner(self.setup.lattice, self.setup.omega_plus, n).lower(f).compile()
+            self._seconds[n] = time.perf_counter() - t0
+        return self._seconds[n]
+
+    def run(self, f: jnp.ndarray, n: int) -> jnp.ndarray:
+        return self._compiled[n](f)
+
+    def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
+        return hlo_facts(self._compiled[n], n, f.nbytes)
+
+
+class _InstrumentedRunner(_Runner):
+    mode = "instrumented"
+    engine = "per-stage jit"
+
+    def __init__(self, setup: Any, stage_steps: int) -> None:
+        from lbm.stepper import InstrumentedStepper
+
+        self.setup = setup
+        self.stepper = InstrumentedStepper(setup)
+        self.stage_steps = stage_steps
+
+    def compile(self, f: jnp.ndarray, n: int) -> float:
+        if not self.stepper.compile_times:
+            jax.block_until_ready(self.stepper.advance(f + 0, 1)[0])  # compiles every stage once
+        return self.stepper.compile_time_s
+
+    def run(self, f: jnp.ndarray, n: int) -> jnp.ndarray:
+        return self.stepper.advance(f, n)[0]
+
+    def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
+        return {"stages": stage_times(self.setup, f, self.stage_steps),
+                "compile_s_per_stage": dict(self.stepper.compile_times)}
+
+
+def stage_times(setup: Any, f: jnp.ndarray, steps: int) -> dict[str, dict[str, float]]:
+    """Per-stage execution time of instrumented mode: each stage synchronised, median over ``steps`` steps (ms)."""
+    from lbm.stepper import InstrumentedStepper, timestep
+
+    stepper = InstrumentedStepper(setup, sync=True)
+    spans: dict[str, list[float]] = {name: [] for name in stepper.stages}
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            t0 = time.perf_counter()
+            out = fn(*args)  # sync=True: returns after the stage has executed
+            spans[name].append(time.perf_counter() - t0)
+            return out
+        return call
+
+    stages = {name: timed(name, fn) for name, fn in stepper.stages.items()}
+    f = f + 0
+    f, _ = timestep(stages, f, stepper.arrays)  # compiles; not counted
+    for v in spans.values():
+        v.clear()
+    for _ in range(steps):
+        f, _ = timestep(stages, f, stepper.arrays)
+    jax.block_until_ready(f)
+    total = sum(statistics.median(v) for v in spans.values() if v)
+    return {name: {"median_ms": 1e3 * statistics.median(v), "share": statistics.median(v) / total if total else 0.0}
+            for name, v in spans.items() if v}
+
+
+def hlo_facts(compiled: Any, steps: int, population_bytes: int) -> dict[str, Any]:
+    """Fusions, custom calls, XLA's bytes-accessed estimate and planned memory of a compiled chunk."""
+    text = compiled.as_text()
+    comps = _computations(text)
+    called = set(re.findall(r" fusion\(.*?calls=%?([\w.\-]+)", text))  # bodies of fusions: not program level
+    program = {name: lines for name, lines in comps.items() if name not in called}
+    body = _while_body(text)
+    facts: dict[str, Any] = {
+        "fusions": sum(1 for lines in program.values() for ln in lines if " fusion(" in ln),
+        "fusions_in_loop_body": sum(1 for ln in program.get(body, []) if " fusion(" in ln) if body else None,
+        "custom_calls": sum(1 for lines in program.values() for ln in lines if " custom-call(" in ln),
+        "steps_in_chunk": steps,
+    }
+    try:
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        facts["cost_analysis_bytes_accessed"] = float(cost.get("bytes accessed", float("nan")))
+        facts["cost_analysis_note"] = ("XLA's estimate for the compiled chunk; a while loop's body is counted once "
+                                       "and custom calls (native kernels) count as zero")
+    except Exception:  # cost analysis is optional per backend
+        pass
+    try:
+        mem = compiled.memory_analysis()
+        planned = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
+        facts["memory"] = {
+            "population_bytes": int(population_bytes),
+            "planned_peak_bytes": int(planned),
+            "planned_peak_over_population": planned / population_bytes,
+            "temp_bytes": int(mem.temp_size_in_bytes),
+            "source": "XLA memory_analysis of the compiled chunk: arguments + outputs - aliased + temporaries",
+        }
+    except Exception:  # memory analysis is optional per backend
+        pass
+    return facts
+
+
+def _computations(text: str) -> dict[str, list[str]]:
+    """Instruction lines of each computation in an HLO module's text, by computation name."""
+    comps: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if m:
+            current = "ENTRY" if m.group(1) else m.group(2)
+            comps[current] = []
+        elif current is not None and line.startswith("  "):
+            comps[current].append(line)
+    return comps
+
+
+def _while_body(text: str) -> str | None:
+    m = re.search(r" while\(.*?body=%?([\w.\-]+)", text)
+    return m.group(1) if m else None
+
+
+def make_runner(cfg: BenchConfig, setup: Any, timing: Timing) -> _Runner:
+    """The runner of a variant (raises ValueError for combinations that do not exist)."""
+    _, storage = PRECISIONS[cfg.precision]
+    if cfg.variant == "naive":
+        if cfg.case != "periodic":
+            raise ValueError("the naive step is defined for the periodic box only")
+        if storage != "native":
+            raise ValueError("the naive step stores populations in the compute dtype only")
+        return _NaiveRunner(setup)
+    if cfg.variant == "instrumented":
+        if storage != "native":
+            raise ValueError("instrumented mode stores populations in the compute dtype only")
+        return _InstrumentedRunner(setup, timing.stage_steps)
+    return _FusedRunner(setup, cfg.variant, storage, timing.steps_per_dispatch)
+
+
+def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progress: Progress | None = None
+            ) -> dict[str, Any]:
+    """Measure one configuration; returns its bench.json record."""
+    say = progress or (lambda _: None)
+    say(f"{cfg.label}: setting up")
+    setup = make_setup(cfg)
+    runner = make_runner(cfg, setup, timing)
+    cells = math.prod(setup.shape)
+    q = setup.lattice.q
+    f0 = setup.initial_populations()
+
+    # steps per repeat: given, or enough for min_time_s (even: the AA pattern runs in pairs)
+    if timing.steps is not None:
+        n = timing.steps
+    else:
+        probe = 2
+        runner.compile(f0, probe)
+        f = runner.run(f0 + 0, probe)
+        jax.block_until_ready(f)
+        t0 = time.perf_counter()
+        jax.block_until_ready(runner.run(f, probe))
+        per_step = max((time.perf_counter() - t0) / probe, 1e-7)
+        n = int(min(timing.max_steps, max(2, math.ceil(timing.min_time_s / per_step))))
+        n += n % 2
+    say(f"{cfg.label}: compiling {n} steps")
+    compile_s = runner.compile(f0, n)
+
+    f = f0 + 0
+    for w in range(timing.warmup):
+        say(f"{cfg.label}: warm-up {w + 1}/{timing.warmup}")
+        f = runner.run(f, n)
+        jax.block_until_ready(f)
+    times = []
+    for r in range(timing.repeats):
+        say(f"{cfg.label}: repeat {r + 1}/{timing.repeats} ({n} steps)")
+        t0 = time.perf_counter()
+        f = runner.run(f, n)
+        jax.block_until_ready(f)
+        times.append(time.perf_counter() - t0)
+    if not bool(jnp.all(jnp.isfinite(f))):
+        raise FloatingPointError(f"{cfg.label}: populations became non-finite during the benchmark")
+
+    mlups = [cells * n / t / 1e6 for t in times]
+    med = statistics.median(mlups)
+    _, storage = PRECISIONS[cfg.precision]
+    itemsize = STORAGE_ITEMSIZE.get(storage, jnp.dtype(setup.dtype).itemsize) if runner.mode == "fused" else \
+        jnp.dtype(setup.dtype).itemsize
+    bpc = lbm_bytes_per_cell(q, itemsize)
+    record: dict[str, Any] = {
+        "case": cfg.case, "case_config": CASES[cfg.case], "lattice": cfg.lattice, "q": q, "grid": list(setup.shape),
+        "cells": cells, "variant": cfg.variant, "mode": runner.mode, "engine": runner.engine,
+        "precision": cfg.precision, "compute_dtype": str(jnp.dtype(setup.dtype)),
+        "storage": storage if runner.mode == "fused" else str(jnp.dtype(setup.dtype)),
+        "collision": cfg.collision, "steps_per_repeat": n,
+        "steps_per_dispatch": (timing.steps_per_dispatch or n) if runner.mode == "fused" else
+        (n if runner.mode == "naive" else 1),
+        "repeats": timing.repeats, "warmup": timing.warmup,
+        "mlups": {"median": med, "min": min(mlups), "max": max(mlups),
+                  "spread_pct": 100.0 * (max(mlups) - min(mlups)) / med, "values": mlups},
+        "seconds_per_step_median": statistics.median(times) / n,
+        "bytes_per_cell_update": bpc,
+        "effective_gbs": med * 1e6 * bpc / 1e9,
+        "compile_s": compile_s,
+        "clock": CLOCK,
+    }
+    if bandwidth_gbs:
+        record["roofline_mlups"] = roofline_mlups(bandwidth_gbs, q, itemsize)
+        record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
+    say(f"{cfg.label}: reading the compiled program")
+    record.update(runner.describe(f0, n))
+    return record

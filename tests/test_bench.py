@@ -1,0 +1,143 @@
+"""python -m lbm bench: the bench.json contract on a tiny grid, input validation, sweeps of sizes.
+
+Speed is never asserted here (DESIGN: performance figures come from the bench, not from
+assertions on wall time); these tests check that the bench measures what it says and
+records every contract field with its unit.
+"""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lbm.bench.cli import compose_bench, plan
+from lbm.cli import main
+
+TINY = ["grid.nx=32", "grid.ny=24", "cylinder_grid.nx=60", "cylinder_grid.ny=36", "repeats=2", "warmup=1",
+        "steps=4", "stage_steps=1", "bandwidth.bytes=4194304", "bandwidth.repeats=2"]
+
+RECORD_KEYS = {"case", "lattice", "grid", "cells", "mode", "engine", "variant", "precision", "storage", "collision",
+               "mlups", "effective_gbs", "bytes_per_cell_update", "fraction_of_roofline", "roofline_mlups",
+               "compile_s", "steps_per_repeat", "repeats", "clock"}
+FUSED_KEYS = {"fusions", "custom_calls", "cost_analysis_bytes_accessed", "memory"}
+
+
+@pytest.fixture(scope="module")
+def bench_doc(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("bench") / "run"
+    code = main(["bench", *TINY, f"hydra.run.dir={run_dir}"])
+    assert code == 0
+    return json.loads((run_dir / "bench.json").read_text()), run_dir
+
+
+def test_bench_json_holds_every_contract_field(bench_doc):
+    doc, run_dir = bench_doc
+    env = doc["environment"]
+    for key in ("jax", "jaxlib", "python", "device", "cpu_model", "XLA_FLAGS", "platform"):
+        assert key in env, key
+    assert env["jax"] and env["python"] and env["device"]
+    bw = doc["bandwidth"]
+    for kernel in ("copy", "triad", "copy_2buf", "triad_2buf"):
+        assert bw[kernel]["median_gbs"] > 0 and bw[kernel]["min_gbs"] <= bw[kernel]["max_gbs"]
+    assert bw["bandwidth_gbs"] == max(bw[k]["median_gbs"] for k in ("copy", "triad", "copy_2buf", "triad_2buf"))
+    assert "GB/s" in bw["unit"]
+    records = doc["records"]
+    variants = {(r["case"], r["variant"]) for r in records}
+    assert variants == {("periodic", "auto"), ("periodic", "xla"), ("periodic", "naive"), ("periodic", "instrumented"),
+                        ("cylinder", "auto"), ("cylinder", "xla"), ("cylinder", "instrumented")}
+    for r in records:
+        assert RECORD_KEYS <= r.keys(), RECORD_KEYS - r.keys()
+        m = r["mlups"]
+        assert len(m["values"]) == r["repeats"] == 2
+        assert m["min"] <= m["median"] <= m["max"] and m["median"] > 0
+        assert m["spread_pct"] == pytest.approx(100 * (m["max"] - m["min"]) / m["median"])
+        cells = math.prod(r["grid"])
+        assert r["cells"] == cells
+        # effective GB/s, roofline and fraction are consistent with each other and the measured bandwidth
+        assert r["effective_gbs"] == pytest.approx(m["median"] * 1e6 * r["bytes_per_cell_update"] / 1e9)
+        assert r["fraction_of_roofline"] == pytest.approx(r["effective_gbs"] / bw["bandwidth_gbs"])
+        assert r["roofline_mlups"] == pytest.approx(bw["bandwidth_gbs"] * 1e9 / r["bytes_per_cell_update"] / 1e6)
+        assert r["compile_s"] > 0
+        if r["mode"] in ("fused", "naive"):
+            assert FUSED_KEYS <= r.keys()
+            assert r["memory"]["planned_peak_bytes"] >= r["memory"]["population_bytes"]
+        if r["mode"] == "instrumented":
+            stages = r["stages"]
+            assert {"macroscopic", "equilibrium", "collide", "stream"} <= stages.keys()
+            assert sum(s["share"] for s in stages.values()) == pytest.approx(1.0)
+            assert all(s["median_ms"] > 0 for s in stages.values())
+        assert r["lattice"] == "d2q9" and r["precision"] == "float32"
+    cyl = [r for r in records if r["case"] == "cylinder"]
+    assert {r["grid"][0] for r in cyl} == {60} and "outflow" in next(r for r in cyl if r["mode"] == "instrumented")["stages"]
+    assert any(s["reason"] for s in doc["skipped"])  # the naive step has no cylinder
+    rows = {row["case"]: row for row in doc["summary"]}
+    assert rows["periodic"]["speedup_vs_naive"] == pytest.approx(
+        rows["periodic"]["mlups"][rows["periodic"]["fused_variant"]] / rows["periodic"]["mlups"]["naive"])
+    assert (run_dir / ".hydra" / "config.yaml").exists()
+
+
+def test_bench_prints_a_table_with_units(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "lbm", "bench", *TINY, "cases=[periodic]", "variants=[xla,naive]", "repeats=1",
+         "bandwidth.enabled=false"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "MLUPS" in proc.stdout and "GB/s" in proc.stdout and " s " in proc.stdout
+    assert "wrote" in proc.stderr and "bench" in proc.stderr  # progress lines and the result path
+    files = list((tmp_path / "outputs" / "bench").glob("*/*/bench.json"))
+    assert len(files) == 1
+    doc = json.loads(files[0].read_text())
+    assert doc["bandwidth"] is None and all("fraction_of_roofline" not in r for r in doc["records"])
+
+
+BAD = [
+    (["grid.nx=3"], "grid.nx"),
+    (["variants=[turbo]"], "variants"),
+    (["cases=[moon]"], "cases"),
+    (["precision=float16"], "precision"),
+    (["lattice=d3q19"], "grid.nz"),
+    (["repeats=0"], "repeats"),
+    (["no_such_key=1"], "no_such_key"),
+    (["output=../x.json"], "output"),
+    (["sizes=[2]"], "sizes"),
+    (["grid.nx=64,128"], "-m"),
+]
+
+
+@pytest.mark.parametrize("args,key", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_bench_input_gives_one_clean_line(args, key, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lbm: error: ") and key in err[0]
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_plan_expands_sizes_precisions_and_skips_impossible_pairs():
+    p = plan(compose_bench(["sizes=[16,[32,24]]", "precision=[float32,f16-storage]", "variants=[auto,naive,instrumented]"]))
+    configs = p["configs"]
+    periodic = [(c.grid, c.precision, c.variant, skip) for c, skip in configs if c.case == "periodic"]
+    assert {g for g, *_ in periodic} == {(16, 16), (32, 24)}
+    assert len(periodic) == 2 * 2 * 3
+    skipped = {(prec, var) for _, prec, var, skip in periodic if skip}
+    assert skipped == {("f16-storage", "naive"), ("f16-storage", "instrumented")}
+    cylinder = [(c.variant, skip) for c, skip in configs if c.case == "cylinder"]
+    assert dict(cylinder)["naive"] is not None
+    assert p["timing"].steps is None and p["bandwidth"]["enabled"] is True
+
+
+def test_multirun_sweep_writes_one_bench_json_per_job(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "lbm", "bench", "-m", "grid.nx=16,24", "grid.ny=16", "cases=[periodic]",
+         "variants=[xla]", "steps=2", "repeats=1", "warmup=0", "bandwidth.enabled=false"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted((tmp_path / "outputs" / "multirun").glob("*/*/*/bench.json"))
+    assert len(files) == 2
+    assert sorted(json.loads(f.read_text())["records"][0]["grid"][0] for f in files) == [16, 24]
+
+
+def test_bench_config_file_is_packaged():
+    assert (Path(__file__).resolve().parents[1] / "lbm" / "configs" / "bench.yaml").exists()

@@ -1,0 +1,168 @@
+"""The fast fused engines against the reference: every case, both precisions, odd and even step counts.
+
+The native engine runs the generated C++ kernel on the bulk and the case's own stage
+functions on the boundary cells; the xla engine composes the stage functions in one jit
+(the reference). They agree to rounding, not bit for bit: the C++ kernel sums the density
+pairwise and does not contract multiply-adds, while XLA:CPU contracts them into FMAs and
+sums through its own reduction. float64 therefore agrees to ~1e-15 relative after 30
+steps; float32 to ~1e-6 of the population scale.
+"""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+from conftest import advance, run_config
+
+from lbm.kernels import native
+from lbm.simulation import make_case
+from lbm.stepper import STAGES, FusedStepper, InstrumentedStepper, NativeUnavailable
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels need the CPU backend and a C++ compiler")
+
+CASES = {
+    "cylinder": ["grid.nx=60", "grid.ny=36"],
+    "cylinder_halfway_zou_he": ["grid.nx=60", "grid.ny=36", "case.bounce_back=halfway", "case.inlet=zou_he"],
+    "cylinder_equilibrium_inlet_trt": ["grid.nx=48", "grid.ny=27", "case.inlet=equilibrium", "collision=trt"],
+    "cavity": ["case=cavity", "grid.nx=20", "grid.ny=18"],
+    "poiseuille": ["case=poiseuille", "grid.ny=12"],
+    "poiseuille_trt": ["case=poiseuille", "grid.ny=12", "collision=trt"],
+    "taylor_green": ["case=taylor_green", "grid.nx=16", "grid.ny=12"],
+    "cavity_d3q19": ["case=cavity", "lattice=d3q19", "grid.nx=10", "grid.ny=9", "grid.nz=8"],
+    "taylor_green_d3q27": ["case=taylor_green", "lattice=d3q27", "grid.nx=8", "grid.ny=6", "grid.nz=5"],
+    "cylinder_d3q19": ["grid.nx=40", "grid.ny=27", "lattice=d3q19", "grid.nz=4"],
+}
+
+
+def _setup(overrides, precision):
+    if precision == "float64":
+        jax.config.update("jax_enable_x64", True)
+    return make_case(run_config(*overrides, f"precision={precision}")).setup()
+
+
+def _run(stepper, setup, n):
+    f, aux = stepper.advance(setup.initial_populations(), n)
+    return np.asarray(f), {k: np.asarray(v) for k, v in aux.items()}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("precision,tol", [("float64", 1e-13), ("float32", 1e-5)])
+@pytest.mark.parametrize("steps", [30, 7])
+def test_native_engine_equals_the_reference(name, precision, tol, steps):
+    setup = _setup(CASES[name], precision)
+    fast = FusedStepper(setup, engine="native")
+    assert fast.engine == "native"
+    f_ref, aux_ref = _run(FusedStepper(setup, engine="xla"), setup, steps)
+    f_fast, aux_fast = _run(fast, setup, steps)
+    assert f_fast.dtype == np.dtype(precision) and f_fast.shape == f_ref.shape
+    scale = np.abs(f_ref).max()
+    np.testing.assert_allclose(f_fast, f_ref, rtol=0, atol=tol * scale)
+    assert aux_fast.keys() == aux_ref.keys()
+    for key in aux_ref:
+        assert aux_fast[key].shape == (steps, setup.lattice.d)
+        np.testing.assert_allclose(aux_fast[key], aux_ref[key], rtol=0,
+                                   atol=(1e-3 if precision == "float32" else 1e-12) * np.abs(aux_ref[key]).max())
+
+
+def test_native_agrees_with_instrumented_mode():
+    setup = _setup(CASES["cylinder"], "float64")
+    f_fast, aux_fast = _run(FusedStepper(setup, engine="native"), setup, 12)
+    f_inst, aux_inst = _run(InstrumentedStepper(setup), setup, 12)
+    np.testing.assert_allclose(f_fast, f_inst, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(aux_fast["force"], aux_inst["force"], rtol=0, atol=1e-12 * np.abs(aux_inst["force"]).max())
+
+
+def test_chunks_compose_like_one_dispatch():
+    """Odd chunks (a two-buffer step then in-place pairs) and even chunks chain to the same state."""
+    setup = _setup(CASES["cylinder"], "float64")
+    stepper = FusedStepper(setup, engine="native")
+    f = setup.initial_populations()
+    forces = []
+    for n in (3, 1, 4, 2):
+        f, aux = stepper.advance(f, n)
+        forces.append(np.asarray(aux["force"]))
+    g, aux = FusedStepper(setup, engine="native").advance(setup.initial_populations(), 10)
+    np.testing.assert_allclose(np.asarray(f), np.asarray(g), rtol=1e-14, atol=0)
+    np.testing.assert_allclose(np.concatenate(forces), np.asarray(aux["force"]), rtol=1e-12, atol=1e-18)
+
+
+def test_physics_validations_hold_on_the_native_engine():
+    """Taylor-Green decay within 1% of the analytic rate, the mass of a periodic box conserved to round-off."""
+    run = run_config("case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=2000", "output.every=500")
+    case, setup, fields = advance(run)  # fused mode: auto engine = native here
+    for step, amp in case.samples[1:]:
+        assert amp == pytest.approx(run.u_lattice * math.exp(-2 * setup.nu * (2 * math.pi / 64) ** 2 * step), rel=0.01)
+    run = run_config("case=taylor_green", "grid.nx=32", "grid.ny=24", "steps=501", "precision=float64")
+    _, setup, fields = advance(run)
+    assert fields["f"].sum() == pytest.approx(np.asarray(setup.initial_populations()).sum(), rel=1e-13)
+
+
+def test_fused_scopes_name_every_stage_of_the_native_step():
+    setup = _setup(CASES["cylinder"], "float32")
+    stepper = FusedStepper(setup, engine="native")
+    hlo = stepper._chunk_fn(2).lower(setup.initial_populations(), stepper.arrays).as_text(debug_info=True)
+    for stage in STAGES:
+        assert f"{stage}/" in hlo or f"/{stage}" in hlo, stage
+    assert "fused_bulk" in hlo
+
+
+def test_native_memory_is_one_population_array_plus_boundary_data():
+    """In-place AA pairs: XLA plans no second population buffer (memory_analysis, not timing)."""
+    grids = {"taylor_green": ["case=taylor_green", "grid.nx=128", "grid.ny=96"], "cylinder": ["grid.nx=420", "grid.ny=180"]}
+    for name, limit in (("taylor_green", 1.01), ("cylinder", 1.25)):
+        setup = _setup(grids[name], "float32")
+        stepper = FusedStepper(setup, engine="native")
+        f = setup.initial_populations()
+        mem = stepper.compiled(f, 10).memory_analysis()
+        planned = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
+        plan_bytes = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves(stepper.arrays))
+        assert mem.temp_size_in_bytes < 0.25 * f.nbytes, name
+        assert planned <= limit * f.nbytes + plan_bytes, name
+
+
+def test_auto_falls_back_to_xla_when_no_compiler(monkeypatch):
+    setup = _setup(CASES["taylor_green"], "float32")
+    monkeypatch.setattr(native, "compiler", lambda: None)
+    stepper = FusedStepper(setup)
+    assert stepper.engine == "xla" and "compiler" in stepper.engine_note
+    with pytest.raises(NativeUnavailable):
+        FusedStepper(setup, engine="native")
+
+
+@pytest.mark.parametrize("storage,bound", [("float16", 0.01), ("bfloat16", 0.1)])
+def test_16bit_storage_accuracy_on_taylor_green(storage, bound):
+    """16-bit storage (f - w kept in 16 bits, float32 arithmetic): decay error against the analytic solution.
+
+    Measured: float32 1.4e-3, float16 2.7e-3, bfloat16 4.8e-2 (docs/performance.md); the
+    float16 bound is the one test_cases applies to float32, bfloat16 gets ten times more.
+    """
+    run = run_config("case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=3000")
+    case = make_case(run)
+    setup = case.setup()
+    from lbm.kernels.macroscopic import macroscopic
+
+    errors = {}
+    for engine in ("native", "xla"):
+        stepper = FusedStepper(setup, engine=engine, storage=storage)
+        f = setup.initial_populations()
+        worst = 0.0
+        for k in range(1, 7):
+            f, _ = stepper.advance(f, 500)
+            assert f.dtype == np.float32
+            u = np.asarray(macroscopic(f, setup.lattice)[1])
+            amp = float(np.sum(u * case.mode) / np.sum(case.mode ** 2)) * run.u_lattice
+            worst = max(worst, abs(amp / case.analytic_amplitude(500 * k) - 1))
+        errors[engine] = worst
+    assert errors["native"] < bound and errors["xla"] < bound
+    # both engines round to the same 16-bit grid: their errors are alike
+    assert errors["native"] == pytest.approx(errors["xla"], rel=0.3)
+
+
+def test_threads_do_not_change_the_result(monkeypatch):
+    setup = _setup(["case=taylor_green", "grid.nx=96", "grid.ny=200"], "float64")
+    results = []
+    for threads in ("1", "3"):
+        monkeypatch.setenv("LBM_NATIVE_THREADS", threads)
+        results.append(_run(FusedStepper(setup, engine="native"), setup, 6)[0])
+    np.testing.assert_array_equal(results[0], results[1])
