@@ -164,6 +164,13 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tupl
                       "|---|---|---|"] + [f"| {f} | {x} | {y} |" for f, x, y in diffs]
         else:
             lines.append("Compiled structure: identical fusion counts and kinds.")
+        new_special = [f for f in b.get("special_fusions") or [] if f not in (a.get("special_fusions") or [])]
+        gone_special = [f for f in a.get("special_fusions") or [] if f not in (b.get("special_fusions") or [])]
+        for title, items in (("Fusions of a special kind only in new", new_special),
+                             ("Fusions of a special kind only in base", gone_special)):
+            if items:
+                lines += ["", f"{title} (look here first):", ""] + [
+                    f"- `{f['fusion']}` kind `{f['kind']}` from `{f['op_name']}`" for f in items]
         if a.get("compile_s") and b.get("compile_s"):
             lines.append(f"\nCompile time: {a['compile_s']:.3f} s -> {b['compile_s']:.3f} s")
     verdict = (f"REGRESSION: {len(regressed)} configuration(s) slower beyond noise: "

@@ -58,7 +58,7 @@ def write_bundle(setup: Setup, out_dir: Path, fused_steps: int = 10, context: di
         path.write_bytes(exp.serialize())
         entries.append({"name": name, "kind": "stage", "file": path.name, "platforms": platforms,
                         "inputs": [[list(a.shape), str(a.dtype)] for a in exp.in_avals]})
-    stepper = FusedStepper(setup)
+    stepper = FusedStepper(setup, engine="xla")  # the portable pure-JAX step (no native custom calls)
     f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
     arrays = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), stepper.arrays)
     exp, platforms = _export(stepper._chunk_fn(fused_steps), (f, arrays))

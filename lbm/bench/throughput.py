@@ -238,6 +238,7 @@ def hlo_facts(compiled: Any, steps: int, population_bytes: int) -> dict[str, Any
         "fusions_in_loop_body": sum(1 for ln in program.get(body, []) if " fusion(" in ln) if body else None,
         "custom_calls": sum(1 for lines in program.values() for ln in lines if " custom-call(" in ln),
         "steps_in_chunk": steps,
+        **fusion_inventory([ln for lines in program.values() for ln in lines]),
     }
     try:
         cost = compiled.cost_analysis()
@@ -260,6 +261,28 @@ def hlo_facts(compiled: Any, steps: int, population_bytes: int) -> dict[str, Any
     except Exception:  # memory analysis is optional per backend
         pass
     return facts
+
+
+def fusion_inventory(lines: list[str]) -> dict[str, Any]:
+    """Program-level fusions by kind (a backend's own kind, e.g. ``__ynn_fusion``, over XLA's kLoop/kInput),
+    custom-call targets, and the op names of fusions that are not plain loop/input/output fusions."""
+    kinds: dict[str, int] = {}
+    targets: dict[str, int] = {}
+    special: list[dict[str, str]] = []
+    for ln in lines:
+        if " fusion(" in ln:
+            backend = re.search(r'"kind":"([^"]+)"', ln)
+            kind = backend.group(1) if backend else (re.search(r"kind=(k\w+)", ln) or [None, "?"])[1]
+            kinds[kind] = kinds.get(kind, 0) + 1
+            if kind not in ("kLoop", "kInput", "kOutput") and len(special) < 20:
+                op = re.search(r'op_name="([^"]+)"', ln)
+                special.append({"fusion": ln.split("=")[0].strip().lstrip("%"), "kind": kind,
+                                "op_name": op.group(1) if op else ""})
+        if " custom-call(" in ln:
+            target = re.search(r'custom_call_target="([^"]+)"', ln)
+            name = target.group(1) if target else "?"
+            targets[name] = targets.get(name, 0) + 1
+    return {"fusion_kinds": kinds, "custom_call_targets": targets, "special_fusions": special}
 
 
 def _computations(text: str) -> dict[str, list[str]]:
