@@ -110,6 +110,7 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
         max_steps=check_int("max_steps", cfg.get("max_steps"), 1),
         steps_per_dispatch=check_int("steps_per_dispatch", cfg.get("steps_per_dispatch"), 0),
         stage_steps=check_int("stage_steps", cfg.get("stage_steps"), 1),
+        kernel_profile=check_int("kernel_profile", cfg.get("kernel_profile", 20), 0),
     )
     bw = cfg.get("bandwidth") or {}
     enabled = bw.get("enabled", True)

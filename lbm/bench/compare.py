@@ -55,10 +55,10 @@ def label(key: tuple[Any, ...]) -> str:
 
 
 def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int = 0) -> float:
-    """Two-sided p-value that the medians of a and b differ, by permuting the pooled repeats."""
-    if len(a) < 2 or len(b) < 2:
+    """Two-sided p-value that a and b differ in mean, by permuting the pooled repeats (nan with < 3 each)."""
+    if len(a) < 3 or len(b) < 3:
         return float("nan")
-    observed = abs(statistics.median(b) - statistics.median(a))
+    observed = abs(statistics.fmean(b) - statistics.fmean(a))
     pooled = a + b
     n = len(a)
     combos = math.comb(len(pooled), n)
@@ -72,7 +72,7 @@ def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int
         chosen = set(idx)
         xa = [pooled[i] for i in chosen]
         xb = [pooled[i] for i in range(len(pooled)) if i not in chosen]
-        hits += abs(statistics.median(xb) - statistics.median(xa)) >= observed - 1e-12
+        hits += abs(statistics.fmean(xb) - statistics.fmean(xa)) >= observed - 1e-12
         total += 1
     return hits / total
 
@@ -100,6 +100,18 @@ def structure(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def short_op(op_name: str) -> str:
+    """An op_name without the call-path segments that differ between JAX versions."""
+    parts = [p for p in op_name.split("/") if p and not p.startswith("jit(") and p not in
+             ("while", "body", "closed_call", "eval_jaxpr", "cond", "branch_0_fun", "branch_1_fun")]
+    return "/".join(parts)
+
+
+def special_signature(fusion: dict[str, str]) -> tuple[str, str]:
+    """What identifies a special fusion across runs: its kind and its normalised op name."""
+    return fusion.get("kind", ""), short_op(fusion.get("op_name", ""))
+
+
 def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple[str, bool]:
     """The markdown report and whether anything regressed."""
     lines = ["# lbm bench comparison", ""]
@@ -111,7 +123,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tupl
         lines += ["| | base | new |", "|---|---|---|"] + [f"| {k} | {a} | {b} |" for k, a, b in env_diff]
     else:
         lines.append("identical (versions, flags, device)")
-    bw_a, bw_b = (d.get("bandwidth", {}).get("bandwidth_gbs") for d in (base, new))
+    bw_a, bw_b = ((d.get("bandwidth") or {}).get("bandwidth_gbs") for d in (base, new))
     if bw_a and bw_b:
         lines += ["", f"Measured memory bandwidth: base {bw_a:.1f} GB/s, new {bw_b:.1f} GB/s "
                       f"({(bw_b / bw_a - 1) * 100:+.1f}%: a change here is the machine, not the code)."]
@@ -164,8 +176,35 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tupl
                       "|---|---|---|"] + [f"| {f} | {x} | {y} |" for f, x, y in diffs]
         else:
             lines.append("Compiled structure: identical fusion counts and kinds.")
-        new_special = [f for f in b.get("special_fusions") or [] if f not in (a.get("special_fusions") or [])]
-        gone_special = [f for f in a.get("special_fusions") or [] if f not in (b.get("special_fusions") or [])]
+        ka, kb = (r.get("kernel_times", {}).get("kernels", {}) for r in (a, b))
+        if ka and kb:
+            lines += ["", "Costliest kernels (device clock, µs per step; a kernel name present in both runs is the same "
+                          "HLO instruction only if the programs match):", "",
+                      "| kernel | base µs/step | base share | new µs/step | new share |", "|---|---|---|---|---|"]
+            names = sorted(set(list(ka)[:8]) | set(list(kb)[:8]),
+                           key=lambda n: -max(ka.get(n, {}).get("us_per_step", 0), kb.get(n, {}).get("us_per_step", 0)))
+            both = [n for n in ka if n in kb]
+            if both:
+                worst = max(both, key=lambda n: kb[n]["us_per_step"] - ka[n]["us_per_step"])
+                delta = kb[worst]["us_per_step"] - ka[worst]["us_per_step"]
+                special = {f["fusion"]: f for f in (b.get("special_fusions") or [])}
+                origin = f", {special[worst]['kind']} from `{short_op(special[worst]['op_name'])}`" if worst in special else ""
+                lines += ["", f"Largest change of one kernel: `{worst}`{origin}: "
+                              f"{ka[worst]['us_per_step']:.1f} -> {kb[worst]['us_per_step']:.1f} µs per step "
+                              f"({delta:+.1f} µs).", ""]
+            for name in names:
+                x, y = ka.get(name), kb.get(name)
+                fx = f"{x['us_per_step']:.1f} | {x['share'] * 100:.0f}%" if x else "- | -"
+                fy = f"{y['us_per_step']:.1f} | {y['share'] * 100:.0f}%" if y else "- | -"
+                lines.append(f"| `{name}` | {fx} | {fy} |")
+        sig_a = {special_signature(f) for f in a.get("special_fusions") or []}
+        sig_b = {special_signature(f) for f in b.get("special_fusions") or []}
+        new_special = [f for f in b.get("special_fusions") or [] if special_signature(f) not in sig_a]
+        gone_special = [f for f in a.get("special_fusions") or [] if special_signature(f) not in sig_b]
+        kept = [f for f in b.get("special_fusions") or [] if special_signature(f) in sig_a]
+        if kept:
+            lines += ["", "Fusions of a special kind in both runs: " + ", ".join(
+                f"`{f['fusion']}` ({f['kind']}, from `{short_op(f['op_name'])}`)" for f in kept)]
         for title, items in (("Fusions of a special kind only in new", new_special),
                              ("Fusions of a special kind only in base", gone_special)):
             if items:

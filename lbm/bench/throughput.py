@@ -69,6 +69,7 @@ class Timing:
     max_steps: int = 100_000
     steps_per_dispatch: int = 0  # 0: all the steps of a repeat in one dispatch (fused variants)
     stage_steps: int = 3  # instrumented: synchronised steps timed per stage
+    kernel_profile: int = 20  # fused: steps of one profiled call for per-kernel times (0 = off)
 
 
 def make_setup(cfg: BenchConfig) -> Any:
@@ -390,4 +391,11 @@ def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progr
         record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
     say(f"{cfg.label}: reading the compiled program")
     record.update(runner.describe(f0, n))
+    if runner.mode in ("fused", "naive") and timing.kernel_profile:
+        from lbm.bench.kernels import kernel_times
+
+        say(f"{cfg.label}: tracing one call for per-kernel times")
+        traced = min(n, timing.kernel_profile)
+        runner.compile(f0, traced)
+        record["kernel_times"] = kernel_times(lambda: runner.run(f0 + 0, traced), traced)
     return record
