@@ -185,7 +185,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tupl
                            key=lambda n: -max(ka.get(n, {}).get("us_per_step", 0), kb.get(n, {}).get("us_per_step", 0)))
             both = [n for n in ka if n in kb]
             if both:
-                worst = max(both, key=lambda n: kb[n]["us_per_step"] - ka[n]["us_per_step"])
+                worst = max(both, key=lambda n: abs(kb[n]["us_per_step"] - ka[n]["us_per_step"]))
                 delta = kb[worst]["us_per_step"] - ka[worst]["us_per_step"]
                 special = {f["fusion"]: f for f in (b.get("special_fusions") or [])}
                 origin = f", {special[worst]['kind']} from `{short_op(special[worst]['op_name'])}`" if worst in special else ""
