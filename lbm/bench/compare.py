@@ -178,11 +178,6 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tupl
             lines.append("Compiled structure: identical fusion counts and kinds.")
         ka, kb = (r.get("kernel_times", {}).get("kernels", {}) for r in (a, b))
         if ka and kb:
-            lines += ["", "Costliest kernels (device clock, µs per step; a kernel name present in both runs is the same "
-                          "HLO instruction only if the programs match):", "",
-                      "| kernel | base µs/step | base share | new µs/step | new share |", "|---|---|---|---|---|"]
-            names = sorted(set(list(ka)[:8]) | set(list(kb)[:8]),
-                           key=lambda n: -max(ka.get(n, {}).get("us_per_step", 0), kb.get(n, {}).get("us_per_step", 0)))
             both = [n for n in ka if n in kb]
             if both:
                 worst = max(both, key=lambda n: abs(kb[n]["us_per_step"] - ka[n]["us_per_step"]))
@@ -192,6 +187,11 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tupl
                 lines += ["", f"Largest change of one kernel: `{worst}`{origin}: "
                               f"{ka[worst]['us_per_step']:.1f} -> {kb[worst]['us_per_step']:.1f} µs per step "
                               f"({delta:+.1f} µs).", ""]
+            lines += ["", "Costliest kernels (device clock, µs per step; a kernel name present in both runs is the same "
+                          "HLO instruction only if the programs match):", "",
+                      "| kernel | base µs/step | base share | new µs/step | new share |", "|---|---|---|---|---|"]
+            names = sorted(set(list(ka)[:8]) | set(list(kb)[:8]),
+                           key=lambda n: -max(ka.get(n, {}).get("us_per_step", 0), kb.get(n, {}).get("us_per_step", 0)))
             for name in names:
                 x, y = ka.get(name), kb.get(name)
                 fx = f"{x['us_per_step']:.1f} | {x['share'] * 100:.0f}%" if x else "- | -"
