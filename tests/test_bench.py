@@ -141,3 +141,28 @@ def test_multirun_sweep_writes_one_bench_json_per_job(tmp_path):
 
 def test_bench_config_file_is_packaged():
     assert (Path(__file__).resolve().parents[1] / "lbm" / "configs" / "bench.yaml").exists()
+
+
+@pytest.mark.parametrize("lattice", ["d2q9", "d3q19", "d3q27"])
+def test_naive_baseline_is_the_same_bgk_step(lattice):
+    """The naive step computes what the stage kernels compute (collide then stream), only slower."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from lbm.bench.naive import naive_runner, naive_step
+    from lbm.kernels.equilibrium import equilibrium
+    from lbm.kernels.macroscopic import macroscopic
+    from lbm.kernels.streaming import stream
+    from lbm.lattice import LATTICES
+
+    jax.config.update("jax_enable_x64", True)
+    lat = LATTICES[lattice]
+    shape = (6, 5) if lat.d == 2 else (4, 3, 5)
+    rng = np.random.default_rng(1)
+    f = jnp.asarray(lat.w.reshape((-1,) + (1,) * lat.d) * (1 + 0.1 * rng.standard_normal((lat.q,) + shape)))
+    rho, u = macroscopic(f, lat)
+    ref = stream(f - 1.3 * (f - equilibrium(rho, u, lat)), lat)
+    np.testing.assert_allclose(naive_step(f, lat, 1.3), ref, rtol=1e-14, atol=1e-16)
+    two = naive_step(naive_step(f, lat, 1.3), lat, 1.3)
+    np.testing.assert_allclose(naive_runner(lat, 1.3, 2)(f + 0), two, rtol=1e-14, atol=1e-16)
