@@ -17,6 +17,8 @@ from lbm.errors import ConfigError
 from lbm.lattice import CS2, LATTICES
 
 MODES = ("fused", "instrumented")
+ENGINES = ("auto", "native", "xla")
+"""Fused-mode engines: auto (native where it builds, else xla), native (hand-fused C++ via jax.ffi), xla."""
 PRECISIONS = ("float32", "float64")
 COLLISIONS = ("bgk", "trt")
 MACH_WARN = 0.1
@@ -107,6 +109,7 @@ class RunConfig:
     frames: bool = False
     animation: bool = False
     progress: str = "auto"
+    engine: str = "auto"
     profile: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -126,6 +129,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     collision = check_choice("collision", _get(cfg, "collision.name"), COLLISIONS)
     trt_magic = check_float("collision.magic", _get(cfg, "collision.magic", 0.1875), 0.0)
     mode = check_choice("mode", _get(cfg, "mode"), MODES)
+    engine = check_choice("engine", _get(cfg, "engine", "auto"), ENGINES)
     precision = check_choice("precision", _get(cfg, "precision"), PRECISIONS)
     steps_raw = _get(cfg, "steps")
     steps: int | None = None if steps_raw == "auto" else check_int("steps", steps_raw, 1)
@@ -185,7 +189,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
         mode=mode, precision=precision, steps=steps, steps_auto=steps is None, grid=grid, reynolds=reynolds, tau=tau,
         u_lattice=u_lat,
         output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, profile=profile,
-        checkpoint=checkpoint, vtk=vtk, frames=frames, animation=animation, progress=progress,
+        checkpoint=checkpoint, vtk=vtk, frames=frames, animation=animation, progress=progress, engine=engine,
         raw=dict(cfg),
     )
 

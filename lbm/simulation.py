@@ -25,7 +25,7 @@ from lbm.io.fields import write_fields, write_json
 from lbm.kernels.macroscopic import macroscopic
 from lbm.lattice import Lattice
 from lbm.progress import Progress
-from lbm.stepper import Stepper, fields_of, make_stepper
+from lbm.stepper import NativeUnavailable, Stepper, fields_of, make_stepper
 
 log = logging.getLogger("lbm")
 
@@ -216,7 +216,12 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     setup = case.setup()
     log_parameters(run, setup)
 
-    stepper: Stepper = make_stepper(setup, run.mode, sync=bool(run.profile.get("sync")))
+    try:
+        stepper: Stepper = make_stepper(setup, run.mode, sync=bool(run.profile.get("sync")), engine=run.engine)
+    except NativeUnavailable as exc:
+        raise LbmError(f"engine=native is not available here ({exc}); use engine=auto or engine=xla") from None
+    if run.mode == "fused":
+        log.info("fused engine: %s%s", stepper.engine, f" ({stepper.engine_note})" if stepper.engine_note else "")
     f = setup.initial_populations()
     fluid = jnp.asarray(setup.fluid)
     outputs = Outputs(run, run_dir, setup)
@@ -414,6 +419,7 @@ def build_metrics(run: RunConfig, setup: Setup, stepper: Stepper, steps_timed: i
         "lattice": run.lattice,
         "collision": run.collision,
         "mode": run.mode,
+        "engine": getattr(stepper, "engine", "instrumented"),
         "precision": run.precision,
         "grid": list(setup.shape),
         "cells": cells,

@@ -37,6 +37,7 @@ BAD_INPUTS = [
     (["precision=float16"], "precision"),
     (["precision=bf16"], "precision"),
     (["mode=turbo"], "mode"),
+    (["engine=turbo"], "engine"),
     (["lattice=d3q19"], "grid.nz"),
     (["grid.nz=8"], "grid.nz"),
     (["output.every=100000"], "output.every"),
