@@ -44,6 +44,8 @@ def test_bench_json_holds_every_contract_field(bench_doc):
         assert bw[kernel]["median_gbs"] > 0 and bw[kernel]["min_gbs"] <= bw[kernel]["max_gbs"]
     assert bw["bandwidth_gbs"] == max(bw[k]["median_gbs"] for k in ("copy", "triad", "copy_2buf", "triad_2buf"))
     assert "GB/s" in bw["unit"]
+    # measured before and after the configurations; the roofline is the larger
+    assert len(bw["runs"]) == 2 and bw["bandwidth_gbs"] == max(r["bandwidth_gbs"] for r in bw["runs"])
     records = doc["records"]
     variants = {(r["case"], r["variant"]) for r in records}
     assert variants == {("periodic", "auto"), ("periodic", "xla"), ("periodic", "naive"), ("periodic", "instrumented"),

@@ -63,9 +63,11 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
         out = Console(width=170)
     bw = doc.get("bandwidth")
     if bw:
-        kernels = ", ".join(f"{k} {bw[k]['median_gbs']:.1f} GB/s" for k in ("copy", "triad", "copy_2buf", "triad_2buf"))
-        out.print(f"memory bandwidth (median of {bw['repeats']}): {kernels}; roofline {bw['bandwidth_gbs']:.1f} GB/s "
-                  f"({bw['roofline_kernel']})")
+        for run in bw.get("runs", [bw]):
+            kernels = ", ".join(f"{k} {run[k]['median_gbs']:.1f}" for k in ("copy", "triad", "copy_2buf", "triad_2buf")
+                                if k in run)
+            out.print(f"memory bandwidth {run.get('when', '')} (GB/s, median of {run['repeats']}): {kernels}")
+        out.print(f"roofline {bw['bandwidth_gbs']:.1f} GB/s ({bw['roofline_kernel']}, {bw.get('when', '')})")
     env = doc.get("environment", {})
     out.print(f"{env.get('device', '?')} {env.get('cpu_model', '')} | jax {env.get('jax', '?')} | "
               f"load average {doc.get('load_average_start')} -> {doc.get('load_average_end')}")

@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from lbm.bench.roofline import lbm_bytes_per_cell, roofline_mlups
+from lbm.bench.roofline import lbm_bytes_per_cell
 
 CASES = {"periodic": "taylor_green", "cylinder": "cylinder"}
 VARIANTS = ("auto", "native", "xla", "naive", "instrumented")
@@ -321,6 +321,15 @@ def make_runner(cfg: BenchConfig, setup: Any, timing: Timing) -> _Runner:
     return _FusedRunner(setup, cfg.variant, storage, timing.steps_per_dispatch)
 
 
+def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None) -> None:
+    """Set a record's roofline MLUPS and fraction of the roofline for a bandwidth (GB/s); none if None."""
+    record.pop("roofline_mlups", None)
+    record.pop("fraction_of_roofline", None)
+    if bandwidth_gbs:
+        record["roofline_mlups"] = bandwidth_gbs * 1e3 / record["bytes_per_cell_update"]
+        record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
+
+
 def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progress: Progress | None = None
             ) -> dict[str, Any]:
     """Measure one configuration; returns its bench.json record."""
@@ -386,9 +395,7 @@ def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progr
         "compile_s": compile_s,
         "clock": CLOCK,
     }
-    if bandwidth_gbs:
-        record["roofline_mlups"] = roofline_mlups(bandwidth_gbs, q, itemsize)
-        record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
+    apply_roofline(record, bandwidth_gbs)
     say(f"{cfg.label}: reading the compiled program")
     record.update(runner.describe(f0, n))
     if runner.mode in ("fused", "naive") and timing.kernel_profile:

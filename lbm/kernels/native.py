@@ -461,16 +461,20 @@ def build(spec: KernelSpec) -> Path:
     out = cache_dir() / f"lbm_{spec.tag}_{key}.so"
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        cpp = Path(tmp) / "kernel.cc"
-        cpp.write_text(src)
-        tmp_so = Path(tmp) / "kernel.so"
-        cmd = [cxx, *flags, f"-I{jax.ffi.include_dir()}", str(cpp), "-o", str(tmp_so)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"kernel build failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-        os.replace(tmp_so, out)  # atomic: concurrent builders agree on the result
+    cmd = [cxx, *flags, f"-I{jax.ffi.include_dir()}", "kernel.cc", "-o", "kernel.so"]
+    for attempt in range(2):  # the cache directory may be removed under us by a cleaner: retry once
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+                (Path(tmp) / "kernel.cc").write_text(src)
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"kernel build failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+                os.replace(Path(tmp) / "kernel.so", out)  # atomic: concurrent builders agree on the result
+            return out
+        except FileNotFoundError:
+            if attempt:
+                raise
     return out
 
 
