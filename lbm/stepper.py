@@ -6,6 +6,12 @@ buffer donated. ``instrumented``: each stage is its own compiled ``jax.jit``
 function wrapped in ``jax.profiler.annotate_function(name=stage)``, and every step
 runs under ``jax.profiler.StepTraceAnnotation("timestep")``. Both call the same
 stage functions through the same :func:`timestep`.
+
+Fused mode has two engines (``FusedStepper(engine=...)``): ``xla`` composes the stage
+functions in one jit (the reference, any device); ``native`` runs the bulk of the lattice
+through a generated C++ kernel (lbm.kernels.native, under ``jax.named_scope("fused_bulk")``)
+and the stage functions on the boundary cells only (:class:`NativePlan`). ``auto`` (the
+default) picks native where it builds. docs/performance.md has the measurements.
 """
 
 from __future__ import annotations
