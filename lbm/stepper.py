@@ -6,6 +6,12 @@ buffer donated. ``instrumented``: each stage is its own compiled ``jax.jit``
 function wrapped in ``jax.profiler.annotate_function(name=stage)``, and every step
 runs under ``jax.profiler.StepTraceAnnotation("timestep")``. Both call the same
 stage functions through the same :func:`timestep`.
+
+Fused mode has two engines (``FusedStepper(engine=...)``): ``xla`` composes the stage
+functions in one jit (the reference, any device); ``native`` runs the bulk of the lattice
+through a generated C++ kernel (lbm.kernels.native, under ``jax.named_scope("fused_bulk")``)
+and the stage functions on the boundary cells only (:class:`NativePlan`). ``auto`` (the
+default) picks native where it builds. docs/performance.md has the measurements.
 """
 
 from __future__ import annotations
@@ -103,7 +109,7 @@ ENGINES = ("auto", "native", "xla")
 ``native`` = the hand-fused CPU kernel for the bulk plus the stage functions on boundary cells only;
 ``auto`` = native where it is available and supports the case, else xla."""
 
-STORAGES = ("native", "bfloat16", "float16")
+STORAGES = ("compute", "bfloat16", "float16")
 """How fused mode stores populations between steps: in the compute dtype, or as 16-bit
 deviations from the rest weights (f - w), computed in the setup's dtype (float32)."""
 _STORAGE_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -119,13 +125,13 @@ class FusedStepper(Stepper):
 
     mode = "fused"
 
-    def __init__(self, setup: Setup, engine: str = "auto", storage: str = "native") -> None:
+    def __init__(self, setup: Setup, engine: str = "auto", storage: str = "compute") -> None:
         super().__init__(setup)
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         if storage not in STORAGES:
             raise ValueError(f"storage must be one of {', '.join(STORAGES)}, not {storage!r}")
-        if storage != "native" and jnp.dtype(setup.dtype) != jnp.float32:
+        if storage != "compute" and jnp.dtype(setup.dtype) != jnp.float32:
             raise ValueError(f"{storage} storage computes in float32: build the setup with precision=float32")
         self.storage = storage
         self.stages = {name: _scoped(name, fn) for name, fn in stage_functions(setup).items()}
@@ -146,13 +152,13 @@ class FusedStepper(Stepper):
     # --- storage -------------------------------------------------------------------------
     def encode(self, f: jnp.ndarray) -> jnp.ndarray:
         """Populations in the stored representation."""
-        if self.storage != "native":
+        if self.storage != "compute":
             return (f - _rest(self.setup.lattice, f.dtype, f.ndim)).astype(_STORAGE_DTYPES[self.storage])
         return f
 
     def decode(self, s: jnp.ndarray) -> jnp.ndarray:
         """Populations in the compute dtype from the stored representation."""
-        if self.storage != "native":
+        if self.storage != "compute":
             dtype = jnp.dtype(self.setup.dtype)
             return s.astype(dtype) + _rest(self.setup.lattice, dtype, s.ndim)
         return s
@@ -229,13 +235,13 @@ class NativePlan:
     own stage functions, exactly as :func:`timestep` does on the whole lattice.
     """
 
-    def __init__(self, setup: Setup, storage: str = "native") -> None:
+    def __init__(self, setup: Setup, storage: str = "compute") -> None:
         from lbm.kernels import native
 
         dtype = jnp.dtype(setup.dtype)
         if dtype not in (jnp.float32, jnp.float64):
             raise NativeUnavailable(f"no native kernel for dtype {dtype}")
-        if storage != "native":
+        if storage != "compute":
             store = {"bfloat16": "bf16", "float16": "f16"}[storage]
         else:
             store = "float32" if dtype == jnp.float32 else "float64"
@@ -256,6 +262,8 @@ class NativePlan:
 
     # --- plan arrays -----------------------------------------------------------------------
     def _block_arrays(self) -> dict[str, Any]:
+        from lbm.kernels.sparse import neighbour
+
         setup, block = self.setup, self.block
         if block is None:
             return {}
@@ -279,8 +287,6 @@ class NativePlan:
                 for j in range(lat.q):
                     flagged = np.flatnonzero(links[j])
                     if flagged.size:
-                        from lbm.kernels.sparse import neighbour
-
                         nbr[j, flagged] = block.index_of(neighbour(cells[flagged], setup.shape, lat.c[j]))
                 bb["links"] = links
                 bb["neighbours"] = nbr
@@ -323,13 +329,13 @@ class NativePlan:
         return out, aux
 
     def _decode_block(self, stepper: FusedStepper, v: jnp.ndarray) -> jnp.ndarray:
-        if stepper.storage != "native":
+        if stepper.storage != "compute":
             dtype = jnp.dtype(self.setup.dtype)
             return v.astype(dtype) + _rest(self.setup.lattice, dtype, 2)
         return v
 
     def _encode_block(self, stepper: FusedStepper, v: jnp.ndarray) -> jnp.ndarray:
-        if stepper.storage != "native":
+        if stepper.storage != "compute":
             return (v - _rest(self.setup.lattice, v.dtype, 2)).astype(_STORAGE_DTYPES[stepper.storage])
         return v
 
@@ -385,7 +391,6 @@ class NativePlan:
 
 def build_block(setup: Setup) -> Any:
     """The boundary block of a setup (None for a bare periodic lattice); raises NativeUnavailable if unsupported."""
-    from lbm.kernels.forces import boundary_links  # noqa: F401  (documents where link arrays come from)
     from lbm.kernels.sparse import Block, neighbour
 
     lat = setup.lattice
@@ -473,7 +478,8 @@ class InstrumentedStepper(Stepper):
         return f, stacked
 
 
-def make_stepper(setup: Setup, mode: str, sync: bool = False, engine: str = "auto", storage: str = "native") -> Stepper:
+def make_stepper(setup: Setup, mode: str, sync: bool = False, engine: str = "auto", storage: str = "compute"
+                 ) -> Stepper:
     """The stepper for ``mode`` (fused | instrumented); ``sync`` blocks after each instrumented stage;
     ``engine`` and ``storage`` choose how fused mode computes and stores (see ENGINES, STORAGES)."""
     if mode == "instrumented":

@@ -32,7 +32,7 @@ from lbm.bench.roofline import lbm_bytes_per_cell
 
 CASES = {"periodic": "taylor_green", "cylinder": "cylinder"}
 VARIANTS = ("auto", "native", "xla", "naive", "instrumented")
-PRECISIONS = {"float32": ("float32", "native"), "float64": ("float64", "native"),
+PRECISIONS = {"float32": ("float32", "compute"), "float64": ("float64", "compute"),
               "f16-storage": ("float32", "float16"), "bf16-storage": ("float32", "bfloat16")}
 """bench precision -> (compute dtype, fused-mode storage)."""
 STORAGE_ITEMSIZE = {"float16": 2, "bfloat16": 2}
@@ -311,11 +311,11 @@ def make_runner(cfg: BenchConfig, setup: Any, timing: Timing) -> _Runner:
     if cfg.variant == "naive":
         if cfg.case != "periodic":
             raise ValueError("the naive step is defined for the periodic box only")
-        if storage != "native":
+        if storage != "compute":
             raise ValueError("the naive step stores populations in the compute dtype only")
         return _NaiveRunner(setup)
     if cfg.variant == "instrumented":
-        if storage != "native":
+        if storage != "compute":
             raise ValueError("instrumented mode stores populations in the compute dtype only")
         return _InstrumentedRunner(setup, timing.stage_steps)
     return _FusedRunner(setup, cfg.variant, storage, timing.steps_per_dispatch)
@@ -382,7 +382,7 @@ def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progr
         "case": cfg.case, "case_config": CASES[cfg.case], "lattice": cfg.lattice, "q": q, "grid": list(setup.shape),
         "cells": cells, "variant": cfg.variant, "mode": runner.mode, "engine": runner.engine,
         "precision": cfg.precision, "compute_dtype": str(jnp.dtype(setup.dtype)),
-        "storage": storage if runner.mode == "fused" else str(jnp.dtype(setup.dtype)),
+        "storage": storage if runner.mode == "fused" and storage != "compute" else str(jnp.dtype(setup.dtype)),
         "collision": cfg.collision, "steps_per_repeat": n,
         "steps_per_dispatch": (timing.steps_per_dispatch or n) if runner.mode == "fused" else
         (n if runner.mode == "naive" else 1),
