@@ -420,6 +420,7 @@ def build_metrics(run: RunConfig, setup: Setup, stepper: Stepper, steps_timed: i
         "collision": run.collision,
         "mode": run.mode,
         "engine": getattr(stepper, "engine", "instrumented"),
+        "engine_note": getattr(stepper, "engine_note", ""),
         "precision": run.precision,
         "grid": list(setup.shape),
         "cells": cells,

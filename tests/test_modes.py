@@ -32,7 +32,8 @@ def test_fused_and_instrumented_agree(name, precision, rtol):
     (ff, fa), (inf, ia) = results["fused"], results["instrumented"]
     assert ff.dtype == np.dtype(precision)
     # Same stage functions; XLA may contract/fuse arithmetic differently, so agreement is to rounding.
-    np.testing.assert_allclose(ff, inf, rtol=rtol, atol=0)
+    # (the native engine sums in another order than XLA: compare relative to the population scale)
+    np.testing.assert_allclose(ff, inf, rtol=rtol, atol=rtol * np.abs(inf).max())
     assert fa.keys() == ia.keys()
     for key in fa:
         assert fa[key].shape == (30, setup.lattice.d)
