@@ -97,8 +97,8 @@ def expand_jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     return jobs or [[]]
 
 
-def compose(overrides: list[str]) -> dict[str, Any]:
-    """The resolved job config (without Hydra's own node) for a list of overrides."""
+def compose(overrides: list[str], config_name: str = "config", command: str = "run") -> dict[str, Any]:
+    """The resolved config of ``command`` (without Hydra's own node) for a list of overrides."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -106,15 +106,16 @@ def compose(overrides: list[str]) -> dict[str, Any]:
 
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name="lbm"):
-            cfg = hydra_compose(config_name="config", overrides=overrides)
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name=config_name):
+            cfg = hydra_compose(config_name=config_name, overrides=overrides)
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
     except Exception as exc:  # Hydra/OmegaConf composition errors: report the first meaningful line
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         msg = lines[0] if lines else type(exc).__name__
         if msg.startswith("Could not override"):
             key = msg.split("'")[1] if "'" in msg else "?"
-            msg = f"{key} is not a config key (python -m lbm run --cfg job lists them; prefix + to add a new key)"
+            msg = (f"{key} is not a {'' if command == 'run' else command + ' '}config key "
+                   f"(python -m lbm {command} --cfg job lists them; prefix + to add a new key)")
         raise LbmError(f"bad override: {msg}") from None
     finally:
         GlobalHydra.instance().clear()

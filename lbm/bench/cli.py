@@ -27,25 +27,9 @@ SCHEMA = "lbm-bench/1"
 
 def compose_bench(overrides: list[str]) -> dict[str, Any]:
     """The resolved bench config (without Hydra's own node) for a list of overrides."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
+    from lbm.cli import compose
 
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name="bench"):
-            cfg = hydra_compose(config_name="bench", overrides=overrides)
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except Exception as exc:  # Hydra/OmegaConf composition errors: report the first meaningful line
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        msg = lines[0] if lines else type(exc).__name__
-        if msg.startswith("Could not override"):
-            key = msg.split("'")[1] if "'" in msg else "?"
-            msg = f"{key} is not a bench config key (python -m lbm bench --cfg job lists them)"
-        raise LbmError(f"bad override: {msg}") from None
-    finally:
-        GlobalHydra.instance().clear()
+    return compose(overrides, config_name="bench", command="bench")
 
 
 def _as_list(value: Any) -> list[Any]:
