@@ -9,7 +9,7 @@ stage functions through the same :func:`timestep`.
 
 Fused mode has two engines (``FusedStepper(engine=...)``): ``xla`` composes the stage
 functions in one jit (the reference, any device); ``native`` runs the bulk of the lattice
-through a generated C++ kernel (lbm.kernels.native, under ``jax.named_scope("fused_bulk")``)
+through a generated C++ kernel (lbm.kernels.native, under ``jax.named_scope(BULK_SCOPE)``)
 and the stage functions on the boundary cells only (:class:`NativePlan`). ``auto`` (the
 default) picks native where it builds. docs/performance.md has the measurements.
 """
@@ -32,6 +32,9 @@ from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.forces import momentum_exchange
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
+
+BULK_SCOPE = "fused_bulk+macroscopic+equilibrium+collide+stream"
+"""named_scope of the native bulk kernel: one pass doing these stages on every cell."""
 
 STAGES = ("outflow", "macroscopic", "equilibrium", "inlet", "collide", "bounce_back", "forces", "stream")
 """Canonical stage names in timestep order (DESIGN.md)."""
@@ -310,7 +313,8 @@ class NativePlan:
         plan = arrays["_native"]
         slots = plan["gather"][scheme] if self.block is not None else None
         force = None if setup.force is None else np.asarray(setup.force, np.float64)
-        with jax.named_scope("fused_bulk"):
+        # the scope names the stages the bulk kernel computes, so traces and the profiler attribute it
+        with jax.named_scope(BULK_SCOPE):
             if scheme == "push":
                 out, old = native.push(self.spec, a, jnp.zeros_like(a), setup.omega_plus, setup.omega_minus, force,
                                        slots)

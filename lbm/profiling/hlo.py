@@ -128,9 +128,13 @@ def parse_hlo(text: str) -> HloModule:
 
 
 def stages_in(op_name: str, stages: Iterable[str]) -> list[str]:
-    """The stage names that appear as scope components of an op_name path, in path order."""
+    """The stage names that appear as scope components of an op_name path, in path order.
+
+    A component may join several names with ``+`` (a kernel that does several stages at once,
+    e.g. the native bulk kernel's ``fused_bulk+macroscopic+equilibrium+collide+stream``).
+    """
     wanted = set(stages)
-    return [part for part in op_name.split("/") if part in wanted]
+    return [name for part in op_name.split("/") for name in part.split("+") if name in wanted]
 
 
 def kernel_stages(module: HloModule, stages: Iterable[str]) -> dict[str, list[str]]:
