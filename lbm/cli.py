@@ -192,14 +192,19 @@ def _task(cfg: Any) -> None:
 
 def cmd_run(args: Sequence[str]) -> int:
     """``run``: validate all jobs, then hand over to Hydra (single run or multirun)."""
-    import hydra
-
     overrides, multirun, info = split_hydra_args(args)
     if not info:
         prevalidate(overrides, multirun)
-    main = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_task)
+    return run_hydra(_task, "config", "run", args)
+
+
+def run_hydra(task: Any, config_name: str, command: str, args: Sequence[str]) -> int:
+    """Hand ``args`` to a Hydra main around ``task`` with the config ``config_name`` (single run or multirun)."""
+    import hydra
+
+    main = hydra.main(config_path=str(CONFIG_DIR), config_name=config_name, version_base="1.3")(task)
     argv = sys.argv
-    sys.argv = ["lbm run", *args]
+    sys.argv = [f"lbm {command}", *args]
     try:
         main()
     finally:

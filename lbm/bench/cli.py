@@ -19,7 +19,6 @@ from typing import Any
 
 from lbm.errors import ConfigError, LbmError
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SCHEMA = "lbm-bench/1"
 
 
@@ -295,22 +294,14 @@ def _task(cfg: Any) -> None:
 
 def main(args: Sequence[str]) -> int:
     """Entry point of ``python -m lbm bench``; returns the exit code."""
-    import hydra
 
-    from lbm.cli import expand_jobs, split_hydra_args
+    from lbm.cli import expand_jobs, run_hydra, split_hydra_args
 
     overrides, multirun, info = split_hydra_args(args)
     if not info:
         for job in expand_jobs(overrides, multirun):
             plan(compose_bench(job))
-    main_fn = hydra.main(config_path=str(CONFIG_DIR), config_name="bench", version_base="1.3")(_task)
-    argv = sys.argv
-    sys.argv = ["lbm bench", *args]
-    try:
-        main_fn()
-    finally:
-        sys.argv = argv
-    return 0
+    return run_hydra(_task, "bench", "bench", args)
 
 
 
