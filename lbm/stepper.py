@@ -493,18 +493,20 @@ def make_stepper(setup: Setup, mode: str, sync: bool = False, engine: str = "aut
 
 def fields_of(f: jnp.ndarray, setup: Setup) -> dict[str, np.ndarray]:
     """Host copies of rho, u and solid as the next step sees them (outflow and inlet applied, force-shifted u)."""
-    stages = stage_functions(setup)
+    if "moments" not in setup.compiled:  # one jitted function per setup: called at every output interval
+        stages = stage_functions(setup)
 
-    @jax.jit
-    def moments(f: jnp.ndarray, arrays: dict[str, Any]) -> tuple[jnp.ndarray, jnp.ndarray]:
-        if "outflow" in stages:
-            f = stages["outflow"](f)
-        rho, u = stages["macroscopic"](f)
-        if "inlet" in stages:
-            _, rho, u, _ = stages["inlet"](f, rho, u, stages["equilibrium"](rho, u), arrays["u_in"])
-        return rho, u
+        @jax.jit
+        def moments(f: jnp.ndarray, arrays: dict[str, Any]) -> tuple[jnp.ndarray, jnp.ndarray]:
+            if "outflow" in stages:
+                f = stages["outflow"](f)
+            rho, u = stages["macroscopic"](f)
+            if "inlet" in stages:
+                _, rho, u, _ = stages["inlet"](f, rho, u, stages["equilibrium"](rho, u), arrays["u_in"])
+            return rho, u
 
-    rho, u = moments(f, {k: v for k, v in setup.arrays.items() if k == "u_in"})
+        setup.compiled["moments"] = moments
+    rho, u = setup.compiled["moments"](f, {k: v for k, v in setup.arrays.items() if k == "u_in"})
     return {"rho": np.asarray(rho), "u": np.asarray(u), "solid": np.asarray(setup.solid, dtype=bool)}
 
 

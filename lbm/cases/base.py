@@ -43,6 +43,8 @@ class Setup:
     bounce_back_kind: str = "halfway"
     arrays: dict[str, Any] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)
+    compiled: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """Jitted helpers built once per setup (e.g. the output moments), so repeated calls do not retrace."""
 
     @property
     def fluid(self) -> np.ndarray:

@@ -15,11 +15,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from lbm.cases.base import Case, Setup, halfway_links, moving_wall_term
 from lbm.errors import ConfigError
+from lbm.kernels.macroscopic import macroscopic
+
+_velocity = jax.jit(lambda f, lattice: macroscopic(f, lattice)[1], static_argnums=1)
+"""Velocity of populations, compiled once per shape and lattice (called every chunk)."""
 
 GHIA_REYNOLDS = (100, 400, 1000, 3200, 5000, 7500, 10000)
 
@@ -122,9 +127,7 @@ class Cavity(Case):
 
     def observe(self, step: int, f: jnp.ndarray, aux: dict[str, np.ndarray]) -> None:
         """Keep the last two velocity snapshots to report how steady the flow is."""
-        from lbm.kernels.macroscopic import macroscopic
-
-        u = np.asarray(macroscopic(f, self.lattice)[1])
+        u = np.asarray(_velocity(f, self.lattice))
         self.previous = getattr(self, "latest", None)
         self.latest = (step, u)
 
