@@ -32,12 +32,7 @@ from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.forces import momentum_exchange
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
-
-BULK_SCOPE = "fused_bulk+macroscopic+equilibrium+collide+stream"
-"""named_scope of the native bulk kernel: one pass doing these stages on every cell."""
-
-STAGES = ("outflow", "macroscopic", "equilibrium", "inlet", "collide", "bounce_back", "forces", "stream")
-"""Canonical stage names in timestep order (DESIGN.md)."""
+from lbm.stages import BULK_SCOPE, STAGES
 
 Stages = dict[str, Callable[..., Any]]
 

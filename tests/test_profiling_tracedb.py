@@ -311,8 +311,8 @@ def test_sql_literals_are_quoted():
 
 
 def test_hlo_graph_rendered_only_with_graphviz(tmp_path, monkeypatch):
+    from lbm.hlo import parse_hlo, to_dot
     from lbm.profiling import compile_report
-    from lbm.profiling.hlo import parse_hlo, to_dot
 
     hlo = """HloModule jit_chunk, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
 
@@ -328,7 +328,7 @@ ENTRY %main (a: f32[4]) -> f32[4] {
 }
 """
     module = parse_hlo(hlo)
-    from lbm.profiling.hlo import count_ops, kernel_bytes, kernel_stages
+    from lbm.hlo import count_ops, kernel_bytes, kernel_stages
 
     assert kernel_stages(module, ["collide", "stream"]) == {"f": ["collide", "stream"], "c": []}
     assert count_ops(module)["fusions"] == 1 and kernel_bytes(module)["f"] == 32

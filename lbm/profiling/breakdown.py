@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from lbm.errors import LbmError
+from lbm.hlo import stages_in
 from lbm.profiling import queries
-from lbm.profiling.hlo import stages_in
 from lbm.profiling.tracedb import TraceDB
 from lbm.stepper import STAGES
 

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 
 from lbm.cases.base import Setup
-from lbm.profiling.hlo import count_ops, kernel_stages, parse_hlo, to_dot
+from lbm.hlo import count_ops, kernel_stages, parse_hlo, to_dot
 from lbm.stepper import STAGES, FusedStepper, stage_functions, timestep
 
 FUSED = "fused_step"

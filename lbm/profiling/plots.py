@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lbm.hlo import STAGE_COLORS
 from lbm.profiling.breakdown import STEP, Breakdown
-from lbm.profiling.hlo import STAGE_COLORS
 
 GROUP_COLORS = ["#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#17becf", "#bcbd22",
                 "#7f7f7f"]

@@ -81,7 +81,7 @@ def _plot(rows: list[dict[str, Any]], share_cols: list[str], path: Path) -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lbm.profiling.hlo import STAGE_COLORS
+    from lbm.hlo import STAGE_COLORS
 
     pts.sort(key=lambda r: r["cells"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
