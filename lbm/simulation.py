@@ -18,14 +18,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.cases import CASES, Case, Setup
+from lbm.cases.base import Snapshot
 from lbm.config import RunConfig, check_output_every
+from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, DivergenceError, LbmError
 from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
 from lbm.io.fields import write_fields, write_json
 from lbm.kernels.macroscopic import macroscopic
 from lbm.lattice import Lattice
 from lbm.progress import Progress
-from lbm.stepper import NativeUnavailable, Stepper, fields_of, make_stepper
 
 log = logging.getLogger("lbm")
 
@@ -181,19 +182,20 @@ class StopSignals:
 class Outputs:
     """Per-chunk outputs: monitor rows, VTK files and PNG frames at output intervals."""
 
-    def __init__(self, run: RunConfig, run_dir: Path, setup: Setup) -> None:
-        self.run, self.run_dir, self.setup = run, run_dir, setup
+    def __init__(self, run: RunConfig, run_dir: Path, engine: Engine) -> None:
+        self.run, self.run_dir, self.engine = run, run_dir, engine
         self.monitor: list[tuple[int, float, float]] = []
         self.files: list[str] = []
         self.frames: list[Path] = []
 
-    def chunk_done(self, step: int, f: jnp.ndarray, mass: float, energy: float, every: int) -> None:
-        """Record the monitored quantities; write VTK and frames when ``step`` is on the output interval."""
+    def chunk_done(self, snapshot: Snapshot, mass: float, energy: float, every: int) -> None:
+        """Record the monitored quantities; write VTK and frames when the chunk ends on the output interval."""
+        step = snapshot.step
         self.monitor.append((step, mass, energy))
         on_interval = step % every == 0 or step == self.run.steps
         if not (self.run.vtk or self.run.frames) or not on_interval:
             return
-        fields = fields_of(f, self.setup)
+        fields = snapshot.fields
         if self.run.vtk:
             from lbm.io.vtk import write_vti
 
@@ -217,14 +219,14 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     log_parameters(run, setup)
 
     try:
-        stepper: Stepper = make_stepper(setup, run.mode, sync=bool(run.profile.get("sync")), engine=run.engine)
-    except NativeUnavailable as exc:
+        engine: Engine = make_engine(setup, run.mode, engine=run.engine, sync=bool(run.profile.get("sync")))
+    except EngineUnavailable as exc:
         raise LbmError(f"engine=native is not available here ({exc}); use engine=auto or engine=xla") from None
     if run.mode == "fused":
-        log.info("fused engine: %s%s", stepper.engine, f" ({stepper.engine_note})" if stepper.engine_note else "")
+        log.info("fused engine: %s%s", engine.name, f" ({engine.note})" if engine.note else "")
     f = setup.initial_populations()
     fluid = jnp.asarray(setup.fluid)
-    outputs = Outputs(run, run_dir, setup)
+    outputs = Outputs(run, run_dir, engine)
     step = 0
     mass0 = float(chunk_stats(f, fluid, setup.lattice)[1])
     resume = run.checkpoint.get("resume")
@@ -255,17 +257,14 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
         # first call; it may cap chunk sizes inside its window and is told after each chunk.
         from lbm.profiling.capture import Profiler
 
-        profiler = Profiler(run, setup, stepper, run_dir)
+        profiler = Profiler(run, setup, engine, run_dir)
         profiler.start()
 
     # Compile before timing: the fused chunks ahead of time, the instrumented stages on a throw-away step.
-    if run.mode == "fused":
-        for n in chunk_lengths(start, run.steps, k):
-            stepper.compiled(f, n)
-    else:
-        jax.block_until_ready(stepper.advance(f + 0, 1)[0])
-    log.info("compiled in %.2f s (%s)", stepper.compile_time_s,
-             ", ".join(f"{n}: {t * 1e3:.0f} ms" for n, t in stepper.compile_times.items()))
+    for n in chunk_lengths(start, run.steps, k) if run.mode == "fused" else (1,):
+        engine.compile(f, n)
+    log.info("compiled in %.2f s (%s)", engine.compile_time_s,
+             ", ".join(f"{n}: {t * 1e3:.0f} ms" for n, t in engine.compile_times.items()))
 
     def checkpoint(at: int, pops: Any) -> Path:
         state = {**case.state(), "run/mass0": np.float64(mass0),
@@ -290,7 +289,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                 if keep_host_copy:
                     last_good = (step, np.array(f, copy=True))
                 t0 = time.perf_counter()
-                f, aux = stepper.advance(f, n, first_step=step)
+                f, aux = engine.advance(f, n, first_step=step)
                 healthy, mass, energy = (np.asarray(v).item() for v in chunk_stats(f, fluid, setup.lattice))
                 t_run += time.perf_counter() - t0
                 step += n
@@ -298,8 +297,9 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                     loc = first_bad_cell(np.asarray(f), setup.lattice)
                     raise DivergenceError(f"simulation diverged by step {step} (first bad cell {loc}): "
                                           f"{likely_cause(setup)}")
-                case.observe(step, f, aux)
-                outputs.chunk_done(step, f, mass, energy, k)
+                snapshot = Snapshot(step, aux, lambda f=f: engine.fields(f))
+                case.observe(snapshot)
+                outputs.chunk_done(snapshot, mass, energy, k)
                 if profiler is not None:
                     profiler.after_chunk(step, f)
                 progress.update(step, t_run)
@@ -321,28 +321,28 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
         progress.close()
         status, error = "diverged", exc
         last_good = latest_good_state(run_dir, last_good)
-        metrics = build_metrics(run, setup, stepper, step - start, t_run, status)
+        metrics = build_metrics(run, setup, engine, step - start, t_run, status)
         metrics.update(diverged_at_step=step, error=str(exc))
         if last_good is not None:
             metrics["fields_from_step"] = last_good[0]
-            finish(run, run_dir, case, setup, jnp.asarray(last_good[1]), metrics, outputs, mass0, profiler)
+            finish(run, run_dir, case, engine, jnp.asarray(last_good[1]), metrics, outputs, mass0, profiler)
         else:
             write_json(run_dir / "metrics.json", metrics)
         raise
     except BaseException:
         progress.close()
-        write_json(run_dir / "metrics.json", build_metrics(run, setup, stepper, step - start, t_run, "interrupted")
+        write_json(run_dir / "metrics.json", build_metrics(run, setup, engine, step - start, t_run, "interrupted")
                    | {"step_reached": step})
         raise
     progress.close()
-    metrics = build_metrics(run, setup, stepper, step - start, t_run, status)
+    metrics = build_metrics(run, setup, engine, step - start, t_run, status)
     metrics["step_reached"] = step
     if stopped_early is not None:
         metrics["steps"] = step
         metrics["stopped_early"] = f"steady after {step} steps (case tolerance reached; steps=auto allowed {run.steps})"
     if start:
         metrics["resumed_from_step"] = start
-    finish(run, run_dir, case, setup, f, metrics, outputs, mass0, profiler)
+    finish(run, run_dir, case, engine, f, metrics, outputs, mass0, profiler)
     if error is not None:
         raise error
     return metrics
@@ -369,12 +369,13 @@ def latest_good_state(run_dir: Path, in_memory: tuple[int, np.ndarray] | None) -
     return ckpt["step"], ckpt["f"]
 
 
-def finish(run: RunConfig, run_dir: Path, case: Case, setup: Setup, f: jnp.ndarray, metrics: dict[str, Any],
+def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.ndarray, metrics: dict[str, Any],
            outputs: Outputs, mass0: float, profiler: Any) -> None:
     """Write fields, the case's files, plots, the monitor and metrics.json (last, with the list of outputs)."""
+    setup = engine.setup
     if profiler is not None:
         metrics["profile"] = profiler.finish()
-    fields = fields_of(f, setup)
+    fields = engine.fields(f)
     mass = float(chunk_stats(f, jnp.asarray(setup.fluid), setup.lattice)[1])
     metrics["mass_rel_drift"] = mass / mass0 - 1.0
     metrics.update(case.metrics(setup, fields, int(metrics.get("step_reached", run.steps))))
@@ -409,7 +410,7 @@ def write_monitor(run_dir: Path, rows: list[tuple[int, float, float]], mass0: fl
     return "monitor.csv"
 
 
-def build_metrics(run: RunConfig, setup: Setup, stepper: Stepper, steps_timed: int, t_run: float,
+def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int, t_run: float,
                   status: str) -> dict[str, Any]:
     """The contract fields of metrics.json common to all cases."""
     cells = math.prod(setup.shape)
@@ -419,8 +420,8 @@ def build_metrics(run: RunConfig, setup: Setup, stepper: Stepper, steps_timed: i
         "lattice": run.lattice,
         "collision": run.collision,
         "mode": run.mode,
-        "engine": getattr(stepper, "engine", "instrumented"),
-        "engine_note": getattr(stepper, "engine_note", ""),
+        "engine": engine.name,
+        "engine_note": engine.note,
         "precision": run.precision,
         "grid": list(setup.shape),
         "cells": cells,
@@ -428,8 +429,8 @@ def build_metrics(run: RunConfig, setup: Setup, stepper: Stepper, steps_timed: i
         "steps": run.steps,
         "chunk_steps": chunk_size(run),
         **device_description(),
-        "compile_time_s": stepper.compile_time_s,
-        "compile_times_s": dict(stepper.compile_times),
+        "compile_time_s": engine.compile_time_s,
+        "compile_times_s": dict(engine.compile_times),
         "wall_time_s": t_run,
         "mlups": cells * steps_timed / t_run / 1e6 if t_run > 0 else None,
         "mlups_clock": "host wall clock over the stepping loop, compilation excluded, one device sync per chunk",
@@ -438,7 +439,7 @@ def build_metrics(run: RunConfig, setup: Setup, stepper: Stepper, steps_timed: i
         "u_lattice": run.u_lattice,
         "reynolds": setup.reynolds,
         "mach": setup.derived["mach"],
-        "derived": setup.derived,
+        "derived": dict(setup.derived),
     }
 
 

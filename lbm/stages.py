@@ -34,3 +34,6 @@ def split_scope(name: str) -> tuple[str, ...]:
     if "+" in name:
         return tuple(p for p in name.split("+")[1:] if p in STAGES)
     return (name,) if name in STAGES or name == HALO else ()
+
+CORE_STAGES = ("macroscopic", "equilibrium", "collide", "stream")
+"""Stages every timestep runs on every cell; the others come from the case's boundary conditions."""

@@ -9,12 +9,21 @@ import jax
 import numpy as np
 import pytest
 
+from lbm.cases.base import Snapshot
 from lbm.cli import compose
 from lbm.config import RunConfig, validate
+from lbm.engines import make_engine
 from lbm.simulation import make_case, simulate
-from lbm.stepper import fields_of, make_stepper
 
 DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(autouse=True)
+def _x64_scoped_to_the_test():
+    """A test (or a float64 run inside it) may switch float64 on; the next test starts as the command line does."""
+    before = bool(jax.config.jax_enable_x64)
+    yield
+    jax.config.update("jax_enable_x64", before)
 
 
 def run_config(*overrides: str) -> RunConfig:
@@ -29,17 +38,17 @@ def advance(run: RunConfig, steps: int | None = None, mode: str | None = None) -
     case = make_case(run)
     run = case.run
     setup = case.setup()
-    stepper = make_stepper(setup, mode or run.mode)
+    engine = make_engine(setup, mode or run.mode)
     f = setup.initial_populations()
     n = steps or run.steps
     chunk = run.output_every or n
     done = 0
     while done < n:
         k = min(chunk, n - done)
-        f, aux = stepper.advance(f, k, first_step=done)
+        f, aux = engine.advance(f, k, first_step=done)
         done += k
-        case.observe(done, f, aux)
-    return case, setup, fields_of(f, setup) | {"f": np.asarray(f)}
+        case.observe(Snapshot(done, aux, lambda f=f: engine.fields(f)))
+    return case, setup, engine.fields(f) | {"f": np.asarray(f)}
 
 
 @pytest.fixture

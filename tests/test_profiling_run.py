@@ -11,7 +11,7 @@ from conftest import run_config
 
 from lbm.cli import main
 from lbm.simulation import simulate
-from lbm.stepper import STAGES
+from lbm.stages import STAGES
 
 WINDOW = ["profile.enabled=true", "profile.warmup_steps=3", "profile.steps=10", "output.plots=false"]
 TG = ["case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40", *WINDOW]

@@ -148,7 +148,7 @@ def environment() -> dict[str, Any]:
     """Software and hardware this bench ran on."""
     import jax
 
-    from lbm.kernels import native
+    from lbm.engines.native import build as native
 
     dev = jax.devices()[0]
     env = {

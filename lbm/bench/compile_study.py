@@ -35,14 +35,14 @@ def _setup(overrides: list[str]) -> Any:
 
 def fused_compile(overrides: list[str], steps: int, repeats: int = 3) -> dict[str, Any]:
     """Lower/compile seconds of an n-step fused chunk, its first jit call and steady run time."""
-    from lbm.stepper import FusedStepper
+    from lbm.engines import make_engine
 
     setup = _setup(overrides)
-    stepper = FusedStepper(setup)
+    stepper = make_engine(setup)
     f = setup.initial_populations()
-    fn = stepper._chunk_fn(steps)
+    fn = stepper.chunk_function(steps)
     t0 = time.perf_counter()
-    lowered = fn.lower(f, stepper.arrays)
+    lowered = fn.lower(f, stepper.params)
     t_lower = time.perf_counter() - t0
     t0 = time.perf_counter()
     compiled = lowered.compile()
@@ -52,12 +52,12 @@ def fused_compile(overrides: list[str], steps: int, repeats: int = 3) -> dict[st
         x = setup.initial_populations()
         jax.block_until_ready(x)
         t0 = time.perf_counter()
-        jax.block_until_ready(compiled(x, stepper.arrays))
+        jax.block_until_ready(compiled(x, stepper.params))
         runs.append(time.perf_counter() - t0)
-    fresh = FusedStepper(setup)._chunk_fn(steps)  # a new jit object: the first call traces and compiles again
+    fresh = stepper.chunk_function(steps)  # a new jit object: the first call traces and compiles again
     x = setup.initial_populations()
     t0 = time.perf_counter()
-    jax.block_until_ready(fresh(x, stepper.arrays))
+    jax.block_until_ready(fresh(x, stepper.params))
     t_first = time.perf_counter() - t0
     from jax.experimental import serialize_executable
 
@@ -72,11 +72,11 @@ def fused_compile(overrides: list[str], steps: int, repeats: int = 3) -> dict[st
 
 def stage_compiles(overrides: list[str]) -> dict[str, float]:
     """Compile seconds of each instrumented stage (one throw-away step)."""
-    from lbm.stepper import InstrumentedStepper
+    from lbm.engines.instrumented import InstrumentedEngine
 
     setup = _setup(overrides)
-    stepper = InstrumentedStepper(setup)
-    jax.block_until_ready(stepper.advance(setup.initial_populations(), 1)[0])
+    stepper = InstrumentedEngine(setup)
+    stepper.compile(setup.initial_populations(), 1)
     return dict(stepper.compile_times)
 
 

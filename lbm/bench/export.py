@@ -14,30 +14,24 @@ import jax
 from jax import export
 
 from lbm.cases.base import Setup
-from lbm.stepper import FusedStepper, stage_functions, timestep
+from lbm.engines.base import spec_of
+from lbm.engines.instrumented import InstrumentedEngine
+from lbm.engines.xla import XlaEngine
 
 PLATFORMS = ("cpu", "cuda")
 
 
-def stage_input_specs(setup: Setup) -> dict[str, Any]:
-    """Abstract inputs (ShapeDtypeStruct pytrees) of every active stage, from one traced timestep."""
-    specs: dict[str, Any] = {}
-    fns = stage_functions(setup)
+def flat(fn: Any, args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
+    """``fn`` as a function of the leaves of ``args`` returning leaves: exported modules then need no lbm types."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
 
-    def recorder(name: str, fn: Any) -> Any:
-        def wrapped(*args: Any) -> Any:
-            specs[name] = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
-            return fn(*args)
-        return wrapped
+    def call(*xs: Any) -> Any:
+        return jax.tree_util.tree_leaves(fn(*jax.tree_util.tree_unflatten(tree, xs)))
 
-    recording = {name: recorder(name, fn) for name, fn in fns.items()}
-    arrays = jax.tree_util.tree_map(jax.numpy.asarray, setup.arrays)
-    f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
-    jax.eval_shape(lambda f, a: timestep(recording, f, a), f, arrays)
-    return specs
+    return call, leaves
 
 
-def _export(fn: Any, args: Any) -> tuple[Any, list[str]]:
+def _export(fn: Any, args: list[Any]) -> tuple[Any, list[str]]:
     """Export for CPU and CUDA when both lower, else for the current platform alone."""
     try:
         return export.export(jax.jit(fn), platforms=PLATFORMS)(*args), list(PLATFORMS)
@@ -50,18 +44,17 @@ def write_bundle(setup: Setup, out_dir: Path, fused_steps: int = 10, context: di
     """Export every stage and an n-step fused chunk into ``out_dir``; returns the manifest path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = []
-    specs = stage_input_specs(setup)
-    fns = stage_functions(setup)
-    for name, args in specs.items():
-        exp, platforms = _export(fns[name], args)
+    stages = InstrumentedEngine(setup)
+    inputs, params = stages.stage_inputs(), spec_of(stages.params)
+    for name in setup.stages:
+        exp, platforms = _export(*flat(stages.stage_function(name), (inputs[name], params)))
         path = out_dir / f"stage_{name}.jaxexport"
         path.write_bytes(exp.serialize())
         entries.append({"name": name, "kind": "stage", "file": path.name, "platforms": platforms,
                         "inputs": [[list(a.shape), str(a.dtype)] for a in exp.in_avals]})
-    stepper = FusedStepper(setup, engine="xla")  # the portable pure-JAX step (no native custom calls)
+    fused = XlaEngine(setup)  # the portable pure-JAX step (no native custom calls)
     f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
-    arrays = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), stepper.arrays)
-    exp, platforms = _export(stepper._chunk_fn(fused_steps), (f, arrays))
+    exp, platforms = _export(*flat(fused.chunk_function(fused_steps), (f, spec_of(fused.params))))
     path = out_dir / f"fused_{fused_steps}steps.jaxexport"
     path.write_bytes(exp.serialize())
     entries.append({"name": f"fused[{fused_steps}]", "kind": "fused", "steps": fused_steps, "file": path.name,

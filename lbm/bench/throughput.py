@@ -4,8 +4,8 @@ A configuration is a case (``periodic``: the Taylor-Green box, the bare kernel;
 ``cylinder``: a step with inlet, outflow, bounce-back and forces), a lattice, a grid, a
 precision, a collision and a variant:
 
-``auto``          fused mode, the engine FusedStepper picks (native where available)
-``native``        fused mode, the hand-fused C++ kernel (lbm.kernels.native)
+``auto``          fused mode, the engine ``auto`` picks (native where available)
+``native``        fused mode, the generated C++ kernel (lbm.engines.native)
 ``xla``           fused mode, the stage functions composed in one jit (the reference)
 ``naive``         the naive fused JAX step of lbm.bench.naive (periodic box only)
 ``instrumented``  instrumented mode: one jit per stage, a Python loop over steps
@@ -111,12 +111,12 @@ class _Runner:
 
 class _FusedRunner(_Runner):
     def __init__(self, setup: Any, engine: str, storage: str, steps_per_dispatch: int) -> None:
-        from lbm.stepper import FusedStepper
+        from lbm.engines import make_engine
 
         t0 = time.perf_counter()
-        self.stepper = FusedStepper(setup, engine=engine, storage=storage)
+        self.stepper = make_engine(setup, "fused", engine=engine, storage=storage)
         self.setup_s = time.perf_counter() - t0
-        self.engine = self.stepper.engine
+        self.engine = self.stepper.name
         self.k = steps_per_dispatch
 
     def _chunk(self, n: int) -> int:
@@ -124,9 +124,9 @@ class _FusedRunner(_Runner):
 
     def compile(self, f: jnp.ndarray, n: int) -> float:
         k = self._chunk(n)
-        self.stepper.compiled(f, k)
+        self.stepper.compile(f, k)
         if n % k:
-            self.stepper.compiled(f, n % k)
+            self.stepper.compile(f, n % k)
         times = self.stepper.compile_times
         return times[f"fused[{k}]"] + (times[f"fused[{n % k}]"] if n % k else 0.0)
 
@@ -140,13 +140,13 @@ class _FusedRunner(_Runner):
         return f
 
     def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
-        compiled = self.stepper.compiled(f, self._chunk(n))
+        compiled = self.stepper.compile(f, self._chunk(n))
         info = hlo_facts(compiled, self._chunk(n), f.nbytes)
-        if self.stepper.native is not None:
-            info["kernel_build_or_load_s"] = self.stepper.native.build_time_s
-            info["boundary_cells"] = 0 if self.stepper.native.block is None else self.stepper.native.block.size
-        elif self.stepper.engine_note:
-            info["native_unavailable"] = self.stepper.engine_note
+        if self.stepper.name == "native":
+            info["kernel_build_or_load_s"] = self.stepper.build_time_s
+            info["boundary_cells"] = 0 if self.stepper.block is None else self.stepper.block.size
+        elif self.stepper.note:
+            info["native_unavailable"] = self.stepper.note
         return info
 
 
@@ -180,15 +180,15 @@ class _InstrumentedRunner(_Runner):
     engine = "per-stage jit"
 
     def __init__(self, setup: Any, stage_steps: int) -> None:
-        from lbm.stepper import InstrumentedStepper
+        from lbm.engines.instrumented import InstrumentedEngine
 
         self.setup = setup
-        self.stepper = InstrumentedStepper(setup)
+        self.stepper = InstrumentedEngine(setup)
         self.stage_steps = stage_steps
 
     def compile(self, f: jnp.ndarray, n: int) -> float:
         if not self.stepper.compile_times:
-            jax.block_until_ready(self.stepper.advance(f + 0, 1)[0])  # compiles every stage once
+            self.stepper.compile(f, 1)  # compiles every stage once
         return self.stepper.compile_time_s
 
     def run(self, f: jnp.ndarray, n: int) -> jnp.ndarray:
@@ -201,9 +201,9 @@ class _InstrumentedRunner(_Runner):
 
 def stage_times(setup: Any, f: jnp.ndarray, steps: int) -> dict[str, dict[str, float]]:
     """Per-stage execution time of instrumented mode: each stage synchronised, median over ``steps`` steps (ms)."""
-    from lbm.stepper import InstrumentedStepper, timestep
+    from lbm.engines.instrumented import InstrumentedEngine
 
-    stepper = InstrumentedStepper(setup, sync=True)
+    stepper = InstrumentedEngine(setup, sync=True)
     spans: dict[str, list[float]] = {name: [] for name in stepper.stages}
 
     def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -214,13 +214,13 @@ def stage_times(setup: Any, f: jnp.ndarray, steps: int) -> dict[str, dict[str, f
             return out
         return call
 
-    stages = {name: timed(name, fn) for name, fn in stepper.stages.items()}
+    stepper.stages = {name: timed(name, fn) for name, fn in stepper.stages.items()}
     f = f + 0
-    f, _ = timestep(stages, f, stepper.arrays)  # compiles; not counted
+    f, _ = stepper.step(f)  # compiles; not counted
     for v in spans.values():
         v.clear()
     for _ in range(steps):
-        f, _ = timestep(stages, f, stepper.arrays)
+        f, _ = stepper.step(f)
     jax.block_until_ready(f)
     total = sum(statistics.median(v) for v in spans.values() if v)
     return {name: {"median_ms": 1e3 * statistics.median(v), "share": statistics.median(v) / total if total else 0.0}

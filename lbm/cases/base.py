@@ -4,58 +4,95 @@ parameters) and its own monitors, metrics and output files."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
+from lbm.boundaries.base import BoundaryCondition, pytree_dataclass, static
 from lbm.config import RunConfig, viscosity
 from lbm.errors import ConfigError
 from lbm.kernels.collision import trt_omega_minus
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice, get_lattice
+from lbm.stages import CORE_STAGES, STAGES
 
 
-@dataclass
+@pytree_dataclass
 class Setup:
-    """A case made concrete: masks, plan arrays, initial populations and derived parameters.
+    """A case made concrete: geometry, boundary conditions, initial state and derived parameters (immutable).
 
-    ``stages`` lists the active stage names in timestep order; ``arrays`` holds the
-    plan arrays the stages read (passed to jitted code as arguments, not constants).
+    Arrays (``solid``, ``rho0``, ``u0`` and those of the boundary conditions) are pytree leaves;
+    everything else is static. ``boundaries`` lists the case's boundary conditions
+    (lbm.boundaries), which also decide the active stages (:attr:`stages`).
     """
 
-    lattice: Lattice
-    shape: tuple[int, ...]
-    dtype: Any
     solid: np.ndarray
     rho0: np.ndarray
     u0: np.ndarray
-    stages: tuple[str, ...]
-    tau: float
-    nu: float
-    reynolds: float
-    omega_plus: float
-    omega_minus: float
-    force: np.ndarray | None = None
-    inlet_kind: str = "zou_he"
-    bounce_back_kind: str = "halfway"
-    arrays: dict[str, Any] = field(default_factory=dict)
-    derived: dict[str, Any] = field(default_factory=dict)
-    compiled: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    """Jitted helpers built once per setup (e.g. the output moments), so repeated calls do not retrace."""
+    boundaries: tuple[BoundaryCondition, ...]
+    lattice: Lattice = static()
+    shape: tuple[int, ...] = static()
+    dtype: Any = static()
+    tau: float = static()
+    nu: float = static()
+    reynolds: float = static()
+    omega_plus: float = static()
+    omega_minus: float = static()
+    force: tuple[float, ...] | None = static(None)
+    derived: Mapping[str, Any] = static(MappingProxyType({}))
 
     @property
     def fluid(self) -> np.ndarray:
         """Boolean mask of fluid cells."""
         return ~self.solid
 
+    @property
+    def force_array(self) -> np.ndarray | None:
+        """The body force as an array ``(D,)`` (None without one)."""
+        return None if self.force is None else np.asarray(self.force, np.float64)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The stages of this setup's timestep, in timestep order."""
+        used = set(CORE_STAGES) | {bc.stage for bc in self.boundaries}
+        return tuple(s for s in STAGES if s in used)
+
     def initial_populations(self) -> jnp.ndarray:
         """Equilibrium populations of the initial density and velocity, in the run's dtype."""
         rho = jnp.asarray(self.rho0, self.dtype)
         u = jnp.asarray(self.u0, self.dtype)
         return equilibrium(rho, u, self.lattice)
+
+
+def make_setup(case: Case, *, solid: np.ndarray, rho0: np.ndarray, u0: np.ndarray, rel: dict[str, float],
+               boundaries: tuple[BoundaryCondition, ...] = (), force: np.ndarray | None = None,
+               derived: dict[str, Any] | None = None) -> Setup:
+    """A Setup of ``case`` from its arrays, its relaxation parameters (:meth:`Case.relaxation`) and derived values."""
+    return Setup(
+        solid=solid, rho0=rho0, u0=u0, boundaries=tuple(boundaries), lattice=case.lattice, shape=tuple(case.run.grid),
+        dtype=case.dtype, tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"], omega_plus=rel["omega_plus"],
+        omega_minus=rel["omega_minus"], force=None if force is None else tuple(float(v) for v in force),
+        derived=MappingProxyType(dict(derived or {})),
+    )
+
+
+class Snapshot:
+    """What a case may look at after a chunk: its last step, the per-step outputs, and the fields on demand."""
+
+    def __init__(self, step: int, aux: dict[str, np.ndarray], fields: Callable[[], dict[str, np.ndarray]]) -> None:
+        self.step = step
+        self.aux = aux
+        self._fields = fields
+
+    @cached_property
+    def fields(self) -> dict[str, np.ndarray]:
+        """Host copies of rho, u and solid after the chunk (computed on first use)."""
+        return self._fields()
 
 
 class Case:
@@ -102,8 +139,8 @@ class Case:
         }
 
     # --- running ---------------------------------------------------------------------
-    def observe(self, step: int, f: jnp.ndarray, aux: dict[str, np.ndarray]) -> None:
-        """Record what the case monitors after a chunk ending at ``step`` (aux: per-step outputs)."""
+    def observe(self, snapshot: Snapshot) -> None:
+        """Record what the case monitors after a chunk (its last step, per-step outputs, fields on demand)."""
 
     def converged(self, step: int) -> bool:
         """True when a steps=auto run may stop early (steady state reached); never by default."""
@@ -130,19 +167,3 @@ class Case:
 def coordinates(shape: tuple[int, ...]) -> list[np.ndarray]:
     """Integer node coordinates, one array per axis, each of ``shape``."""
     return list(np.meshgrid(*[np.arange(n) for n in shape], indexing="ij"))
-
-
-def halfway_links(solid: np.ndarray, lattice: Lattice) -> np.ndarray:
-    """Flags ``(Q, *grid)``: solid cell s whose neighbour s + c_j is fluid (periodic wrap)."""
-    fluid = ~solid
-    axes = tuple(range(lattice.d))
-    return np.stack([
-        solid & np.roll(fluid, tuple(-int(s) for s in lattice.c[j]), axis=axes) for j in range(lattice.q)
-    ])
-
-
-def moving_wall_term(links: np.ndarray, wall_velocity: np.ndarray, lattice: Lattice, rho_wall: float = 1.0) -> np.ndarray:
-    """2 w_j rho_w (c_j . u_w) / cs^2 on the half-way links of walls moving with ``wall_velocity`` (D, *grid)."""
-    cu = np.einsum("qd,d...->q...", lattice.c.astype(np.float64), wall_velocity)
-    w = lattice.w.reshape((-1,) + (1,) * lattice.d)
-    return np.where(links, 2.0 * w * rho_wall * cu / CS2, 0.0)

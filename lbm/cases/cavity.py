@@ -15,16 +15,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from lbm.cases.base import Case, Setup, halfway_links, moving_wall_term
+from lbm.boundaries import MovingWall
+from lbm.cases.base import Case, Setup, Snapshot, make_setup
+from lbm.config import RunConfig
 from lbm.errors import ConfigError
-from lbm.kernels.macroscopic import macroscopic
-
-_velocity = jax.jit(lambda f, lattice: macroscopic(f, lattice)[1], static_argnums=1)
-"""Velocity of populations, compiled once per shape and lattice (called every chunk)."""
 
 GHIA_REYNOLDS = (100, 400, 1000, 3200, 5000, 7500, 10000)
 
@@ -70,6 +66,13 @@ class Cavity(Case):
 
     name = "cavity"
 
+    def __init__(self, run: RunConfig) -> None:
+        super().__init__(run)
+        self.previous: tuple[int, np.ndarray] | None = None
+        """(step, velocity) of the sample before the latest one."""
+        self.latest: tuple[int, np.ndarray] | None = None
+        """(step, velocity) of the latest sample."""
+
     def check(self) -> None:
         """At least 3 fluid cells along every axis; a positive steadiness tolerance."""
         check_geometry(self.run.grid)
@@ -83,7 +86,7 @@ class Cavity(Case):
 
     def steady_change(self) -> float | None:
         """Largest velocity change between the last two samples, over U, per 1000 steps."""
-        if getattr(self, "previous", None) is None:
+        if self.previous is None or self.latest is None:
             return None
         (s0, u0), (s1, u1) = self.previous, self.latest
         return float(np.abs(u1 - u0).max() / self.run.u_lattice * 1000 / (s1 - s0))
@@ -112,30 +115,22 @@ class Cavity(Case):
         lid = [slice(None)] * d
         lid[1] = -1
         wall_u[(0, *lid)] = self.run.u_lattice
-        links = halfway_links(solid, self.lattice)
-        wall_term = moving_wall_term(links, wall_u, self.lattice).astype(self.dtype)
         derived = self.base_derived(length, rel)
         derived["flow_through_steps"] = length / self.run.u_lattice
-        return Setup(
-            lattice=self.lattice, shape=shape, dtype=self.dtype, solid=solid,
-            rho0=np.ones(shape), u0=np.zeros((d,) + shape),
-            stages=("macroscopic", "equilibrium", "collide", "bounce_back", "stream"),
-            tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"],
-            omega_plus=rel["omega_plus"], omega_minus=rel["omega_minus"], bounce_back_kind="halfway",
-            arrays={"bounce_back": {"solid": solid, "links": links, "wall_term": wall_term}}, derived=derived,
-        )
+        walls = MovingWall.with_velocity(solid, wall_u, self.lattice, self.dtype)
+        return make_setup(self, solid=solid, rho0=np.ones(shape), u0=np.zeros((d,) + shape), rel=rel,
+                          boundaries=(walls,), derived=derived)
 
-    def observe(self, step: int, f: jnp.ndarray, aux: dict[str, np.ndarray]) -> None:
+    def observe(self, snapshot: Snapshot) -> None:
         """Keep the last two velocity snapshots to report how steady the flow is."""
-        u = np.asarray(_velocity(f, self.lattice))
-        self.previous = getattr(self, "latest", None)
-        self.latest = (step, u)
+        self.previous = self.latest
+        self.latest = (snapshot.step, snapshot.fields["u"])
 
     def state(self) -> dict[str, np.ndarray]:
         """The last two velocity snapshots (for the steadiness measure)."""
         out = {}
         for name in ("previous", "latest"):
-            snap = getattr(self, name, None)
+            snap = self.previous if name == "previous" else self.latest
             if snap is not None:
                 out[f"case/{name}_step"] = np.int64(snap[0])
                 out[f"case/{name}_u"] = snap[1]
@@ -143,9 +138,11 @@ class Cavity(Case):
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Restore the velocity snapshots."""
-        for name in ("previous", "latest"):
-            if f"case/{name}_u" in state:
-                setattr(self, name, (int(state[f"case/{name}_step"]), state[f"case/{name}_u"]))
+        def sample(name: str) -> tuple[int, np.ndarray] | None:
+            key = f"case/{name}_u"
+            return (int(state[f"case/{name}_step"]), state[key]) if key in state else None
+
+        self.previous, self.latest = sample("previous"), sample("latest")
 
     def profiles(self, fields: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Centre-line profiles normalised by the lid speed, wall values included (2D, or the z mid-plane in 3D)."""

@@ -16,13 +16,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
-from lbm.cases.base import Case, Setup, coordinates
+from lbm.boundaries import INLET_KINDS, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
+from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
+from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
+from lbm.config import RunConfig
 from lbm.errors import ConfigError
-from lbm.kernels.boundaries import INLET_KINDS
-from lbm.kernels.forces import boundary_links
 
 
 def dominant_frequency(signal: np.ndarray) -> tuple[float, float]:
@@ -46,6 +46,26 @@ class Cylinder(Case):
     """Vortex shedding behind a cylinder, drag and lift by momentum exchange."""
 
     name = "cylinder"
+
+    def __init__(self, run: RunConfig) -> None:
+        super().__init__(run)
+        self.force_rows: list[np.ndarray] = []
+        """Per-chunk force histories, (steps, D) each."""
+
+    @property
+    def diameter(self) -> float:
+        """Cylinder diameter in cells."""
+        return 2 * self.geometry()[2]
+
+    @property
+    def average_from(self) -> float:
+        """Fraction of the run after which drag and lift are averaged (case.average_from, checked by options)."""
+        return float(self.params.get("average_from", 0.5))
+
+    @property
+    def depth(self) -> float:
+        """Cells along z (1 in 2D): forces are per unit depth."""
+        return float(self.run.grid[2]) if len(self.run.grid) == 3 else 1.0
 
     def geometry(self) -> tuple[float, float, float]:
         """Centre (cx, cy) and radius r in lattice units, validated against the domain."""
@@ -76,20 +96,19 @@ class Cylinder(Case):
         return float(cx), float(cy), float(r)
 
     def options(self) -> tuple[str, str]:
-        """Inlet kind and bounce-back kind, validated; also reads the averaging window."""
+        """Inlet kind and bounce-back kind, validated with the averaging window and the perturbation."""
         inlet_kind = self.params.get("inlet", "nebb")
         if inlet_kind not in INLET_KINDS:
             raise ConfigError("case.inlet", inlet_kind, f"one of {', '.join(INLET_KINDS)}")
         bb = self.params.get("bounce_back", "fullway")
-        if bb not in ("fullway", "halfway"):
-            raise ConfigError("case.bounce_back", bb, "one of fullway, halfway")
+        if bb not in BOUNCE_BACK_KINDS:
+            raise ConfigError("case.bounce_back", bb, f"one of {', '.join(BOUNCE_BACK_KINDS)}")
         window = self.params.get("average_from", 0.5)
         if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 <= window < 1:
             raise ConfigError("case.average_from", window, "a fraction in [0, 1) of the steps")
         amp = self.params.get("perturbation", 1e-4)
         if isinstance(amp, bool) or not isinstance(amp, (int, float)) or not 0 <= amp < 1:
             raise ConfigError("case.perturbation", amp, "a number in [0, 1)")
-        self.average_from = float(window)
         return inlet_kind, bb
 
     def check(self) -> None:
@@ -98,7 +117,7 @@ class Cylinder(Case):
         self.options()
 
     def setup(self) -> Setup:
-        """Cylinder mask, inflow profile, momentum-exchange links, uniform initial flow."""
+        """Cylinder mask, inflow profile, walls and force links, uniform initial flow."""
         shape = self.run.grid
         d = len(shape)
         cx, cy, r = self.geometry()
@@ -110,36 +129,19 @@ class Cylinder(Case):
         amp = float(self.params.get("perturbation", 1e-4))
         u = np.zeros((d,) + shape)
         u[0] = self.run.u_lattice * (1.0 + amp * np.sin(y / ly * 2 * math.pi))
-        u_in = u[:, 0]
-        link_dir, link_src, link_dst = boundary_links(obstacle, ~obstacle, self.lattice)
         inlet_kind, bb = self.options()
-        self.diameter = 2 * r
-        self.depth = float(shape[2]) if d == 3 else 1.0
-        self.force_rows: list[np.ndarray] = []
         derived = self.base_derived(r, rel)
         derived.update(radius=r, center=[cx, cy], diameter=2 * r, reynolds_diameter=2 * rel["reynolds"],
                        shedding_period_estimate_steps=2 * r / (0.2 * self.run.u_lattice))
-        arrays: dict[str, Any] = {
-            "u_in": u_in.astype(self.dtype),
-            "bounce_back": {"solid": obstacle},
-            "forces": {"link_dir": link_dir, "link_src": link_src, "link_dst": link_dst},
-        }
-        if bb == "halfway":
-            from lbm.cases.base import halfway_links
+        walls = FullwayBounceBack(solid=obstacle) if bb == "fullway" else HalfwayBounceBack.around(obstacle, self.lattice)
+        boundaries = (Outflow(), Inlet(u=u[:, 0].astype(self.dtype), kind=inlet_kind), walls,
+                      Forces.on(obstacle, self.lattice))
+        return make_setup(self, solid=obstacle, rho0=np.ones(shape), u0=u, rel=rel, boundaries=boundaries,
+                          derived=derived)
 
-            arrays["bounce_back"]["links"] = halfway_links(obstacle, self.lattice)
-        return Setup(
-            lattice=self.lattice, shape=shape, dtype=self.dtype, solid=obstacle,
-            rho0=np.ones(shape), u0=u,
-            stages=("outflow", "macroscopic", "equilibrium", "inlet", "collide", "bounce_back", "forces", "stream"),
-            tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"],
-            omega_plus=rel["omega_plus"], omega_minus=rel["omega_minus"],
-            inlet_kind=inlet_kind, bounce_back_kind=bb, arrays=arrays, derived=derived,
-        )
-
-    def observe(self, step: int, f: jnp.ndarray, aux: dict[str, np.ndarray]) -> None:
+    def observe(self, snapshot: Snapshot) -> None:
         """Collect the per-step force vectors of the chunk."""
-        self.force_rows.append(np.asarray(aux["force"], dtype=np.float64))
+        self.force_rows.append(np.asarray(snapshot.aux["force"], dtype=np.float64))
 
     def state(self) -> dict[str, np.ndarray]:
         """The force history, one row per step."""

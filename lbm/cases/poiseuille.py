@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from lbm.cases.base import Case, Setup, halfway_links
+from lbm.boundaries import HalfwayBounceBack
+from lbm.cases.base import Case, Setup, make_setup
 from lbm.errors import ConfigError
 
 
@@ -45,25 +46,30 @@ class Poiseuille(Case):
         solid[:, 0] = True
         solid[:, -1] = True
         force = np.zeros(d)
-        force[0] = 8.0 * rel["nu"] * self.run.u_lattice / height**2
-        self.height, self.force, self.nu = height, force, rel["nu"]
+        force[0] = self.body_force(height, rel["nu"])
         derived = self.base_derived(height, rel)
         derived["body_force"] = float(force[0])
         derived["diffusion_time_steps"] = height**2 / rel["nu"]
-        links = halfway_links(solid, self.lattice)
-        return Setup(
-            lattice=self.lattice, shape=shape, dtype=self.dtype, solid=solid,
-            rho0=np.ones(shape), u0=np.zeros((d,) + shape),
-            stages=("macroscopic", "equilibrium", "collide", "bounce_back", "stream"),
-            tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"],
-            omega_plus=rel["omega_plus"], omega_minus=rel["omega_minus"], force=force, bounce_back_kind="halfway",
-            arrays={"bounce_back": {"solid": solid, "links": links}}, derived=derived,
-        )
+        return make_setup(self, solid=solid, rho0=np.ones(shape), u0=np.zeros((d,) + shape), rel=rel,
+                          boundaries=(HalfwayBounceBack.around(solid, self.lattice),), force=force, derived=derived)
 
-    def analytic(self) -> tuple[np.ndarray, np.ndarray]:
+    def body_force(self, height: float, nu: float) -> float:
+        """The force along x that drives a centre-line speed of u_lattice between walls ``height`` apart."""
+        return 8.0 * nu * self.run.u_lattice / height**2
+
+    @property
+    def height(self) -> float:
+        """Channel width H in cells (between the half-way walls)."""
+        return float(self.run.grid[1] - 2)
+
+    def parabola(self, setup: Setup, y: np.ndarray) -> np.ndarray:
+        """The analytic profile F/(2 nu) y (H - y) at distances ``y`` from the lower wall."""
+        return setup.force_array[0] / (2.0 * setup.nu) * y * (self.height - y)  # type: ignore[index]
+
+    def analytic(self, setup: Setup) -> tuple[np.ndarray, np.ndarray]:
         """Fluid-node positions y' (distance from the lower wall) and the analytic parabola there."""
         y = np.arange(1, int(self.height) + 1) - 0.5
-        return y, self.force[0] / (2.0 * self.nu) * y * (self.height - y)
+        return y, self.parabola(setup, y)
 
     def profile(self, fields: dict[str, np.ndarray]) -> np.ndarray:
         """Simulated u_x across the channel, averaged over x (and z)."""
@@ -73,11 +79,12 @@ class Poiseuille(Case):
 
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Errors of the profile against the analytic parabola, and against the exact half-way bounce-back solution."""
-        y, exact = self.analytic()
+        y, exact = self.analytic(setup)
         sim = self.profile(fields)
         u_max = float(exact.max())
         lam = (1.0 / setup.omega_plus - 0.5) * (1.0 / setup.omega_minus - 0.5)
-        lbm_exact = self.force[0] / (2.0 * self.nu) * (y * (self.height - y) + (16.0 * lam - 3.0) / 12.0)
+        scale = setup.force_array[0] / (2.0 * setup.nu)  # type: ignore[index]
+        lbm_exact = scale * (y * (self.height - y) + (16.0 * lam - 3.0) / 12.0)
         return {
             "u_max_analytic": u_max,
             "u_max_simulated": float(sim.max()),
@@ -89,7 +96,7 @@ class Poiseuille(Case):
 
     def write_outputs(self, run_dir: Path, setup: Setup, fields: dict[str, np.ndarray], metrics: dict[str, Any]) -> list[str]:
         """profiles.csv (y, simulated, analytic) and the profile plot."""
-        y, exact = self.analytic()
+        y, exact = self.analytic(setup)
         sim = self.profile(fields)
         with (run_dir / "profiles.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
@@ -103,7 +110,7 @@ class Poiseuille(Case):
             yy = np.linspace(0, self.height, 200)
             written.append(line_plot(
                 run_dir / "plots" / "profile.png",
-                [(self.force[0] / (2 * self.nu) * yy * (self.height - yy), yy, "analytic parabola", "-"),
+                [(self.parabola(setup, yy), yy, "analytic parabola", "-"),
                  (sim, y, "simulation", "o")],
                 xlabel="u_x (lattice units)", ylabel="y (cells from the lower wall)",
                 title=f"Poiseuille profile, H={int(self.height)}, Re={setup.reynolds:g}", run_dir=run_dir,

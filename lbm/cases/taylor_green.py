@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import csv
 import math
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from lbm.cases.base import Case, Setup, coordinates
-from lbm.kernels.macroscopic import macroscopic
+from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
+from lbm.config import RunConfig
 from lbm.lattice import CS2
 
 
@@ -33,44 +32,50 @@ class TaylorGreen(Case):
         nu = self.relaxation(float(nx))["nu"]
         return int(math.ceil(1.0 / (nu * ((2 * math.pi / nx) ** 2 + (2 * math.pi / ny) ** 2))))
 
-    def setup(self) -> Setup:
-        """Periodic box initialised with the analytic velocity and pressure fields."""
+    def __init__(self, run: RunConfig) -> None:
+        super().__init__(run)
+        self.samples: list[tuple[int, float]] = [(0, run.u_lattice)]
+        """(step, amplitude of the initial velocity mode) after each chunk; the mode starts at u_lattice."""
+
+    @property
+    def wavenumbers(self) -> tuple[float, float]:
+        """kx = 2 pi / nx and ky = 2 pi / ny."""
+        return 2 * math.pi / self.run.grid[0], 2 * math.pi / self.run.grid[1]
+
+    @cached_property
+    def mode(self) -> np.ndarray:
+        """The initial velocity field ``(D, *grid)``, whose amplitude decays."""
         shape = self.run.grid
-        nx, ny = shape[0], shape[1]
-        rel = self.relaxation(float(nx))
-        kx, ky = 2 * math.pi / nx, 2 * math.pi / ny
+        kx, ky = self.wavenumbers
         coords = coordinates(shape)
         x, y = coords[0].astype(np.float64), coords[1].astype(np.float64)
         u0 = self.run.u_lattice
-        ux = -u0 * math.sqrt(ky / kx) * np.cos(kx * x) * np.sin(ky * y)
-        uy = u0 * math.sqrt(kx / ky) * np.sin(kx * x) * np.cos(ky * y)
         u = np.zeros((len(shape),) + shape)
-        u[0], u[1] = ux, uy
-        p = -u0**2 / 4 * ((ky / kx) * np.cos(2 * kx * x) + (kx / ky) * np.cos(2 * ky * y))
-        rho = 1.0 + p / CS2
-        self.mode = u.copy()
-        self.kx, self.ky, self.nu = kx, ky, rel["nu"]
-        self.samples: list[tuple[int, float]] = [(0, self._amplitude_np(u))]
-        derived = self.base_derived(float(nx), rel)
-        derived["decay_time_steps"] = 1.0 / (rel["nu"] * (kx**2 + ky**2))
-        return Setup(
-            lattice=self.lattice, shape=shape, dtype=self.dtype, solid=np.zeros(shape, bool), rho0=rho, u0=u,
-            stages=("macroscopic", "equilibrium", "collide", "stream"),
-            tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"],
-            omega_plus=rel["omega_plus"], omega_minus=rel["omega_minus"], derived=derived,
-        )
+        u[0] = -u0 * math.sqrt(ky / kx) * np.cos(kx * x) * np.sin(ky * y)
+        u[1] = u0 * math.sqrt(kx / ky) * np.sin(kx * x) * np.cos(ky * y)
+        return u
 
-    def _amplitude_np(self, u: np.ndarray) -> float:
+    def setup(self) -> Setup:
+        """Periodic box initialised with the analytic velocity and pressure fields."""
+        shape = self.run.grid
+        rel = self.relaxation(float(shape[0]))
+        kx, ky = self.wavenumbers
+        coords = coordinates(shape)
+        x, y = coords[0].astype(np.float64), coords[1].astype(np.float64)
+        u0 = self.run.u_lattice
+        p = -u0**2 / 4 * ((ky / kx) * np.cos(2 * kx * x) + (kx / ky) * np.cos(2 * ky * y))
+        derived = self.base_derived(float(shape[0]), rel)
+        derived["decay_time_steps"] = 1.0 / (rel["nu"] * (kx**2 + ky**2))
+        return make_setup(self, solid=np.zeros(shape, bool), rho0=1.0 + p / CS2, u0=self.mode, rel=rel,
+                          derived=derived)
+
+    def amplitude(self, u: np.ndarray) -> float:
+        """Amplitude of the velocity field ``u`` along the initial mode."""
         return float(np.sum(u * self.mode) / np.sum(self.mode * self.mode)) * self.run.u_lattice
 
-    def observe(self, step: int, f: jnp.ndarray, aux: dict[str, np.ndarray]) -> None:
+    def observe(self, snapshot: Snapshot) -> None:
         """Project the velocity on the initial mode to get the current amplitude."""
-        if not hasattr(self, "_project"):
-            mode = jnp.asarray(self.mode, f.dtype)
-            norm = float(np.sum(self.mode * self.mode))
-            lat = self.lattice
-            self._project = jax.jit(lambda f: jnp.sum(macroscopic(f, lat)[1] * mode) / norm)
-        self.samples.append((step, float(self._project(f)) * self.run.u_lattice))
+        self.samples.append((snapshot.step, self.amplitude(snapshot.fields["u"])))
 
     def state(self) -> dict[str, np.ndarray]:
         """The sampled amplitudes (step, amplitude)."""
@@ -80,15 +85,16 @@ class TaylorGreen(Case):
         """Restore the sampled amplitudes."""
         self.samples = [(int(s), float(a)) for s, a in state["case/samples"]]
 
-    def analytic_amplitude(self, step: float) -> float:
+    def analytic_amplitude(self, setup: Setup, step: float) -> float:
         """U exp(-nu (kx^2 + ky^2) t)."""
-        return self.run.u_lattice * math.exp(-self.nu * (self.kx**2 + self.ky**2) * step)
+        kx, ky = self.wavenumbers
+        return self.run.u_lattice * math.exp(-setup.nu * (kx**2 + ky**2) * step)
 
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Decay of the mode amplitude against the analytic exponential."""
         t = np.array([s for s, _ in self.samples], dtype=np.float64)
         a = np.array([v for _, v in self.samples])
-        exact = np.array([self.analytic_amplitude(s) for s in t])
+        exact = np.array([self.analytic_amplitude(setup, s) for s in t])
         rel = np.abs(a / exact - 1.0)
         out: dict[str, Any] = {
             "amplitude_final": float(a[-1]),
@@ -98,9 +104,10 @@ class TaylorGreen(Case):
         }
         if len(t) >= 3 and np.all(a > 0):
             slope = np.polyfit(t[1:], np.log(a[1:]), 1)[0]
-            nu_measured = -slope / (self.kx**2 + self.ky**2)
+            kx, ky = self.wavenumbers
+            nu_measured = -slope / (kx**2 + ky**2)
             out["nu_measured"] = float(nu_measured)
-            out["nu_rel_error"] = float(nu_measured / self.nu - 1.0)
+            out["nu_rel_error"] = float(nu_measured / setup.nu - 1.0)
         # pointwise error of the final velocity field against the analytic one
         u_exact = self.mode * (exact[-1] / self.run.u_lattice)
         out["velocity_l2_rel_error"] = float(np.linalg.norm(fields["u"] - u_exact) / np.linalg.norm(u_exact))
@@ -113,7 +120,7 @@ class TaylorGreen(Case):
             w = csv.writer(fh)
             w.writerow(["step", "amplitude", "amplitude_analytic"])
             for s, a in self.samples:
-                w.writerow([s, f"{a:.9e}", f"{self.analytic_amplitude(s):.9e}"])
+                w.writerow([s, f"{a:.9e}", f"{self.analytic_amplitude(setup, s):.9e}"])
         written = ["decay.csv"]
         if self.run.plots:
             from lbm.io.plots import line_plot
@@ -122,7 +129,7 @@ class TaylorGreen(Case):
             tt = np.linspace(0, max(t), 200)
             written.append(line_plot(
                 run_dir / "plots" / "decay.png",
-                [(tt, [self.analytic_amplitude(s) for s in tt], "analytic U exp(-nu k^2 t)", "-"),
+                [(tt, [self.analytic_amplitude(setup, s) for s in tt], "analytic U exp(-nu k^2 t)", "-"),
                  (t, [a for _, a in self.samples], "simulation", "o")],
                 xlabel="step", ylabel="velocity amplitude (lattice units)", title="Taylor-Green decay",
                 logy=True, run_dir=run_dir,

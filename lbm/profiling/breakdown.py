@@ -36,7 +36,7 @@ from lbm.errors import LbmError
 from lbm.hlo import stages_in
 from lbm.profiling import queries
 from lbm.profiling.tracedb import TraceDB
-from lbm.stepper import STAGES
+from lbm.stages import STAGES
 
 STEP = "timestep"
 """Name of the per-step annotation (StepTraceAnnotation) in both modes."""

@@ -109,7 +109,7 @@ class Profiler:
             # The window runs one step per dispatch: compile that chunk now, in the trace but outside the timed
             # loop (as simulate() does for its own chunk), under a span that the breakdown reads.
             with jax.profiler.TraceAnnotation(bdm.COMPILE_MARK):
-                self.stepper.compiled(self.setup.initial_populations(), 1)
+                self.stepper.compile(self.setup.initial_populations(), 1)
         log.info("profile: tracing %d warm-up + %d steady steps (%s mode) into %s", self.warmup, self.steady,
                  self.mode, self.dir)
 
@@ -208,7 +208,7 @@ class Profiler:
         log.info("profile: trace %s; queries on the %s", files.primary, note)
         if self.cfg.get("backend") == "perfetto" and db.backend != "perfetto":
             log.warning("profile: %s", note)
-        creport = compile_report(self.setup, self.dir / "compile")
+        creport = compile_report(self.stepper.describe(1), list(self.setup.stages), self.dir / "compile")
         if not creport["graphviz"]:
             log.info("profile: %s", creport["graphviz_note"])
         info = bdm.CompileInfo({e["name"]: e for e in creport["executables"]})

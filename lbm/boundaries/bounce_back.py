@@ -1,0 +1,154 @@
+"""Boundary conditions ``FullwayBounceBack`` and ``HalfwayBounceBack`` (stage ``bounce_back``): resting walls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.boundaries.base import BoundaryCondition, CellBlock, Footprint, StepState, flat_block, neighbour, pytree_dataclass
+from lbm.lattice import Lattice
+
+BOUNCE_BACK_KINDS = ("fullway", "halfway")
+
+
+def bounce_back_fullway(f_post: jnp.ndarray, f_pre: jnp.ndarray, solid: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """Full-way bounce-back: solid cells take their own pre-collision populations reversed."""
+    return jnp.where(solid, f_pre[lattice.opposite], f_post)
+
+
+def bounce_back_halfway(
+    f_post: jnp.ndarray,
+    solid: jnp.ndarray,
+    links: jnp.ndarray,
+    lattice: Lattice,
+    wall_term: jnp.ndarray | None = None,
+) -> jnp.ndarray:
+    """Half-way bounce-back: solid cells hold the reflected post-collision populations of their fluid neighbours.
+
+    ``links[j]`` flags solid cells s whose neighbour s + c_j is fluid; streaming then
+    carries f_j(s) = f*_opp(j)(s + c_j) [+ wall_term_j(s)] into that neighbour, which
+    places the wall half-way along the link. ``wall_term`` = 2 w_j rho_w (c_j . u_w) / cs^2
+    for moving walls. Other solid cells are reset to rest equilibrium.
+    """
+    axes = tuple(range(lattice.d))
+    reflected = []
+    for j in range(lattice.q):
+        shift = tuple(-int(s) for s in lattice.c[j])
+        src = f_post[lattice.opposite[j]]
+        reflected.append(jnp.roll(src, shift, axis=axes) if any(shift) else src)
+    reflected = jnp.stack(reflected)
+    if wall_term is not None:
+        reflected = reflected + wall_term
+    rest = jnp.asarray(lattice.w, f_post.dtype).reshape((-1,) + (1,) * lattice.d)
+    return jnp.where(links, reflected, jnp.where(solid, rest, f_post))
+
+
+def bounce_back_halfway_gathered(
+    f_post: jnp.ndarray,
+    solid: jnp.ndarray,
+    links: jnp.ndarray,
+    neighbours: jnp.ndarray,
+    lattice: Lattice,
+    wall_term: jnp.ndarray | None = None,
+) -> jnp.ndarray:
+    """:func:`bounce_back_halfway` on gathered cells ``(Q, n)``: ``neighbours[j, s]`` is the position of s + c_j."""
+    opp = jnp.asarray(lattice.opposite)[:, None]
+    reflected = f_post[opp, neighbours]
+    if wall_term is not None:
+        reflected = reflected + wall_term
+    rest = jnp.asarray(lattice.w, f_post.dtype)[:, None]
+    return jnp.where(links, reflected, jnp.where(solid, rest, f_post))
+
+
+def halfway_links(solid: np.ndarray, lattice: Lattice) -> np.ndarray:
+    """Flags ``(Q, *grid)``: solid cell s whose neighbour s + c_j is fluid (periodic wrap)."""
+    fluid = ~solid
+    axes = tuple(range(lattice.d))
+    return np.stack([
+        solid & np.roll(fluid, tuple(-int(s) for s in lattice.c[j]), axis=axes) for j in range(lattice.q)
+    ])
+
+
+@pytree_dataclass
+class FullwayBounceBack(BoundaryCondition):
+    """Full-way bounce-back on the cells of ``solid``: the wall lies on the solid nodes."""
+
+    solid: Any
+    stage = "bounce_back"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """Solid cells reverse their pre-collision populations."""
+        return s.replace(post=bounce_back_fullway(s.post, s.f, self.solid, lattice))
+
+    def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
+        """Writes the solid cells."""
+        return Footprint(cells=np.flatnonzero(np.asarray(self.solid, bool).reshape(-1)))
+
+    def on_block(self, block: CellBlock) -> BoundaryCondition:
+        """The same rule with the mask gathered (the rule is local)."""
+        return FullwayBounceBack(solid=block.gathered(np.asarray(self.solid, bool)))
+
+
+@pytree_dataclass
+class HalfwayBounceBack(BoundaryCondition):
+    """Half-way bounce-back: the wall lies half-way between the solid cells of ``solid`` and their fluid neighbours.
+
+    ``links`` (``(Q, *grid)``, from :func:`halfway_links`) flags the solid cells whose neighbour along c_j is fluid.
+    """
+
+    solid: Any
+    links: Any
+    stage = "bounce_back"
+
+    @classmethod
+    def around(cls, solid: np.ndarray, lattice: Lattice) -> HalfwayBounceBack:
+        """Half-way walls on the surface of the mask ``solid``."""
+        return cls(solid=solid, links=halfway_links(solid, lattice))
+
+    @property
+    def wall(self) -> Any:
+        """The wall's momentum term per link (None: resting walls)."""
+        return None
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """Solid cells take the reflected populations of their fluid neighbours."""
+        return s.replace(post=bounce_back_halfway(s.post, self.solid, self.links, lattice, self.wall))
+
+    def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
+        """Writes the solid cells, reads the fluid cells across their links."""
+        solid = np.flatnonzero(np.asarray(self.solid, bool).reshape(-1))
+        links = np.asarray(self.links, bool).reshape(lattice.q, -1)
+        across = [neighbour(np.flatnonzero(links[j]), shape, lattice.c[j]) for j in range(lattice.q)]
+        return Footprint(cells=np.union1d(solid, np.concatenate(across)).astype(np.int64))
+
+    def on_block(self, block: CellBlock) -> BoundaryCondition:
+        """The rule on gathered cells, with the block position of each link's fluid neighbour."""
+        lat = block.lattice
+        links = np.asarray(self.links, bool).reshape(lat.q, -1)[:, block.cells]
+        positions = np.tile(np.arange(block.cells.size, dtype=np.int32), (lat.q, 1))
+        for j in range(lat.q):
+            flagged = np.flatnonzero(links[j])
+            if flagged.size:
+                positions[j, flagged] = block.index_of(neighbour(block.cells[flagged], block.shape, lat.c[j]))
+        wall = None if self.wall is None else np.asarray(self.wall).reshape(lat.q, -1)[:, block.cells]
+        solid = np.asarray(self.solid, bool).reshape(-1)[block.cells]
+        return HalfwayOnBlock(solid=solid, links=links, neighbours=positions, wall=wall)
+
+
+@pytree_dataclass
+class HalfwayOnBlock(BoundaryCondition):
+    """:class:`HalfwayBounceBack` (or a moving wall) on gathered cells ``(Q, n)``."""
+
+    solid: Any
+    links: Any
+    neighbours: Any
+    wall: Any = None
+    stage = "bounce_back"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """Solid cells take the reflected populations of their gathered fluid neighbours."""
+        post = bounce_back_halfway_gathered(flat_block(s.post), self.solid, self.links, self.neighbours, lattice,
+                                            self.wall)
+        return s.replace(post=post.reshape(s.post.shape))

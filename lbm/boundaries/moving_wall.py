@@ -1,0 +1,36 @@
+"""Boundary condition ``MovingWall`` (stage ``bounce_back``): half-way bounce-back on walls with a tangential velocity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from lbm.boundaries.base import pytree_dataclass
+from lbm.boundaries.bounce_back import HalfwayBounceBack, halfway_links
+from lbm.lattice import CS2, Lattice
+
+
+def moving_wall_term(links: np.ndarray, wall_velocity: np.ndarray, lattice: Lattice, rho_wall: float = 1.0) -> np.ndarray:
+    """2 w_j rho_w (c_j . u_w) / cs^2 on the half-way links of walls moving with ``wall_velocity`` (D, *grid)."""
+    cu = np.einsum("qd,d...->q...", lattice.c.astype(np.float64), wall_velocity)
+    w = lattice.w.reshape((-1,) + (1,) * lattice.d)
+    return np.where(links, 2.0 * w * rho_wall * cu / CS2, 0.0)
+
+
+@pytree_dataclass
+class MovingWall(HalfwayBounceBack):
+    """Half-way walls on ``solid``; ``wall_term`` (``(Q, *grid)``) adds the momentum of the wall's velocity (Ladd)."""
+
+    wall_term: Any = None
+
+    @classmethod
+    def with_velocity(cls, solid: np.ndarray, wall_velocity: np.ndarray, lattice: Lattice, dtype: Any) -> MovingWall:
+        """Walls on the surface of ``solid`` moving with ``wall_velocity`` (shape ``(D, *grid)``, zero where at rest)."""
+        links = halfway_links(solid, lattice)
+        return cls(solid=solid, links=links, wall_term=moving_wall_term(links, wall_velocity, lattice).astype(dtype))
+
+    @property
+    def wall(self) -> Any:
+        """The wall's momentum term per link."""
+        return self.wall_term

@@ -1,0 +1,118 @@
+"""The engine interface: compile a chunk of n steps, advance the populations, describe the compiled programs.
+
+An engine advances populations ``(Q, *grid)`` in the setup's dtype by n steps per call and
+returns them with the per-step outputs stacked along a leading axis of length n. Its
+``describe`` gives the programs it runs as plain data (texts of the jaxpr and of the HLO
+before and after optimisation, XLA's cost analysis, lowering and compile times), which
+``inspect``, ``bench`` and the profiler read without knowing the engine. ``fields`` gives
+host copies of the moments a step sees, compiled once per engine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.cases.base import Setup
+from lbm.engines.timestep import as_arrays, moments
+from lbm.lattice import Lattice
+
+STORAGES = ("compute", "bfloat16", "float16")
+"""How fused engines keep populations between steps: in the compute dtype, or as 16-bit deviations
+from the rest weights (f - w), computed in float32."""
+STORAGE_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+class EngineUnavailable(RuntimeError):
+    """An engine cannot run this setup here (the reason is the message)."""
+
+
+def rest(lattice: Lattice, dtype: Any, ndim: int) -> jnp.ndarray:
+    """Rest-state populations w_i, shaped to broadcast against arrays ``(Q, ...)`` of ``ndim`` dimensions."""
+    return jnp.asarray(lattice.w, dtype).reshape((-1,) + (1,) * (ndim - 1))
+
+
+def encode(f: jnp.ndarray, storage: str, lattice: Lattice) -> jnp.ndarray:
+    """Populations (or a block of them, ``(Q, ...)``) in the stored representation."""
+    if storage == "compute":
+        return f
+    return (f - rest(lattice, f.dtype, f.ndim)).astype(STORAGE_DTYPES[storage])
+
+
+def decode(s: jnp.ndarray, storage: str, lattice: Lattice, dtype: Any) -> jnp.ndarray:
+    """Populations in the compute dtype from the stored representation."""
+    if storage == "compute":
+        return s
+    return s.astype(dtype) + rest(lattice, dtype, s.ndim)
+
+
+def program(name: str, stage: str | None, jitted: Any, *specs: Any) -> dict[str, Any]:
+    """Lower and compile ``jitted`` for argument ``specs`` (timed) and return the texts and costs as data."""
+    t0 = time.perf_counter()
+    lowered = jitted.lower(*specs)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    t2 = time.perf_counter()
+    try:
+        hlo = lowered.as_text(dialect="hlo")
+    except Exception:  # older jax: no dialect argument
+        hlo = lowered.compiler_ir(dialect="hlo").as_hlo_text()
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # some backends do not implement it
+        cost = None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    cost = cost or {}
+    return {
+        "name": name, "stage": stage, "jaxpr": str(jax.make_jaxpr(jitted)(*specs)), "stablehlo": lowered.as_text(),
+        "hlo": hlo, "optimized_hlo": compiled.as_text() or "",
+        "cost": {"flops": cost.get("flops"), "bytes_accessed": cost.get("bytes accessed"),
+                 "transcendentals": cost.get("transcendentals")},
+        "lower_ms": (t1 - t0) * 1e3, "compile_ms": (t2 - t1) * 1e3,
+    }
+
+
+def spec_of(x: Any) -> Any:
+    """The shape and dtype of an array (or of every leaf of a pytree) as ShapeDtypeStructs."""
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)), x)
+
+
+class Engine:
+    """Base of the engines: holds the setup, its boundary conditions on the device, and compile times."""
+
+    name = "engine"
+    mode = "fused"
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        self.params: Any = as_arrays(setup.boundaries)
+        self.compile_times: dict[str, float] = {}
+        self.note = ""
+        self._moments = jax.jit(lambda f, bcs: moments(f, bcs, setup))
+
+    @property
+    def compile_time_s(self) -> float:
+        """Total seconds spent compiling so far."""
+        return float(sum(self.compile_times.values()))
+
+    def compile(self, f: jnp.ndarray, n: int) -> None:
+        """Compile what :meth:`advance` runs for ``n`` steps on populations like ``f`` (timed), ahead of the loop."""
+        raise NotImplementedError
+
+    def advance(self, f: jnp.ndarray, n: int, first_step: int = 0) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Run ``n`` steps; per-step outputs are stacked along a leading axis of length n."""
+        raise NotImplementedError
+
+    def describe(self, n: int = 1) -> list[dict[str, Any]]:
+        """The programs this engine runs for a chunk of ``n`` steps, as data (see :func:`program`)."""
+        raise NotImplementedError
+
+    def fields(self, f: jnp.ndarray) -> dict[str, np.ndarray]:
+        """Host copies of rho, u and solid as the next step sees them (outflow and inlet applied, force-shifted u)."""
+        rho, u = self._moments(f, self.params)
+        return {"rho": np.asarray(rho), "u": np.asarray(u), "solid": np.asarray(self.setup.solid, dtype=bool)}

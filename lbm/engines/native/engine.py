@@ -1,0 +1,110 @@
+"""The ``native`` engine: a generated C++ collide-and-stream kernel for the bulk, the case's stages on its boundary cells.
+
+The bulk kernel (lbm.engines.native.build, under ``jax.named_scope(BULK_SCOPE)``) updates
+every cell as periodic fluid, in place with the AA pattern (two steps per loop iteration;
+an odd chunk starts with one two-buffer push step). The boundary cells (lbm.engines.native.plan)
+are gathered by the kernel before it writes, run through the same stage functions as every
+other engine (lbm.engines.timestep, with each boundary condition's block form), and stored
+back into the slots the kernel wrote. CPU only; ``auto`` picks it where it builds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.boundaries.base import StepState
+from lbm.cases.base import Setup
+from lbm.engines.base import EngineUnavailable, decode, encode
+from lbm.engines.native import build
+from lbm.engines.native.codegen import KernelSpec
+from lbm.engines.native.plan import plan_arrays, plan_block
+from lbm.engines.timestep import outputs, run_stages
+from lbm.engines.xla import FusedEngine
+from lbm.stages import BULK_SCOPE, TIMESTEP
+
+STORE_NAMES = {"bfloat16": "bf16", "float16": "f16"}
+"""Engine storage -> kernel storage name of the 16-bit formats."""
+
+
+class NativeEngine(FusedEngine):
+    """Bulk cells by the generated kernel, boundary cells by the case's stage functions (see the module doc)."""
+
+    name = "native"
+
+    def __init__(self, setup: Setup, storage: str = "compute") -> None:
+        super().__init__(setup, storage)
+        dtype = jnp.dtype(setup.dtype)
+        if dtype not in (jnp.float32, jnp.float64):
+            raise EngineUnavailable(f"no native kernel for dtype {dtype}")
+        store = STORE_NAMES.get(storage) or ("float32" if dtype == jnp.float32 else "float64")
+        self.spec = KernelSpec(setup.lattice, store, setup.omega_plus != setup.omega_minus, setup.force is not None)
+        if not build.available():
+            raise EngineUnavailable("native kernels need the CPU backend and a C++ compiler")
+        if setup.lattice.q * int(np.prod(setup.shape)) >= 2**31:
+            raise EngineUnavailable("more than 2**31 populations: the native engine indexes slots with int32")
+        t0 = time.perf_counter()
+        try:
+            build.register(self.spec)
+        except Exception as exc:
+            raise EngineUnavailable(f"native kernel build failed: {str(exc).splitlines()[0]}") from None
+        self.build_time_s = time.perf_counter() - t0
+        self.block = plan_block(setup.lattice, setup.shape, setup.boundaries)
+        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params,
+                                                           "block": plan_arrays(self.block, setup.boundaries)})
+        self._stages = tuple(s for s in setup.stages if s != "stream")
+
+    def fields(self, f: jnp.ndarray) -> dict[str, np.ndarray]:
+        """Host copies of rho, u and solid as the next step sees them."""
+        rho, u = self._moments(f, self.params["dense"])
+        return {"rho": np.asarray(rho), "u": np.asarray(u), "solid": np.asarray(self.setup.solid, dtype=bool)}
+
+    def step(self, a: jnp.ndarray, params: Any, scheme: str) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """One timestep of ``scheme`` (push | aa_even | aa_odd) on stored populations ``a``."""
+        setup, spec = self.setup, self.spec
+        block = params["block"]
+        slots = block["slots"][scheme]["gather"] if self.block is not None else None
+        force = setup.force_array
+        with jax.named_scope(BULK_SCOPE):  # names the stages the kernel does, for traces and the profiler
+            if scheme == "push":
+                out, old = build.push(spec, a, jnp.zeros_like(a), setup.omega_plus, setup.omega_minus, force, slots)
+            else:
+                out, old = build.aa_step(spec, a, 0 if scheme == "aa_even" else 1, setup.omega_plus,
+                                         setup.omega_minus, force, slots)
+        if self.block is None:
+            return out, {}
+        lat = setup.lattice
+        f = decode(old, self.storage, lat, setup.dtype).reshape((lat.q, -1) + (1,) * (lat.d - 1))
+        s = run_stages(self._stages, StepState(f=f), block["boundaries"], setup)
+        post = s.post.reshape(lat.q, -1)[:, : self.block.size]
+        with jax.named_scope("stream"):
+            out = build.scatter(spec, out, block["slots"][scheme]["write"], encode(post, self.storage, lat))
+        return out, outputs(s)
+
+    def chunk_function(self, n: int) -> Any:
+        """n steps: one push step if n is odd, then AA pairs under ``lax.scan`` (in place, standard layout after)."""
+
+        def chunk(f: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            a = self.encode(f)
+            auxes = []
+            if n % 2:  # one two-buffer step so that the in-place pairs below leave the standard layout
+                with jax.named_scope(TIMESTEP):
+                    a, aux = self.step(a, params, "push")
+                auxes.append(jax.tree_util.tree_map(lambda v: v[None], aux))
+            if n >= 2:
+                def pair(a: jnp.ndarray, _: None) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+                    with jax.named_scope(TIMESTEP):
+                        a, aux0 = self.step(a, params, "aa_even")
+                    with jax.named_scope(TIMESTEP):
+                        a, aux1 = self.step(a, params, "aa_odd")
+                    return a, jax.tree_util.tree_map(lambda u, v: jnp.stack([u, v]), aux0, aux1)
+                a, aux = jax.lax.scan(pair, a, None, length=n // 2)
+                auxes.append(jax.tree_util.tree_map(lambda v: v.reshape((-1,) + v.shape[2:]), aux))
+            stacked = {k: jnp.concatenate([x[k] for x in auxes]) for k in (auxes[0] if auxes else {})}
+            return self.decode(a), stacked
+
+        return jax.jit(chunk, donate_argnums=0)

@@ -1,0 +1,108 @@
+"""One timestep, composed once from the core stages and a case's boundary conditions.
+
+Every engine and every consumer runs the stages through :func:`run_stage`: the xla engine
+composes all of them in one jit, the instrumented engine jits each stage alone, the native
+engine runs them (without ``stream``) on the gathered boundary cells, and :func:`moments`
+runs the ones before ``collide`` to give the fields a step sees. Stage names and order are
+lbm.stages.STAGES; a stage with no core work and no boundary condition is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from lbm.boundaries.base import BoundaryCondition, StepState
+from lbm.cases.base import Setup
+from lbm.kernels.collision import collide
+from lbm.kernels.equilibrium import equilibrium
+from lbm.kernels.macroscopic import macroscopic
+from lbm.kernels.streaming import stream
+from lbm.stages import STAGES
+
+Boundaries = tuple[BoundaryCondition, ...]
+
+
+def _macroscopic(s: StepState, setup: Setup) -> StepState:
+    rho, u = macroscopic(s.f, setup.lattice, setup.force_array)
+    return s.replace(rho=rho, u=u)
+
+
+def _equilibrium(s: StepState, setup: Setup) -> StepState:
+    return s.replace(feq=equilibrium(s.rho, s.u, setup.lattice))
+
+
+def _collide(s: StepState, setup: Setup) -> StepState:
+    out = collide(s.f, s.feq, s.u, setup.lattice, setup.omega_plus, setup.omega_minus, setup.force_array)
+    return s.replace(collided=out, post=out)
+
+
+def _stream(s: StepState, setup: Setup) -> StepState:
+    return s.replace(f=stream(s.post, setup.lattice))
+
+
+CORE: dict[str, Callable[[StepState, Setup], StepState]] = {
+    "macroscopic": _macroscopic, "equilibrium": _equilibrium, "collide": _collide, "stream": _stream,
+}
+"""The stages every timestep runs on every cell, whatever the case."""
+
+
+def active_stages(setup: Setup) -> tuple[str, ...]:
+    """The stages a setup's timestep runs, in timestep order."""
+    used = set(CORE) | {bc.stage for bc in setup.boundaries}
+    return tuple(s for s in STAGES if s in used)
+
+
+def run_stage(name: str, s: StepState, boundaries: Boundaries, setup: Setup) -> StepState:
+    """Stage ``name``: its core work (if any), then each boundary condition acting in it, in order."""
+    core = CORE.get(name)
+    if core is not None:
+        s = core(s, setup)
+    for bc in boundaries:
+        if bc.stage == name:
+            s = bc.apply(s, setup.lattice)
+    return s
+
+
+def run_stages(names: Sequence[str], s: StepState, boundaries: Boundaries, setup: Setup,
+               scoped: bool = True) -> StepState:
+    """The stages ``names`` in order, each under ``jax.named_scope(stage)`` when ``scoped``."""
+    for name in names:
+        if scoped:
+            with jax.named_scope(name):
+                s = run_stage(name, s, boundaries, setup)
+        else:
+            s = run_stage(name, s, boundaries, setup)
+    return s
+
+
+def outputs(s: StepState) -> dict[str, jnp.ndarray]:
+    """The per-step outputs of a finished step (``force`` where a Forces condition ran)."""
+    return {} if s.force is None else {"force": s.force}
+
+
+def timestep(f: jnp.ndarray, boundaries: Boundaries, setup: Setup, names: Sequence[str] | None = None
+             ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+    """One timestep on dense populations ``(Q, *grid)``: new populations and per-step outputs."""
+    s = run_stages(active_stages(setup) if names is None else names, StepState(f=f), boundaries, setup)
+    return s.f, outputs(s)
+
+
+def moment_stages(setup: Setup) -> tuple[str, ...]:
+    """The stages before ``collide``: what fixes the density and velocity a step sees."""
+    names = active_stages(setup)
+    return names[: names.index("collide")]
+
+
+def moments(f: jnp.ndarray, boundaries: Boundaries, setup: Setup) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Density and velocity as the next step sees them (outflow and inlet applied, force-shifted u)."""
+    s = run_stages(moment_stages(setup), StepState(f=f), boundaries, setup, scoped=False)
+    return s.rho, s.u
+
+
+def as_arrays(boundaries: Boundaries) -> Any:
+    """The boundary conditions with their arrays on the device (what jitted code receives)."""
+    return jax.tree_util.tree_map(jnp.asarray, boundaries)

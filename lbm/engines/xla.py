@@ -1,0 +1,87 @@
+"""The ``xla`` engine: the whole timestep in one jit, n steps per dispatch with ``lax.scan``, buffers donated.
+
+The reference engine, on any device: it composes the stage functions of lbm.engines.timestep,
+each under ``jax.named_scope(stage)`` inside ``jax.named_scope("timestep")``, and leaves the
+fusion to XLA.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from lbm.cases.base import Setup
+from lbm.engines.base import STORAGES, Engine, decode, encode, program, spec_of
+from lbm.engines.timestep import timestep
+from lbm.stages import FUSED_STEP, TIMESTEP
+
+
+class FusedEngine(Engine):
+    """Base of the fused engines: one compiled chunk per length, populations kept in ``storage`` between steps."""
+
+    mode = "fused"
+
+    def __init__(self, setup: Setup, storage: str = "compute") -> None:
+        super().__init__(setup)
+        if storage not in STORAGES:
+            raise ValueError(f"storage must be one of {', '.join(STORAGES)}, not {storage!r}")
+        if storage != "compute" and jnp.dtype(setup.dtype) != jnp.float32:
+            raise ValueError(f"{storage} storage computes in float32: build the setup with precision=float32")
+        self.storage = storage
+        self._compiled: dict[int, Any] = {}
+
+    def encode(self, f: jnp.ndarray) -> jnp.ndarray:
+        """Populations in the stored representation."""
+        return encode(f, self.storage, self.setup.lattice)
+
+    def decode(self, s: jnp.ndarray) -> jnp.ndarray:
+        """Populations in the compute dtype from the stored representation."""
+        return decode(s, self.storage, self.setup.lattice, self.setup.dtype)
+
+    def chunk_function(self, n: int) -> Any:
+        """The jitted n-step chunk ``(f, params) -> (f, outputs)`` (f donated)."""
+        raise NotImplementedError
+
+    def lower(self, f: Any, n: int) -> Any:
+        """The n-step chunk lowered for populations like ``f`` (an array or a ShapeDtypeStruct, possibly sharded)."""
+        return self.chunk_function(n).lower(f, spec_of(self.params))
+
+    def compile(self, f: jnp.ndarray, n: int) -> Any:
+        """The compiled n-step chunk for populations like ``f`` (compiled once, timed)."""
+        if n not in self._compiled:
+            t0 = time.perf_counter()
+            self._compiled[n] = self.chunk_function(n).lower(f, self.params).compile()
+            self.compile_times[f"fused[{n}]"] = time.perf_counter() - t0
+        return self._compiled[n]
+
+    def advance(self, f: jnp.ndarray, n: int, first_step: int = 0) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Run ``n`` steps in one dispatch."""
+        return self.compile(f, n)(f, self.params)
+
+    def describe(self, n: int = 1) -> list[dict[str, Any]]:
+        """The fused chunk of ``n`` steps, as data."""
+        f = jax.ShapeDtypeStruct((self.setup.lattice.q, *self.setup.shape), jnp.dtype(self.setup.dtype))
+        return [program(FUSED_STEP, None, self.chunk_function(n), f, spec_of(self.params))]
+
+
+class XlaEngine(FusedEngine):
+    """The stage functions composed in one jit; XLA fuses them (the reference, any device)."""
+
+    name = "xla"
+
+    def chunk_function(self, n: int) -> Any:
+        """n timesteps under ``lax.scan``, stored populations carried between them."""
+        setup = self.setup
+
+        def chunk(f: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            def body(s: jnp.ndarray, _: None) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+                with jax.named_scope(TIMESTEP):
+                    f_new, aux = timestep(self.decode(s), params, setup)
+                    return self.encode(f_new), aux
+            s, aux = jax.lax.scan(body, self.encode(f), None, length=n)
+            return self.decode(s), aux
+
+        return jax.jit(chunk, donate_argnums=0)

@@ -1,0 +1,214 @@
+"""Boundary conditions (lbm.boundaries): each dense rule against its closed form, and each block form against its dense rule."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, MovingWall, Outflow, StepState
+from lbm.boundaries.bounce_back import bounce_back_fullway, bounce_back_halfway, halfway_links
+from lbm.boundaries.inlet import inlet
+from lbm.boundaries.moving_wall import moving_wall_term
+from lbm.boundaries.outflow import outflow
+from lbm.engines.native.plan import Block
+from lbm.kernels.collision import collide
+from lbm.kernels.equilibrium import equilibrium
+from lbm.kernels.macroscopic import macroscopic
+from lbm.kernels.streaming import stream
+from lbm.lattice import D2Q9, LATTICES
+
+ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    """Closed forms checked to 1e-13: float64 for this module's tests only."""
+    with jax.enable_x64(True):
+        yield
+
+
+def random_state(lat, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    rho = 1.0 + 0.05 * rng.standard_normal(shape)
+    u = 0.05 * rng.standard_normal((lat.d,) + shape)
+    return jnp.asarray(rho), jnp.asarray(u)
+
+
+def shape_for(lat):
+    return (6, 5) if lat.d == 2 else (5, 4, 3)
+
+
+def random_populations(lat, shape, seed):
+    rng = np.random.default_rng(seed)
+    w = lat.w.reshape((-1,) + (1,) * lat.d)
+    return jnp.asarray(w * (1.0 + 0.1 * rng.standard_normal((lat.q,) + shape)))
+
+
+def test_outflow_copies_unknowns_only():
+    lat = D2Q9
+    f = jnp.asarray(np.random.default_rng(5).random((9, 6, 4)))
+    out = np.asarray(outflow(f, lat))
+    unknown = lat.c[:, 0] < 0
+    np.testing.assert_array_equal(out[unknown, -1], np.asarray(f)[unknown, -2])
+    np.testing.assert_array_equal(out[~unknown], np.asarray(f)[~unknown])
+    np.testing.assert_array_equal(out[:, :-1], np.asarray(f)[:, :-1])
+
+
+@pytest.mark.parametrize("kind", ["zou_he", "nebb", "equilibrium"])
+@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
+def test_inlet_imposes_velocity(lat, kind):
+    shape = shape_for(lat)
+    rho, u = random_state(lat, shape, seed=6)
+    f = equilibrium(rho, u, lat) * (1 + 0.01 * jnp.asarray(np.random.default_rng(7).random((lat.q,) + shape)))
+    u_in = jnp.zeros((lat.d,) + shape[1:]).at[0].set(0.04)
+    rho_m, u_m = macroscopic(f, lat)
+    feq = equilibrium(rho_m, u_m, lat)
+    f2, rho2, u2, feq2 = inlet(f, rho_m, u_m, feq, u_in, lat, kind)
+    rho_col, u_col = macroscopic(f2[:, :1], lat)
+    np.testing.assert_allclose(u_col[0, 0], 0.04, atol=1e-13)
+    if kind != "nebb":  # nebb imposes the normal component only
+        np.testing.assert_allclose(u_col[1:, 0], 0.0, atol=1e-13)
+    np.testing.assert_allclose(rho_col[0], rho2[0], rtol=1e-13)
+    np.testing.assert_allclose(u2[:, 0], u_in, atol=0)
+    # only the inlet column changes
+    np.testing.assert_array_equal(np.asarray(f2)[:, 1:], np.asarray(f)[:, 1:])
+
+
+def test_fullway_bounce_back_reverses_pre_collision_populations():
+    lat = D2Q9
+    rng = np.random.default_rng(8)
+    pre, post = jnp.asarray(rng.random((9, 5, 5))), jnp.asarray(rng.random((9, 5, 5)))
+    solid = np.zeros((5, 5), bool)
+    solid[2, 2] = True
+    out = np.asarray(bounce_back_fullway(post, pre, jnp.asarray(solid), lat))
+    np.testing.assert_array_equal(out[:, 2, 2], np.asarray(pre)[lat.opposite, 2, 2])
+    np.testing.assert_array_equal(out[:, ~solid], np.asarray(post)[:, ~solid])
+
+
+def test_halfway_bounce_back_returns_populations_to_their_cell():
+    """After collide -> bounce_back -> stream, a population that hit a wall comes back reversed at the same cell."""
+    lat = D2Q9
+    solid = np.zeros((6, 5), bool)
+    solid[:, 0] = solid[:, -1] = True
+    links = halfway_links(solid, lat)
+    rng = np.random.default_rng(9)
+    post = jnp.asarray(rng.random((9, 6, 5)))
+    out = np.asarray(stream(bounce_back_halfway(post, jnp.asarray(solid), jnp.asarray(links), lat), lat))
+    p = np.asarray(post)
+    for i in range(9):
+        cy = lat.c[i, 1]
+        if cy < 0:  # cells next to the bottom wall send population i into it
+            np.testing.assert_array_equal(out[lat.opposite[i], :, 1], p[i, :, 1])
+        if cy > 0:
+            np.testing.assert_array_equal(out[lat.opposite[i], :, -2], p[i, :, -2])
+
+
+def test_couette_halfway_moving_wall_is_exact():
+    """Moving-wall half-way bounce-back gives the exact linear Couette profile for any tau (reference table)."""
+    lat = D2Q9
+    n, uw = 10, 0.05
+    shape = (3, n + 2)
+    solid = np.zeros(shape, bool)
+    solid[:, 0] = solid[:, -1] = True
+    wall_u = np.zeros((2,) + shape)
+    wall_u[0, :, -1] = uw
+    links = halfway_links(solid, lat)
+    wall_term = jnp.asarray(moving_wall_term(links, wall_u, lat))
+    def make_run(tau):
+        @jax.jit
+        def run(f):
+            def body(f, _):
+                rho, u = macroscopic(f, lat)
+                post = collide(f, equilibrium(rho, u, lat), u, lat, 1 / tau, 1 / tau)
+                return stream(bounce_back_halfway(post, solid, links, lat, wall_term), lat), None
+            return jax.lax.scan(body, f, None, length=40000)[0]
+        return run
+
+    for tau in (0.6, 1.0, 2.0):
+        f = equilibrium(jnp.ones(shape), jnp.zeros((2,) + shape), lat)
+        run = make_run(tau)
+        ux = np.asarray(macroscopic(run(f), lat)[1][0])[1, 1:-1]
+        y = np.arange(n) + 0.5
+        np.testing.assert_allclose(ux, uw * y / n, atol=1e-11 * uw / 1e-3)
+
+
+def _shuffled_block(lat, shape, boundaries, seed):
+    """A block of every cell the conditions touch plus unrelated cells, in a scrambled order (faces kept contiguous)."""
+    from lbm.engines.native.plan import plan_block
+
+    planned = plan_block(lat, shape, boundaries)
+    n = int(np.prod(shape))
+    extra = np.setdiff1d(np.arange(n), planned.cells)
+    rng = np.random.default_rng(seed)
+    extra = rng.permutation(extra)[: max(1, extra.size // 3)]
+    written = planned.cells[: planned.size]
+    ghosts = planned.cells[planned.size:]
+    cells = np.concatenate([written, extra, ghosts])
+    return Block(lattice=lat, shape=shape, cells=cells, size=written.size + extra.size)
+
+
+def _cylinder_conditions(lat, shape, halfway):
+    coords = np.meshgrid(*[np.arange(n) for n in shape], indexing="ij")
+    obstacle = (coords[0] - shape[0] // 2) ** 2 + (coords[1] - shape[1] // 2) ** 2 < 2.0**2
+    u_in = np.zeros((lat.d,) + shape[1:])
+    u_in[0] = 0.04 * (1 + 0.1 * np.sin(np.arange(shape[1]) / shape[1] * 2 * np.pi)).reshape((-1,) + (1,) * (lat.d - 2))
+    walls = HalfwayBounceBack.around(obstacle, lat) if halfway else FullwayBounceBack(solid=obstacle)
+    return (Outflow(), Inlet(u=u_in, kind="zou_he"), walls, Forces.on(obstacle, lat))
+
+
+def _moving_wall(lat, shape):
+    solid = np.zeros(shape, bool)
+    solid[:, 0] = solid[:, -1] = True
+    wall_u = np.zeros((lat.d,) + shape)
+    wall_u[0, :, -1] = 0.05
+    return (MovingWall.with_velocity(solid, wall_u, lat, np.float64),)
+
+
+def _dense_and_block(lat, shape, boundaries, seed):
+    """One pre-streaming step (every stage but stream) on the whole lattice and on a block of it."""
+    from lbm.engines.timestep import run_stages
+
+    names = ("outflow", "macroscopic", "equilibrium", "inlet", "collide", "bounce_back", "forces")
+
+    class _Setup:  # what the core stages read
+        lattice = lat
+        force_array = None
+        omega_plus = omega_minus = 1 / 0.7
+
+    f = random_populations(lat, shape, seed)
+    dense = run_stages(names, StepState(f=f), boundaries, _Setup)
+    block = _shuffled_block(lat, shape, boundaries, seed)
+    gathered = jnp.asarray(block.gathered(np.asarray(f)))
+    on_block = tuple(bc.on_block(block) for bc in boundaries)
+    sparse = run_stages(names, StepState(f=gathered), on_block, _Setup)
+    return dense, sparse, block
+
+
+@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
+@pytest.mark.parametrize("conditions", ["cylinder_fullway", "cylinder_halfway", "moving_wall"])
+def test_block_forms_equal_the_dense_rules(lat, conditions):
+    """Every condition run on gathered cells gives, on the written cells, what the dense rule gives there."""
+    shape = (12, 9) if lat.d == 2 else (10, 8, 3)
+    if conditions == "moving_wall":
+        bcs = _moving_wall(lat, shape)
+    else:
+        bcs = _cylinder_conditions(lat, shape, conditions.endswith("halfway"))
+    dense, sparse, block = _dense_and_block(lat, shape, bcs, seed=len(conditions))
+    written = block.cells[: block.size]
+    for field in ("post", "rho", "u"):
+        d = np.asarray(getattr(dense, field)).reshape(getattr(dense, field).shape[: -lat.d] + (-1,))[..., written]
+        s = np.asarray(getattr(sparse, field)).reshape(getattr(sparse, field).shape[: -lat.d] + (-1,))[..., : block.size]
+        np.testing.assert_allclose(s, d, rtol=1e-14, atol=1e-15, err_msg=field)
+    if dense.force is not None:
+        np.testing.assert_allclose(np.asarray(sparse.force), np.asarray(dense.force), rtol=1e-12, atol=1e-15)
+
+
+def test_a_block_without_a_needed_cell_is_refused():
+    lat = D2Q9
+    shape = (12, 9)
+    bcs = _cylinder_conditions(lat, shape, halfway=True)
+    full = _shuffled_block(lat, shape, bcs, 0)
+    partial = Block(lattice=lat, shape=shape, cells=full.cells[1:], size=full.size - 1)
+    with pytest.raises(ValueError):
+        for bc in bcs:
+            bc.on_block(partial)

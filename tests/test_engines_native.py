@@ -1,0 +1,106 @@
+"""The native engine's parts: generated kernels against the reference step, their slots, and the streaming slot maps."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lbm.engines.native import build as native
+from lbm.engines.native.codegen import KernelSpec
+from lbm.engines.native.plan import slot_maps
+from lbm.kernels.collision import collide, trt_omega_minus
+from lbm.kernels.equilibrium import equilibrium
+from lbm.kernels.macroscopic import macroscopic
+from lbm.kernels.streaming import stream
+from lbm.lattice import D2Q9, LATTICES
+
+ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    """Kernels compared to 1e-14 in float64."""
+    with jax.enable_x64(True):
+        yield
+
+
+needs_native = pytest.mark.skipif(not native.available(), reason="native kernels need the CPU backend and a C++ compiler")
+NATIVE_SHAPES = {2: [(7, 5), (3, 2), (16, 33)], 3: [(5, 4, 3), (3, 6, 2)]}
+
+
+def _reference_step(f, lat, op, om, force):
+    rho, u = macroscopic(f, lat, force)
+    return stream(collide(f, equilibrium(rho, u, lat), u, lat, op, om, force), lat)
+
+
+def _random_populations(lat, shape, seed):
+    rng = np.random.default_rng(seed)
+    w = lat.w.reshape((-1,) + (1,) * lat.d)
+    return jnp.asarray(w * (1.0 + 0.1 * rng.standard_normal((lat.q,) + shape)))
+
+
+@needs_native
+@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
+@pytest.mark.parametrize("collision", ["bgk", "trt", "trt_force"])
+def test_native_kernels_equal_collide_then_stream(lat, collision):
+    """push = one reference step; an AA pair (even, odd, in place) = two reference steps; any grid shape."""
+    op = 1 / 0.8
+    om = trt_omega_minus(op, 3 / 16) if collision != "bgk" else op
+    force = np.array([2e-4, -1e-4, 5e-5][: lat.d]) if collision == "trt_force" else None
+    spec = KernelSpec(lat, "float64", collision != "bgk", force is not None)
+    for k, shape in enumerate(NATIVE_SHAPES[lat.d]):
+        f = _random_populations(lat, shape, k)
+        one = _reference_step(f, lat, op, om, force)
+        two = _reference_step(one, lat, op, om, force)
+        pushed, _ = native.push(spec, f, jnp.zeros_like(f), op, om, force)
+        np.testing.assert_allclose(pushed, one, rtol=1e-14, atol=1e-16)
+        a, _ = native.aa_step(spec, f + 0, 0, op, om, force)
+        a, _ = native.aa_step(spec, a, 1, op, om, force)
+        np.testing.assert_allclose(a, two, rtol=1e-14, atol=1e-16)
+
+
+@needs_native
+def test_native_kernels_read_their_slots_before_writing():
+    """The slots a kernel returns are the old values, for every scheme; scatter writes exactly those slots."""
+    lat = D2Q9
+    shape = (6, 5)
+    spec = KernelSpec(lat, "float64", False, False)
+    f = _random_populations(lat, shape, 3)
+    cells = np.array([0, 7, 29])
+    for scheme in ("push", "aa_even", "aa_odd"):
+        read, write = slot_maps(lat, shape, cells, scheme)
+        slots = jnp.asarray(read.astype(np.int32))
+        if scheme == "push":
+            out, old = native.push(spec, f, jnp.zeros_like(f), 1.2, 1.2, None, slots)
+        else:
+            out, old = native.aa_step(spec, f + 0, 0 if scheme == "aa_even" else 1, 1.2, 1.2, None, slots)
+        np.testing.assert_array_equal(np.asarray(old), np.asarray(f).reshape(-1)[read])
+        vals = jnp.asarray(np.arange(read.size, dtype=np.float64).reshape(read.shape))
+        written = np.asarray(native.scatter(spec, out, jnp.asarray(write.astype(np.int32)), vals)).reshape(-1)
+        np.testing.assert_array_equal(written[write], np.asarray(vals))
+        untouched = np.setdiff1d(np.arange(written.size), write.reshape(-1))
+        np.testing.assert_array_equal(written[untouched], np.asarray(out).reshape(-1)[untouched])
+
+
+def test_slot_maps_follow_the_streaming_schemes():
+    """push writes each post-collision population to its downstream neighbour; AA odd reads where AA even wrote."""
+    lat = D2Q9
+    shape = (5, 4)
+    n = 20
+    cells = np.arange(n)
+    read_p, write_p = slot_maps(lat, shape, cells, "push")
+    read_e, write_e = slot_maps(lat, shape, cells, "aa_even")
+    read_o, write_o = slot_maps(lat, shape, cells, "aa_odd")
+    for i in range(lat.q):
+        moved = np.roll(np.arange(n).reshape(shape), tuple(lat.c[i]), axis=(0, 1)).reshape(-1)
+        # push: population i of cell x lands on x + c_i, i.e. cell y receives it from y - c_i
+        np.testing.assert_array_equal(np.sort(write_p[i] - i * n), np.arange(n))
+        np.testing.assert_array_equal(write_p[i][moved] - i * n, np.arange(n))
+        # AA: the odd step reads f_i(x) where the even step at x - c_i stored it, and each cell owns its slots
+        np.testing.assert_array_equal(read_e[i], i * n + cells)
+        np.testing.assert_array_equal(write_e[lat.opposite[i]], i * n + cells)
+    assert np.unique(read_o).size == read_o.size and np.array_equal(np.sort(read_o.ravel()), np.sort(write_o.ravel()))
+    even_targets = {(i, int(x)): int(write_e[i, x]) for i in range(lat.q) for x in cells}
+    for i in range(lat.q):
+        src = np.roll(np.arange(n).reshape(shape), tuple(lat.c[i]), axis=(0, 1)).reshape(-1)  # cell x - c_i
+        np.testing.assert_array_equal(read_o[i], [even_targets[(i, int(s))] for s in src])
