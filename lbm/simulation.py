@@ -6,7 +6,6 @@ import dataclasses
 import functools
 import logging
 import math
-import platform
 import signal
 import threading
 import time
@@ -75,17 +74,11 @@ def chunk_size(run: RunConfig) -> int:
 
 def device_description() -> dict[str, Any]:
     """The default device and the software that drives it."""
-    dev = jax.devices()[0]
-    import jaxlib
+    from lbm.environment import device_label, environment
 
-    return {
-        "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}".rstrip(":"),
-        "device_count": jax.device_count(),
-        "jax": jax.__version__,
-        "jaxlib": getattr(jaxlib, "__version__", jax.__version__),
-        "python": platform.python_version(),
-        "host": platform.machine(),
-    }
+    env = environment()
+    return {"device": device_label(), "device_count": env["device_count"], "jax": env["jax"], "jaxlib": env["jaxlib"],
+            "python": env["python"], "host": env["host_machine"]}
 
 
 def log_parameters(run: RunConfig, setup: Setup) -> None:
