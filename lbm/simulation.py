@@ -246,9 +246,15 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     if run.profile.get("enabled"):
         # Profiling hook (lbm.profiling.capture.Profiler): started before compilation so the trace holds the
         # first call; it may cap chunk sizes inside its window and is told after each chunk.
+        from lbm.bench.roofline import measure_bandwidth
         from lbm.profiling.capture import Profiler
 
-        profiler = Profiler(run, setup, stepper, run_dir)
+        profiler = Profiler(
+            run_dir / "profile", run.profile, mode=stepper.mode, steps=run.steps, stages=list(setup.stages),
+            run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
+            programs=lambda: _profile_programs(stepper, setup), compile_times=lambda: stepper.compile_times,
+            bandwidth=measure_bandwidth,
+            compile_window=(lambda: stepper.compiled(setup.initial_populations(), 1)) if run.mode == "fused" else None)
         profiler.start()
 
     # Compile before timing: the fused chunks ahead of time, the instrumented stages on a throw-away step.
@@ -339,6 +345,44 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     if error is not None:
         raise error
     return metrics
+
+
+def _profile_programs(stepper: Stepper, setup: Setup) -> list[dict[str, Any]]:
+    """The programs the run's own stepper executes, as the profiler's compile report reads them: one per stage
+    (instrumented) or the one-step fused chunk (fused), each lowered and compiled here (timed)."""
+    # adapter until engines.describe(): the lead replaces this function with the engine's describe(1)
+    from lbm.hlo import compiled_cost
+    from lbm.stepper import stage_functions, timestep
+
+    def spec(x: Any) -> Any:
+        return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+    def program(name: str, stage: str | None, fn: Any, jitted: Any, specs: tuple[Any, ...]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        lowered = jitted.lower(*specs)
+        t1 = time.perf_counter()
+        compiled = lowered.compile()
+        t2 = time.perf_counter()
+        return {"name": name, "stage": stage, "jaxpr": str(jax.make_jaxpr(fn)(*specs)), "stablehlo": lowered.as_text(),
+                "hlo": lowered.as_text(dialect="hlo"), "optimized_hlo": compiled.as_text() or "",
+                "cost": compiled_cost(compiled), "lower_ms": (t1 - t0) * 1e3, "compile_ms": (t2 - t1) * 1e3}
+
+    f_spec = spec(setup.initial_populations())
+    if stepper.mode == "fused":
+        chunk = stepper._chunk_fn(1)  # type: ignore[attr-defined]
+        return [program("fused_step", None, chunk, chunk, (f_spec, jax.tree_util.tree_map(spec, stepper.arrays)))]
+    fns = stage_functions(setup)
+    seen: dict[str, tuple[Any, ...]] = {}
+
+    def recording(name: str, fn: Any) -> Any:
+        def call(*args: Any) -> Any:
+            seen.setdefault(name, jax.tree_util.tree_map(spec, args))
+            return fn(*args)
+        return call
+
+    jax.eval_shape(lambda f, a: timestep({n: recording(n, fn) for n, fn in fns.items()}, f, a), f_spec,
+                   jax.tree_util.tree_map(spec, stepper.arrays))
+    return [program(name, name, fns[name], jax.jit(fns[name]), seen[name]) for name in fns]
 
 
 def chunk_lengths(start: int, steps: int, k: int) -> set[int]:

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+from conftest import SMALL_HLO
 
 from lbm.hlo import (
     compiled_cost,
@@ -15,20 +16,6 @@ from lbm.hlo import (
     program_facts,
     to_dot,
 )
-
-SMALL = """HloModule jit_chunk, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
-
-%fused_computation (p: f32[4]) -> f32[4] {
-  %p = f32[4]{0} parameter(0)
-  ROOT %m = f32[4]{0} multiply(%p, %p), metadata={op_name="jit(chunk)/timestep/collide/mul"}
-}
-
-ENTRY %main (a: f32[4]) -> f32[4] {
-  %a = f32[4]{0} parameter(0)
-  %f = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(chunk)/timestep/stream/x"}
-  ROOT %c = f32[4]{0} copy(%f)
-}
-"""
 
 # A scanned chunk as XLA:CPU prints it: a while loop whose body holds two fusions (one of the backend's own kind,
 # with a nested fusion inside), a custom call and a fusion of the entry outside the loop.
@@ -83,7 +70,7 @@ STAGES = ["macroscopic", "equilibrium", "collide", "stream"]
 
 
 def test_kernels_stages_bytes_and_counts():
-    module = parse_hlo(SMALL)
+    module = parse_hlo(SMALL_HLO)
     assert module.name == "jit_chunk" and module.entry == "main"
     assert kernel_stages(module, ["collide", "stream"]) == {"f": ["collide", "stream"], "c": []}
     assert count_ops(module)["fusions"] == 1 and count_ops(module)["kernels"] == 2
@@ -108,7 +95,7 @@ def test_loop_facts_inventory_and_bulk_scope():
 
 
 def test_without_a_loop_and_count_fusions_of_a_bare_entry():
-    assert loop_body(parse_hlo(SMALL)) is None and program_facts(parse_hlo(SMALL))["fusions_in_loop_body"] is None
+    assert loop_body(parse_hlo(SMALL_HLO)) is None and program_facts(parse_hlo(SMALL_HLO))["fusions_in_loop_body"] is None
     assert count_fusions("ENTRY e {\n  %a = f32[4] fusion(%p), kind=kLoop\n  ROOT %b = f32[4] fusion(%a), kind=kLoop\n}") == 2
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.errors import LbmError
-from lbm.stepper import STAGES
+from lbm.stages import STAGES
 
 SWEEP_COLUMNS = ["job", "case", "mode", "lattice", "precision", "grid", "cells", "steps", "status", "mlups",
                  "compile_time_s", "wall_time_s", "step_host_median_ms", "step_device_median_ms", "share_clock"]
