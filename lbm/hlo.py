@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->.*\{\s*$|^(ENTRY\s+)?%?([\w.\-]+)\s*\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
@@ -39,6 +40,8 @@ class Instruction:
     operands: list[str]
     op_name: str
     called: list[str]
+    attrs: str = ""
+    """The instruction's text after its operands (kind, backend_config, custom_call_target, metadata, ...)."""
 
 
 @dataclass
@@ -123,7 +126,7 @@ def parse_hlo(text: str) -> HloModule:
             called += _OPERAND.findall(group) or [g.strip() for g in group.split(",") if g.strip()]
         opn = _OP_NAME.search(attrs)
         module.computations[current].append(
-            Instruction(name, opcode, shape_bytes(shape_text), operands, opn.group(1) if opn else "", called))
+            Instruction(name, opcode, shape_bytes(shape_text), operands, opn.group(1) if opn else "", called, attrs))
     return module
 
 
@@ -186,6 +189,77 @@ def count_ops(module: HloModule) -> dict[str, int]:
         "instructions": sum(len(v) for v in module.computations.values()),
         "computations": len(module.computations),
     }
+
+
+_BACKEND_KIND = re.compile(r'"kind":"([^"]+)"')
+_XLA_KIND = re.compile(r"\bkind=(k\w+)")
+_BODY = re.compile(r"\bbody=%?([\w.\-]+)")
+_TARGET = re.compile(r'custom_call_target="([^"]+)"')
+
+
+def fusion_kind(ins: Instruction) -> str:
+    """A fusion's kind: the backend's own (``__ynn_fusion``, ...) over XLA's ``kLoop``/``kInput``/...; ``?`` if none."""
+    m = _BACKEND_KIND.search(ins.attrs) or _XLA_KIND.search(ins.attrs)
+    return m.group(1) if m else "?"
+
+
+def loop_body(module: HloModule) -> str | None:
+    """The body computation of the first while loop reached from the entry (a scanned chunk's step), if any."""
+    for comp in module.top_level():
+        for ins in module.computations.get(comp, []):
+            body = _BODY.search(ins.attrs) if ins.opcode == "while" else None
+            if body:
+                return body.group(1)
+    return None
+
+
+def fusion_inventory(module: HloModule, special_max: int = 20) -> dict[str, Any]:
+    """Kernel-level fusions by kind, custom-call targets, and the fusions that are not loop/input/output fusions."""
+    kinds: dict[str, int] = {}
+    targets: dict[str, int] = {}
+    special: list[dict[str, str]] = []
+    for ins in module.kernels():
+        if ins.opcode == "fusion":
+            kind = fusion_kind(ins)
+            kinds[kind] = kinds.get(kind, 0) + 1
+            if kind not in ("kLoop", "kInput", "kOutput") and len(special) < special_max:
+                special.append({"fusion": ins.name, "kind": kind, "op_name": ins.op_name})
+        elif ins.opcode == "custom-call":
+            t = _TARGET.search(ins.attrs)
+            target = t.group(1) if t else "?"
+            targets[target] = targets.get(target, 0) + 1
+    return {"fusion_kinds": kinds, "custom_call_targets": targets, "special_fusions": special}
+
+
+def program_facts(module: HloModule) -> dict[str, Any]:
+    """Fusions and custom calls of the program (and of its loop body, one step of a scanned chunk), by kind."""
+    kernels = module.kernels()
+    body = loop_body(module)
+    return {
+        "fusions": sum(1 for k in kernels if k.opcode == "fusion"),
+        "fusions_in_loop_body": (sum(1 for k in module.computations.get(body, []) if k.opcode == "fusion")
+                                 if body else None),
+        "custom_calls": sum(1 for k in kernels if k.opcode == "custom-call"),
+        **fusion_inventory(module),
+    }
+
+
+def count_fusions(text: str) -> int:
+    """Fusion instructions in HLO text, in every computation (nested fusions included)."""
+    return sum(1 for comp in parse_hlo(text).computations.values() for ins in comp if ins.opcode == "fusion")
+
+
+def compiled_cost(compiled: Any) -> dict[str, float | None]:
+    """XLA's cost analysis of a compiled executable: flops, bytes accessed, transcendentals (None where unknown)."""
+    try:
+        ca = compiled.cost_analysis()
+    except Exception:  # some backends do not implement it
+        ca = None
+    if isinstance(ca, (list, tuple)):
+        ca = ca[0] if ca else None
+    ca = ca or {}
+    return {"flops": ca.get("flops"), "bytes_accessed": ca.get("bytes accessed"),
+            "transcendentals": ca.get("transcendentals")}
 
 
 STAGE_COLORS = {"outflow": "#8dd3c7", "macroscopic": "#ffffb3", "equilibrium": "#bebada", "inlet": "#fb8072",

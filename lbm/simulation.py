@@ -6,7 +6,6 @@ import dataclasses
 import functools
 import logging
 import math
-import platform
 import signal
 import threading
 import time
@@ -76,17 +75,11 @@ def chunk_size(run: RunConfig) -> int:
 
 def device_description() -> dict[str, Any]:
     """The default device and the software that drives it."""
-    dev = jax.devices()[0]
-    import jaxlib
+    from lbm.environment import device_label, environment
 
-    return {
-        "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}".rstrip(":"),
-        "device_count": jax.device_count(),
-        "jax": jax.__version__,
-        "jaxlib": getattr(jaxlib, "__version__", jax.__version__),
-        "python": platform.python_version(),
-        "host": platform.machine(),
-    }
+    env = environment()
+    return {"device": device_label(), "device_count": env["device_count"], "jax": env["jax"], "jaxlib": env["jaxlib"],
+            "python": env["python"], "host": env["host_machine"]}
 
 
 def log_parameters(run: RunConfig, setup: Setup) -> None:
@@ -255,9 +248,15 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     if run.profile.get("enabled"):
         # Profiling hook (lbm.profiling.capture.Profiler): started before compilation so the trace holds the
         # first call; it may cap chunk sizes inside its window and is told after each chunk.
+        from lbm.bench.roofline import measure_bandwidth
         from lbm.profiling.capture import Profiler
 
-        profiler = Profiler(run, setup, engine, run_dir)
+        profiler = Profiler(
+            run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps, stages=list(setup.stages),
+            run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
+            programs=lambda: engine.describe(1), compile_times=lambda: engine.compile_times,
+            bandwidth=measure_bandwidth,
+            compile_window=(lambda: engine.compile(setup.initial_populations(), 1)) if run.mode == "fused" else None)
         profiler.start()
 
     # Compile before timing: the fused chunks ahead of time, the instrumented stages on a throw-away step.

@@ -31,7 +31,8 @@ from jax import lax
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lbm.bench.naive import naive_step  # noqa: E402
-from lbm.kernels import native  # noqa: E402
+from lbm.engines.native import build as native  # noqa: E402
+from lbm.engines.native.codegen import KernelSpec  # noqa: E402
 from lbm.kernels.equilibrium import equilibrium  # noqa: E402
 from lbm.kernels.macroscopic import macroscopic  # noqa: E402
 from lbm.kernels.streaming import stream  # noqa: E402
@@ -165,7 +166,7 @@ def planes(step: Callable, n: int, lanes: int = 0) -> Callable:
 
 
 def native_push(n: int) -> Callable:
-    spec = native.KernelSpec(LAT, "float32", False, False)
+    spec = KernelSpec(LAT, "float32", False, False)
 
     def run(f: jnp.ndarray) -> jnp.ndarray:
         def two(_: int, c: tuple) -> tuple:
@@ -177,7 +178,7 @@ def native_push(n: int) -> Callable:
 
 
 def native_aa(n: int) -> Callable:
-    spec = native.KernelSpec(LAT, "float32", False, False)
+    spec = KernelSpec(LAT, "float32", False, False)
 
     def run(f: jnp.ndarray) -> jnp.ndarray:
         def pair(_: int, a: jnp.ndarray) -> jnp.ndarray:

@@ -23,6 +23,7 @@ def runs(tmp_path_factory):
     """Profiled runs shared by the tests of this module: name -> (metrics, run_dir)."""
     out = {}
     for name, overrides in {"tg_instrumented": [*TG, "mode=instrumented"], "cyl_fused": [*CYL, "mode=fused"],
+                            "cyl_xla": [*CYL, "mode=fused", "engine=xla"],
                             "cyl_sync": [*CYL, "mode=instrumented", "profile.sync=true"]}.items():
         run_dir = tmp_path_factory.mktemp(name)
         out[name] = simulate(run_config(*overrides), run_dir), run_dir
@@ -93,7 +94,7 @@ def test_sync_host_spans_include_execution(runs):
         assert float(rows[stage]["median_ms"]) >= float(rows[stage]["device_median_ms"])
 
 
-@pytest.mark.parametrize("name", ["cyl_fused"])
+@pytest.mark.parametrize("name", ["cyl_fused", "cyl_xla"])
 def test_fused_breakdown(runs, name):
     metrics, run_dir = runs[name]
     rows = read_csv(run_dir / "profile" / "breakdown.csv")
@@ -127,18 +128,48 @@ def test_fused_breakdown(runs, name):
 def test_profile_directory_contents(runs):
     _, run_dir = runs["cyl_fused"]
     prof = run_dir / "profile"
-    for f in ("breakdown.csv", "breakdown.json", "breakdown.png", "timeline.png", "kernels.csv",
+    for f in ("breakdown.csv", "breakdown.json", "breakdown.png", "breakdown.txt", "timeline.png", "kernels.csv",
               "compile/compile.json", "compile/fused_step.opt.hlo.txt", "compile/fused_step.hlo.txt",
-              "compile/collide.jaxpr.txt", "compile/stream.dot"):
+              "compile/fused_step.jaxpr.txt", "compile/fused_step.stablehlo.mlir", "compile/fused_step.dot"):
         assert (prof / f).is_file() and (prof / f).stat().st_size > 0, f
     assert list(prof.glob("plugins/profile/*/*.xplane.pb")) and list(prof.glob("plugins/profile/*/perfetto_trace.json.gz"))
     report = json.loads((prof / "compile" / "compile.json").read_text())
-    fused = next(e for e in report["executables"] if e["name"] == "fused_step")
+    (fused,) = report["executables"]  # fused mode runs one program: the chunk
+    assert fused["name"] == "fused_step"
     assert fused["flops"] > 0 and fused["bytes_accessed"] > 0 and fused["fusions"] > 0
     assert "collide" in {s for st in fused["kernels"].values() for s in st}
     assert report["graphviz_note"]
     bd = json.loads((prof / "breakdown.json").read_text())
     assert any("ui.perfetto.dev" in line for line in bd["open"]) and any("xprof" in line for line in bd["open"])
+    assert bd["run"]["case"] == "cylinder" and bd["run"]["grid"] == [60, 36] and bd["files"]["compile"]
+
+
+def test_instrumented_compile_report_has_one_program_per_stage(runs):
+    _, run_dir = runs["cyl_sync"]
+    compile_dir = run_dir / "profile" / "compile"
+    report = json.loads((compile_dir / "compile.json").read_text())
+    assert [e["name"] for e in report["executables"]] == report["stages"] == [s for s in STAGES if s in report["stages"]]
+    for e in report["executables"]:
+        assert e["stage"] == e["name"] and all(st == [e["name"]] for st in e["kernels"].values())
+        assert (compile_dir / f"{e['name']}.jaxpr.txt").is_file() and (compile_dir / f"{e['name']}.dot").is_file()
+    assert not (compile_dir / "fused_step.opt.hlo.txt").exists()
+
+
+def test_compile_report_is_the_run_engines_program(runs):
+    """The kernel-to-stage map comes from the executable the run itself ran (engine=xla: no native custom call)."""
+    for name in ("cyl_fused", "cyl_xla"):
+        metrics, run_dir = runs[name]
+        hlo = (run_dir / "profile" / "compile" / "fused_step.opt.hlo.txt").read_text()
+        assert ("custom-call(" in hlo) == (metrics["engine"] == "native"), name
+        kernels = {r["kernel"] for r in read_csv_rows(run_dir / "profile" / "kernels.csv")}
+        report = json.loads((run_dir / "profile" / "compile" / "compile.json").read_text())
+        assert kernels <= set(report["executables"][0]["kernels"]), name  # every traced kernel is in that program
+    assert runs["cyl_xla"][0]["engine"] == "xla"
+
+
+def read_csv_rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def test_analyze_reproduces_the_run_breakdown(runs, tmp_path, capsys):

@@ -6,6 +6,7 @@ import statistics
 
 import numpy as np
 import pytest
+from conftest import DEV, FIRST_CALL_US, HOST, STAGE_HOST_US, STAGE_KERNELS_US, instrumented_trace, trace_event, trace_meta
 
 from lbm.errors import LbmError
 from lbm.profiling import queries
@@ -18,57 +19,6 @@ from lbm.profiling.tracedb import (
     read_trace_json,
     tables_from_json,
 )
-
-HOST, DEV = (1, 10), (1, 20)
-
-
-def _x(where, name, ts, dur, **args):
-    e = {"ph": "X", "pid": where[0], "tid": where[1], "ts": ts, "dur": dur, "name": name}
-    if args:
-        e["args"] = args
-    return e
-
-
-def _meta():
-    return [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
-            {"ph": "M", "pid": 1, "tid": 10, "name": "thread_name", "args": {"name": "python"}},
-            {"ph": "M", "pid": 1, "tid": 20, "name": "thread_name", "args": {"name": "tf_XLAExecute/1"}}]
-
-
-# Instrumented: 3 stages; step 0 is the first call (compile), steps 1..4 are steady.
-STAGE_HOST_US = {"macroscopic": lambda k: 10 + k, "collide": lambda k: 20.0, "stream": lambda k: 30 + 2 * k}
-STAGE_KERNELS_US = {"macroscopic": (3.0, 4.0), "collide": (5.0, 1.5), "stream": (2.0, 2.0)}
-FIRST_CALL_US = {"macroscopic": 5000.0, "collide": 7000.0, "stream": 9000.0}
-
-
-def instrumented_trace(module_names=True):
-    """Events and expected figures of a synthetic instrumented-mode trace (times in µs, as jax writes them)."""
-    ev, t, run = _meta(), 100.0, 0
-    steady = []
-    for k in range(5):
-        if k == 1:
-            steady_start = t - 0.5
-        step_start, t = t, t + 1.0
-        for stage, host in STAGE_HOST_US.items():
-            dur = FIRST_CALL_US[stage] if k == 0 else host(k - 1)
-            ev.append(_x(HOST, stage, t, dur))
-            run += 1
-            mod = f"jit_{stage}" if module_names else "jit__lambda"
-            a, b = STAGE_KERNELS_US[stage]
-            s0 = t + dur + 3.0  # asynchronous: runs after the dispatch span
-            ev.append(_x(DEV, f"k1_{stage}", s0, a, hlo_module=mod, hlo_op=f"k1_{stage}", run_id=str(run)))
-            ev.append(_x(DEV, f"end: k1_{stage}", s0 + a, 0.1))
-            ev.append(_x(DEV, f"k2_{stage}", s0 + a + 1.0, b, hlo_module=mod, hlo_op=f"k2_{stage}", run_id=str(run)))
-            t += dur + 1.0
-        ev.append(_x(HOST, "timestep", step_start, t - step_start + 20.0, step_num=k))
-        if k >= 1:
-            steady.append(t - step_start + 20.0)
-        t += 100.0
-    ev.append(_x(HOST, STEADY_MARK, steady_start, t - steady_start))
-    ev.append(_x(HOST, WARMUP_MARK, 99.0, steady_start - 99.5))
-    # a foreign execution (e.g. jnp.stack) that must not be matched to any stage
-    ev.append(_x(DEV, "copy", t + 5.0, 1.0, hlo_module="jit_stack", hlo_op="copy", run_id="999"))
-    return {"traceEvents": ev, "displayTimeUnit": "ns"}, steady
 
 
 @pytest.fixture
@@ -162,20 +112,20 @@ FUSED_KERNELS = {"fusion.1": (["macroscopic", "equilibrium"], 6.0), "fusion.2": 
 
 
 def fused_trace():
-    ev, t = _meta(), 50.0
-    compile_ev = _x(HOST, "lbm.profile.compile", 1.0, 40.0)
+    ev, t = trace_meta(), 50.0
+    compile_ev = trace_event(HOST, "lbm.profile.compile", 1.0, 40.0)
     ev.append(compile_ev)
     for k in range(6):
-        ev.append(_x(HOST, "timestep", t, 200.0 if k == 0 else 50.0 + k, step_num=k))
+        ev.append(trace_event(HOST, "timestep", t, 200.0 if k == 0 else 50.0 + k, step_num=k))
         s = t + 5.0
         for op, (_, dur) in FUSED_KERNELS.items():
             d = dur * (3 if k == 0 else 1)
-            ev.append(_x(DEV, op, s, d, hlo_module="jit_chunk", hlo_op=op, run_id=str(100 + k)))
+            ev.append(trace_event(DEV, op, s, d, hlo_module="jit_chunk", hlo_op=op, run_id=str(100 + k)))
             s += d + 0.5
         if k == 1:
             steady0 = t - 1.0
         t += 300.0
-    ev.append(_x(HOST, STEADY_MARK, steady0, t - steady0))
+    ev.append(trace_event(HOST, STEADY_MARK, steady0, t - steady0))
     return {"traceEvents": ev}
 
 
@@ -304,43 +254,10 @@ def test_no_run_id_and_shared_module_name_split_by_compile_report():
 def test_sql_literals_are_quoted():
     assert queries.sql_literal("it's") == "'it''s'"
     assert queries.name_list([]) == "NULL"
-    db = SqliteTraceDB(tables_from_json({"traceEvents": [_x(HOST, "it's", 1.0, 2.0)]}))
+    db = SqliteTraceDB(tables_from_json({"traceEvents": [trace_event(HOST, "it's", 1.0, 2.0)]}))
     assert db.query(queries.slice_stats(["it's"]))[0]["calls"] == 1
     with pytest.raises(LbmError, match="SQL error"):
         db.query("SELECT nope FROM slice")
-
-
-def test_hlo_graph_rendered_only_with_graphviz(tmp_path, monkeypatch):
-    from lbm.hlo import parse_hlo, to_dot
-    from lbm.profiling import compile_report
-
-    hlo = """HloModule jit_chunk, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
-
-%fused_computation (p: f32[4]) -> f32[4] {
-  %p = f32[4]{0} parameter(0)
-  ROOT %m = f32[4]{0} multiply(%p, %p), metadata={op_name="jit(chunk)/timestep/collide/mul"}
-}
-
-ENTRY %main (a: f32[4]) -> f32[4] {
-  %a = f32[4]{0} parameter(0)
-  %f = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(chunk)/timestep/stream/x"}
-  ROOT %c = f32[4]{0} copy(%f)
-}
-"""
-    module = parse_hlo(hlo)
-    from lbm.hlo import count_ops, kernel_bytes, kernel_stages
-
-    assert kernel_stages(module, ["collide", "stream"]) == {"f": ["collide", "stream"], "c": []}
-    assert count_ops(module)["fusions"] == 1 and kernel_bytes(module)["f"] == 32
-    dot = tmp_path / "g.dot"
-    dot.write_text(to_dot(module, ["collide", "stream"]))
-    monkeypatch.setattr(compile_report.shutil, "which", lambda name: None)
-    assert compile_report.render_dot(dot) is None
-    fake = tmp_path / "dot"
-    fake.write_text('#!/bin/sh\ncp "$2" "$4"\n')  # dot -Tpng IN -o OUT
-    fake.chmod(0o755)
-    monkeypatch.setattr(compile_report.shutil, "which", lambda name: str(fake))
-    assert compile_report.render_dot(dot) == tmp_path / "g.png" and (tmp_path / "g.png").exists()
 
 
 def test_device_plane_events_win_over_host_launch_events():

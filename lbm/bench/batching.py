@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbm.hlo import count_fusions
 from lbm.kernels.collision import bgk
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
@@ -83,11 +83,6 @@ def count_eqns(jaxpr: Any) -> int:
                 elif hasattr(sub, "eqns"):
                     total += count_eqns(sub)
     return total
-
-
-def count_fusions(hlo_text: str) -> int:
-    """Fusion computations in optimised HLO text."""
-    return len(re.findall(r"^\s*(?:ROOT\s+)?\S+ = \S+ fusion\(", hlo_text, flags=re.M))
 
 
 def omegas(members: int) -> np.ndarray:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import platform
 import sys
 import time
 import warnings
@@ -125,17 +124,6 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
 
 # --- environment ---------------------------------------------------------------------------
 
-def cpu_model() -> str:
-    """The CPU model name (from /proc/cpuinfo where available)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def load_average() -> list[float] | None:
     """1, 5 and 15 minute load averages (None where the OS has none)."""
     try:
@@ -145,29 +133,11 @@ def load_average() -> list[float] | None:
 
 
 def environment() -> dict[str, Any]:
-    """Software and hardware this bench ran on."""
-    import jax
-
+    """Software and hardware this bench ran on (lbm.environment) and the native kernels' compiler."""
     from lbm.engines.native import build as native
+    from lbm.environment import environment as probe
 
-    dev = jax.devices()[0]
-    env = {
-        "jax": jax.__version__,
-        "jaxlib": getattr(jax.lib, "__version__", jax.__version__),
-        "python": platform.python_version(),
-        "platform": dev.platform,
-        "device": str(dev),
-        "device_kind": getattr(dev, "device_kind", ""),
-        "device_count": jax.device_count(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "gpu_model": getattr(dev, "device_kind", None) if dev.platform == "gpu" else None,
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-        "native_compiler": native.compiler(),
-        "native_cxxflags": native.cxxflags(),
-        "host_machine": platform.machine(),
-    }
-    return env
+    return {**probe(), "native_compiler": native.compiler(), "native_cxxflags": native.cxxflags()}
 
 
 # --- running -------------------------------------------------------------------------------

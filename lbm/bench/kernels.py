@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -17,17 +18,12 @@ def kernel_times(run: Callable[[], Any], steps: int, top: int = 25) -> dict[str,
     kernels), named by their HLO instruction (``fusion.12``, ``ynn_fusion``, custom calls);
     the clock is the device clock of those events. Only the ``top`` costliest are kept.
     """
-    from lbm.profiling.queries import DEVICE_EVENTS
-    from lbm.profiling.tracedb import locate_trace, open_trace_db
+    from lbm.profiling.pipeline import device_events
 
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp):
             jax.block_until_ready(run())
-        db, _ = open_trace_db(locate_trace(tmp), "sqlite")
-        try:
-            rows = db.query(DEVICE_EVENTS)
-        finally:
-            db.close()
+        rows = device_events(Path(tmp))
     per_op: dict[str, list[float]] = {}
     for r in rows:
         name = r.get("hlo_op") or r["name"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 import time
 import warnings
@@ -229,26 +228,14 @@ def stage_times(setup: Any, f: jnp.ndarray, steps: int) -> dict[str, dict[str, f
 
 def hlo_facts(compiled: Any, steps: int, population_bytes: int) -> dict[str, Any]:
     """Fusions, custom calls, XLA's bytes-accessed estimate and planned memory of a compiled chunk."""
-    text = compiled.as_text()
-    comps = _computations(text)
-    called = set(re.findall(r" fusion\(.*?calls=%?([\w.\-]+)", text))  # bodies of fusions: not program level
-    program = {name: lines for name, lines in comps.items() if name not in called}
-    body = _while_body(text)
-    facts: dict[str, Any] = {
-        "fusions": sum(1 for lines in program.values() for ln in lines if " fusion(" in ln),
-        "fusions_in_loop_body": sum(1 for ln in program.get(body, []) if " fusion(" in ln) if body else None,
-        "custom_calls": sum(1 for lines in program.values() for ln in lines if " custom-call(" in ln),
-        "steps_in_chunk": steps,
-        **fusion_inventory([ln for lines in program.values() for ln in lines]),
-    }
-    try:
-        cost = compiled.cost_analysis()
-        cost = cost[0] if isinstance(cost, list) else cost
-        facts["cost_analysis_bytes_accessed"] = float(cost.get("bytes accessed", float("nan")))
+    from lbm.hlo import compiled_cost, parse_hlo, program_facts
+
+    facts: dict[str, Any] = {**program_facts(parse_hlo(compiled.as_text())), "steps_in_chunk": steps}
+    nbytes = compiled_cost(compiled)["bytes_accessed"]
+    if nbytes is not None:
+        facts["cost_analysis_bytes_accessed"] = float(nbytes)
         facts["cost_analysis_note"] = ("XLA's estimate for the compiled chunk; a while loop's body is counted once "
                                        "and custom calls (native kernels) count as zero")
-    except Exception:  # cost analysis is optional per backend
-        pass
     try:
         mem = compiled.memory_analysis()
         planned = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
@@ -262,47 +249,6 @@ def hlo_facts(compiled: Any, steps: int, population_bytes: int) -> dict[str, Any
     except Exception:  # memory analysis is optional per backend
         pass
     return facts
-
-
-def fusion_inventory(lines: list[str]) -> dict[str, Any]:
-    """Program-level fusions by kind (a backend's own kind, e.g. ``__ynn_fusion``, over XLA's kLoop/kInput),
-    custom-call targets, and the op names of fusions that are not plain loop/input/output fusions."""
-    kinds: dict[str, int] = {}
-    targets: dict[str, int] = {}
-    special: list[dict[str, str]] = []
-    for ln in lines:
-        if " fusion(" in ln:
-            backend = re.search(r'"kind":"([^"]+)"', ln)
-            kind = backend.group(1) if backend else (re.search(r"kind=(k\w+)", ln) or [None, "?"])[1]
-            kinds[kind] = kinds.get(kind, 0) + 1
-            if kind not in ("kLoop", "kInput", "kOutput") and len(special) < 20:
-                op = re.search(r'op_name="([^"]+)"', ln)
-                special.append({"fusion": ln.split("=")[0].strip().lstrip("%"), "kind": kind,
-                                "op_name": op.group(1) if op else ""})
-        if " custom-call(" in ln:
-            target = re.search(r'custom_call_target="([^"]+)"', ln)
-            name = target.group(1) if target else "?"
-            targets[name] = targets.get(name, 0) + 1
-    return {"fusion_kinds": kinds, "custom_call_targets": targets, "special_fusions": special}
-
-
-def _computations(text: str) -> dict[str, list[str]]:
-    """Instruction lines of each computation in an HLO module's text, by computation name."""
-    comps: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        m = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
-        if m:
-            current = "ENTRY" if m.group(1) else m.group(2)
-            comps[current] = []
-        elif current is not None and line.startswith("  "):
-            comps[current].append(line)
-    return comps
-
-
-def _while_body(text: str) -> str | None:
-    m = re.search(r" while\(.*?body=%?([\w.\-]+)", text)
-    return m.group(1) if m else None
 
 
 def make_runner(cfg: BenchConfig, setup: Any, timing: Timing) -> _Runner:

@@ -19,6 +19,7 @@ import numpy as np
 
 from lbm.cases.base import Setup
 from lbm.engines.timestep import as_arrays, moments
+from lbm.hlo import compiled_cost
 from lbm.lattice import Lattice
 
 STORAGES = ("compute", "bfloat16", "float16")
@@ -61,18 +62,10 @@ def program(name: str, stage: str | None, jitted: Any, *specs: Any) -> dict[str,
         hlo = lowered.as_text(dialect="hlo")
     except Exception:  # older jax: no dialect argument
         hlo = lowered.compiler_ir(dialect="hlo").as_hlo_text()
-    try:
-        cost = compiled.cost_analysis()
-    except Exception:  # some backends do not implement it
-        cost = None
-    if isinstance(cost, (list, tuple)):
-        cost = cost[0] if cost else None
-    cost = cost or {}
     return {
         "name": name, "stage": stage, "jaxpr": str(jax.make_jaxpr(jitted)(*specs)), "stablehlo": lowered.as_text(),
         "hlo": hlo, "optimized_hlo": compiled.as_text() or "",
-        "cost": {"flops": cost.get("flops"), "bytes_accessed": cost.get("bytes accessed"),
-                 "transcendentals": cost.get("transcendentals")},
+        "cost": compiled_cost(compiled),
         "lower_ms": (t1 - t0) * 1e3, "compile_ms": (t2 - t1) * 1e3,
     }
 

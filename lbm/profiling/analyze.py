@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from lbm.errors import LbmError
+from lbm.profiling.pipeline import RunFacts, analyse
+from lbm.profiling.tracedb import locate_trace, open_trace_db
 
 USAGE = ("python -m lbm analyze PATH [--sql QUERY] [--backend auto|sqlite|perfetto] [--trace-processor BIN] "
          "[--out DIR] [--warmup N]")
@@ -84,38 +86,31 @@ def run_sql(db: Any, sql: str) -> int:
     return 0
 
 
+def run_facts(ctx: dict[str, Any], warmup: int | None) -> RunFacts:
+    """What the files around a trace tell of the run that made it (see :func:`_run_context`)."""
+    metrics = ctx["metrics"] or {}
+    prof = metrics.get("profile") or {}
+    prev = ctx["previous"] or {}
+    sync = (prev.get("run") or {}).get("sync")
+    if sync is None and prof.get("clock"):
+        sync = "blocked" in prof["clock"]
+    return RunFacts(stages=(ctx["compile"] or {}).get("stages"), mode=prof.get("mode") or prev.get("mode"), sync=sync,
+                    compile_report=ctx["compile"], compile_times_s=metrics.get("compile_times_s"),
+                    bandwidth_gbs=(prev.get("roofline") or {}).get("bandwidth_gbs") or prof.get("bandwidth_gbs"),
+                    warmup=warmup)
+
+
 def analyze_trace(path: Path, args: argparse.Namespace) -> int:
     """Breakdown (or SQL) of one trace."""
-    from lbm.profiling import breakdown as bdm
-    from lbm.profiling.plots import breakdown_png, timeline_png
-    from lbm.profiling.report import enrich, terminal_table, write_breakdown_json, write_csv, write_kernels_csv
-    from lbm.profiling.tracedb import locate_trace, open_trace_db
-
     target = path / "profile" if path.is_dir() and (path / "profile").is_dir() else path
     files = locate_trace(target)
-    db, note = open_trace_db(files, args.backend, args.trace_processor)
-    print(f"lbm analyze: {files.primary}: {note}", file=sys.stderr)
-    try:
-        if args.sql:
+    if args.sql:
+        db, note = open_trace_db(files, args.backend, args.trace_processor)
+        print(f"lbm analyze: {files.primary}: {note}", file=sys.stderr)
+        try:
             return run_sql(db, args.sql)
-        ctx = _run_context(files.primary)
-        metrics = ctx["metrics"] or {}
-        prof = metrics.get("profile") or {}
-        prev = ctx["previous"] or {}
-        sync = (prev.get("run") or {}).get("sync")
-        if sync is None and prof.get("clock"):
-            sync = "blocked" in prof["clock"]
-        info = bdm.CompileInfo({e["name"]: e for e in (ctx["compile"] or {}).get("executables", [])})
-        stages = ctx["compile"].get("stages") if ctx["compile"] else None
-        bd = bdm.compute(db, stages, mode=prof.get("mode") or (prev.get("mode")), sync=sync, compile_info=info,
-                         warmup=args.warmup)
-    finally:
-        db.close()
-    bw = (prev.get("roofline") or {}).get("bandwidth_gbs") or prof.get("bandwidth_gbs")
-    enrich(bd, ctx["compile"], metrics.get("compile_times_s"), bw)
-    if bw is None:
-        bd.notes.append("no measured bandwidth for the machine that made this trace: no roofline column "
-                        "(analyze never measures this machine for a trace made elsewhere)")
+        finally:
+            db.close()
     session = files.session_dir
     jax_layout = session.parent.name == "profile" and session.parent.parent.name == "plugins"
     out = Path(args.out) if args.out else (session.parents[2] if jax_layout else session) / "analysis"
@@ -123,16 +118,11 @@ def analyze_trace(path: Path, args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LbmError(f"cannot write to {out} ({exc.strerror}): choose another directory with --out") from None
-    title = f"{files.primary.name} ({bd.mode} mode)"
-    write_csv(out / "breakdown.csv", bd)
-    write_kernels_csv(out / "kernels.csv", bd)
-    breakdown_png(bd, out / "breakdown.png", title)
-    timeline_png(bd, out / "timeline.png", title=f"{title}: 3 steady timesteps")
-    write_breakdown_json(out / "breakdown.json", bd, {"trace": {"file": str(files.primary), "backend_note": note},
-                                                      "roofline": {"bandwidth_gbs": bw}})
-    _print(terminal_table(bd, bw, title=f"profile breakdown: {files.primary}"))
-    print(f"lbm analyze: wrote {out}/ (breakdown.csv, breakdown.json, breakdown.png, timeline.png, kernels.csv)",
-          file=sys.stderr)
+    result = analyse(files, out, run_facts(_run_context(files.primary), args.warmup), backend=args.backend,
+                     trace_processor=args.trace_processor)
+    print(f"lbm analyze: {files.primary}: {result.backend_note}", file=sys.stderr)
+    print(result.table, end="")
+    print(f"lbm analyze: wrote {out}/ ({', '.join(result.written.values())})", file=sys.stderr)
     return 0
 
 

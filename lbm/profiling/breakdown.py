@@ -22,12 +22,10 @@ kernel of its own is listed as ``fused`` without a number of its own.
 from __future__ import annotations
 
 import bisect
-import json
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,9 +34,9 @@ from lbm.errors import LbmError
 from lbm.hlo import stages_in
 from lbm.profiling import queries
 from lbm.profiling.tracedb import TraceDB
-from lbm.stages import STAGES
+from lbm.stages import FUSED_STEP, STAGES, TIMESTEP
 
-STEP = "timestep"
+STEP = TIMESTEP
 """Name of the per-step annotation (StepTraceAnnotation) in both modes."""
 WARMUP_MARK = "lbm.profile.warmup"
 STEADY_MARK = "lbm.profile.steady"
@@ -132,15 +130,10 @@ class CompileInfo:
     executables: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path | None) -> CompileInfo:
-        """Read compile.json (written by :mod:`lbm.profiling.compile_report`); empty if absent."""
-        if path is None or not path.is_file():
-            return cls()
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return cls()
-        return cls({e["name"]: e for e in data.get("executables", []) if isinstance(e, dict) and "name" in e})
+    def of(cls, report: Mapping[str, Any] | None) -> CompileInfo:
+        """From a compile report (compile.json, :mod:`lbm.profiling.compile_report`); empty for None."""
+        exes = (report or {}).get("executables", [])
+        return cls({e["name"]: e for e in exes if isinstance(e, dict) and "name" in e})
 
     def module(self, name: str) -> str | None:
         """The HLO module name of an executable."""
@@ -296,8 +289,8 @@ def compute(db: TraceDB, stages: Sequence[str] | None = None, *, mode: str | Non
         mode = "instrumented" if stage_spans else "fused"
     present = [s for s in STAGES if any(sp.name == s for sp in stage_spans)]
     if stages is None:
-        stages = present if mode == "instrumented" else [s for s in STAGES if info.kernels("fused_step")
-                                                          and any(s in v for v in info.kernels("fused_step").values())]
+        stages = present if mode == "instrumented" else [s for s in STAGES if info.kernels(FUSED_STEP)
+                                                          and any(s in v for v in info.kernels(FUSED_STEP).values())]
     stages = [s for s in STAGES if s in stages]
     # The host thread is the one holding the timestep spans.
     track_counts: dict[int, int] = defaultdict(int)
@@ -409,7 +402,7 @@ def _instrumented(stages: list[str], stage_spans: list[Span], steps_all: list[Sp
 
 
 def _kernel_stage_map(info: CompileInfo, executions: list[Execution], stages: list[str]) -> dict[str, list[str]]:
-    mapping = info.kernels("fused_step")
+    mapping = info.kernels(FUSED_STEP)
     if mapping:
         return mapping
     out: dict[str, list[str]] = {}
@@ -422,8 +415,8 @@ def _kernel_stage_map(info: CompileInfo, executions: list[Execution], stages: li
 
 def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executions: list[Execution],
            info: CompileInfo, notes: list[str], compile_marks: list[Span]) -> Breakdown:
-    cands = _signature_filter(executions, info, ["fused_step"])
-    mods = cands["fused_step"]
+    cands = _signature_filter(executions, info, [FUSED_STEP])
+    mods = cands[FUSED_STEP]
     if mods is None:  # no compile report: the modules of executions that start inside timestep spans
         inside = {ex.module for ex in executions for st in steps_all if st.ts <= ex.start <= st.end}
         mods = inside or None

@@ -1,6 +1,8 @@
 """Capture: a ``jax.profiler`` trace over a window of the run, then the breakdown and its reports.
 
-The simulation loop (:func:`lbm.simulation.simulate`) calls, in order: ``start()`` before
+The profiler knows the run only as data: the stage names, the programs the engine runs (their
+texts, for the compile report), the compile times, a bandwidth measurement and a few words
+about the run (case, grid, lattice, precision). The run loop calls, in order: ``start()`` before
 anything is compiled (so the trace holds the first call and its compilation),
 ``chunk_limit(step, n)`` before each chunk, ``after_chunk(step, f)`` after it, and
 ``finish()`` at the end. The window is ``profile.warmup_steps`` steps (kept in the trace, left
@@ -16,6 +18,7 @@ separate. The warm-up and steady steps are wrapped in ``lbm.profile.warmup`` and
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +26,13 @@ import jax
 
 from lbm.errors import LbmError
 from lbm.profiling import breakdown as bdm
-from lbm.profiling.tracedb import locate_trace, open_trace_db
+from lbm.profiling.pipeline import Analysis, RunFacts, analyse, relative
+from lbm.profiling.tracedb import locate_trace
 
 log = logging.getLogger("lbm")
 
 _ACTIVE: list[Profiler] = []
-_BANDWIDTH: dict[str, dict[str, Any]] = {}
+_BANDWIDTH: dict[str, Mapping[str, Any]] = {}
 
 REALIGN_MAX_SINGLE_STEPS = 64
 """After the window, at most this many single steps realign the fused loop's chunks (else one new chunk compiles)."""
@@ -37,14 +41,12 @@ PYTHON_TRACER_LEVEL = 0
 inflates the host dispatch spans it is meant to show."""
 
 
-def measured_bandwidth() -> dict[str, Any] | None:
-    """The device's measured memory bandwidth (lbm.bench.roofline), measured once per process and device."""
+def measured_bandwidth(measure: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """``measure()`` (a dict with ``bandwidth_gbs``), called once per process and device; None if it fails."""
     dev = str(jax.devices()[0])
     if dev not in _BANDWIDTH:
         try:
-            from lbm.bench.roofline import measure_bandwidth
-
-            _BANDWIDTH[dev] = measure_bandwidth()
+            _BANDWIDTH[dev] = measure()
         except Exception as exc:  # out of memory on a small device, say: the roofline columns stay empty
             log.warning("profile: bandwidth measurement failed (%s); no roofline", exc)
             return None
@@ -68,20 +70,33 @@ def open_instructions(profile_dir: Path, trace_json: Path | None, perfetto_json:
 class Profiler:
     """Records a jax.profiler trace over the profile window of a run and writes ``profile/``."""
 
-    def __init__(self, run: Any, setup: Any, stepper: Any, run_dir: Path) -> None:
-        self.run = run
-        self.setup = setup
-        self.stepper = stepper
-        self.mode = getattr(stepper, "mode", run.mode)
-        self.cfg = dict(run.profile)
-        self.dir = Path(run_dir) / "profile"
-        steps = int(run.steps)
+    def __init__(self, out_dir: Path, settings: Mapping[str, Any], *, mode: str, steps: int, stages: Sequence[str],
+                 run_info: Mapping[str, Any], programs: Callable[[], Sequence[Mapping[str, Any]]],
+                 compile_times: Callable[[], Mapping[str, float]], bandwidth: Callable[[], Mapping[str, Any]],
+                 compile_window: Callable[[], Any] | None = None) -> None:
+        """``out_dir``: the ``profile/`` directory; ``settings``: the ``profile.*`` config (warmup_steps, steps,
+        sync, backend, trace_processor); ``mode``: fused | instrumented; ``steps``: the run's steps; ``stages``: the
+        case's active stages; ``run_info``: case, grid, lattice, precision (for titles and breakdown.json);
+        ``programs()``: the engine's programs (see :mod:`lbm.profiling.compile_report`), read after the trace;
+        ``compile_times()``: the run's compile times (s); ``bandwidth()``: a bandwidth measurement with
+        ``bandwidth_gbs`` (GB/s); ``compile_window()``: compiles the one-step chunk of the fused window (in the
+        trace, under a span the breakdown reads), None where the window needs no compilation of its own."""
+        self.dir = Path(out_dir)
+        self.cfg = dict(settings)
+        self.mode = mode
+        self.steps = int(steps)
+        self.stages = list(stages)
+        self.run_info = dict(run_info)
+        self.programs = programs
+        self.compile_times = compile_times
+        self.bandwidth = bandwidth
+        self.compile_window = compile_window
         want_w, want_s = int(self.cfg.get("warmup_steps", 5)), int(self.cfg.get("steps", 20))
-        self.warmup = min(want_w, max(steps - 1, 0))
-        self.steady = max(0, min(want_s, steps - self.warmup))
+        self.warmup = min(want_w, max(self.steps - 1, 0))
+        self.steady = max(0, min(want_s, self.steps - self.warmup))
         if (self.warmup, self.steady) != (want_w, want_s):
             log.warning("profile: the run has %d steps; window reduced to %d warm-up + %d steady steps "
-                        "(asked %d + %d)", steps, self.warmup, self.steady, want_w, want_s)
+                        "(asked %d + %d)", self.steps, self.warmup, self.steady, want_w, want_s)
         self.end = self.warmup + self.steady
         self.session: Any = None
         self.running = False
@@ -105,11 +120,11 @@ class Profiler:
             raise LbmError(f"cannot start the profiler: {exc} (another jax.profiler trace is running in this process)") from None
         self.running = True
         _ACTIVE.append(self)
-        if self.mode == "fused" and self.end:
-            # The window runs one step per dispatch: compile that chunk now, in the trace but outside the timed
-            # loop (as simulate() does for its own chunk), under a span that the breakdown reads.
+        if self.compile_window is not None and self.end:
+            # The fused window runs one step per dispatch: compile that chunk now, in the trace but outside the
+            # timed loop (as the run does for its own chunks), under a span that the breakdown reads.
             with jax.profiler.TraceAnnotation(bdm.COMPILE_MARK):
-                self.stepper.compile(self.setup.initial_populations(), 1)
+                self.compile_window()
         log.info("profile: tracing %d warm-up + %d steady steps (%s mode) into %s", self.warmup, self.steady,
                  self.mode, self.dir)
 
@@ -127,7 +142,7 @@ class Profiler:
         k = self._chunk or n
         if self.mode != "fused" or k <= 1:
             return n
-        left, tail = int(self.run.steps) - step, int(self.run.steps) % k
+        left, tail = self.steps - step, self.steps % k
         singles = [left % k] + ([(left - tail) % k] if tail and left >= tail else [])
         # Aligned: the loop's chunks (and its compiled tail) finish the run. Far from it: one new tail length compiles.
         return n if min(singles) == 0 or min(singles) > REALIGN_MAX_SINGLE_STEPS else 1
@@ -197,87 +212,69 @@ class Profiler:
                 raise LbmError(f"cannot stop the profiler: {exc}") from None
 
     def _analyse(self) -> dict[str, Any]:
-        from rich.console import Console
-
-        from lbm.profiling.compile_report import compile_report
-        from lbm.profiling.plots import breakdown_png, timeline_png
-        from lbm.profiling.report import enrich, terminal_table, write_breakdown_json, write_csv, write_kernels_csv
+        from lbm.profiling.compile_report import write_compile_report
 
         files = locate_trace(self.dir)
-        db, note = open_trace_db(files, self.cfg.get("backend", "auto"), self.cfg.get("trace_processor"))
-        log.info("profile: trace %s; queries on the %s", files.primary, note)
-        if self.cfg.get("backend") == "perfetto" and db.backend != "perfetto":
-            log.warning("profile: %s", note)
-        creport = compile_report(self.stepper.describe(1), list(self.setup.stages), self.dir / "compile")
+        creport = write_compile_report(self.programs(), self.stages, self.dir / "compile")
         if not creport["graphviz"]:
             log.info("profile: %s", creport["graphviz_note"])
-        info = bdm.CompileInfo({e["name"]: e for e in creport["executables"]})
-        try:
-            bd = bdm.compute(db, list(self.setup.stages), mode=self.mode, sync=bool(self.cfg.get("sync")),
-                             compile_info=info)
-        finally:
-            db.close()
-        bw = measured_bandwidth()
+        bw = measured_bandwidth(self.bandwidth)
         bw_gbs = bw["bandwidth_gbs"] if bw else None
-        enrich(bd, creport, dict(self.stepper.compile_times), bw_gbs)
-        title = (f"{self.run.case} {'x'.join(map(str, self.setup.shape))} {self.run.lattice} {self.run.precision}, "
-                 f"{self.mode} mode, {jax.devices()[0].platform}")
-        out = {"breakdown_csv": "breakdown.csv", "breakdown_json": "breakdown.json", "breakdown_png": "breakdown.png",
-               "kernels_csv": "kernels.csv", "compile": "compile/compile.json"}
-        write_csv(self.dir / "breakdown.csv", bd)
-        write_kernels_csv(self.dir / "kernels.csv", bd)
-        breakdown_png(bd, self.dir / "breakdown.png", title)
-        if timeline_png(bd, self.dir / "timeline.png", title=f"{title}: 3 steady timesteps") is not None:
-            out["timeline_png"] = "timeline.png"
+        dev = jax.devices()[0]
+        sync = bool(self.cfg.get("sync"))
+        info = self.run_info
+        title = (f"{info.get('case')} {'x'.join(map(str, info.get('grid', [])))} {info.get('lattice')} "
+                 f"{info.get('precision')}, {self.mode} mode, {dev.platform}")
         how = open_instructions(self.dir, files.trace_json, files.perfetto_json)
         extra = {
-            "run": {"case": self.run.case, "grid": list(self.setup.shape), "lattice": self.run.lattice,
-                    "precision": self.run.precision, "mode": self.mode, "sync": bool(self.cfg.get("sync")),
-                    "device": str(jax.devices()[0]), "platform": jax.devices()[0].platform},
-            "trace": {"trace_json": _rel(files.trace_json, self.dir), "perfetto_json": _rel(files.perfetto_json, self.dir),
-                      "xplane": _rel(files.xplane, self.dir), "backend": db.backend, "backend_note": note},
-            "roofline": {"bandwidth_gbs": bw_gbs, "source": "lbm.bench.roofline.measure_bandwidth (copy/triad median)",
-                         "detail": bw},
+            "run": {**info, "mode": self.mode, "sync": sync, "device": str(dev), "platform": dev.platform},
+            "roofline": {"bandwidth_gbs": bw_gbs, "source": _bandwidth_source(bw), "detail": bw},
             "compile": {"graphviz": creport["graphviz"], "note": creport["graphviz_note"],
                         "report": "compile/compile.json"},
             "open": how,
-            "files": out,
+            "files": {"compile": "compile/compile.json"},
         }
-        write_breakdown_json(self.dir / "breakdown.json", bd, extra)
-        console = Console(width=170)
-        with console.capture() as cap:
-            console.print(terminal_table(bd, bw_gbs, title=f"profile breakdown: {title}"))
-        text = cap.get()
-        print(text, end="")
-        (self.dir / "breakdown.txt").write_text(text)
+        facts = RunFacts(stages=self.stages, mode=self.mode, sync=sync, compile_report=creport,
+                         compile_times_s=dict(self.compile_times()), bandwidth_gbs=bw_gbs)
+        result = analyse(files, self.dir, facts, backend=self.cfg.get("backend", "auto"),
+                         trace_processor=self.cfg.get("trace_processor"), title=title, extra=extra)
+        log.info("profile: trace %s; queries on the %s", files.primary, result.backend_note)
+        if self.cfg.get("backend") == "perfetto" and result.backend != "perfetto":
+            log.warning("profile: %s", result.backend_note)
+        print(result.table, end="")
         for line in how:
             log.info("profile: %s", line)
-        for n in bd.notes:  # attribution gaps are warnings, explanations are information
+        for n in result.breakdown.notes:  # attribution gaps are warnings, explanations are information
             log.log(logging.WARNING if ("matched to" in n or "cannot" in n or "no XLA" in n) else logging.INFO,
                     "profile: %s", n)
-        self.summary = {
-            "dir": "profile",
-            "mode": self.mode,
-            "clock": bd.clocks["main"],
-            "device_clock": bd.clocks["device"],
-            "window": bd.window,
-            "timestep_median_ms": {"host": bd.timestep.get("median_ms"), "device": bd.timestep.get("device_median_ms")},
-            "first_step_ms": bd.timestep.get("first_call_ms"),
-            "stages": {r["stage"]: {k: r.get(k) for k in ("status", "calls", "median_ms", "share", "device_median_ms",
-                                                          "device_share", "gbs", "roofline_pct") if k in r}
-                       for r in bd.rows if r["stage"] != bdm.STEP},
-            "bandwidth_gbs": bw_gbs,
-            "backend": db.backend,
-            "trace": _rel(files.primary, self.dir),
-            "files": out,
-        }
+        self.summary = summary(result, bw_gbs, self.dir)
         return self.summary
 
 
-def _rel(p: Path | None, base: Path) -> str | None:
-    if p is None:
+def _bandwidth_source(bw: Mapping[str, Any] | None) -> str | None:
+    """Where the roofline bandwidth comes from, in words."""
+    if not bw:
         return None
-    try:
-        return str(p.relative_to(base))
-    except ValueError:
-        return str(p)
+    return (f"measured in this process on {bw.get('device', 'the device')}: the {bw.get('roofline_kernel', 'best')} "
+            f"kernel, median of {bw.get('repeats', '?')} repeats")
+
+
+def summary(result: Analysis, bandwidth_gbs: float | None, profile_dir: Path) -> dict[str, Any]:
+    """The JSON-able summary of a profiled run for metrics.json (``profile``)."""
+    bd = result.breakdown
+    return {
+        "dir": "profile",
+        "mode": bd.mode,
+        "clock": bd.clocks["main"],
+        "device_clock": bd.clocks["device"],
+        "window": bd.window,
+        "timestep_median_ms": {"host": bd.timestep.get("median_ms"), "device": bd.timestep.get("device_median_ms")},
+        "first_step_ms": bd.timestep.get("first_call_ms"),
+        "stages": {r["stage"]: {k: r.get(k) for k in ("status", "calls", "median_ms", "share", "device_median_ms",
+                                                      "device_share", "gbs", "roofline_pct") if k in r}
+                   for r in bd.rows if r["stage"] != bdm.STEP},
+        "bandwidth_gbs": bandwidth_gbs,
+        "backend": result.backend,
+        "trace": relative(result.trace.primary, profile_dir),
+        "files": result.written,
+    }

@@ -1,11 +1,12 @@
-"""Compile report: per stage and for the fused step, jaxpr, HLO before/after optimisation, kernels, cost.
+"""Compile report: the texts of the programs a run executes, their kernels and the stages in each, their cost.
 
-Each executable is lowered and compiled again here with ``jax.jit(fn).lower(*specs).compile()``
-(timed), on the argument shapes the stage sees inside a timestep. Written to
-``profile/compile/``: ``<name>.jaxpr.txt``, ``<name>.stablehlo.mlir``, ``<name>.hlo.txt``
-(before optimisation), ``<name>.opt.hlo.txt`` (after), ``<name>.dot`` and, when Graphviz's
-``dot`` is installed, ``<name>.png``; ``compile.json`` sums it up (XLA's ``cost_analysis()``:
-flops and bytes accessed; numbers of fusions and kernels; kernel → stages).
+The programs come as data (the engine's ``describe()``: one dict per program with its name,
+its own stage or None, ``jaxpr``, ``stablehlo``, ``hlo`` before and ``optimized_hlo`` after
+optimisation, XLA's ``cost`` and the ``lower_ms``/``compile_ms`` the engine measured);
+nothing is compiled here. Written to ``profile/compile/``: ``<name>.jaxpr.txt``,
+``<name>.stablehlo.mlir``, ``<name>.hlo.txt``, ``<name>.opt.hlo.txt``, ``<name>.dot`` and,
+when Graphviz's ``dot`` is installed, ``<name>.png``; ``compile.json`` sums it up (cost,
+numbers of fusions and kernels, kernel → stages, read from the optimised HLO by :mod:`lbm.hlo`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 
 from lbm.hlo import count_ops, kernel_stages, parse_hlo, to_dot
-from lbm.stages import STAGES
+
+TEXTS = {"jaxpr": ".jaxpr.txt", "stablehlo": ".stablehlo.mlir", "hlo": ".hlo.txt", "optimized_hlo": ".opt.hlo.txt"}
+"""Program text → file suffix in ``compile/``."""
+COST_KEYS = ("flops", "bytes_accessed", "transcendentals")
 
 
 def render_dot(dot_path: Path) -> Path | None:
@@ -35,52 +40,46 @@ def render_dot(dot_path: Path) -> Path | None:
     return png
 
 
-def report_program(prog: dict[str, Any], out_dir: Path, stages: list[str]) -> dict[str, Any]:
-    """Write one program's texts (as an engine describes it) and return its summary."""
-    name = prog["name"]
+def program_entry(program: Mapping[str, Any], stages: Sequence[str], out_dir: Path) -> dict[str, Any]:
+    """Write one program's texts and graph into ``out_dir``; its compile.json entry."""
+    name = str(program["name"])
     files: dict[str, str] = {}
-
-    def write(suffix: str, text: str) -> None:
-        p = out_dir / f"{name}{suffix}"
-        p.write_text(text)
-        files[suffix.lstrip(".")] = p.name
-
-    write(".jaxpr.txt", prog["jaxpr"])
-    write(".stablehlo.mlir", prog["stablehlo"])
-    write(".hlo.txt", prog["hlo"])
-    opt = prog["optimized_hlo"]
-    write(".opt.hlo.txt", opt)
-    module = parse_hlo(opt)
+    for key, suffix in TEXTS.items():
+        if program.get(key):
+            path = out_dir / f"{name}{suffix}"
+            path.write_text(str(program[key]))
+            files[suffix.lstrip(".")] = path.name
+    module = parse_hlo(program.get("optimized_hlo") or "")
     kst = kernel_stages(module, stages)
-    if prog.get("stage") is not None:  # a single stage's executable: every kernel is that stage's
-        kst = {k: [prog["stage"]] for k in kst}
-    write(".dot", to_dot(module, stages, title=f"{name} ({module.name}) after optimisation"))
-    png = render_dot(out_dir / f"{name}.dot")
+    own = program.get("stage")
+    if own is not None:  # a single stage's program: every kernel is that stage's
+        kst = {k: [own] for k in kst}
+    dot = out_dir / f"{name}.dot"
+    dot.write_text(to_dot(module, stages, title=f"{name} ({module.name}) after optimisation"))
+    files["dot"] = dot.name
+    png = render_dot(dot)
     if png is not None:
         files["png"] = png.name
-    cost = prog.get("cost") or {}
-    return {"name": name, "module": module.name, "lower_ms": prog["lower_ms"], "compile_ms": prog["compile_ms"],
-            "flops": cost.get("flops"), "bytes_accessed": cost.get("bytes_accessed"),
-            "transcendentals": cost.get("transcendentals"), **count_ops(module), "kernels": kst, "files": files}
+    cost = program.get("cost") or {}
+    return {"name": name, "stage": own, "module": module.name, "lower_ms": program.get("lower_ms"),
+            "compile_ms": program.get("compile_ms"), **{k: cost.get(k) for k in COST_KEYS}, **count_ops(module),
+            "kernels": kst, "files": files}
 
 
-def compile_report(programs: list[dict[str, Any]], stages: list[str], out_dir: Path, fused_steps: int = 1
-                   ) -> dict[str, Any]:
-    """Write the programs an engine runs (its ``describe()``) and compile.json; return the report."""
+def write_compile_report(programs: Sequence[Mapping[str, Any]], stages: Sequence[str], out_dir: Path) -> dict[str, Any]:
+    """Write every program's files and ``compile.json`` into ``out_dir``; the report."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stages = [s for s in STAGES if s in stages]
-    executables = [report_program(p, out_dir, stages) for p in programs]
     graphviz = shutil.which("dot")
     report = {
-        "stages": stages,
-        "fused_steps": fused_steps,
+        "stages": list(stages),
         "backend": jax.default_backend(),
         "graphviz": graphviz is not None,
         "graphviz_note": (f"HLO graphs rendered with {graphviz}" if graphviz else
                           "Graphviz 'dot' is not installed: HLO graphs written as .dot only "
                           "(install graphviz, e.g. apt install graphviz, to get .png)"),
-        "clock": "host wall clock around jit(...).lower(...) and .compile() in this report (a second compile)",
-        "executables": executables,
+        "clock": "lower_ms, compile_ms: host wall clock around lowering and compiling each program, as the engine "
+                 "measured them",
+        "executables": [program_entry(p, stages, out_dir) for p in programs],
     }
     (out_dir / "compile.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -65,25 +65,6 @@ ORDER BY total_ns DESC
 """
 """Count, total, min, max and mean duration (ns) per slice name, over the whole trace."""
 
-SLICES_WITHIN = """
-SELECT c.id AS id, c.ts AS ts, c.dur AS dur, c.name AS name, c.depth AS depth, w.id AS window_id
-FROM slice AS c
-JOIN slice AS w ON c.track_id = w.track_id AND c.ts >= w.ts AND c.ts + c.dur <= w.ts + w.dur AND c.depth > w.depth
-WHERE w.name = {window} AND c.name IN ({names})
-ORDER BY c.ts
-"""
-"""Slices with the given names nested inside (same track, deeper, contained) slices named ``window``."""
-
-TOP_SLICES = """
-SELECT s.name AS name, th.name AS thread_name, COUNT(*) AS calls, SUM(s.dur) AS total_ns
-""" + _SLICE_THREAD + """
-GROUP BY s.name, th.name
-ORDER BY total_ns DESC
-LIMIT {limit}
-"""
-"""The slice names with the largest total duration (for a first look at a foreign trace)."""
-
-
 def sql_literal(value: str) -> str:
     """A SQL string literal (single quotes doubled)."""
     return "'" + str(value).replace("'", "''") + "'"
@@ -103,13 +84,3 @@ def named_slices(names: Iterable[str]) -> str:
 def slice_stats(names: Iterable[str]) -> str:
     """The SLICE_STATS query for these names."""
     return SLICE_STATS.format(names=name_list(names))
-
-
-def slices_within(window: str, names: Iterable[str]) -> str:
-    """The SLICES_WITHIN query: slices named ``names`` inside slices named ``window``."""
-    return SLICES_WITHIN.format(window=sql_literal(window), names=name_list(names))
-
-
-def top_slices(limit: int = 25) -> str:
-    """The TOP_SLICES query with a row limit."""
-    return TOP_SLICES.format(limit=int(limit))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.profiling.breakdown import CSV_COLUMNS, STEP, Breakdown
+from lbm.stages import FUSED_STEP
 
 GBS_CLOCK = ("bytes accessed (XLA cost_analysis of the stage compiled alone) / device median time; "
              "host median when the stage blocked (profile.sync=true) and no device events were matched")
@@ -27,7 +28,7 @@ def enrich(bd: Breakdown, compile_report: dict[str, Any] | None, compile_times_s
             continue
         exe = exes.get(name)
         if row.get("status") == "step":
-            exe = exes.get("fused_step") if bd.mode == "fused" else None
+            exe = exes.get(FUSED_STEP) if bd.mode == "fused" else None
             run_compile = fused_compile if bd.mode == "fused" else (sum(times.get(s, 0.0) for s in exes if s in times) or None)
             row["compile_ms"] = run_compile * 1e3 if run_compile else (exe or {}).get("compile_ms")
             nbytes = exe.get("bytes_accessed") if exe else (stage_bytes or None)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.engines.native.codegen import KernelSpec, header
+from lbm.environment import cpu_id
 
 KERNELS = ("push", "aa_even", "aa_odd", "scatter")
 """The FFI handlers of a library (kernels.cc)."""
@@ -68,17 +69,6 @@ def cxxflags() -> list[str]:
     return [*CXXFLAGS, *os.environ.get("LBM_NATIVE_EXTRA_FLAGS", "").split()]
 
 
-def _cpu_id() -> str:
-    """CPU model and feature flags: -march=native builds are only reused on the same kind of CPU."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return "|".join(ln for ln in lines if ln.startswith(("model name", "flags")))[:4096]
-    except OSError:
-        import platform
-
-        return platform.processor() or platform.machine()
-
-
 def build(spec: KernelSpec) -> Path:
     """Compile the library for ``spec`` into the cache (once; keyed by sources, flags and jaxlib); return its path."""
     cxx = compiler()
@@ -86,7 +76,7 @@ def build(spec: KernelSpec) -> Path:
         raise RuntimeError("no C++ compiler found (set CXX or install g++)")
     gen, src = header(spec), kernel_source()
     flags = cxxflags()
-    key = hashlib.sha256("\n".join([gen, src, " ".join(flags), cxx, jax.__version__, sys.platform, _cpu_id()]
+    key = hashlib.sha256("\n".join([gen, src, " ".join(flags), cxx, jax.__version__, sys.platform, cpu_id()]
                                    ).encode()).hexdigest()[:16]
     out = cache_dir() / f"lbm_{spec.tag}_{key}.so"
     if out.exists():

@@ -1,0 +1,112 @@
+"""lbm.hlo, the one reader of compiled HLO: kernels and their stages, fusion facts, cost, DOT graph."""
+
+import jax
+import jax.numpy as jnp
+from conftest import SMALL_HLO
+
+from lbm.hlo import (
+    compiled_cost,
+    count_fusions,
+    count_ops,
+    fusion_inventory,
+    kernel_bytes,
+    kernel_stages,
+    loop_body,
+    parse_hlo,
+    program_facts,
+    to_dot,
+)
+
+# A scanned chunk as XLA:CPU prints it: a while loop whose body holds two fusions (one of the backend's own kind,
+# with a nested fusion inside), a custom call and a fusion of the entry outside the loop.
+BULK = "jit(chunk)/while/body/timestep/fused_bulk+macroscopic+equilibrium/dot"
+LOOP = """HloModule jit_chunk, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
+
+%inner (q: f32[8]) -> f32[8] {
+  %q = f32[8]{0} parameter(0)
+  ROOT %n = f32[8]{0} negate(%q), metadata={op_name="jit(chunk)/while/body/timestep/equilibrium/neg"}
+}
+
+%ynn (q0: f32[8]) -> f32[8] {
+  %q0 = f32[8]{0} parameter(0)
+  ROOT %nested = f32[8]{0} fusion(%q0), kind=kLoop, calls=%inner
+}
+
+%loop_fused (r: f32[8]) -> f32[8] {
+  %r = f32[8]{0} parameter(0)
+  ROOT %s = f32[8]{0} add(%r, %r), metadata={op_name="jit(chunk)/while/body/timestep/collide/add"}
+}
+
+%body (t: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %t = (s32[], f32[8]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %x = f32[8]{0} get-tuple-element(%t), index=1
+  %y = f32[8]{0} fusion(%x), kind=kCustom, calls=%ynn, backend_config={"kind":"__ynn_fusion"}, metadata={op_name="BULK"}
+  %z = f32[8]{0} fusion(%y), kind=kLoop, calls=%loop_fused
+  %k = f32[8]{0} custom-call(%z), custom_call_target="lbm_bulk", metadata={op_name="jit(chunk)/while/body/timestep/stream/k"}
+  ROOT %out = (s32[], f32[8]{0}) tuple(%i, %k)
+}
+
+%cond (c: (s32[], f32[8])) -> pred[] {
+  %c = (s32[], f32[8]{0}) parameter(0)
+  ROOT %lt = pred[] constant(true)
+}
+
+%pre (u: f32[8]) -> f32[8] {
+  %u = f32[8]{0} parameter(0)
+  ROOT %v = f32[8]{0} multiply(%u, %u)
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  %e = f32[8]{0} fusion(%a), kind=kLoop, calls=%pre
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[8]{0}) tuple(%zero, %e)
+  %w = (s32[], f32[8]{0}) while(%init), condition=%cond, body=%body
+  ROOT %res = f32[8]{0} get-tuple-element(%w), index=1
+}
+""".replace("BULK", BULK)
+STAGES = ["macroscopic", "equilibrium", "collide", "stream"]
+
+
+def test_kernels_stages_bytes_and_counts():
+    module = parse_hlo(SMALL_HLO)
+    assert module.name == "jit_chunk" and module.entry == "main"
+    assert kernel_stages(module, ["collide", "stream"]) == {"f": ["collide", "stream"], "c": []}
+    assert count_ops(module)["fusions"] == 1 and count_ops(module)["kernels"] == 2
+    assert kernel_bytes(module)["f"] == 32  # f32[4] operand + f32[4] result
+    dot = to_dot(module, ["collide", "stream"])
+    assert dot.startswith("digraph hlo {") and '"f" -> "c";' in dot and '"a" -> "f";' in dot
+
+
+def test_loop_facts_inventory_and_bulk_scope():
+    module = parse_hlo(LOOP)
+    assert loop_body(module) == "body"
+    facts = program_facts(module)
+    # kernel level: e (entry), y, z (loop body) are fusions; the nested fusion inside %ynn is not a kernel
+    assert facts["fusions"] == 3 and facts["fusions_in_loop_body"] == 2 and facts["custom_calls"] == 1
+    assert facts["fusion_kinds"] == {"kLoop": 2, "__ynn_fusion": 1}
+    assert facts["custom_call_targets"] == {"lbm_bulk": 1}
+    assert facts["special_fusions"] == [{"fusion": "y", "kind": "__ynn_fusion", "op_name": BULK}]
+    assert fusion_inventory(module, special_max=0)["special_fusions"] == []
+    ks = kernel_stages(module, STAGES)  # '+'-joined scope split; the nested fusion's equilibrium found
+    assert ks["y"] == ["macroscopic", "equilibrium"] and ks["z"] == ["collide"] and ks["k"] == ["stream"]
+    assert count_fusions(LOOP) == 4  # every fusion instruction, the nested one included
+
+
+def test_without_a_loop_and_count_fusions_of_a_bare_entry():
+    assert loop_body(parse_hlo(SMALL_HLO)) is None and program_facts(parse_hlo(SMALL_HLO))["fusions_in_loop_body"] is None
+    assert count_fusions("ENTRY e {\n  %a = f32[4] fusion(%p), kind=kLoop\n  ROOT %b = f32[4] fusion(%a), kind=kLoop\n}") == 2
+
+
+def test_compiled_cost_of_a_real_executable():
+    compiled = jax.jit(lambda x: jnp.sin(x) * 2.0).lower(jax.ShapeDtypeStruct((1000,), jnp.float32)).compile()
+    cost = compiled_cost(compiled)
+    # reads 4000 bytes and writes 4000 bytes at least; 1000 sines
+    assert cost["bytes_accessed"] >= 8000 and cost["transcendentals"] == 1000
+
+    class NoCost:
+        def cost_analysis(self):
+            raise NotImplementedError
+
+    assert compiled_cost(NoCost()) == {"flops": None, "bytes_accessed": None, "transcendentals": None}
