@@ -228,12 +228,13 @@ def to_dot(module: HloModule, stages: Iterable[str], title: str = "") -> str:
 # - a fusion reads, of each distinct operand, the part its outputs need, at most once: demand flows from the root
 #   back to the parameters; elementwise and layout ops pass it on, ``slice``/``dynamic-slice``/``gather`` need only
 #   the elements they output, ``broadcast`` needs its operand at most once, ``reduce`` its whole window, any other
-#   op its operands whole; it writes each output once;
+#   op its operands whole; the demands of different users add up (disjoint slices), at most the whole operand;
+#   it writes each output once;
 # - a ``dynamic-update-slice`` or ``scatter`` whose target is a fusion parameter (or, unfused, its operand) updates
 #   that buffer in place (XLA shares the buffer): it writes the update only and reads no other part of the target;
 #   a scatter whose combiner does more than overwrite also reads the updated elements;
-# - ``slice``/``dynamic-slice``/``gather`` outside a fusion read what they output; ``copy``/``copy-start`` read and
-#   write the array once; ``*-done`` completes an async op and moves nothing;
+# - ``slice``/``dynamic-slice``/``gather`` outside a fusion read what they output; ``copy``/``copy-start`` read the
+#   source and write the destination once (each in its own memory space); ``*-done`` moves nothing;
 # - a custom call is opaque: it reads every operand and writes every result whole (an upper bound when it updates
 #   an aliased buffer in part);
 # - sizes follow the layout: a TPU tiling ``T(8,128)`` pads the minor dimensions; a buffer in a memory space other
@@ -433,10 +434,14 @@ def _through_bitcasts(comp: dict[str, _Line], name: str) -> str:
     return name
 
 
-def _update_bytes(comp: dict[str, _Line], ln: _Line, space: int | None) -> int:
-    """Bytes an in-place dynamic-update-slice or scatter writes: its update operand."""
+def _update_bytes(comp: dict[str, _Line], ln: _Line, target_shape: str, space: int | None) -> int:
+    """Bytes an in-place dynamic-update-slice or scatter writes into a buffer of ``target_shape``: its update
+    operand, if that buffer is in memory space ``space`` (None: any)."""
+    found = _SPACE.search(_ARRAY.search(target_shape).group(3) or "") if _ARRAY.search(target_shape) else None
+    if space is not None and (int(found.group(1)) if found else 0) != space:
+        return 0
     update = ln.operands[1] if ln.opcode == "dynamic-update-slice" else ln.operands[-1]
-    return array_bytes(comp[update].shape, space) if update in comp else 0
+    return array_bytes(comp[update].shape, None) if update in comp else 0
 
 
 def _overwrites(lines: dict[str, dict[str, _Line]], scatter: _Line) -> bool:
@@ -464,9 +469,9 @@ def _fusion_traffic(lines: dict[str, dict[str, _Line]], comp: dict[str, _Line], 
         target = fused.get(_through_bitcasts(fused, res.operands[0])) if res is not None and res.operands else None
         if res is not None and res.opcode in _IN_PLACE and target is not None and target.opcode == "parameter":
             in_place.add(res.name)
-            written += _update_bytes(fused, res, space)
+            written += _update_bytes(fused, res, shape, space)
             if res.opcode == "scatter" and not _overwrites(lines, res):
-                extra_read += _update_bytes(fused, res, space)
+                extra_read += _update_bytes(fused, res, shape, space)
         else:
             written += array_bytes(shape, space)
     demand: dict[str, float] = {root.name: 1.0}
@@ -476,7 +481,7 @@ def _fusion_traffic(lines: dict[str, dict[str, _Line]], comp: dict[str, _Line], 
             continue
         out_n = _elements(x.shape)
         for k, o in enumerate(x.operands):
-            if o not in fused or (k == 0 and x.name in in_place):
+            if o not in fused or o in x.operands[:k] or (k == 0 and x.name in in_place):
                 continue
             op_n = max(1, _elements(fused[o].shape))
             if x.opcode == "tuple":
@@ -504,15 +509,15 @@ def _kernel_traffic(lines: dict[str, dict[str, _Line]], comp: dict[str, _Line], 
     distinct = list(dict.fromkeys(ln.operands))
     if ln.opcode.endswith("-done"):
         return 0, 0
-    if ln.opcode in ("copy", "copy-start"):
-        return size[ln.operands[0]], size[ln.operands[0]]
+    if ln.opcode in ("copy", "copy-start"):  # copy-start: (destination, source, context)
+        return size[ln.operands[0]], array_bytes(tuple_elements(ln.shape)[0], space)
     if ln.opcode == "fusion":
         return _fusion_traffic(lines, comp, ln, ln.shape, space)
     if ln.opcode == "fusion-start":  # async fusion: ((operands), output, context)
         parts = tuple_elements(ln.shape)
         return _fusion_traffic(lines, comp, ln, parts[1] if len(parts) > 1 else ln.shape, space)
     if ln.opcode in _IN_PLACE:
-        update = _update_bytes(comp, ln, space)
+        update = _update_bytes(comp, ln, ln.shape, space)
         others = sum(size[o] for o in distinct[1:])
         reads_target = ln.opcode == "scatter" and not _overwrites(lines, ln)
         return others + (update if reads_target else 0), update
@@ -541,7 +546,8 @@ def loop_traffic(text: str, stages: Iterable[str]) -> LoopTraffic:
                 continue
             read, written = _kernel_traffic(lines, comp, ln)
             read_all, written_all = _kernel_traffic(lines, comp, ln, None)
-            output = tuple_elements(ln.shape)[1] if ln.opcode.endswith("-start") else ln.shape
+            parts = tuple_elements(ln.shape)  # copy-start: (destination, source, context); fusion-start: (operands, output, context)
+            output = parts[0] if ln.opcode == "copy-start" else parts[1] if ln.opcode.endswith("-start") else ln.shape
             upper = array_bytes(output) + sum(array_bytes(comp[o].shape) for o in dict.fromkeys(ln.operands) if o in comp)
             found = _FUSION_KIND.search(ln.attrs) if ln.opcode in ("fusion", "fusion-start") else (
                 _CC_TARGET.search(ln.attrs) if ln.opcode == "custom-call" else None)

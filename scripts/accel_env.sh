@@ -31,7 +31,7 @@ if [[ -z "$jax_version" ]]; then
   echo "accel_env.sh: no runtime jax found (run 'bash install.sh' first, or set LBM_JAX_VERSION=0.12.0.1)" >&2
   exit 1
 fi
-want="jax==$jax_version jax[tpu]==$jax_version jax-cuda12-plugin==$jax_version jax-cuda12-pjrt==$jax_version lbm[test]@$root"
+want="jax==$jax_version jax[tpu]==$jax_version jax-cuda12-plugin==$jax_version jax-cuda12-pjrt==$jax_version lbm[test,accel]@$root"
 stamp="$venv/.lbm-accel-stamp"
 
 complete() {
@@ -61,7 +61,7 @@ pip=("$venv/bin/python" -m pip install --disable-pip-version-check --quiet)
 # One resolver call: jax pinned to the runtime's version, its TPU extra (libtpu), the CUDA compiler plugin
 # without the NVIDIA wheels (no [with-cuda]: they are only needed to run, not to compile), and lbm.
 "${pip[@]}" "jax[tpu]==$jax_version" "jaxlib==$jax_version" \
-  "jax-cuda12-plugin==$jax_version" "jax-cuda12-pjrt==$jax_version" -e "$root[test]"
+  "jax-cuda12-plugin==$jax_version" "jax-cuda12-pjrt==$jax_version" -e "$root[test,accel]"
 echo "$want" > "$stamp"
 if ! complete; then
   echo "accel_env.sh: $venv was installed but does not import jax $jax_version, libtpu and the CUDA plugin" >&2

@@ -221,9 +221,13 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         "bytes_per_cell_step_upper_bound": loop.upper_bound / per,
         "on_chip_bytes_per_cell_step": loop.on_chip_bytes / per,
         "min_bytes_per_cell_step": minimum,
-        "traffic_ratio": bytes_per / minimum if bytes_per else None,
-        "projected_mlups": bandwidth * 1e9 / bytes_per / 1e6 if bytes_per else None,
-        "projected_fraction_of_roofline": minimum / bytes_per if bytes_per else None,
+        "traffic_ratio": bytes_per / minimum,
+        # below the minimum the loop keeps its state on chip (TPU VMEM): memory bandwidth does not bound it
+        "projected_mlups": bandwidth * 1e9 / bytes_per / 1e6 if bytes_per >= minimum else None,
+        "projected_fraction_of_roofline": minimum / bytes_per if bytes_per >= minimum else None,
+        "note": "" if bytes_per >= minimum else (
+            f"the loop body keeps its state in on-chip memory ({loop.on_chip_bytes / per:.0f} B/cell/step there, "
+            f"{bytes_per:.1f} B in memory): memory bandwidth does not bound it, no projection"),
         "kernels": [{"name": k.name, "kind": k.kind, "opcode": k.opcode, "stages": k.stages,
                      "read_bytes_per_cell_step": k.bytes_read / per, "written_bytes_per_cell_step": k.bytes_written / per,
                      "on_chip_bytes_per_cell_step": (k.on_chip_read + k.on_chip_written) / per,
@@ -266,6 +270,8 @@ def format_report(record: dict[str, Any]) -> str:
               f"projected_mlups                 {num(record['projected_mlups'], '.0f')} MLUPS at "
               f"{t['bandwidth_gbs']:g} GB/s ({t['bandwidth_source']})",
               f"projected_fraction_of_roofline  {num(record['projected_fraction_of_roofline'], '.3f')}"]
+    if record["note"]:
+        lines.append(f"note: {record['note']}")
     return "\n".join(lines) + "\n"
 
 
