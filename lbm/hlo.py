@@ -546,7 +546,7 @@ def loop_traffic(text: str, stages: Iterable[str]) -> LoopTraffic:
                 continue
             read, written = _kernel_traffic(lines, comp, ln)
             read_all, written_all = _kernel_traffic(lines, comp, ln, None)
-            parts = tuple_elements(ln.shape)  # copy-start: (destination, source, context); fusion-start: (operands, output, context)
+            parts = tuple_elements(ln.shape)  # copy-start: (dest, source, context); fusion-start: (operands, output, context)
             output = parts[0] if ln.opcode == "copy-start" else parts[1] if ln.opcode.endswith("-start") else ln.shape
             upper = array_bytes(output) + sum(array_bytes(comp[o].shape) for o in dict.fromkeys(ln.operands) if o in comp)
             found = _FUSION_KIND.search(ln.attrs) if ln.opcode in ("fusion", "fusion-start") else (
