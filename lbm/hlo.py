@@ -392,11 +392,18 @@ class LoopTraffic:
 
 
 def main_loop(text: str) -> tuple[str, int]:
-    """Body computation and trip count of the entry's while loop with the most iterations; (entry, 1) without one."""
+    """Body computation and trip count of the outermost while loop with the most iterations (in the entry or a
+    computation it calls); (entry, 1) without one."""
     module = parse_hlo(text)
     lines = _lines(text)
+    outer = [module.entry] if module.entry in lines else []
+    for comp in outer:  # the entry and what it calls (the CPU backend may wrap the loop in a call)
+        for ln in lines[comp].values():
+            if ln.opcode == "call":
+                outer += [c for c in re.findall(r"\b(?:to_apply|calls)=%?([\w.\-]+)", ln.attrs)
+                          if c in lines and c not in outer]
     best: tuple[int, int, str] | None = None
-    for ln in lines.get(module.entry, {}).values():
+    for ln in (x for comp in outer for x in lines[comp].values()):
         body = re.search(r"\bbody=%?([\w.\-]+)", ln.attrs)
         if ln.opcode != "while" or not body:
             continue
