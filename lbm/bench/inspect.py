@@ -117,6 +117,8 @@ def prepare_environment(target: Target) -> None:
     if target.platform == "tpu":  # without these libtpu looks for a TPU VM's metadata and logs errors
         os.environ.setdefault("TPU_ACCELERATOR_TYPE", target.accelerator_type)
         os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+        # no chip to guard: compile even while another process (e.g. a test session) has libtpu loaded
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     if "JAX_PLATFORMS" not in os.environ:  # run on the CPU; the accelerator is only compiled for
         import jax
 
