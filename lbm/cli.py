@@ -32,8 +32,9 @@ commands:
   bench [hydra overrides] throughput and roofline; writes bench.json
   analyze PATH            per-stage breakdown of a trace, run directory or multirun directory
   compare BASE NEW        regression verdict between two bench.json files
-  inspect target=NAME [overrides]  compile for a device without one (cpu, h100, h200, a100, v5e, v6e):
-                          kernels of the loop body, bytes per cell and step, projected MLUPS; writes inspect.json
+  inspect target=NAME [overrides]
+                          compile for a target without the device (cpu, h100, h200, a100, v5e, v6e): kernels
+                          of the loop body, bytes per cell and step, projected MLUPS; writes inspect.json
   validate [overrides]    physics against analytic solutions and Ghia et al.; writes a report
   study batching|compile|export  loop vs lax.map vs vmap ensembles; compile vs run; jax.export bundle
 """

@@ -309,8 +309,11 @@ def main(args: list[str]) -> int:
     from lbm.config import validate
 
     if any(a in ("-h", "--help") for a in args):
-        print(__doc__.split("\n\n", 1)[0] + f"\n\ntargets: {', '.join(target_names())}\n"
-              "usage: python -m lbm inspect target=h100 [--out DIR] [run overrides, e.g. case=taylor_green grid.nx=1024]")
+        print("usage: python -m lbm inspect target=NAME [--out DIR] [run overrides, e.g. case=taylor_green grid.nx=1024]\n"
+              "compile the fused chunk that engine=auto runs on a target, without the device; print the kernels of its\n"
+              "loop body with their bytes per cell and step; write inspect.json and the optimised HLO (chunk.hlo.txt)\n"
+              f"targets: {', '.join(target_names())} (lbm/targets/*.yaml); GPU and TPU targets need the compilers:\n"
+              "bash scripts/accel_env.sh, then .venv-accel/bin/python -m lbm inspect target=h100 ...")
         return 0
     name, out, overrides = parse_args(args)
     target = load_target(name)
