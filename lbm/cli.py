@@ -32,6 +32,9 @@ commands:
   bench [hydra overrides] throughput and roofline; writes bench.json
   analyze PATH            per-stage breakdown of a trace, run directory or multirun directory
   compare BASE NEW        regression verdict between two bench.json files
+  inspect target=NAME [overrides]
+                          compile for a target without the device (cpu, h100, h200, a100, v5e, v6e): kernels
+                          of the loop body, bytes per cell and step, projected MLUPS; writes inspect.json
   validate [overrides]    physics against analytic solutions and Ghia et al.; writes a report
   study batching|compile|export  loop vs lax.map vs vmap ensembles; compile vs run; jax.export bundle
 """
@@ -234,6 +237,7 @@ COMMANDS = {
     "bench": lazy_command("lbm.bench.cli", "issue 4"),
     "analyze": lazy_command("lbm.profiling.analyze", "issue 3"),
     "compare": lazy_command("lbm.bench.compare", "issue 6"),
+    "inspect": lazy_command("lbm.bench.inspect", "issue 10"),
     "validate": lazy_command("lbm.validate", "DESIGN.md"),
     "study": None,  # filled below
 }

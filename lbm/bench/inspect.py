@@ -1,0 +1,335 @@
+"""``python -m lbm inspect target=NAME [run overrides]``: compile the fused chunk for a device without one.
+
+The chunk is the one ``engine=auto`` runs on that target (on a GPU or TPU: ``xla``), for the
+configured case, grid, lattice and precision. It is compiled ahead of time: ``cpu`` with the
+installed jaxlib, CUDA targets through the CUDA plugin (``jax-cuda12-plugin``, no GPU or driver
+needed), TPU targets through libtpu. Targets are data: ``lbm/targets/<name>.yaml`` (platform, the
+GPU description or TPU topology, the spec HBM bandwidth and its source).
+
+The loop body of the compiled chunk (the while loop of ``lax.scan``) is read by
+:func:`lbm.hlo.loop_traffic`: one row per kernel with the stages it contains and the bytes it
+reads and writes per cell and step (the model's assumptions are in lbm/hlo.py), and a summary
+with the projection at the target's spec bandwidth. Writes ``inspect.json`` and the optimised
+HLO (``chunk.hlo.txt``) into the run directory (``--out DIR`` or ``hydra.run.dir=DIR``; default
+``outputs/inspect/<date>/<time>``).
+
+The CUDA and TPU compilers live in a separate environment (an installed CUDA plugin prints an
+initialisation error at every start on a machine without a GPU): ``bash scripts/accel_env.sh``,
+then ``.venv-accel/bin/python -m lbm inspect target=h100``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lbm.errors import LbmError
+
+TARGETS_DIR = Path(__file__).resolve().parents[1] / "targets"
+SCHEMA = "lbm-inspect/1"
+HLO_FILE = "chunk.hlo.txt"
+MIN_CHUNK_STEPS = 4
+"""A chunk of fewer steps may be unrolled by XLA (no loop left to read); inspect compiles at least this many."""
+
+ACCEL_HINT = ("run 'bash scripts/accel_env.sh' (a separate environment with the CUDA plugin and libtpu), "
+              "then '.venv-accel/bin/python -m lbm inspect target={name} ...'")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A device to compile for: platform, description for the compiler, spec bandwidth (GB/s) and its source."""
+
+    name: str
+    platform: str
+    device: str
+    bandwidth_gbs: float | None
+    bandwidth_source: str
+    gpu: dict[str, Any] = field(default_factory=dict)
+    topology: str = ""
+    accelerator_type: str = ""
+
+
+def target_names() -> list[str]:
+    """Names of the targets shipped with lbm."""
+    return sorted(p.stem for p in TARGETS_DIR.glob("*.yaml"))
+
+
+def load_target(name: str) -> Target:
+    """The target ``name`` from lbm/targets/; LbmError if there is none."""
+    import yaml
+
+    path = TARGETS_DIR / f"{name}.yaml"
+    if not name or "/" in name or not path.is_file():
+        raise LbmError(f"target={name} is not known: choose one of {', '.join(target_names())}")
+    data = yaml.safe_load(path.read_text())
+    if data.get("platform") not in ("cpu", "cuda", "tpu"):
+        raise LbmError(f"{path}: platform must be cpu, cuda or tpu")
+    return Target(name=data["name"], platform=data["platform"], device=data["device"],
+                  bandwidth_gbs=data.get("bandwidth_gbs"), bandwidth_source=data["bandwidth_source"],
+                  gpu=data.get("gpu") or {}, topology=data.get("topology", ""),
+                  accelerator_type=data.get("accelerator_type", ""))
+
+
+def gpu_target_config(target: Target) -> str:
+    """The GpuTargetConfigProto text of a CUDA target (its ``gpu`` fields as gpu_device_info)."""
+
+    def block(d: dict[str, Any], indent: str) -> list[str]:
+        out = []
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out += [f"{indent}{k} {{", *block(v, indent + "  "), f"{indent}}}"]
+            elif isinstance(v, str):
+                out.append(f'{indent}{k}: "{v}"')
+            else:
+                out.append(f"{indent}{k}: {v}")
+        return out
+
+    lines = ["gpu_device_info {", *block(target.gpu, "  "), "}", 'platform_name: "CUDA"',
+             f'device_description_str: "{target.device}"']
+    return "\n".join(lines) + "\n"
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def prepare_environment(target: Target) -> None:
+    """Check the compiler for ``target`` is installed and set what a deviceless compile needs; call before jax starts."""
+    if target.platform == "cuda" and not _installed("jax_plugins.xla_cuda12"):
+        raise LbmError(f"target={target.name} needs the CUDA compiler plugin (jax-cuda12-plugin), not installed here: "
+                       + ACCEL_HINT.format(name=target.name))
+    if target.platform == "tpu" and not _installed("libtpu"):
+        raise LbmError(f"target={target.name} needs libtpu (the jax[tpu] extra), not installed here: "
+                       + ACCEL_HINT.format(name=target.name))
+    # the plugin's version check calls cuInit, which fails without a driver
+    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+    if target.platform == "tpu":  # without these libtpu looks for a TPU VM's metadata and logs errors
+        os.environ.setdefault("TPU_ACCELERATOR_TYPE", target.accelerator_type)
+        os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+        # no chip to guard: compile even while another process (e.g. a test session) has libtpu loaded
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    if "JAX_PLATFORMS" not in os.environ:  # run on the CPU; the accelerator is only compiled for
+        import jax
+
+        try:
+            jax.config.update("jax_platforms", "cpu")
+        except Exception:  # backends already initialised (e.g. inside a test session): keep them
+            pass
+
+
+def target_sharding(target: Target) -> Any:
+    """A single-device sharding on ``target``: this machine's CPU, or a deviceless CUDA/TPU topology."""
+    import jax
+    from jax.experimental import topologies
+
+    if target.platform == "cpu":
+        return jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    if target.platform == "cuda":
+        topo = topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(target),
+                                            topology="1x1x1")
+    else:
+        topo = topologies.get_topology_desc(topology_name=target.topology, platform="tpu")
+    mesh = topologies.make_mesh(topo, (1,), ("x",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+def engine_for(target: Target, requested: str) -> str:
+    """The engine to compile on ``target`` for the configured ``engine`` (auto: native where it builds on CPU, else xla)."""
+    if target.platform == "cpu":
+        return requested
+    if requested == "native":
+        raise LbmError(f"engine=native runs on CPUs only; target={target.name} is {target.platform}")
+    return "xla"
+
+
+def chunk_for_target(setup: Any, engine: str, n: int) -> tuple[Callable[..., Any], tuple[Any, ...], str, str]:
+    """The jitted n-step fused chunk of ``engine`` for ``setup``: (function, example arguments, engine, note).
+
+    The one place inspect reaches into the engines: it compiles what the run loop would dispatch.
+    """
+    import jax
+
+    from lbm.engines import EngineUnavailable, make_engine
+
+    try:
+        eng = make_engine(setup, mode="fused", engine=engine)
+    except EngineUnavailable as exc:
+        raise LbmError(f"engine={engine} cannot run here: {exc}") from None
+    f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
+    return eng.chunk_function(n), (f, eng.params), eng.name, eng.note
+
+
+def compile_chunk(fn: Callable[..., Any], args: tuple[Any, ...], sharding: Any) -> tuple[str, float]:
+    """Compile ``fn`` ahead of time for arguments shaped like ``args`` placed by ``sharding``; (HLO text, seconds)."""
+    import jax
+
+    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
+    t0 = time.perf_counter()
+    compiled = fn.lower(*specs).compile()
+    return compiled.as_text(), time.perf_counter() - t0
+
+
+def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) -> tuple[dict[str, Any], str]:
+    """Compile the configured run's chunk for ``target`` and read its loop body; (inspect.json record, HLO text)."""
+    import jax
+    import jaxlib
+    import numpy as np
+
+    from lbm.bench.roofline import lbm_bytes_per_cell
+    from lbm.hlo import loop_traffic
+    from lbm.simulation import chunk_size, make_case
+    from lbm.stages import STAGES
+
+    if run.precision == "float64":
+        jax.config.update("jax_enable_x64", True)
+    setup = make_case(run).setup()
+    n = max(MIN_CHUNK_STEPS, chunk_size(run))
+    sharding = target_sharding(target)
+    fn, args, engine, note = chunk_for_target(setup, engine_for(target, run.engine), n)
+    text, compile_s = compile_chunk(fn, args, sharding)
+    loop = loop_traffic(text, STAGES)
+    steps = max(1, n // loop.trip_count) if loop.trip_count > 1 else n
+    cells = int(np.prod(setup.shape))
+    per = float(cells * steps)
+    bytes_per = loop.bytes / per
+    minimum = lbm_bytes_per_cell(setup.lattice.q, np.dtype(setup.dtype).itemsize)
+    bandwidth, source = target.bandwidth_gbs, target.bandwidth_source
+    if bandwidth is None:
+        from lbm.bench.roofline import measure_bandwidth
+
+        bandwidth = round(measure_bandwidth(nbytes=128 * 2**20, repeats=3)["bandwidth_gbs"], 1)
+    devices = getattr(sharding, "device_set", set())
+    record = {
+        "schema": SCHEMA,
+        "target": {"name": target.name, "platform": target.platform, "device": target.device,
+                   "device_kind": sorted({d.device_kind for d in devices})[0] if devices else target.device,
+                   "bandwidth_gbs": bandwidth, "bandwidth_source": source},
+        "engine": engine, "engine_note": note,
+        "case": run.case, "lattice": setup.lattice.name, "collision": run.collision, "precision": run.precision,
+        "grid": list(setup.shape), "cells": cells, "chunk_steps": n, "stages": list(setup.stages),
+        "jax": jax.__version__, "jaxlib": jaxlib.__version__, "compile_time_s": round(compile_s, 3),
+        "hlo_file": HLO_FILE, "loop_body": loop.body, "trip_count": loop.trip_count,
+        "kernels_per_step": len(loop.kernels) / steps,
+        "steps_per_loop_body": steps,
+        "bytes_per_cell_step": bytes_per,
+        "bytes_per_cell_step_upper_bound": loop.upper_bound / per,
+        "on_chip_bytes_per_cell_step": loop.on_chip_bytes / per,
+        "min_bytes_per_cell_step": minimum,
+        "traffic_ratio": bytes_per / minimum,
+        # below the minimum the loop keeps its state on chip (TPU VMEM): memory bandwidth does not bound it
+        "projected_mlups": bandwidth * 1e9 / bytes_per / 1e6 if bytes_per >= minimum else None,
+        "projected_fraction_of_roofline": minimum / bytes_per if bytes_per >= minimum else None,
+        "note": "" if bytes_per >= minimum else (
+            f"the loop body keeps its state in on-chip memory ({loop.on_chip_bytes / per:.0f} B/cell/step there, "
+            f"{bytes_per:.1f} B in memory): memory bandwidth does not bound it, no projection"),
+        "kernels": [{"name": k.name, "kind": k.kind, "opcode": k.opcode, "stages": k.stages,
+                     "read_bytes_per_cell_step": k.bytes_read / per, "written_bytes_per_cell_step": k.bytes_written / per,
+                     "on_chip_bytes_per_cell_step": (k.on_chip_read + k.on_chip_written) / per,
+                     "upper_bound_bytes_per_cell_step": k.upper_bound / per}
+                    for k in loop.kernels],
+        "traffic_model": "per top-level instruction of the loop body: the part of each operand its outputs need, "
+                         "read once, and its results written once; in-place dynamic-update-slice/scatter write the "
+                         "update only; on-chip memory spaces (TPU VMEM) apart (lbm/hlo.py, loop_traffic)",
+        "overrides": list(overrides or []),
+    }
+    return record, text
+
+
+def format_report(record: dict[str, Any]) -> str:
+    """The kernel table and the summary of an inspect record, as printed."""
+    t = record["target"]
+    lines = [f"inspect: target {t['name']} ({t['device']}, {t['platform']}), engine {record['engine']}, "
+             f"{record['case']} {record['lattice']} {'x'.join(map(str, record['grid']))} {record['precision']}, "
+             f"loop body {record['loop_body']} x {record['trip_count']} iterations",
+             ""]
+    rows = [(k["name"], k["kind"], "+".join(k["stages"]) or "-", f"{k['read_bytes_per_cell_step']:.2f}",
+             f"{k['written_bytes_per_cell_step']:.2f}") for k in record["kernels"]]
+    head = ("kernel", "kind", "stages", "read B/cell/step", "written B/cell/step")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    for r in [head, *rows]:
+        lines.append("  ".join(f"{c:<{w}}" if i < 3 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+
+    def num(v: Any, fmt: str) -> str:
+        return "n/a" if v is None else format(v, fmt)
+
+    lines += ["",
+              f"kernels_per_step                {record['kernels_per_step']:g}",
+              f"steps_per_loop_body             {record['steps_per_loop_body']}",
+              f"bytes_per_cell_step             {record['bytes_per_cell_step']:.1f} B "
+              f"(every operand and result whole: {record['bytes_per_cell_step_upper_bound']:.1f} B"
+              + (f"; on chip, not counted: {record['on_chip_bytes_per_cell_step']:.1f} B)"
+                 if record["on_chip_bytes_per_cell_step"] else ")"),
+              f"min_bytes_per_cell_step         {record['min_bytes_per_cell_step']} B (2 Q x bytes per population)",
+              f"traffic_ratio                   {num(record['traffic_ratio'], '.2f')}",
+              f"projected_mlups                 {num(record['projected_mlups'], '.0f')} MLUPS at "
+              f"{t['bandwidth_gbs']:g} GB/s ({t['bandwidth_source']})",
+              f"projected_fraction_of_roofline  {num(record['projected_fraction_of_roofline'], '.3f')}"]
+    if record["note"]:
+        lines.append(f"note: {record['note']}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(args: list[str]) -> tuple[str, Path | None, list[str]]:
+    """(target name, output directory or None, run overrides) from the command line."""
+    from lbm.cli import split_hydra_args
+
+    target, out, rest = "cpu", None, []
+    it = iter(args)
+    for a in it:
+        if a == "--out":
+            value = next(it, None)
+            if value is None:
+                raise LbmError("--out needs a directory")
+            out = Path(value)
+        elif a.startswith("--out="):
+            out = Path(a.split("=", 1)[1])
+        elif a.startswith("target="):
+            target = a.split("=", 1)[1]
+        elif a.startswith("hydra.run.dir="):
+            out = Path(a.split("=", 1)[1]).expanduser()
+        else:
+            rest.append(a)
+    overrides, multirun, _ = split_hydra_args(rest)
+    if multirun:
+        raise LbmError("inspect compiles one configuration, not a sweep")
+    return target, out, overrides
+
+
+def main(args: list[str]) -> int:
+    """``python -m lbm inspect [target=NAME] [--out DIR | hydra.run.dir=DIR] [run overrides]``; exit 0, 2 on bad input."""
+    from lbm.cli import check_writable, compose
+    from lbm.config import validate
+
+    if any(a in ("-h", "--help") for a in args):
+        print("usage: python -m lbm inspect target=NAME [--out DIR] [run overrides, e.g. case=taylor_green grid.nx=1024]\n"
+              "compile the fused chunk that engine=auto runs on a target, without the device; print the kernels of its\n"
+              "loop body with their bytes per cell and step; write inspect.json and the optimised HLO (chunk.hlo.txt)\n"
+              f"targets: {', '.join(target_names())} (lbm/targets/*.yaml); GPU and TPU targets need the compilers:\n"
+              "bash scripts/accel_env.sh, then .venv-accel/bin/python -m lbm inspect target=h100 ...")
+        return 0
+    name, out, overrides = parse_args(args)
+    target = load_target(name)
+    prepare_environment(target)
+    run = validate(compose(overrides))
+    out = out or Path("outputs/inspect") / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+    if (out / "inspect.json").exists():
+        raise LbmError(f"{out} already holds an inspect.json; choose another --out")
+    check_writable(out)
+    record, text = inspect_run(run, target, overrides)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / HLO_FILE).write_text(text)
+    (out / "inspect.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(format_report(record), end="")
+    print(f"wrote {out / 'inspect.json'} and {out / HLO_FILE}")
+    return 0

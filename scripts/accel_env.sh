@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Creates .venv-accel: the accelerator COMPILE environment, kept apart from the runtime .venv.
+#   bash scripts/accel_env.sh            -> create or reuse .venv-accel, print its python
+#   bash scripts/accel_env.sh --check    -> exit 0 if .venv-accel is complete and current, 1 otherwise; installs nothing
+# It holds the runtime's jax version plus jax-cuda12-plugin, jax-cuda12-pjrt (CUDA compiler, no NVIDIA
+# libraries: enough to compile for a GPU without one) and libtpu (the jax[tpu] extra), and lbm (editable,
+# with its test tools). Then: JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 .venv-accel/bin/python -m lbm inspect target=h100
+# (inspect sets that variable itself). On a CPU-only machine an installed CUDA plugin prints an initialisation
+# error at every jax start, which is why these packages never go into .venv.
+# Idempotent: a stamp file records what was installed; a second run with the same versions only checks.
+# Cache-friendly: pip's cache (PIP_CACHE_DIR) holds the wheels; CI can cache .venv-accel/ keyed on the stamp.
+# Environment: LBM_PYTHON (interpreter >= 3.12 for the venv), LBM_JAX_VERSION (default: the runtime's jax),
+#              LBM_ACCEL_VENV (default: <repo>/.venv-accel).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${LBM_ACCEL_VENV:-$root/.venv-accel}
+check_only=""
+[[ "${1:-}" == "--check" ]] && check_only=1
+
+# The jax version: the runtime environment's, so that both compile the same programs.
+jax_version=${LBM_JAX_VERSION:-}
+if [[ -z "$jax_version" ]]; then
+  for rt in "$root/.venv/bin/python" python3; do
+    if command -v "$rt" >/dev/null 2>&1; then
+      jax_version=$("$rt" -c 'import jax; print(jax.__version__)' 2>/dev/null || true)
+      [[ -n "$jax_version" ]] && break
+    fi
+  done
+fi
+if [[ -z "$jax_version" ]]; then
+  echo "accel_env.sh: no runtime jax found (run 'bash install.sh' first, or set LBM_JAX_VERSION=0.12.0.1)" >&2
+  exit 1
+fi
+want="jax==$jax_version jax[tpu]==$jax_version jax-cuda12-plugin==$jax_version jax-cuda12-pjrt==$jax_version lbm[test,accel]@$root"
+stamp="$venv/.lbm-accel-stamp"
+
+complete() {
+  [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
+  JAX_PLATFORMS=cpu JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 "$venv/bin/python" - "$jax_version" "$root" <<'EOF' >/dev/null 2>&1
+import importlib.metadata as md, os, sys
+import jax, lbm, libtpu, jax_plugins.xla_cuda12  # noqa: F401
+assert jax.__version__ == sys.argv[1]
+assert md.version("jax-cuda12-plugin") == md.version("jax-cuda12-pjrt") == sys.argv[1]
+assert os.path.dirname(os.path.dirname(os.path.abspath(lbm.__file__))) == sys.argv[2]
+EOF
+}
+
+if complete; then
+  echo "accel_env.sh: $venv is current (jax $jax_version, CUDA plugin, libtpu): $venv/bin/python"
+  exit 0
+fi
+[[ -n "$check_only" ]] && { echo "accel_env.sh: $venv is missing or out of date" >&2; exit 1; }
+
+py=$(LBM_PYTHON="${LBM_PYTHON:-}" bash "$root/install.sh" --find-python)
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "accel_env.sh: creating $venv with $py"
+  "$py" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip install --disable-pip-version-check --quiet)
+"${pip[@]}" --upgrade pip
+# One resolver call: jax pinned to the runtime's version, its TPU extra (libtpu), the CUDA compiler plugin
+# without the NVIDIA wheels (no [with-cuda]: they are only needed to run, not to compile), and lbm.
+"${pip[@]}" "jax[tpu]==$jax_version" "jaxlib==$jax_version" \
+  "jax-cuda12-plugin==$jax_version" "jax-cuda12-pjrt==$jax_version" -e "$root[test,accel]"
+echo "$want" > "$stamp"
+if ! complete; then
+  echo "accel_env.sh: $venv was installed but does not import jax $jax_version, libtpu and the CUDA plugin" >&2
+  exit 1
+fi
+echo "accel_env.sh: ready (jax $jax_version, CUDA plugin, libtpu): $venv/bin/python"

@@ -1,0 +1,322 @@
+"""``python -m lbm inspect``: the loop-body traffic reader on hand-written HLO, a real CPU compile, and deviceless
+compiles for GPU and TPU targets (marked ``accel``; they need the compilers from ``bash scripts/accel_env.sh``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lbm.hlo import array_bytes, loop_traffic, main_loop, tuple_elements
+from lbm.stages import STAGES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A scan-like loop over f32[9,4,8] populations (32 cells, 1152 B): a counter, a reduction (rho), an elementwise
+# update that broadcasts rho, and the copy of the loop state. Bytes below are counted by hand.
+LOOP = """HloModule jit_chunk, is_scheduled=true
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%fused_add (p0: s32[]) -> s32[] {
+  %p0 = s32[] parameter(0)
+  %one = s32[] constant(1)
+  ROOT %add = s32[] add(%p0, %one), metadata={op_name="jit(chunk)/while/body/add"}
+}
+
+%fused_reduce (param_0.1: f32[9,4,8]) -> f32[4,8] {
+  %param_0.1 = f32[9,4,8]{2,1,0} parameter(0)
+  %z = f32[] constant(0)
+  ROOT %r = f32[4,8]{1,0} reduce(%param_0.1, %z), dimensions={0}, to_apply=%sum, metadata={op_name="jit(chunk)/while/body/timestep/macroscopic/reduce_sum"}
+}
+
+%fused_step (param_0: f32[9,4,8], param_1: f32[4,8]) -> f32[9,4,8] {
+  %param_0 = f32[9,4,8]{2,1,0} parameter(0)
+  %param_1 = f32[4,8]{1,0} parameter(1)
+  %bc = f32[9,4,8]{2,1,0} broadcast(%param_1), dimensions={1,2}
+  ROOT %m = f32[9,4,8]{2,1,0} multiply(%param_0, %bc), metadata={op_name="jit(chunk)/while/body/timestep/collide/mul"}
+}
+
+%body (arg: (s32[], f32[9,4,8])) -> (s32[], f32[9,4,8]) {
+  %arg = (s32[], f32[9,4,8]{2,1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%arg), index=0
+  %f = f32[9,4,8]{2,1,0} get-tuple-element(%arg), index=1
+  %inc = s32[] fusion(%i), kind=kLoop, calls=%fused_add
+  %rho = f32[4,8]{1,0} fusion(%f), kind=kInput, calls=%fused_reduce
+  %new = f32[9,4,8]{2,1,0} fusion(%f, %rho), kind=kLoop, calls=%fused_step
+  %cp = f32[9,4,8]{2,1,0} copy(%new)
+  ROOT %t = (s32[], f32[9,4,8]{2,1,0}) tuple(%inc, %cp)
+}
+
+%cond (arg.1: (s32[], f32[9,4,8])) -> pred[] {
+  %arg.1 = (s32[], f32[9,4,8]{2,1,0}) parameter(0)
+  %j = s32[] get-tuple-element(%arg.1), index=0
+  %n = s32[] constant(7)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main (f0: f32[9,4,8]) -> f32[9,4,8] {
+  %f0 = f32[9,4,8]{2,1,0} parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[9,4,8]{2,1,0}) tuple(%zero, %f0)
+  %w = (s32[], f32[9,4,8]{2,1,0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"5"}}
+  ROOT %out = f32[9,4,8]{2,1,0} get-tuple-element(%w), index=1
+}
+"""  # noqa: E501
+
+
+def rows(text):
+    return {k.name: k for k in loop_traffic(text, STAGES).kernels}
+
+
+def test_loop_body_kernels_stages_and_bytes():
+    loop = loop_traffic(LOOP, STAGES)
+    assert (loop.body, loop.trip_count) == ("body", 5)
+    k = {r.name: r for r in loop.kernels}
+    assert list(k) == ["inc", "rho", "new", "cp"]
+    assert (k["inc"].bytes_read, k["inc"].bytes_written) == (4, 4)
+    assert (k["rho"].bytes_read, k["rho"].bytes_written) == (1152, 128)  # the reduction reads every population
+    assert (k["new"].bytes_read, k["new"].bytes_written) == (1152 + 128, 1152)  # rho read once, not per population
+    assert (k["cp"].bytes_read, k["cp"].bytes_written) == (1152, 1152)
+    assert (k["rho"].kind, k["new"].kind, k["cp"].kind) == ("kInput", "kLoop", "copy")
+    assert k["rho"].stages == ["macroscopic"] and k["new"].stages == ["collide"] and k["cp"].stages == []
+    assert loop.bytes == 8 + 1280 + 2432 + 2304
+    assert loop.upper_bound == loop.bytes  # nothing sliced or updated in place here
+    assert loop.on_chip_bytes == 0
+
+
+def test_trip_count_from_the_condition_without_backend_config():
+    text = LOOP.replace(', backend_config={"known_trip_count":{"n":"5"}}', "")
+    assert main_loop(text) == ("body", 7)
+
+
+def test_program_without_a_loop_is_read_as_its_entry():
+    assert main_loop(LOOP.split("%body")[0] + "ENTRY %e (x: f32[4]) -> f32[4] {\n  %x = f32[4]{0} parameter(0)\n"
+                     "  ROOT %c = f32[4]{0} copy(%x)\n}\n") == ("e", 1)
+
+
+# Kernels that touch part of their operands: a fusion that slices two rows, a gather behind an elementwise op,
+# an in-place dynamic-update-slice, scatters (set and add), an unfused gather, an opaque custom call and a call.
+PARTS = """HloModule parts, is_scheduled=true
+
+%set (s0: f32[], s1: f32[]) -> f32[] {
+  %s0 = f32[] parameter(0)
+  ROOT %s1 = f32[] parameter(1)
+}
+
+%plus (q0: f32[], q1: f32[]) -> f32[] {
+  %q0 = f32[] parameter(0)
+  %q1 = f32[] parameter(1)
+  ROOT %q2 = f32[] add(%q0, %q1)
+}
+
+%fused_slices (p: f32[9,10]) -> f32[2,10] {
+  %p = f32[9,10]{1,0} parameter(0)
+  %s1 = f32[1,10]{1,0} slice(%p), slice={[1:2], [0:10]}
+  %s3 = f32[1,10]{1,0} slice(%p), slice={[3:4], [0:10]}
+  ROOT %c = f32[2,10]{1,0} concatenate(%s1, %s3), dimensions={0}
+}
+
+%fused_gather (g0: f32[9,10], g1: s32[3,1]) -> f32[3,10] {
+  %g0 = f32[9,10]{1,0} parameter(0)
+  %g1 = s32[3,1]{1,0} parameter(1)
+  %sq = f32[9,10]{1,0} multiply(%g0, %g0)
+  ROOT %ga = f32[3,10]{1,0} gather(%sq, %g1), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,10}
+}
+
+%fused_dus (d0: f32[10,2], d1: f32[2], d2: s32[]) -> f32[10,2] {
+  %d0 = f32[10,2]{1,0} parameter(0)
+  %d1 = f32[2]{0} parameter(1)
+  %d2 = s32[] parameter(2)
+  %row = f32[1,2]{1,0} bitcast(%d1)
+  %zero = s32[] constant(0)
+  ROOT %dus = f32[10,2]{1,0} dynamic-update-slice(%d0, %row, %d2, %zero)
+}
+
+%cmd (c0: f32[9,10]) -> f32[9,10] {
+  %c0 = f32[9,10]{1,0} parameter(0)
+  ROOT %neg = f32[9,10]{1,0} negate(%c0)
+}
+
+ENTRY %main (f: f32[9,10], idx: s32[3,1], upd: f32[3,10], buf: f32[10,2], v: f32[2], k: s32[]) -> f32[9,10] {
+  %f = f32[9,10]{1,0} parameter(0)
+  %idx = s32[3,1]{1,0} parameter(1)
+  %upd = f32[3,10]{1,0} parameter(2)
+  %buf = f32[10,2]{1,0} parameter(3)
+  %v = f32[2]{0} parameter(4)
+  %k = s32[] parameter(5)
+  %sl = f32[2,10]{1,0} fusion(%f), kind=kLoop, calls=%fused_slices
+  %gf = f32[3,10]{1,0} fusion(%f, %idx), kind=kLoop, calls=%fused_gather
+  %d = f32[10,2]{1,0} fusion(%buf, %v, %k), kind=kLoop, calls=%fused_dus
+  %sset = f32[9,10]{1,0} scatter(%f, %idx, %upd), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%set
+  %sadd = f32[9,10]{1,0} scatter(%f, %idx, %upd), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%plus
+  %g = f32[3,10]{1,0} gather(%f, %idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,10}
+  %cc = f32[9,10]{1,0} custom-call(%f), custom_call_target="my_kernel"
+  %cb = f32[9,10]{1,0} call(%f), to_apply=%cmd
+  ROOT %r = f32[9,10]{1,0} add(%sset, %sadd)
+}
+"""  # noqa: E501
+
+
+def test_partial_reads_and_in_place_updates():
+    k = rows(PARTS)
+    assert (k["sl"].bytes_read, k["sl"].bytes_written) == (2 * 40, 80)  # two 40-byte rows of the 360-byte operand
+    # a third of the rows, squared first: the operand is read for the gathered rows only, the indices whole
+    assert (k["gf"].bytes_read, k["gf"].bytes_written) == (120 + 12, 120)
+    assert (k["d"].bytes_read, k["d"].bytes_written) == (8 + 4, 8)  # update and index; the 80-byte buffer in place
+    assert (k["sset"].bytes_read, k["sset"].bytes_written) == (12 + 120, 120)  # a set reads nothing of the target
+    assert (k["sadd"].bytes_read, k["sadd"].bytes_written) == (12 + 120 + 120, 120)  # an add reads the updated rows
+    assert (k["g"].bytes_read, k["g"].bytes_written) == (120 + 12, 120)
+    assert (k["cc"].kind, k["cc"].bytes_read, k["cc"].bytes_written) == ("my_kernel", 360, 360)
+    assert (k["neg"].bytes_read, k["neg"].bytes_written) == (360, 360)  # found inside the called computation
+    assert "cb" not in k
+    assert (k["r"].bytes_read, k["r"].bytes_written) == (720, 360)
+    # the upper bound reads every operand and writes every result whole
+    assert k["sl"].upper_bound == 360 + 80 and k["d"].upper_bound == 80 + 8 + 4 + 80
+
+
+def test_layout_tiling_memory_space_and_tuples():
+    assert array_bytes("f32[9,420,180]{2,1,0}") == 9 * 420 * 180 * 4
+    assert array_bytes("f32[9,420,180]{2,1,0:T(8,128)}") == 9 * 424 * 256 * 4  # minor dims padded to the tile
+    assert array_bytes("f32[9,420,180]{2,1,0:T(8,128)S(1)}") == 0  # on chip (TPU VMEM)
+    assert array_bytes("f32[9,420,180]{2,1,0:T(8,128)S(1)}", space=1) == 9 * 424 * 256 * 4
+    assert array_bytes("(f32[2,3]{1,0}, pred[5]{0}, s32[])", space=None) == 24 + 5 + 4
+    assert tuple_elements("((f32[10,2]{1,0}, s32[]), f32[10,2]{1,0}, u32[])") == [
+        "(f32[10,2]{1,0}, s32[])", "f32[10,2]{1,0}", "u32[]"]
+    assert tuple_elements("f32[4]{0}") == ["f32[4]{0}"]
+
+
+def test_async_copy_between_memory_spaces():
+    text = """HloModule a, is_scheduled=true
+
+ENTRY %main (x: f32[256,128]) -> f32[256,128] {
+  %x = f32[256,128]{1,0:T(8,128)} parameter(0)
+  %in = (f32[256,128]{1,0:T(8,128)S(1)}, f32[256,128]{1,0:T(8,128)}, u32[]{:S(2)}) copy-start(%x)
+  %ind = f32[256,128]{1,0:T(8,128)S(1)} copy-done(%in)
+  %y = f32[256,128]{1,0:T(8,128)S(1)} negate(%ind)
+  %out = (f32[256,128]{1,0:T(8,128)}, f32[256,128]{1,0:T(8,128)S(1)}, u32[]{:S(2)}) copy-start(%y)
+  ROOT %outd = f32[256,128]{1,0:T(8,128)} copy-done(%out)
+}
+"""
+    k = rows(text)
+    n = 256 * 128 * 4
+    assert list(k) == ["in", "y", "out"]  # *-done moves nothing
+    assert (k["in"].bytes_read, k["in"].bytes_written, k["in"].on_chip_written) == (n, 0, n)
+    assert (k["y"].bytes_read, k["y"].bytes_written, k["y"].on_chip_read, k["y"].on_chip_written) == (0, 0, n, n)
+    assert (k["out"].bytes_read, k["out"].bytes_written, k["out"].on_chip_read) == (0, n, n)
+
+
+# --- the command, compiled for this machine --------------------------------------------------------------------
+
+KEYS = {"target", "engine", "kernels_per_step", "steps_per_loop_body", "bytes_per_cell_step", "min_bytes_per_cell_step",
+        "traffic_ratio", "projected_mlups", "projected_fraction_of_roofline", "kernels", "hlo_file"}
+
+
+def inspect(tmp_path, *args):
+    from lbm.bench.inspect import main
+
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "inspect.json").read_text())
+    assert KEYS <= set(record)
+    assert (tmp_path / record["hlo_file"]).read_text().startswith("HloModule")
+    return record
+
+
+def consistent(record, q, itemsize):
+    assert record["min_bytes_per_cell_step"] == 2 * q * itemsize
+    assert record["kernels_per_step"] >= 1 and record["steps_per_loop_body"] >= 1
+    rows_sum = sum(k["read_bytes_per_cell_step"] + k["written_bytes_per_cell_step"] for k in record["kernels"])
+    assert rows_sum == pytest.approx(record["bytes_per_cell_step"], rel=1e-9)
+    assert record["bytes_per_cell_step"] <= record["bytes_per_cell_step_upper_bound"] + 1e-9
+    assert record["traffic_ratio"] == pytest.approx(record["bytes_per_cell_step"] / record["min_bytes_per_cell_step"])
+
+
+def test_cpu_inspect_of_a_periodic_box(tmp_path):
+    rec = inspect(tmp_path, "target=cpu", "case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40")
+    consistent(rec, 9, 4)
+    assert rec["target"]["platform"] == "cpu" and rec["target"]["bandwidth_gbs"] > 0
+    assert rec["grid"] == [32, 32] and rec["cells"] == 1024 and rec["chunk_steps"] == 4
+    # a timestep must read and write every population at least once
+    assert rec["traffic_ratio"] >= 1 - 1e-9
+    assert rec["projected_mlups"] == pytest.approx(rec["target"]["bandwidth_gbs"] * 1e3 / rec["bytes_per_cell_step"])
+    if rec["engine"] == "native":  # the in-place AA kernel moves each population once per step; the loop counter
+        # adds a few scalar bytes (at most 16) per iteration of two steps
+        assert rec["steps_per_loop_body"] == 2
+        assert 72 <= rec["bytes_per_cell_step"] <= 72 + 16 / (2 * 1024)
+
+
+def test_cpu_inspect_of_the_xla_engine_in_float64(tmp_path):
+    rec = inspect(tmp_path, "target=cpu", "engine=xla", "precision=float64", "case=taylor_green", "grid.nx=16",
+                  "grid.ny=16", "steps=40")
+    consistent(rec, 9, 8)
+    assert rec["engine"] == "xla" and rec["steps_per_loop_body"] == 1 and rec["traffic_ratio"] >= 1 - 1e-9
+    assert any("stream" in k["stages"] for k in rec["kernels"])
+
+
+def test_bad_targets_are_one_line_errors(tmp_path):
+    from lbm.cli import main
+
+    assert main(["inspect", "target=h900", "--out", str(tmp_path)]) == 2
+    assert main(["inspect", "target=v5e", "engine=native", "--out", str(tmp_path)]) == 2
+    assert main(["inspect", "-m", "grid.nx=32,64", "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / "inspect.json").exists()
+
+
+def _installed(module):
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def run_cli(*args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "lbm", "inspect", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)
+
+
+@pytest.mark.skipif(_installed("jax_plugins.xla_cuda12"), reason="the CUDA plugin is installed here")
+def test_without_the_cuda_plugin_one_line_says_how_to_get_it(tmp_path):
+    res = run_cli("target=h100", "--out", str(tmp_path))
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1 and "bash scripts/accel_env.sh" in res.stderr
+    assert ".venv-accel/bin/python -m lbm inspect" in res.stderr
+
+
+# --- deviceless compiles for accelerators (bash scripts/accel_env.sh; CI: .venv-accel/bin/python -m pytest -m accel)
+
+CASES = {"box": ["case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=40"], "cylinder": ["steps=100"]}
+
+
+@pytest.mark.accel
+@pytest.mark.parametrize("target,module", [("h100", "jax_plugins.xla_cuda12"), ("v5e", "libtpu")])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_deviceless_compile(tmp_path, target, module, case):
+    if not _installed(module):
+        pytest.skip(f"{module} is not installed (bash scripts/accel_env.sh)")
+    res = run_cli(f"target={target}", *CASES[case], "--out", str(tmp_path))
+    assert res.returncode == 0, res.stderr[-2000:]
+    rec = json.loads((tmp_path / "inspect.json").read_text())
+    assert KEYS <= set(rec)
+    assert rec["target"]["name"] == target and rec["target"]["platform"] in ("cuda", "tpu")
+    assert rec["engine"] == "xla"  # what auto runs on an accelerator today
+    hlo = (tmp_path / rec["hlo_file"]).read_text()
+    assert hlo.startswith("HloModule")
+    consistent(rec, 9, 4)
+    # every population is read and written at least once per step, in memory or (TPU) on chip
+    assert rec["bytes_per_cell_step"] + rec["on_chip_bytes_per_cell_step"] >= rec["min_bytes_per_cell_step"]
+    stages = {s for k in rec["kernels"] for s in k["stages"]}
+    assert {"collide", "stream"} <= stages
+    if case == "cylinder":
+        assert {"inlet", "outflow", "bounce_back"} <= stages
+    assert "kernel" in res.stdout and "projected_mlups" in res.stdout
