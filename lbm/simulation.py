@@ -296,7 +296,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                     loc = first_bad_cell(np.asarray(f), setup.lattice)
                     raise DivergenceError(f"simulation diverged by step {step} (first bad cell {loc}): "
                                           f"{likely_cause(setup)}")
-                snapshot = Snapshot(step, aux, lambda f=f: engine.fields(f))
+                snapshot = Snapshot(step, aux, lambda f=f, step=step: engine.fields(f, step))
                 case.observe(snapshot)
                 outputs.chunk_done(snapshot, mass, energy, k)
                 if profiler is not None:
@@ -374,7 +374,7 @@ def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.nda
     setup = engine.setup
     if profiler is not None:
         metrics["profile"] = profiler.finish()
-    fields = engine.fields(f)
+    fields = engine.fields(f, int(metrics.get("fields_from_step", metrics.get("step_reached", run.steps))))
     mass = float(chunk_stats(f, jnp.asarray(setup.fluid), setup.lattice)[1])
     metrics["mass_rel_drift"] = mass / mass0 - 1.0
     metrics.update(case.metrics(setup, fields, int(metrics.get("step_reached", run.steps))))

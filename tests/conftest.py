@@ -48,8 +48,8 @@ def advance(run: RunConfig, steps: int | None = None, mode: str | None = None) -
         k = min(chunk, n - done)
         f, aux = engine.advance(f, k, first_step=done)
         done += k
-        case.observe(Snapshot(done, aux, lambda f=f: engine.fields(f)))
-    return case, setup, engine.fields(f) | {"f": np.asarray(f)}
+        case.observe(Snapshot(done, aux, lambda f=f, done=done: engine.fields(f, done)))
+    return case, setup, engine.fields(f, n) | {"f": np.asarray(f)}
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ def test_poiseuille_profile_within_one_percent_of_parabola():
     run = run_config("case=poiseuille", "grid.ny=34", "steps=8000")
     case, setup, fields = advance(run)
     m = case.metrics(setup, fields, run.steps)
-    y, exact = case.analytic()
+    y, exact = case.analytic(setup)
     sim = case.profile(fields)
     assert np.abs(sim - exact).max() < 0.01 * exact.max()
     assert m["profile_l2_rel_error"] < 0.01
@@ -113,7 +113,8 @@ def test_cylinder_short_run_forces():
     assert abs(m["cl_mean"]) < 0.05
     assert setup.derived["radius"] == 6 and setup.derived["center"] == [30, 27]
     # the inlet column carries the prescribed profile exactly along x
-    np.testing.assert_allclose(fields["u"][0, 0], np.asarray(setup.arrays["u_in"][0]), rtol=1e-5)
+    inlet = next(bc for bc in setup.boundaries if bc.stage == "inlet")
+    np.testing.assert_allclose(fields["u"][0, 0], np.asarray(inlet.u[0]), rtol=1e-5)
 
 
 def test_cylinder_drag_is_symmetric_without_perturbation():

@@ -80,11 +80,11 @@ def test_exported_stage_computes_what_the_stage_computes(tmp_path):
     feq = jax.numpy.asarray(rng.random((9, 12, 10), dtype=np.float32))
     u = jax.numpy.asarray(0.01 * rng.random((2, 12, 10), dtype=np.float32))
     rho = jax.numpy.sum(f, axis=0)
-    # the stage takes and returns the leaves of the step state: f, rho, u, feq (then collided, post)
-    out = exp.call(f, rho, u, feq)
+    # the stage takes and returns the leaves of the step state: f, t, rho, u, feq (then collided, post)
+    out = exp.call(f, jax.numpy.int32(0), rho, u, feq)
     direct = jax.jit(lambda f, feq, u: collide(f, feq, u, setup.lattice, setup.omega_plus, setup.omega_minus))(f, feq, u)
-    assert len(out) == 6
-    np.testing.assert_allclose(np.asarray(out[4]), np.asarray(direct), rtol=0, atol=1e-7)
+    assert len(out) == 7
+    np.testing.assert_allclose(np.asarray(out[5]), np.asarray(direct), rtol=0, atol=1e-7)
     np.testing.assert_array_equal(np.asarray(out[0]), np.asarray(f))
 
 

@@ -36,13 +36,14 @@ def _setup(overrides: list[str]) -> Any:
 def fused_compile(overrides: list[str], steps: int, repeats: int = 3) -> dict[str, Any]:
     """Lower/compile seconds of an n-step fused chunk, its first jit call and steady run time."""
     from lbm.engines import make_engine
+    from lbm.engines.timestep import step_index
 
     setup = _setup(overrides)
     stepper = make_engine(setup)
     f = setup.initial_populations()
     fn = stepper.chunk_function(steps)
     t0 = time.perf_counter()
-    lowered = fn.lower(f, stepper.params)
+    lowered = fn.lower(f, stepper.params, step_index(0))
     t_lower = time.perf_counter() - t0
     t0 = time.perf_counter()
     compiled = lowered.compile()
@@ -52,12 +53,12 @@ def fused_compile(overrides: list[str], steps: int, repeats: int = 3) -> dict[st
         x = setup.initial_populations()
         jax.block_until_ready(x)
         t0 = time.perf_counter()
-        jax.block_until_ready(compiled(x, stepper.params))
+        jax.block_until_ready(compiled(x, stepper.params, step_index(0)))
         runs.append(time.perf_counter() - t0)
     fresh = stepper.chunk_function(steps)  # a new jit object: the first call traces and compiles again
     x = setup.initial_populations()
     t0 = time.perf_counter()
-    jax.block_until_ready(fresh(x, stepper.params))
+    jax.block_until_ready(fresh(x, stepper.params, step_index(0)))
     t_first = time.perf_counter() - t0
     from jax.experimental import serialize_executable
 

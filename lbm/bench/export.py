@@ -16,6 +16,7 @@ from jax import export
 from lbm.cases.base import Setup
 from lbm.engines.base import spec_of
 from lbm.engines.instrumented import InstrumentedEngine
+from lbm.engines.timestep import step_index
 from lbm.engines.xla import XlaEngine
 
 PLATFORMS = ("cpu", "cuda")
@@ -54,7 +55,7 @@ def write_bundle(setup: Setup, out_dir: Path, fused_steps: int = 10, context: di
                         "inputs": [[list(a.shape), str(a.dtype)] for a in exp.in_avals]})
     fused = XlaEngine(setup)  # the portable pure-JAX step (no native custom calls)
     f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
-    exp, platforms = _export(*flat(fused.chunk_function(fused_steps), (f, spec_of(fused.params))))
+    exp, platforms = _export(*flat(fused.chunk_function(fused_steps), (f, spec_of(fused.params), spec_of(step_index(0)))))
     path = out_dir / f"fused_{fused_steps}steps.jaxexport"
     path.write_bytes(exp.serialize())
     entries.append({"name": f"fused[{fused_steps}]", "kind": "fused", "steps": fused_steps, "file": path.name,

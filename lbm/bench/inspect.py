@@ -161,13 +161,14 @@ def chunk_for_target(setup: Any, engine: str, n: int) -> tuple[Callable[..., Any
     import jax
 
     from lbm.engines import EngineUnavailable, make_engine
+    from lbm.engines.timestep import step_index
 
     try:
         eng = make_engine(setup, mode="fused", engine=engine)
     except EngineUnavailable as exc:
         raise LbmError(f"engine={engine} cannot run here: {exc}") from None
     f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
-    return eng.chunk_function(n), (f, eng.params), eng.name, eng.note
+    return eng.chunk_function(n), (f, eng.params, step_index(0)), eng.name, eng.note
 
 
 def compile_chunk(fn: Callable[..., Any], args: tuple[Any, ...], sharding: Any) -> tuple[str, float]:

@@ -10,7 +10,9 @@ module in this package.
 
 :class:`StepState` carries what the stages of one timestep produce (lbm.stages order):
 ``f`` (populations before collision), ``rho``, ``u``, ``feq``, ``collided`` (after collision),
-``post`` (after bounce-back: what streams) and ``force`` (momentum exchange on obstacles).
+``post`` (after bounce-back: what streams), ``force`` (momentum exchange on obstacles) and ``t``,
+the index of the step being computed (an int32 scalar; 0 for the first step of a run), for
+boundary conditions that change in time.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class StepState:
     """The arrays one timestep produces, stage by stage; unset ones are None."""
 
     f: Any
+    t: Any = None
     rho: Any = None
     u: Any = None
     feq: Any = None

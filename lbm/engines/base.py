@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.cases.base import Setup
-from lbm.engines.timestep import as_arrays, moments
+from lbm.engines.timestep import as_arrays, moments, step_index
 from lbm.hlo import compiled_cost
 from lbm.lattice import Lattice
 
@@ -86,7 +86,7 @@ class Engine:
         self.params: Any = as_arrays(setup.boundaries)
         self.compile_times: dict[str, float] = {}
         self.note = ""
-        self._moments = jax.jit(lambda f, bcs: moments(f, bcs, setup))
+        self._moments = jax.jit(lambda f, t, bcs: moments(f, t, bcs, setup))
 
     @property
     def compile_time_s(self) -> float:
@@ -105,7 +105,11 @@ class Engine:
         """The programs this engine runs for a chunk of ``n`` steps, as data (see :func:`program`)."""
         raise NotImplementedError
 
-    def fields(self, f: jnp.ndarray) -> dict[str, np.ndarray]:
-        """Host copies of rho, u and solid as the next step sees them (outflow and inlet applied, force-shifted u)."""
-        rho, u = self._moments(f, self.params)
+    def _dense_params(self) -> Any:
+        """The boundary conditions as the dense stages receive them."""
+        return self.params
+
+    def fields(self, f: jnp.ndarray, step: int = 0) -> dict[str, np.ndarray]:
+        """Host copies of rho, u and solid as step ``step`` sees them (outflow and inlet applied, force-shifted u)."""
+        rho, u = self._moments(f, step_index(step), self._dense_params())
         return {"rho": np.asarray(rho), "u": np.asarray(u), "solid": np.asarray(self.setup.solid, dtype=bool)}

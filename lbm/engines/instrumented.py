@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from lbm.boundaries.base import StepState
 from lbm.cases.base import Setup
 from lbm.engines.base import Engine, program, spec_of
-from lbm.engines.timestep import outputs, run_stage
+from lbm.engines.timestep import outputs, run_stage, step_index
 from lbm.stages import TIMESTEP
 
 
@@ -60,9 +60,9 @@ class InstrumentedEngine(Engine):
         run.__name__ = name
         return jax.profiler.annotate_function(run, name=name)
 
-    def step(self, f: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-        """One timestep, stage by stage."""
-        s = StepState(f=f)
+    def step(self, f: jnp.ndarray, t: int = 0) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Step ``t``, stage by stage."""
+        s = StepState(f=f, t=step_index(t))
         for name in self.setup.stages:
             s = self.stages[name](s, self.params)
         return s.f, outputs(s)
@@ -76,7 +76,7 @@ class InstrumentedEngine(Engine):
         outs: list[dict[str, jnp.ndarray]] = []
         for k in range(n):
             with jax.profiler.StepTraceAnnotation(TIMESTEP, step_num=first_step + k):
-                f, aux = self.step(f)
+                f, aux = self.step(f, first_step + k)
             outs.append(aux)
         stacked = {key: jnp.stack([o[key] for o in outs]) for key in (outs[0] if outs else {})}
         return f, stacked
@@ -87,7 +87,7 @@ class InstrumentedEngine(Engine):
         setup = self.setup
 
         def trace(f: jnp.ndarray, params: Any) -> jnp.ndarray:
-            s = StepState(f=f)
+            s = StepState(f=f, t=step_index(0))
             for name in setup.stages:
                 seen[name] = spec_of(s)
                 s = run_stage(name, s, params, setup)

@@ -84,10 +84,10 @@ def outputs(s: StepState) -> dict[str, jnp.ndarray]:
     return {} if s.force is None else {"force": s.force}
 
 
-def timestep(f: jnp.ndarray, boundaries: Boundaries, setup: Setup, names: Sequence[str] | None = None
-             ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-    """One timestep on dense populations ``(Q, *grid)``: new populations and per-step outputs."""
-    s = run_stages(active_stages(setup) if names is None else names, StepState(f=f), boundaries, setup)
+def timestep(f: jnp.ndarray, t: jnp.ndarray, boundaries: Boundaries, setup: Setup,
+             names: Sequence[str] | None = None) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+    """Step ``t`` on dense populations ``(Q, *grid)``: new populations and per-step outputs."""
+    s = run_stages(active_stages(setup) if names is None else names, StepState(f=f, t=t), boundaries, setup)
     return s.f, outputs(s)
 
 
@@ -97,10 +97,15 @@ def moment_stages(setup: Setup) -> tuple[str, ...]:
     return names[: names.index("collide")]
 
 
-def moments(f: jnp.ndarray, boundaries: Boundaries, setup: Setup) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Density and velocity as the next step sees them (outflow and inlet applied, force-shifted u)."""
-    s = run_stages(moment_stages(setup), StepState(f=f), boundaries, setup, scoped=False)
+def moments(f: jnp.ndarray, t: jnp.ndarray, boundaries: Boundaries, setup: Setup) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Density and velocity as step ``t`` sees them (outflow and inlet applied, force-shifted u)."""
+    s = run_stages(moment_stages(setup), StepState(f=f, t=t), boundaries, setup, scoped=False)
     return s.rho, s.u
+
+
+def step_index(t: int) -> jnp.ndarray:
+    """A step index as the int32 scalar the stages receive."""
+    return jnp.asarray(t, jnp.int32)
 
 
 def as_arrays(boundaries: Boundaries) -> Any:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from lbm.cases.base import Setup
 from lbm.engines.base import STORAGES, Engine, decode, encode, program, spec_of
-from lbm.engines.timestep import timestep
+from lbm.engines.timestep import step_index, timestep
 from lbm.stages import FUSED_STEP, TIMESTEP
 
 
@@ -42,29 +42,29 @@ class FusedEngine(Engine):
         return decode(s, self.storage, self.setup.lattice, self.setup.dtype)
 
     def chunk_function(self, n: int) -> Any:
-        """The jitted n-step chunk ``(f, params) -> (f, outputs)`` (f donated)."""
+        """The jitted n-step chunk ``(f, params, t0) -> (f, outputs)``: steps t0 .. t0 + n - 1 (f donated)."""
         raise NotImplementedError
 
     def lower(self, f: Any, n: int) -> Any:
         """The n-step chunk lowered for populations like ``f`` (an array or a ShapeDtypeStruct, possibly sharded)."""
-        return self.chunk_function(n).lower(f, spec_of(self.params))
+        return self.chunk_function(n).lower(f, spec_of(self.params), spec_of(step_index(0)))
 
     def compile(self, f: jnp.ndarray, n: int) -> Any:
         """The compiled n-step chunk for populations like ``f`` (compiled once, timed)."""
         if n not in self._compiled:
             t0 = time.perf_counter()
-            self._compiled[n] = self.chunk_function(n).lower(f, self.params).compile()
+            self._compiled[n] = self.chunk_function(n).lower(f, self.params, step_index(0)).compile()
             self.compile_times[f"fused[{n}]"] = time.perf_counter() - t0
         return self._compiled[n]
 
     def advance(self, f: jnp.ndarray, n: int, first_step: int = 0) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Run ``n`` steps in one dispatch."""
-        return self.compile(f, n)(f, self.params)
+        return self.compile(f, n)(f, self.params, step_index(first_step))
 
     def describe(self, n: int = 1) -> list[dict[str, Any]]:
         """The fused chunk of ``n`` steps, as data."""
         f = jax.ShapeDtypeStruct((self.setup.lattice.q, *self.setup.shape), jnp.dtype(self.setup.dtype))
-        return [program(FUSED_STEP, None, self.chunk_function(n), f, spec_of(self.params))]
+        return [program(FUSED_STEP, None, self.chunk_function(n), f, spec_of(self.params), spec_of(step_index(0)))]
 
 
 class XlaEngine(FusedEngine):
@@ -76,12 +76,14 @@ class XlaEngine(FusedEngine):
         """n timesteps under ``lax.scan``, stored populations carried between them."""
         setup = self.setup
 
-        def chunk(f: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            def body(s: jnp.ndarray, _: None) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            def body(carry: tuple[jnp.ndarray, jnp.ndarray], _: None
+                     ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], dict[str, jnp.ndarray]]:
+                s, t = carry
                 with jax.named_scope(TIMESTEP):
-                    f_new, aux = timestep(self.decode(s), params, setup)
-                    return self.encode(f_new), aux
-            s, aux = jax.lax.scan(body, self.encode(f), None, length=n)
+                    f_new, aux = timestep(self.decode(s), t, params, setup)
+                    return (self.encode(f_new), t + 1), aux
+            (s, _), aux = jax.lax.scan(body, (self.encode(f), t0), None, length=n)
             return self.decode(s), aux
 
         return jax.jit(chunk, donate_argnums=0)

@@ -58,13 +58,11 @@ class NativeEngine(FusedEngine):
                                                            "block": plan_arrays(self.block, setup.boundaries)})
         self._stages = tuple(s for s in setup.stages if s != "stream")
 
-    def fields(self, f: jnp.ndarray) -> dict[str, np.ndarray]:
-        """Host copies of rho, u and solid as the next step sees them."""
-        rho, u = self._moments(f, self.params["dense"])
-        return {"rho": np.asarray(rho), "u": np.asarray(u), "solid": np.asarray(self.setup.solid, dtype=bool)}
+    def _dense_params(self) -> Any:
+        return self.params["dense"]
 
-    def step(self, a: jnp.ndarray, params: Any, scheme: str) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-        """One timestep of ``scheme`` (push | aa_even | aa_odd) on stored populations ``a``."""
+    def step(self, a: jnp.ndarray, t: jnp.ndarray, params: Any, scheme: str) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Step ``t`` of ``scheme`` (push | aa_even | aa_odd) on stored populations ``a``."""
         setup, spec = self.setup, self.spec
         block = params["block"]
         slots = block["slots"][scheme]["gather"] if self.block is not None else None
@@ -79,7 +77,7 @@ class NativeEngine(FusedEngine):
             return out, {}
         lat = setup.lattice
         f = decode(old, self.storage, lat, setup.dtype).reshape((lat.q, -1) + (1,) * (lat.d - 1))
-        s = run_stages(self._stages, StepState(f=f), block["boundaries"], setup)
+        s = run_stages(self._stages, StepState(f=f, t=t), block["boundaries"], setup)
         post = s.post.reshape(lat.q, -1)[:, : self.block.size]
         with jax.named_scope("stream"):
             out = build.scatter(spec, out, block["slots"][scheme]["write"], encode(post, self.storage, lat))
@@ -88,21 +86,23 @@ class NativeEngine(FusedEngine):
     def chunk_function(self, n: int) -> Any:
         """n steps: one push step if n is odd, then AA pairs under ``lax.scan`` (in place, standard layout after)."""
 
-        def chunk(f: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
             a = self.encode(f)
             auxes = []
             if n % 2:  # one two-buffer step so that the in-place pairs below leave the standard layout
                 with jax.named_scope(TIMESTEP):
-                    a, aux = self.step(a, params, "push")
+                    a, aux = self.step(a, t0, params, "push")
                 auxes.append(jax.tree_util.tree_map(lambda v: v[None], aux))
             if n >= 2:
-                def pair(a: jnp.ndarray, _: None) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+                def pair(carry: tuple[jnp.ndarray, jnp.ndarray], _: None
+                         ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], dict[str, jnp.ndarray]]:
+                    a, t = carry
                     with jax.named_scope(TIMESTEP):
-                        a, aux0 = self.step(a, params, "aa_even")
+                        a, aux0 = self.step(a, t, params, "aa_even")
                     with jax.named_scope(TIMESTEP):
-                        a, aux1 = self.step(a, params, "aa_odd")
-                    return a, jax.tree_util.tree_map(lambda u, v: jnp.stack([u, v]), aux0, aux1)
-                a, aux = jax.lax.scan(pair, a, None, length=n // 2)
+                        a, aux1 = self.step(a, t + 1, params, "aa_odd")
+                    return (a, t + 2), jax.tree_util.tree_map(lambda u, v: jnp.stack([u, v]), aux0, aux1)
+                (a, _), aux = jax.lax.scan(pair, (a, t0 + n % 2), None, length=n // 2)
                 auxes.append(jax.tree_util.tree_map(lambda v: v.reshape((-1,) + v.shape[2:]), aux))
             stacked = {k: jnp.concatenate([x[k] for x in auxes]) for k in (auxes[0] if auxes else {})}
             return self.decode(a), stacked
