@@ -28,14 +28,14 @@ def compose(overrides: Sequence[str], config_name: str = "config", command: str 
     """The resolved, key-checked config ``config_name`` (without Hydra's own node) for a list of overrides."""
     from lbm.config.schema import check_keys
 
-    cfg, choices = _compose(list(overrides), config_name, command)
+    cfg, choices = _compose(list(overrides), config_name)
     check_keys(cfg, config_name, choices, command)
     return cfg
 
 
 def load(overrides: Sequence[str]) -> RunConfig:
     """The validated run configuration for a list of Hydra overrides (as on the command line)."""
-    cfg, choices = _compose(list(overrides), "config", "run")
+    cfg, choices = _compose(list(overrides), "config")
     return from_composed(cfg, choices)
 
 
@@ -59,7 +59,7 @@ def from_composed(cfg: Mapping[str, Any], choices: Mapping[str, str] | None = No
     return run
 
 
-def _compose(overrides: list[str], config_name: str, command: str) -> tuple[dict[str, Any], dict[str, str]]:
+def _compose(overrides: list[str], config_name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Hydra's composition with its errors as one line; returns (config, the group choices)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
