@@ -1,5 +1,6 @@
 """lbm.config: the schemas refuse unknown keys and wrong types, load() is the one validated path, once per job."""
 
+import collections
 import subprocess
 import sys
 import warnings
@@ -76,6 +77,7 @@ def test_every_case_and_collision_option_composes_and_names_itself():
 
 
 def test_validation_runs_once_per_job_in_a_cli_run(monkeypatch, tmp_path):
+    monkeypatch.setattr(loader, "_validated", collections.OrderedDict())  # other tests may have run these configs
     calls = []
     monkeypatch.setattr(loader, "validate", lambda cfg: calls.append(cfg) or validate(cfg))
     args = ["case=taylor_green", "grid.ny=12", "steps=5", "output.plots=false"]
