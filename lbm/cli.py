@@ -1,7 +1,8 @@
 """Command line: ``python -m lbm run [hydra overrides]``.
 
-Every configuration (each job of a sweep too) is composed and validated before
-Hydra starts, so bad input gives one line and exit code 2 and writes nothing.
+Every configuration (each job of a sweep too) is composed and validated (:func:`lbm.config.load`)
+before Hydra starts, so bad input gives one line and exit code 2 and writes nothing. The Hydra
+task then finds its job's validated config in the process (:func:`lbm.config.from_composed`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lbm.config import CONFIG_DIR, compose
+
+__all__ = ["compose", "main", "prevalidate", "run_hydra", "split_hydra_args", "expand_jobs"]
 from lbm.errors import LbmError
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-GROUPS = ("case", "lattice", "collision")
 HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-dir", "-cd",
                           "--info", "-i", "--config-path", "-cp", "--experimental-rerun")
 MAX_PREVALIDATED_JOBS = 4096
@@ -45,11 +47,6 @@ def fail(message: str, code: int = 2) -> int:
     one_line = " ".join(message.split("\n"))
     print(f"lbm: error: {one_line}", file=sys.stderr)
     return code
-
-
-def group_options(group: str) -> list[str]:
-    """Config names available in a Hydra config group."""
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
 
 
 def split_hydra_args(args: Sequence[str]) -> tuple[list[str], bool, bool]:
@@ -90,38 +87,8 @@ def expand_jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
             choices.append([f"{key}={v}" for v in o.sweep_string_iterator()])
         else:
             choices.append([o.input_line])
-        group = o.key_or_group.lstrip("+~")
-        if group in GROUPS and not o.is_delete():
-            values = [c.split("=", 1)[1] for c in choices[-1]]
-            for v in values:
-                if v not in group_options(group):
-                    raise LbmError(f"{group}={v} is not known: choose one of {', '.join(group_options(group))}")
     jobs = [list(c) for c in itertools.islice(itertools.product(*choices), MAX_PREVALIDATED_JOBS)]
     return jobs or [[]]
-
-
-def compose(overrides: list[str], config_name: str = "config", command: str = "run") -> dict[str, Any]:
-    """The resolved config of ``command`` (without Hydra's own node) for a list of overrides."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name=config_name):
-            cfg = hydra_compose(config_name=config_name, overrides=overrides)
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except Exception as exc:  # Hydra/OmegaConf composition errors: report the first meaningful line
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        msg = lines[0] if lines else type(exc).__name__
-        if msg.startswith("Could not override"):
-            key = msg.split("'")[1] if "'" in msg else "?"
-            msg = (f"{key} is not a {'' if command == 'run' else command + ' '}config key "
-                   f"(python -m lbm {command} --cfg job lists them; prefix + to add a new key)")
-        raise LbmError(f"bad override: {msg}") from None
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def output_root(overrides: list[str], multirun: bool) -> Path:
@@ -149,18 +116,17 @@ def check_writable(path: Path) -> None:
                        "set hydra.run.dir (or hydra.sweep.dir) to a writable place") from None
 
 
-def prevalidate(overrides: list[str], multirun: bool) -> None:
-    """Compose and validate every job's config and the output location; raise LbmError on the first problem."""
-    from lbm.config import validate
+def prevalidate(overrides: list[str], multirun: bool, output: bool = True) -> None:
+    """Validate every job's config (and, with ``output``, the output location); raise LbmError on the first problem."""
+    from lbm.config import load
     from lbm.simulation import make_case
 
-    if not any("${" in o for o in overrides):
+    if output and not any("${" in o for o in overrides):
         check_writable(output_root(overrides, multirun))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for job in expand_jobs(overrides, multirun):
-            run = validate(compose(job))
-            make_case(run)
+            make_case(load(job))
 
 
 def _task(cfg: Any) -> None:
@@ -168,7 +134,7 @@ def _task(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from lbm.config import LbmWarning, validate
+    from lbm.config import LbmWarning, from_composed
     from lbm.simulation import simulate
 
     log = logging.getLogger("lbm")
@@ -184,7 +150,7 @@ def _task(cfg: Any) -> None:
     warnings.showwarning = show  # type: ignore[assignment]
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        run = validate(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
+        run = from_composed(OmegaConf.to_container(cfg, resolve=True), HydraConfig.get().runtime.choices)
         simulate(run, run_dir)
     except LbmError as exc:
         log.error("%s", exc)
@@ -196,8 +162,7 @@ def _task(cfg: Any) -> None:
 def cmd_run(args: Sequence[str]) -> int:
     """``run``: validate all jobs, then hand over to Hydra (single run or multirun)."""
     overrides, multirun, info = split_hydra_args(args)
-    if not info:
-        prevalidate(overrides, multirun)
+    prevalidate(overrides, multirun, output=not info)
     return run_hydra(_task, "config", "run", args)
 
 
@@ -205,6 +170,9 @@ def run_hydra(task: Any, config_name: str, command: str, args: Sequence[str]) ->
     """Hand ``args`` to a Hydra main around ``task`` with the config ``config_name`` (single run or multirun)."""
     import hydra
 
+    from lbm.config.schema import register
+
+    register()
     main = hydra.main(config_path=str(CONFIG_DIR), config_name=config_name, version_base="1.3")(task)
     argv = sys.argv
     sys.argv = [f"lbm {command}", *args]
@@ -215,7 +183,7 @@ def run_hydra(task: Any, config_name: str, command: str, args: Sequence[str]) ->
     return 0
 
 
-def lazy_command(module: str, issue: str) -> Any:
+def lazy_command(module: str) -> Any:
     """A command implemented in ``module`` (its ``main(args) -> int``), imported on use."""
 
     def command(args: Sequence[str]) -> int:
@@ -225,7 +193,8 @@ def lazy_command(module: str, issue: str) -> Any:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
             if exc.name and module.startswith(exc.name):
-                raise LbmError(f"this command is not available in this version of lbm (see {issue})") from None
+                raise LbmError(f"module {module} is missing: the lbm installation is broken; reinstall it "
+                               "(bash install.sh, or pip install -e .)") from None
             raise
         return int(mod.main(list(args)))
 
@@ -234,11 +203,11 @@ def lazy_command(module: str, issue: str) -> Any:
 
 COMMANDS = {
     "run": cmd_run,
-    "bench": lazy_command("lbm.bench.cli", "issue 4"),
-    "analyze": lazy_command("lbm.profiling.analyze", "issue 3"),
-    "compare": lazy_command("lbm.bench.compare", "issue 6"),
-    "inspect": lazy_command("lbm.bench.inspect", "issue 10"),
-    "validate": lazy_command("lbm.validate", "DESIGN.md"),
+    "bench": lazy_command("lbm.bench.cli"),
+    "analyze": lazy_command("lbm.profiling.analyze"),
+    "compare": lazy_command("lbm.bench.compare"),
+    "inspect": lazy_command("lbm.bench.inspect"),
+    "validate": lazy_command("lbm.validate"),
     "study": None,  # filled below
 }
 
@@ -248,7 +217,7 @@ def cmd_study(args: Sequence[str]) -> int:
     studies = {"batching": "lbm.bench.batching", "compile": "lbm.bench.compile_study", "export": "lbm.bench.export"}
     if not args or args[0] not in studies:
         raise LbmError(f"study: name one of {', '.join(studies)} (python -m lbm study NAME --help)")
-    return lazy_command(studies[args[0]], "issue 6")(args[1:])
+    return lazy_command(studies[args[0]])(args[1:])
 
 
 COMMANDS["study"] = cmd_study

@@ -33,6 +33,10 @@ class Check:
     quantity: Callable[[dict[str, Any]], float] | None = None
     forced: tuple[str, ...] = ()
 
+    def arguments(self, overrides: list[str]) -> tuple[str, ...]:
+        """The overrides of this check's run: its case and own settings, the user's, then the forced ones."""
+        return (f"case={self.case}", *self.overrides, *overrides, *self.forced)
+
 
 CHECKS = (
     Check("taylor_green_decay_64", "taylor_green", ("grid.nx=64", "grid.ny=64", "output.every=200"),
@@ -57,24 +61,30 @@ CHECKS = (
 
 def run_checks(out: Path, overrides: list[str], only: set[str] | None = None,
                log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run every check (sharing runs between checks of one configuration); returns one record per check."""
-    from lbm.cli import compose, prevalidate
-    from lbm.config import validate
-    from lbm.simulation import simulate
+    """Validate every configuration first, then run each once (checks of one configuration share the run);
+    returns one record per check."""
+    from lbm.config import RunConfig, load
+    from lbm.simulation import make_case, simulate
 
-    results: list[dict[str, Any]] = []
+    checks = [c for c in CHECKS if not only or c.case in only]
+    runs: dict[tuple[str, ...], RunConfig] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for check in checks:
+            args = check.arguments(overrides)
+            if args not in runs:
+                runs[args] = load(args)
+                make_case(runs[args])
     done: dict[tuple[str, ...], tuple[dict[str, Any], Path]] = {}
-    for check in CHECKS:
-        if only and check.case not in only:
-            continue
-        args = (f"case={check.case}", *check.overrides, *overrides, *check.forced)
-        if args not in done:
-            prevalidate(list(args), multirun=False)
-            run_dir = out / f"{len(done):02d}_{check.case}"
-            log(f"validate: {check.case} {' '.join(args[1:])} -> {run_dir}")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                done[args] = (simulate(validate(compose(list(args))), run_dir), run_dir)
+    for k, (args, run) in enumerate(runs.items()):
+        run_dir = out / f"{k:02d}_{run.case}"
+        log(f"validate: {run.case} {' '.join(args[1:])} -> {run_dir}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            done[args] = (simulate(run, run_dir), run_dir)
+    results: list[dict[str, Any]] = []
+    for check in checks:
+        args = check.arguments(overrides)
         metrics, run_dir = done[args]
         value = check.quantity(metrics) if check.quantity else metrics.get(check.metric)
         passed = value is not None and math.isfinite(value) and value <= check.bound
@@ -131,7 +141,6 @@ def main(args: list[str]) -> int:
     out = out or Path("outputs") / "validate" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     if (out / "validation.json").exists():
         raise LbmError(f"{out} already holds a validation report; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
     results = run_checks(out, overrides, only or None)
     text = report(results, overrides)
     (out / "validation.md").write_text(text)

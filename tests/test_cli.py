@@ -48,6 +48,14 @@ BAD_INPUTS = [
     (["grid.nx=64,128"], "-m"),
     (["-m", "grid.nx=420,0"], "grid.nx"),
     (["--bogus"], "--bogus"),
+    (["case.radus=3"], "case.radus is not a key of case cylinder"),
+    (["+case.radus=3"], "case.radus is not a key of case cylinder"),
+    (["+no_such_key=1"], "no_such_key is not a run config key"),
+    (["grid.nx=1.5"], "grid.nx=1.5 is invalid: expected an integer"),
+    (["steps=abc"], "steps=abc"),
+    (["--cfg", "job", "grid.nx=abc"], "grid.nx=abc"),
+    (["--cfg", "job", "case.radus=3"], "case.radus"),
+    (["-m", "case=taylor_green", "grid.nx=16,1.5", "steps=5"], "grid.nx=1.5"),
 ]
 
 
@@ -73,6 +81,22 @@ def test_bad_input_exit_code_in_a_real_process(args, tmp_path):
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+def test_cfg_job_prints_the_composed_config_and_writes_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--cfg", "job", "case=cavity", "grid.nx=40"]) == 0
+    out = capsys.readouterr().out
+    assert "name: cavity" in out and "nx: 40" in out and "steady_tolerance" in out
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_missing_command_module_is_reported_as_a_broken_install():
+    from lbm.cli import lazy_command
+    from lbm.errors import LbmError
+
+    with pytest.raises(LbmError, match="lbm.no_such_module is missing: the lbm installation is broken"):
+        lazy_command("lbm.no_such_module")([])
 
 
 def test_error_messages_name_value_and_range(capsys):

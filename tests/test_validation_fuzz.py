@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lbm.cli import compose, main
-from lbm.config import RunConfig, validate
+from lbm.config import RunConfig, load, validate
 from lbm.errors import LbmError
 from lbm.simulation import make_case
 
@@ -54,24 +54,48 @@ def test_validator_gives_config_error_or_a_valid_config(case, edits):
     assert made.run.steps >= 1 and all(n >= 4 for n in run.grid)
 
 
+override_keys = st.tuples(st.sampled_from(["", "+"]),
+                          st.sampled_from([*KEYS, "case.radus", "grid.nw", "foo", "flow", "case", "lattice"]))
+override_texts = st.one_of(st.text(alphabet=st.characters(codec="ascii", exclude_categories=["Cc"]), max_size=8),
+                           hostile_scalars.map(str))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(["cylinder", "cavity", "poiseuille", "taylor_green"]),
+       edits=st.lists(st.tuples(override_keys, override_texts), max_size=3))
+def test_load_gives_one_clean_line_or_a_valid_config(case, edits):
+    """The one path the command line and the API share, fed hostile override text (any key, any value)."""
+    overrides = [f"case={case}", *(f"{prefix}{key}={value}" for (prefix, key), value in edits)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            run = load(overrides)
+        except LbmError as exc:
+            assert str(exc) and "\n" not in str(exc) and exc.exit_code == 2
+            return
+    assert isinstance(run, RunConfig) and all(n >= 4 for n in run.grid)
+
+
 override_values = st.one_of(
     st.integers(min_value=-5, max_value=40).map(str), st.sampled_from(["abc", "0.5", "-0.1", "1e9", "null", "[1,2]"]),
+)
+CHOICE_VALUES = {"case": ["taylor_green", "cavity", "bogus"], "precision": ["float32", "float16"],
+                 "mode": ["fused", "instrumented", "x"]}
+# Every value is drawn by hypothesis (no hash(), which is randomised per process): a failure replays.
+cli_edits = st.one_of(
+    st.tuples(st.sampled_from(["steps", "grid.nx", "grid.ny", "output.every", "flow.tau", "flow.u_lattice"]),
+              override_values),
+    *(st.tuples(st.just(key), st.sampled_from(values)) for key, values in CHOICE_VALUES.items()),
 )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=st.lists(st.tuples(st.sampled_from(["steps", "grid.nx", "grid.ny", "output.every", "flow.tau",
-                                                 "flow.u_lattice", "case", "precision", "mode"]),
-                                override_values), max_size=3))
+@given(edits=st.lists(cli_edits, max_size=3))
 def test_cli_gives_one_clean_line_or_a_run(edits, tmp_path_factory, capsys):
     run_dir = tmp_path_factory.mktemp("fuzz") / "run"
     overrides = {"case": "taylor_green", "grid.nx": "12", "grid.ny": "12", "steps": "5", "output.plots": "false"}
     for key, value in edits:
-        if key in ("case", "precision", "mode"):
-            value = {"case": ["taylor_green", "cavity", "bogus"], "precision": ["float32", "float16"],
-                     "mode": ["fused", "instrumented", "x"]}[key][abs(hash(value)) % 3 if key != "precision" else
-                                                                    abs(hash(value)) % 2]
-        elif key in ("steps", "grid.nx", "grid.ny", "output.every"):
+        if key in ("steps", "grid.nx", "grid.ny", "output.every"):
             try:  # keep valid sizes small ("1e9" is a valid integer step count: a run would never end here)
                 if float(value) > 40:
                     value = "40"

@@ -24,8 +24,8 @@ SCHEMA = "lbm-bench/1"
 # --- configuration -------------------------------------------------------------------------
 
 def compose_bench(overrides: list[str]) -> dict[str, Any]:
-    """The resolved bench config (without Hydra's own node) for a list of overrides."""
-    from lbm.cli import compose
+    """The resolved, key-checked bench config (without Hydra's own node) for a list of overrides."""
+    from lbm.config import compose
 
     return compose(overrides, config_name="bench", command="bench")
 
@@ -48,12 +48,12 @@ def _grid(key: str, value: Any, dims: int) -> tuple[int, ...]:
 def plan(cfg: dict[str, Any]) -> dict[str, Any]:
     """Validate a composed bench config; returns the configurations to measure and the timing (raises ConfigError)."""
     from lbm.bench.throughput import CASES, PRECISIONS, VARIANTS, BenchConfig, Timing
-    from lbm.config import check_choice, check_float, check_int
+    from lbm.config import check_choice, check_float, check_int, group_options
     from lbm.lattice import LATTICES
 
     lattice = check_choice("lattice", (cfg.get("lattice") or {}).get("name"), tuple(LATTICES))
     dims = LATTICES[lattice].d
-    collision = check_choice("collision", (cfg.get("collision") or {}).get("name"), ("bgk", "trt"))
+    collision = check_choice("collision", (cfg.get("collision") or {}).get("name"), group_options("collision"))
     cases = [check_choice("cases", c, tuple(CASES)) for c in _as_list(cfg.get("cases"))]
     variants = [check_choice("variants", v, VARIANTS) for v in _as_list(cfg.get("variants"))]
     precisions = [check_choice("precision", p, tuple(PRECISIONS)) for p in _as_list(cfg.get("precision"))]
@@ -69,18 +69,23 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
         values = [node.get("nx"), node.get("ny")] + ([nz] if dims == 3 else [])
         return tuple(check_int(f"{key}.{a}", v, 4) for a, v in zip(("nx", "ny", "nz"), values, strict=False))
 
-    sizes = cfg.get("sizes")
-    boxes = [_grid("sizes", s, dims) for s in _as_list(sizes)] if sizes is not None else [box(cfg["grid"], "grid")]
-    cylinder = box(cfg["cylinder_grid"], "cylinder_grid")
+    # Only what will run is validated: the box sizes for the periodic case, the cylinder's grid for the cylinder.
+    grids: dict[str, list[tuple[int, ...]]] = {}
+    if "periodic" in cases:
+        sizes = cfg.get("sizes")
+        grids["periodic"] = ([_grid("sizes", s, dims) for s in _as_list(sizes)] if sizes is not None
+                             else [box(cfg["grid"], "grid")])
     if "cylinder" in cases:
-        from lbm.cli import compose
-        from lbm.config import validate
+        from lbm.config import load
         from lbm.simulation import make_case
 
+        cylinder = box(cfg["cylinder_grid"], "cylinder_grid")
+        grids["cylinder"] = [cylinder]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ov = ["case=cylinder", f"lattice={lattice}", "steps=1", f"grid.nx={cylinder[0]}", f"grid.ny={cylinder[1]}"]
-            make_case(validate(compose(ov + ([f"grid.nz={cylinder[2]}"] if dims == 3 else []))))
+            ov = ["case=cylinder", f"lattice={lattice}", "steps=1",
+                  *(f"grid.{a}={n}" for a, n in zip(("nx", "ny", "nz"), cylinder, strict=False))]
+            make_case(load(ov))
 
     steps_raw = cfg.get("steps")
     steps = None if steps_raw == "auto" else check_int("steps", steps_raw, 1)
@@ -106,8 +111,7 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
 
     configs: list[tuple[BenchConfig, str | None]] = []  # (config, reason it is skipped)
     for case in cases:
-        grids = boxes if case == "periodic" else [cylinder]
-        for grid in grids:
+        for grid in grids[case]:
             for precision in precisions:
                 for variant in variants:
                     c = BenchConfig(case=case, lattice=lattice, grid=grid, variant=variant, precision=precision,
@@ -267,10 +271,9 @@ def main(args: Sequence[str]) -> int:
 
     from lbm.cli import expand_jobs, run_hydra, split_hydra_args
 
-    overrides, multirun, info = split_hydra_args(args)
-    if not info:
-        for job in expand_jobs(overrides, multirun):
-            plan(compose_bench(job))
+    overrides, multirun, _ = split_hydra_args(args)
+    for job in expand_jobs(overrides, multirun):
+        plan(compose_bench(job))
     return run_hydra(_task, "bench", "bench", args)
 
 

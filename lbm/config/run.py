@@ -1,11 +1,13 @@
-"""Typed, validated run configuration built from the Hydra config.
+"""The validated run configuration: :class:`RunConfig` and the checks that build it from a composed config.
 
-Every key is checked here, before anything is compiled; a bad value raises
-:class:`lbm.errors.ConfigError` naming the key, the value and the valid range.
+Every value is checked here, before anything is compiled; a bad value raises
+:class:`lbm.errors.ConfigError` naming the key, the value and the valid range. Nothing here
+imports Hydra or the cases: the case and collision names are the files of the config groups.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Mapping
@@ -16,11 +18,12 @@ from typing import Any
 from lbm.errors import ConfigError
 from lbm.lattice import CS2, LATTICES
 
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+"""The Hydra config directory: config.yaml (run), bench.yaml and the groups case/, lattice/, collision/."""
 MODES = ("fused", "instrumented")
 ENGINES = ("auto", "native", "xla")
 """Fused-mode engines: auto (native where it builds, else xla), native (hand-fused C++ via jax.ffi), xla."""
 PRECISIONS = ("float32", "float64")
-COLLISIONS = ("bgk", "trt")
 MACH_WARN = 0.1
 """Mach numbers above this give a warning (compressibility error grows as Ma^2)."""
 MACH_MAX = 0.5
@@ -31,6 +34,12 @@ TAU_WARN = 0.51
 
 class LbmWarning(UserWarning):
     """A risky but allowed configuration (e.g. Mach number above 0.1)."""
+
+
+@functools.cache
+def group_options(group: str) -> tuple[str, ...]:
+    """The option names of a Hydra config group (the file names in configs/<group>/)."""
+    return tuple(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
 
 
 def _get(cfg: Mapping[str, Any], dotted: str, default: Any = ...) -> Any:
@@ -44,9 +53,9 @@ def _get(cfg: Mapping[str, Any], dotted: str, default: Any = ...) -> Any:
     return node
 
 
-def check_int(key: str, value: Any, minimum: int, maximum: int | None = None) -> int:
-    """``value`` as an int within [minimum, maximum], else a ConfigError naming ``key``."""
-    rng = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+def check_int(key: str, value: Any, minimum: int, maximum: int | None = None, words: str = "") -> int:
+    """``value`` as an int within [minimum, maximum], else a ConfigError naming ``key`` (and ``words``, the range)."""
+    rng = words or f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -120,19 +129,17 @@ class RunConfig:
 
 
 def validate(cfg: Mapping[str, Any]) -> RunConfig:
-    """Check every key of a (resolved, plain-dict) config and return a RunConfig."""
-    from lbm.cases import CASES
-
-    case = check_choice("case", _get(cfg, "case.name"), tuple(sorted(CASES)))
+    """Check every value of a (resolved, plain-dict) config and return a RunConfig."""
+    case = check_choice("case", _get(cfg, "case.name"), group_options("case"))
     lattice = check_choice("lattice", _get(cfg, "lattice.name"), tuple(LATTICES))
     d = LATTICES[lattice].d
-    collision = check_choice("collision", _get(cfg, "collision.name"), COLLISIONS)
+    collision = check_choice("collision", _get(cfg, "collision.name"), group_options("collision"))
     trt_magic = check_float("collision.magic", _get(cfg, "collision.magic", 0.1875), 0.0)
     mode = check_choice("mode", _get(cfg, "mode"), MODES)
     engine = check_choice("engine", _get(cfg, "engine", "auto"), ENGINES)
     precision = check_choice("precision", _get(cfg, "precision"), PRECISIONS)
     steps_raw = _get(cfg, "steps")
-    steps: int | None = None if steps_raw == "auto" else check_int("steps", steps_raw, 1)
+    steps: int | None = None if steps_raw == "auto" else check_int("steps", steps_raw, 1, words="an integer >= 1 or auto")
 
     nx = check_int("grid.nx", _get(cfg, "grid.nx"), 4)
     ny = check_int("grid.ny", _get(cfg, "grid.ny"), 4)

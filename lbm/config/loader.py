@@ -1,0 +1,128 @@
+"""The one path from Hydra overrides to a validated :class:`RunConfig`: compose, check keys, validate.
+
+``load(overrides)`` is what ``run``, ``bench``, ``validate``, the Python API and the tests call.
+A validated config is kept per composed content for the life of the process, so a job that
+the command line checked before Hydra started is not validated again inside the Hydra task
+(the task's composed config is the same content); its warnings are replayed on every use.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lbm.config.run import CONFIG_DIR, LbmWarning, RunConfig, group_options, validate
+from lbm.errors import ConfigError, LbmError
+
+CACHE_SIZE = 8192
+"""Validated configs kept per process (a prevalidated multirun holds at most 4096 jobs)."""
+
+_validated: collections.OrderedDict[str, tuple[RunConfig, tuple[str, ...]]] = collections.OrderedDict()
+
+
+def compose(overrides: Sequence[str], config_name: str = "config", command: str = "run") -> dict[str, Any]:
+    """The resolved, key-checked config ``config_name`` (without Hydra's own node) for a list of overrides."""
+    from lbm.config.schema import check_keys
+
+    cfg, choices = _compose(list(overrides), config_name)
+    check_keys(cfg, config_name, choices, command)
+    return cfg
+
+
+def load(overrides: Sequence[str]) -> RunConfig:
+    """The validated run configuration for a list of Hydra overrides (as on the command line)."""
+    cfg, choices = _compose(list(overrides), "config")
+    return from_composed(cfg, choices)
+
+
+def from_composed(cfg: Mapping[str, Any], choices: Mapping[str, str] | None = None) -> RunConfig:
+    """The validated RunConfig of a composed run config (validated once per content and process)."""
+    from lbm.config.schema import check_keys
+
+    key = json.dumps(cfg, sort_keys=True, default=str)
+    if key not in _validated:
+        check_keys(cfg, "config", choices)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LbmWarning)
+            run = validate(cfg)
+        _validated[key] = (run, tuple(str(w.message) for w in caught if issubclass(w.category, LbmWarning)))
+        while len(_validated) > CACHE_SIZE:
+            _validated.popitem(last=False)
+    run, messages = _validated[key]
+    _validated.move_to_end(key)
+    for message in messages:
+        warnings.warn(message, LbmWarning, stacklevel=2)
+    return run
+
+
+def _compose(overrides: list[str], config_name: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Hydra's composition with its errors as one line; returns (config, the group choices)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf, open_dict
+
+    from lbm.config.schema import register
+
+    register()
+    for _ in range(len(overrides) + 1):
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name=config_name):
+                cfg = hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+            choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if "/" not in k and isinstance(v, str)}
+            with open_dict(cfg):
+                del cfg["hydra"]
+            return OmegaConf.to_container(cfg, resolve=True), choices  # type: ignore[return-value]
+        except Exception as exc:  # Hydra/OmegaConf composition errors: one line naming the key and the fix
+            retry = _unknown_key_retry(exc, overrides)
+            if retry is None:
+                raise translate(exc, config_name) from None
+            overrides = retry
+        finally:
+            GlobalHydra.instance().clear()
+    raise AssertionError("unreachable: every retry adds a '+' to one more override")
+
+
+def _unknown_key_retry(exc: Exception, overrides: list[str]) -> list[str] | None:
+    """For Hydra's "Could not override 'k'": the overrides with ``+k=...`` (so check_keys names the key and its
+    alternatives), else None."""
+    first = str(exc).split("\n", 1)[0]
+    if not first.startswith("Could not override '"):
+        return None
+    key = first.split("'")[1]
+    if key.startswith("hydra."):
+        return None
+    for i, o in enumerate(overrides):
+        if o.split("=", 1)[0] == key:
+            return [*overrides[:i], "+" + o, *overrides[i + 1:]]
+    return None
+
+
+def translate(exc: Exception, config_name: str = "config") -> LbmError:
+    """One-line LbmError for a Hydra/OmegaConf composition error of the config ``config_name``."""
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import ValidationError
+
+    from lbm.config.schema import SCHEMAS, describe, field_type
+
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    cause = exc.__cause__
+    if isinstance(cause, ValidationError) and first.startswith("Error merging override "):
+        key, _, value = first.removeprefix("Error merging override ").partition("=")
+        key = getattr(cause, "full_key", None) or key.lstrip("+~")
+        tp = field_type(SCHEMAS[config_name], key)
+        return ConfigError(key, value, describe(tp) if tp is not None else "a value of the right type")
+    missing = re.search(r"Could not (?:find|load) '([^']+)/([^'/]+)'", first)
+    if isinstance(exc, MissingConfigException) and missing:
+        group, option = missing.groups()
+        if group_options(group):
+            return LbmError(f"{group}={option} is not known: choose one of {', '.join(group_options(group))}")
+    if first.startswith("Could not override 'hydra."):
+        return LbmError(f"{first.split(chr(39))[1]} is not a Hydra setting (--cfg hydra lists them)")
+    return LbmError(f"bad override: {first}")
