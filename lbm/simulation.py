@@ -9,6 +9,7 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from lbm.cases import CASES, Case, Setup
 from lbm.cases.base import Snapshot
-from lbm.config import RunConfig, check_output_every
+from lbm.config import RunConfig, check_output_every, load
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, DivergenceError, LbmError
 from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
@@ -56,6 +57,19 @@ def make_case(run: RunConfig) -> Case:
         if every > case.run.steps:
             raise ConfigError("checkpoint.every", every, f"an integer in [0, steps={case.run.steps}] (steps=auto)")
     return case
+
+
+def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:
+    """The one path from overrides (or a validated config) to a case and its Setup, used by every command.
+
+    Overrides are validated once (lbm.config.load); ``steps=auto`` is resolved (``case.run`` is final);
+    float64 is switched on when the run asks for it.
+    """
+    run = config if isinstance(config, RunConfig) else load(list(config))
+    if run.precision == "float64":
+        jax.config.update("jax_enable_x64", True)
+    case = make_case(run)
+    return case, case.setup()
 
 
 def chunk_size(run: RunConfig) -> int:
@@ -204,11 +218,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Run a validated configuration and write metrics.json, fields.npz, case files and plots into ``run_dir``."""
     check_run_dir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if run.precision == "float64":
-        jax.config.update("jax_enable_x64", True)
-    case = make_case(run)
+    case, setup = prepare(run)
     run = case.run
-    setup = case.setup()
     log_parameters(run, setup)
 
     try:

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 from lbm.cases.base import Snapshot
-from lbm.cli import compose
-from lbm.config import RunConfig, validate
+from lbm.config import RunConfig, load
 from lbm.engines import make_engine
 from lbm.profiling.breakdown import STEADY_MARK, WARMUP_MARK
-from lbm.simulation import make_case, simulate
+from lbm.simulation import prepare, simulate
 
 DATA = Path(__file__).parent / "data"
 
@@ -29,16 +28,13 @@ def _x64_scoped_to_the_test():
 
 def run_config(*overrides: str) -> RunConfig:
     """A validated RunConfig from Hydra overrides (as on the command line)."""
-    return validate(compose(list(overrides)))
+    return load(list(overrides))
 
 
 def advance(run: RunConfig, steps: int | None = None, mode: str | None = None) -> tuple[Any, Any, dict[str, np.ndarray]]:
     """Build the case and run it in-process; returns (case, setup, fields) without writing files."""
-    if run.precision == "float64":
-        jax.config.update("jax_enable_x64", True)
-    case = make_case(run)
+    case, setup = prepare(run)
     run = case.run
-    setup = case.setup()
     engine = make_engine(setup, mode or run.mode)
     f = setup.initial_populations()
     n = steps or run.steps

@@ -25,12 +25,9 @@ from lbm.errors import LbmError
 
 
 def _setup(overrides: list[str]) -> Any:
-    from lbm.cli import compose
-    from lbm.config import validate
-    from lbm.simulation import make_case
+    from lbm.simulation import prepare
 
-    run = validate(compose(overrides))
-    return make_case(run).setup()
+    return prepare(overrides)[1]
 
 
 def fused_compile(overrides: list[str], steps: int, repeats: int = 3) -> dict[str, Any]:

@@ -72,10 +72,9 @@ def write_bundle(setup: Setup, out_dir: Path, fused_steps: int = 10, context: di
 
 def main(args: list[str]) -> int:
     """``python -m lbm study export [hydra overrides] [--out DIR]``: write the reproduction bundle of a case."""
-    from lbm.cli import compose, split_hydra_args
-    from lbm.config import validate
+    from lbm.cli import split_hydra_args
     from lbm.errors import LbmError
-    from lbm.simulation import make_case
+    from lbm.simulation import prepare
 
     out = None
     rest = []
@@ -90,11 +89,8 @@ def main(args: list[str]) -> int:
     overrides, multirun, _ = split_hydra_args(rest)
     if multirun:
         raise LbmError("study export takes one configuration, not a sweep")
-    run = validate(compose(overrides))
-    if run.precision == "float64":
-        jax.config.update("jax_enable_x64", True)
-    case = make_case(run)
-    setup = case.setup()
+    case, setup = prepare(overrides)
+    run = case.run
     target = Path(out) if out else Path("outputs") / "export" / f"{run.case}_{'x'.join(map(str, setup.shape))}"
     if (target / "manifest.json").exists():
         raise LbmError(f"{target} already holds a bundle (manifest.json); choose another --out")

@@ -189,12 +189,10 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
 
     from lbm.bench.roofline import lbm_bytes_per_cell
     from lbm.hlo import loop_traffic
-    from lbm.simulation import chunk_size, make_case
+    from lbm.simulation import chunk_size, prepare
     from lbm.stages import STAGES
 
-    if run.precision == "float64":
-        jax.config.update("jax_enable_x64", True)
-    setup = make_case(run).setup()
+    setup = prepare(run)[1]
     n = max(MIN_CHUNK_STEPS, chunk_size(run))
     sharding = target_sharding(target)
     fn, args, engine, note = chunk_for_target(setup, engine_for(target, run.engine), n)
@@ -309,8 +307,8 @@ def parse_args(args: list[str]) -> tuple[str, Path | None, list[str]]:
 
 def main(args: list[str]) -> int:
     """``python -m lbm inspect [target=NAME] [--out DIR | hydra.run.dir=DIR] [run overrides]``; exit 0, 2 on bad input."""
-    from lbm.cli import check_writable, compose
-    from lbm.config import validate
+    from lbm.cli import check_writable
+    from lbm.config import load
 
     if any(a in ("-h", "--help") for a in args):
         print("usage: python -m lbm inspect target=NAME [--out DIR] [run overrides, e.g. case=taylor_green grid.nx=1024]\n"
@@ -322,7 +320,7 @@ def main(args: list[str]) -> int:
     name, out, overrides = parse_args(args)
     target = load_target(name)
     prepare_environment(target)
-    run = validate(compose(overrides))
+    run = load(overrides)
     out = out or Path("outputs/inspect") / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     if (out / "inspect.json").exists():
         raise LbmError(f"{out} already holds an inspect.json; choose another --out")

@@ -73,9 +73,7 @@ class Timing:
 
 def make_setup(cfg: BenchConfig) -> Any:
     """The case Setup of a configuration (composed and validated like ``python -m lbm run``)."""
-    from lbm.cli import compose
-    from lbm.config import validate
-    from lbm.simulation import make_case
+    from lbm.simulation import prepare
 
     compute, _ = PRECISIONS[cfg.precision]
     overrides = [f"case={CASES[cfg.case]}", f"lattice={cfg.lattice}", f"collision={cfg.collision}",
@@ -84,7 +82,7 @@ def make_setup(cfg: BenchConfig) -> Any:
         overrides.append(f"grid.nz={cfg.grid[2]}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return make_case(validate(compose(overrides))).setup()
+        return prepare(overrides)[1]
 
 
 # --- runners: each returns (advance(f, n) -> f, compile(f, n) -> seconds, info dict) ------------
