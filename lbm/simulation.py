@@ -259,8 +259,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     if run.profile.get("enabled"):
         # Profiling hook (lbm.profiling.capture.Profiler): started before compilation so the trace holds the
         # first call; it may cap chunk sizes inside its window and is told after each chunk.
-        from lbm.bench.roofline import measure_bandwidth
         from lbm.profiling.capture import Profiler
+        from lbm.roofline import measure_bandwidth
 
         profiler = Profiler(
             run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps, stages=list(setup.stages),

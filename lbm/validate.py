@@ -114,7 +114,7 @@ def report(results: list[dict[str, Any]], overrides: list[str]) -> str:
 
 def main(args: list[str]) -> int:
     """``python -m lbm validate [--case NAME]... [--out DIR] [overrides]``; exit 0 all pass, 1 a failure."""
-    from lbm.cli import split_hydra_args
+    from lbm.config.command_line import split_hydra_args
 
     out, only, rest = None, set(), []
     it = iter(args)

@@ -151,8 +151,8 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
     import jax
 
     from lbm.bench.report import print_table, summary, write_json
-    from lbm.bench.roofline import measure_bandwidth
     from lbm.bench.throughput import apply_roofline, measure
+    from lbm.roofline import measure_bandwidth
 
     p = plan(cfg)
     if any(c.precision == "float64" for c, _ in p["configs"]):
@@ -269,7 +269,7 @@ def _task(cfg: Any) -> None:
 def main(args: Sequence[str]) -> int:
     """Entry point of ``python -m lbm bench``; returns the exit code."""
 
-    from lbm.cli import expand_jobs, run_hydra, split_hydra_args
+    from lbm.config.command_line import expand_jobs, run_hydra, split_hydra_args
 
     overrides, multirun, _ = split_hydra_args(args)
     for job in expand_jobs(overrides, multirun):

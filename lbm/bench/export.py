@@ -72,7 +72,7 @@ def write_bundle(setup: Setup, out_dir: Path, fused_steps: int = 10, context: di
 
 def main(args: list[str]) -> int:
     """``python -m lbm study export [hydra overrides] [--out DIR]``: write the reproduction bundle of a case."""
-    from lbm.cli import split_hydra_args
+    from lbm.config.command_line import split_hydra_args
     from lbm.errors import LbmError
     from lbm.simulation import prepare
 

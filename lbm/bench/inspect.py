@@ -187,12 +187,13 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     import jaxlib
     import numpy as np
 
-    from lbm.bench.roofline import lbm_bytes_per_cell
     from lbm.hlo import loop_traffic
+    from lbm.roofline import lbm_bytes_per_cell
     from lbm.simulation import chunk_size, prepare
     from lbm.stages import STAGES
 
-    setup = prepare(run)[1]
+    case, setup = prepare(run)
+    run = case.run
     n = max(MIN_CHUNK_STEPS, chunk_size(run))
     sharding = target_sharding(target)
     fn, args, engine, note = chunk_for_target(setup, engine_for(target, run.engine), n)
@@ -205,7 +206,7 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     minimum = lbm_bytes_per_cell(setup.lattice.q, np.dtype(setup.dtype).itemsize)
     bandwidth, source = target.bandwidth_gbs, target.bandwidth_source
     if bandwidth is None:
-        from lbm.bench.roofline import measure_bandwidth
+        from lbm.roofline import measure_bandwidth
 
         bandwidth = round(measure_bandwidth(nbytes=128 * 2**20, repeats=3)["bandwidth_gbs"], 1)
     devices = getattr(sharding, "device_set", set())
@@ -281,7 +282,7 @@ def format_report(record: dict[str, Any]) -> str:
 
 def parse_args(args: list[str]) -> tuple[str, Path | None, list[str]]:
     """(target name, output directory or None, run overrides) from the command line."""
-    from lbm.cli import split_hydra_args
+    from lbm.config.command_line import split_hydra_args
 
     target, out, rest = "cpu", None, []
     it = iter(args)
@@ -307,8 +308,8 @@ def parse_args(args: list[str]) -> tuple[str, Path | None, list[str]]:
 
 def main(args: list[str]) -> int:
     """``python -m lbm inspect [target=NAME] [--out DIR | hydra.run.dir=DIR] [run overrides]``; exit 0, 2 on bad input."""
-    from lbm.cli import check_writable
     from lbm.config import load
+    from lbm.config.command_line import check_writable
 
     if any(a in ("-h", "--help") for a in args):
         print("usage: python -m lbm inspect target=NAME [--out DIR] [run overrides, e.g. case=taylor_green grid.nx=1024]\n"

@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from lbm.bench.roofline import lbm_bytes_per_cell
+from lbm.roofline import lbm_bytes_per_cell
 
 CASES = {"periodic": "taylor_green", "cylinder": "cylinder"}
 VARIANTS = ("auto", "native", "xla", "naive", "instrumented")
