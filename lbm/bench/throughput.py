@@ -37,7 +37,7 @@ PRECISIONS = {"float32": ("float32", "compute"), "float64": ("float64", "compute
 STORAGE_ITEMSIZE = {"float16": 2, "bfloat16": 2}
 CLOCK = "host wall clock around each dispatch, synchronised with block_until_ready; compilation excluded"
 
-Progress = Callable[[str], None]
+ProgressCallback = Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,7 +274,7 @@ def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None) -> None:
         record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
 
 
-def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progress: Progress | None = None
+def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progress: ProgressCallback | None = None
             ) -> dict[str, Any]:
     """Measure one configuration; returns its bench.json record."""
     say = progress or (lambda _: None)

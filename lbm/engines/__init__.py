@@ -9,13 +9,10 @@
 from __future__ import annotations
 
 from lbm.cases.base import Setup
+from lbm.config.run import ENGINES, MODES  # the choices of the config keys engine and mode
 from lbm.engines.base import STORAGES, Engine, EngineUnavailable
 from lbm.engines.instrumented import InstrumentedEngine
 from lbm.engines.xla import XlaEngine
-
-ENGINES = ("auto", "native", "xla")
-"""Fused-mode engines a run may ask for."""
-MODES = ("fused", "instrumented")
 
 
 def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage: str = "compute",
