@@ -398,7 +398,7 @@ def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.nda
 
         written += field_plots(run_dir, fields, f"{run.case} Re={setup.reynolds:g}")
         if len(outputs.monitor) >= 2:
-            written.append(monitor_plot(run_dir, outputs.monitor, mass0, case))
+            written.append(monitor_plot(run_dir, outputs.monitor, mass0, case, metrics))
     if run.frames and run.animation and len(outputs.frames) >= 2:
         from lbm.io.plots import animation
 

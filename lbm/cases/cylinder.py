@@ -21,25 +21,9 @@ import numpy as np
 from lbm.boundaries import INLET_KINDS, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
+from lbm.cases.signals import Window, dominant_frequency, mean_with_error, stationary_window
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
-
-
-def dominant_frequency(signal: np.ndarray) -> tuple[float, float]:
-    """Frequency (cycles per sample) of the strongest oscillation, and how many periods the signal spans."""
-    x = np.asarray(signal, dtype=np.float64) - np.mean(signal)
-    n = len(x)
-    if n < 8 or not np.any(x):
-        return 0.0, 0.0
-    pad = 8 * n
-    spec = np.abs(np.fft.rfft(x * np.hanning(n), pad))
-    k = int(np.argmax(spec[1:])) + 1
-    if 1 <= k < len(spec) - 1:  # parabolic interpolation of the peak
-        a, b, c = np.log(spec[k - 1] + 1e-300), np.log(spec[k] + 1e-300), np.log(spec[k + 1] + 1e-300)
-        denom = a - 2 * b + c
-        k = k + (0.5 * (a - c) / denom if denom != 0 else 0.0)
-    freq = k / pad
-    return float(freq), float(freq * n)
 
 
 class Cylinder(Case):
@@ -58,9 +42,10 @@ class Cylinder(Case):
         return 2 * self.geometry()[2]
 
     @property
-    def average_from(self) -> float:
-        """Fraction of the run after which drag and lift are averaged (case.average_from, checked by options)."""
-        return float(self.params.get("average_from", 0.5))
+    def average_from(self) -> float | None:
+        """Fraction of the run where force statistics must start at the earliest (None: found automatically)."""
+        value = self.params.get("average_from")
+        return None if value is None else float(value)
 
     @property
     def depth(self) -> float:
@@ -103,9 +88,10 @@ class Cylinder(Case):
         bb = self.params.get("bounce_back", "fullway")
         if bb not in BOUNCE_BACK_KINDS:
             raise ConfigError("case.bounce_back", bb, f"one of {', '.join(BOUNCE_BACK_KINDS)}")
-        window = self.params.get("average_from", 0.5)
-        if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 <= window < 1:
-            raise ConfigError("case.average_from", window, "a fraction in [0, 1) of the steps")
+        window = self.params.get("average_from")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))
+                                   or not 0 <= window < 1):
+            raise ConfigError("case.average_from", window, "null (found automatically) or a fraction in [0, 1) of the steps")
         amp = self.params.get("perturbation", 1e-4)
         if isinstance(amp, bool) or not isinstance(amp, (int, float)) or not 0 <= amp < 1:
             raise ConfigError("case.perturbation", amp, "a number in [0, 1)")
@@ -160,30 +146,46 @@ class Cylinder(Case):
         return np.hstack([steps, forces, forces[:, :1] / norm, forces[:, 1:2] / norm])
 
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
-        """Mean drag, lift amplitude and Strouhal number over the averaging window."""
+        """Drag, lift and Strouhal number over the statistically stationary window, with their standard errors.
+
+        The window (lbm.cases.signals.stationary_window) starts where MSER ends the transient, batches
+        being shedding cycles of the lift; ``case.average_from`` (a fraction of the run) overrides
+        the start. Without a stationary window the statistics are None and ``stationary_note`` says why.
+        """
         rows = self.coefficients()
         if len(rows) == 0:
             return {}
-        start = int(self.average_from * len(rows))
-        cd, cl = rows[start:, -2], rows[start:, -1]
-        freq, periods = dominant_frequency(cl)
-        amplitude = float(0.5 * (cl.max() - cl.min()))
-        out: dict[str, Any] = {
-            "cd_mean": float(cd.mean()),
-            "cd_amplitude": float(0.5 * (cd.max() - cd.min())),
-            "cl_mean": float(cl.mean()),
-            "cl_amplitude": amplitude,
-            "average_window_steps": [start + 1, len(rows)],
-        }
-        if periods >= 2.0 and amplitude > 1e-3:
-            out["strouhal"] = freq * self.diameter / self.run.u_lattice
-            out["shedding_periods_in_window"] = periods
+        cd, cl = rows[:, -2], rows[:, -1]
+        forced = self.average_from
+        if forced is None:
+            window = stationary_window(cd, reference=cl)
         else:
-            out["strouhal"] = None
-            out["strouhal_note"] = (
-                f"lift shows {periods:.1f} periods of amplitude {amplitude:.2e} in the window: "
-                "too few to measure shedding; run more steps (shedding sets in after ~20000 steps at the defaults)"
-            )
+            start = int(forced * len(rows))
+            window = stationary_window(cd[start:], reference=cl[start:])
+            window = window and Window(window.start + start, window.stop + start, window.edges + start,
+                                       window.periodic)
+        out: dict[str, Any] = {"cd_mean": None, "cd_mean_error": None, "cl_mean": None, "cl_amplitude": None,
+                               "cl_amplitude_error": None, "strouhal": None, "strouhal_error": None,
+                               "stationary_window_steps": None, "stationary_cycles": 0}
+        if window is None:
+            freq, periods = dominant_frequency(cl[len(cl) // 2:])
+            out["stationary_note"] = (
+                f"no statistically stationary window in {len(rows)} steps (the lift still changes, "
+                f"{periods:.1f} periods in the second half): run more steps")
+            return out
+        out["stationary_window_steps"] = [int(rows[window.start, 0]), int(rows[window.stop - 1, 0])]
+        out["cd_mean"], out["cd_mean_error"] = mean_with_error(window.batch_means(cd))
+        out["cl_mean"], _ = mean_with_error(window.batch_means(cl))
+        out["cd_amplitude"], _ = mean_with_error(window.batch_amplitudes(cd))
+        if window.periodic:
+            out["stationary_cycles"] = window.batches
+            out["cl_amplitude"], out["cl_amplitude_error"] = mean_with_error(window.batch_amplitudes(cl))
+            period, period_error = mean_with_error(np.diff(window.edges).astype(np.float64))
+            out["strouhal"] = self.diameter / (period * self.run.u_lattice)
+            out["strouhal_error"] = out["strouhal"] * period_error / period
+        else:
+            out["cl_amplitude"], out["cl_amplitude_error"] = mean_with_error(window.batch_amplitudes(cl))
+            out["strouhal_note"] = "the lift does not oscillate in the window: no shedding frequency"
         return out
 
     def write_outputs(self, run_dir: Path, setup: Setup, fields: dict[str, np.ndarray], metrics: dict[str, Any]) -> list[str]:

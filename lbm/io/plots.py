@@ -116,6 +116,32 @@ def cavity_profiles_plot(run_dir: Path, prof: dict[str, np.ndarray], ref: dict[s
     return _save(fig, run_dir / "plots" / "profiles.png", run_dir)
 
 
+def settled_limits(steps: np.ndarray, values: np.ndarray, window: list[int] | None) -> tuple[float, float]:
+    """y limits that show the stationary window (else the second half of the run), not the start-up spike."""
+    steps, values = np.asarray(steps), np.asarray(values)
+    if window:
+        part = values[(steps >= window[0]) & (steps <= window[1])]
+    else:
+        part = values[len(values) // 2:]
+    if not len(part):
+        part = values
+    lo, hi = float(np.min(part)), float(np.max(part))
+    pad = 0.25 * (hi - lo) + 1e-3
+    return lo - pad, hi + pad
+
+
+def force_title(metrics: dict[str, Any]) -> str:
+    """One line of the force statistics with their standard errors (or why there are none)."""
+    if metrics.get("cd_mean") is None:
+        return "no stationary window: " + str(metrics.get("stationary_note", "run more steps"))
+    text = f"cd = {metrics['cd_mean']:.4f} ± {metrics.get('cd_mean_error') or 0:.1g}"
+    if metrics.get("strouhal") is not None:
+        text += (f", cl amplitude = {metrics['cl_amplitude']:.4f} ± {metrics.get('cl_amplitude_error') or 0:.1g}"
+                 f", St = {metrics['strouhal']:.4f} ± {metrics.get('strouhal_error') or 0:.1g}")
+    return text + f" over {metrics.get('stationary_cycles') or 'the'} cycles" if metrics.get("stationary_cycles") \
+        else text
+
+
 def forces_plot(run_dir: Path, steps: np.ndarray, cd: np.ndarray, cl: np.ndarray, metrics: dict[str, Any]) -> str:
     """Drag and lift coefficients against the step, with the averaging window marked."""
     plt = _pyplot()
@@ -125,20 +151,13 @@ def forces_plot(run_dir: Path, steps: np.ndarray, cd: np.ndarray, cl: np.ndarray
     a1.set_ylabel("drag coefficient cd")
     a2.set_ylabel("lift coefficient cl")
     a2.set_xlabel("step")
-    window = metrics.get("average_window_steps")
+    window = metrics.get("stationary_window_steps")
     if window:
         for a in (a1, a2):
-            a.axvspan(window[0], window[1], color="0.9", zorder=0, label="averaging window")
-    settled = cd[len(cd) // 10:] if len(cd) >= 20 else cd
-    if len(settled):  # the start-up transient would flatten the interesting part
-        lo, hi = float(np.min(settled)), float(np.max(settled))
-        pad = 0.1 * (hi - lo) + 1e-3
-        a1.set_ylim(lo - pad, hi + pad)
+            a.axvspan(window[0], window[1], color="0.9", zorder=0, label="stationary window")
+    a1.set_ylim(*settled_limits(steps, cd, window))
     a1.legend(loc="upper right")
-    st = metrics.get("strouhal")
-    a1.set_title(f"cd_mean = {metrics.get('cd_mean', float('nan')):.4f}, cl_amplitude = "
-                 f"{metrics.get('cl_amplitude', float('nan')):.4f}, St = {st:.4f}" if st else
-                 f"cd_mean = {metrics.get('cd_mean', float('nan')):.4f} (no shedding measured)")
+    a1.set_title(force_title(metrics))
     for a in (a1, a2):
         a.grid(alpha=0.3)
     return _save(fig, run_dir / "plots" / "forces.png", run_dir)
@@ -189,8 +208,9 @@ def animation(run_dir: Path, frames: list[Path]) -> list[str]:
     return written
 
 
-def monitor_plot(run_dir: Path, rows: list[tuple[int, float, float]], mass0: float, case: Any) -> str:
-    """Mass drift, kinetic energy and (for obstacles) drag and lift against the step."""
+def monitor_plot(run_dir: Path, rows: list[tuple[int, float, float]], mass0: float, case: Any,
+                 metrics: dict[str, Any] | None = None) -> str:
+    """Mass drift, kinetic energy and (for obstacles) drag and lift against the step, scaled to the settled flow."""
     plt = _pyplot()
     arr = np.array(rows, dtype=np.float64)
     forces = case.coefficients() if hasattr(case, "coefficients") else None
@@ -204,7 +224,12 @@ def monitor_plot(run_dir: Path, rows: list[tuple[int, float, float]], mass0: flo
         axes[2].plot(forces[:, 0], forces[:, -2], lw=0.8, label="cd")
         axes[2].plot(forces[:, 0], forces[:, -1], lw=0.8, label="cl")
         axes[2].set_ylabel("force coefficients")
-        axes[2].legend(loc="upper right")
+        window = (metrics or {}).get("stationary_window_steps")
+        if window:
+            axes[2].axvspan(window[0], window[1], color="0.9", zorder=0, label="stationary window")
+        (lo_d, hi_d), (lo_l, hi_l) = (settled_limits(forces[:, 0], forces[:, k], window) for k in (-2, -1))
+        axes[2].set_ylim(min(lo_d, lo_l), max(hi_d, hi_l))
+        axes[2].legend(loc="upper left", ncols=3, fontsize="small")
     axes[-1].set_xlabel("step")
     for a in axes:
         a.grid(alpha=0.3)

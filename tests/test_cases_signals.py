@@ -1,0 +1,64 @@
+"""Time-series statistics (lbm.cases.signals): the stationary window and its uncertainties on signals with known answers."""
+
+import numpy as np
+import pytest
+
+from lbm.cases.signals import cycle_starts, dominant_frequency, mean_with_error, mser_start, stationary_window
+
+
+def shedding(n=60000, period=4000.0, grow_until=30000, amplitude=1.1, seed=0):
+    """A lift-like sine whose amplitude grows exponentially until ``grow_until``, then saturates, plus noise."""
+    t = np.arange(n, dtype=np.float64)
+    envelope = amplitude * np.minimum(1.0, np.exp((t - grow_until) / 3000.0))
+    rng = np.random.default_rng(seed)
+    return envelope * np.sin(2 * np.pi * t / period) + 1e-3 * rng.standard_normal(n)
+
+
+def test_window_starts_after_the_growth_and_measures_the_period():
+    cl = shedding()
+    cd = 1.75 + 0.1 * np.abs(cl)  # drag oscillates at twice the shedding frequency
+    w = stationary_window(cd, reference=cl)
+    assert w is not None and w.periodic
+    # growth is within 1% of saturation after 30000 + 3000 ln(100) ~ 43800 steps: the window may not start before
+    # the amplitude has settled to the drift tolerance (5%: 30000 + 3000 ln(20) ~ 39000)
+    assert 39000 <= w.start <= 46000
+    period, err = mean_with_error(np.diff(w.edges).astype(float))
+    assert period == pytest.approx(4000.0, abs=2.0) and err < 5.0
+    amp, _ = mean_with_error(w.batch_amplitudes(cl))
+    assert amp == pytest.approx(1.1, rel=0.01)
+
+
+def test_a_signal_still_growing_has_no_window():
+    cl = shedding(n=30000, grow_until=40000)
+    assert stationary_window(1.5 + 0.0 * cl, reference=cl) is None
+
+
+def test_too_few_cycles_give_no_window():
+    t = np.arange(12000.0)
+    cl = np.sin(2 * np.pi * t / 4000.0)  # three cycles
+    assert stationary_window(cl, reference=cl) is None
+
+
+def test_a_steady_signal_uses_equal_batches_and_drops_the_transient():
+    t = np.arange(20000.0)
+    rng = np.random.default_rng(1)
+    cd = 5.58 + 2.0 * np.exp(-t / 800.0) + 1e-4 * rng.standard_normal(t.size)
+    w = stationary_window(cd, reference=np.zeros_like(cd))
+    assert w is not None and not w.periodic and w.batches >= 4
+    mean, err = mean_with_error(w.batch_means(cd))
+    assert mean == pytest.approx(5.58, abs=5 * err + 1e-4)
+    assert cd[w.start] - 5.58 < 0.05  # the exponential start is left out
+
+
+def test_mser_cuts_a_step_and_cycle_starts_find_upward_crossings():
+    x = np.concatenate([np.full(5, 10.0), np.full(15, 1.0)]) + 1e-3 * np.random.default_rng(2).standard_normal(20)
+    assert mser_start(x) in (5, 6)  # the step is cut; noise may cost one more sample
+    t = np.arange(1000)
+    ups = cycle_starts(np.sin(2 * np.pi * (t - 50) / 100.0))
+    np.testing.assert_allclose(ups, np.arange(50, 1000, 100), atol=1)  # the rise through zero, to the sample
+
+
+def test_dominant_frequency_of_a_sine():
+    t = np.arange(4096)
+    freq, periods = dominant_frequency(np.sin(2 * np.pi * t / 128.0))
+    assert freq == pytest.approx(1 / 128.0, rel=1e-3) and periods == pytest.approx(32, rel=1e-3)
