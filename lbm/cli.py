@@ -40,7 +40,7 @@ commands:
                           compile for a target without the device (cpu, h100, h200, a100, v5e, v6e): kernels
                           of the loop body, bytes per cell and step, projected MLUPS; writes inspect.json
   validate [overrides]    physics against analytic solutions and Ghia et al.; writes a report
-  study batching|compile|export  loop vs lax.map vs vmap ensembles; compile vs run; jax.export bundle
+  study batching|compile|export|convergence  ensembles; compile vs run; jax.export bundle; order of accuracy
 """
 
 
@@ -131,8 +131,9 @@ COMMANDS = {
 
 
 def cmd_study(args: Sequence[str]) -> int:
-    """``study NAME [options]``: the measurement studies (batching, compile)."""
-    studies = {"batching": "lbm.bench.batching", "compile": "lbm.bench.compile_study", "export": "lbm.bench.export"}
+    """``study NAME [options]``: the studies (batching, compile, export, convergence)."""
+    studies = {"batching": "lbm.bench.batching", "compile": "lbm.bench.compile_study", "export": "lbm.bench.export",
+               "convergence": "lbm.bench.convergence"}
     if not args or args[0] not in studies:
         raise LbmError(f"study: name one of {', '.join(studies)} (python -m lbm study NAME --help)")
     return lazy_command(studies[args[0]])(args[1:])
