@@ -102,23 +102,28 @@ class Cylinder(Case):
         self.geometry()
         self.options()
 
+    def obstacle(self) -> tuple[np.ndarray, float, dict[str, Any]]:
+        """The obstacle mask (grid shape), the length its Reynolds number uses, and its derived geometry."""
+        cx, cy, r = self.geometry()
+        coords = coordinates(self.run.grid)
+        mask = (coords[0] - cx) ** 2 + (coords[1] - cy) ** 2 < r**2
+        return mask, r, {"radius": r, "center": [cx, cy], "diameter": 2 * r}
+
     def setup(self) -> Setup:
-        """Cylinder mask, inflow profile, walls and force links, uniform initial flow."""
+        """Obstacle mask, inflow profile, walls and force links, uniform initial flow."""
         shape = self.run.grid
         d = len(shape)
-        cx, cy, r = self.geometry()
-        rel = self.relaxation(r)
-        coords = coordinates(shape)
-        x, y = coords[0], coords[1]
-        obstacle = (x - cx) ** 2 + (y - cy) ** 2 < r**2
+        obstacle, length, geometry = self.obstacle()
+        rel = self.relaxation(length)
+        y = coordinates(shape)[1]
         ly = shape[1] - 1
         amp = float(self.params.get("perturbation", 1e-4))
         u = np.zeros((d,) + shape)
         u[0] = self.run.u_lattice * (1.0 + amp * np.sin(y / ly * 2 * math.pi))
         inlet_kind, bb = self.options()
-        derived = self.base_derived(r, rel)
-        derived.update(radius=r, center=[cx, cy], diameter=2 * r, reynolds_diameter=2 * rel["reynolds"],
-                       shedding_period_estimate_steps=2 * r / (0.2 * self.run.u_lattice))
+        derived = self.base_derived(length, rel)
+        derived.update(geometry, reynolds_diameter=rel["reynolds"] * self.diameter / length,
+                       shedding_period_estimate_steps=self.diameter / (0.2 * self.run.u_lattice))
         walls = FullwayBounceBack(solid=obstacle) if bb == "fullway" else HalfwayBounceBack.around(obstacle, self.lattice)
         boundaries = (Outflow(), Inlet(u=u[:, 0].astype(self.dtype), kind=inlet_kind), walls,
                       Forces.on(obstacle, self.lattice))
