@@ -51,7 +51,7 @@ def make_case(run: RunConfig) -> Case:
     case = CASES[run.case](run)
     case.check()
     if run.steps is None:
-        case.run = dataclasses.replace(run, steps=case.auto_steps())
+        case.run = dataclasses.replace(case.run, steps=case.auto_steps())
         check_output_every(run.output_every, case.run.steps)
         every = run.checkpoint.get("every", 0)
         if every > case.run.steps:

@@ -5,7 +5,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, MovingWall, Outflow, StepState
+from lbm.boundaries import (
+    Forces,
+    FullwayBounceBack,
+    HalfwayBounceBack,
+    Inlet,
+    InterpolatedBounceBack,
+    MovingWall,
+    Outflow,
+    PressureOutlet,
+    StepState,
+)
 from lbm.boundaries.bounce_back import bounce_back_fullway, bounce_back_halfway, halfway_links
 from lbm.boundaries.inlet import inlet
 from lbm.boundaries.moving_wall import moving_wall_term
@@ -156,6 +166,16 @@ def _cylinder_conditions(lat, shape, halfway):
     return (Outflow(), Inlet(u=u_in, kind="zou_he"), walls, Forces.on(obstacle, lat))
 
 
+def _pressure_and_interpolated(lat, shape):
+    """Ramped inlet, pressure outlet, interpolated cylinder off the nodes, forces."""
+    u_in = np.zeros((lat.d,) + shape[1:])
+    u_in[0] = 0.04
+    cylinder = InterpolatedBounceBack.circle((shape[0] / 2 - 0.3, shape[1] / 2 + 0.2), 2.3, shape, lat)
+    rho_out = 1.0 + 0.01 * np.cos(np.arange(shape[1]) / shape[1] * 2 * np.pi).reshape((-1,) + (1,) * (lat.d - 2))
+    return (PressureOutlet(rho=np.broadcast_to(rho_out, shape[1:]).copy()), Inlet(u=u_in, profile="ramp", ramp_steps=5.0),
+            cylinder, Forces.on(np.asarray(cylinder.solid), lat))
+
+
 def _moving_wall(lat, shape):
     solid = np.zeros(shape, bool)
     solid[:, 0] = solid[:, -1] = True
@@ -185,12 +205,14 @@ def _dense_and_block(lat, shape, boundaries, seed):
 
 
 @pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
-@pytest.mark.parametrize("conditions", ["cylinder_fullway", "cylinder_halfway", "moving_wall"])
+@pytest.mark.parametrize("conditions", ["cylinder_fullway", "cylinder_halfway", "moving_wall", "pressure_interpolated"])
 def test_block_forms_equal_the_dense_rules(lat, conditions):
     """Every condition run on gathered cells gives, on the written cells, what the dense rule gives there."""
     shape = (12, 9) if lat.d == 2 else (10, 8, 3)
     if conditions == "moving_wall":
         bcs = _moving_wall(lat, shape)
+    elif conditions == "pressure_interpolated":
+        bcs = _pressure_and_interpolated(lat, shape)
     else:
         bcs = _cylinder_conditions(lat, shape, conditions.endswith("halfway"))
     dense, sparse, block = _dense_and_block(lat, shape, bcs, seed=len(conditions))

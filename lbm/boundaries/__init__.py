@@ -3,9 +3,12 @@
 from lbm.boundaries.base import BoundaryCondition, Footprint, StepState
 from lbm.boundaries.bounce_back import FullwayBounceBack, HalfwayBounceBack
 from lbm.boundaries.forces import Forces
-from lbm.boundaries.inlet import INLET_KINDS, Inlet
+from lbm.boundaries.inlet import INLET_KINDS, TIME_PROFILES, Inlet
+from lbm.boundaries.interpolated import InterpolatedBounceBack
 from lbm.boundaries.moving_wall import MovingWall
 from lbm.boundaries.outflow import Outflow
+from lbm.boundaries.pressure import PRESSURE_KINDS, PressureOutlet
 
 __all__ = ["BoundaryCondition", "Footprint", "StepState", "FullwayBounceBack", "HalfwayBounceBack", "Forces",
-           "INLET_KINDS", "Inlet", "MovingWall", "Outflow"]
+           "INLET_KINDS", "TIME_PROFILES", "Inlet", "InterpolatedBounceBack", "MovingWall", "Outflow",
+           "PRESSURE_KINDS", "PressureOutlet"]

@@ -32,6 +32,31 @@ def inlet_density(f0: jnp.ndarray, ux: jnp.ndarray, lattice: Lattice) -> jnp.nda
     return (jnp.sum(f0[tangential], axis=0) + 2.0 * jnp.sum(f0[leaving], axis=0)) / (1.0 - ux)
 
 
+def face_unknowns(f0: jnp.ndarray, rho0: jnp.ndarray, u_face: jnp.ndarray, feq0: jnp.ndarray, lattice: Lattice,
+                  kind: str = "zou_he") -> jnp.ndarray:
+    """Face populations ``(Q, *face)`` of x = 0 with the unknowns (c_x > 0) rebuilt for density ``rho0`` and velocity ``u_face``.
+
+    ``feq0`` is the equilibrium of (rho0, u_face). ``nebb``: f_i = feq_i + f_opp(i) - feq_opp(i)
+    (imposes rho and u_x); ``zou_he``: the same plus Zou & He's transverse correction (Hecht &
+    Harting's form in 3D), so every velocity component is imposed; ``equilibrium``: f = feq.
+    """
+    if kind == "equilibrium":
+        return feq0
+    c = lattice.c
+    unknown = np.flatnonzero(c[:, 0] > 0)
+    opp = lattice.opposite[unknown]
+    f0 = f0.at[unknown].set(feq0[unknown] + f0[opp] - feq0[opp])
+    if kind == "zou_he":
+        for t in range(1, lattice.d):
+            moving = [i for i in unknown if c[i, t] != 0]
+            carriers = np.flatnonzero(c[:, t] != 0)
+            mom = sum(float(c[j, t]) * f0[j] for j in carriers)
+            excess = mom - rho0 * u_face[t]
+            share = jnp.asarray(c[moving, t] / len(moving), f0.dtype).reshape((-1,) + (1,) * (lattice.d - 1))
+            f0 = f0.at[np.array(moving)].add(-excess * share)
+    return f0
+
+
 def inlet(
     f: jnp.ndarray,
     rho: jnp.ndarray,
@@ -55,34 +80,67 @@ def inlet(
     rho = rho.at[0].set(rho0)
     u = u.at[:, 0].set(u_in)
     feq = feq.at[:, 0].set(feq0)
-    if kind == "equilibrium":
-        return f.at[:, 0].set(feq0), rho, u, feq
-    c = lattice.c
-    unknown = np.flatnonzero(c[:, 0] > 0)
-    opp = lattice.opposite[unknown]
-    f0 = f[:, 0].at[unknown].set(feq0[unknown] + f[opp, 0] - feq0[opp])
-    if kind == "zou_he":
-        for t in range(1, lattice.d):
-            moving = [i for i in unknown if c[i, t] != 0]
-            carriers = np.flatnonzero(c[:, t] != 0)
-            mom = sum(float(c[j, t]) * f0[j] for j in carriers)
-            excess = mom - rho0 * u_in[t]
-            share = jnp.asarray(c[moving, t] / len(moving), f0.dtype).reshape((-1,) + (1,) * (lattice.d - 1))
-            f0 = f0.at[np.array(moving)].add(-excess * share)
-    return f.at[:, 0].set(f0), rho, u, feq
+    return f.at[:, 0].set(face_unknowns(f[:, 0], rho0, u_in, feq0, lattice, kind)), rho, u, feq
+
+
+TIME_PROFILES = ("constant", "ramp", "sine")
+"""How an inlet's velocity changes with the step index t (see :func:`time_factor`)."""
+
+
+def time_factor(t: jnp.ndarray, profile: str, steps: float, dtype: Any) -> jnp.ndarray | float:
+    """The factor on the inflow at step ``t``: 1 (constant), sin(pi/2 min(t/T, 1)) (ramp), sin(pi t / (2T)) (sine).
+
+    T = ``steps``: the steps to full speed. ``sine`` is the DFG 2D-3 inflow U(t) = U sin(pi t / 8 s)
+    with T = 4 s in steps (it returns to zero at t = 2T).
+    """
+    if profile == "constant" or t is None:
+        return 1.0
+    phase = jnp.asarray(t, dtype) / jnp.asarray(steps, dtype)
+    if profile == "ramp":
+        phase = jnp.minimum(phase, 1.0)
+    return jnp.sin(0.5 * jnp.pi * phase)
+
+
+def take_face(a: jnp.ndarray, cells: tuple[int, int], face: tuple[int, ...]) -> jnp.ndarray:
+    """Block positions ``cells`` (a face in face order) of block array ``a`` as a one-cell-thick face ``(k, 1, *face)``."""
+    lo, hi = cells
+    return flat_block(a)[:, lo:hi].reshape((a.shape[0], 1, *face))
+
+
+def put_face(a: jnp.ndarray, cells: tuple[int, int], v: jnp.ndarray) -> jnp.ndarray:
+    """Block array ``a`` with the face ``v`` (as :func:`take_face` gives it) stored back at positions ``cells``."""
+    lo, hi = cells
+    return flat_block(a).at[:, lo:hi].set(v.reshape(a.shape[0], -1)).reshape(a.shape)
 
 
 @pytree_dataclass
 class Inlet(BoundaryCondition):
-    """Velocity ``u`` (shape ``(D, *face)``) imposed on the face x = 0 by the scheme ``kind`` (INLET_KINDS)."""
+    """Velocity ``u`` (shape ``(D, *face)``) imposed on the face x = 0 by the scheme ``kind`` (INLET_KINDS).
+
+    ``profile`` (TIME_PROFILES) and ``ramp_steps`` make it change in time: at step t the face
+    gets ``u * time_factor(t, profile, ramp_steps)`` (e.g. ``sine`` with ramp_steps = 4 s in steps
+    for the DFG 2D-3 inflow U_m sin(pi t / 8 s)).
+    """
 
     u: Any
     kind: str = static("zou_he")
+    profile: str = static("constant")
+    ramp_steps: float = static(0.0)
     stage = "inlet"
+
+    def __post_init__(self) -> None:
+        if self.profile not in TIME_PROFILES:
+            raise ValueError(f"inlet profile must be one of {', '.join(TIME_PROFILES)}, not {self.profile!r}")
+        if self.profile != "constant" and not self.ramp_steps > 0:
+            raise ValueError(f"inlet profile {self.profile!r} needs ramp_steps > 0")
+
+    def velocity(self, t: Any) -> Any:
+        """The inflow ``(D, *face)`` at step ``t``."""
+        return self.u * time_factor(t, self.profile, self.ramp_steps, jnp.result_type(self.u))
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Face populations, density, velocity and equilibrium with the inflow imposed."""
-        f, rho, u, feq = inlet(s.f, s.rho, s.u, s.feq, self.u, lattice, self.kind)
+        f, rho, u, feq = inlet(s.f, s.rho, s.u, s.feq, self.velocity(s.t), lattice, self.kind)
         return s.replace(f=f, rho=rho, u=u, feq=feq)
 
     def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
@@ -91,30 +149,21 @@ class Inlet(BoundaryCondition):
 
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The same inflow on the gathered face cells."""
-        return InletOnBlock(u=self.u, cells=contiguous(block.index_of(face_cells(block.shape, 0))), kind=self.kind)
+        return InletOnBlock(u=self.u, kind=self.kind, profile=self.profile, ramp_steps=self.ramp_steps,
+                            cells=contiguous(block.index_of(face_cells(block.shape, 0))))
 
 
 @pytree_dataclass
-class InletOnBlock(BoundaryCondition):
+class InletOnBlock(Inlet):
     """:class:`Inlet` on gathered cells: ``cells`` is the block range of the face, in face order."""
 
-    u: Any
-    cells: tuple[int, int] = static()
-    kind: str = static("zou_he")
-    stage = "inlet"
+    cells: tuple[int, int] = static((0, 0))
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The dense rule on the face cells, laid out as a one-cell-thick face."""
-        face = self.u.shape[1:]
-
-        lo, hi = self.cells
-
-        def take(a: jnp.ndarray) -> jnp.ndarray:
-            return flat_block(a)[:, lo:hi].reshape((a.shape[0], 1, *face))
-
-        def put(a: jnp.ndarray, v: jnp.ndarray) -> jnp.ndarray:
-            return flat_block(a).at[:, lo:hi].set(v.reshape(a.shape[0], -1)).reshape(a.shape)
-
+        face, cells = self.u.shape[1:], self.cells
         rho = s.rho[None]
-        f, r, u, feq = inlet(take(s.f), take(rho)[0], take(s.u), take(s.feq), self.u, lattice, self.kind)
-        return s.replace(f=put(s.f, f), rho=put(rho, r[None])[0], u=put(s.u, u), feq=put(s.feq, feq))
+        f, r, u, feq = inlet(take_face(s.f, cells, face), take_face(rho, cells, face)[0], take_face(s.u, cells, face),
+                             take_face(s.feq, cells, face), self.velocity(s.t), lattice, self.kind)
+        return s.replace(f=put_face(s.f, cells, f), rho=put_face(rho, cells, r[None])[0], u=put_face(s.u, cells, u),
+                         feq=put_face(s.feq, cells, feq))

@@ -54,8 +54,11 @@ class NativeEngine(FusedEngine):
             raise EngineUnavailable(f"native kernel build failed: {str(exc).splitlines()[0]}") from None
         self.build_time_s = time.perf_counter() - t0
         self.block = plan_block(setup.lattice, setup.shape, setup.boundaries)
-        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params,
-                                                           "block": plan_arrays(self.block, setup.boundaries)})
+        try:
+            block_arrays = plan_arrays(self.block, setup.boundaries)
+        except ValueError as exc:  # a condition whose block form needs a layout this block does not have
+            raise EngineUnavailable(f"boundary plan: {exc}") from None
+        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params, "block": block_arrays})
         self._stages = tuple(s for s in setup.stages if s != "stream")
 
     def _dense_params(self) -> Any:

@@ -1,0 +1,242 @@
+"""The DFG benchmark "laminar flow around a cylinder" (Schäfer & Turek 1996), 2D cases 2D-1, 2D-2, 2D-3.
+
+Set-up (reference/schafer_turek_1996_setup.csv): channel 2.2 m x 0.41 m, cylinder D = 0.1 m centred
+at (0.2, 0.2) (0.15 above the lower wall, 0.16 below the upper one), nu = 1e-3 m²/s, rho = 1; parabolic
+inflow u = 4 U_m y (H - y) / H², U_mean = 2 U_m / 3: 0.2 m/s (2D-1, Re 20), 1.0 (2D-2, Re 100), and
+U_m(t) = 1.5 sin(pi t / 8 s) on t in [0, 8] s (2D-3). Re = U_mean D / nu.
+
+Lattice: ``case.cells_per_diameter`` = N cells across D (dx = D / N); ``flow.u_lattice`` is U_mean
+in lattice units (the peak U_mean for 2D-3), or, with ``flow.tau`` set, U_mean follows from Re and
+tau (diffusive scaling). Grid: nx = 22 N + 1 columns (the inlet nodes at x = 0, the outlet nodes at
+x = 2.2), ny = round(4.1 N) + 2 rows (one wall row each side; half-way walls at y = 0 and 0.41, so
+fluid row j lies at y = (j - 1/2) dx). Conditions: Zou–He velocity inlet (lbm.boundaries.inlet),
+Zou–He pressure outlet at density 1 (lbm.boundaries.pressure), half-way bounce-back walls, linear
+BFL bounce-back on the exact circle (lbm.boundaries.interpolated), forces by momentum exchange.
+2D-1 and 2D-2 start from the developed Poiseuille flow (velocity and pressure) around the cylinder;
+2D-3 starts at rest, as the inflow does.
+
+Metrics, with the published normalisation (rho = 1): cd = 2 F_x / (U_mean² D), cl = 2 F_y / (U_mean² D),
+Δp = p(0.15, 0.2) - p(0.25, 0.2) (p = c_s² rho, scaled by (U_mean / u_lattice)²; the points on the
+cylinder surface are extrapolated from the fluid nodes on the line y = 0.2), St = D f / U_mean (f from the
+lift), La = x_r - 0.25 (x_r: where u_x on y = 0.2 turns positive behind the cylinder).
+2D-1: ``cd``, ``cl``, ``dp``, ``la``; 2D-2: ``cd_max``, ``cl_max``, ``strouhal``; 2D-3: ``cd_max``, ``cl_max``, ``dp_t8``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from lbm.boundaries import Forces, HalfwayBounceBack, Inlet, InterpolatedBounceBack, PressureOutlet
+from lbm.boundaries.inlet import INLET_KINDS
+from lbm.boundaries.pressure import PRESSURE_KINDS
+from lbm.cases.base import Setup, make_setup
+from lbm.cases.cylinder import Cylinder, dominant_frequency
+from lbm.config import RunConfig
+from lbm.errors import ConfigError
+from lbm.lattice import CS2
+
+LENGTH, HEIGHT, DIAMETER, CENTER, NU = 2.2, 0.41, 0.1, (0.2, 0.2), 1e-3
+"""Channel length and height, cylinder diameter and centre (m), kinematic viscosity (m²/s)."""
+VARIANTS = {"2D-1": 0.2, "2D-2": 1.0, "2D-3": 1.0}
+"""Variant -> U_mean (m/s) of the normalisation (2D-3: its peak)."""
+END_TIME_S = 8.0
+"""2D-3 runs t in [0, 8] s; its inflow peaks at 4 s."""
+AUTO_TIME_S = {"2D-1": 30.0, "2D-2": 20.0, "2D-3": END_TIME_S}
+"""steps=auto: physical time simulated (2D-1 stops earlier once steady, see ``converged``)."""
+
+
+def line_value(values: np.ndarray, x: float, side: int) -> float:
+    """``values`` (a row along x) extrapolated quadratically to ``x`` from the 3 nodes before (side -1) or after (+1) it."""
+    start = math.floor(x) if side < 0 else math.ceil(x)
+    nodes = np.array([start + side * k for k in range(3)])
+    return float(np.polyval(np.polyfit(nodes - x, values[nodes], 2), 0.0))
+
+
+def resolve(run: RunConfig) -> RunConfig:
+    """``run`` with the grid of case.cells_per_diameter, the variant's Reynolds number and U_mean (checks them)."""
+    params = run.case_params
+    variant = params.get("variant", "2D-1")
+    if variant not in VARIANTS:
+        raise ConfigError("case.variant", variant, f"one of {', '.join(VARIANTS)}")
+    if run.dim != 2:
+        raise ConfigError("lattice", run.lattice, "d2q9 (the 3D DFG cases are not implemented)")
+    n = params.get("cells_per_diameter", 20)
+    if isinstance(n, bool) or not isinstance(n, int) or not 4 <= n <= 400:
+        raise ConfigError("case.cells_per_diameter", n, "an integer in [4, 400] (cells across the cylinder)")
+    reynolds = round(VARIANTS[variant] * DIAMETER / NU, 9)
+    u = run.u_lattice if run.tau is None else reynolds * CS2 * (run.tau - 0.5) / n
+    if not u * 1.5 / math.sqrt(CS2) < 0.5:
+        raise ConfigError("flow.tau", run.tau, f"a relaxation time giving an inflow Mach number < 0.5 at Re {reynolds:g}")
+    grid = (22 * n + 1, round(HEIGHT / DIAMETER * n) + 2)
+    return dataclasses.replace(run, grid=grid, reynolds=reynolds, u_lattice=u)
+
+
+class SchaferTurek(Cylinder):
+    """The DFG cylinder benchmark in 2D: drag, lift, pressure difference, recirculation length, Strouhal number."""
+
+    name = "schafer_turek"
+    dims = (2,)
+
+    def __init__(self, run: RunConfig) -> None:
+        super().__init__(run)
+        self.variant = self.run.case_params.get("variant", "2D-1")
+        self.cells = int(self.run.case_params.get("cells_per_diameter", 20))
+
+    @property
+    def run(self) -> RunConfig:
+        """The run configuration, with the grid, Reynolds number and U_mean this case derives (see the module doc)."""
+        return self._run
+
+    @run.setter
+    def run(self, run: RunConfig) -> None:
+        # a setter, so that a run replaced later (steps=auto) keeps the derived grid
+        self._run = resolve(run)
+
+    @property
+    def dx(self) -> float:
+        """Cell size (m)."""
+        return DIAMETER / self.cells
+
+    @property
+    def dt(self) -> float:
+        """Time step (s): dx u_lattice / U_mean."""
+        return self.dx * self.run.u_lattice / VARIANTS[self.variant]
+
+    @property
+    def diameter(self) -> float:
+        """Cylinder diameter in cells."""
+        return float(self.cells)
+
+    def geometry(self) -> tuple[float, float, float]:
+        """Centre (node coordinates) and radius of the cylinder, in cells."""
+        return CENTER[0] / self.dx, CENTER[1] / self.dx + 0.5, self.cells / 2
+
+    def options(self) -> tuple[str, str]:
+        """Inlet and outlet kinds."""
+        inlet_kind = self.params.get("inlet", "zou_he")
+        if inlet_kind not in INLET_KINDS:
+            raise ConfigError("case.inlet", inlet_kind, f"one of {', '.join(INLET_KINDS)}")
+        outlet_kind = self.params.get("outlet", "zou_he")
+        if outlet_kind not in PRESSURE_KINDS:
+            raise ConfigError("case.outlet", outlet_kind, f"one of {', '.join(PRESSURE_KINDS)}")
+        tol = self.params.get("steady_tolerance", 2e-4)
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
+            raise ConfigError("case.steady_tolerance", tol, "a number > 0 (relative change of the period-averaged drag)")
+        return inlet_kind, outlet_kind
+
+    def auto_steps(self) -> int:
+        """The physical time of AUTO_TIME_S in steps (2D-3: exactly t = 8 s)."""
+        return int(round(AUTO_TIME_S[self.variant] / self.dt))
+
+    @property
+    def acoustic_period(self) -> int:
+        """Steps of the channel's slowest acoustic mode: a quarter wave between the inlet and the outlet, 4 L / c_s."""
+        return int(round(4 * (self.run.grid[0] - 1) / math.sqrt(CS2)))
+
+    def converged(self, step: int) -> bool:
+        """2D-1, after 10 s: the mean drag over the last acoustic period changed by < case.steady_tolerance (relative).
+
+        Means over whole periods of the acoustic mode reflected between inlet and outlet, which
+        the drag carries long after the flow is steady.
+        """
+        if self.variant != "2D-1" or step * self.dt < 10.0:
+            return False
+        cd = self.coefficients()[:, -2]
+        span = self.acoustic_period
+        if len(cd) < 2 * span:
+            return False
+        last, before = cd[-span:].mean(), cd[-2 * span:-span].mean()
+        return abs(last - before) < float(self.params.get("steady_tolerance", 2e-4)) * abs(last)
+
+    def profile(self, u_max: float) -> np.ndarray:
+        """The parabola 4 U_m y (H - y) / H² on the rows (0 on the wall rows)."""
+        ny = self.run.grid[1]
+        height = ny - 2
+        y = np.arange(ny) - 0.5
+        return np.where((y > 0) & (y < height), 4 * u_max * y * (height - y) / height**2, 0.0)
+
+    def setup(self) -> Setup:
+        """Walls, cylinder, inflow and outlet; the developed Poiseuille flow (2D-1, 2D-2) or rest (2D-3)."""
+        shape = self.run.grid
+        nx, ny = shape
+        rel = self.relaxation(float(self.cells))
+        inlet_kind, outlet_kind = self.options()
+        u_max = 1.5 * self.run.u_lattice
+        cx, cy, r = self.geometry()
+        cylinder = InterpolatedBounceBack.circle((cx, cy), r, shape, self.lattice)
+        walls = np.zeros(shape, bool)
+        walls[:, 0] = walls[:, -1] = True
+        inflow = np.zeros((2, ny))
+        inflow[0] = self.profile(u_max)
+        u0 = np.zeros((2,) + shape)
+        rho0 = np.ones(shape)
+        if self.variant == "2D-3":
+            inlet = Inlet(u=inflow.astype(self.dtype), kind=inlet_kind, profile="sine",
+                          ramp_steps=0.5 * END_TIME_S / self.dt)
+        else:
+            inlet = Inlet(u=inflow.astype(self.dtype), kind=inlet_kind)
+            u0[0] = inflow[0][None, :]
+            gradient = 8 * rel["nu"] * u_max / (ny - 2) ** 2  # -dp/dx of the Poiseuille flow
+            rho0 = rho0 + (gradient * (nx - 1 - np.arange(nx)) / CS2)[:, None]
+        solid = walls | np.asarray(cylinder.solid)
+        u0[:, solid] = 0.0
+        derived = self.base_derived(float(self.cells), rel)
+        derived.update(variant=self.variant, cells_per_diameter=self.cells, dx_m=self.dx, dt_s=self.dt,
+                       u_max_lattice=u_max, center=[cx, cy], radius=r, end_time_s=self.run.steps * self.dt)
+        boundaries = (PressureOutlet(rho=1.0, kind=outlet_kind), inlet, HalfwayBounceBack.around(walls, self.lattice),
+                      cylinder, Forces.on(np.asarray(cylinder.solid), self.lattice))
+        return make_setup(self, solid=solid, rho0=rho0, u0=u0, rel=rel, boundaries=boundaries, derived=derived)
+
+    def pressure_difference(self, rho: np.ndarray) -> float:
+        """Δp = p(0.15, 0.2) - p(0.25, 0.2) in physical units (rho = 1)."""
+        cx, cy, r = self.geometry()
+        row = 0.5 * (rho[:, int(math.floor(cy))] + rho[:, int(math.ceil(cy))])
+        drho = line_value(row, cx - r, -1) - line_value(row, cx + r, +1)
+        return CS2 * drho * (VARIANTS[self.variant] / self.run.u_lattice) ** 2
+
+    def recirculation_length(self, ux: np.ndarray) -> float:
+        """La = x_r - 0.25 (m): where u_x on y = 0.2 turns positive behind the cylinder (0 without a wake)."""
+        cx, cy, r = self.geometry()
+        row = 0.5 * (ux[:, int(math.floor(cy))] + ux[:, int(math.ceil(cy))])
+        rear = cx + r
+        i = int(math.ceil(rear))
+        if i < len(row) and row[i] >= 0:
+            return 0.0
+        while i + 1 < len(row) and row[i + 1] < 0:
+            i += 1
+        x_r = i + row[i] / (row[i] - row[i + 1])  # linear zero crossing between i and i + 1
+        return float((x_r - rear) * self.dx)
+
+    def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
+        """The variant's published quantities (see the module doc), plus where they were taken."""
+        rows = self.coefficients()
+        if len(rows) == 0:
+            return {}
+        cd, cl = rows[:, -2], rows[:, -1]
+        out: dict[str, Any] = {"variant": self.variant, "cells_per_diameter": self.cells,
+                               "time_s": len(rows) * self.dt, "dt_s": self.dt}
+        if self.variant == "2D-1":
+            start = max(0, len(rows) - 2 * self.acoustic_period)  # two periods of the acoustic mode
+            out.update(cd=float(cd[start:].mean()), cl=float(cl[start:].mean()),
+                       dp=self.pressure_difference(fields["rho"]), la=self.recirculation_length(fields["u"][0]),
+                       cd_spread_in_window=float(cd[start:].max() - cd[start:].min()))
+            out.update(cd_mean=out["cd"], average_window_steps=[start + 1, len(rows)])
+        elif self.variant == "2D-2":
+            start = len(rows) // 2  # the second half: the periodic regime
+            freq, periods = dominant_frequency(cl[start:])
+            half = start + (len(rows) - start) // 2
+            out.update(cd_max=float(cd[start:].max()), cl_max=float(cl[start:].max()),
+                       strouhal=freq * self.diameter / self.run.u_lattice if periods >= 2 else None,
+                       periods_in_window=periods, cl_max_first_half_of_window=float(cl[start:half].max()),
+                       cd_mean=float(cd[start:].mean()), cl_amplitude=float(0.5 * (cl[start:].max() - cl[start:].min())),
+                       average_window_steps=[start + 1, len(rows)])
+        else:
+            out.update(cd_max=float(cd.max()), cl_max=float(cl.max()), dp_t8=self.pressure_difference(fields["rho"]),
+                       t_cd_max_s=float((np.argmax(cd) + 1) * self.dt), t_cl_max_s=float((np.argmax(cl) + 1) * self.dt))
+            if abs(len(rows) * self.dt - END_TIME_S) > self.dt:
+                out["dp_t8_note"] = f"the run ended at t = {len(rows) * self.dt:.3f} s, not 8 s (use steps=auto)"
+        return out
