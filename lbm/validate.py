@@ -1,7 +1,9 @@
 """``python -m lbm validate``: the physics checked against analytic solutions and published data, as a report.
 
 Each check runs a case (a full run directory with plots) and compares one of its metrics
-with a tolerance; overrides given on the command line apply to every check (e.g.
+with a bound or a reference interval; ``--quick`` runs the checks of the quick level (about
+three minutes on two cores), the default the full level (published intervals at finer
+resolutions, under thirty minutes); overrides given on the command line apply to every check (e.g.
 ``precision=float64``, ``mode=instrumented``, ``collision=trt``). Exit code 0 when every
 check passes, 1 when one fails, 2 on bad input.
 """
@@ -32,11 +34,37 @@ class Check:
     reference: str
     quantity: Callable[[dict[str, Any]], float] | None = None
     forced: tuple[str, ...] = ()
+    interval: tuple[float, float] | None = None
+    """When set, the value must lie in [low, high] (a reference interval) instead of below ``bound``."""
+    levels: tuple[str, ...] = ("quick", "full")
+    """The levels (``--quick``, the default full run) that include this check."""
+
+    def passes(self, value: float | None) -> bool:
+        """Whether a measured value satisfies the check."""
+        if value is None or not math.isfinite(value):
+            return False
+        if self.interval is not None:
+            return self.interval[0] <= value <= self.interval[1]
+        return value <= self.bound
+
+    @property
+    def expected(self) -> str:
+        """The reference as a short text: the interval, or the bound."""
+        if self.interval is not None:
+            return f"[{self.interval[0]:.5g}, {self.interval[1]:.5g}]"
+        return f"<= {self.bound:.0e}"
 
     def arguments(self, overrides: list[str]) -> tuple[str, ...]:
         """The overrides of this check's run: its case and own settings, the user's, then the forced ones."""
         return (f"case={self.case}", *self.overrides, *overrides, *self.forced)
 
+
+DFG_2D1_N20 = ("case.variant=2D-1", "case.cells_per_diameter=20", "flow.tau=0.6")
+DFG_2D1_N40 = ("case.variant=2D-1", "case.cells_per_diameter=40", "flow.tau=0.6")
+DFG_2D2_N20 = ("case.variant=2D-2", "case.cells_per_diameter=20", "flow.u_lattice=0.05", "collision=trt",
+               "steps=60000")
+CAVITY_RE1000 = ("grid.nx=130", "grid.ny=130", "flow.u_lattice=0.1", "flow.reynolds=1000", "steps=100000")
+LEVELS = ("quick", "full")
 
 CHECKS = (
     Check("taylor_green_decay_64", "taylor_green", ("grid.nx=64", "grid.ny=64", "output.every=200"),
@@ -56,17 +84,31 @@ CHECKS = (
     Check("periodic_mass_conservation", "taylor_green", ("grid.nx=32", "grid.ny=32", "steps=500"),
           "mass_rel_drift", 1e-12, "mass is conserved exactly: float64 round-off over 500 steps",
           quantity=lambda m: abs(m["mass_rel_drift"]), forced=("precision=float64",)),
+    *(Check(f"dfg_2d1_{metric}_n20", "schafer_turek", DFG_2D1_N20, metric, 0.0,
+            f"Schafer & Turek (1996) {ref:g}, widened to 2x the error measured at 20 cells per diameter "
+            "(docs/dfg.md: cd +1.5%, cl +7%, dp +1.8%)", interval=(ref * (1 - tol), ref * (1 + tol)), levels=("quick",))
+      for metric, ref, tol in (("cd", 5.58, 0.03), ("cl", 0.0107, 0.15), ("dp", 0.1174, 0.04))),
+    *(Check(f"dfg_2d1_{metric}_n40", "schafer_turek", DFG_2D1_N40, metric, 0.0,
+            "Schafer & Turek (1996) 2D-1 interval", interval=interval, levels=("full",))
+      for metric, interval in (("cd", (5.57, 5.59)), ("cl", (0.0104, 0.0110)), ("dp", (0.1172, 0.1176)))),
+    *(Check(f"dfg_2d2_{metric}_n20", "schafer_turek", DFG_2D2_N20, metric, 0.0,
+            "Schafer & Turek (1996) 2D-2 interval", interval=interval, levels=("full",))
+      for metric, interval in (("cd_max", (3.22, 3.24)), ("cl_max", (0.99, 1.01)), ("strouhal", (0.295, 0.305)))),
+    Check("cavity_ghia_u_re1000", "cavity", CAVITY_RE1000, "ghia_u_max_abs_error", 0.03,
+          "Ghia, Ghia & Shin (1982) Table I, Re 1000 (measured 0.013 at 130x130)", levels=("full",)),
+    Check("cavity_ghia_v_re1000", "cavity", CAVITY_RE1000, "ghia_v_max_abs_error", 0.03,
+          "Ghia, Ghia & Shin (1982) Table II, Re 1000 (measured 0.010 at 130x130)", levels=("full",)),
 )
 
 
 def run_checks(out: Path, overrides: list[str], only: set[str] | None = None,
-               log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+               log: Callable[[str], None] = print, level: str = "full") -> list[dict[str, Any]]:
     """Validate every configuration first, then run each once (checks of one configuration share the run);
     returns one record per check."""
     from lbm.config import RunConfig, load
     from lbm.simulation import make_case, simulate
 
-    checks = [c for c in CHECKS if not only or c.case in only]
+    checks = [c for c in CHECKS if (not only or c.case in only) and level in c.levels]
     runs: dict[tuple[str, ...], RunConfig] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -87,9 +129,13 @@ def run_checks(out: Path, overrides: list[str], only: set[str] | None = None,
         args = check.arguments(overrides)
         metrics, run_dir = done[args]
         value = check.quantity(metrics) if check.quantity else metrics.get(check.metric)
-        passed = value is not None and math.isfinite(value) and value <= check.bound
+        error = None
+        if check.interval is not None and value is not None:
+            middle = 0.5 * (check.interval[0] + check.interval[1])
+            error = (value - middle) / middle
         results.append({"check": check.name, "case": check.case, "metric": check.metric, "value": value,
-                        "bound": check.bound, "passed": bool(passed), "reference": check.reference,
+                        "bound": check.bound, "interval": check.interval, "expected": check.expected,
+                        "relative_error": error, "passed": check.passes(value), "reference": check.reference,
                         "run_dir": str(run_dir), "overrides": list(args)})
     return results
 
@@ -101,10 +147,11 @@ def report(results: list[dict[str, Any]], overrides: list[str]) -> str:
     lines = [f"# lbm validation ({datetime.datetime.now():%Y-%m-%d %H:%M}, jax {jax.__version__}, "
              f"{jax.devices()[0].platform})", "",
              f"Overrides applied to every check: {' '.join(overrides) or '(none)'}", "",
-             "| check | metric | value | bound | result | reference |", "|---|---|---|---|---|---|"]
+             "| check | quantity | reference | lbm | error | result | source |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        value = "n/a" if r["value"] is None else f"{r['value']:.3e}"
-        lines.append(f"| {r['check']} | {r['metric']} | {value} | {r['bound']:.0e} | "
+        value = "n/a" if r["value"] is None else f"{r['value']:.4g}"
+        error = "" if r.get("relative_error") is None else f"{100 * r['relative_error']:+.2f}%"
+        lines.append(f"| {r['check']} | {r['metric']} | {r['expected']} | {value} | {error} | "
                      f"{'pass' if r['passed'] else '**FAIL**'} | {r['reference']} |")
     failed = [r["check"] for r in results if not r["passed"]]
     lines += ["", f"{len(results) - len(failed)}/{len(results)} checks passed" + (
@@ -113,12 +160,15 @@ def report(results: list[dict[str, Any]], overrides: list[str]) -> str:
 
 
 def main(args: list[str]) -> int:
-    """``python -m lbm validate [--case NAME]... [--out DIR] [overrides]``; exit 0 all pass, 1 a failure."""
+    """``python -m lbm validate [--quick] [--case NAME]... [--out DIR] [overrides]``; exit 0 all pass, 1 a failure."""
     from lbm.config.command_line import split_hydra_args
 
-    out, only, rest = None, set(), []
+    out, only, rest, level = None, set(), [], "full"
     it = iter(args)
     for a in it:
+        if a == "--quick":
+            level = "quick"
+            continue
         if a in ("--out", "--case"):
             value = next(it, None)
             if value is None:
@@ -141,7 +191,7 @@ def main(args: list[str]) -> int:
     out = out or Path("outputs") / "validate" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     if (out / "validation.json").exists():
         raise LbmError(f"{out} already holds a validation report; choose another --out")
-    results = run_checks(out, overrides, only or None)
+    results = run_checks(out, overrides, only or None, level=level)
     text = report(results, overrides)
     (out / "validation.md").write_text(text)
     (out / "validation.json").write_text(json.dumps({"overrides": overrides, "checks": results}, indent=2) + "\n")
