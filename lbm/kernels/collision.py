@@ -24,6 +24,9 @@ import numpy as np
 from lbm.kernels.equilibrium import velocity_dot
 from lbm.lattice import CS2, Lattice
 
+Rate = float | jnp.ndarray
+"""A relaxation rate: a constant, or one per cell (Smagorinsky)."""
+
 COLLISION_KINDS = ("bgk", "trt", "mrt", "regularized")
 """Collision operators :class:`Collision` implements."""
 
@@ -221,7 +224,7 @@ class Collision:
         if self.kind == "mrt":
             return mrt(f, feq, u, lattice, self, force)
         if self.kind == "regularized":
-            return regularized(f, feq, u, lattice, self.omega, force, self.smagorinsky)
+            return regularized(f, feq, u, lattice, self.omega, force, self.smagorinsky, self.bulk)
         if self.smagorinsky:
             omega = smagorinsky_omega(f, feq, u, lattice, self.omega, self.smagorinsky, force)
             out = f - omega * (f - feq)
@@ -294,32 +297,57 @@ def mrt(
 
 def regularized(
     f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, omega: float,
-    force: np.ndarray | None = None, smagorinsky: float = 0.0,
+    force: np.ndarray | None = None, smagorinsky: float = 0.0, bulk: float | None = None,
 ) -> jnp.ndarray:
-    """Regularized BGK (Latt & Chopard 2006): f* = feq + (1 - omega) P(f - feq) + (1 - omega/2) F.
+    """Regularized BGK (Latt & Chopard 2006), collision and Guo forcing in Hermite space.
 
-    P projects the non-equilibrium part onto the Hermite polynomials of order 1 and 2:
-    P(g)_i = w_i [c_i.a1 / cs2 + H_i : a2 / (2 cs2^2)], a1 = sum c g, a2 = sum H g. The first-order part
-    is kept so that Guo's forcing (which shifts a1 by -F/2) adds exactly F to the momentum; without a
-    force a1 = 0. F is Guo's forcing, itself a second-order Hermite expansion.
+    f*_i = feq_i + w_i [c_i.A1 / cs2 + H_i : A2 / (2 cs2^2)] with the non-equilibrium Hermite
+    coefficients a1 = sum c g, a2 = sum H g (g = f - feq) and Guo's b1 = F, b2 = u F + F u:
+    A1 = (1 - omega) a1 + (1 - omega/2) b1, A2 = R(a2) + R'(b2), where R relaxes the traceless part
+    at 1 - omega and the trace at 1 - bulk (R' at 1 - omega/2, 1 - bulk/2). Every ghost moment of
+    f* is that of feq. a1 = -F/2 with a force (0 without), so the momentum gains exactly F.
     """
+    d = lattice.d
     neq = list(f - feq)
     pairs, h = hermite2(lattice)
     c = lattice.c.astype(np.float64)
-    a1 = [_combine(c[:, a], neq) for a in range(lattice.d)] if force is not None else []
-    a2 = [_combine(row, neq) for row in h]
     if smagorinsky:
         omega = smagorinsky_omega(f, feq, u, lattice, omega, smagorinsky, force)
+    a2 = {pair: _combine(row, neq) for pair, row in zip(pairs, h, strict=True)}
+    b2 = {}
+    if force is not None:
+        b2 = {(a, b): float(force[b]) * u[a] + float(force[a]) * u[b] for a, b in pairs if force[a] or force[b]}
+
+    def relax(t: dict[tuple[int, int], jnp.ndarray], rate: Rate, rate_bulk: Rate | None, factor: float
+              ) -> dict[tuple[int, int], jnp.ndarray]:
+        """1 - factor*rate times the traceless part of a symmetric tensor, 1 - factor*rate_bulk times its trace part."""
+        keep = 1.0 - factor * rate
+        if rate_bulk is None:
+            return {pair: keep * x for pair, x in t.items()}
+        diag = [t[(a, a)] for a in range(d) if (a, a) in t]
+        if not diag:
+            return {pair: keep * x for pair, x in t.items()}
+        trace_part = sum(diag[1:], diag[0]) / d
+        out = {pair: keep * x for pair, x in t.items() if pair[0] != pair[1]}
+        for a in range(d):
+            out[(a, a)] = keep * (t[(a, a)] - trace_part) if (a, a) in t else -keep * trace_part
+            out[(a, a)] = out[(a, a)] + (1.0 - factor * rate_bulk) * trace_part
+        return out
+
+    big_a2 = relax(a2, omega, bulk, 1.0)
+    for pair, x in relax(b2, omega, bulk, 0.5).items():
+        big_a2[pair] = big_a2[pair] + x
+    big_a1 = []
+    if force is not None:
+        big_a1 = [(1.0 - omega) * _combine(c[:, a], neq) + (1.0 - 0.5 * omega) * float(force[a]) for a in range(d)]
+    keys = list(big_a2)
     out = []
     for i in range(lattice.q):
         w = float(lattice.w[i])
-        # H_i : a2 counts each off-diagonal pair twice.
-        coef = np.array([(1.0 if a == b else 2.0) * h[k, i] for k, (a, b) in enumerate(pairs)]) * w / (2 * CS2**2)
-        p = _combine(coef, a2)
-        if a1:
-            p = p + _combine(c[i] * w / CS2, a1)
-        out.append(feq[i] + (1.0 - omega) * p)
-    post = jnp.stack(out)
-    if force is not None:
-        post = post + (1.0 - 0.5 * omega) * _guo_raw(u, force, lattice).astype(post.dtype)
-    return post
+        # H_i : A2 counts each off-diagonal pair twice.
+        coef = np.array([(1.0 if a == b else 2.0) * h[pairs.index((a, b)), i] for a, b in keys]) * w / (2 * CS2**2)
+        p = _combine(coef, [big_a2[k] for k in keys])
+        if big_a1:
+            p = p + _combine(c[i] * w / CS2, big_a1)
+        out.append(feq[i] + p)
+    return jnp.stack(out)
