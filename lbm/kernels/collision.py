@@ -304,8 +304,8 @@ def regularized(
     f*_i = feq_i + w_i [c_i.A1 / cs2 + H_i : A2 / (2 cs2^2)] with the non-equilibrium Hermite
     coefficients a1 = sum c g, a2 = sum H g (g = f - feq) and Guo's b1 = F, b2 = u F + F u:
     A1 = (1 - omega) a1 + (1 - omega/2) b1, A2 = R(a2) + R'(b2), where R relaxes the traceless part
-    at 1 - omega and the trace at 1 - bulk (R' at 1 - omega/2, 1 - bulk/2). Every ghost moment of
-    f* is that of feq. a1 = -F/2 with a force (0 without), so the momentum gains exactly F.
+    at 1 - omega and the trace at 1 - bulk (R' at 1 - omega/2, 1 - bulk/2): f* - feq has no Hermite
+    component above second order. a1 = -F/2 with a force (0 without), so the momentum gains exactly F.
     """
     d = lattice.d
     neq = list(f - feq)
