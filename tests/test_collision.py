@@ -7,8 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lbm.cases.base import halfway_links
-from lbm.kernels.boundaries import bounce_back_halfway
+from lbm.boundaries.bounce_back import bounce_back_halfway, halfway_links
 from lbm.kernels.collision import (
     Collision,
     collide,
@@ -23,7 +22,12 @@ from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
 from lbm.lattice import D2Q9, LATTICES
 
-jax.config.update("jax_enable_x64", True)
+
+@pytest.fixture(autouse=True)
+def _x64():
+    """Closed forms checked to rounding: float64 for this module's tests only."""
+    with jax.enable_x64(True):
+        yield
 ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
 OMEGA = 1 / 0.53
 
@@ -329,3 +333,49 @@ def test_mrt_and_regularized_survive_a_shear_layer_where_bgk_blows_up():
         umax, energy = run(spec)
         assert np.isfinite(umax).all() and umax.max() < 3 * u0, (spec.kind, umax.max())
         assert energy[-1] < energy[0]
+
+
+def random_state(lat, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(1.0 + 0.05 * rng.standard_normal(shape)), jnp.asarray(0.05 * rng.standard_normal((lat.d,) + shape))
+
+
+# --- bgk and trt (the kernels every engine runs) --------------------------------------------------------
+
+@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
+@pytest.mark.parametrize("collision", ["bgk", "trt"])
+def test_collision_conserves_mass_and_momentum(lat, collision):
+    rng = np.random.default_rng(2)
+    f = jnp.asarray(lat.w.reshape((-1,) + (1,) * lat.d) * (1 + 0.1 * rng.random((lat.q,) + shape_for(lat))))
+    rho, u = macroscopic(f, lat)
+    feq = equilibrium(rho, u, lat)
+    op = 1 / 0.8
+    om = trt_omega_minus(op, 3 / 16) if collision == "trt" else op
+    out = collide(f, feq, u, lat, op, om)
+    rho2, u2 = macroscopic(out, lat)
+    np.testing.assert_allclose(rho2, rho, rtol=1e-13)
+    np.testing.assert_allclose(u2, u, atol=1e-14)
+    # BGK closed form
+    if collision == "bgk":
+        np.testing.assert_allclose(out, f - op * (f - feq), rtol=1e-14)
+
+
+def test_trt_magic_parameter():
+    op = 1 / 0.9
+    om = trt_omega_minus(op, 0.25)
+    assert (1 / op - 0.5) * (1 / om - 0.5) == pytest.approx(0.25)
+
+
+def test_guo_forcing_adds_exact_momentum():
+    lat = D2Q9
+    rho, u = random_state(lat, (4, 4), seed=3)
+    force = np.array([2e-4, -1e-4])
+    f = equilibrium(rho, u, lat)
+    rho_m, u_m = macroscopic(f, lat, force)
+    feq = equilibrium(rho_m, u_m, lat)
+    out = collide(f, feq, u_m, lat, 1 / 0.7, 1 / 0.7, force)
+    mom_before = np.einsum("ia,i...->a...", lat.c, np.asarray(f))
+    mom_after = np.einsum("ia,i...->a...", lat.c, np.asarray(out))
+    np.testing.assert_allclose(mom_after - mom_before, np.broadcast_to(force[:, None, None], mom_before.shape),
+                               atol=1e-15)
+    np.testing.assert_allclose(np.asarray(out).sum(0), np.asarray(f).sum(0), rtol=1e-14)

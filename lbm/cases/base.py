@@ -16,7 +16,7 @@ import numpy as np
 from lbm.boundaries.base import BoundaryCondition, pytree_dataclass, static
 from lbm.config import RunConfig, viscosity
 from lbm.errors import ConfigError
-from lbm.kernels.collision import trt_omega_minus
+from lbm.kernels.collision import Collision, trt_omega_minus
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice, get_lattice
 from lbm.stages import CORE_STAGES, STAGES
@@ -44,6 +44,8 @@ class Setup:
     omega_plus: float = static()
     omega_minus: float = static()
     force: tuple[float, ...] | None = static(None)
+    collision: Collision | None = static(None)
+    """The collision of kinds beyond bgk and trt (None: bgk or trt from omega_plus, omega_minus)."""
     derived: Mapping[str, Any] = static(MappingProxyType({}))
 
     @property
@@ -77,6 +79,7 @@ def make_setup(case: Case, *, solid: np.ndarray, rho0: np.ndarray, u0: np.ndarra
         solid=solid, rho0=rho0, u0=u0, boundaries=tuple(boundaries), lattice=case.lattice, shape=tuple(case.run.grid),
         dtype=case.dtype, tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"], omega_plus=rel["omega_plus"],
         omega_minus=rel["omega_minus"], force=None if force is None else tuple(float(v) for v in force),
+        collision=rel.get("collision"),
         derived=MappingProxyType(dict(derived or {})),
     )
 
@@ -119,12 +122,22 @@ class Case:
         """Geometry, boundary plan, initial state and derived parameters."""
         raise NotImplementedError
 
-    def relaxation(self, length: float) -> dict[str, float]:
-        """nu, tau, Reynolds number and relaxation rates for a reference length in cells."""
+    def relaxation(self, length: float) -> dict[str, Any]:
+        """nu, tau, Reynolds number, relaxation rates and collision (kinds beyond bgk/trt) for a length in cells."""
         nu, tau, reynolds = viscosity(self.run, length)
         omega_plus = 1.0 / tau
-        omega_minus = trt_omega_minus(omega_plus, self.run.trt_magic) if self.run.collision == "trt" else omega_plus
-        return dict(nu=nu, tau=tau, reynolds=reynolds, omega_plus=omega_plus, omega_minus=omega_minus)
+        kind, rates = self.run.collision, self.run.collision_rates
+        omega_minus = trt_omega_minus(omega_plus, self.run.trt_magic) if kind in ("trt", "mrt") else omega_plus
+        collision = None
+        if kind == "mrt":
+            omega_minus = rates.get("odd") or omega_minus
+            collision = Collision("mrt", omega_plus, omega_minus, rates.get("bulk"), rates.get("ghost"),
+                                  rates.get("smagorinsky", 0.0))
+        elif kind == "regularized":
+            collision = Collision("regularized", omega_plus, bulk=rates.get("bulk"),
+                                  smagorinsky=rates.get("smagorinsky", 0.0))
+        return dict(nu=nu, tau=tau, reynolds=reynolds, omega_plus=omega_plus, omega_minus=omega_minus,
+                    collision=collision)
 
     def base_derived(self, length: float, rel: dict[str, float]) -> dict[str, Any]:
         """Derived quantities every case reports (lattice units)."""

@@ -120,6 +120,8 @@ class RunConfig:
     progress: str = "auto"
     engine: str = "auto"
     profile: dict[str, Any] = field(default_factory=dict)
+    collision_rates: dict[str, Any] = field(default_factory=dict)
+    """mrt: bulk, ghost, odd (None = from collision.magic); regularized: bulk; both: smagorinsky."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -135,6 +137,14 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     d = LATTICES[lattice].d
     collision = check_choice("collision", _get(cfg, "collision.name"), group_options("collision"))
     trt_magic = check_float("collision.magic", _get(cfg, "collision.magic", 0.1875), 0.0)
+    collision_rates: dict[str, Any] = {}
+    for key in ("bulk", "ghost", "odd"):
+        value = _get(cfg, f"collision.{key}", None)
+        if value is not None and (collision == "mrt" or (collision == "regularized" and key == "bulk")):
+            collision_rates[key] = check_float(f"collision.{key}", value, 0.0, 2.0)
+    if collision in ("mrt", "regularized"):
+        collision_rates["smagorinsky"] = check_float(
+            "collision.smagorinsky", _get(cfg, "collision.smagorinsky", 0.0), 0.0, low_open=False)
     mode = check_choice("mode", _get(cfg, "mode"), MODES)
     engine = check_choice("engine", _get(cfg, "engine", "auto"), ENGINES)
     precision = check_choice("precision", _get(cfg, "precision"), PRECISIONS)
@@ -197,7 +207,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
         u_lattice=u_lat,
         output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, profile=profile,
         checkpoint=checkpoint, vtk=vtk, frames=frames, animation=animation, progress=progress, engine=engine,
-        raw=dict(cfg),
+        collision_rates=collision_rates, raw=dict(cfg),
     )
 
 

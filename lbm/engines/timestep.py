@@ -36,7 +36,10 @@ def _equilibrium(s: StepState, setup: Setup) -> StepState:
 
 
 def _collide(s: StepState, setup: Setup) -> StepState:
-    out = collide(s.f, s.feq, s.u, setup.lattice, setup.omega_plus, setup.omega_minus, setup.force_array)
+    if setup.collision is not None:
+        out = setup.collision(s.f, s.feq, s.u, setup.lattice, setup.force_array)
+    else:
+        out = collide(s.f, s.feq, s.u, setup.lattice, setup.omega_plus, setup.omega_minus, setup.force_array)
     return s.replace(collided=out, post=out)
 
 

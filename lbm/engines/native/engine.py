@@ -39,6 +39,8 @@ class NativeEngine(FusedEngine):
     def __init__(self, setup: Setup, storage: str = "compute") -> None:
         super().__init__(setup, storage)
         dtype = jnp.dtype(setup.dtype)
+        if setup.collision is not None:
+            raise EngineUnavailable(f"the native kernel computes bgk and trt only, not {setup.collision.kind}")
         if dtype not in (jnp.float32, jnp.float64):
             raise EngineUnavailable(f"no native kernel for dtype {dtype}")
         store = STORE_NAMES.get(storage) or ("float32" if dtype == jnp.float32 else "float64")
