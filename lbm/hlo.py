@@ -10,7 +10,7 @@ computation it calls (a fusion's fused computation).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,47 +86,69 @@ def shape_bytes(text: str) -> int:
     return total
 
 
-def parse_hlo(text: str) -> HloModule:
-    """Parse HLO text (``compiled.as_text()`` or ``lowered.as_text(dialect='hlo')``)."""
-    m = _MODULE.search(text)
-    module = HloModule(name=m.group(1) if m else "")
+@dataclass(frozen=True)
+class _Raw:
+    """One instruction line split apart: computation, ROOT or not, name, shape text, opcode, arguments, attributes."""
+
+    computation: str
+    entry: bool
+    root: bool
+    name: str
+    shape: str
+    opcode: str
+    args: str
+    attrs: str
+
+
+def _scan(text: str) -> Iterator[_Raw]:
+    """Every instruction of HLO text, with its computation (the one scanner of HLO lines in lbm)."""
     current: str | None = None
+    entry = False
     for line in text.splitlines():
         if current is None:
             h = _HEADER.match(line)
             if h and not line.lstrip().startswith("HloModule"):
                 entry = bool(h.group(1) or h.group(4))
                 current = h.group(2) or h.group(5)
-                module.computations[current] = []
-                if entry:
-                    module.entry = current
+                yield _Raw(current, entry, False, "", "", "", "", "")  # announces the computation
             continue
         if line.strip() == "}":
             current = None
             continue
         im = _INSTR.match(line)
-        if not im:
+        om = _OPCODE.search(im.group(3)) if im else None
+        if not im or not om:
             continue
-        name, rhs = im.group(2), im.group(3)
-        om = _OPCODE.search(rhs)
-        opcode = om.group(1) if om else "?"
-        shape_text = rhs[: om.start()] if om else ""
-        args_text = rhs[om.end():] if om else ""
-        depth, end = 1, len(args_text)
-        for i, ch in enumerate(args_text):
+        rhs = im.group(3)
+        args = rhs[om.end():]
+        depth, end = 1, len(args)
+        for i, ch in enumerate(args):
             depth += ch == "("
             depth -= ch == ")"
             if depth == 0:
                 end = i
                 break
-        operands = _OPERAND.findall(args_text[:end])
-        attrs = args_text[end:]
+        yield _Raw(current, entry, bool(im.group(1)), im.group(2), rhs[: om.start()], om.group(1), args[:end],
+                   args[end:])
+
+
+def parse_hlo(text: str) -> HloModule:
+    """Parse HLO text (``compiled.as_text()`` or ``lowered.as_text(dialect='hlo')``)."""
+    m = _MODULE.search(text)
+    module = HloModule(name=m.group(1) if m else "")
+    for raw in _scan(text):
+        if not raw.name:
+            module.computations[raw.computation] = []
+            if raw.entry:
+                module.entry = raw.computation
+            continue
         called: list[str] = []
-        for _, group in _CALLED.findall(attrs):
+        for _, group in _CALLED.findall(raw.attrs):
             called += _OPERAND.findall(group) or [g.strip() for g in group.split(",") if g.strip()]
-        opn = _OP_NAME.search(attrs)
-        module.computations[current].append(
-            Instruction(name, opcode, shape_bytes(shape_text), operands, opn.group(1) if opn else "", called, attrs))
+        opn = _OP_NAME.search(raw.attrs)
+        module.computations[raw.computation].append(
+            Instruction(raw.name, raw.opcode, shape_bytes(raw.shape), _OPERAND.findall(raw.args),
+                        opn.group(1) if opn else "", called, raw.attrs))
     return module
 
 
@@ -394,34 +416,13 @@ class _Line:
 def _lines(text: str) -> dict[str, dict[str, _Line]]:
     """Computation name → instruction name → raw instruction, in text order."""
     out: dict[str, dict[str, _Line]] = {}
-    current: str | None = None
-    for line in text.splitlines():
-        if current is None:
-            h = _HEADER.match(line)
-            if h and not line.lstrip().startswith("HloModule"):
-                current = h.group(2) or h.group(5)
-                out[current] = {}
+    for raw in _scan(text):
+        if not raw.name:
+            out[raw.computation] = {}
             continue
-        if line.strip() == "}":
-            current = None
-            continue
-        im = _INSTR.match(line)
-        om = _OPCODE.search(im.group(3)) if im else None
-        if not im or not om:
-            continue
-        rhs = im.group(3)
-        args = rhs[om.end():]
-        depth, end = 1, len(args)
-        for i, ch in enumerate(args):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0:
-                end = i
-                break
-        raw = om.group(1) in ("parameter", "constant")  # their "operand" is a number or literal
-        operands = [args[:end].strip()] if raw else _OPERAND.findall(args[:end])
-        out[current][im.group(2)] = _Line(im.group(2), rhs[: om.start()], om.group(1), operands, args[end:],
-                                          bool(im.group(1)))
+        plain = raw.opcode in ("parameter", "constant")  # their "operand" is a number or literal
+        operands = [raw.args.strip()] if plain else _OPERAND.findall(raw.args)
+        out[raw.computation][raw.name] = _Line(raw.name, raw.shape, raw.opcode, operands, raw.attrs, raw.root)
     return out
 
 
