@@ -110,6 +110,13 @@ class Case:
         self.params = dict(run.case_params)
         self.dtype = jnp.dtype(run.precision)
 
+    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
+        """The case parameter ``key`` (``default`` when unset), which must be one of ``choices``."""
+        value = self.params.get(key, default)
+        if value not in choices:
+            raise ConfigError(f"case.{key}", value, f"one of {', '.join(choices)}")
+        return value
+
     # --- building --------------------------------------------------------------------
     def check(self) -> None:
         """Validate the case's own parameters without building arrays (raises ConfigError)."""

@@ -82,12 +82,8 @@ class Cylinder(Case):
 
     def options(self) -> tuple[str, str]:
         """Inlet kind and bounce-back kind, validated with the averaging window and the perturbation."""
-        inlet_kind = self.params.get("inlet", "nebb")
-        if inlet_kind not in INLET_KINDS:
-            raise ConfigError("case.inlet", inlet_kind, f"one of {', '.join(INLET_KINDS)}")
-        bb = self.params.get("bounce_back", "fullway")
-        if bb not in BOUNCE_BACK_KINDS:
-            raise ConfigError("case.bounce_back", bb, f"one of {', '.join(BOUNCE_BACK_KINDS)}")
+        inlet_kind = self.choice("inlet", "nebb", INLET_KINDS)
+        bb = self.choice("bounce_back", "fullway", BOUNCE_BACK_KINDS)
         window = self.params.get("average_from")
         if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))
                                    or not 0 <= window < 1):

@@ -117,12 +117,8 @@ class SchaferTurek(Cylinder):
 
     def options(self) -> tuple[str, str]:
         """Inlet and outlet kinds."""
-        inlet_kind = self.params.get("inlet", "zou_he")
-        if inlet_kind not in INLET_KINDS:
-            raise ConfigError("case.inlet", inlet_kind, f"one of {', '.join(INLET_KINDS)}")
-        outlet_kind = self.params.get("outlet", "zou_he")
-        if outlet_kind not in PRESSURE_KINDS:
-            raise ConfigError("case.outlet", outlet_kind, f"one of {', '.join(PRESSURE_KINDS)}")
+        inlet_kind = self.choice("inlet", "zou_he", INLET_KINDS)
+        outlet_kind = self.choice("outlet", "zou_he", PRESSURE_KINDS)
         tol = self.params.get("steady_tolerance", 2e-4)
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
             raise ConfigError("case.steady_tolerance", tol, "a number > 0 (relative change of the period-averaged drag)")
