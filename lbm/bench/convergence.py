@@ -62,21 +62,18 @@ def fit_order(grids: list[int], errors: list[float]) -> tuple[float, float]:
 
 def parse(args: list[str]) -> tuple[list[int], str | None, list[str]]:
     """(grids, --out directory, run overrides) from the command line; ``grids=[16,32,64]`` is required."""
+    from lbm.config.command_line import take_option
+
     grids: list[int] | None = None
-    out: str | None = None
+    out, args = take_option(args, "--out")
     rest: list[str] = []
-    it = iter(args)
-    for a in it:
+    for a in args:
         if a.startswith("grids="):
             text = a.split("=", 1)[1].strip("[]() ")
             try:
                 grids = sorted({int(v) for v in text.split(",") if v.strip()})
             except ValueError:
                 raise LbmError(f"{a}: expected grids=[N1,N2,...] with integers") from None
-        elif a == "--out":
-            out = next(it, None)
-            if out is None:
-                raise LbmError("--out needs a directory")
         else:
             rest.append(a)
     if not grids or len(grids) < 2 or min(grids) < 4:

@@ -72,20 +72,11 @@ def write_bundle(setup: Setup, out_dir: Path, fused_steps: int = 10, context: di
 
 def main(args: list[str]) -> int:
     """``python -m lbm study export [hydra overrides] [--out DIR]``: write the reproduction bundle of a case."""
-    from lbm.config.command_line import split_hydra_args
+    from lbm.config.command_line import split_hydra_args, take_option
     from lbm.errors import LbmError
     from lbm.simulation import prepare
 
-    out = None
-    rest = []
-    it = iter(args)
-    for a in it:
-        if a == "--out":
-            out = next(it, None)
-            if out is None:
-                raise LbmError("--out needs a directory")
-        else:
-            rest.append(a)
+    out, rest = take_option(args, "--out")
     overrides, multirun, _ = split_hydra_args(rest)
     if multirun:
         raise LbmError("study export takes one configuration, not a sweep")

@@ -101,3 +101,20 @@ def run_hydra(task: Any, config_name: str, command: str, args: Sequence[str]) ->
     finally:
         sys.argv = argv
     return 0
+
+
+def take_option(args: Sequence[str], name: str) -> tuple[str | None, list[str]]:
+    """The value of ``name VALUE`` (or ``name=VALUE``) among ``args``, and the other arguments; LbmError without a value."""
+    value: str | None = None
+    rest: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a == name:
+            value = next(it, None)
+            if value is None:
+                raise LbmError(f"{name} needs a value")
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+    return value, rest
