@@ -1,7 +1,8 @@
-"""Shared helpers: compose and validate configs, run cases in-process."""
+"""Shared helpers: compose and validate configs, run cases in-process; the ``native`` marker."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,22 @@ from lbm.profiling.breakdown import STEADY_MARK, WARMUP_MARK
 from lbm.simulation import make_case, simulate
 
 DATA = Path(__file__).parent / "data"
+REQUIRE_NATIVE = os.environ.get("LBM_REQUIRE_NATIVE", "") not in ("", "0")
+"""LBM_REQUIRE_NATIVE=1 (set by .ci/run): a test marked ``native`` fails, not skips, where the native engine cannot build."""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``native`` need the native engine: skip without it, or fail when LBM_REQUIRE_NATIVE=1."""
+    if item.get_closest_marker("native") is None:
+        return
+    from lbm.engines.native import build
+
+    if build.available():
+        return
+    reason = "native kernels need the CPU backend and a C++ compiler (install g++)"
+    if REQUIRE_NATIVE:
+        pytest.fail(f"LBM_REQUIRE_NATIVE=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture(autouse=True)
