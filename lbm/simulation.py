@@ -347,6 +347,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
 
     try:
         with StopSignals(on_hard_exit=record_hard_exit) as signals:
+            log.info("stepping from step %d to %d (Ctrl-C or SIGTERM: stop after this chunk with a checkpoint; "
+                     "twice: stop at once)", step, run.steps)
             while step < run.steps:
                 n = min(k - step % k, run.steps - step)
                 if profiler is not None:

@@ -167,7 +167,8 @@ def start_long_run(run_dir, *extra, until=None):
     """A cylinder run that no machine finishes within a test (10^7 steps); returns once it is stepping.
 
     ``until``: a file in the run directory whose appearance means a known step was reached (a checkpoint);
-    otherwise the run is stepping once it logged its compile time. The caller kills the process on failure.
+    otherwise once it logged that it is stepping (its signal handlers are in place). The caller kills the process
+    on failure.
     """
     cmd = [sys.executable, "-m", "lbm", "run", *SMALL_CYL, "steps=10000000", "output.progress=log",
            f"hydra.run.dir={run_dir}", *extra]
@@ -178,7 +179,7 @@ def start_long_run(run_dir, *extra, until=None):
     while time.time() < deadline and proc.poll() is None:
         if until is not None and (run_dir / until).exists():
             return proc
-        if until is None and log.exists() and "compiled in" in log.read_text():
+        if until is None and log.exists() and "stepping from step" in log.read_text():
             return proc
         time.sleep(0.05)
     proc.kill()
