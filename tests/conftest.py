@@ -49,14 +49,15 @@ def run_config(*overrides: str) -> RunConfig:
     return validate(compose(list(overrides)))
 
 
-def advance(run: RunConfig, steps: int | None = None, mode: str | None = None) -> tuple[Any, Any, dict[str, np.ndarray]]:
-    """Build the case and run it in-process; returns (case, setup, fields) without writing files."""
+def advance(run: RunConfig, steps: int | None = None, mode: str | None = None,
+            engine: str = "auto") -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """Build the case and run it in-process on ``engine``; returns (case, setup, fields) without writing files."""
     if run.precision == "float64":
         jax.config.update("jax_enable_x64", True)
     case = make_case(run)
     run = case.run
     setup = case.setup()
-    engine = make_engine(setup, mode or run.mode)
+    engine = make_engine(setup, mode or run.mode, engine=engine)
     f = setup.initial_populations()
     n = steps or run.steps
     chunk = run.output_every or n
@@ -66,7 +67,11 @@ def advance(run: RunConfig, steps: int | None = None, mode: str | None = None) -
         f, aux = engine.advance(f, k, first_step=done)
         done += k
         case.observe(Snapshot(done, aux, lambda f=f, done=done: engine.fields(f, done)))
-    return case, setup, engine.fields(f, n) | {"f": np.asarray(f)}
+    return case, setup, engine.fields(f, n) | {"f": np.asarray(f), "engine": engine.name}
+
+
+ENGINES = ("xla", pytest.param("native", marks=pytest.mark.native))
+"""Parametrise a physics test over both fused engines: the pure-JAX reference and the native C++ engine."""
 
 
 @pytest.fixture
