@@ -130,6 +130,7 @@ def test_plan_expands_sizes_precisions_and_skips_impossible_pairs():
     assert p["timing"].steps is None and p["bandwidth"]["enabled"] is True
 
 
+@pytest.mark.slow
 def test_multirun_sweep_writes_one_bench_json_per_job(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "lbm", "bench", "-m", "grid.nx=16,24", "grid.ny=16", "cases=[periodic]",

@@ -10,6 +10,7 @@ from conftest import DATA, ENGINES, advance, run_config
 from lbm.cases.cavity import ghia_reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_taylor_green_decay_matches_analytic_at_64(engine):
     run = run_config("case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=3000", "output.every=250")
@@ -38,6 +39,7 @@ def test_mass_is_conserved_to_round_off_in_a_periodic_box():
     np.testing.assert_allclose(mom, mom0, atol=1e-11)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_poiseuille_profile_matches_the_parabola(engine):
     run = run_config("case=poiseuille", "grid.ny=34", "steps=8000")
@@ -92,6 +94,7 @@ def test_ghia_reference_excludes_misprints():
     assert ghia_reference(100)["u"][0] == 0.0
 
 
+@pytest.mark.slow
 def test_cavity_re100_matches_ghia():
     run = run_config("case=cavity", "grid.nx=66", "grid.ny=66", "flow.reynolds=100", "flow.u_lattice=0.1",
                      "steps=15000", "output.every=1000")
@@ -115,6 +118,7 @@ def test_cavity_conserves_mass_exactly():
     assert fields["f"].sum(0)[fluid].sum() == pytest.approx(f0.sum(0)[fluid].sum(), rel=1e-13)
 
 
+@pytest.mark.slow
 def test_cylinder_short_run_forces():
     run = run_config("grid.nx=120", "grid.ny=54", "steps=1500", "output.every=500")
     case, setup, fields = advance(run)
@@ -138,6 +142,7 @@ def test_cylinder_drag_is_symmetric_without_perturbation():
     assert np.abs(rows[:, -1]).max() < 1e-9 * np.abs(rows[:, -2]).max()
 
 
+@pytest.mark.slow
 def test_cavity_auto_steps_stop_once_steady(tmp_path):
     from lbm.simulation import simulate
 

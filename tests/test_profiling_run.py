@@ -13,6 +13,8 @@ from lbm.cli import main
 from lbm.simulation import simulate
 from lbm.stages import STAGES
 
+pytestmark = pytest.mark.slow  # four profiled runs (~25 s CPU); the pipeline itself is covered fast by test_profiling_*
+
 WINDOW = ["profile.enabled=true", "profile.warmup_steps=3", "profile.steps=10", "output.plots=false"]
 TG = ["case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40", *WINDOW]
 CYL = ["grid.nx=60", "grid.ny=36", "steps=20", "flow.reynolds=20", *WINDOW]

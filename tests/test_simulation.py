@@ -28,6 +28,7 @@ def fields(run_dir):
         return {k: z[k] for k in z.files}
 
 
+@pytest.mark.slow
 def test_resumed_run_is_bitwise_identical(tmp_path):
     full = simulate(run_config(*SMALL_CYL, "steps=400", "output.every=100", "checkpoint.every=200"), tmp_path / "a")
     first = simulate(run_config(*SMALL_CYL, "steps=200", "output.every=100", "checkpoint.every=200"), tmp_path / "b")
@@ -153,6 +154,7 @@ def test_divergence_falls_back_to_the_newest_checkpoint(tmp_path):
     assert np.array_equal(fields(tmp_path / "r")["rho"], np.asarray(rho))
 
 
+@pytest.mark.slow
 def test_divergence_exit_code_in_the_cli(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "lbm", "run", "case=cavity", "grid.nx=34", "grid.ny=34",
                            "flow.reynolds=20000", "flow.u_lattice=0.2", "steps=4000", "output.plots=false",
