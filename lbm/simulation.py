@@ -6,10 +6,11 @@ import dataclasses
 import functools
 import logging
 import math
+import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from lbm.cases.base import Snapshot
 from lbm.config import RunConfig, check_output_every, load
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, DivergenceError, LbmError
+from lbm.io.checkpoint import GLOB as CHECKPOINT_GLOB
 from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
 from lbm.io.fields import write_fields, write_json
 from lbm.kernels.macroscopic import macroscopic
@@ -142,6 +144,21 @@ def likely_cause(setup: Setup) -> str:
             "raise the grid resolution or lower flow.reynolds")
 
 
+def log_engine_choice(engine: Engine) -> None:
+    """One line naming the fused engine; a warning saying what is lost, and how to get it, when native fell back."""
+    from lbm.engines.native import build
+
+    if engine.name != "xla" or not engine.note or jax.default_backend() != "cpu":
+        log.info("fused engine: %s%s", engine.name, f" ({engine.note})" if engine.note else "")
+        return
+    fix = ("install a C++ compiler (e.g. apt install g++, or set CXX) and rerun: kernels build on first use"
+           if build.compiler() is None else "engine=xla silences this note")
+    # 3-5x: python -m lbm bench grid.nx=128 grid.ny=128 cylinder_grid.nx=168 cylinder_grid.ny=72 variants=[auto,xla]
+    # on a 2-core laptop: periodic 250 vs 57 MLUPS (4.4x), cylinder 130 vs 42 MLUPS (3.1x)
+    log.warning("fused engine: xla, not the native C++ engine (%s): CPU runs are about 3-5x slower; %s",
+                engine.note, fix)
+
+
 def check_run_dir(run_dir: Path) -> None:
     """Refuse to write into a directory that already holds results."""
     existing = [name for name in RESULT_FILES if (run_dir / name).exists()]
@@ -162,26 +179,67 @@ def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
 
 
 class StopSignals:
-    """SIGINT/SIGTERM ask the loop to stop after the current chunk; a second signal stops at once."""
+    """SIGINT/SIGTERM ask the loop to stop after the current chunk; a second one exits at once with code 130.
 
-    def __init__(self) -> None:
+    The second signal is seen by a watcher thread through ``signal.set_wakeup_fd`` (written by the C-level
+    handler even while the main thread waits on the device), so it does not wait for the chunk to finish:
+    the watcher calls ``on_hard_exit`` (a quick record of the run), prints one line and ends the process.
+    """
+
+    HARD_EXIT_CODE = 130
+
+    def __init__(self, on_hard_exit: Callable[[], None] | None = None) -> None:
         self.signum: int | None = None
+        self.on_hard_exit = on_hard_exit
         self._previous: dict[int, Any] = {}
+        self._previous_wakeup: int | None = None
+        self._pipe: tuple[int, int] | None = None
 
     def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        self._pipe = (r, w)
+        self._previous_wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, args=(r,), name="lbm-stop-signals", daemon=True).start()
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.signum is not None:
+        if self.signum is None:
+            self.signum = signum
+            log.warning("%s received: finishing the current chunk, then writing a checkpoint (again to stop at once)",
+                        signal.Signals(signum).name)
+        elif self._pipe is None:  # no watcher (not the main thread): stop at the next bytecode
             raise KeyboardInterrupt
-        self.signum = signum
-        log.warning("%s received: finishing the current chunk, then writing a checkpoint (again to stop at once)",
-                    signal.Signals(signum).name)
+
+    def _watch(self, r: int) -> None:
+        """Count SIGINT/SIGTERM as the C handler reports them; exit the process at the second."""
+        seen = 0
+        while chunk := os.read(r, 64):
+            for signum in chunk:
+                if signum in (signal.SIGINT, signal.SIGTERM):
+                    seen += 1
+                    if seen >= 2:
+                        self._hard_exit(signum)
+
+    def _hard_exit(self, signum: int) -> None:
+        try:
+            if self.on_hard_exit is not None:
+                self.on_hard_exit()
+        finally:
+            os.write(2, f"lbm: second {signal.Signals(signum).name}: stopped at once without a checkpoint of this "
+                        f"chunk (exit code {self.HARD_EXIT_CODE})\n".encode())
+            os._exit(self.HARD_EXIT_CODE)
 
     def __exit__(self, *exc: Any) -> None:
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._previous_wakeup if self._previous_wakeup is not None else -1)
+            r, w = self._pipe
+            os.close(w)  # the watcher reads end-of-file and stops; it closes nothing else
+            self._pipe = None
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
@@ -227,7 +285,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     except EngineUnavailable as exc:
         raise LbmError(f"engine=native is not available here ({exc}); use engine=auto or engine=xla") from None
     if run.mode == "fused":
-        log.info("fused engine: %s%s", engine.name, f" ({engine.note})" if engine.note else "")
+        log_engine_choice(engine)
     f = setup.initial_populations()
     fluid = jnp.asarray(setup.fluid)
     outputs = Outputs(run, run_dir, engine)
@@ -290,8 +348,17 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     progress = Progress(run.steps, start, math.prod(setup.shape), run.progress)
     status, error = "completed", None
     stopped_early = None
+    interrupted = build_metrics(run, setup, engine, 0, 0.0, "interrupted")
+
+    def record_hard_exit() -> None:  # from the signal watcher thread: no device access, one small file
+        write_json(run_dir / "metrics.json", interrupted | {
+            "steps_timed": step - start, "wall_time_s": t_run, "step_reached": step,
+            "error": "stopped at once by a second signal; the last checkpoint (if any) is in checkpoints/"})
+
     try:
-        with StopSignals() as signals:
+        with StopSignals(on_hard_exit=record_hard_exit) as signals:
+            log.info("stepping from step %d to %d (Ctrl-C or SIGTERM: stop after this chunk with a checkpoint; "
+                     "twice: stop at once)", step, run.steps)
             while step < run.steps:
                 n = min(k - step % k, run.steps - step)
                 if profiler is not None:
@@ -372,7 +439,7 @@ def latest_good_state(run_dir: Path, in_memory: tuple[int, np.ndarray] | None) -
     """The newest healthy state: the in-memory copy of the last chunk, else the newest checkpoint."""
     if in_memory is not None:
         return in_memory
-    found = sorted((run_dir / "checkpoints").glob("checkpoint_*.npz"))
+    found = sorted((run_dir / "checkpoints").glob(CHECKPOINT_GLOB))
     if not found:
         return None
     ckpt = load_checkpoint(found[-1])

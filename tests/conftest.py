@@ -1,7 +1,8 @@
-"""Shared helpers: compose and validate configs, run cases in-process."""
+"""Shared helpers: compose and validate configs, run cases in-process; the ``native`` marker."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,22 @@ from lbm.profiling.breakdown import STEADY_MARK, WARMUP_MARK
 from lbm.simulation import prepare, simulate
 
 DATA = Path(__file__).parent / "data"
+REQUIRE_NATIVE = os.environ.get("LBM_REQUIRE_NATIVE", "") not in ("", "0")
+"""LBM_REQUIRE_NATIVE=1 (set by .ci/run): a test marked ``native`` fails, not skips, where the native engine cannot build."""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``native`` need the native engine: skip without it, or fail when LBM_REQUIRE_NATIVE=1."""
+    if item.get_closest_marker("native") is None:
+        return
+    from lbm.engines.native import build
+
+    if build.available():
+        return
+    reason = "native kernels need the CPU backend and a C++ compiler (install g++)"
+    if REQUIRE_NATIVE:
+        pytest.fail(f"LBM_REQUIRE_NATIVE=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture(autouse=True)
@@ -31,21 +48,26 @@ def run_config(*overrides: str) -> RunConfig:
     return load(list(overrides))
 
 
-def advance(run: RunConfig, steps: int | None = None, mode: str | None = None) -> tuple[Any, Any, dict[str, np.ndarray]]:
-    """Build the case and run it in-process; returns (case, setup, fields) without writing files."""
+def advance(run: RunConfig, steps: int | None = None, mode: str | None = None,
+            engine: str = "auto") -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """Build the case and run it in-process on ``engine``; returns (case, setup, fields) without writing files."""
     case, setup = prepare(run)
     run = case.run
-    engine = make_engine(setup, mode or run.mode)
+    stepper = make_engine(setup, mode or run.mode, engine=engine)
     f = setup.initial_populations()
     n = steps or run.steps
     chunk = run.output_every or n
     done = 0
     while done < n:
         k = min(chunk, n - done)
-        f, aux = engine.advance(f, k, first_step=done)
+        f, aux = stepper.advance(f, k, first_step=done)
         done += k
-        case.observe(Snapshot(done, aux, lambda f=f, done=done: engine.fields(f, done)))
-    return case, setup, engine.fields(f, n) | {"f": np.asarray(f)}
+        case.observe(Snapshot(done, aux, lambda f=f, done=done: stepper.fields(f, done)))
+    return case, setup, stepper.fields(f, n) | {"f": np.asarray(f), "engine": stepper.name}
+
+
+ENGINES = ("xla", pytest.param("native", marks=pytest.mark.native))
+"""Parametrise a physics test over both fused engines: the pure-JAX reference and the native C++ engine."""
 
 
 @pytest.fixture

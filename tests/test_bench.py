@@ -130,6 +130,7 @@ def test_plan_expands_sizes_precisions_and_skips_impossible_pairs():
     assert p["timing"].steps is None and p["bandwidth"]["enabled"] is True
 
 
+@pytest.mark.slow
 def test_multirun_sweep_writes_one_bench_json_per_job(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "lbm", "bench", "-m", "grid.nx=16,24", "grid.ny=16", "cases=[periodic]",
@@ -141,8 +142,18 @@ def test_multirun_sweep_writes_one_bench_json_per_job(tmp_path):
     assert sorted(json.loads(f.read_text())["records"][0]["grid"][0] for f in files) == [16, 24]
 
 
-def test_bench_config_file_is_packaged():
-    assert (Path(__file__).resolve().parents[1] / "lbm" / "configs" / "bench.yaml").exists()
+def test_every_data_file_is_in_the_package_data():
+    """An installed (non-editable) lbm holds only what [tool.setuptools.package-data] lists: every file but .py."""
+    import fnmatch
+    import tomllib
+
+    repo = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["lbm"]
+    data = [p.relative_to(repo / "lbm").as_posix() for p in (repo / "lbm").rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    assert "configs/bench.yaml" in data
+    missing = [d for d in data if not any(fnmatch.fnmatch(d, g) and d.count("/") == g.count("/") for g in globs)]
+    assert not missing, f"not installed by pip install (add to package-data): {missing}"
 
 
 @pytest.mark.parametrize("lattice", ["d2q9", "d3q19", "d3q27"])

@@ -5,21 +5,25 @@ import math
 
 import numpy as np
 import pytest
-from conftest import DATA, advance, run_config
+from conftest import DATA, ENGINES, advance, run_config
 
 from lbm.cases.cavity import ghia_reference
 
 
-def test_taylor_green_decay_matches_analytic_at_64():
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_taylor_green_decay_matches_analytic_at_64(engine):
     run = run_config("case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=3000", "output.every=250")
-    case, setup, fields = advance(run)
+    case, setup, fields = advance(run, engine=engine)
+    assert fields["engine"] == engine
     k = 2 * math.pi / 64
+    # bounds ~2-3x the measured errors (xla and native alike, float32): amplitude 1.44e-3, nu -2.9e-4, L2 1.03e-3
     for step, amp in case.samples[1:]:
         expected = run.u_lattice * math.exp(-2 * setup.nu * k**2 * step)
-        assert amp == pytest.approx(expected, rel=0.01), f"step {step}"
+        assert amp == pytest.approx(expected, rel=3e-3), f"step {step}"
     m = case.metrics(setup, fields, run.steps)
-    assert abs(m["nu_rel_error"]) < 0.01
-    assert m["velocity_l2_rel_error"] < 0.01
+    assert abs(m["nu_rel_error"]) < 7e-4  # a 0.1% viscosity error fails
+    assert m["velocity_l2_rel_error"] < 2.5e-3
     # the vortex actually decayed noticeably over the run (the test is not trivially satisfied)
     assert case.samples[-1][1] < 0.75 * run.u_lattice
 
@@ -35,23 +39,34 @@ def test_mass_is_conserved_to_round_off_in_a_periodic_box():
     np.testing.assert_allclose(mom, mom0, atol=1e-11)
 
 
-def test_poiseuille_profile_within_one_percent_of_parabola():
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_poiseuille_profile_matches_the_parabola(engine):
     run = run_config("case=poiseuille", "grid.ny=34", "steps=8000")
-    case, setup, fields = advance(run)
+    case, setup, fields = advance(run, engine=engine)
+    assert fields["engine"] == engine
     m = case.metrics(setup, fields, run.steps)
     y, exact = case.analytic(setup)
     sim = case.profile(fields)
-    assert np.abs(sim - exact).max() < 0.01 * exact.max()
-    assert m["profile_l2_rel_error"] < 0.01
-    assert m["cross_velocity_max_over_umax"] < 1e-4
-    assert m["u_max_simulated"] == pytest.approx(run.u_lattice, rel=0.01)
+    # bounds ~2-3x the measured errors (xla and native alike, float32): max 2.17e-4, L2 2.05e-4 of u_max,
+    # cross-flow 2.2e-6 of u_max, peak velocity -8.8e-4
+    assert np.abs(sim - exact).max() < 5e-4 * exact.max()
+    assert m["profile_l2_rel_error"] < 5e-4
+    assert m["cross_velocity_max_over_umax"] < 5e-6
+    assert m["u_max_simulated"] == pytest.approx(run.u_lattice, rel=2e-3)
 
 
 def reference_offsets():
     with open(DATA / "halfway_bounceback_poiseuille_offset.csv") as fh:
         rows = list(csv.DictReader(ln for ln in fh if not ln.startswith("#")))
-    return [(r["collision"], float(r["tau_plus"]), float(r["Lambda"]), int(r["N_nodes"])) for r in rows
-            if r["collision"] == "BGK" or r["N_nodes"] == "16"][:7]
+    # every row: BGK (Lambda = (tau-1/2)^2), TRT at non-magic Lambda, and TRT at the magic 3/16 (exact parabola)
+    return [pytest.param(r["collision"], float(r["tau_plus"]), float(r["Lambda"]), int(r["N_nodes"]),
+                         marks=[pytest.mark.slow] if float(r["tau_plus"]) < 0.65 else [])  # nu small: 30000 steps
+            for r in rows]
+
+
+def test_the_halfway_table_is_read_whole():
+    assert len(reference_offsets()) == 11 and {p.values[0] for p in reference_offsets()} == {"BGK", "TRT"}
 
 
 @pytest.mark.parametrize("collision,tau,lam,nodes", reference_offsets())
@@ -79,6 +94,7 @@ def test_ghia_reference_excludes_misprints():
     assert ghia_reference(100)["u"][0] == 0.0
 
 
+@pytest.mark.slow
 def test_cavity_re100_matches_ghia():
     run = run_config("case=cavity", "grid.nx=66", "grid.ny=66", "flow.reynolds=100", "flow.u_lattice=0.1",
                      "steps=15000", "output.every=1000")
@@ -102,6 +118,7 @@ def test_cavity_conserves_mass_exactly():
     assert fields["f"].sum(0)[fluid].sum() == pytest.approx(f0.sum(0)[fluid].sum(), rel=1e-13)
 
 
+@pytest.mark.slow
 def test_cylinder_short_run_forces():
     run = run_config("grid.nx=120", "grid.ny=54", "steps=1500", "output.every=500")
     case, setup, fields = advance(run)
@@ -125,6 +142,7 @@ def test_cylinder_drag_is_symmetric_without_perturbation():
     assert np.abs(rows[:, -1]).max() < 1e-9 * np.abs(rows[:, -2]).max()
 
 
+@pytest.mark.slow
 def test_cavity_auto_steps_stop_once_steady(tmp_path):
     from lbm.simulation import simulate
 

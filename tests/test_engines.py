@@ -22,7 +22,7 @@ from lbm.engines.xla import XlaEngine
 from lbm.simulation import make_case
 from lbm.stages import STAGES
 
-needs_native = pytest.mark.skipif(not native.available(), reason="native kernels need the CPU backend and a C++ compiler")
+needs_native = pytest.mark.native  # skips without a compiler; fails instead under LBM_REQUIRE_NATIVE=1 (conftest)
 
 CASES = {
     "cylinder": ["grid.nx=60", "grid.ny=36"],

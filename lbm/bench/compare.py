@@ -1,22 +1,33 @@
 """``python -m lbm compare BASE.json NEW.json``: what got slower or faster beyond the noise, and why.
 
 Records are matched by configuration (case, lattice, grid, variant, precision, collision).
-A record regressed when its median MLUPS fell by more than the noise threshold: the larger of
-``--threshold`` (default 5%) and the two runs' own spread (half their relative min-max ranges
-added), with a permutation test on the repeats giving how confident the difference is. The
-report also shows per-stage times, the compiled structure (fusions, custom calls, fusion
-kinds, bytes accessed) and the environment (versions, XLA flags, device) that differ.
+On a shared machine, other work only ever slows a repeat down, so a configuration is judged by its
+fastest repeat (what the code reaches when the machine lets it); the median is shown beside it.
+A record regressed when its fastest repeat fell by more than the noise threshold: the larger of
+``--threshold`` (default 10%, above the between-run spread of identical code measured in
+docs/studies.md) and the two runs' own uncertainty of their fastest repeat (the relative gap to the
+second fastest, added), and, where the repeats allow it, a permutation test on the repeats gives
+p <= 0.05. ``--remeasure N`` runs ``python -m lbm bench`` again N times for each configuration called
+slower (in this checkout and environment, i.e. the new code) and judges the fastest of all its
+repeats: a run that was slowed by a busy machine recovers, a real regression stays slow.
+The report also shows per-stage times, the compiled structure (fusions, custom calls, fusion
+kinds, bytes accessed), the measured bandwidth of both runs, and the environment that differs.
 Exit code 0: nothing regressed; 1: something did; 2: bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import json
 import math
+import os
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +88,103 @@ def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int
     return hits / total
 
 
-def noise(record: dict[str, Any]) -> float:
-    """Relative half-range of a record's MLUPS repeats."""
+P_MAX = 0.05
+"""A difference counts as significant when the permutation p-value is at most this (where the repeats can reach it)."""
+DEFAULT_THRESHOLD = 0.10
+"""Default smallest change called: above the between-run spread of identical code (docs/studies.md)."""
+
+
+def values(record: dict[str, Any]) -> list[float]:
+    """A record's MLUPS repeats (its median alone when the repeats were not saved)."""
     m = record["mlups"]
-    values = m.get("values") or [m["median"]]
-    return 0.5 * (max(values) - min(values)) / m["median"] if m["median"] else 0.0
+    return list(m.get("values") or [m["median"]])
+
+
+def best(record: dict[str, Any]) -> float:
+    """The fastest repeat (MLUPS): the speed the code reaches when nothing else slows the machine."""
+    return max(values(record))
+
+
+def noise(record: dict[str, Any]) -> float:
+    """Relative uncertainty of the fastest repeat: its gap to the second fastest (0 with one repeat)."""
+    v = sorted(values(record), reverse=True)
+    return (v[0] - v[1]) / v[0] if len(v) > 1 and v[0] > 0 else 0.0
+
+
+def min_p(n_a: int, n_b: int) -> float:
+    """The smallest two-sided permutation p-value that n_a and n_b repeats can give (nan below 3 each)."""
+    return 2 / math.comb(n_a + n_b, n_a) if n_a >= 3 and n_b >= 3 else float("nan")
+
+
+def judge(a: dict[str, Any], b: dict[str, Any], threshold: float) -> dict[str, Any]:
+    """The verdict on one configuration: change of the fastest repeat, threshold, p-value, and the verdict."""
+    va, vb = values(a), values(b)
+    change = best(b) / best(a) - 1.0
+    limit = max(threshold, noise(a) + noise(b))
+    p = permutation_p(va, vb)
+    testable = not math.isnan(p) and min_p(len(va), len(vb)) <= P_MAX
+    beyond = abs(change) > limit
+    significant = beyond and (p <= P_MAX if testable else True)
+    if significant:
+        verdict = "**SLOWER**" if change < 0 else "faster"
+    elif beyond:
+        verdict = "within noise (not significant)"
+    else:
+        verdict = "unchanged"
+    return {"change": change, "median_change": a["mlups"]["median"] and b["mlups"]["median"] / a["mlups"]["median"] - 1.0,
+            "limit": limit, "p": p, "testable": testable, "verdict": verdict,
+            "slower": significant and change < 0, "faster": significant and change > 0}
+
+
+def merge_remeasured(new: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """``new`` with the repeats of ``again`` added to the records both hold (a re-measurement of the same code)."""
+    out = copy.deepcopy(new)
+    extra = {key_of(r): r for r in again["records"]}
+    for r in out["records"]:
+        more = extra.get(key_of(r))
+        if more is None:
+            continue
+        v = values(r) + values(more)
+        r["mlups"] = {**r["mlups"], "values": v, "median": statistics.median(v), "min": min(v), "max": max(v),
+                      "remeasured": len(values(more))}
+    return out
+
+
+def remeasure_overrides(doc: dict[str, Any], record: dict[str, Any], run_dir: Path) -> list[str]:
+    """``python -m lbm bench`` overrides that measure one record of ``doc`` again (same timing, one configuration)."""
+    cfg = doc.get("config") or {}
+    grid = record["grid"]
+    node = "cylinder_grid" if record["case"] == "cylinder" else "grid"
+    over = [f"lattice={record['lattice']}", f"collision={record.get('collision') or 'bgk'}",
+            f"cases=[{record['case']}]", f"variants=[{record['variant']}]", f"precision={record['precision']}",
+            f"{node}.nx={grid[0]}", f"{node}.ny={grid[1]}", f"{node}.nz={grid[2] if len(grid) > 2 else 'null'}",
+            "bandwidth.enabled=false", "kernel_profile=0", f"hydra.run.dir={run_dir}"]
+    if node == "cylinder_grid" and len(grid) > 2:
+        over.append(f"grid.nz={grid[2]}")
+    for k in ("repeats", "warmup", "min_time_s", "steps", "max_steps", "steps_per_dispatch"):
+        if cfg.get(k) is not None:
+            over.append(f"{k}={cfg[k]}")
+    return over
+
+
+def remeasure(doc: dict[str, Any], keys: list[tuple[Any, ...]], times: int) -> dict[str, Any]:
+    """Measure the configurations ``keys`` of ``doc`` again ``times`` times here; returns ``doc`` with the repeats added."""
+    records = {key_of(r): r for r in doc["records"]}
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (doc.get("environment") or {}).get("XLA_FLAGS") or ""
+    for _ in range(times):
+        for k in keys:
+            with tempfile.TemporaryDirectory(prefix="lbm-remeasure-") as tmp:
+                run_dir = Path(tmp) / "run"
+                proc = subprocess.run([sys.executable, "-m", "lbm", "bench",
+                                       *remeasure_overrides(doc, records[k], run_dir)],
+                                      capture_output=True, text=True, env=env)
+                if proc.returncode != 0:
+                    tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+                    raise LbmError(f"--remeasure: python -m lbm bench failed for {label(k)}: {tail}")
+                again = json.loads((run_dir / "bench.json").read_text())
+            doc = merge_remeasured(doc, again)
+    return doc
 
 
 STRUCTURE_FIELDS = ("engine", "fusions", "fusions_in_loop_body", "custom_calls", "cost_analysis_bytes_accessed")
@@ -112,8 +215,8 @@ def special_signature(fusion: dict[str, str]) -> tuple[str, str]:
     return fusion.get("kind", ""), short_op(fusion.get("op_name", ""))
 
 
-def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple[str, bool]:
-    """The markdown report and whether anything regressed."""
+def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAULT_THRESHOLD) -> tuple[str, list[str]]:
+    """The markdown report and the configurations that regressed (labels; empty when none did)."""
     lines = ["# lbm bench comparison", ""]
     env_a, env_b = base.get("environment", {}), new.get("environment", {})
     env_diff = [(k, env_a.get(k), env_b.get(k)) for k in sorted(set(env_a) | set(env_b))
@@ -131,26 +234,24 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tupl
     recs_b = {key_of(r): r for r in new["records"]}
     common = [k for k in recs_a if k in recs_b]
     lines += ["", "## Throughput", "",
+              "MLUPS of the fastest repeat (median in brackets); the verdict judges the fastest repeats.", "",
               "| configuration | base MLUPS | new MLUPS | change | noise threshold | p (permutation) | verdict |",
               "|---|---|---|---|---|---|---|"]
     regressed: list[tuple[Any, ...]] = []
     changed: list[tuple[Any, ...]] = []
     for k in common:
         a, b = recs_a[k], recs_b[k]
-        ma, mb = a["mlups"]["median"], b["mlups"]["median"]
-        change = mb / ma - 1.0
-        limit = max(threshold, noise(a) + noise(b))
-        p = permutation_p(list(a["mlups"].get("values", [ma])), list(b["mlups"].get("values", [mb])))
-        significant = abs(change) > limit and (math.isnan(p) or p <= 0.1)
-        verdict = "unchanged"
-        if significant:
-            verdict = "**SLOWER**" if change < 0 else "faster"
-            (regressed if change < 0 else changed).append(k)
-        elif abs(change) > limit:
-            verdict = "within noise (not significant)"
-        ptext = "n/a" if math.isnan(p) else f"{p:.3f}"
-        lines.append(f"| {label(k)} | {ma:.1f} | {mb:.1f} | {change * 100:+.1f}% | ±{limit * 100:.1f}% | {ptext} | "
-                     f"{verdict} |")
+        j = judge(a, b, threshold)
+        if j["slower"]:
+            regressed.append(k)
+        elif j["faster"]:
+            changed.append(k)
+        ptext = "n/a" if math.isnan(j["p"]) else f"{j['p']:.3f}" + ("" if j["testable"] else " (too few repeats)")
+        again = b["mlups"].get("remeasured")
+        note = f" (incl. {again} re-measured)" if again else ""
+        lines.append(f"| {label(k)} | {best(a):.1f} ({a['mlups']['median']:.1f}) | {best(b):.1f} "
+                     f"({b['mlups']['median']:.1f}){note} | {j['change'] * 100:+.1f}% ({j['median_change'] * 100:+.1f}%) | "
+                     f"±{j['limit'] * 100:.1f}% | {ptext} | {j['verdict']} |")
     only_a = [label(k) for k in recs_a if k not in recs_b]
     only_b = [label(k) for k in recs_b if k not in recs_a]
     if only_a or only_b:
@@ -215,7 +316,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float) -> tupl
     verdict = (f"REGRESSION: {len(regressed)} configuration(s) slower beyond noise: "
                + ", ".join(label(k) for k in regressed)) if regressed else "no regression beyond noise"
     lines += ["", f"**Verdict: {verdict}.**", ""]
-    return "\n".join(lines), bool(regressed)
+    return "\n".join(lines), [label(k) for k in regressed]
 
 
 def main(args: list[str]) -> int:
@@ -223,17 +324,29 @@ def main(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m lbm compare", description=__doc__.splitlines()[0])
     parser.add_argument("base")
     parser.add_argument("new")
-    parser.add_argument("--threshold", type=float, default=0.05, help="smallest relative change reported (0.05 = 5%%)")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help="smallest relative change called (default 0.10 = 10%%)")
+    parser.add_argument("--remeasure", type=int, default=0,
+                        help="re-run bench N times here for each configuration called slower, then judge again")
     parser.add_argument("--out", default=None, help="also write the markdown report to this file")
     try:
         ns = parser.parse_args(args)
     except SystemExit as exc:
         if exc.code == 0:
             return 0
-        raise LbmError("usage: python -m lbm compare BASE.json NEW.json [--threshold 0.05] [--out report.md]") from None
+        raise LbmError("usage: python -m lbm compare BASE.json NEW.json [--threshold 0.10] [--remeasure N] "
+                       "[--out report.md]") from None
     if not 0 <= ns.threshold < 1:
         raise LbmError(f"--threshold={ns.threshold}: expected a fraction in [0, 1)")
-    text, regressed = compare(load(ns.base), load(ns.new), ns.threshold)
+    if not 0 <= ns.remeasure <= 20:
+        raise LbmError(f"--remeasure={ns.remeasure}: expected an integer in [0, 20]")
+    base, new = load(ns.base), load(ns.new)
+    text, regressed = compare(base, new, ns.threshold)
+    if regressed and ns.remeasure:
+        keys = [k for k in (key_of(r) for r in new["records"]) if label(k) in regressed]
+        print(f"re-measuring {len(keys)} configuration(s) called slower, {ns.remeasure} time(s): "
+              + ", ".join(regressed), file=sys.stderr)
+        text, regressed = compare(base, remeasure(new, keys, ns.remeasure), ns.threshold)
     print(text)
     if ns.out:
         Path(ns.out).write_text(text)

@@ -17,6 +17,10 @@ COMPATIBLE_KEYS = ("case", "lattice", "grid", "precision", "collision", "tau", "
 """What must match between a checkpoint and the run that resumes it."""
 
 
+GLOB = "checkpoint_*.npz"
+"""Finished checkpoints (a partial write has another name, see partial_path)."""
+
+
 def checkpoint_path(directory: Path, step: int) -> Path:
     """The file name of the checkpoint at ``step``."""
     return directory / f"checkpoint_{step:010d}.npz"
@@ -33,7 +37,7 @@ def save_checkpoint(
     """Write populations, step, run identity and accumulated state; keep the newest ``keep`` checkpoints."""
     directory.mkdir(parents=True, exist_ok=True)
     path = checkpoint_path(directory, step)
-    tmp = path.with_name(path.name + ".tmp.npz")
+    tmp = partial_path(path)
     meta = {"format": FORMAT, "step": int(step), "identity": identity}
     arrays = {f"state/{k}": np.asarray(v) for k, v in state.items()}
     with open(tmp, "wb") as fh:
@@ -41,9 +45,16 @@ def save_checkpoint(
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    for old in sorted(directory.glob("checkpoint_*.npz"))[:-keep] if keep > 0 else []:
+    for old in sorted(directory.glob(GLOB))[:-keep] if keep > 0 else []:
         old.unlink()
+    for stale in directory.glob(".checkpoint_*.partial"):  # left by a write that was killed midway
+        stale.unlink(missing_ok=True)
     return path
+
+
+def partial_path(path: Path) -> Path:
+    """Where a checkpoint is written before its atomic rename: hidden, and not matching GLOB."""
+    return path.with_name(f".{path.stem}.partial")
 
 
 def find_checkpoint(path: Path) -> Path:
@@ -53,7 +64,7 @@ def find_checkpoint(path: Path) -> Path:
         return path
     for directory in (path / "checkpoints", path):
         if directory.is_dir():
-            found = sorted(directory.glob("checkpoint_*.npz"))
+            found = sorted(directory.glob(GLOB))
             if found:
                 return found[-1]
     if not path.exists():
