@@ -126,8 +126,8 @@ def test_cylinder_short_run_forces():
     assert rows.shape == (1500, 2 + 1 + 2)
     assert np.all(np.isfinite(rows))
     m = case.metrics(setup, fields, run.steps)
-    assert 0.5 < m["cd_mean"] < 5.0
-    assert abs(m["cl_mean"]) < 0.05
+    # 1500 steps hold the start-up transient and no shedding cycle: no statistics are claimed
+    assert m["cd_mean"] is None and m["strouhal"] is None and "no statistically stationary window" in m["stationary_note"]
     assert setup.derived["radius"] == 6 and setup.derived["center"] == [30, 27]
     # the inlet column carries the prescribed profile exactly along x
     inlet = next(bc for bc in setup.boundaries if bc.stage == "inlet")
