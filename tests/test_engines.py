@@ -179,6 +179,21 @@ def test_threads_do_not_change_the_result(monkeypatch):
     np.testing.assert_array_equal(results[0], results[1])
 
 
+@needs_native
+@pytest.mark.parametrize("overrides", [["case=taylor_green", "grid.nx=96", "grid.ny=200"],
+                                       ["grid.nx=240", "grid.ny=90"]], ids=["periodic", "cylinder"])
+def test_threaded_native_equals_xla(overrides, monkeypatch):
+    """Above 16384 cells per plane the native kernel splits rows among threads: compared with xla there too."""
+    monkeypatch.setenv("LBM_NATIVE_THREADS", "2")
+    setup = _setup(overrides, "float64")
+    assert int(np.prod(setup.shape)) >= 16384
+    f_ref, aux_ref = _run(XlaEngine(setup), setup, 7)
+    f_nat, aux_nat = _run(make_engine(setup, engine="native"), setup, 7)
+    np.testing.assert_allclose(f_nat, f_ref, rtol=0, atol=1e-13 * np.abs(f_ref).max())
+    for key in aux_ref:
+        np.testing.assert_allclose(aux_nat[key], aux_ref[key], rtol=0, atol=1e-12 * np.abs(aux_ref[key]).max())
+
+
 # --- fused and instrumented modes run the same stage functions --------------------------------------
 
 MODE_CASES = {
