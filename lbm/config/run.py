@@ -120,6 +120,10 @@ class RunConfig:
     progress: str = "auto"
     engine: str = "auto"
     profile: dict[str, Any] = field(default_factory=dict)
+    parallel_mesh: tuple[int, ...] | None = None
+    """Blocks per grid axis (lbm.parallel), None on one device."""
+    parallel: dict[str, Any] = field(default_factory=dict)
+    """partitioner, coordinator, num_processes, process_id."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -185,9 +189,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     if precision == "float64":
         check_float64_supported()
     spd = check_int("steps_per_dispatch", _get(cfg, "steps_per_dispatch", 0), 0)
-    devices = check_int("parallel.devices", _get(cfg, "parallel.devices", 1), -1)
-    if devices not in (1,):
-        raise ConfigError("parallel.devices", devices, "1 (multi-device runs are not implemented yet)")
+    devices, mesh, par = validate_parallel(_get(cfg, "parallel", {}) or {}, grid, engine)
 
     profile = validate_profile(_get(cfg, "profile", {}) or {})
     case_params = {k: v for k, v in dict(_get(cfg, "case")).items() if k != "name"}
@@ -196,6 +198,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
         mode=mode, precision=precision, steps=steps, steps_auto=steps is None, grid=grid, reynolds=reynolds, tau=tau,
         u_lattice=u_lat,
         output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, profile=profile,
+        parallel_mesh=mesh, parallel=par,
         checkpoint=checkpoint, vtk=vtk, frames=frames, animation=animation, progress=progress, engine=engine,
         raw=dict(cfg),
     )
@@ -214,6 +217,48 @@ def validate_checkpoint(section: Mapping[str, Any], steps: int | None) -> dict[s
         if not Path(resume).expanduser().exists():
             raise ConfigError("checkpoint.resume", resume, "an existing run directory or checkpoint file")
     return {"every": every, "keep": keep, "resume": resume}
+
+
+PARTITIONERS = ("shard_map", "gspmd")
+
+
+def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
+                      engine: str) -> tuple[int, tuple[int, ...] | None, dict[str, Any]]:
+    """The ``parallel`` section: (device count, blocks per grid axis or None on one device, the other keys).
+
+    Starts jax.distributed first when the keys (or Slurm/Open MPI) ask for several processes.
+    """
+    from lbm import parallel
+
+    devices = check_int("parallel.devices", section.get("devices", 1), -1,
+                        words="an integer >= 1, or -1 for all devices")
+    if devices == 0:
+        raise ConfigError("parallel.devices", devices, "an integer >= 1, or -1 for all devices")
+    partitioner = check_choice("parallel.partitioner", section.get("partitioner", "shard_map"), PARTITIONERS)
+    coordinator = section.get("coordinator")
+    if coordinator is not None and (not isinstance(coordinator, str) or ":" not in coordinator):
+        raise ConfigError("parallel.coordinator", coordinator, "host:port of process 0, or null")
+    nproc = section.get("num_processes")
+    nproc = None if nproc is None else check_int("parallel.num_processes", nproc, 1)
+    pid = section.get("process_id")
+    pid = None if pid is None else check_int("parallel.process_id", pid, 0, (nproc or 1) - 1)
+    if (nproc or 1) > 1 and (coordinator is None or pid is None):
+        raise ConfigError("parallel.coordinator", coordinator,
+                          "host:port together with parallel.process_id when parallel.num_processes > 1")
+    parallel.initialize(coordinator, nproc, pid)
+    mesh = section.get("mesh")
+    if devices == 1 and not mesh:
+        return 1, None, {"partitioner": partitioner, "coordinator": coordinator, "num_processes": nproc,
+                         "process_id": pid}
+    devices = parallel.resolve_devices(devices)
+    if mesh is not None and not isinstance(mesh, (list, tuple)):
+        raise ConfigError("parallel.mesh", mesh, f"a list of at most {len(grid)} positive integers, or null")
+    shape = parallel.mesh_shape(devices, list(mesh) if mesh else None, grid)
+    if devices > 1 and engine == "native":
+        raise ConfigError("engine", engine, "xla or auto with parallel.devices > 1",
+                          "the native engine is single-device: use engine=xla, or parallel.devices=1")
+    info = {"partitioner": partitioner, "coordinator": coordinator, "num_processes": nproc, "process_id": pid}
+    return devices, (shape if devices > 1 else None), info
 
 
 def check_float64_supported() -> None:

@@ -65,9 +65,14 @@ class CheckpointSchema:
 
 @dataclasses.dataclass
 class ParallelSchema:
-    """Devices a run uses."""
+    """Devices a run uses, how the grid is split over them, and the processes of a multi-host run."""
 
     devices: int = MISSING
+    mesh: list[int] | None = None
+    partitioner: str = MISSING
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
 
 
 @dataclasses.dataclass
