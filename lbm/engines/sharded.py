@@ -114,7 +114,7 @@ class Layout:
     """How one grid is split: the mesh, its shape per grid axis, and the placement of per-block arrays."""
 
     def __init__(self, setup: Setup, shape: tuple[int, ...]) -> None:
-        self.setup, self.shape = setup, tuple(shape)
+        self.setup, self.shape = setup, tuple(shape) + (1,) * (len(setup.shape) - len(shape))
         self.mesh = parallel.make_mesh(self.shape)
         self.ndim = len(self.shape)
         self.block = tuple(n // m for n, m in zip(setup.shape, self.shape, strict=True))
