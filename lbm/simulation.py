@@ -20,7 +20,7 @@ import numpy as np
 from lbm import parallel
 from lbm.cases import CASES, Case, Setup
 from lbm.cases.base import Snapshot
-from lbm.config import RunConfig, check_output_every, load
+from lbm.config import RunConfig, check_output_every, load, resolve_parallel
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, DivergenceError, LbmError
 from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
@@ -66,7 +66,7 @@ def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:
     Overrides are validated once (lbm.config.load); ``steps=auto`` is resolved (``case.run`` is final);
     float64 is switched on when the run asks for it.
     """
-    run = config if isinstance(config, RunConfig) else load(list(config))
+    run = resolve_parallel(config if isinstance(config, RunConfig) else load(list(config)))
     if run.precision == "float64":
         jax.config.update("jax_enable_x64", True)
     case = make_case(run)

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from lbm import parallel
-from lbm.config import load
+from lbm.config import load, resolve_parallel
 from lbm.engines import make_engine
 from lbm.errors import LbmError
 from lbm.simulation import prepare, simulate
@@ -88,7 +88,7 @@ def refusals(args: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for overrides in args["overrides"]:
         try:
-            load(list(overrides))
+            resolve_parallel(load(list(overrides)))
             out[" ".join(overrides)] = None
         except LbmError as exc:
             out[" ".join(overrides)] = str(exc)

@@ -100,11 +100,11 @@ def test_a_vortex_crosses_block_faces_without_a_seam():
 
 
 def test_bad_parallel_settings_are_one_line_errors():
-    cases = [["parallel.devices=16"], ["parallel.devices=4", "parallel.mesh=[2,3]"],
+    cases = [["parallel.devices=16", "grid.nx=416"], ["parallel.devices=4", "parallel.mesh=[2,3]"],
              ["parallel.devices=4", "grid.nx=422"], ["parallel.devices=4", "engine=native"],
              ["parallel.devices=2", "mode=instrumented"], ["parallel.devices=-1", "parallel.mesh=[4,2]"]]
     r = worker("refusals", {"overrides": cases})
-    assert "at most 8" in r["parallel.devices=16"]
+    assert "at most 8" in r["parallel.devices=16 grid.nx=416"]
     assert "product is parallel.devices=4 (it is 6)" in r["parallel.devices=4 parallel.mesh=[2,3]"]
     assert "multiple of 4" in r["parallel.devices=4 grid.nx=422"]
     assert "native engine is single-device" in r["parallel.devices=4 engine=native"]
@@ -112,11 +112,12 @@ def test_bad_parallel_settings_are_one_line_errors():
     assert all("\n" not in m for m in r.values() if m)
 
 
-def test_bad_parallel_settings_exit_2_on_the_command_line():
-    done = subprocess.run([sys.executable, "-m", "lbm", "run", "parallel.devices=3", "steps=2"], env=forced(2),
+def test_bad_parallel_settings_exit_2_on_the_command_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "lbm", "run", "parallel.devices=4", "steps=2", "grid.nx=64", "grid.ny=32",
+                           "hydra.run.dir=" + str(tmp_path / "run")], env=forced(2),
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].startswith("lbm: error: parallel.devices=3 is invalid")
+    assert done.stderr.strip().splitlines()[-1].startswith("lbm: error: parallel.devices=4 is invalid: expected at most 2")
     assert "Traceback" not in done.stderr
 
 
@@ -150,3 +151,59 @@ def test_run_directory_checkpoints_and_resume(tmp_path):
         sorted(p.name for p in (tmp_path / "full" / "plots").iterdir())
     one, full = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("one", "full"))
     assert set(one) == set(full)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def lbm_run(args: list[str], devices: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "lbm", "run", *args], env=forced(devices), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_device(tmp_path):
+    """jax.distributed on localhost: 2 processes with 2 CPU devices each run one 2x2 mesh; process 0 writes."""
+    base = ["case=cylinder", "grid.nx=64", "grid.ny=32", "steps=40", "precision=float64", "output.progress=none",
+            "engine=xla"]
+    port = free_port()
+    procs = [lbm_run(base + ["parallel.devices=4", "parallel.mesh=[2,2]", f"parallel.coordinator=localhost:{port}",
+                             "parallel.num_processes=2", f"parallel.process_id={i}",
+                             f"hydra.run.dir={tmp_path / 'multi'}"], devices=2) for i in range(2)]
+    procs.append(lbm_run(base + [f"hydra.run.dir={tmp_path / 'one'}"], devices=1))
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(log[-2000:] for log in logs)
+    multi = json.loads((tmp_path / "multi" / "metrics.json").read_text())
+    assert multi["parallel"] == {"devices": 4, "mesh": [2, 2], "block": [32, 16], "partitioner": "shard_map",
+                                 "processes": 2}
+    a, b = np.load(tmp_path / "one" / "fields.npz"), np.load(tmp_path / "multi" / "fields.npz")
+    for key in ("rho", "u", "solid"):
+        assert np.abs(a[key].astype(float) - b[key]).max() <= 1e-13, key  # 40 float64 steps of rounding
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    assert abs(one["cd_mean"] - multi["cd_mean"]) <= 1e-12
+
+
+@pytest.mark.slow
+def test_submitit_local_runs_a_sweep(tmp_path):
+    """hydra/launcher=submitit_local (the launcher the Slurm preset builds on) runs a grid-size sweep."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lbm", "run", "-m", "hydra/launcher=submitit_local", "case=taylor_green",
+         "grid.nx=32,48", "grid.ny=32", "steps=20", "output.plots=false", "output.progress=none", "engine=xla",
+         f"hydra.sweep.dir={tmp_path}"], env=forced(1), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    grids = sorted(json.loads((tmp_path / str(i) / "metrics.json").read_text())["grid"][0] for i in range(2))
+    assert grids == [32, 48]
+    assert (tmp_path / ".submitit").is_dir()
+
+
+def test_slurm_preset_composes():
+    done = subprocess.run([sys.executable, "-m", "lbm", "run", "--cfg", "hydra", "hydra/launcher=slurm",
+                           "hydra.launcher.partition=gpu"], env=forced(1), cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "SlurmLauncher" in done.stdout and "partition: gpu" in done.stdout and "gpus_per_task: 1" in done.stdout

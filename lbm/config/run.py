@@ -7,6 +7,7 @@ imports Hydra or the cases: the case and collision names are the files of the co
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -186,10 +187,10 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     frames = check_bool("output.frames", _get(cfg, "output.frames", False)) or animation
     progress = check_choice("output.progress", _get(cfg, "output.progress", "auto"), ("auto", "bar", "log", "none"))
     checkpoint = validate_checkpoint(_get(cfg, "checkpoint", {}) or {}, steps)
-    if precision == "float64":
-        check_float64_supported()
     spd = check_int("steps_per_dispatch", _get(cfg, "steps_per_dispatch", 0), 0)
     devices, mesh, par = validate_parallel(_get(cfg, "parallel", {}) or {}, grid, engine)
+    if precision == "float64":  # after validate_parallel: it may start jax.distributed, which must come first
+        check_float64_supported()
 
     profile = validate_profile(_get(cfg, "profile", {}) or {})
     case_params = {k: v for k, v in dict(_get(cfg, "case")).items() if k != "name"}
@@ -224,9 +225,12 @@ PARTITIONERS = ("shard_map", "gspmd")
 
 def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
                       engine: str) -> tuple[int, tuple[int, ...] | None, dict[str, Any]]:
-    """The ``parallel`` section: (device count, blocks per grid axis or None on one device, the other keys).
+    """The ``parallel`` section: (devices, blocks per grid axis if known, the other keys).
 
-    Starts jax.distributed first when the keys (or Slurm/Open MPI) ask for several processes.
+    Starts jax.distributed when the keys ask for several processes (or Slurm/Open MPI started
+    several); otherwise touches no device: the device count is checked, and ``-1`` resolved, where
+    the job runs (:func:`resolve_parallel`), so that a launcher can validate a cluster job on a
+    machine without its devices.
     """
     from lbm import parallel
 
@@ -245,20 +249,39 @@ def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
     if (nproc or 1) > 1 and (coordinator is None or pid is None):
         raise ConfigError("parallel.coordinator", coordinator,
                           "host:port together with parallel.process_id when parallel.num_processes > 1")
-    parallel.initialize(coordinator, nproc, pid)
+    parallel.initialize(coordinator, nproc, pid)  # before anything touches a backend (a no-op on one process)
     mesh = section.get("mesh")
-    if devices == 1 and not mesh:
-        return 1, None, {"partitioner": partitioner, "coordinator": coordinator, "num_processes": nproc,
-                         "process_id": pid}
-    devices = parallel.resolve_devices(devices)
     if mesh is not None and not isinstance(mesh, (list, tuple)):
         raise ConfigError("parallel.mesh", mesh, f"a list of at most {len(grid)} positive integers, or null")
-    shape = parallel.mesh_shape(devices, list(mesh) if mesh else None, grid)
-    if devices > 1 and engine == "native":
+    shape = None
+    if devices != -1 or mesh:
+        shape = parallel.mesh_shape(devices if devices != -1 else math.prod(mesh or [1]), list(mesh or []), grid)
+        devices = math.prod(shape)
+    if engine == "native" and devices != 1:
         raise ConfigError("engine", engine, "xla or auto with parallel.devices > 1",
                           "the native engine is single-device: use engine=xla, or parallel.devices=1")
-    info = {"partitioner": partitioner, "coordinator": coordinator, "num_processes": nproc, "process_id": pid}
-    return devices, (shape if devices > 1 else None), info
+    info = {"partitioner": partitioner, "coordinator": coordinator, "num_processes": nproc, "process_id": pid,
+            "mesh": list(mesh) if mesh else None}
+    return devices, (shape if shape is not None and devices > 1 else None), info
+
+
+def resolve_parallel(run: RunConfig) -> RunConfig:
+    """Where the job runs: start jax.distributed if asked (or detected), check the device count, resolve -1.
+
+    Must run before JAX touches a backend in a multi-process job; returns the run with its mesh.
+    """
+    from lbm import parallel
+
+    p = run.parallel
+    parallel.initialize(p.get("coordinator"), p.get("num_processes"), p.get("process_id"))
+    if run.parallel_devices == 1:
+        return run
+    devices = parallel.resolve_devices(run.parallel_devices)
+    shape = parallel.mesh_shape(devices, p.get("mesh"), run.grid)
+    if run.engine == "native" and devices > 1:
+        raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1",
+                          "the native engine is single-device: use engine=xla, or parallel.devices=1")
+    return dataclasses.replace(run, parallel_devices=devices, parallel_mesh=shape if devices > 1 else None)
 
 
 def check_float64_supported() -> None:
