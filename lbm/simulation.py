@@ -267,7 +267,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
         from lbm.roofline import measure_bandwidth
 
         profiler = Profiler(
-            run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps, stages=list(setup.stages),
+            run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps,
+            stages=list(getattr(engine, "stage_names", setup.stages)),
             run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
             programs=lambda: engine.describe(1), compile_times=lambda: engine.compile_times,
             bandwidth=measure_bandwidth,

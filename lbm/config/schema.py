@@ -134,6 +134,7 @@ class BenchSchema:
     precision: Any = MISSING  # one precision or a list of them
     grid: GridSchema = dataclasses.field(default_factory=GridSchema)
     sizes: Any = None  # null or a list of sizes: n or [nx, ny(, nz)]
+    parallel: dict[str, Any] = dataclasses.field(default_factory=lambda: {"devices": None})  # scaling sweep
     cylinder_grid: GridSchema = dataclasses.field(default_factory=GridSchema)
     repeats: int = MISSING
     warmup: int = MISSING

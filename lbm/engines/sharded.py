@@ -291,6 +291,11 @@ class ShardedSupport:
         return (f"mesh {'x'.join(map(str, self.layout.shape))} ({', '.join(self.layout.sharded_axes)}), "
                 f"blocks {'x'.join(map(str, self.layout.block))}, halo before {self.pieces[self.halo_at() + 1][0]}")
 
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        """The stages of the sharded timestep in order, ``halo`` included (each once)."""
+        return tuple(dict.fromkeys(p[0] for p in self.pieces))
+
     def halo_at(self) -> int:
         """Position of the halo piece in the plan."""
         return [p[0] for p in self.pieces].index(HALO)
