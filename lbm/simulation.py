@@ -18,9 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbm import parallel
 from lbm.cases import CASES, Case, Setup
 from lbm.cases.base import Snapshot
-from lbm.config import RunConfig, check_output_every, load
+from lbm.config import RunConfig, check_output_every, load, resolve_parallel
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, DivergenceError, LbmError
 from lbm.io.checkpoint import GLOB as CHECKPOINT_GLOB
@@ -67,7 +68,7 @@ def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:
     Overrides are validated once (lbm.config.load); ``steps=auto`` is resolved (``case.run`` is final);
     float64 is switched on when the run asks for it.
     """
-    run = config if isinstance(config, RunConfig) else load(list(config))
+    run = resolve_parallel(config if isinstance(config, RunConfig) else load(list(config)))
     if run.precision == "float64":
         jax.config.update("jax_enable_x64", True)
     case = make_case(run)
@@ -260,7 +261,9 @@ class Outputs:
         on_interval = step % every == 0 or step == self.run.steps
         if not (self.run.vtk or self.run.frames) or not on_interval:
             return
-        fields = snapshot.fields
+        fields = snapshot.fields  # gathered on every process; process 0 writes
+        if not parallel.is_writer():
+            return
         if self.run.vtk:
             from lbm.io.vtk import write_vti
 
@@ -281,13 +284,14 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     log_parameters(run, setup)
 
     try:
-        engine: Engine = make_engine(setup, run.mode, engine=run.engine, sync=bool(run.profile.get("sync")))
+        engine: Engine = make_engine(setup, run.mode, engine=run.engine, sync=bool(run.profile.get("sync")),
+                                     mesh=run.parallel_mesh, partitioner=run.parallel.get("partitioner", "shard_map"))
     except EngineUnavailable as exc:
-        raise LbmError(f"engine=native is not available here ({exc}); use engine=auto or engine=xla") from None
-    if run.mode == "fused":
+        raise LbmError(f"engine={run.engine} is not available here ({exc}); use engine=auto or engine=xla") from None
+    if run.mode == "fused" or run.parallel_mesh:
         log_engine_choice(engine)
-    f = setup.initial_populations()
-    fluid = jnp.asarray(setup.fluid)
+    place, fluid = sharded_placement(engine, setup)
+    f = place(setup.initial_populations())
     outputs = Outputs(run, run_dir, engine)
     step = 0
     mass0 = float(chunk_stats(f, fluid, setup.lattice)[1])
@@ -303,7 +307,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
             raise LbmError(f"cannot resume from {ckpt['path']}: it is at step {step} and steps={run.steps}; "
                            f"set steps above {step}")
         state = ckpt["state"]
-        f = jnp.asarray(ckpt["f"])
+        f = place(jnp.asarray(ckpt["f"]))
         mass0 = float(state.pop("run/mass0"))
         monitor = state.pop("run/monitor")
         outputs.monitor = [(int(s), float(m), float(e)) for s, m, e in monitor]
@@ -321,11 +325,12 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
         from lbm.roofline import measure_bandwidth
 
         profiler = Profiler(
-            run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps, stages=list(setup.stages),
+            run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps,
+            stages=list(getattr(engine, "stage_names", setup.stages)),
             run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
             programs=lambda: engine.describe(1), compile_times=lambda: engine.compile_times,
             bandwidth=measure_bandwidth,
-            compile_window=(lambda: engine.compile(setup.initial_populations(), 1)) if run.mode == "fused" else None)
+            compile_window=(lambda: engine.compile(place(setup.initial_populations()), 1)) if run.mode == "fused" else None)
         profiler.start()
 
     # Compile before timing: the fused chunks ahead of time, the instrumented stages on a throw-away step.
@@ -337,7 +342,10 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     def checkpoint(at: int, pops: Any) -> Path:
         state = {**case.state(), "run/mass0": np.float64(mass0),
                  "run/monitor": np.array(outputs.monitor, dtype=np.float64).reshape(-1, 3)}
-        path = save_checkpoint(run_dir / "checkpoints", at, np.asarray(pops), identity(run, setup), state,
+        host = parallel.to_host(pops)  # every process takes part in the gather; process 0 writes
+        if not parallel.is_writer():
+            return run_dir / "checkpoints"
+        path = save_checkpoint(run_dir / "checkpoints", at, host, identity(run, setup), state,
                                run.checkpoint.get("keep", 3))
         log.info("checkpoint %s", path.relative_to(run_dir))
         return path
@@ -364,14 +372,14 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                 if profiler is not None:
                     n = profiler.chunk_limit(step, n)
                 if keep_host_copy:
-                    last_good = (step, np.array(f, copy=True))
+                    last_good = (step, np.array(parallel.to_host(f), copy=True))
                 t0 = time.perf_counter()
                 f, aux = engine.advance(f, n, first_step=step)
                 healthy, mass, energy = (np.asarray(v).item() for v in chunk_stats(f, fluid, setup.lattice))
                 t_run += time.perf_counter() - t0
                 step += n
                 if not healthy:
-                    loc = first_bad_cell(np.asarray(f), setup.lattice)
+                    loc = first_bad_cell(parallel.to_host(f), setup.lattice)
                     raise DivergenceError(f"simulation diverged by step {step} (first bad cell {loc}): "
                                           f"{likely_cause(setup)}")
                 snapshot = Snapshot(step, aux, lambda f=f, step=step: engine.fields(f, step))
@@ -402,14 +410,15 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
         metrics.update(diverged_at_step=step, error=str(exc))
         if last_good is not None:
             metrics["fields_from_step"] = last_good[0]
-            finish(run, run_dir, case, engine, jnp.asarray(last_good[1]), metrics, outputs, mass0, profiler)
-        else:
+            finish(run, run_dir, case, engine, place(jnp.asarray(last_good[1])), metrics, outputs, mass0, profiler)
+        elif parallel.is_writer():
             write_json(run_dir / "metrics.json", metrics)
         raise
     except BaseException:
         progress.close()
-        write_json(run_dir / "metrics.json", build_metrics(run, setup, engine, step - start, t_run, "interrupted")
-                   | {"step_reached": step})
+        if parallel.is_writer():
+            write_json(run_dir / "metrics.json", build_metrics(run, setup, engine, step - start, t_run,
+                                                               "interrupted") | {"step_reached": step})
         raise
     progress.close()
     metrics = build_metrics(run, setup, engine, step - start, t_run, status)
@@ -423,6 +432,14 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     if error is not None:
         raise error
     return metrics
+
+
+def sharded_placement(engine: Engine, setup: Setup) -> tuple[Any, jnp.ndarray]:
+    """How populations reach the engine (sharded over its mesh, or as they are) and the fluid mask placed alike."""
+    place = getattr(engine, "place", None)
+    if place is None:
+        return (lambda a: a), jnp.asarray(setup.fluid)
+    return place, engine.place_cells(setup.fluid)  # type: ignore[attr-defined]
 
 
 def chunk_lengths(start: int, steps: int, k: int) -> set[int]:
@@ -453,9 +470,11 @@ def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.nda
     if profiler is not None:
         metrics["profile"] = profiler.finish()
     fields = engine.fields(f, int(metrics.get("fields_from_step", metrics.get("step_reached", run.steps))))
-    mass = float(chunk_stats(f, jnp.asarray(setup.fluid), setup.lattice)[1])
+    mass = float(chunk_stats(f, sharded_placement(engine, setup)[1], setup.lattice)[1])
     metrics["mass_rel_drift"] = mass / mass0 - 1.0
     metrics.update(case.metrics(setup, fields, int(metrics.get("step_reached", run.steps))))
+    if not parallel.is_writer():  # the shared files of the run directory come from process 0
+        return
     write_fields(run_dir / "fields.npz", fields)
     written = ["fields.npz"] + case.write_outputs(run_dir, setup, fields, metrics)
     written.append(write_monitor(run_dir, outputs.monitor, mass0))
@@ -511,6 +530,7 @@ def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int
         "wall_time_s": t_run,
         "mlups": cells * steps_timed / t_run / 1e6 if t_run > 0 else None,
         "mlups_clock": "host wall clock over the stepping loop, compilation excluded, one device sync per chunk",
+        "parallel": parallel_description(run, engine),
         "tau": setup.tau,
         "nu": setup.nu,
         "u_lattice": run.u_lattice,
@@ -518,6 +538,15 @@ def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int
         "mach": setup.derived["mach"],
         "derived": dict(setup.derived),
     }
+
+
+def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
+    """Devices, mesh, partitioner and processes of the run."""
+    layout = getattr(engine, "layout", None)
+    return {"devices": run.parallel_devices, "mesh": list(layout.shape) if layout is not None else None,
+            "block": list(layout.block) if layout is not None else None,
+            "partitioner": run.parallel.get("partitioner") if layout is not None else None,
+            "processes": jax.process_count()}
 
 
 def case_summary_keys(metrics: dict[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 import os
 import sys
 import time
@@ -150,6 +151,9 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
     """Measure everything the config asks for and write bench.json into ``run_dir``; returns the document."""
     import jax
 
+    if (cfg.get("parallel") or {}).get("devices") is not None:
+        return run_scaling(cfg, run_dir)
+
     from lbm.bench.report import print_table, summary, write_json
     from lbm.bench.throughput import apply_roofline, measure
     from lbm.roofline import measure_bandwidth
@@ -218,6 +222,124 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
     return doc
 
 
+def scaling_plan(cfg: dict[str, Any]) -> tuple[list[int], tuple[int, ...], str, int]:
+    """Device counts, base grid, lattice and repeats of a ``parallel.devices=[...]`` bench (raises ConfigError)."""
+    from lbm.config import check_choice, check_int
+    from lbm.lattice import LATTICES
+
+    counts = [check_int("parallel.devices", n, 1) for n in _as_list(cfg["parallel"]["devices"])]
+    lattice = check_choice("lattice", (cfg.get("lattice") or {}).get("name"), tuple(LATTICES))
+    dims = LATTICES[lattice].d
+    node = cfg["grid"]
+    grid = tuple(check_int(f"grid.{a}", node.get(a), 4) for a in ("nx", "ny", "nz")[:dims])
+    return counts, grid, lattice, check_int("repeats", cfg.get("repeats"), 1)
+
+
+def run_scaling(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Strong and weak scaling of the sharded engine over ``parallel.devices`` on the periodic box; writes bench.json.
+
+    Per device count: MLUPS of the fused chunk (shard_map and GSPMD partitioning), and the halo's share of
+    a step from the instrumented sharded engine with a sync after every piece (device execution per piece).
+    """
+    import statistics
+
+    import jax
+
+    from lbm import parallel
+    from lbm.bench.report import write_json
+    from lbm.engines import make_engine
+    from lbm.simulation import prepare
+
+    counts, grid, lattice, repeats = scaling_plan(cfg)
+    for n in counts:
+        parallel.resolve_devices(n)
+    steps = 20 if cfg.get("steps") == "auto" else int(cfg["steps"])
+    log = logging.getLogger("lbm.bench")
+    rows = []
+    for kind in ("strong", "weak"):
+        for n in counts:
+            g = (grid[0] * (n if kind == "weak" else 1),) + grid[1:]
+            ov = ["case=taylor_green", f"lattice={lattice}", "steps=1", "precision=float32",
+                  *(f"grid.{a}={v}" for a, v in zip(("nx", "ny", "nz"), g, strict=False))]
+            _, setup = prepare(ov)
+            mesh = (n,) + (1,) * (len(g) - 1)
+            row: dict[str, Any] = {"scaling": kind, "devices": n, "grid": list(g), "mesh": list(mesh)}
+            for part in ("shard_map", "gspmd") if n > 1 else ("single",):
+                engine = make_engine(setup, "fused", "xla", mesh=mesh if n > 1 else None, partitioner=part)
+                f = setup.initial_populations()
+                if n > 1:
+                    f = engine.place(f)
+                engine.compile(f, steps)
+                f = jax.block_until_ready(engine.advance(f, steps)[0])
+                times = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    f = jax.block_until_ready(engine.advance(f, steps)[0])
+                    times.append(time.perf_counter() - t0)
+                t = statistics.median(times)
+                row[f"mlups_{part}"] = math.prod(g) * steps / t / 1e6
+            if n > 1:
+                row["mlups"] = max(row["mlups_shard_map"], row["mlups_gspmd"])
+                inst = make_engine(setup, "instrumented", mesh=mesh, sync=True)
+                row["halo_share"] = halo_share(inst, setup, repeats)
+            else:
+                row["mlups"] = row["mlups_single"]
+                row["halo_share"] = 0.0
+            rows.append(row)
+            log.info("%s n=%d grid=%s: %.2f MLUPS, halo %.1f%% of the step", kind, n, g, row["mlups"],
+                     100 * row["halo_share"])
+    for kind in ("strong", "weak"):
+        mine = [r for r in rows if r["scaling"] == kind]
+        base = next((r for r in mine if r["devices"] == 1), mine[0])
+        for r in mine:
+            per_device = r["mlups"] / r["devices"] / (base["mlups"] / base["devices"])
+            r["efficiency"] = per_device if kind == "weak" else r["mlups"] / (base["mlups"] * r["devices"] / base["devices"])
+    doc = {"schema": SCHEMA, "command": "python -m lbm bench " + " ".join(cfg.get("_overrides", [])),
+           "environment": environment(), "scaling": rows,
+           "clock": "host wall clock per chunk of steps (MLUPS); halo share: synchronised instrumented pieces",
+           "note": "forced host devices share the machine's cores: read the halo share, not the absolute speed"}
+    write_json(run_dir / cfg.get("output", "bench.json"), doc)
+    print(scaling_table(rows))
+    return doc
+
+
+def halo_share(engine: Any, setup: Any, repeats: int) -> float:
+    """Median share of one step spent in the ``halo`` piece (instrumented engine, synchronised after each piece)."""
+    import statistics
+
+    import jax
+
+    from lbm.boundaries.base import StepState
+    from lbm.engines.timestep import outputs, step_index
+    from lbm.stages import HALO
+
+    f = engine.place(setup.initial_populations())
+    engine.compile(f, 1)
+    shares = []
+    for k in range(max(3, repeats)):
+        s = StepState(f=f, t=step_index(k))
+        spent: dict[str, float] = {}
+        for (name, _), run in zip(engine.pieces, engine.piece_runs, strict=True):
+            t0 = time.perf_counter()
+            s = jax.block_until_ready(run(s, engine.params))
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+        outputs(s)
+        f = s.f
+        shares.append(spent[HALO] / sum(spent.values()))
+    return statistics.median(shares)
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> str:
+    """The scaling rows as a text table (MLUPS, parallel efficiency, halo share)."""
+    lines = [f"{'scaling':8} {'devices':>7} {'grid':>14} {'MLUPS':>8} {'shard_map':>10} {'gspmd':>8} "
+             f"{'efficiency':>10} {'halo share':>10}"]
+    for r in rows:
+        lines.append(f"{r['scaling']:8} {r['devices']:>7} {'x'.join(map(str, r['grid'])):>14} {r['mlups']:>8.2f} "
+                     f"{r.get('mlups_shard_map', float('nan')):>10.2f} {r.get('mlups_gspmd', float('nan')):>8.2f} "
+                     f"{r['efficiency']:>10.2f} {100 * r['halo_share']:>9.1f}%")
+    return "\n".join(lines)
+
+
 class _Progress:
     """A single transient status line on stderr while the bench runs."""
 
@@ -273,7 +395,11 @@ def main(args: Sequence[str]) -> int:
 
     overrides, multirun, _ = split_hydra_args(args)
     for job in expand_jobs(overrides, multirun):
-        plan(compose_bench(job))
+        cfg = compose_bench(job)
+        if (cfg.get("parallel") or {}).get("devices") is not None:
+            scaling_plan(cfg)
+        else:
+            plan(cfg)
     return run_hydra(_task, "bench", "bench", args)
 
 

@@ -7,6 +7,7 @@ imports Hydra or the cases: the case and collision names are the files of the co
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -122,6 +123,10 @@ class RunConfig:
     profile: dict[str, Any] = field(default_factory=dict)
     collision_rates: dict[str, Any] = field(default_factory=dict)
     """mrt: bulk, ghost, odd (None = from collision.magic); regularized: bulk; both: smagorinsky."""
+    parallel_mesh: tuple[int, ...] | None = None
+    """Blocks per grid axis (lbm.parallel), None on one device."""
+    parallel: dict[str, Any] = field(default_factory=dict)
+    """partitioner, coordinator, num_processes, process_id."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -192,12 +197,10 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     frames = check_bool("output.frames", _get(cfg, "output.frames", False)) or animation
     progress = check_choice("output.progress", _get(cfg, "output.progress", "auto"), ("auto", "bar", "log", "none"))
     checkpoint = validate_checkpoint(_get(cfg, "checkpoint", {}) or {}, steps)
-    if precision == "float64":
-        check_float64_supported()
     spd = check_int("steps_per_dispatch", _get(cfg, "steps_per_dispatch", 0), 0)
-    devices = check_int("parallel.devices", _get(cfg, "parallel.devices", 1), -1)
-    if devices not in (1,):
-        raise ConfigError("parallel.devices", devices, "1 (multi-device runs are not implemented yet)")
+    devices, mesh, par = validate_parallel(_get(cfg, "parallel", {}) or {}, grid, engine)
+    if precision == "float64":  # after validate_parallel: it may start jax.distributed, which must come first
+        check_float64_supported()
 
     profile = validate_profile(_get(cfg, "profile", {}) or {})
     case_params = {k: v for k, v in dict(_get(cfg, "case")).items() if k != "name"}
@@ -206,6 +209,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
         mode=mode, precision=precision, steps=steps, steps_auto=steps is None, grid=grid, reynolds=reynolds, tau=tau,
         u_lattice=u_lat,
         output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, profile=profile,
+        parallel_mesh=mesh, parallel=par,
         checkpoint=checkpoint, vtk=vtk, frames=frames, animation=animation, progress=progress, engine=engine,
         collision_rates=collision_rates, raw=dict(cfg),
     )
@@ -224,6 +228,70 @@ def validate_checkpoint(section: Mapping[str, Any], steps: int | None) -> dict[s
         if not Path(resume).expanduser().exists():
             raise ConfigError("checkpoint.resume", resume, "an existing run directory or checkpoint file")
     return {"every": every, "keep": keep, "resume": resume}
+
+
+PARTITIONERS = ("shard_map", "gspmd")
+
+
+def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
+                      engine: str) -> tuple[int, tuple[int, ...] | None, dict[str, Any]]:
+    """The ``parallel`` section: (devices, blocks per grid axis if known, the other keys).
+
+    Starts jax.distributed when the keys ask for several processes (or Slurm/Open MPI started
+    several); otherwise touches no device: the device count is checked, and ``-1`` resolved, where
+    the job runs (:func:`resolve_parallel`), so that a launcher can validate a cluster job on a
+    machine without its devices.
+    """
+    from lbm import parallel
+
+    devices = check_int("parallel.devices", section.get("devices", 1), -1,
+                        words="an integer >= 1, or -1 for all devices")
+    if devices == 0:
+        raise ConfigError("parallel.devices", devices, "an integer >= 1, or -1 for all devices")
+    partitioner = check_choice("parallel.partitioner", section.get("partitioner", "shard_map"), PARTITIONERS)
+    coordinator = section.get("coordinator")
+    if coordinator is not None and (not isinstance(coordinator, str) or ":" not in coordinator):
+        raise ConfigError("parallel.coordinator", coordinator, "host:port of process 0, or null")
+    nproc = section.get("num_processes")
+    nproc = None if nproc is None else check_int("parallel.num_processes", nproc, 1)
+    pid = section.get("process_id")
+    pid = None if pid is None else check_int("parallel.process_id", pid, 0, (nproc or 1) - 1)
+    if (nproc or 1) > 1 and (coordinator is None or pid is None):
+        raise ConfigError("parallel.coordinator", coordinator,
+                          "host:port together with parallel.process_id when parallel.num_processes > 1")
+    parallel.initialize(coordinator, nproc, pid)  # before anything touches a backend (a no-op on one process)
+    mesh = section.get("mesh")
+    if mesh is not None and not isinstance(mesh, (list, tuple)):
+        raise ConfigError("parallel.mesh", mesh, f"a list of at most {len(grid)} positive integers, or null")
+    shape = None
+    if devices != -1 or mesh:
+        shape = parallel.mesh_shape(devices if devices != -1 else math.prod(mesh or [1]), list(mesh or []), grid)
+        devices = math.prod(shape)
+    if engine == "native" and devices != 1:
+        raise ConfigError("engine", engine, "xla or auto with parallel.devices > 1",
+                          "the native engine is single-device: use engine=xla, or parallel.devices=1")
+    info = {"partitioner": partitioner, "coordinator": coordinator, "num_processes": nproc, "process_id": pid,
+            "mesh": list(mesh) if mesh else None}
+    return devices, (shape if shape is not None and devices > 1 else None), info
+
+
+def resolve_parallel(run: RunConfig) -> RunConfig:
+    """Where the job runs: start jax.distributed if asked (or detected), check the device count, resolve -1.
+
+    Must run before JAX touches a backend in a multi-process job; returns the run with its mesh.
+    """
+    from lbm import parallel
+
+    p = run.parallel
+    parallel.initialize(p.get("coordinator"), p.get("num_processes"), p.get("process_id"))
+    if run.parallel_devices == 1:
+        return run
+    devices = parallel.resolve_devices(run.parallel_devices)
+    shape = parallel.mesh_shape(devices, p.get("mesh"), run.grid)
+    if run.engine == "native" and devices > 1:
+        raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1",
+                          "the native engine is single-device: use engine=xla, or parallel.devices=1")
+    return dataclasses.replace(run, parallel_devices=devices, parallel_mesh=shape if devices > 1 else None)
 
 
 def check_float64_supported() -> None:

@@ -65,9 +65,14 @@ class CheckpointSchema:
 
 @dataclasses.dataclass
 class ParallelSchema:
-    """Devices a run uses."""
+    """Devices a run uses, how the grid is split over them, and the processes of a multi-host run."""
 
     devices: int = MISSING
+    mesh: list[int] | None = None
+    partitioner: str = MISSING
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
 
 
 @dataclasses.dataclass
@@ -129,6 +134,7 @@ class BenchSchema:
     precision: Any = MISSING  # one precision or a list of them
     grid: GridSchema = dataclasses.field(default_factory=GridSchema)
     sizes: Any = None  # null or a list of sizes: n or [nx, ny(, nz)]
+    parallel: dict[str, Any] = dataclasses.field(default_factory=lambda: {"devices": None})  # scaling sweep
     cylinder_grid: GridSchema = dataclasses.field(default_factory=GridSchema)
     repeats: int = MISSING
     warmup: int = MISSING

@@ -34,7 +34,15 @@ from lbm.errors import LbmError
 from lbm.hlo import stages_in
 from lbm.profiling import queries
 from lbm.profiling.tracedb import TraceDB
-from lbm.stages import FUSED_STEP, STAGES, TIMESTEP
+from lbm.stages import FUSED_STEP, HALO, STAGES, TIMESTEP
+
+REPORTED = (*STAGES, HALO)
+"""Stage names a breakdown reports: the timestep's stages and, in sharded runs, the halo exchange."""
+
+
+def _listed(stages: Iterable[str]) -> tuple[str, ...]:
+    """The rows of a breakdown: every timestep stage (skipped ones say so) and the halo where the run has one."""
+    return STAGES + ((HALO,) if HALO in set(stages) else ())
 
 STEP = TIMESTEP
 """Name of the per-step annotation (StepTraceAnnotation) in both modes."""
@@ -278,20 +286,20 @@ def compute(db: TraceDB, stages: Sequence[str] | None = None, *, mode: str | Non
             compile_info: CompileInfo | None = None, warmup: int | None = None) -> Breakdown:
     """The breakdown of the trace in ``db``; ``stages``: the case's active stages (None: found in the trace)."""
     info = compile_info or CompileInfo()
-    spans = _spans(db, [*STAGES, STEP, WARMUP_MARK, STEADY_MARK, COMPILE_MARK])
+    spans = _spans(db, [*REPORTED, STEP, WARMUP_MARK, STEADY_MARK, COMPILE_MARK])
     steps_all = [s for s in spans if s.name == STEP]
     marks = [s for s in spans if s.name in (WARMUP_MARK, STEADY_MARK, COMPILE_MARK)]
-    stage_spans = [s for s in spans if s.name in STAGES]
+    stage_spans = [s for s in spans if s.name in REPORTED]
     if not steps_all and not stage_spans:
         raise LbmError(f"{db.source or 'trace'}: no lbm '{STEP}' or stage annotations found: "
                        "is it a trace of python -m lbm run profile.enabled=true? (--sql still works on any trace)")
     if mode is None:
         mode = "instrumented" if stage_spans else "fused"
-    present = [s for s in STAGES if any(sp.name == s for sp in stage_spans)]
+    present = [s for s in REPORTED if any(sp.name == s for sp in stage_spans)]
     if stages is None:
-        stages = present if mode == "instrumented" else [s for s in STAGES if info.kernels(FUSED_STEP)
+        stages = present if mode == "instrumented" else [s for s in REPORTED if info.kernels(FUSED_STEP)
                                                           and any(s in v for v in info.kernels(FUSED_STEP).values())]
-    stages = [s for s in STAGES if s in stages]
+    stages = [s for s in REPORTED if s in stages]
     # The host thread is the one holding the timestep spans.
     track_counts: dict[int, int] = defaultdict(int)
     for s in steps_all or stage_spans:
@@ -358,7 +366,7 @@ def _instrumented(stages: list[str], stage_spans: list[Span], steps_all: list[Sp
     rows: list[dict[str, Any]] = []
     host_total = sum(sp.dur for sp in steady_calls if sp.name in stages)
     dev_total = sum(sum(v) for v in per_stage_dev.values())
-    for stage in STAGES:
+    for stage in _listed(stages):
         if stage not in stages:
             rows.append({"stage": stage, "status": "skipped", "clock": "not used by this case"})
             continue
@@ -426,7 +434,7 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
         notes.append("no compile report (compile/compile.json) and no op_name in the trace: kernels cannot be "
                      "attributed to stages; only the whole step is timed")
     if not stages:
-        stages = [s for s in STAGES if any(s in v for v in kmap.values())]
+        stages = [s for s in REPORTED if any(s in v for v in kmap.values())]
     per_set: dict[str, list[int]] = defaultdict(list)
     first_set: dict[str, int] = defaultdict(int)
     kernels: dict[str, list[int]] = defaultdict(list)
@@ -436,7 +444,7 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
     set_kernels: dict[str, set[str]] = defaultdict(set)
 
     def unit_of(op: str) -> str:
-        st = [s for s in kmap.get(op, []) if s in STAGES]
+        st = [s for s in kmap.get(op, []) if s in REPORTED]
         return "+".join(st) if st else UNSCOPED
 
     first_step = _first(steps_all)
@@ -461,7 +469,7 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
         for u in units:
             per_set[u].append(acc.get(u, 0))
     busy_total = sum(step_busy)
-    order = {s: i for i, s in enumerate(STAGES)}
+    order = {s: i for i, s in enumerate(REPORTED)}
 
     def unit_key(u: str) -> tuple[int, int, str]:
         parts = u.split("+")
@@ -492,7 +500,7 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
         r["kernels"] = len(set_kernels[u])
         r["contains"] = " ".join(u.split("+")) if u != UNSCOPED else ""
         unit_rows[u] = r
-    for stage in STAGES:
+    for stage in _listed(stages):
         if stage not in stages:
             rows.append({"stage": stage, "status": "skipped", "clock": "not used by this case"})
         elif stage in unit_rows:

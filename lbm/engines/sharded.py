@@ -1,0 +1,417 @@
+"""The ``sharded`` engine: the timestep of lbm.engines.timestep on blocks of a device mesh, under ``shard_map``.
+
+Populations are sharded along the grid axes (lbm.parallel). Each device runs the stages on its
+block: the local ones (outflow, macroscopic, equilibrium, inlet, collide, full-way bounce-back) on
+the block itself; then the ``halo`` stage gives the post-collision populations a ghost layer holding
+the populations that enter the block (``ppermute``, only those crossing each face); the stages that
+read across a face (half-way and moving walls, forces, stream) run on the extended block, and
+streaming crops it back. Boundary conditions get a block form here (:func:`block_forms`): face
+conditions act only on the edge blocks, masks and link arrays are laid out per block, forces are
+summed over the blocks with ``psum``. ``fused``: n steps under ``lax.scan`` in one jit, each stage
+(``halo`` too) in ``jax.named_scope``; ``instrumented``: each stage its own jit, annotated.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from lbm import parallel
+from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
+from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass, static
+from lbm.cases.base import Setup
+from lbm.engines.base import EngineUnavailable, program
+from lbm.engines.instrumented import InstrumentedEngine
+from lbm.engines.timestep import CORE, as_arrays, outputs, run_stage, step_index
+from lbm.engines.xla import FusedEngine, XlaEngine
+from lbm.kernels.forces import momentum_exchange
+from lbm.lattice import Lattice
+from lbm.stages import FUSED_STEP, HALO, TIMESTEP
+
+FACE_FIELDS = {"f": 1, "rho": 0, "u": 1, "feq": 1}
+"""StepState arrays a face condition may write, with the array axis of grid x."""
+
+
+@pytree_dataclass
+class OnEdge(BoundaryCondition):
+    """A face condition of the grid face x = 0 (``side`` 0) or x = nx - 1 (``side`` -1), kept on the blocks holding it."""
+
+    inner: Any
+    side: int = static(0)
+    blocks: int = static(1)
+
+    @property
+    def stage(self) -> str:  # type: ignore[override]
+        """The inner condition's stage."""
+        return self.inner.stage
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The inner rule on the block's own face, kept only where the block holds the grid's face."""
+        new = self.inner.apply(s, lattice)
+        if self.blocks == 1:
+            return new
+        edge = jax.lax.axis_index("x") == (0 if self.side == 0 else self.blocks - 1)
+        changes = {}
+        for name, ax in FACE_FIELDS.items():
+            old, upd = getattr(s, name), getattr(new, name)
+            if upd is None or upd is old:
+                continue
+            i = 0 if self.side == 0 else old.shape[ax] - 1
+            face = jnp.where(edge, jax.lax.slice_in_dim(upd, i, i + 1, axis=ax),
+                             jax.lax.slice_in_dim(old, i, i + 1, axis=ax))
+            changes[name] = jax.lax.dynamic_update_slice_in_dim(upd, face, i, axis=ax)
+        return s.replace(**changes)
+
+
+@pytree_dataclass
+class OnExtended(BoundaryCondition):
+    """A condition that reads across block faces, run after the halo on the extended block (its arrays laid out so)."""
+
+    inner: Any
+
+    @property
+    def stage(self) -> str:  # type: ignore[override]
+        """The inner condition's stage."""
+        return self.inner.stage
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The inner (dense) rule on the extended block."""
+        return self.inner.apply(s, lattice)
+
+
+@pytree_dataclass
+class BlockForces(BoundaryCondition):
+    """Momentum exchange over the links whose fluid cell lies in the block, summed over all blocks (psum).
+
+    ``link_src`` indexes the block, ``link_dst`` the extended block; padding links have direction 0 (c = 0).
+    """
+
+    link_dir: Any
+    link_src: Any
+    link_dst: Any
+    axes: tuple[str, ...] = static(())
+    stage = "forces"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The state with the obstacle's total force (shape ``(D,)``), the same on every block."""
+        force = momentum_exchange(s.collided, s.post, self.link_dir, self.link_src, self.link_dst, lattice)
+        return s.replace(force=jax.lax.psum(force, self.axes))
+
+
+EXTENDED = (OnExtended, BlockForces)
+"""Block forms that run on the extended block (after the halo)."""
+
+
+class Layout:
+    """How one grid is split: the mesh, its shape per grid axis, and the placement of per-block arrays."""
+
+    def __init__(self, setup: Setup, shape: tuple[int, ...]) -> None:
+        self.setup, self.shape = setup, tuple(shape) + (1,) * (len(setup.shape) - len(shape))
+        self.mesh = parallel.make_mesh(self.shape)
+        self.ndim = len(self.shape)
+        self.block = tuple(n // m for n, m in zip(setup.shape, self.shape, strict=True))
+        self.ext = tuple(b + 2 if m > 1 else b for b, m in zip(self.block, self.shape, strict=True))
+        self.sharded_axes = tuple(parallel.AXES[a] for a, m in enumerate(self.shape) if m > 1)
+
+    def spec(self, lead: int = 1) -> P:
+        """PartitionSpec of an array ``(*lead, *grid)``."""
+        return parallel.grid_spec(self.ndim, lead)
+
+    def sharding(self, lead: int = 1) -> NamedSharding:
+        """NamedSharding of an array ``(*lead, *grid)``."""
+        return NamedSharding(self.mesh, self.spec(lead))
+
+    def grid(self, a: Any, lead: int = 1) -> jax.Array:
+        """A per-cell array ``(*lead, *grid)`` sharded like the grid."""
+        return parallel.place(a, self.mesh, self.spec(lead))
+
+    def extended(self, a: Any, lead: int = 1) -> jax.Array:
+        """A per-cell array laid out as extended blocks (periodic ghost layers), sharded one block per device."""
+        return parallel.place(parallel.extended(np.asarray(a), self.shape, lead), self.mesh, self.spec(lead))
+
+    def face(self, u: Any) -> jax.Array:
+        """An array ``(D, *face)`` on the face x = const, sharded along the face's own grid axes."""
+        return parallel.place(u, self.mesh, P(None, *parallel.AXES[1:self.ndim]))
+
+    def forces(self, bc: Forces, lattice: Lattice) -> BlockForces:
+        """The obstacle's links split by the block of their fluid cell, padded to one length."""
+        if np.any(lattice.c[0]):
+            raise EngineUnavailable("the sharded forces pad with population 0, which must be the rest population")
+        dirs, src, dst = (np.asarray(a, np.int64) for a in (bc.link_dir, bc.link_src, bc.link_dst))
+        coords = np.stack(np.unravel_index(src, self.setup.shape))
+        block = np.asarray(self.block)[:, None]
+        owner = coords // block
+        local = coords % block
+        c = lattice.c[dirs].T
+        sharded = (np.asarray(self.shape) > 1)[:, None]
+        dst_local = np.where(sharded, local + 1 + c, (local + c) % block)
+        src_flat = np.ravel_multi_index(tuple(local), self.block) if src.size else src
+        dst_flat = np.ravel_multi_index(tuple(dst_local), self.ext) if src.size else src
+        owner_flat = np.ravel_multi_index(tuple(owner), self.shape) if src.size else src
+        count = math.prod(self.shape)
+        length = max(1, int(np.bincount(owner_flat, minlength=count).max()) if src.size else 1)
+        out = np.zeros((3, count, length), np.int32)
+        for b in range(count):
+            sel = owner_flat == b
+            k = int(sel.sum())
+            out[0, b, :k], out[1, b, :k], out[2, b, :k] = dirs[sel], src_flat[sel], dst_flat[sel]
+        spec = P(parallel.AXES[: self.ndim])
+        placed = [parallel.place(a.reshape(-1), self.mesh, spec) for a in out]
+        return BlockForces(link_dir=placed[0], link_src=placed[1], link_dst=placed[2],
+                           axes=parallel.AXES[: self.ndim])
+
+
+def block_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice,
+                dtype: Any) -> tuple[BoundaryCondition, ...]:
+    """Each boundary condition in its block form, its arrays placed on the mesh; EngineUnavailable if it has none."""
+    out: list[BoundaryCondition] = []
+    for bc in boundaries:
+        if isinstance(bc, Outflow):
+            out.append(OnEdge(inner=bc, side=-1, blocks=layout.shape[0]))
+        elif isinstance(bc, Inlet):
+            out.append(OnEdge(inner=Inlet(u=layout.face(np.asarray(bc.u)), kind=bc.kind), side=0,
+                              blocks=layout.shape[0]))
+        elif isinstance(bc, FullwayBounceBack):
+            out.append(FullwayBounceBack(solid=layout.grid(np.asarray(bc.solid, bool), lead=0)))
+        elif isinstance(bc, HalfwayBounceBack):
+            arrays = {"solid": layout.extended(np.asarray(bc.solid, bool), lead=0),
+                      "links": layout.extended(np.asarray(bc.links, bool))}
+            if getattr(bc, "wall_term", None) is not None:
+                arrays["wall_term"] = layout.extended(np.asarray(bc.wall_term))
+            out.append(OnExtended(inner=type(bc)(**arrays)))
+        elif isinstance(bc, Forces):
+            out.append(layout.forces(bc, lattice))
+        else:
+            raise EngineUnavailable(f"the sharded engine has no block form of {type(bc).__name__}")
+    return tuple(out)
+
+
+Piece = tuple[str, tuple[int, ...]]
+
+
+def plan(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]:
+    """The timestep as (stage, indices of its block-form conditions), with ``halo`` before the first stage that
+    reads across a face; EngineUnavailable if a block-local condition would have to follow the halo."""
+    pieces: list[Piece] = []
+    halo_done = False
+    for name in setup.stages:
+        mine = [i for i, bc in enumerate(forms) if bc.stage == name]
+        ext = tuple(i for i in mine if isinstance(forms[i], EXTENDED))
+        local = tuple(i for i in mine if not isinstance(forms[i], EXTENDED))
+        if ext and local and min(ext) < max(local) or halo_done and local:
+            raise EngineUnavailable(f"stage {name}: a block-local condition follows one that reads across blocks")
+        if ext and name in CORE:
+            raise EngineUnavailable(f"stage {name}: a condition reading across blocks in a core stage")
+        if halo_done or ext or name == "stream":
+            if not halo_done:
+                if local:
+                    pieces.append((name, local))
+                pieces.append((HALO, ()))
+                halo_done = True
+            pieces.append((name, ext))
+        else:
+            pieces.append((name, local))
+    return pieces
+
+
+def piece_function(piece: Piece, setup: Setup, shape: tuple[int, ...]) -> Callable[[StepState, Any], StepState]:
+    """One piece of the timestep on a block (inside shard_map): a stage's part, or the halo exchange."""
+    name, idx = piece
+    c = setup.lattice.c
+
+    if name == HALO:
+        def halo(s: StepState, params: Any) -> StepState:
+            return s.replace(post=parallel.halo_extend(s.post, c, shape))
+        return halo
+
+    def part(s: StepState, params: Any) -> StepState:
+        s = run_stage(name, s, tuple(params[i] for i in idx), setup)
+        if name == "stream":
+            s = s.replace(f=parallel.crop(s.f, shape), post=None)
+        return s
+
+    part.__name__ = f"stage_{name}"
+    return part
+
+
+STATE_SPECS = ("f", "u", "feq", "collided", "post")
+"""StepState arrays shaped ``(Q or D, *grid)``; ``rho`` is ``(*grid)``; ``t`` and ``force`` are replicated."""
+
+
+def state_specs(ndim: int) -> StepState:
+    """PartitionSpecs of a StepState on the mesh (a prefix of any StepState)."""
+    g = parallel.grid_spec(ndim)
+    return StepState(f=g, t=P(), rho=parallel.grid_spec(ndim, 0), u=g, feq=g, collided=g, post=g, force=P())
+
+
+def param_specs(params: Any) -> Any:
+    """The PartitionSpec of every placed array of the block-form conditions."""
+    return jax.tree_util.tree_map(lambda a: a.sharding.spec, params)
+
+
+class ShardedSupport:
+    """What the sharded engines share: the layout, the block-form conditions, the plan, placement and gathering."""
+
+    setup: Setup
+
+    def _shard(self, shape: tuple[int, ...]) -> None:
+        setup = self.setup
+        self.layout = Layout(setup, shape)
+        self.forms = block_forms(setup.boundaries, self.layout, setup.lattice, setup.dtype)
+        self.pieces = plan(setup, self.forms)
+        self.functions = [piece_function(p, setup, self.layout.shape) for p in self.pieces]
+        self.dense = as_arrays(setup.boundaries)
+        self.params = self.forms
+
+    def place(self, f: Any) -> jax.Array:
+        """Populations (host or one device) sharded over the mesh."""
+        return self.layout.grid(parallel.to_host(f))
+
+    def place_cells(self, a: Any) -> jax.Array:
+        """A per-cell array ``(*grid)`` (a mask) sharded like the grid."""
+        return self.layout.grid(np.asarray(a), lead=0)
+
+    def _dense_params(self) -> Any:
+        return self.dense
+
+    def fields(self, f: Any, step: int = 0) -> dict[str, np.ndarray]:
+        """Host copies of rho, u and solid (gathered from the blocks, computed on one device as a 1-device run does)."""
+        return super().fields(jnp.asarray(parallel.to_host(f)), step)  # type: ignore[misc]
+
+    def shard_note(self) -> str:
+        """One line: mesh, block and halo."""
+        return (f"mesh {'x'.join(map(str, self.layout.shape))} ({', '.join(self.layout.sharded_axes)}), "
+                f"blocks {'x'.join(map(str, self.layout.block))}, halo before {self.pieces[self.halo_at() + 1][0]}")
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        """The stages of the sharded timestep in order, ``halo`` included (each once)."""
+        return tuple(dict.fromkeys(p[0] for p in self.pieces))
+
+    def halo_at(self) -> int:
+        """Position of the halo piece in the plan."""
+        return [p[0] for p in self.pieces].index(HALO)
+
+
+class ShardedEngine(ShardedSupport, FusedEngine):
+    """The fused timestep on every block of a mesh under shard_map, n steps per dispatch with lax.scan."""
+
+    name = "sharded"
+
+    def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute") -> None:
+        FusedEngine.__init__(self, setup, storage)
+        self._shard(shape)
+        self.note = self.shard_note()
+
+    def chunk_function(self, n: int) -> Any:
+        """n timesteps on each block under lax.scan, inside shard_map (f donated)."""
+        setup, functions, pieces = self.setup, self.functions, self.pieces
+        fspec = self.layout.spec()
+
+        def local(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            def body(carry: tuple[jnp.ndarray, jnp.ndarray], _: None) -> tuple[Any, dict[str, jnp.ndarray]]:
+                s_enc, t = carry
+                with jax.named_scope(TIMESTEP):
+                    s = StepState(f=self.decode(s_enc), t=t)
+                    for (name, _), fn in zip(pieces, functions, strict=True):
+                        with jax.named_scope(name):
+                            s = fn(s, params)
+                    return (self.encode(s.f), t + 1), outputs(s)
+            (s_enc, _), aux = jax.lax.scan(body, (self.encode(f), t0), None, length=n)
+            return self.decode(s_enc), aux
+
+        del setup
+        mapped = jax.shard_map(local, mesh=self.layout.mesh, in_specs=(fspec, param_specs(self.params), P()),
+                               out_specs=(fspec, P()), check_vma=False)
+        return jax.jit(mapped, donate_argnums=0)
+
+    def describe(self, n: int = 1) -> list[dict[str, Any]]:
+        """The sharded fused chunk of ``n`` steps, as data."""
+        f = jax.ShapeDtypeStruct((self.setup.lattice.q, *self.setup.shape), jnp.dtype(self.setup.dtype),
+                                 sharding=self.layout.sharding())
+        return [program(FUSED_STEP, None, self.chunk_function(n), f, self.params, step_index(0))]
+
+
+class GspmdEngine(XlaEngine):
+    """The unsharded xla step with sharded populations: XLA's SPMD partitioner splits it (the comparison)."""
+
+    name = "gspmd"
+
+    def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute") -> None:
+        super().__init__(setup, storage)
+        self.layout = Layout(setup, shape)
+        self.params = jax.device_put(self.params, NamedSharding(self.layout.mesh, P()))
+        self.note = f"mesh {'x'.join(map(str, shape))}, XLA SPMD partitioning of the dense step"
+
+    def chunk_function(self, n: int) -> Any:
+        """The xla chunk, jitted with the populations sharded in and out."""
+        inner = super().chunk_function(n)
+        fs = self.layout.sharding()
+        rep = NamedSharding(self.layout.mesh, P())
+        return jax.jit(inner, in_shardings=(fs, rep, rep), out_shardings=(fs, rep), donate_argnums=0)
+
+    def place(self, f: Any) -> jax.Array:
+        """Populations sharded over the mesh."""
+        return self.layout.grid(parallel.to_host(f))
+
+    def place_cells(self, a: Any) -> jax.Array:
+        """A per-cell mask sharded like the grid."""
+        return self.layout.grid(np.asarray(a), lead=0)
+
+    def fields(self, f: Any, step: int = 0) -> dict[str, np.ndarray]:
+        """Host copies of rho, u and solid."""
+        return super().fields(jnp.asarray(parallel.to_host(f)), step)
+
+
+class ShardedInstrumentedEngine(ShardedSupport, InstrumentedEngine):
+    """Each piece of the sharded timestep (``halo`` included) its own jit over shard_map, annotated with its stage."""
+
+    name = "instrumented"
+
+    def __init__(self, setup: Setup, shape: tuple[int, ...], sync: bool = False) -> None:
+        from lbm.engines.base import Engine
+
+        Engine.__init__(self, setup)
+        self.sync = sync
+        self._shard(shape)
+        specs = state_specs(self.layout.ndim)
+        pspecs = param_specs(self.params)
+        self._jitted_pieces = [
+            jax.jit(jax.shard_map(fn, mesh=self.layout.mesh, in_specs=(specs, pspecs), out_specs=specs,
+                                  check_vma=False))
+            for fn in self.functions]
+        self.piece_runs = [self._instrument(name, j) for (name, _), j in zip(self.pieces, self._jitted_pieces,
+                                                                              strict=True)]
+        self.note = self.shard_note()
+
+    def step(self, f: jnp.ndarray, t: int = 0) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Step ``t``, piece by piece."""
+        s = StepState(f=f, t=step_index(t))
+        for run in self.piece_runs:
+            s = run(s, self.params)
+        return s.f, outputs(s)
+
+    def compile(self, f: jnp.ndarray, n: int) -> None:
+        """Compile every piece on a throw-away step."""
+        t0 = time.perf_counter()
+        jax.block_until_ready(self.step(jnp.copy(f))[0])
+        self.compile_times.setdefault("first_step", time.perf_counter() - t0)
+
+    def describe(self, n: int = 1) -> list[dict[str, Any]]:
+        """Every piece's executable, as data."""
+        seen: list[Any] = []
+        s = StepState(f=jax.ShapeDtypeStruct((self.setup.lattice.q, *self.setup.shape), jnp.dtype(self.setup.dtype),
+                                             sharding=self.layout.sharding()), t=step_index(0))
+        for j in self._jitted_pieces:
+            seen.append(s)
+            s = jax.eval_shape(j, s, self.params)
+        return [program(name, name, j, spec, self.params)
+                for (name, _), j, spec in zip(self.pieces, self._jitted_pieces, seen, strict=True)]

@@ -1,0 +1,191 @@
+"""Device mesh, sharding of grid arrays, the halo exchange between blocks, and jax.distributed across hosts.
+
+A run on N devices splits the grid into blocks over a mesh ``(mx, my[, mz])`` (one mesh axis per
+grid axis, named ``x``, ``y``, ``z``; ``mx * my * mz = N``). Populations ``(Q, *grid)`` are sharded
+with ``NamedSharding(mesh, P(None, "x", "y"[, "z"]))``; a device holds the block ``(Q, *grid / mesh)``.
+:func:`halo_extend` (inside ``shard_map``) gives a block a ghost layer on each face it shares with
+another block, holding only the populations that enter through that face (those with c_a > 0 on the
+low side, c_a < 0 on the high side: 3 of 9 for D2Q9, 5 of 19 for D3Q19), exchanged with ``ppermute``.
+Mesh axes of size 1 need no ghost layer (the block's own periodic wrap is the grid's).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from lbm.errors import ConfigError
+
+AXES = ("x", "y", "z")
+"""Mesh axis names, one per grid axis."""
+
+_initialized: dict[str, Any] = {}
+
+
+def cluster_processes() -> int:
+    """Processes the surrounding launcher started for one job (Slurm, Open MPI); 1 outside one."""
+    for key in ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
+        value = os.environ.get(key, "")
+        if value.isdigit() and int(value) > 1 and (key != "SLURM_NTASKS" or "SLURM_PROCID" in os.environ):
+            return int(value)
+    return 1
+
+
+def initialize(coordinator: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None) -> bool:
+    """Start jax.distributed for a multi-process run (explicit keys, or detected from Slurm/Open MPI); True if started.
+
+    Must run before JAX touches a backend; a second call with the same arguments does nothing.
+    """
+    explicit = coordinator is not None or (num_processes or 1) > 1
+    if not explicit and cluster_processes() == 1:
+        return False
+    key = repr((coordinator, num_processes, process_id))
+    if _initialized:
+        if _initialized.get("key") != key:
+            raise ConfigError("parallel.coordinator", coordinator,
+                              "the same distributed settings in every run of one process")
+        return True
+    if jax.config.jax_platforms in (None, "", "cpu") or jax.default_backend() == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if explicit:
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
+                                   process_id=process_id)
+    else:
+        jax.distributed.initialize()
+    _initialized["key"] = key
+    return True
+
+
+def resolve_devices(devices: int) -> int:
+    """``parallel.devices`` as a count (-1: every device of every process); ConfigError if more than exist."""
+    available = jax.device_count()
+    if devices == -1:
+        return available
+    if devices > available:
+        raise ConfigError("parallel.devices", devices,
+                          f"at most {available} (the devices JAX sees here: {jax.devices()[0].platform} x{available})")
+    return devices
+
+
+def mesh_shape(devices: int, mesh: Sequence[int] | None, grid: Sequence[int]) -> tuple[int, ...]:
+    """Blocks along each grid axis: ``mesh`` padded with 1s, or all ``devices`` along x; checked against the grid."""
+    d = len(grid)
+    if not mesh:
+        shape = (devices,) + (1,) * (d - 1)
+    else:
+        if len(mesh) > d or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in mesh):
+            raise ConfigError("parallel.mesh", list(mesh), f"a list of at most {d} positive integers, one per grid axis")
+        shape = tuple(mesh) + (1,) * (d - len(mesh))
+        if math.prod(shape) != devices:
+            raise ConfigError("parallel.mesh", list(mesh),
+                              f"blocks whose product is parallel.devices={devices} (it is {math.prod(shape)})")
+    for axis, (n, m) in enumerate(zip(grid, shape, strict=True)):
+        if n % m or (m > 1 and n // m < 2):
+            name = "grid.n" + AXES[axis]
+            raise ConfigError(name, n, f"a multiple of {m} (the mesh's blocks along {AXES[axis]}) with at least "
+                              f"2 cells per block: choose parallel.mesh or the grid so that they divide")
+    return shape
+
+
+def make_mesh(shape: Sequence[int]) -> Mesh:
+    """A device mesh with one named axis per grid axis, over the first prod(shape) devices."""
+    n = math.prod(shape)
+    devices = np.asarray(jax.devices()[:n]).reshape(tuple(shape))
+    return Mesh(devices, AXES[: len(shape)])
+
+
+def grid_spec(ndim: int, lead: int = 1) -> P:
+    """The PartitionSpec of an array ``(*lead axes, *grid)`` sharded along its ``ndim`` grid axes."""
+    return P(*([None] * lead), *AXES[:ndim])
+
+
+def place(a: Any, mesh: Mesh, spec: P) -> jax.Array:
+    """A global array sharded by ``spec`` from a host (or single-device) array, in one or many processes."""
+    host = np.asarray(a)
+    return jax.make_array_from_callback(host.shape, NamedSharding(mesh, spec), lambda index: host[index])
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A host copy of a (possibly sharded, possibly multi-process) array, the same on every process."""
+    if isinstance(a, jax.Array) and not a.is_fully_addressable and not a.is_fully_replicated:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+    return np.asarray(a)
+
+
+def is_writer() -> bool:
+    """True on the process that writes a run directory's shared files (process 0)."""
+    return jax.process_index() == 0
+
+
+def extended(a: np.ndarray, shape: Sequence[int], lead: int = 1) -> np.ndarray:
+    """``a`` ``(*lead, *grid)`` laid out as blocks each with its periodic ghost layer (width 1 on sharded axes)."""
+    out = np.asarray(a)
+    for axis, m in enumerate(shape):
+        if m == 1:
+            continue
+        ax = lead + axis
+        n = out.shape[ax]
+        b = n // m
+        idx = np.concatenate([np.arange(i * b - 1, (i + 1) * b + 1) % n for i in range(m)])
+        out = np.take(out, idx, axis=ax)
+    return out
+
+
+def entering(lattice_c: np.ndarray, axis: int, sign: int) -> np.ndarray:
+    """Population indices with c_axis of ``sign``: those crossing a face normal to ``axis`` in that direction."""
+    return np.flatnonzero(np.sign(lattice_c[:, axis]) == sign)
+
+
+def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:
+    """A block ``(Q, *b)`` with ghost layers on its sharded faces holding the populations that enter it (ppermute).
+
+    Axes are exchanged one after another, each including the ghosts of the axes before, so the
+    diagonal populations reach the corner ghosts. Ghost entries of other populations are zero.
+    """
+    e = post
+    for axis, m in enumerate(shape):
+        if m == 1:
+            continue
+        ax = 1 + axis
+        up, down = entering(lattice_c, axis, 1), entering(lattice_c, axis, -1)
+        high = jax.lax.slice_in_dim(e, e.shape[ax] - 1, e.shape[ax], axis=ax)[up]
+        low = jax.lax.slice_in_dim(e, 0, 1, axis=ax)[down]
+        from_below = jax.lax.ppermute(high, AXES[axis], [(i, (i + 1) % m) for i in range(m)])
+        from_above = jax.lax.ppermute(low, AXES[axis], [(i, (i - 1) % m) for i in range(m)])
+        ghost = jnp.zeros_like(jax.lax.slice_in_dim(e, 0, 1, axis=ax))
+        e = jnp.concatenate([ghost.at[up].set(from_below), e, ghost.at[down].set(from_above)], axis=ax)
+    return e
+
+
+def crop(e: jnp.ndarray, shape: Sequence[int], lead: int = 1) -> jnp.ndarray:
+    """The interior of an extended block (ghost layers removed)."""
+    for axis, m in enumerate(shape):
+        if m > 1:
+            ax = lead + axis
+            e = jax.lax.slice_in_dim(e, 1, e.shape[ax] - 1, axis=ax)
+    return e
+
+
+def halo_bytes(lattice_c: np.ndarray, grid: Sequence[int], shape: Sequence[int], itemsize: int) -> int:
+    """Bytes every block sends per step, summed over all blocks (the populations crossing each shared face)."""
+    total, ext = 0, [n // m for n, m in zip(grid, shape, strict=True)]
+    for axis, m in enumerate(shape):
+        if m == 1:
+            continue
+        face = math.prod(ext[:axis] + ext[axis + 1:])
+        total += 2 * m * math.prod(s for a, s in enumerate(shape) if a != axis) * face * \
+            entering(lattice_c, axis, 1).size * itemsize
+        ext[axis] += 2
+    return total
+

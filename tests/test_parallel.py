@@ -1,0 +1,227 @@
+"""Sharded runs equal the 1-device run: every case on 2, 4 and 8 forced CPU devices, 1D, 2D and 3D meshes, both modes.
+
+Forced host devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``) must be set before JAX
+starts, so the sharded work runs in subprocesses (tests/parallel_worker.py), each printing one JSON line.
+
+Bounds: float64 populations after a few steps differ from the 1-device run by rounding only (measured
+<= 6e-16 for populations and <= 1.6e-15 for forces, whose sum over blocks is reordered); 1e-14 is a few
+times that. A wrong halo, a seam or a boundary condition on the wrong block shows at 1e-5 and above
+(populations deviate from their rest weights by ~u_lattice * w_i).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).with_name("parallel_worker.py")
+ROUNDING = 1e-14
+
+
+def forced(devices: int) -> dict[str, str]:
+    """The environment of a subprocess with ``devices`` forced CPU devices and this checkout's lbm."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def worker(task: str, payload: dict, devices: int = 8, timeout: int = 600) -> dict:
+    """Run one task of tests/parallel_worker.py on forced devices and return its JSON."""
+    done = subprocess.run([sys.executable, str(WORKER), task, json.dumps(payload)], env=forced(devices),
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+CYL = ["case=cylinder", "grid.nx=64", "grid.ny=32"]
+CASES_2D = {
+    "cylinder": CYL,
+    "cylinder-halfway": CYL + ["case.bounce_back=halfway"],
+    "cavity": ["case=cavity", "grid.nx=32", "grid.ny=32"],
+    "poiseuille": ["case=poiseuille", "grid.nx=32", "grid.ny=16"],
+    "taylor_green": ["case=taylor_green", "grid.nx=32", "grid.ny=32"],
+}
+
+
+def check_equal(result: dict) -> None:
+    assert result, "no comparisons ran"
+    for key, r in result.items():
+        assert r["f"] <= ROUNDING, (key, r)
+        assert r["force"] <= ROUNDING, (key, r)
+        assert "halo" in r["pieces"], key
+
+
+def test_every_case_on_1d_and_2d_meshes_equals_one_device():
+    """A representative set: each case once, 1D and 2D meshes, 2, 4 and 8 devices, both modes."""
+    cases = [
+        ["cylinder", CASES_2D["cylinder"], [[4], [2, 2]], ["fused"]],
+        ["cylinder-halfway", CASES_2D["cylinder-halfway"], [[2, 2]], ["fused", "instrumented"]],
+        ["cavity", CASES_2D["cavity"], [[4, 2]], ["fused"]],
+        ["poiseuille", CASES_2D["poiseuille"], [[2]], ["fused"]],
+        ["taylor_green", CASES_2D["taylor_green"], [[8]], ["fused"]],
+    ]
+    result = worker("equality", {"steps": 6, "cases": cases})
+    check_equal(result)
+    # the halo sits before the first stage that reads across a face
+    assert result["cylinder|4|fused"]["pieces"][-3:] == ["halo", "forces", "stream"]
+    assert result["cylinder-halfway|2x2|fused"]["pieces"][-4:] == ["halo", "bounce_back", "forces", "stream"]
+    assert result["taylor_green|8|fused"]["pieces"][-2:] == ["halo", "stream"]
+
+
+@pytest.mark.slow
+def test_full_matrix_every_case_every_mesh_and_3d():
+    """Every case on 2, 4 and 8 devices in 1D and 2D meshes; D3Q19 on 2x2x2; instrumented mode on each case."""
+    meshes = [[2], [4], [8], [2, 2], [4, 2], [1, 4]]
+    cases = [[name, ov, meshes, ["fused"]] for name, ov in CASES_2D.items()]
+    cases += [[f"{name}-instrumented", ov, [[2, 2]], ["instrumented"]] for name, ov in CASES_2D.items()]
+    cases += [["cylinder-3d", ["case=cylinder", "lattice=d3q19", "grid.nx=32", "grid.ny=16", "grid.nz=8"],
+               [[2, 2, 2], [1, 1, 2]], ["fused"]],
+              ["cavity-3d", ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=16", "grid.nz=16"],
+               [[2, 2, 2]], ["fused"]]]
+    check_equal(worker("equality", {"steps": 6, "cases": cases}, timeout=1800))
+
+
+def test_a_vortex_crosses_block_faces_without_a_seam():
+    r = worker("vortex", {"steps": 500}, devices=4)
+    assert r["f"] <= 1e-13 and r["u"] <= 1e-13, r  # 500 steps of float64 rounding (measured ~1e-16)
+    # the vortex started at x = 12 in block 0 and is carried at u = 0.05 across the face at x = 15.5
+    assert 30 <= r["centre_x"] <= 45, r
+    # vorticity changes no faster across the block faces than anywhere else
+    assert r["face_jump"] <= r["interior_jump"], r
+
+
+def test_bad_parallel_settings_are_one_line_errors():
+    cases = [["parallel.devices=16", "grid.nx=416"], ["parallel.devices=4", "parallel.mesh=[2,3]"],
+             ["parallel.devices=4", "grid.nx=422"], ["parallel.devices=4", "engine=native"],
+             ["parallel.devices=2", "mode=instrumented"], ["parallel.devices=-1", "parallel.mesh=[4,2]"]]
+    r = worker("refusals", {"overrides": cases})
+    assert "at most 8" in r["parallel.devices=16 grid.nx=416"]
+    assert "product is parallel.devices=4 (it is 6)" in r["parallel.devices=4 parallel.mesh=[2,3]"]
+    assert "multiple of 4" in r["parallel.devices=4 grid.nx=422"]
+    assert "native engine is single-device" in r["parallel.devices=4 engine=native"]
+    assert r["parallel.devices=2 mode=instrumented"] is None and r["parallel.devices=-1 parallel.mesh=[4,2]"] is None
+    assert all("\n" not in m for m in r.values() if m)
+
+
+def test_bad_parallel_settings_exit_2_on_the_command_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "lbm", "run", "parallel.devices=4", "steps=2", "grid.nx=64", "grid.ny=32",
+                           "hydra.run.dir=" + str(tmp_path / "run")], env=forced(2),
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("lbm: error: parallel.devices=4 is invalid: expected at most 2")
+    assert "Traceback" not in done.stderr
+
+
+def test_run_directory_checkpoints_and_resume(tmp_path):
+    """fields.npz, VTK and plots as on one device; resume on the same mesh bitwise, on another mesh re-sharded."""
+    base = ["case=cavity", "grid.nx=32", "grid.ny=32", "steps=40", "precision=float64", "output.progress=none",
+            "output.every=20", "engine=xla"]
+    mesh = ["parallel.devices=4", "parallel.mesh=[2,2]"]
+    ckpt = tmp_path / "full" / "checkpoints" / "checkpoint_0000000020.npz"
+    runs = [
+        ["one", base + ["output.vtk=true"]],
+        ["full", base + mesh + ["checkpoint.every=20", "checkpoint.keep=5", "output.vtk=true"]],
+        ["same", base + mesh + [f"checkpoint.resume={ckpt}"]],
+        ["other", base + ["parallel.devices=2", f"checkpoint.resume={ckpt}"]],
+    ]
+    # the checkpoint must exist before the resumes are validated: run the first two, then the resumes
+    r = worker("run_dirs", {"root": str(tmp_path), "runs": runs[:2]}, devices=4)
+    r |= worker("run_dirs", {"root": str(tmp_path), "runs": runs[2:]}, devices=4)
+    assert {k: v.get("status") for k, v in r.items()} == dict.fromkeys(["one", "full", "same", "other"], "completed"), r
+    assert r["full"]["engine"] == "sharded" and r["full"]["parallel"]["mesh"] == [2, 2]
+    assert r["other"]["parallel"]["mesh"] == [2, 1]
+    load = {name: np.load(tmp_path / name / "fields.npz") for name, _ in runs}
+    for key in ("rho", "u", "solid"):
+        assert np.array_equal(load["same"][key], load["full"][key]), key  # same mesh: bitwise
+        assert np.abs(load["other"][key].astype(float) - load["full"][key]).max() <= ROUNDING, key
+        assert np.abs(load["one"][key].astype(float) - load["full"][key]).max() <= ROUNDING, key
+    for name in ("one", "full"):
+        assert sorted(p.name for p in (tmp_path / name / "vtk").iterdir()) == \
+            ["fields_0000000020.vti", "fields_0000000040.vti"]
+    assert sorted(p.name for p in (tmp_path / "one" / "plots").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "full" / "plots").iterdir())
+    one, full = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("one", "full"))
+    assert set(one) == set(full)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def lbm_run(args: list[str], devices: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "lbm", "run", *args], env=forced(devices), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_device(tmp_path):
+    """jax.distributed on localhost: 2 processes with 2 CPU devices each run one 2x2 mesh; process 0 writes."""
+    base = ["case=cylinder", "grid.nx=64", "grid.ny=32", "steps=40", "precision=float64", "output.progress=none",
+            "engine=xla"]
+    port = free_port()
+    procs = [lbm_run(base + ["parallel.devices=4", "parallel.mesh=[2,2]", f"parallel.coordinator=localhost:{port}",
+                             "parallel.num_processes=2", f"parallel.process_id={i}",
+                             f"hydra.run.dir={tmp_path / 'multi'}"], devices=2) for i in range(2)]
+    procs.append(lbm_run(base + [f"hydra.run.dir={tmp_path / 'one'}"], devices=1))
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(log[-2000:] for log in logs)
+    multi = json.loads((tmp_path / "multi" / "metrics.json").read_text())
+    assert multi["parallel"] == {"devices": 4, "mesh": [2, 2], "block": [32, 16], "partitioner": "shard_map",
+                                 "processes": 2}
+    a, b = np.load(tmp_path / "one" / "fields.npz"), np.load(tmp_path / "multi" / "fields.npz")
+    for key in ("rho", "u", "solid"):
+        assert np.abs(a[key].astype(float) - b[key]).max() <= 1e-13, key  # 40 float64 steps of rounding
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    assert abs(one["cd_mean"] - multi["cd_mean"]) <= 1e-12
+
+
+@pytest.mark.slow
+def test_submitit_local_runs_a_sweep(tmp_path):
+    """hydra/launcher=submitit_local (the launcher the Slurm preset builds on) runs a grid-size sweep."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lbm", "run", "-m", "hydra/launcher=submitit_local", "case=taylor_green",
+         "grid.nx=32,48", "grid.ny=32", "steps=20", "output.plots=false", "output.progress=none", "engine=xla",
+         f"hydra.sweep.dir={tmp_path}"], env=forced(1), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    grids = sorted(json.loads((tmp_path / str(i) / "metrics.json").read_text())["grid"][0] for i in range(2))
+    assert grids == [32, 48]
+    assert (tmp_path / ".submitit").is_dir()
+
+
+def test_slurm_preset_composes():
+    done = subprocess.run([sys.executable, "-m", "lbm", "run", "--cfg", "hydra", "hydra/launcher=slurm",
+                           "hydra.launcher.partition=gpu"], env=forced(1), cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "SlurmLauncher" in done.stdout and "partition: gpu" in done.stdout and "gpus_per_task: 1" in done.stdout
+
+
+@pytest.mark.parametrize("mode", ["instrumented", "fused"])
+def test_profiled_four_device_run_has_a_halo_row(tmp_path, mode):
+    """The halo exchange is a stage of the breakdown: measured, with a share of the step."""
+    import csv
+
+    run_dir = tmp_path / mode
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "lbm", "run", "case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40",
+                           "parallel.devices=4", "engine=xla", f"mode={mode}", "profile.enabled=true",
+                           "output.plots=false", "output.progress=none", f"hydra.run.dir={run_dir}"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["stage"]: r for r in csv.DictReader((run_dir / "profile" / "breakdown.csv").open())}
+    assert rows["halo"]["status"] == "measured"
+    assert 0 < float(rows["halo"]["share"]) < 1
