@@ -4,7 +4,8 @@ The reference engine, on any device: it composes the stage functions of lbm.engi
 each under ``jax.named_scope(stage)`` inside ``jax.named_scope("timestep")``, and leaves the
 fusion to XLA. Two steps per loop iteration: the loop then hands its state buffer from step to
 step without a copy (a stream reads shifted neighbours, so its result cannot overwrite its
-input; with one step per iteration XLA copied the whole population array back every step).
+input; with one step per iteration XLA copied the whole population array back every step), and
+an optimisation barrier after each step (docs/performance.md, "Accelerator compiles").
 """
 
 from __future__ import annotations
@@ -116,7 +117,9 @@ class XlaEngine(FusedEngine):
     def step(self, s: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` on stored populations: the whole timestep, every stage under its named_scope."""
         f_new, aux = timestep(self.decode(s), t, params, self.setup)
-        return self.encode(f_new), aux
+        # a barrier between steps: XLA otherwise fuses across the two steps of an iteration into many
+        # kernels that re-read the populations, and keeps a copy of the loop state (inspect, h100)
+        return jax.lax.optimization_barrier(self.encode(f_new)), aux
 
     def chunk_function(self, n: int) -> Any:
         """n timesteps, two per ``lax.scan`` iteration (see :meth:`FusedEngine.paired_chunk`)."""
