@@ -27,10 +27,9 @@ import numpy as np
 from lbm.boundaries.base import StepState
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable
-from lbm.engines.native.plan import plan_arrays, plan_block
 from lbm.engines.pallas import ACCELERATORS, kernels
 from lbm.engines.timestep import outputs, run_stages
-from lbm.engines.xla import FusedEngine
+from lbm.engines.xla import BulkKernelEngine
 
 log = logging.getLogger("lbm")
 
@@ -40,7 +39,7 @@ def platform_of(platform: str | None) -> str:
     return platform or jax.default_backend()
 
 
-class PallasEngine(FusedEngine):
+class PallasEngine(BulkKernelEngine):
     """Bulk cells by one Pallas kernel per step, boundary cells by the case's stage functions (see the module doc)."""
 
     name = "pallas"
@@ -66,13 +65,7 @@ class PallasEngine(FusedEngine):
             self.note = f"{self.form} Pallas kernel in interpret mode: slow, for checking"
             log.warning("engine=pallas on %s runs its %s kernel in Pallas interpret mode: slow, for checking only",
                         jax.default_backend(), self.form)
-        self.block = plan_block(setup.lattice, setup.shape, setup.boundaries)
-        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params,
-                                                           "block": plan_arrays(self.block, setup.boundaries)})
-        self._stages = tuple(s for s in setup.stages if s != "stream")
-
-    def _dense_params(self) -> Any:
-        return self.params["dense"]
+        self.plan_boundaries()
 
     def bulk(self, f: jnp.ndarray) -> jnp.ndarray:
         """One periodic push step of every cell by the Pallas kernel; a new array."""
