@@ -318,7 +318,9 @@ def test_deviceless_compile(tmp_path, target, module, case):
     stages = {s for k in rec["kernels"] for s in k["stages"]}
     assert {"collide", "stream"} <= stages
     if case == "cylinder":
-        assert {"inlet", "outflow", "bounce_back"} <= stages
+        # on v5e the pallas engine's outflow (a copy among 1.8 k gathered block cells) fuses into kernels that XLA
+        # names after other stages; on h100 it keeps a kernel of its own
+        assert {"inlet", "bounce_back"} | ({"outflow"} if target == "h100" else set()) <= stages
     assert "kernel" in res.stdout and "projected_mlups" in res.stdout
 
 
