@@ -1,6 +1,6 @@
 """``python -m lbm inspect target=NAME [run overrides]``: compile the fused chunk for a device without one.
 
-The chunk is the one ``engine=auto`` runs on that target (on a GPU or TPU: ``xla``), for the
+The chunk is the one ``engine=auto`` runs on that target (on a GPU or TPU: ``pallas``), for the
 configured case, grid, lattice and precision. It is compiled ahead of time: ``cpu`` with the
 installed jaxlib, CUDA targets through the CUDA plugin (``jax-cuda12-plugin``, no GPU or driver
 needed), TPU targets through libtpu. Targets are data: ``lbm/targets/<name>.yaml`` (platform, the
@@ -145,16 +145,16 @@ def target_sharding(target: Target) -> Any:
 
 
 def engine_for(target: Target, requested: str) -> str:
-    """The engine to compile on ``target`` for the configured ``engine`` (auto: native where it builds on CPU, else xla)."""
-    if target.platform == "cpu":
-        return requested
-    if requested == "native":
+    """The engine to compile on ``target`` for the configured ``engine`` (native runs on CPUs only)."""
+    if target.platform != "cpu" and requested == "native":
         raise LbmError(f"engine=native runs on CPUs only; target={target.name} is {target.platform}")
-    return "xla"
+    return requested
 
 
-def chunk_for_target(setup: Any, engine: str, n: int) -> tuple[Callable[..., Any], tuple[Any, ...], str, str]:
-    """The jitted n-step fused chunk of ``engine`` for ``setup``: (function, example arguments, engine, note).
+def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu"
+                     ) -> tuple[Callable[..., Any], tuple[Any, ...], str, str]:
+    """The jitted n-step fused chunk of ``engine`` for ``setup`` on ``platform``: (function, example arguments,
+    engine, note). ``auto`` resolves as on that platform (pallas on cuda/tpu, native on cpu, else xla).
 
     The one place inspect reaches into the engines: it compiles what the run loop would dispatch.
     """
@@ -164,20 +164,40 @@ def chunk_for_target(setup: Any, engine: str, n: int) -> tuple[Callable[..., Any
     from lbm.engines.timestep import step_index
 
     try:
-        eng = make_engine(setup, mode="fused", engine=engine)
+        eng = make_engine(setup, mode="fused", engine=engine, platform=platform)
     except EngineUnavailable as exc:
-        raise LbmError(f"engine={engine} cannot run here: {exc}") from None
+        raise LbmError(f"engine={engine} cannot run on {platform}: {exc}") from None
     f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
     return eng.chunk_function(n), (f, eng.params, step_index(0)), eng.name, eng.note
 
 
-def compile_chunk(fn: Callable[..., Any], args: tuple[Any, ...], sharding: Any) -> tuple[str, float]:
+def lowering_context(target: Target, sharding: Any) -> Any:
+    """What lowering needs to know about a deviceless target: the GPU (Triton kernels) as an abstract mesh."""
+    import contextlib
+
+    if target.platform != "cuda":
+        return contextlib.nullcontext()
+    import jax
+    from jax._src.mesh import AbstractDevice, AbstractMesh  # public in later jax; 0.12 keeps it here
+
+    device = next(iter(sharding.device_set))
+    abstract = AbstractDevice(device_kind=device.device_kind, num_cores=target.gpu.get("core_count"),
+                              platform="gpu")
+    mesh = AbstractMesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=abstract)
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
+def compile_chunk(fn: Callable[..., Any], args: tuple[Any, ...], sharding: Any,
+                  target: Target | None = None) -> tuple[str, float]:
     """Compile ``fn`` ahead of time for arguments shaped like ``args`` placed by ``sharding``; (HLO text, seconds)."""
+    import contextlib
+
     import jax
 
     specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
     t0 = time.perf_counter()
-    compiled = fn.lower(*specs).compile()
+    with lowering_context(target, sharding) if target is not None else contextlib.nullcontext():
+        compiled = fn.lower(*specs).compile()
     return compiled.as_text(), time.perf_counter() - t0
 
 
@@ -196,8 +216,8 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     run = case.run
     n = max(MIN_CHUNK_STEPS, chunk_size(run))
     sharding = target_sharding(target)
-    fn, args, engine, note = chunk_for_target(setup, engine_for(target, run.engine), n)
-    text, compile_s = compile_chunk(fn, args, sharding)
+    fn, args, engine, note = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform)
+    text, compile_s = compile_chunk(fn, args, sharding, target)
     loop = loop_traffic(text, STAGES)
     steps = max(1, n // loop.trip_count) if loop.trip_count > 1 else n
     cells = int(np.prod(setup.shape))

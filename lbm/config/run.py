@@ -22,8 +22,9 @@ from lbm.lattice import CS2, LATTICES
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 """The Hydra config directory: config.yaml (run), bench.yaml and the groups case/, lattice/, collision/."""
 MODES = ("fused", "instrumented")
-ENGINES = ("auto", "native", "xla")
-"""Fused-mode engines: auto (native where it builds, else xla), native (hand-fused C++ via jax.ffi), xla."""
+ENGINES = ("auto", "native", "pallas", "xla")
+"""Fused-mode engines: auto (pallas on GPU/TPU, native on CPU where it builds, else xla), native (hand-fused C++
+via jax.ffi), pallas (Pallas kernels; interpret mode on CPU), xla."""
 PRECISIONS = ("float32", "float64")
 MACH_WARN = 0.1
 """Mach numbers above this give a warning (compressibility error grows as Ma^2)."""

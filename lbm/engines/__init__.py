@@ -2,24 +2,30 @@
 
 ``xla``: the stage functions composed in one jit (the reference, any device);
 ``native``: a generated C++ kernel for the bulk plus the stage functions on boundary cells (CPU);
+``pallas``: one Pallas kernel per step for the bulk plus the same boundary plan (GPU, TPU; interpreted on CPU);
 ``instrumented``: one jit per stage, annotated, for the profiler;
-``auto``: native where it builds and supports the setup, else xla.
+``auto``: pallas on a GPU or TPU, native on a CPU where it builds; xla where neither supports the setup.
 """
 
 from __future__ import annotations
 
 import math
 
+import jax
+
 from lbm.cases.base import Setup
 from lbm.config.run import ENGINES, MODES  # the choices of the config keys engine and mode
 from lbm.engines.base import STORAGES, Engine, EngineUnavailable
 from lbm.engines.instrumented import InstrumentedEngine
+from lbm.engines.pallas import ACCELERATORS
 from lbm.engines.xla import XlaEngine
 
 
 def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage: str = "compute",
-                sync: bool = False, mesh: tuple[int, ...] | None = None, partitioner: str = "shard_map") -> Engine:
-    """The engine for ``mode`` and ``engine`` (see ENGINES); EngineUnavailable if ``native`` cannot run here.
+                sync: bool = False, mesh: tuple[int, ...] | None = None, partitioner: str = "shard_map",
+                platform: str | None = None) -> Engine:
+    """The engine for ``mode`` and ``engine`` (see ENGINES) on ``platform`` (default: JAX's default backend);
+    EngineUnavailable if a named engine (native, pallas) cannot run this setup there.
 
     ``mesh`` (blocks per grid axis, lbm.parallel) with more than one block gives a sharded engine:
     ``partitioner`` shard_map (lbm.engines.sharded, halo exchange) or gspmd (XLA partitions the xla step).
@@ -40,17 +46,28 @@ def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-    if engine in ("auto", "native"):
-        from lbm.engines.native.engine import NativeEngine
-
+    platform = platform or jax.default_backend()
+    if engine == "auto":
+        engine = "native" if platform == "cpu" else "pallas" if platform in ACCELERATORS else "xla"
         try:
-            return NativeEngine(setup, storage)
+            return _named(engine, setup, storage, platform)
         except EngineUnavailable as exc:
-            if engine == "native":
-                raise
             fallback = XlaEngine(setup, storage)
             fallback.note = str(exc)
             return fallback
+    return _named(engine, setup, storage, platform)
+
+
+def _named(engine: str, setup: Setup, storage: str, platform: str) -> Engine:
+    """The engine called ``engine``; EngineUnavailable where it cannot run."""
+    if engine == "native":
+        from lbm.engines.native.engine import NativeEngine
+
+        return NativeEngine(setup, storage)
+    if engine == "pallas":
+        from lbm.engines.pallas.engine import PallasEngine
+
+        return PallasEngine(setup, storage, platform=platform)
     return XlaEngine(setup, storage)
 
 

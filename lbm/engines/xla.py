@@ -2,12 +2,16 @@
 
 The reference engine, on any device: it composes the stage functions of lbm.engines.timestep,
 each under ``jax.named_scope(stage)`` inside ``jax.named_scope("timestep")``, and leaves the
-fusion to XLA.
+fusion to XLA. Two steps per loop iteration: the loop then hands its state buffer from step to
+step without a copy (a stream reads shifted neighbours, so its result cannot overwrite its
+input; with one step per iteration XLA copied the whole population array back every step), and
+an optimisation barrier after each step (docs/performance.md, "Accelerator compiles").
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -17,6 +21,9 @@ from lbm.cases.base import Setup
 from lbm.engines.base import STORAGES, Engine, decode, encode, program, spec_of
 from lbm.engines.timestep import step_index, timestep
 from lbm.stages import FUSED_STEP, TIMESTEP
+
+Step = Callable[[jnp.ndarray, jnp.ndarray, Any], tuple[jnp.ndarray, dict[str, jnp.ndarray]]]
+"""A step function of the fused engines: (stored populations, step index, params) -> (stored, per-step outputs)."""
 
 
 class FusedEngine(Engine):
@@ -45,6 +52,41 @@ class FusedEngine(Engine):
         """The jitted n-step chunk ``(f, params, t0) -> (f, outputs)``: steps t0 .. t0 + n - 1 (f donated)."""
         raise NotImplementedError
 
+    def paired_chunk(self, n: int, single: Step, even: Step | None = None, odd: Step | None = None
+                     ) -> Callable[[jnp.ndarray, Any, jnp.ndarray], tuple[jnp.ndarray, dict[str, jnp.ndarray]]]:
+        """The n-step chunk ``(f, params, t0) -> (f, outputs)`` from step functions ``(stored, t, params) -> (stored, aux)``.
+
+        ``single`` once if n is odd, then ``even`` and ``odd`` (default: ``single``) in each iteration of
+        a ``lax.scan``: two steps per iteration let a step that writes a new buffer hand the loop back
+        the buffer it received (no copy of the loop state), and let in-place schemes pair up (AA).
+        Per-step outputs are stacked in step order along a leading axis of length n.
+        """
+        even = even or single
+        odd = odd or single
+
+        def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            a = self.encode(f)
+            auxes = []
+            if n % 2:
+                with jax.named_scope(TIMESTEP):
+                    a, aux = single(a, t0, params)
+                auxes.append(jax.tree_util.tree_map(lambda v: v[None], aux))
+            if n >= 2:
+                def pair(carry: tuple[jnp.ndarray, jnp.ndarray], _: None
+                         ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], dict[str, jnp.ndarray]]:
+                    a, t = carry
+                    with jax.named_scope(TIMESTEP):
+                        a, aux0 = even(a, t, params)
+                    with jax.named_scope(TIMESTEP):
+                        a, aux1 = odd(a, t + 1, params)
+                    return (a, t + 2), jax.tree_util.tree_map(lambda u, v: jnp.stack([u, v]), aux0, aux1)
+                (a, _), aux = jax.lax.scan(pair, (a, t0 + n % 2), None, length=n // 2)
+                auxes.append(jax.tree_util.tree_map(lambda v: v.reshape((-1,) + v.shape[2:]), aux))
+            stacked = {k: jnp.concatenate([x[k] for x in auxes]) for k in (auxes[0] if auxes else {})}
+            return self.decode(a), stacked
+
+        return chunk
+
     def lower(self, f: Any, n: int) -> Any:
         """The n-step chunk lowered for populations like ``f`` (an array or a ShapeDtypeStruct, possibly sharded)."""
         return self.chunk_function(n).lower(f, spec_of(self.params), spec_of(step_index(0)))
@@ -67,23 +109,35 @@ class FusedEngine(Engine):
         return [program(FUSED_STEP, None, self.chunk_function(n), f, spec_of(self.params), spec_of(step_index(0)))]
 
 
+class BulkKernelEngine(FusedEngine):
+    """Base of the engines whose bulk kernel treats every cell as fluid (native, pallas): the boundary-cell plan."""
+
+    def plan_boundaries(self) -> None:
+        """The block of boundary cells (lbm.engines.native.plan), its slots and block-form conditions in params."""
+        from lbm.engines.native.plan import plan_arrays, plan_block
+
+        setup = self.setup
+        self.block = plan_block(setup.lattice, setup.shape, setup.boundaries)
+        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params,
+                                                           "block": plan_arrays(self.block, setup.boundaries)})
+        self._stages = tuple(s for s in setup.stages if s != "stream")
+
+    def _dense_params(self) -> Any:
+        return self.params["dense"]
+
+
 class XlaEngine(FusedEngine):
     """The stage functions composed in one jit; XLA fuses them (the reference, any device)."""
 
     name = "xla"
 
+    def step(self, s: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Step ``t`` on stored populations: the whole timestep, every stage under its named_scope."""
+        f_new, aux = timestep(self.decode(s), t, params, self.setup)
+        # a barrier between steps: XLA otherwise fuses across the two steps of an iteration into many
+        # kernels that re-read the populations, and keeps a copy of the loop state (inspect, h100)
+        return jax.lax.optimization_barrier(self.encode(f_new)), aux
+
     def chunk_function(self, n: int) -> Any:
-        """n timesteps under ``lax.scan``, stored populations carried between them."""
-        setup = self.setup
-
-        def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            def body(carry: tuple[jnp.ndarray, jnp.ndarray], _: None
-                     ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], dict[str, jnp.ndarray]]:
-                s, t = carry
-                with jax.named_scope(TIMESTEP):
-                    f_new, aux = timestep(self.decode(s), t, params, setup)
-                    return (self.encode(f_new), t + 1), aux
-            (s, _), aux = jax.lax.scan(body, (self.encode(f), t0), None, length=n)
-            return self.decode(s), aux
-
-        return jax.jit(chunk, donate_argnums=0)
+        """n timesteps, two per ``lax.scan`` iteration (see :meth:`FusedEngine.paired_chunk`)."""
+        return jax.jit(self.paired_chunk(n, self.step), donate_argnums=0)

@@ -1,0 +1,92 @@
+"""The ``pallas`` engine: one Pallas collide-and-stream kernel per step for the bulk, the case's stages on its boundary cells.
+
+The bulk kernel (lbm.engines.pallas.kernels, named ``BULK_SCOPE``) updates every cell as
+periodic fluid in the push scheme: it reads one buffer and writes a second, fresh one. The
+chunk runs two steps per loop iteration, so the loop carries one buffer and XLA needs no
+copy of it: the first step's result is a new buffer, the second's goes back into the loop's
+own (checked by tests/test_engines_pallas.py on the compiled HLO). An odd chunk starts with
+one step before the loop. The boundary cells come from the plan the native engine uses
+(lbm.engines.native.plan): their pre-step populations are gathered from the input buffer, run
+through the same stage functions as every other engine (lbm.engines.timestep, each boundary
+condition's block form), and scattered into the ``push`` slots the kernel wrote.
+
+Kernel formulation by platform: ``flat`` on GPUs (Triton), ``rows`` on TPUs (Mosaic; it needs
+a first axis the row blocks divide). On a CPU the kernel runs in Pallas interpret mode:
+correct, slow, for checking; the log says so. ``auto`` picks this engine on GPUs and TPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.boundaries.base import StepState
+from lbm.cases.base import Setup
+from lbm.engines.base import EngineUnavailable
+from lbm.engines.pallas import ACCELERATORS, kernels
+from lbm.engines.timestep import outputs, run_stages
+from lbm.engines.xla import BulkKernelEngine
+
+log = logging.getLogger("lbm")
+
+
+def platform_of(platform: str | None) -> str:
+    """``platform`` or, when None, the platform of JAX's default backend."""
+    return platform or jax.default_backend()
+
+
+class PallasEngine(BulkKernelEngine):
+    """Bulk cells by one Pallas kernel per step, boundary cells by the case's stage functions (see the module doc)."""
+
+    name = "pallas"
+
+    def __init__(self, setup: Setup, storage: str = "compute", platform: str | None = None,
+                 interpret: bool | None = None) -> None:
+        super().__init__(setup, storage)
+        dtype = jnp.dtype(setup.dtype)
+        if dtype not in (jnp.float32, jnp.float64):
+            raise EngineUnavailable(f"no Pallas kernel for dtype {dtype}")
+        if storage != "compute":
+            raise EngineUnavailable(f"the Pallas kernel keeps populations in the compute dtype, not {storage}")
+        if setup.lattice.q * int(np.prod(setup.shape)) >= 2**31:
+            raise EngineUnavailable("more than 2**31 populations: the Pallas kernel indexes them with int32")
+        self.platform = platform_of(platform)
+        self.interpret = self.platform not in ACCELERATORS if interpret is None else interpret
+        self.form = "rows" if self.platform == "tpu" else "flat"
+        if self.form == "rows":
+            why = kernels.rows_unsupported(setup.lattice, setup.shape, dtype)
+            if why:
+                raise EngineUnavailable(why)
+        if self.interpret:
+            self.note = f"{self.form} Pallas kernel in interpret mode: slow, for checking"
+            log.warning("engine=pallas on %s runs its %s kernel in Pallas interpret mode: slow, for checking only",
+                        jax.default_backend(), self.form)
+        self.plan_boundaries()
+
+    def bulk(self, f: jnp.ndarray) -> jnp.ndarray:
+        """One periodic push step of every cell by the Pallas kernel; a new array."""
+        s = self.setup
+        step = kernels.flat_step if self.form == "flat" else kernels.rows_step
+        return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret)
+
+    def step(self, f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Step ``t``: the bulk kernel, then the boundary cells' stages into the slots it wrote."""
+        out = self.bulk(f)
+        if self.block is None:
+            return out, {}
+        lat, setup = self.setup.lattice, self.setup
+        slots = params["block"]["slots"]["push"]
+        pre = f.reshape(-1)[slots["gather"]].reshape((lat.q, -1) + (1,) * (lat.d - 1))
+        s = run_stages(self._stages, StepState(f=pre, t=t), params["block"]["boundaries"], setup)
+        post = s.post.reshape(lat.q, -1)[:, : self.block.size]
+        with jax.named_scope("stream"):
+            out = out.reshape(-1).at[slots["write"]].set(post, unique_indices=True, indices_are_sorted=False)
+        return out.reshape(f.shape), outputs(s)
+
+    def chunk_function(self, n: int) -> Any:
+        """n steps, two per ``lax.scan`` iteration: the loop's buffer is handed back without a copy."""
+        return jax.jit(self.paired_chunk(n, self.step), donate_argnums=0)
