@@ -275,6 +275,64 @@ class Outputs:
             self.frames.append(frame(self.run_dir / "frames" / f"vorticity_{step:010d}.png", fields, step))
 
 
+def engine_for(run: RunConfig, setup: Setup) -> Engine:
+    """The run's engine (one line naming it); LbmError when the engine asked for cannot run here."""
+    try:
+        engine = make_engine(setup, run.mode, engine=run.engine, sync=bool(run.profile.get("sync")),
+                             mesh=run.parallel_mesh, partitioner=run.parallel.get("partitioner", "shard_map"))
+    except EngineUnavailable as exc:
+        raise LbmError(f"engine={run.engine} is not available here ({exc}); use engine=auto or engine=xla") from None
+    if run.mode == "fused" or run.parallel_mesh:
+        log_engine_choice(engine)
+    return engine
+
+
+def resume(run: RunConfig, case: Case, setup: Setup, outputs: Outputs, place: Any, f: jnp.ndarray, mass0: float
+           ) -> tuple[int, jnp.ndarray, float]:
+    """(step, populations, initial mass) to start from: a checkpoint's when ``checkpoint.resume`` is set."""
+    path = run.checkpoint.get("resume")
+    if not path:
+        return 0, f, mass0
+    ckpt = load_checkpoint(find_checkpoint(Path(path)))
+    check_compatible(ckpt["identity"], identity(run, setup), ckpt["path"])
+    if ckpt["f"].shape != tuple(f.shape) or ckpt["f"].dtype != f.dtype:
+        raise LbmError(f"cannot resume from {ckpt['path']}: populations {ckpt['f'].shape} {ckpt['f'].dtype} "
+                       f"do not fit this run's {tuple(f.shape)} {f.dtype}")
+    step = ckpt["step"]
+    if step >= run.steps:
+        raise LbmError(f"cannot resume from {ckpt['path']}: it is at step {step} and steps={run.steps}; "
+                       f"set steps above {step}")
+    state = ckpt["state"]
+    mass0 = float(state.pop("run/mass0"))
+    outputs.monitor = [(int(s), float(m), float(e)) for s, m, e in state.pop("run/monitor")]
+    case.load_state(state)
+    log.info("resumed from %s at step %d", ckpt["path"], step)
+    return step, place(jnp.asarray(ckpt["f"])), mass0
+
+
+def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) -> Any:
+    """The started profiler when ``profile.enabled`` (None otherwise).
+
+    Started before compilation so that the trace holds the first call; the loop asks it for chunk
+    sizes inside its window and tells it about each chunk.
+    """
+    if not run.profile.get("enabled"):
+        return None
+    from lbm.profiling.capture import Profiler
+    from lbm.roofline import measure_bandwidth
+
+    setup = engine.setup
+    profiler = Profiler(
+        run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps,
+        stages=list(getattr(engine, "stage_names", setup.stages)),
+        run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
+        programs=lambda: engine.describe(1), compile_times=lambda: engine.compile_times,
+        bandwidth=measure_bandwidth,
+        compile_window=(lambda: engine.compile(place(setup.initial_populations()), 1)) if run.mode == "fused" else None)
+    profiler.start()
+    return profiler
+
+
 def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Run a validated configuration and write metrics.json, fields.npz, case files and plots into ``run_dir``."""
     check_run_dir(run_dir)
@@ -283,55 +341,16 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     run = case.run
     log_parameters(run, setup)
 
-    try:
-        engine: Engine = make_engine(setup, run.mode, engine=run.engine, sync=bool(run.profile.get("sync")),
-                                     mesh=run.parallel_mesh, partitioner=run.parallel.get("partitioner", "shard_map"))
-    except EngineUnavailable as exc:
-        raise LbmError(f"engine={run.engine} is not available here ({exc}); use engine=auto or engine=xla") from None
-    if run.mode == "fused" or run.parallel_mesh:
-        log_engine_choice(engine)
+    engine = engine_for(run, setup)
     place, fluid = sharded_placement(engine, setup)
     f = place(setup.initial_populations())
     outputs = Outputs(run, run_dir, engine)
-    step = 0
     mass0 = float(chunk_stats(f, fluid, setup.lattice)[1])
-    resume = run.checkpoint.get("resume")
-    if resume:
-        ckpt = load_checkpoint(find_checkpoint(Path(resume)))
-        check_compatible(ckpt["identity"], identity(run, setup), ckpt["path"])
-        if ckpt["f"].shape != tuple(f.shape) or ckpt["f"].dtype != f.dtype:
-            raise LbmError(f"cannot resume from {ckpt['path']}: populations {ckpt['f'].shape} {ckpt['f'].dtype} "
-                           f"do not fit this run's {tuple(f.shape)} {f.dtype}")
-        step = ckpt["step"]
-        if step >= run.steps:
-            raise LbmError(f"cannot resume from {ckpt['path']}: it is at step {step} and steps={run.steps}; "
-                           f"set steps above {step}")
-        state = ckpt["state"]
-        f = place(jnp.asarray(ckpt["f"]))
-        mass0 = float(state.pop("run/mass0"))
-        monitor = state.pop("run/monitor")
-        outputs.monitor = [(int(s), float(m), float(e)) for s, m, e in monitor]
-        case.load_state(state)
-        log.info("resumed from %s at step %d", ckpt["path"], step)
+    step, f, mass0 = resume(run, case, setup, outputs, place, f, mass0)
     start = step
     k = chunk_size(run)
     every_ckpt = run.checkpoint.get("every", 0)
-
-    profiler = None
-    if run.profile.get("enabled"):
-        # Profiling hook (lbm.profiling.capture.Profiler): started before compilation so the trace holds the
-        # first call; it may cap chunk sizes inside its window and is told after each chunk.
-        from lbm.profiling.capture import Profiler
-        from lbm.roofline import measure_bandwidth
-
-        profiler = Profiler(
-            run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps,
-            stages=list(getattr(engine, "stage_names", setup.stages)),
-            run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
-            programs=lambda: engine.describe(1), compile_times=lambda: engine.compile_times,
-            bandwidth=measure_bandwidth,
-            compile_window=(lambda: engine.compile(place(setup.initial_populations()), 1)) if run.mode == "fused" else None)
-        profiler.start()
+    profiler = start_profiler(run, run_dir, engine, place)
 
     # Compile before timing: the fused chunks ahead of time, the instrumented stages on a throw-away step.
     for n in chunk_lengths(start, run.steps, k) if run.mode == "fused" else (1,):

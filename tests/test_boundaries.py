@@ -194,6 +194,7 @@ def _dense_and_block(lat, shape, boundaries, seed):
         lattice = lat
         force_array = None
         omega_plus = omega_minus = 1 / 0.7
+        collision = None
 
     f = random_populations(lat, shape, seed)
     dense = run_stages(names, StepState(f=f), boundaries, _Setup)
