@@ -7,7 +7,14 @@
 //   aa_odd   A[i](x + c_i) = collide({A[opp(k)](x - c_k)})_i               in place (AA pattern, odd step)
 //   scatter  store values at flat slots, in place                          (boundary fix-ups after a step)
 // Each kernel first gathers the populations at the given flat slots (the boundary cells' inputs) before it
-// overwrites them. An even step followed by an odd step equals two push steps; each cell reads and writes only its
+// overwrites them. After the bulk pass it applies the walls (bounce-back) from link records (lbm.engines.native.plan,
+// WallLinks), then gathers the post-step populations at a second list of slots (what boundary conditions that only
+// observe the step, e.g. forces, read):
+//   rest  a[d] = w_k                      (k = d / plane: a solid cell's populations not reflected)
+//   copy  a[d] = a[s] + add               (half-way link: the fluid neighbour's reflected population + moving-wall term)
+//   keep  a[d] = old a[s]                 (full-way: the solid cell's own pre-step populations, reversed)
+// Record destinations are write slots of solid cells, sources write slots of fluid cells (or pre-step values), so
+// the records are independent of each other and of their order. An even step followed by an odd step equals two push steps; each cell reads and writes only its
 // own slots, so the AA kernels are race-free in place. Rows of the outer axes are shared among XLA's intra-op
 // threads with a dynamic schedule; the innermost axis is vectorised (its two edge cells wrap, scalar).
 #include <algorithm>
@@ -15,8 +22,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 namespace ffi = xla::ffi;
@@ -142,9 +151,41 @@ static void rows(const Geometry& g, const store* src, store* dst, int64_t o0, in
   }
 }
 
-// ---- the whole lattice, on XLA's intra-op thread pool ----------------------------------------------------------
+// ---- work shared among XLA's intra-op threads ------------------------------------------------------------------
+// The calling thread is one of the pool's: pool.num_threads() workers in all (one more oversubscribes
+// the cores: measured 5-10% slower on 2 cores). LBM_NATIVE_THREADS overrides the count.
+static int64_t worker_count(ffi::ThreadPool& pool) {
+  int64_t workers = std::max<int64_t>(1, pool.num_threads());
+  if (const char* env = std::getenv("LBM_NATIVE_THREADS")) { int64_t t = std::atoll(env); if (t >= 1) workers = t; }
+  return workers;
+}
+
+// fn(i0, i1) over [0, n) in blocks of `block` items. Dynamic schedule: workers (the caller included) claim blocks
+// until none is left, so a worker slowed by other load does less. The state lives on the heap: a pool task that
+// starts after the caller has returned finds no items left and touches nothing else.
+static void parallel_for(ffi::ThreadPool& pool, int64_t workers, int64_t n, int64_t block,
+                         std::function<void(int64_t, int64_t)> fn) {
+  if (workers <= 1 || n <= block) { if (n > 0) fn(0, n); return; }
+  struct Shared { std::atomic<int64_t> next{0}, done{0}; int64_t n, block; std::function<void(int64_t, int64_t)> fn; };
+  auto sh = std::make_shared<Shared>();
+  sh->n = n; sh->block = block; sh->fn = std::move(fn);
+  auto work = [](Shared& st) {
+    for (;;) {
+      int64_t i0 = st.next.fetch_add(st.block, std::memory_order_relaxed);
+      if (i0 >= st.n) return;
+      int64_t i1 = std::min(i0 + st.block, st.n);
+      st.fn(i0, i1);
+      st.done.fetch_add(i1 - i0, std::memory_order_release);
+    }
+  };
+  for (int64_t p = 1; p < workers; ++p) pool.Schedule([sh, work]() { work(*sh); });
+  work(*sh);
+  while (sh->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
+}
+
+// ---- the whole lattice --------------------------------------------------------------------------------------------
 template <int K>
-static ffi::Error run(ffi::ThreadPool pool, const store* src, store* dst, ffi::Span<const int64_t> dims,
+static ffi::Error run(ffi::ThreadPool& pool, const store* src, store* dst, ffi::Span<const int64_t> dims,
                       double omega_plus, double omega_minus, ffi::Span<const double> force) {
   if ((int64_t)dims.size() != D + 1 || dims[0] != Q)
     return ffi::Error::InvalidArgument("lbm kernel: populations must have shape (Q, *grid) for this lattice");
@@ -155,40 +196,59 @@ static ffi::Error run(ffi::ThreadPool pool, const store* src, store* dst, ffi::S
   g.plane = g.n_outer * g.n_inner;
   real F[D > 0 ? D : 1];
   for (int a = 0; a < D; ++a) F[a] = (a < (int)force.size()) ? (real)force[a] : (real)0;
-  real wp = (real)omega_plus, wm = (real)omega_minus;
-  // The calling thread is one of the pool's: pool.num_threads() workers in all (one more oversubscribes
-  // the cores: measured 5-10% slower on 2 cores). LBM_NATIVE_THREADS overrides the count.
-  int64_t workers = std::max<int64_t>(1, pool.num_threads());
-  if (const char* env = std::getenv("LBM_NATIVE_THREADS")) { int64_t t = std::atoll(env); if (t >= 1) workers = t; }
-  if (g.plane < 16384) workers = 1;
-  if (workers == 1) {
-    rows<K>(g, src, dst, 0, g.n_outer, wp, wm, F);
-    return ffi::Error::Success();
-  }
-  // Dynamic schedule: workers (the caller included) claim blocks of rows until none is left, so a
-  // worker slowed by other load does less. The state lives on the heap: a pool task that starts after
-  // the caller has returned finds no rows left and touches nothing else.
-  struct Shared {
-    std::atomic<int64_t> next{0}, done{0};
-    Geometry g; const store* src; store* dst; real wp, wm, F[D > 0 ? D : 1]; int64_t block;
-  };
-  auto sh = std::make_shared<Shared>();
-  sh->g = g; sh->src = src; sh->dst = dst; sh->wp = wp; sh->wm = wm;
-  for (int a = 0; a < D; ++a) sh->F[a] = F[a];
-  sh->block = std::max<int64_t>(1, g.n_outer / (8 * workers));
-  auto work = [](Shared& s) {
-    for (;;) {
-      int64_t o0 = s.next.fetch_add(s.block, std::memory_order_relaxed);
-      if (o0 >= s.g.n_outer) return;
-      int64_t o1 = std::min(o0 + s.block, s.g.n_outer);
-      rows<K>(s.g, s.src, s.dst, o0, o1, s.wp, s.wm, s.F);
-      s.done.fetch_add(o1 - o0, std::memory_order_release);
-    }
-  };
-  for (int64_t p = 1; p < workers; ++p) pool.Schedule([sh, work]() { work(*sh); });
-  work(*sh);
-  while (sh->done.load(std::memory_order_acquire) < g.n_outer) std::this_thread::yield();
+  const real wp = (real)omega_plus, wm = (real)omega_minus;
+  const int64_t workers = g.plane < 16384 ? 1 : worker_count(pool);
+  parallel_for(pool, workers, g.n_outer, std::max<int64_t>(1, g.n_outer / (8 * workers)),
+               [&](int64_t o0, int64_t o1) { rows<K>(g, src, dst, o0, o1, wp, wm, F); });
   return ffi::Error::Success();
+}
+
+// ---- walls: link records applied after the bulk pass ----------------------------------------------------------------
+struct Walls {
+  const int32_t *rest, *copy_dst, *copy_src, *keep_src, *keep_dst;
+  const real* copy_add;  // null: no moving-wall term
+  int64_t n_rest, n_copy, n_keep;
+};
+
+static ffi::Error walls_of(ffi::Buffer<ffi::S32>& rest, ffi::Buffer<ffi::S32>& copy_dst, ffi::Buffer<ffi::S32>& copy_src,
+                           ffi::Buffer<LBM_REAL_FFI_TYPE>& copy_add, ffi::Buffer<ffi::S32>& keep_src,
+                           ffi::Buffer<ffi::S32>& keep_dst, Walls& w) {
+  w.rest = rest.typed_data(); w.n_rest = (int64_t)rest.element_count();
+  w.copy_dst = copy_dst.typed_data(); w.copy_src = copy_src.typed_data(); w.n_copy = (int64_t)copy_dst.element_count();
+  w.copy_add = copy_add.element_count() ? reinterpret_cast<const real*>(copy_add.typed_data()) : nullptr;
+  w.keep_src = keep_src.typed_data(); w.keep_dst = keep_dst.typed_data(); w.n_keep = (int64_t)keep_dst.element_count();
+  if ((int64_t)copy_src.element_count() != w.n_copy || (w.copy_add && (int64_t)copy_add.element_count() != w.n_copy) ||
+      (int64_t)keep_src.element_count() != w.n_keep)
+    return ffi::Error::InvalidArgument("lbm kernel: wall records differ in length");
+  return ffi::Error::Success();
+}
+
+// Pre-step values the full-way records keep (read from the step's source before the bulk pass overwrites it).
+static std::vector<store> kept(const store* a, const Walls& w) {
+  std::vector<store> v((size_t)w.n_keep);
+  for (int64_t j = 0; j < w.n_keep; ++j) v[(size_t)j] = a[w.keep_src[j]];
+  return v;
+}
+
+static void apply_walls(ffi::ThreadPool& pool, store* a, const Walls& w, const std::vector<store>& keep, int64_t plane) {
+  const int64_t n = w.n_rest + w.n_copy + w.n_keep;
+  const int64_t workers = n < 16384 ? 1 : worker_count(pool);
+  static const real WEIGHT_[Q] = LBM_WEIGHTS;
+  parallel_for(pool, workers, n, std::max<int64_t>(4096, n / (8 * workers)), [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < std::min(j1, w.n_rest); ++j) {
+      const int32_t d = w.rest[j];
+      const int k = (int)(d / plane);
+      ST(a + d, WEIGHT_[k] - SHIFT[k]);
+    }
+    for (int64_t j = std::max(j0, w.n_rest); j < std::min(j1, w.n_rest + w.n_copy); ++j) {
+      const int64_t r = j - w.n_rest;
+      ST(a + w.copy_dst[r], LD(a + w.copy_src[r]) + (w.copy_add ? w.copy_add[r] : (real)0));
+    }
+    for (int64_t j = std::max(j0, w.n_rest + w.n_copy); j < j1; ++j) {
+      const int64_t r = j - w.n_rest - w.n_copy;
+      a[w.keep_dst[r]] = keep[(size_t)r];
+    }
+  });
 }
 
 // ---- FFI handlers ---------------------------------------------------------------------------------------------
@@ -200,24 +260,47 @@ static void gather(const store* a, ffi::Buffer<ffi::S32>& idx, ffi::ResultBuffer
   for (int64_t j = 0; j < m; ++j) out[j] = a[ix[j]];
 }
 
+
 static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi::Buffer<LBM_FFI_TYPE> dst_in,
-                       ffi::Buffer<ffi::S32> idx, ffi::ResultBuffer<LBM_FFI_TYPE> dst, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
-                       double omega_plus, double omega_minus, ffi::Span<const double> force) {
+                       ffi::Buffer<ffi::S32> idx, ffi::Buffer<ffi::S32> observe, ffi::Buffer<ffi::S32> rest,
+                       ffi::Buffer<ffi::S32> copy_dst, ffi::Buffer<ffi::S32> copy_src,
+                       ffi::Buffer<LBM_REAL_FFI_TYPE> copy_add, ffi::Buffer<ffi::S32> keep_src,
+                       ffi::Buffer<ffi::S32> keep_dst, ffi::ResultBuffer<LBM_FFI_TYPE> dst,
+                       ffi::ResultBuffer<LBM_FFI_TYPE> pre, ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus,
+                       double omega_minus, ffi::Span<const double> force) {
   (void)dst_in;
+  Walls w;
+  if (auto err = walls_of(rest, copy_dst, copy_src, copy_add, keep_src, keep_dst, w); err.failure()) return err;
   const store* s = reinterpret_cast<const store*>(src.typed_data());
+  store* d = reinterpret_cast<store*>(dst->typed_data());
   gather(s, idx, pre);
-  return run<PUSH>(pool, s, reinterpret_cast<store*>(dst->typed_data()), src.dimensions(), omega_plus, omega_minus,
-                   force);
+  const std::vector<store> keep = kept(s, w);
+  auto err = run<PUSH>(pool, s, d, src.dimensions(), omega_plus, omega_minus, force);
+  if (err.failure()) return err;
+  apply_walls(pool, d, w, keep, (int64_t)src.element_count() / Q);
+  gather(d, observe, post);
+  return ffi::Error::Success();
 }
 
 template <int K>
 static ffi::Error InPlace(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> a_in, ffi::Buffer<ffi::S32> idx,
-                          ffi::ResultBuffer<LBM_FFI_TYPE> a, ffi::ResultBuffer<LBM_FFI_TYPE> pre, double omega_plus,
-                          double omega_minus, ffi::Span<const double> force) {
+                          ffi::Buffer<ffi::S32> observe, ffi::Buffer<ffi::S32> rest, ffi::Buffer<ffi::S32> copy_dst,
+                          ffi::Buffer<ffi::S32> copy_src, ffi::Buffer<LBM_REAL_FFI_TYPE> copy_add,
+                          ffi::Buffer<ffi::S32> keep_src, ffi::Buffer<ffi::S32> keep_dst,
+                          ffi::ResultBuffer<LBM_FFI_TYPE> a, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
+                          ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus, double omega_minus,
+                          ffi::Span<const double> force) {
   (void)a_in;
+  Walls w;
+  if (auto err = walls_of(rest, copy_dst, copy_src, copy_add, keep_src, keep_dst, w); err.failure()) return err;
   store* p = reinterpret_cast<store*>(a->typed_data());
   gather(p, idx, pre);
-  return run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force);
+  const std::vector<store> keep = kept(p, w);
+  auto err = run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force);
+  if (err.failure()) return err;
+  apply_walls(pool, p, w, keep, (int64_t)a->element_count() / Q);
+  gather(p, observe, post);
+  return ffi::Error::Success();
 }
 
 // Store vals[0..m) at the flat slots idx[0..m) of a, in place (boundary fix-ups after a step).
@@ -239,12 +322,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_scatter, Scatter,
         .Ret<ffi::Buffer<LBM_FFI_TYPE>>());
 
 #define LBM_ATTRS .Attr<double>("omega_plus").Attr<double>("omega_minus").Attr<ffi::Span<const double>>("force")
+#define LBM_WALL_ARGS .Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>() \
+    .Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<LBM_REAL_FFI_TYPE>>() \
+    .Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>()
+#define LBM_RETS .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>()
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_push, Push,
     ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<LBM_FFI_TYPE>>()
-        .Arg<ffi::Buffer<ffi::S32>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS);
+        LBM_WALL_ARGS LBM_RETS LBM_ATTRS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_aa_even, InPlace<AA_EVEN>,
-    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<ffi::S32>>()
-        .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS);
+    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>() LBM_WALL_ARGS LBM_RETS LBM_ATTRS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_aa_odd, InPlace<AA_ODD>,
-    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<ffi::S32>>()
-        .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS);
+    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>() LBM_WALL_ARGS LBM_RETS LBM_ATTRS);
