@@ -6,15 +6,17 @@
 //   aa_even  A[opp(i)](x) = collide(A(x))_i                                in place (AA pattern, even step)
 //   aa_odd   A[i](x + c_i) = collide({A[opp(k)](x - c_k)})_i               in place (AA pattern, odd step)
 //   scatter  store values at flat slots, in place                          (boundary fix-ups after a step)
-// Each kernel first gathers the populations at the given flat slots (the boundary cells' inputs) before it
-// overwrites them. After the bulk pass it applies the walls (bounce-back) from link records (lbm.engines.native.plan,
-// WallLinks), then gathers the post-step populations at a second list of slots (what boundary conditions that only
-// observe the step, e.g. forces, read):
+//   walls    apply wall link records in place, then gather populations    (bounce-back after a step)
+// Each step kernel first gathers the populations at the given flat slots (the boundary cells' inputs, and the values
+// full-way walls keep) before it overwrites them. The walls kernel applies bounce-back from link records
+// (lbm.engines.native.plan.wall_records), then gathers the post-step populations at the given slots (what boundary
+// conditions that only observe the step, e.g. forces, read):
 //   rest  a[d] = w_k                      (k = d / plane: a solid cell's populations not reflected)
 //   copy  a[d] = a[s] + add               (half-way link: the fluid neighbour's reflected population + moving-wall term)
 //   keep  a[d] = old a[s]                 (full-way: the solid cell's own pre-step populations, reversed)
 // Record destinations are write slots of solid cells, sources write slots of fluid cells (or pre-step values), so
-// the records are independent of each other and of their order. An even step followed by an odd step equals two push steps; each cell reads and writes only its
+// the records are independent of each other and of their order.
+// An even step followed by an odd step equals two push steps; each cell reads and writes only its
 // own slots, so the AA kernels are race-free in place. Rows of the outer axes are shared among XLA's intra-op
 // threads with a dynamic schedule; the innermost axis is vectorised (its two edge cells wrap, scalar).
 #include <algorithm>
@@ -25,7 +27,6 @@
 #include <functional>
 #include <memory>
 #include <thread>
-#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 namespace ffi = xla::ffi;
@@ -205,32 +206,13 @@ static ffi::Error run(ffi::ThreadPool& pool, const store* src, store* dst, ffi::
 
 // ---- walls: link records applied after the bulk pass ----------------------------------------------------------------
 struct Walls {
-  const int32_t *rest, *copy_dst, *copy_src, *keep_src, *keep_dst;
+  const int32_t *rest, *copy_dst, *copy_src, *keep_dst;
   const real* copy_add;  // null: no moving-wall term
+  const store* keep;     // the full-way records' pre-step values (gathered by the step's kernel)
   int64_t n_rest, n_copy, n_keep;
 };
 
-static ffi::Error walls_of(ffi::Buffer<ffi::S32>& rest, ffi::Buffer<ffi::S32>& copy_dst, ffi::Buffer<ffi::S32>& copy_src,
-                           ffi::Buffer<LBM_REAL_FFI_TYPE>& copy_add, ffi::Buffer<ffi::S32>& keep_src,
-                           ffi::Buffer<ffi::S32>& keep_dst, Walls& w) {
-  w.rest = rest.typed_data(); w.n_rest = (int64_t)rest.element_count();
-  w.copy_dst = copy_dst.typed_data(); w.copy_src = copy_src.typed_data(); w.n_copy = (int64_t)copy_dst.element_count();
-  w.copy_add = copy_add.element_count() ? reinterpret_cast<const real*>(copy_add.typed_data()) : nullptr;
-  w.keep_src = keep_src.typed_data(); w.keep_dst = keep_dst.typed_data(); w.n_keep = (int64_t)keep_dst.element_count();
-  if ((int64_t)copy_src.element_count() != w.n_copy || (w.copy_add && (int64_t)copy_add.element_count() != w.n_copy) ||
-      (int64_t)keep_src.element_count() != w.n_keep)
-    return ffi::Error::InvalidArgument("lbm kernel: wall records differ in length");
-  return ffi::Error::Success();
-}
-
-// Pre-step values the full-way records keep (read from the step's source before the bulk pass overwrites it).
-static std::vector<store> kept(const store* a, const Walls& w) {
-  std::vector<store> v((size_t)w.n_keep);
-  for (int64_t j = 0; j < w.n_keep; ++j) v[(size_t)j] = a[w.keep_src[j]];
-  return v;
-}
-
-static void apply_walls(ffi::ThreadPool& pool, store* a, const Walls& w, const std::vector<store>& keep, int64_t plane) {
+static void apply_walls(ffi::ThreadPool& pool, store* a, const Walls& w, int64_t plane) {
   const int64_t n = w.n_rest + w.n_copy + w.n_keep;
   const int64_t workers = n < 16384 ? 1 : worker_count(pool);
   static const real WEIGHT_[Q] = LBM_WEIGHTS;
@@ -246,7 +228,7 @@ static void apply_walls(ffi::ThreadPool& pool, store* a, const Walls& w, const s
     }
     for (int64_t j = std::max(j0, w.n_rest + w.n_copy); j < j1; ++j) {
       const int64_t r = j - w.n_rest - w.n_copy;
-      a[w.keep_dst[r]] = keep[(size_t)r];
+      a[w.keep_dst[r]] = w.keep[r];
     }
   });
 }
@@ -262,43 +244,43 @@ static void gather(const store* a, ffi::Buffer<ffi::S32>& idx, ffi::ResultBuffer
 
 
 static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi::Buffer<LBM_FFI_TYPE> dst_in,
-                       ffi::Buffer<ffi::S32> idx, ffi::Buffer<ffi::S32> observe, ffi::Buffer<ffi::S32> rest,
-                       ffi::Buffer<ffi::S32> copy_dst, ffi::Buffer<ffi::S32> copy_src,
-                       ffi::Buffer<LBM_REAL_FFI_TYPE> copy_add, ffi::Buffer<ffi::S32> keep_src,
-                       ffi::Buffer<ffi::S32> keep_dst, ffi::ResultBuffer<LBM_FFI_TYPE> dst,
-                       ffi::ResultBuffer<LBM_FFI_TYPE> pre, ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus,
-                       double omega_minus, ffi::Span<const double> force) {
+                       ffi::Buffer<ffi::S32> idx, ffi::ResultBuffer<LBM_FFI_TYPE> dst, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
+                       double omega_plus, double omega_minus, ffi::Span<const double> force) {
   (void)dst_in;
-  Walls w;
-  if (auto err = walls_of(rest, copy_dst, copy_src, copy_add, keep_src, keep_dst, w); err.failure()) return err;
   const store* s = reinterpret_cast<const store*>(src.typed_data());
-  store* d = reinterpret_cast<store*>(dst->typed_data());
   gather(s, idx, pre);
-  const std::vector<store> keep = kept(s, w);
-  auto err = run<PUSH>(pool, s, d, src.dimensions(), omega_plus, omega_minus, force);
-  if (err.failure()) return err;
-  apply_walls(pool, d, w, keep, (int64_t)src.element_count() / Q);
-  gather(d, observe, post);
-  return ffi::Error::Success();
+  return run<PUSH>(pool, s, reinterpret_cast<store*>(dst->typed_data()), src.dimensions(), omega_plus, omega_minus,
+                   force);
 }
 
 template <int K>
 static ffi::Error InPlace(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> a_in, ffi::Buffer<ffi::S32> idx,
-                          ffi::Buffer<ffi::S32> observe, ffi::Buffer<ffi::S32> rest, ffi::Buffer<ffi::S32> copy_dst,
-                          ffi::Buffer<ffi::S32> copy_src, ffi::Buffer<LBM_REAL_FFI_TYPE> copy_add,
-                          ffi::Buffer<ffi::S32> keep_src, ffi::Buffer<ffi::S32> keep_dst,
-                          ffi::ResultBuffer<LBM_FFI_TYPE> a, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
-                          ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus, double omega_minus,
-                          ffi::Span<const double> force) {
+                          ffi::ResultBuffer<LBM_FFI_TYPE> a, ffi::ResultBuffer<LBM_FFI_TYPE> pre, double omega_plus,
+                          double omega_minus, ffi::Span<const double> force) {
   (void)a_in;
-  Walls w;
-  if (auto err = walls_of(rest, copy_dst, copy_src, copy_add, keep_src, keep_dst, w); err.failure()) return err;
   store* p = reinterpret_cast<store*>(a->typed_data());
   gather(p, idx, pre);
-  const std::vector<store> keep = kept(p, w);
-  auto err = run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force);
-  if (err.failure()) return err;
-  apply_walls(pool, p, w, keep, (int64_t)a->element_count() / Q);
+  return run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force);
+}
+
+// Apply the wall records to a step's result in place, then gather the populations at the observe slots.
+static ffi::Error Walls_(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> a_in, ffi::Buffer<LBM_FFI_TYPE> keep,
+                         ffi::Buffer<ffi::S32> observe, ffi::Buffer<ffi::S32> rest, ffi::Buffer<ffi::S32> copy_dst,
+                         ffi::Buffer<ffi::S32> copy_src, ffi::Buffer<LBM_REAL_FFI_TYPE> copy_add,
+                         ffi::Buffer<ffi::S32> keep_dst, ffi::ResultBuffer<LBM_FFI_TYPE> a,
+                         ffi::ResultBuffer<LBM_FFI_TYPE> post) {
+  (void)a_in;
+  Walls w;
+  w.rest = rest.typed_data(); w.n_rest = (int64_t)rest.element_count();
+  w.copy_dst = copy_dst.typed_data(); w.copy_src = copy_src.typed_data(); w.n_copy = (int64_t)copy_dst.element_count();
+  w.copy_add = copy_add.element_count() ? reinterpret_cast<const real*>(copy_add.typed_data()) : nullptr;
+  w.keep_dst = keep_dst.typed_data(); w.n_keep = (int64_t)keep_dst.element_count();
+  w.keep = reinterpret_cast<const store*>(keep.typed_data());
+  if ((int64_t)copy_src.element_count() != w.n_copy || (w.copy_add && (int64_t)copy_add.element_count() != w.n_copy) ||
+      (int64_t)keep.element_count() != w.n_keep)
+    return ffi::Error::InvalidArgument("lbm walls: records differ in length");
+  store* p = reinterpret_cast<store*>(a->typed_data());
+  apply_walls(pool, p, w, (int64_t)a->element_count() / Q);
   gather(p, observe, post);
   return ffi::Error::Success();
 }
@@ -322,14 +304,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_scatter, Scatter,
         .Ret<ffi::Buffer<LBM_FFI_TYPE>>());
 
 #define LBM_ATTRS .Attr<double>("omega_plus").Attr<double>("omega_minus").Attr<ffi::Span<const double>>("force")
-#define LBM_WALL_ARGS .Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>() \
-    .Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<LBM_REAL_FFI_TYPE>>() \
-    .Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>()
-#define LBM_RETS .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>()
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_push, Push,
     ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<LBM_FFI_TYPE>>()
-        LBM_WALL_ARGS LBM_RETS LBM_ATTRS);
+        .Arg<ffi::Buffer<ffi::S32>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_aa_even, InPlace<AA_EVEN>,
-    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>() LBM_WALL_ARGS LBM_RETS LBM_ATTRS);
+    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<ffi::S32>>()
+        .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_aa_odd, InPlace<AA_ODD>,
-    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>() LBM_WALL_ARGS LBM_RETS LBM_ATTRS);
+    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<ffi::S32>>()
+        .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_walls, Walls_,
+    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<LBM_FFI_TYPE>>()
+        .Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<ffi::S32>>()
+        .Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<LBM_REAL_FFI_TYPE>>().Arg<ffi::Buffer<ffi::S32>>()
+        .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>());

@@ -163,7 +163,7 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
     pre-step population f_opp(i) (read slot) stored as its post-step population i (write slot).
     None when the walls are not independent link rules (one writes what another reads or writes).
     """
-    q, n_cells = lattice.q, int(np.prod(shape))
+    q = lattice.q
     opp = lattice.opposite
     if not np.array_equal(lattice.w, lattice.w[opp]):
         return None  # rest records take the weight of the slot's direction, which may be i or opp(i)
