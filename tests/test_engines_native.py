@@ -52,10 +52,10 @@ def test_native_kernels_equal_collide_then_stream(lat, collision):
         f = _random_populations(lat, shape, k)
         one = _reference_step(f, lat, op, om, force)
         two = _reference_step(one, lat, op, om, force)
-        pushed, _ = native.push(spec, f, jnp.zeros_like(f), op, om, force)
+        pushed, *_ = native.push(spec, f, jnp.zeros_like(f), op, om, force)
         np.testing.assert_allclose(pushed, one, rtol=1e-14, atol=1e-16)
-        a, _ = native.aa_step(spec, f + 0, 0, op, om, force)
-        a, _ = native.aa_step(spec, a, 1, op, om, force)
+        a, *_ = native.aa_step(spec, f + 0, 0, op, om, force)
+        a, *_ = native.aa_step(spec, a, 1, op, om, force)
         np.testing.assert_allclose(a, two, rtol=1e-14, atol=1e-16)
 
 
@@ -71,9 +71,9 @@ def test_native_kernels_read_their_slots_before_writing():
         read, write = slot_maps(lat, shape, cells, scheme)
         slots = jnp.asarray(read.astype(np.int32))
         if scheme == "push":
-            out, old = native.push(spec, f, jnp.zeros_like(f), 1.2, 1.2, None, slots)
+            out, old, _ = native.push(spec, f, jnp.zeros_like(f), 1.2, 1.2, None, slots)
         else:
-            out, old = native.aa_step(spec, f + 0, 0 if scheme == "aa_even" else 1, 1.2, 1.2, None, slots)
+            out, old, _ = native.aa_step(spec, f + 0, 0 if scheme == "aa_even" else 1, 1.2, 1.2, None, slots)
         np.testing.assert_array_equal(np.asarray(old), np.asarray(f).reshape(-1)[read])
         vals = jnp.asarray(np.arange(read.size, dtype=np.float64).reshape(read.shape))
         written = np.asarray(native.scatter(spec, out, jnp.asarray(write.astype(np.int32)), vals)).reshape(-1)

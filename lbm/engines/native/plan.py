@@ -153,50 +153,84 @@ def wall_rule(bc: BoundaryCondition) -> tuple[np.ndarray, np.ndarray | None, np.
     return None
 
 
+def _by_row(rows: list[np.ndarray], columns: dict[str, list[np.ndarray]], n_outer: int, dtypes: dict[str, Any]
+            ) -> dict[str, np.ndarray]:
+    """Records sorted by outer row (stable), with row offsets ``off`` (n_outer + 1)."""
+    row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    order = np.argsort(row, kind="stable")
+    out = {"off": np.concatenate([[0], np.cumsum(np.bincount(row, minlength=n_outer))]).astype(np.int32)}
+    for k, v in columns.items():
+        out[k] = (np.concatenate(v) if v else np.zeros(0))[order].astype(dtypes.get(k, np.int32))
+    return out
+
+
 def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[BoundaryCondition, ...],
                  scheme: str) -> dict[str, np.ndarray] | None:
-    """Link records that apply ``walls`` after a bulk step of ``scheme`` (kernels.cc); None if they interfere.
+    """Link records with which a bulk step of ``scheme`` applies ``walls`` row by row (kernels.cc, RowWalls).
 
-    rest: write slots of solid cells' unreflected populations (set to the weight w_k, k = slot // N);
-    copy_dst/copy_src/copy_add: a half-way link's write slot, the write slot of the fluid neighbour's
-    opposite population, the moving-wall term; keep_src/keep_dst: full-way bounce-back, a solid cell's
-    pre-step population f_opp(i) (read slot) stored as its post-step population i (write slot).
-    None when the walls are not independent link rules (one writes what another reads or writes).
+    Rows are the lines along the last grid axis. ``skip``: runs ``[k0, k1)`` of solid cells per row (the
+    bulk pass leaves them alone); ``rest``: write slots of solid cells' unreflected populations, set to
+    the weight w_k (k = slot // N), in the solid cell's row; ``copy_dst``/``copy_src``/``copy_add``: per
+    half-way link, the solid cell's write slot, the write slot of the opposite population of the fluid
+    cell across the link, and the moving-wall term, in the fluid cell's row; ``keep_src``/``keep_dst``
+    (push only; in place a skipped cell keeps them already): a full-way solid cell's pre-step
+    population f_opp(i) (read slot) as its post-step population i (write slot). Each group comes with
+    row offsets ``*_off``. None when the walls overlap, or a link is flagged on a fluid cell.
     """
-    q = lattice.q
+    q, n_cells, n_inner = lattice.q, int(np.prod(shape)), shape[-1]
+    n_outer = n_cells // n_inner
     opp = lattice.opposite
     if not np.array_equal(lattice.w, lattice.w[opp]):
         return None  # rest records take the weight of the slot's direction, which may be i or opp(i)
-    rest, copy_dst, copy_src, copy_add, keep_src, keep_dst = [], [], [], [], [], []
+    solids: list[np.ndarray] = []
+    rest_row, rest = [], []
+    copy_row, copy_dst, copy_src, copy_add, acrosses = [], [], [], [], []
+    keep_row, keep_src, keep_dst = [], [], []
     for bc in walls:
         solid, links, term = wall_rule(bc)
         solid = solid.reshape(-1)
+        cells = np.flatnonzero(solid)
+        solids.append(cells)
+        read, write = slot_maps(lattice, shape, cells, scheme)
         if links is None:
-            cells = np.flatnonzero(solid)
-            read, write = slot_maps(lattice, shape, cells, scheme)
-            keep_src.append(read[opp].reshape(-1))
-            keep_dst.append(write.reshape(-1))
+            if scheme == "push":
+                keep_row.append(np.repeat(cells[None] // n_inner, q, axis=0).reshape(-1))
+                keep_src.append(read[opp].reshape(-1))
+                keep_dst.append(write.reshape(-1))
             continue
         links = links.reshape(q, -1)
-        cells = np.flatnonzero(solid | links.any(axis=0))
-        _, write = slot_maps(lattice, shape, cells, scheme)
+        if (links & ~solid).any():
+            return None
         for j in range(q):
             flagged = links[j, cells]
-            rest.append(write[j, ~flagged & solid[cells]])
+            rest_row.append(cells[~flagged] // n_inner)
+            rest.append(write[j, ~flagged])
             across = neighbour(cells[flagged], shape, lattice.c[j])
             _, w_across = slot_maps(lattice, shape, across, scheme)
+            acrosses.append(across)
+            copy_row.append(across // n_inner)
             copy_dst.append(write[j, flagged])
             copy_src.append(w_across[opp[j]])
-            add = np.zeros(int(flagged.sum())) if term is None else term.reshape(q, -1)[j, cells[flagged]]
-            copy_add.append(add)
-    out = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in
-           (("rest", rest), ("copy_dst", copy_dst), ("copy_src", copy_src), ("keep_src", keep_src),
-            ("keep_dst", keep_dst))}
-    dst = np.concatenate([out["rest"], out["copy_dst"], out["keep_dst"]])
-    if np.unique(dst).size != dst.size or np.intersect1d(out["copy_src"], dst).size:
-        return None
-    out = {k: v.astype(np.int32) for k, v in out.items()}
-    out["copy_add"] = np.concatenate(copy_add) if copy_add else np.zeros(0)
+            copy_add.append(np.zeros(across.size) if term is None else term.reshape(q, -1)[j, cells[flagged]])
+    solid = np.concatenate(solids)
+    if np.unique(solid).size != solid.size:
+        return None  # two walls on one cell
+    if acrosses and np.isin(np.concatenate(acrosses), solid).any():
+        return None  # a link reads a cell another wall makes solid
+    solid = np.sort(solid)
+    row, k = solid // n_inner, solid % n_inner
+    starts = np.flatnonzero(np.concatenate([[True], (row[1:] != row[:-1]) | (k[1:] != k[:-1] + 1)]))
+    ends = np.concatenate([starts[1:], [solid.size]])
+    out: dict[str, np.ndarray] = {}
+    skip = _by_row([row[starts]], {"skip": [np.stack([k[starts], k[ends - 1] + 1], axis=1)]}, n_outer, {})
+    out["skip_off"], out["skip"] = skip["off"], skip["skip"].reshape(-1)
+    r = _by_row(rest_row, {"rest": rest}, n_outer, {})
+    out["rest_off"], out["rest"] = r["off"], r["rest"]
+    c = _by_row(copy_row, {"copy_dst": copy_dst, "copy_src": copy_src, "copy_add": copy_add}, n_outer,
+                {"copy_add": np.float64})
+    out.update(copy_off=c["off"], copy_dst=c["copy_dst"], copy_src=c["copy_src"], copy_add=c["copy_add"])
+    kp = _by_row(keep_row, {"keep_src": keep_src, "keep_dst": keep_dst}, n_outer, {})
+    out.update(keep_off=kp["off"], keep_src=kp["keep_src"], keep_dst=kp["keep_dst"])
     return out
 
 
