@@ -170,7 +170,6 @@ def test_kernel_walls_observe_slots_after_the_walls():
 def test_walls_go_to_the_kernel_unless_a_writer_touches_them():
     """plan_kernel: walls in the kernel, forces observing; a wall on the inlet face falls back to the block."""
     from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
-    from lbm.engines.base import EngineUnavailable
     from lbm.engines.native.plan import plan_kernel, wall_records
 
     lat, shape = D2Q9, (12, 9)
@@ -183,9 +182,9 @@ def test_walls_go_to_the_kernel_unless_a_writer_touches_them():
     observed = plan.block.cells[plan.block.size - plan.block.observed:plan.block.size]
     assert np.isin(np.flatnonzero(obstacle), observed).all()  # forces read the walls' solid cells from the kernel
     touching = obstacle.copy()
-    touching[0, 4] = True  # a solid cell on the inlet face: the inlet would rewrite it, unsupported as before
-    with pytest.raises(EngineUnavailable):
-        plan_kernel(lat, shape, bcs[:2] + (FullwayBounceBack(solid=touching),))
+    touching[0, 4] = True  # a solid cell on the inlet face, which the inlet rewrites: the wall stays on the block
+    plan = plan_kernel(lat, shape, bcs[:2] + (FullwayBounceBack(solid=touching),))
+    assert plan.walls == () and plan.records == {} and np.isin(np.flatnonzero(touching), plan.block.cells).all()
     both = (FullwayBounceBack(solid=obstacle), HalfwayBounceBack.around(obstacle, lat))
     assert wall_records(lat, shape, both, "push") is None  # two walls on one cell: not independent link rules
     plan = plan_kernel(lat, shape, both)  # so both run on the block, in their order, as the dense step does

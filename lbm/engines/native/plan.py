@@ -30,6 +30,7 @@ import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, neighbour
 from lbm.boundaries.bounce_back import FullwayBounceBack, HalfwayBounceBack
+from lbm.boundaries.moving_wall import MovingWall
 from lbm.engines.base import EngineUnavailable
 from lbm.lattice import Lattice
 from lbm.stages import STAGES
@@ -145,10 +146,10 @@ OBSERVING = STAGES[STAGES.index("bounce_back") + 1:STAGES.index("stream")]
 
 def wall_rule(bc: BoundaryCondition) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None:
     """(solid, half-way links or None for full-way, moving-wall term or None) of a wall a kernel applies, else None."""
-    if isinstance(bc, HalfwayBounceBack):
+    if type(bc) in (HalfwayBounceBack, MovingWall):  # exact types: a subclass may change the rule
         wall = None if bc.wall is None else np.asarray(bc.wall)
         return np.asarray(bc.solid, bool), np.asarray(bc.links, bool), wall
-    if isinstance(bc, FullwayBounceBack):
+    if type(bc) is FullwayBounceBack:
         return np.asarray(bc.solid, bool), None, None
     return None
 
