@@ -258,3 +258,35 @@ def test_fused_named_scopes_carry_stage_names():
     hlo = XlaEngine(setup).lower(setup.initial_populations(), 2).as_text(debug_info=True)
     for stage in STAGES:
         assert f"{stage}/" in hlo or f"/{stage}" in hlo, stage
+
+
+WALL_CASES = {
+    "channel_d3q19": ["case=poiseuille", "lattice=d3q19", "grid.nx=5", "grid.ny=9", "grid.nz=6"],
+    "cylinder_halfway_d3q19": ["grid.nx=40", "grid.ny=27", "lattice=d3q19", "grid.nz=4", "case.bounce_back=halfway"],
+    "cavity_trt": ["case=cavity", "grid.nx=17", "grid.ny=21", "collision=trt"],
+}
+
+
+@needs_native
+@pytest.mark.parametrize("name", sorted(WALL_CASES))
+@pytest.mark.parametrize("steps", [9, 12])
+def test_native_walls_in_the_kernel_equal_the_reference(name, steps):
+    """Walls applied by the native kernel (no block for them): float64 equal to the xla engine to 1e-13."""
+    setup = _setup(WALL_CASES[name], "float64")
+    fast = make_engine(setup, engine="native")
+    assert fast.plan.walls, "the walls of this case run in the kernel"
+    f_ref, aux_ref = _run(XlaEngine(setup), setup, steps)
+    f_fast, aux_fast = _run(fast, setup, steps)
+    np.testing.assert_allclose(f_fast, f_ref, rtol=0, atol=1e-13 * np.abs(f_ref).max())
+    for key in aux_ref:
+        np.testing.assert_allclose(aux_fast[key], aux_ref[key], rtol=0, atol=1e-12 * np.abs(aux_ref[key]).max())
+
+
+@needs_native
+def test_native_walls_with_16bit_storage_follow_the_xla_engine():
+    """float16 storage on the cavity (moving walls in the kernel) stays within 16-bit rounding of the xla engine."""
+    setup = _setup(CASES["cavity"], "float32")
+    f_ref = np.asarray(XlaEngine(setup, "float16").advance(setup.initial_populations(), 20)[0])
+    f_fast = np.asarray(make_engine(setup, engine="native", storage="float16").advance(setup.initial_populations(), 20)[0])
+    # stored f - w in float16 (11-bit mantissa, |f - w| < 0.1 here): 20 steps of rounding stay far below 1e-3
+    np.testing.assert_allclose(f_fast, f_ref, rtol=0, atol=1e-3 * np.abs(f_ref).max())

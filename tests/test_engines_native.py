@@ -52,10 +52,10 @@ def test_native_kernels_equal_collide_then_stream(lat, collision):
         f = _random_populations(lat, shape, k)
         one = _reference_step(f, lat, op, om, force)
         two = _reference_step(one, lat, op, om, force)
-        pushed, _ = native.push(spec, f, jnp.zeros_like(f), op, om, force)
+        pushed, *_ = native.push(spec, f, jnp.zeros_like(f), op, om, force)
         np.testing.assert_allclose(pushed, one, rtol=1e-14, atol=1e-16)
-        a, _ = native.aa_step(spec, f + 0, 0, op, om, force)
-        a, _ = native.aa_step(spec, a, 1, op, om, force)
+        a, *_ = native.aa_step(spec, f + 0, 0, op, om, force)
+        a, *_ = native.aa_step(spec, a, 1, op, om, force)
         np.testing.assert_allclose(a, two, rtol=1e-14, atol=1e-16)
 
 
@@ -71,9 +71,9 @@ def test_native_kernels_read_their_slots_before_writing():
         read, write = slot_maps(lat, shape, cells, scheme)
         slots = jnp.asarray(read.astype(np.int32))
         if scheme == "push":
-            out, old = native.push(spec, f, jnp.zeros_like(f), 1.2, 1.2, None, slots)
+            out, old, _ = native.push(spec, f, jnp.zeros_like(f), 1.2, 1.2, None, slots)
         else:
-            out, old = native.aa_step(spec, f + 0, 0 if scheme == "aa_even" else 1, 1.2, 1.2, None, slots)
+            out, old, _ = native.aa_step(spec, f + 0, 0 if scheme == "aa_even" else 1, 1.2, 1.2, None, slots)
         np.testing.assert_array_equal(np.asarray(old), np.asarray(f).reshape(-1)[read])
         vals = jnp.asarray(np.arange(read.size, dtype=np.float64).reshape(read.shape))
         written = np.asarray(native.scatter(spec, out, jnp.asarray(write.astype(np.int32)), vals)).reshape(-1)
@@ -104,3 +104,89 @@ def test_slot_maps_follow_the_streaming_schemes():
     for i in range(lat.q):
         src = np.roll(np.arange(n).reshape(shape), tuple(lat.c[i]), axis=(0, 1)).reshape(-1)  # cell x - c_i
         np.testing.assert_array_equal(read_o[i], [even_targets[(i, int(s))] for s in src])
+
+
+def _wall_setups(lat):
+    """Solid masks with runs along rows, a lone solid cell, solid rows, and walls across the periodic seam."""
+    from lbm.boundaries import FullwayBounceBack, HalfwayBounceBack, MovingWall
+
+    shape = (9, 8) if lat.d == 2 else (6, 5, 7)
+    rng = np.random.default_rng(11)
+    solid = np.zeros(shape, bool)
+    solid[:, 0] = True  # a whole wall (rows entirely solid in 2D, runs at the row start in 3D)
+    solid[(2,) + (slice(3, 6),) * (lat.d - 1)] = True  # a block: runs inside rows
+    solid[(shape[0] - 1,) + (shape[1] - 1,) * (lat.d - 1)] = True  # a lone cell at the row end (periodic seam)
+    velocity = np.zeros((lat.d,) + shape)
+    velocity[0][:, 0] = 0.05
+    velocity[lat.d - 1][:, 0] = -0.02
+    return shape, [HalfwayBounceBack.around(solid, lat), FullwayBounceBack(solid=solid),
+                   MovingWall.with_velocity(solid, velocity, lat, np.float64), rng]
+
+
+@needs_native
+@pytest.mark.parametrize("lat", [D2Q9, LATTICES["d3q19"]], ids=lambda lat: lat.name)
+def test_kernel_walls_equal_the_dense_bounce_back(lat):
+    """The step kernels with wall records = collide, the dense bounce-back rule, stream: push and an AA pair."""
+    from lbm.boundaries.base import StepState
+    from lbm.engines.native.plan import wall_records
+
+    op = om = 1 / 0.7
+    spec = KernelSpec(lat, "float64", False, False)
+    shape, walls = _wall_setups(lat)[0], _wall_setups(lat)[1][:3]
+    for k, wall in enumerate(walls):
+        f = _random_populations(lat, shape, 20 + k)
+
+        def reference(f, wall=wall):
+            rho, u = macroscopic(f, lat, None)
+            post = collide(f, equilibrium(rho, u, lat), u, lat, op, om, None)
+            return stream(wall.apply(StepState(f=f, post=post), lat).post, lat)
+
+        one = reference(f)
+        two = reference(one)
+        rec = {s: {key: jnp.asarray(v) for key, v in wall_records(lat, shape, (wall,), s).items()}
+               for s in ("push", "aa_even", "aa_odd")}
+        pushed, *_ = native.push(spec, f, jnp.zeros_like(f), op, om, None, None, rec["push"])
+        np.testing.assert_allclose(pushed, one, rtol=1e-14, atol=1e-16, err_msg=type(wall).__name__)
+        a, *_ = native.aa_step(spec, f + 0, 0, op, om, None, None, rec["aa_even"])
+        a, *_ = native.aa_step(spec, a, 1, op, om, None, None, rec["aa_odd"])
+        np.testing.assert_allclose(a, two, rtol=1e-14, atol=1e-16, err_msg=type(wall).__name__)
+
+
+@needs_native
+def test_kernel_walls_observe_slots_after_the_walls():
+    """The observe slots return the step's result, walls applied (what forces read)."""
+    from lbm.engines.native.plan import wall_records
+
+    lat = D2Q9
+    shape, (wall, *_) = _wall_setups(lat)
+    spec = KernelSpec(lat, "float64", False, False)
+    f = _random_populations(lat, shape, 5)
+    rec = {key: jnp.asarray(v) for key, v in wall_records(lat, shape, (wall,), "aa_even").items()}
+    observe = jnp.asarray(np.array([0, 17, 5 * 72 + 3, 8 * 72 + 71], np.int32))
+    out, _, seen = native.aa_step(spec, f + 0, 0, 1.3, 1.3, None, None, rec, observe)
+    np.testing.assert_array_equal(np.asarray(seen), np.asarray(out).reshape(-1)[np.asarray(observe)])
+
+
+def test_walls_go_to_the_kernel_unless_a_writer_touches_them():
+    """plan_kernel: walls in the kernel, forces observing; a wall on the inlet face falls back to the block."""
+    from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
+    from lbm.engines.native.plan import plan_kernel, wall_records
+
+    lat, shape = D2Q9, (12, 9)
+    obstacle = np.zeros(shape, bool)
+    obstacle[5:7, 3:6] = True
+    bcs = (Outflow(), Inlet(u=np.full((2, 9), 0.01)), HalfwayBounceBack.around(obstacle, lat), Forces.on(obstacle, lat))
+    plan = plan_kernel(lat, shape, bcs)
+    assert [type(w).__name__ for w in plan.walls] == ["HalfwayBounceBack"]
+    assert plan.block is not None and plan.block.observed > 0
+    observed = plan.block.cells[plan.block.size - plan.block.observed:plan.block.size]
+    assert np.isin(np.flatnonzero(obstacle), observed).all()  # forces read the walls' solid cells from the kernel
+    touching = obstacle.copy()
+    touching[0, 4] = True  # a solid cell on the inlet face, which the inlet rewrites: the wall stays on the block
+    plan = plan_kernel(lat, shape, bcs[:2] + (FullwayBounceBack(solid=touching),))
+    assert plan.walls == () and plan.records == {} and np.isin(np.flatnonzero(touching), plan.block.cells).all()
+    both = (FullwayBounceBack(solid=obstacle), HalfwayBounceBack.around(obstacle, lat))
+    assert wall_records(lat, shape, both, "push") is None  # two walls on one cell: not independent link rules
+    plan = plan_kernel(lat, shape, both)  # so both run on the block, in their order, as the dense step does
+    assert plan.walls == () and plan.records == {}
+    assert np.isin(np.flatnonzero(obstacle), plan.block.cells[: plan.block.size]).all()

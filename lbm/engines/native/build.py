@@ -141,31 +141,49 @@ def _no_slots() -> np.ndarray:
     return np.zeros(0, np.int32)
 
 
-def push(spec: KernelSpec, src: jnp.ndarray, dst: jnp.ndarray, omega_plus: float, omega_minus: float,
-         force: np.ndarray | None = None, slots: jnp.ndarray | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """One collide-and-stream step from ``src`` into ``dst``'s buffer (``dst`` is overwritten).
+WALL_RECORDS = ("skip_off", "skip", "rest_off", "rest", "copy_off", "copy_dst", "copy_src", "copy_add", "keep_off",
+                "keep_src", "keep_dst")
+"""A step's wall records (lbm.engines.native.plan.wall_records), in FFI argument order (kernels.cc, RowWalls)."""
 
-    Returns the new populations and ``src`` at the flat ``slots`` (int32, any shape), read first.
+
+def _step_args(spec: KernelSpec, slots: Any, observe: Any, walls: dict[str, Any] | None) -> list[Any]:
+    real = np.float64 if spec.storage == "float64" else np.float32
+    walls = walls or {}
+    records = [walls.get(k, np.zeros(0, real if k == "copy_add" else np.int32)) for k in WALL_RECORDS]
+    return [_no_slots() if slots is None else slots, _no_slots() if observe is None else observe, *records]
+
+
+def push(spec: KernelSpec, src: jnp.ndarray, dst: jnp.ndarray, omega_plus: float, omega_minus: float,
+         force: np.ndarray | None = None, slots: jnp.ndarray | None = None, walls: dict[str, Any] | None = None,
+         observe: jnp.ndarray | None = None) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """One collide-and-stream step from ``src`` into ``dst``'s buffer (``dst`` is overwritten), walls applied.
+
+    Returns the new populations, ``src`` at the flat ``slots`` (int32, any shape; read first) and the new
+    populations at the flat ``observe`` slots (read last). ``walls``: the step's wall records (WALL_RECORDS).
     """
     prefix = register(spec)
-    slots = _no_slots() if slots is None else slots
-    out = (jax.ShapeDtypeStruct(src.shape, src.dtype), jax.ShapeDtypeStruct(slots.shape, src.dtype))
+    args = _step_args(spec, slots, observe, walls)
+    out = (jax.ShapeDtypeStruct(src.shape, src.dtype), jax.ShapeDtypeStruct(args[0].shape, src.dtype),
+           jax.ShapeDtypeStruct(args[1].shape, src.dtype))
     call = jax.ffi.ffi_call(f"{prefix}_push", out, input_output_aliases={1: 0})
-    return call(src, dst, slots, **_attrs(omega_plus, omega_minus, force, spec.lattice.d))
+    return call(src, dst, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d))
 
 
 def aa_step(spec: KernelSpec, a: jnp.ndarray, parity: int, omega_plus: float, omega_minus: float,
-            force: np.ndarray | None = None, slots: jnp.ndarray | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """One in-place AA-pattern step: parity 0 (even, local) or 1 (odd, neighbours).
+            force: np.ndarray | None = None, slots: jnp.ndarray | None = None, walls: dict[str, Any] | None = None,
+            observe: jnp.ndarray | None = None) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """One in-place AA-pattern step, parity 0 (even, local) or 1 (odd, neighbours), walls applied.
 
-    Returns the new populations and the old ones at the flat ``slots`` (int32, any shape), read first.
+    Returns the new populations, the old ones at the flat ``slots`` (int32, any shape; read first) and the new
+    ones at the flat ``observe`` slots (read last). ``walls``: the step's wall records (WALL_RECORDS).
     """
     prefix = register(spec)
     name = f"{prefix}_{'aa_even' if parity == 0 else 'aa_odd'}"
-    slots = _no_slots() if slots is None else slots
-    out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(slots.shape, a.dtype))
+    args = _step_args(spec, slots, observe, walls)
+    out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(args[0].shape, a.dtype),
+           jax.ShapeDtypeStruct(args[1].shape, a.dtype))
     call = jax.ffi.ffi_call(name, out, input_output_aliases={0: 0})
-    return call(a, slots, **_attrs(omega_plus, omega_minus, force, spec.lattice.d))
+    return call(a, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d))
 
 
 def scatter(spec: KernelSpec, a: jnp.ndarray, slots: jnp.ndarray, values: jnp.ndarray) -> jnp.ndarray:

@@ -3,7 +3,8 @@
 kernels.cc (shipped beside this module) is the same for every lattice; it includes
 ``lbm_generated.h``, which this module writes for one :class:`KernelSpec`: the compute and
 storage types, the velocity set (offsets, opposites, rest-weight shifts of 16-bit storage),
-the collision of one cell unrolled over directions as the macro ``LBM_COLLIDE`` (emitted once,
+the lattice weights (``LBM_WEIGHTS``, the rest state that walls restore), the collision of one cell
+unrolled over directions as the macro ``LBM_COLLIDE`` (emitted once,
 used by the scalar edge cells and by the vectorised row loops), and the per-direction row
 loads and stores of each streaming scheme. The formulas are those of lbm.kernels.
 """
@@ -131,6 +132,7 @@ def header(spec: KernelSpec) -> str:
     outer_off = ", ".join("{" + ", ".join(str(int(c[i, a])) for a in range(d - 1)) + "}" for i in range(q))
     inner_off = ", ".join(str(int(c[i, d - 1])) for i in range(q))
     opp = ", ".join(str(int(o)) for o in lat.opposite)
+    weights = ", ".join(f"(real){_fmt(w)}" for w in lat.w)
     shift = ", ".join(f"(real){_fmt(lat.w[i]) if spec.storage in SHIFTED else '0'}" for i in range(q))
     if store in ("bf16", "f16"):
         store_t, ffi_type = "uint16_t", {"bf16": "ffi::BF16", "f16": "ffi::F16"}[store]
@@ -141,6 +143,8 @@ def header(spec: KernelSpec) -> str:
         "#pragma once",
         f"#define LBM_STORE_{spec.storage.upper()} 1",
         f"#define LBM_FFI_TYPE {ffi_type}",
+        f"#define LBM_REAL_FFI_TYPE {'ffi::F32' if real == 'float' else 'ffi::F64'}",
+        f"#define LBM_WEIGHTS {{{weights}}}",
         f"typedef {real} real;",
         f"typedef {store_t} store;",
         f"static const int Q = {q};",

@@ -1,11 +1,15 @@
 """The ``native`` engine: a generated C++ collide-and-stream kernel for the bulk, the case's stages on its boundary cells.
 
-The bulk kernel (lbm.engines.native.build, under ``jax.named_scope(BULK_SCOPE)``) updates
+The bulk kernel (lbm.engines.native.build, under ``jax.named_scope`` of lbm.stages.BULK_SCOPE) updates
 every cell as periodic fluid, in place with the AA pattern (two steps per loop iteration;
-an odd chunk starts with one two-buffer push step). The boundary cells (lbm.engines.native.plan)
-are gathered by the kernel before it writes, run through the same stage functions as every
-other engine (lbm.engines.timestep, with each boundary condition's block form), and stored
-back into the slots the kernel wrote. CPU only; ``auto`` picks it where it builds.
+an odd chunk starts with one two-buffer push step). Walls (half-way, moving and full-way
+bounce-back) it applies itself, row by row from link records, where no other condition writes
+their cells (lbm.engines.native.plan.plan_kernel; its scope then names ``bounce_back`` too).
+The cells of the other boundary conditions are gathered by the kernel before it writes, run
+through the same stage functions as every other engine (lbm.engines.timestep, with each
+boundary condition's block form), and stored back into the slots the kernel wrote; conditions
+that only observe the step (forces) read the kernel's post-step populations of their cells.
+CPU only; ``auto`` picks it where it builds.
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable, decode, encode
 from lbm.engines.native import build
 from lbm.engines.native.codegen import KernelSpec
-from lbm.engines.native.plan import plan_arrays, plan_block
-from lbm.engines.timestep import outputs, run_stages
+from lbm.engines.native.plan import OBSERVING, plan_arrays, plan_kernel
+from lbm.engines.timestep import CORE, outputs, run_stages
 from lbm.engines.xla import FusedEngine
-from lbm.stages import BULK_SCOPE, TIMESTEP
+from lbm.stages import BULK_PREFIX, BULK_STAGES, STAGES, TIMESTEP
 
 STORE_NAMES = {"bfloat16": "bf16", "float16": "f16"}
 """Engine storage -> kernel storage name of the 16-bit formats."""
@@ -55,37 +59,54 @@ class NativeEngine(FusedEngine):
         except Exception as exc:
             raise EngineUnavailable(f"native kernel build failed: {str(exc).splitlines()[0]}") from None
         self.build_time_s = time.perf_counter() - t0
-        self.block = plan_block(setup.lattice, setup.shape, setup.boundaries)
+        self.plan = plan_kernel(setup.lattice, setup.shape, setup.boundaries)
+        self.block = self.plan.block
+        real = np.float64 if store == "float64" else np.float32
+        walls = {scheme: dict(rec, copy_add=rec["copy_add"].astype(real)) for scheme, rec in self.plan.records.items()}
         try:
-            block_arrays = plan_arrays(self.block, setup.boundaries)
+            block_arrays = plan_arrays(self.block, self.plan.general)
         except ValueError as exc:  # a condition whose block form needs a layout this block does not have
             raise EngineUnavailable(f"boundary plan: {exc}") from None
-        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params, "block": block_arrays})
-        self._stages = tuple(s for s in setup.stages if s != "stream")
+        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params, "block": block_arrays,
+                                                           "walls": walls})
+        # the kernel's scope names the stages it does: bounce-back too where it applies the walls
+        done = set(BULK_STAGES) | {bc.stage for bc in self.plan.walls}
+        self.bulk_scope = "+".join((BULK_PREFIX, *(st for st in STAGES if st in done)))
+        acting = set(CORE) | {bc.stage for bc in self.plan.general}
+        names = [st for st in setup.stages if st != "stream" and st in acting]
+        self._stages = tuple(st for st in names if st not in OBSERVING)
+        self._observing = tuple(st for st in names if st in OBSERVING)
 
     def _dense_params(self) -> Any:
         return self.params["dense"]
 
     def step(self, a: jnp.ndarray, t: jnp.ndarray, params: Any, scheme: str) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` of ``scheme`` (push | aa_even | aa_odd) on stored populations ``a``."""
-        setup, spec = self.setup, self.spec
-        block = params["block"]
-        slots = block["slots"][scheme]["gather"] if self.block is not None else None
+        setup, spec, block = self.setup, self.spec, self.block
+        slots = params["block"]["slots"][scheme] if block is not None else {}
         force = setup.force_array
-        with jax.named_scope(BULK_SCOPE):  # names the stages the kernel does, for traces and the profiler
+        args = (setup.omega_plus, setup.omega_minus, force, slots.get("gather"), params["walls"].get(scheme),
+                slots.get("observe"))
+        with jax.named_scope(self.bulk_scope):  # names the stages the kernel does, for traces and the profiler
             if scheme == "push":
-                out, old = build.push(spec, a, jnp.zeros_like(a), setup.omega_plus, setup.omega_minus, force, slots)
+                out, old, seen = build.push(spec, a, jnp.zeros_like(a), *args)
             else:
-                out, old = build.aa_step(spec, a, 0 if scheme == "aa_even" else 1, setup.omega_plus,
-                                         setup.omega_minus, force, slots)
-        if self.block is None:
+                out, old, seen = build.aa_step(spec, a, 0 if scheme == "aa_even" else 1, *args)
+        if block is None:
             return out, {}
         lat = setup.lattice
+        bcs = params["block"]["boundaries"]
         f = decode(old, self.storage, lat, setup.dtype).reshape((lat.q, -1) + (1,) * (lat.d - 1))
-        s = run_stages(self._stages, StepState(f=f, t=t), block["boundaries"], setup)
-        post = s.post.reshape(lat.q, -1)[:, : self.block.size]
+        s = run_stages(self._stages, StepState(f=f, t=t), bcs, setup)
+        if block.observed:  # observing conditions see the kernel's post-step populations (walls applied) of their cells
+            with jax.named_scope("bounce_back"):
+                post = s.post.reshape(lat.q, -1).at[:, block.size - block.observed:block.size].set(
+                    decode(seen, self.storage, lat, setup.dtype))
+                s = s.replace(post=post.reshape(s.post.shape))
+        s = run_stages(self._observing, s, bcs, setup)
+        post = s.post.reshape(lat.q, -1)[:, : block.size]
         with jax.named_scope("stream"):
-            out = build.scatter(spec, out, block["slots"][scheme]["write"], encode(post, self.storage, lat))
+            out = build.scatter(spec, out, slots["write"], encode(post, self.storage, lat))
         return out, outputs(s)
 
     def chunk_function(self, n: int) -> Any:

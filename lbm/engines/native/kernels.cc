@@ -6,8 +6,10 @@
 //   aa_even  A[opp(i)](x) = collide(A(x))_i                                in place (AA pattern, even step)
 //   aa_odd   A[i](x + c_i) = collide({A[opp(k)](x - c_k)})_i               in place (AA pattern, odd step)
 //   scatter  store values at flat slots, in place                          (boundary fix-ups after a step)
-// Each kernel first gathers the populations at the given flat slots (the boundary cells' inputs) before it
-// overwrites them. An even step followed by an odd step equals two push steps; each cell reads and writes only its
+// Each step kernel first gathers the populations at the given flat slots (the boundary cells' inputs) before it
+// overwrites them, applies the walls (bounce-back) row by row from link records (RowWalls below), and finally
+// gathers the new populations at a second list of slots (what conditions that only observe the step, e.g. forces, read).
+// An even step followed by an odd step equals two push steps; each cell reads and writes only its
 // own slots, so the AA kernels are race-free in place. Rows of the outer axes are shared among XLA's intra-op
 // threads with a dynamic schedule; the innermost axis is vectorised (its two edge cells wrap, scalar).
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -87,14 +90,66 @@ static inline int64_t outer_shift(const Geometry& g, int64_t x, int64_t y, int i
 
 enum Kind { PUSH = 0, AA_EVEN = 1, AA_ODD = 2 };
 
+// ---- walls, row by row ------------------------------------------------------------------------------------------
+// Link records of the walls (lbm.engines.native.plan.wall_records), grouped by outer row (offsets *_off[o]..[o+1]):
+//   skip  [k0, k1) runs of solid cells of the row: the bulk pass neither reads nor writes them
+//   rest  a[d] = w_k, k = d / plane       a solid cell's populations that no link reflects (its own row)
+//   copy  a[d] = a[s] + add               a half-way link: s is the write slot of the opposite population of the
+//                                         row's fluid cell across the link (just written), d the solid cell's slot;
+//                                         add is the moving-wall term
+//   keep  a[d] = src[s]                   full-way, push only: the solid cell's pre-step population, reversed
+//                                         (in place, a skipped full-way cell already holds it: AA slots coincide)
+// Every record writes a slot of a skipped solid cell and reads a slot its own row's fluid cell wrote (or the
+// source buffer), so rows stay independent: the threads need no further synchronisation.
+struct RowWalls {
+  const int32_t *skip_off, *skip, *rest_off, *rest, *copy_off, *copy_dst, *copy_src, *keep_off, *keep_src, *keep_dst;
+  const real* copy_add;  // null: no moving-wall term
+};
+
 // ---- rows o0..o1 of the outer axes ------------------------------------------------------------------------------
+// One cell at inner index k whose row pointers are rp/wrow, scalar, with periodic wrap of the inner axis.
+template <int K>
+static inline void cell(const store* const* rp, store* const* wrow, int64_t k, int64_t n, real wp, real wm,
+                        const real* F) {
+  real f[Q], out[Q];
+  for (int i = 0; i < Q; ++i) {
+    int64_t kr = (K == AA_ODD) ? wrap(k - INNER_OFF[i], n) : k;
+    f[i] = LD(rp[i] + kr) + SHIFT[i];
+  }
+  collide(f, out, wp, wm, F);
+  for (int i = 0; i < Q; ++i) {
+    int64_t kw = (K == AA_EVEN) ? k : wrap(k + INNER_OFF[i], n);
+    ST(wrow[i] + kw, out[i] - SHIFT[i]);
+  }
+}
+
+// Cells k0..k1 of a row, none at its ends (no wrap): vectorised, one named scalar per direction (LBM_ROW_POINTERS).
+template <int K>
+static inline __attribute__((always_inline)) void segment(const store* const* rp, store* const* wrow, int64_t k0,
+                                                          int64_t k1, real wp, real wm, const real* F) {
+  (void)F; (void)wm;
+  LBM_ROW_POINTERS
+  if (K == PUSH) {
+#pragma omp simd
+    for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_PUSH LBM_COLLIDE LBM_STORE_PUSH }
+  }
+  if (K == AA_EVEN) {
+#pragma omp simd
+    for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_AA_EVEN LBM_COLLIDE LBM_STORE_AA_EVEN }
+  }
+  if (K == AA_ODD) {
+#pragma omp simd
+    for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_AA_ODD LBM_COLLIDE LBM_STORE_AA_ODD }
+  }
+}
+
 template <int K>
 static void rows(const Geometry& g, const store* src, store* dst, int64_t o0, int64_t o1, real wp, real wm,
-                 const real* F) {
+                 const real* F, const RowWalls* W) {
+  static const real WEIGHT_[Q] = LBM_WEIGHTS;
   const int64_t n = g.n_inner, P = g.plane;
   const store* rp[Q];
   store* wrow[Q];
-  real f[Q], out[Q];
   const int64_t ny = D == 2 ? 1 : g.outer_dims[1];
   int64_t x = D == 2 ? o0 : o0 / ny, y = D == 2 ? 0 : o0 - (o0 / ny) * ny;
   for (int64_t o = o0; o < o1; ++o) {
@@ -111,41 +166,71 @@ static void rows(const Geometry& g, const store* src, store* dst, int64_t o0, in
       }
     }
     if (D == 2) { ++x; } else if (++y == ny) { y = 0; ++x; }
-    // edges of the inner axis (periodic wrap), scalar
-    int64_t edge[2] = {0, n - 1};
-    for (int e = 0; e < (n > 1 ? 2 : 1); ++e) {
-      int64_t k = edge[e];
-      for (int i = 0; i < Q; ++i) {
-        int64_t kr = (K == AA_ODD) ? wrap(k - INNER_OFF[i], n) : k;
-        f[i] = LD(rp[i] + kr) + SHIFT[i];
-      }
-      collide(f, out, wp, wm, F);
-      for (int i = 0; i < Q; ++i) {
-        int64_t kw = (K == AA_EVEN) ? k : wrap(k + INNER_OFF[i], n);
-        ST(wrow[i] + kw, out[i] - SHIFT[i]);
-      }
+    if (!W) {  // periodic fluid everywhere: the two edge cells of the inner axis wrap (scalar), the rest vectorised
+      cell<K>(rp, wrow, 0, n, wp, wm, F);
+      if (n > 1) cell<K>(rp, wrow, n - 1, n, wp, wm, F);
+      segment<K>(rp, wrow, 1, n - 1, wp, wm, F);
+      continue;
     }
-    // interior of the inner axis: no wrap, vectorised; one named scalar per direction (LBM_ROW_POINTERS)
-    LBM_ROW_POINTERS
-    if (K == PUSH) {
-#pragma omp simd
-      for (int64_t k = 1; k < n - 1; ++k) { LBM_LOAD_PUSH LBM_COLLIDE LBM_STORE_PUSH }
+    const int32_t* sk = W->skip + 2 * (int64_t)W->skip_off[o];
+    const int64_t ns = W->skip_off[o + 1] - W->skip_off[o];
+    if (!(ns && sk[0] == 0)) cell<K>(rp, wrow, 0, n, wp, wm, F);
+    if (n > 1 && !(ns && sk[2 * ns - 1] == n)) cell<K>(rp, wrow, n - 1, n, wp, wm, F);
+    int64_t cur = 1;
+    for (int64_t r = 0; r < ns; ++r) {
+      const int64_t a = sk[2 * r], b = sk[2 * r + 1];
+      if (a > cur) segment<K>(rp, wrow, cur, std::min(a, n - 1), wp, wm, F);
+      cur = std::max(cur, b);
     }
-    if (K == AA_EVEN) {
-#pragma omp simd
-      for (int64_t k = 1; k < n - 1; ++k) { LBM_LOAD_AA_EVEN LBM_COLLIDE LBM_STORE_AA_EVEN }
+    if (cur < n - 1) segment<K>(rp, wrow, cur, n - 1, wp, wm, F);
+    for (int64_t r = W->rest_off[o]; r < W->rest_off[o + 1]; ++r) {
+      const int32_t d = W->rest[r];
+      const int k = (int)((uint32_t)d / (uint32_t)P);
+      ST(dst + d, WEIGHT_[k] - SHIFT[k]);
     }
-    if (K == AA_ODD) {
-#pragma omp simd
-      for (int64_t k = 1; k < n - 1; ++k) { LBM_LOAD_AA_ODD LBM_COLLIDE LBM_STORE_AA_ODD }
-    }
+    for (int64_t r = W->copy_off[o]; r < W->copy_off[o + 1]; ++r)
+      ST(dst + W->copy_dst[r], LD(dst + W->copy_src[r]) + (W->copy_add ? W->copy_add[r] : (real)0));
+    if (K == PUSH)
+      for (int64_t r = W->keep_off[o]; r < W->keep_off[o + 1]; ++r) dst[W->keep_dst[r]] = src[W->keep_src[r]];
   }
 }
 
-// ---- the whole lattice, on XLA's intra-op thread pool ----------------------------------------------------------
+// ---- work shared among XLA's intra-op threads ------------------------------------------------------------------
+// The calling thread is one of the pool's: pool.num_threads() workers in all (one more oversubscribes
+// the cores: measured 5-10% slower on 2 cores). LBM_NATIVE_THREADS overrides the count.
+static int64_t worker_count(ffi::ThreadPool& pool) {
+  int64_t workers = std::max<int64_t>(1, pool.num_threads());
+  if (const char* env = std::getenv("LBM_NATIVE_THREADS")) { int64_t t = std::atoll(env); if (t >= 1) workers = t; }
+  return workers;
+}
+
+// fn(i0, i1) over [0, n) in blocks of `block` items. Dynamic schedule: workers (the caller included) claim blocks
+// until none is left, so a worker slowed by other load does less. The state lives on the heap: a pool task that
+// starts after the caller has returned finds no items left and touches nothing else.
+static void parallel_for(ffi::ThreadPool& pool, int64_t workers, int64_t n, int64_t block,
+                         std::function<void(int64_t, int64_t)> fn) {
+  if (workers <= 1 || n <= block) { if (n > 0) fn(0, n); return; }
+  struct Shared { std::atomic<int64_t> next{0}, done{0}; int64_t n, block; std::function<void(int64_t, int64_t)> fn; };
+  auto sh = std::make_shared<Shared>();
+  sh->n = n; sh->block = block; sh->fn = std::move(fn);
+  auto work = [](Shared& st) {
+    for (;;) {
+      int64_t i0 = st.next.fetch_add(st.block, std::memory_order_relaxed);
+      if (i0 >= st.n) return;
+      int64_t i1 = std::min(i0 + st.block, st.n);
+      st.fn(i0, i1);
+      st.done.fetch_add(i1 - i0, std::memory_order_release);
+    }
+  };
+  for (int64_t p = 1; p < workers; ++p) pool.Schedule([sh, work]() { work(*sh); });
+  work(*sh);
+  while (sh->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
+}
+
+// ---- the whole lattice --------------------------------------------------------------------------------------------
 template <int K>
-static ffi::Error run(ffi::ThreadPool pool, const store* src, store* dst, ffi::Span<const int64_t> dims,
-                      double omega_plus, double omega_minus, ffi::Span<const double> force) {
+static ffi::Error run(ffi::ThreadPool& pool, const store* src, store* dst, ffi::Span<const int64_t> dims,
+                      double omega_plus, double omega_minus, ffi::Span<const double> force, const RowWalls* W) {
   if ((int64_t)dims.size() != D + 1 || dims[0] != Q)
     return ffi::Error::InvalidArgument("lbm kernel: populations must have shape (Q, *grid) for this lattice");
   Geometry g;
@@ -155,39 +240,10 @@ static ffi::Error run(ffi::ThreadPool pool, const store* src, store* dst, ffi::S
   g.plane = g.n_outer * g.n_inner;
   real F[D > 0 ? D : 1];
   for (int a = 0; a < D; ++a) F[a] = (a < (int)force.size()) ? (real)force[a] : (real)0;
-  real wp = (real)omega_plus, wm = (real)omega_minus;
-  // The calling thread is one of the pool's: pool.num_threads() workers in all (one more oversubscribes
-  // the cores: measured 5-10% slower on 2 cores). LBM_NATIVE_THREADS overrides the count.
-  int64_t workers = std::max<int64_t>(1, pool.num_threads());
-  if (const char* env = std::getenv("LBM_NATIVE_THREADS")) { int64_t t = std::atoll(env); if (t >= 1) workers = t; }
-  if (g.plane < 16384) workers = 1;
-  if (workers == 1) {
-    rows<K>(g, src, dst, 0, g.n_outer, wp, wm, F);
-    return ffi::Error::Success();
-  }
-  // Dynamic schedule: workers (the caller included) claim blocks of rows until none is left, so a
-  // worker slowed by other load does less. The state lives on the heap: a pool task that starts after
-  // the caller has returned finds no rows left and touches nothing else.
-  struct Shared {
-    std::atomic<int64_t> next{0}, done{0};
-    Geometry g; const store* src; store* dst; real wp, wm, F[D > 0 ? D : 1]; int64_t block;
-  };
-  auto sh = std::make_shared<Shared>();
-  sh->g = g; sh->src = src; sh->dst = dst; sh->wp = wp; sh->wm = wm;
-  for (int a = 0; a < D; ++a) sh->F[a] = F[a];
-  sh->block = std::max<int64_t>(1, g.n_outer / (8 * workers));
-  auto work = [](Shared& s) {
-    for (;;) {
-      int64_t o0 = s.next.fetch_add(s.block, std::memory_order_relaxed);
-      if (o0 >= s.g.n_outer) return;
-      int64_t o1 = std::min(o0 + s.block, s.g.n_outer);
-      rows<K>(s.g, s.src, s.dst, o0, o1, s.wp, s.wm, s.F);
-      s.done.fetch_add(o1 - o0, std::memory_order_release);
-    }
-  };
-  for (int64_t p = 1; p < workers; ++p) pool.Schedule([sh, work]() { work(*sh); });
-  work(*sh);
-  while (sh->done.load(std::memory_order_acquire) < g.n_outer) std::this_thread::yield();
+  const real wp = (real)omega_plus, wm = (real)omega_minus;
+  const int64_t workers = g.plane < 16384 ? 1 : worker_count(pool);
+  parallel_for(pool, workers, g.n_outer, std::max<int64_t>(1, g.n_outer / (8 * workers)),
+               [&](int64_t o0, int64_t o1) { rows<K>(g, src, dst, o0, o1, wp, wm, F, W); });
   return ffi::Error::Success();
 }
 
@@ -200,24 +256,72 @@ static void gather(const store* a, ffi::Buffer<ffi::S32>& idx, ffi::ResultBuffer
   for (int64_t j = 0; j < m; ++j) out[j] = a[ix[j]];
 }
 
+
+// The walls' records (null when there are none; the lengths are checked against the rows).
+static ffi::Error row_walls(ffi::Span<const int64_t> dims, ffi::Buffer<ffi::S32>& skip_off, ffi::Buffer<ffi::S32>& skip,
+                            ffi::Buffer<ffi::S32>& rest_off, ffi::Buffer<ffi::S32>& rest,
+                            ffi::Buffer<ffi::S32>& copy_off, ffi::Buffer<ffi::S32>& copy_dst,
+                            ffi::Buffer<ffi::S32>& copy_src, ffi::Buffer<LBM_REAL_FFI_TYPE>& copy_add,
+                            ffi::Buffer<ffi::S32>& keep_off, ffi::Buffer<ffi::S32>& keep_src,
+                            ffi::Buffer<ffi::S32>& keep_dst, RowWalls& w, bool& any) {
+  any = skip_off.element_count() > 0;
+  if (!any) return ffi::Error::Success();
+  int64_t n_outer = 1;
+  for (int a = 1; a < D; ++a) n_outer *= dims[a];
+  const int64_t rows1 = n_outer + 1;
+  if ((int64_t)skip_off.element_count() != rows1 || (int64_t)rest_off.element_count() != rows1 ||
+      (int64_t)copy_off.element_count() != rows1 || (int64_t)keep_off.element_count() != rows1 ||
+      copy_src.element_count() != copy_dst.element_count() || keep_src.element_count() != keep_dst.element_count() ||
+      (copy_add.element_count() && copy_add.element_count() != copy_dst.element_count()))
+    return ffi::Error::InvalidArgument("lbm kernel: wall records do not match the lattice");
+  w.skip_off = skip_off.typed_data(); w.skip = skip.typed_data();
+  w.rest_off = rest_off.typed_data(); w.rest = rest.typed_data();
+  w.copy_off = copy_off.typed_data(); w.copy_dst = copy_dst.typed_data(); w.copy_src = copy_src.typed_data();
+  w.copy_add = copy_add.element_count() ? reinterpret_cast<const real*>(copy_add.typed_data()) : nullptr;
+  w.keep_off = keep_off.typed_data(); w.keep_src = keep_src.typed_data(); w.keep_dst = keep_dst.typed_data();
+  return ffi::Error::Success();
+}
+
+#define LBM_WALL_PARAMS                                                                                               \
+  ffi::Buffer<ffi::S32> skip_off, ffi::Buffer<ffi::S32> skip, ffi::Buffer<ffi::S32> rest_off,                         \
+      ffi::Buffer<ffi::S32> rest, ffi::Buffer<ffi::S32> copy_off, ffi::Buffer<ffi::S32> copy_dst,                     \
+      ffi::Buffer<ffi::S32> copy_src, ffi::Buffer<LBM_REAL_FFI_TYPE> copy_add, ffi::Buffer<ffi::S32> keep_off,        \
+      ffi::Buffer<ffi::S32> keep_src, ffi::Buffer<ffi::S32> keep_dst
+#define LBM_WALL_NAMES skip_off, skip, rest_off, rest, copy_off, copy_dst, copy_src, copy_add, keep_off, keep_src, keep_dst
+
 static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi::Buffer<LBM_FFI_TYPE> dst_in,
-                       ffi::Buffer<ffi::S32> idx, ffi::ResultBuffer<LBM_FFI_TYPE> dst, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
-                       double omega_plus, double omega_minus, ffi::Span<const double> force) {
+                       ffi::Buffer<ffi::S32> idx, ffi::Buffer<ffi::S32> observe, LBM_WALL_PARAMS,
+                       ffi::ResultBuffer<LBM_FFI_TYPE> dst, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
+                       ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus, double omega_minus,
+                       ffi::Span<const double> force) {
   (void)dst_in;
+  RowWalls w;
+  bool any;
+  if (auto err = row_walls(src.dimensions(), LBM_WALL_NAMES, w, any); err.failure()) return err;
   const store* s = reinterpret_cast<const store*>(src.typed_data());
+  store* d = reinterpret_cast<store*>(dst->typed_data());
   gather(s, idx, pre);
-  return run<PUSH>(pool, s, reinterpret_cast<store*>(dst->typed_data()), src.dimensions(), omega_plus, omega_minus,
-                   force);
+  auto err = run<PUSH>(pool, s, d, src.dimensions(), omega_plus, omega_minus, force, any ? &w : nullptr);
+  if (err.failure()) return err;
+  gather(d, observe, post);
+  return ffi::Error::Success();
 }
 
 template <int K>
 static ffi::Error InPlace(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> a_in, ffi::Buffer<ffi::S32> idx,
-                          ffi::ResultBuffer<LBM_FFI_TYPE> a, ffi::ResultBuffer<LBM_FFI_TYPE> pre, double omega_plus,
-                          double omega_minus, ffi::Span<const double> force) {
+                          ffi::Buffer<ffi::S32> observe, LBM_WALL_PARAMS, ffi::ResultBuffer<LBM_FFI_TYPE> a,
+                          ffi::ResultBuffer<LBM_FFI_TYPE> pre, ffi::ResultBuffer<LBM_FFI_TYPE> post,
+                          double omega_plus, double omega_minus, ffi::Span<const double> force) {
   (void)a_in;
+  RowWalls w;
+  bool any;
+  if (auto err = row_walls(a->dimensions(), LBM_WALL_NAMES, w, any); err.failure()) return err;
   store* p = reinterpret_cast<store*>(a->typed_data());
   gather(p, idx, pre);
-  return run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force);
+  auto err = run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force, any ? &w : nullptr);
+  if (err.failure()) return err;
+  gather(p, observe, post);
+  return ffi::Error::Success();
 }
 
 // Store vals[0..m) at the flat slots idx[0..m) of a, in place (boundary fix-ups after a step).
@@ -239,12 +343,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_scatter, Scatter,
         .Ret<ffi::Buffer<LBM_FFI_TYPE>>());
 
 #define LBM_ATTRS .Attr<double>("omega_plus").Attr<double>("omega_minus").Attr<ffi::Span<const double>>("force")
+#define LBM_S32 .Arg<ffi::Buffer<ffi::S32>>()
+// idx, observe, then the walls: skip_off, skip, rest_off, rest, copy_off, copy_dst, copy_src, copy_add, keep_off,
+// keep_src, keep_dst; results: populations, pre (at idx), post (at observe)
+#define LBM_STEP_ARGS LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 \
+    .Arg<ffi::Buffer<LBM_REAL_FFI_TYPE>>() LBM_S32 LBM_S32 LBM_S32 \
+    .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_push, Push,
     ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<LBM_FFI_TYPE>>()
-        .Arg<ffi::Buffer<ffi::S32>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS);
+        LBM_STEP_ARGS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_aa_even, InPlace<AA_EVEN>,
-    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<ffi::S32>>()
-        .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS);
+    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>() LBM_STEP_ARGS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_aa_odd, InPlace<AA_ODD>,
-    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<ffi::S32>>()
-        .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS);
+    ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>() LBM_STEP_ARGS);

@@ -12,6 +12,13 @@ scales with the number of boundary cells.
 Block order: the face cells of each boundary condition that needs a face (inlet, outlet),
 in face order; then the other written cells, sorted; then the ghosts (cells only read).
 Slot maps are flat indices into the population array viewed as ``(Q * N,)``.
+
+Walls in the kernel (:func:`plan_kernel`): resting and moving half-way bounce-back and full-way
+bounce-back are link rules simple enough for a bulk kernel to apply itself, from link records
+(:func:`wall_records`) after its bulk pass, so that wall-bounded flows need no block at all.
+The other boundary conditions keep the general path above; those acting after ``bounce_back``
+(forces) only observe the step, and read the post-step populations of their cells from the
+kernel (the ``observed`` cells of the block), walls included.
 """
 
 from __future__ import annotations
@@ -22,8 +29,11 @@ from typing import Any
 import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, neighbour
+from lbm.boundaries.bounce_back import FullwayBounceBack, HalfwayBounceBack
+from lbm.boundaries.moving_wall import MovingWall
 from lbm.engines.base import EngineUnavailable
 from lbm.lattice import Lattice
+from lbm.stages import STAGES
 
 SCHEMES = ("push", "aa_even", "aa_odd")
 """Streaming schemes whose slot maps a block provides: two-buffer push, and the in-place AA pair."""
@@ -61,12 +71,17 @@ def slot_maps(lattice: Lattice, shape: tuple[int, ...], cells: np.ndarray, schem
 
 @dataclass(frozen=True)
 class Block:
-    """Gathered cells in block order: ``size`` written cells first, then the ghosts (read only)."""
+    """Gathered cells in block order: ``size`` written cells first, then the ghosts (read only).
+
+    The last ``observed`` of the written cells are read by observing conditions only: the kernel
+    computes them, and the block takes their post-step populations from it (slots ``observe``).
+    """
 
     lattice: Lattice
     shape: tuple[int, ...]
     cells: np.ndarray
     size: int
+    observed: int = 0
 
     def index_of(self, flat: np.ndarray) -> np.ndarray:
         """Block positions of lattice cells ``flat`` (all must be in the block)."""
@@ -86,10 +101,12 @@ class Block:
         return flat.reshape(lead + (self.cells.size,) + (1,) * (len(self.shape) - 1))
 
     def slots(self, scheme: str) -> dict[str, np.ndarray]:
-        """int32 slots to gather before the kernel runs (every block cell) and to write after (written cells)."""
+        """int32 slots to gather before the kernel runs (every block cell), to write after (written cells), and
+        to read after it (``observe``: the observed cells' write slots)."""
         read, _ = slot_maps(self.lattice, self.shape, self.cells, scheme)
         _, write = slot_maps(self.lattice, self.shape, self.cells[: self.size], scheme)
-        return {"gather": read.astype(np.int32), "write": write.astype(np.int32)}
+        return {"gather": read.astype(np.int32), "write": write.astype(np.int32),
+                "observe": write[:, self.size - self.observed:].astype(np.int32)}
 
 
 def plan_block(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[BoundaryCondition, ...]) -> Block | None:
@@ -121,3 +138,156 @@ def plan_arrays(block: Block | None, boundaries: tuple[BoundaryCondition, ...]) 
         return {}
     return {"slots": {s: block.slots(s) for s in SCHEMES},
             "boundaries": tuple(bc.on_block(block) for bc in boundaries)}
+
+
+OBSERVING = STAGES[STAGES.index("bounce_back") + 1:STAGES.index("stream")]
+"""Stages whose conditions read the step's populations and write none (forces)."""
+
+
+def wall_rule(bc: BoundaryCondition) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None:
+    """(solid, half-way links or None for full-way, moving-wall term or None) of a wall a kernel applies, else None."""
+    if type(bc) in (HalfwayBounceBack, MovingWall):  # exact types: a subclass may change the rule
+        wall = None if bc.wall is None else np.asarray(bc.wall)
+        return np.asarray(bc.solid, bool), np.asarray(bc.links, bool), wall
+    if type(bc) is FullwayBounceBack:
+        return np.asarray(bc.solid, bool), None, None
+    return None
+
+
+def _by_row(rows: list[np.ndarray], columns: dict[str, list[np.ndarray]], n_outer: int, dtypes: dict[str, Any]
+            ) -> dict[str, np.ndarray]:
+    """Records sorted by outer row (stable), with row offsets ``off`` (n_outer + 1)."""
+    row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    order = np.argsort(row, kind="stable")
+    out = {"off": np.concatenate([[0], np.cumsum(np.bincount(row, minlength=n_outer))]).astype(np.int32)}
+    for k, v in columns.items():
+        out[k] = (np.concatenate(v) if v else np.zeros(0))[order].astype(dtypes.get(k, np.int32))
+    return out
+
+
+def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[BoundaryCondition, ...],
+                 scheme: str) -> dict[str, np.ndarray] | None:
+    """Link records with which a bulk step of ``scheme`` applies ``walls`` row by row (kernels.cc, RowWalls).
+
+    Rows are the lines along the last grid axis. ``skip``: runs ``[k0, k1)`` of solid cells per row (the
+    bulk pass leaves them alone); ``rest``: write slots of solid cells' unreflected populations, set to
+    the weight w_k (k = slot // N), in the solid cell's row; ``copy_dst``/``copy_src``/``copy_add``: per
+    half-way link, the solid cell's write slot, the write slot of the opposite population of the fluid
+    cell across the link, and the moving-wall term, in the fluid cell's row; ``keep_src``/``keep_dst``
+    (push only; in place a skipped cell keeps them already): a full-way solid cell's pre-step
+    population f_opp(i) (read slot) as its post-step population i (write slot). Each group comes with
+    row offsets ``*_off``. None when the walls overlap, or a link is flagged on a fluid cell.
+    """
+    q, n_cells, n_inner = lattice.q, int(np.prod(shape)), shape[-1]
+    n_outer = n_cells // n_inner
+    opp = lattice.opposite
+    if not np.array_equal(lattice.w, lattice.w[opp]):
+        return None  # rest records take the weight of the slot's direction, which may be i or opp(i)
+    solids: list[np.ndarray] = []
+    rest_row, rest = [], []
+    copy_row, copy_dst, copy_src, copy_add, acrosses = [], [], [], [], []
+    keep_row, keep_src, keep_dst = [], [], []
+    for bc in walls:
+        solid, links, term = wall_rule(bc)
+        solid = solid.reshape(-1)
+        cells = np.flatnonzero(solid)
+        solids.append(cells)
+        read, write = slot_maps(lattice, shape, cells, scheme)
+        if links is None:
+            if scheme == "push":
+                keep_row.append(np.repeat(cells[None] // n_inner, q, axis=0).reshape(-1))
+                keep_src.append(read[opp].reshape(-1))
+                keep_dst.append(write.reshape(-1))
+            continue
+        links = links.reshape(q, -1)
+        if (links & ~solid).any():
+            return None
+        for j in range(q):
+            flagged = links[j, cells]
+            rest_row.append(cells[~flagged] // n_inner)
+            rest.append(write[j, ~flagged])
+            across = neighbour(cells[flagged], shape, lattice.c[j])
+            _, w_across = slot_maps(lattice, shape, across, scheme)
+            acrosses.append(across)
+            copy_row.append(across // n_inner)
+            copy_dst.append(write[j, flagged])
+            copy_src.append(w_across[opp[j]])
+            copy_add.append(np.zeros(across.size) if term is None else term.reshape(q, -1)[j, cells[flagged]])
+    solid = np.concatenate(solids)
+    if np.unique(solid).size != solid.size:
+        return None  # two walls on one cell
+    if acrosses and np.isin(np.concatenate(acrosses), solid).any():
+        return None  # a link reads a cell another wall makes solid
+    solid = np.sort(solid)
+    row, k = solid // n_inner, solid % n_inner
+    starts = np.flatnonzero(np.concatenate([[True], (row[1:] != row[:-1]) | (k[1:] != k[:-1] + 1)]))
+    ends = np.concatenate([starts[1:], [solid.size]])
+    out: dict[str, np.ndarray] = {}
+    skip = _by_row([row[starts]], {"skip": [np.stack([k[starts], k[ends - 1] + 1], axis=1)]}, n_outer, {})
+    out["skip_off"], out["skip"] = skip["off"], skip["skip"].reshape(-1)
+    r = _by_row(rest_row, {"rest": rest}, n_outer, {})
+    out["rest_off"], out["rest"] = r["off"], r["rest"]
+    c = _by_row(copy_row, {"copy_dst": copy_dst, "copy_src": copy_src, "copy_add": copy_add}, n_outer,
+                {"copy_add": np.float64})
+    out.update(copy_off=c["off"], copy_dst=c["copy_dst"], copy_src=c["copy_src"], copy_add=c["copy_add"])
+    kp = _by_row(keep_row, {"keep_src": keep_src, "keep_dst": keep_dst}, n_outer, {})
+    out.update(keep_off=kp["off"], keep_src=kp["keep_src"], keep_dst=kp["keep_dst"])
+    return out
+
+
+def wall_cells(lattice: Lattice, shape: tuple[int, ...], walls: tuple[BoundaryCondition, ...]) -> np.ndarray:
+    """Cells whose post-step populations kernel walls write or read (solid cells and their fluid neighbours)."""
+    cells = [np.zeros(0, np.int64)]
+    for bc in walls:
+        fp = bc.footprint(shape, lattice)
+        cells += [fp.face, fp.cells, fp.ghosts]
+    return np.unique(np.concatenate(cells)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which boundary conditions a bulk kernel applies itself (``walls``) and which run on the ``block``."""
+
+    walls: tuple[BoundaryCondition, ...]
+    general: tuple[BoundaryCondition, ...]
+    block: Block | None
+    records: dict[str, dict[str, np.ndarray]]  # scheme -> wall records (empty without walls)
+
+
+def plan_kernel(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[BoundaryCondition, ...]) -> KernelPlan:
+    """Walls into the kernel where they do not meet the cells other conditions write; the rest on a block.
+
+    Falls back to :func:`plan_block` for every condition (no walls in the kernel) when a wall's cells
+    are written by a non-observing condition, or when the walls interfere (:func:`wall_records`).
+    """
+    walls = tuple(bc for bc in boundaries if wall_rule(bc) is not None)
+    general = tuple(bc for bc in boundaries if wall_rule(bc) is None)
+    fallback = KernelPlan(walls=(), general=boundaries, block=plan_block(lattice, shape, boundaries), records={})
+    if not walls:
+        return fallback
+    writers = [bc for bc in general if bc.stage not in OBSERVING]
+    observers = [bc for bc in general if bc.stage in OBSERVING]
+    block = plan_block(lattice, shape, tuple(writers))
+    written = np.zeros(0, np.int64) if block is None else block.cells[: block.size]
+    if np.intersect1d(written, wall_cells(lattice, shape, walls)).size:
+        return fallback
+    records = {}
+    for scheme in SCHEMES:
+        rec = wall_records(lattice, shape, walls, scheme)
+        if rec is None:
+            return fallback
+        records[scheme] = rec
+    watched = [np.zeros(0, np.int64)]
+    for bc in observers:
+        fp = bc.footprint(shape, lattice)
+        watched += [fp.face, fp.cells, fp.ghosts]
+    observed = np.setdiff1d(np.concatenate(watched), written)
+    ghosts = np.zeros(0, np.int64) if block is None else block.cells[block.size:]
+    if np.intersect1d(observed, ghosts).size:
+        return fallback  # a cell both observed after the step and read before it by a writer: not supported
+    if block is None and observed.size == 0:
+        return KernelPlan(walls=walls, general=general, block=None, records=records)
+    cells = np.concatenate([written, observed.astype(np.int64), ghosts])
+    block = Block(lattice=lattice, shape=shape, cells=cells, size=int(written.size + observed.size),
+                  observed=int(observed.size))
+    return KernelPlan(walls=walls, general=general, block=block, records=records)
