@@ -203,8 +203,9 @@ def killed_at_exit():
 @pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_writes_checkpoint_and_results_then_resume_is_exact(tmp_path, killed_at_exit, sig, code):
-    # the signal arrives after the checkpoint at step 400 exists: the run then stops at the next chunk end (> 400)
-    proc = start_long_run(tmp_path / "r", "output.every=200", "checkpoint.every=200",
+    # the signal arrives after the checkpoint at step 400 exists: the run then stops at the next chunk end (> 400);
+    # all checkpoints are kept, else a fast machine prunes step 400's before the poll sees it
+    proc = start_long_run(tmp_path / "r", "output.every=200", "checkpoint.every=200", "checkpoint.keep=100000000",
                           until="checkpoints/checkpoint_0000000400.npz")
     killed_at_exit(proc)
     proc.send_signal(sig)
