@@ -31,9 +31,6 @@ from lbm.engines.timestep import CORE, outputs, run_stages
 from lbm.engines.xla import FusedEngine
 from lbm.stages import BULK_PREFIX, BULK_STAGES, STAGES, TIMESTEP
 
-STORE_NAMES = {"bfloat16": "bf16", "float16": "f16"}
-"""Engine storage -> kernel storage name of the 16-bit formats."""
-
 
 class NativeEngine(FusedEngine):
     """Bulk cells by the generated kernel, boundary cells by the case's stage functions (see the module doc)."""
@@ -47,7 +44,7 @@ class NativeEngine(FusedEngine):
             raise EngineUnavailable(f"the native kernel computes bgk and trt only, not {setup.collision.kind}")
         if dtype not in (jnp.float32, jnp.float64):
             raise EngineUnavailable(f"no native kernel for dtype {dtype}")
-        store = STORE_NAMES.get(storage) or ("float32" if dtype == jnp.float32 else "float64")
+        store = storage if storage != "compute" else ("float32" if dtype == jnp.float32 else "float64")
         self.spec = KernelSpec(setup.lattice, store, setup.omega_plus != setup.omega_minus, setup.force is not None)
         if not build.available():
             raise EngineUnavailable("native kernels need the CPU backend and a C++ compiler")
