@@ -34,7 +34,7 @@ def mutate(cfg: dict, key: str, value) -> dict:
     return cfg
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.sampled_from(["cylinder", "cavity", "poiseuille", "taylor_green"]),
        edits=st.lists(st.tuples(st.sampled_from(KEYS), hostile_scalars), max_size=4))
 def test_validator_gives_config_error_or_a_valid_config(case, edits):
@@ -60,7 +60,7 @@ override_texts = st.one_of(st.text(alphabet=st.characters(codec="ascii", exclude
                            hostile_scalars.map(str))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.sampled_from(["cylinder", "cavity", "poiseuille", "taylor_green"]),
        edits=st.lists(st.tuples(override_keys, override_texts), max_size=3))
 def test_load_gives_one_clean_line_or_a_valid_config(case, edits):
