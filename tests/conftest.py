@@ -43,6 +43,21 @@ def _x64_scoped_to_the_test():
     jax.config.update("jax_enable_x64", before)
 
 
+def random_state(lat: Any, shape: tuple[int, ...], seed: int = 0) -> tuple[Any, Any]:
+    """A density near 1 and a small random velocity field on ``shape`` (float64 under x64)."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+    rho = 1.0 + 0.05 * rng.standard_normal(shape)
+    u = 0.05 * rng.standard_normal((lat.d,) + shape)
+    return jnp.asarray(rho), jnp.asarray(u)
+
+
+def shape_for(lat: Any) -> tuple[int, ...]:
+    """A small grid of the lattice's dimension."""
+    return (6, 5) if lat.d == 2 else (5, 4, 3)
+
+
 def run_config(*overrides: str) -> RunConfig:
     """A validated RunConfig from Hydra overrides (as on the command line)."""
     return load(list(overrides))

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_state, shape_for
 
 from lbm.boundaries import (
     Forces,
@@ -35,17 +36,6 @@ def _x64():
     """Closed forms checked to 1e-13: float64 for this module's tests only."""
     with jax.enable_x64(True):
         yield
-
-
-def random_state(lat, shape, seed=0):
-    rng = np.random.default_rng(seed)
-    rho = 1.0 + 0.05 * rng.standard_normal(shape)
-    u = 0.05 * rng.standard_normal((lat.d,) + shape)
-    return jnp.asarray(rho), jnp.asarray(u)
-
-
-def shape_for(lat):
-    return (6, 5) if lat.d == 2 else (5, 4, 3)
 
 
 def random_populations(lat, shape, seed):

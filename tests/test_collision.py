@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_state
 
 from lbm.boundaries.bounce_back import bounce_back_halfway, halfway_links
 from lbm.kernels.collision import (
@@ -335,11 +336,6 @@ def test_mrt_and_regularized_survive_a_shear_layer_where_bgk_blows_up():
         umax, energy = run(spec)
         assert np.isfinite(umax).all() and umax.max() < 3 * u0, (spec.kind, umax.max())
         assert energy[-1] < energy[0]
-
-
-def random_state(lat, shape, seed=0):
-    rng = np.random.default_rng(seed)
-    return jnp.asarray(1.0 + 0.05 * rng.standard_normal(shape)), jnp.asarray(0.05 * rng.standard_normal((lat.d,) + shape))
 
 
 # --- bgk and trt (the kernels every engine runs) --------------------------------------------------------

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_state, shape_for
 
 from lbm.boundaries.bounce_back import bounce_back_halfway, halfway_links
 from lbm.kernels.collision import collide
@@ -21,17 +22,6 @@ def _x64():
     """These closed forms are checked to 1e-13: float64 for this module's tests only."""
     with jax.enable_x64(True):
         yield
-
-
-def random_state(lat, shape, seed=0):
-    rng = np.random.default_rng(seed)
-    rho = 1.0 + 0.05 * rng.standard_normal(shape)
-    u = 0.05 * rng.standard_normal((lat.d,) + shape)
-    return jnp.asarray(rho), jnp.asarray(u)
-
-
-def shape_for(lat):
-    return (6, 5) if lat.d == 2 else (5, 4, 3)
 
 
 @pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)

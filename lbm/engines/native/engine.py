@@ -29,7 +29,7 @@ from lbm.engines.native.codegen import KernelSpec
 from lbm.engines.native.plan import OBSERVING, plan_arrays, plan_kernel
 from lbm.engines.timestep import CORE, outputs, run_stages
 from lbm.engines.xla import FusedEngine
-from lbm.stages import BULK_PREFIX, BULK_STAGES, STAGES, TIMESTEP
+from lbm.stages import BULK_PREFIX, BULK_STAGES, STAGES
 
 
 class NativeEngine(FusedEngine):
@@ -109,25 +109,7 @@ class NativeEngine(FusedEngine):
     def chunk_function(self, n: int) -> Any:
         """n steps: one push step if n is odd, then AA pairs under ``lax.scan`` (in place, standard layout after)."""
 
-        def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            a = self.encode(f)
-            auxes = []
-            if n % 2:  # one two-buffer step so that the in-place pairs below leave the standard layout
-                with jax.named_scope(TIMESTEP):
-                    a, aux = self.step(a, t0, params, "push")
-                auxes.append(jax.tree_util.tree_map(lambda v: v[None], aux))
-            if n >= 2:
-                def pair(carry: tuple[jnp.ndarray, jnp.ndarray], _: None
-                         ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], dict[str, jnp.ndarray]]:
-                    a, t = carry
-                    with jax.named_scope(TIMESTEP):
-                        a, aux0 = self.step(a, t, params, "aa_even")
-                    with jax.named_scope(TIMESTEP):
-                        a, aux1 = self.step(a, t + 1, params, "aa_odd")
-                    return (a, t + 2), jax.tree_util.tree_map(lambda u, v: jnp.stack([u, v]), aux0, aux1)
-                (a, _), aux = jax.lax.scan(pair, (a, t0 + n % 2), None, length=n // 2)
-                auxes.append(jax.tree_util.tree_map(lambda v: v.reshape((-1,) + v.shape[2:]), aux))
-            stacked = {k: jnp.concatenate([x[k] for x in auxes]) for k in (auxes[0] if auxes else {})}
-            return self.decode(a), stacked
+        def scheme(name: str) -> Any:
+            return lambda a, t, params: self.step(a, t, params, name)
 
-        return jax.jit(chunk, donate_argnums=0)
+        return jax.jit(self.paired_chunk(n, scheme("push"), scheme("aa_even"), scheme("aa_odd")), donate_argnums=0)
