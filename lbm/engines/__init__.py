@@ -36,10 +36,14 @@ def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage
         if engine == "native":
             raise EngineUnavailable("the native engine is single-device: use engine=xla or parallel.devices=1")
         if mode == "instrumented":
-            return sharded.ShardedInstrumentedEngine(setup, tuple(mesh), sync=sync)
-        if partitioner == "gspmd":
-            return sharded.GspmdEngine(setup, tuple(mesh), storage)
-        return sharded.ShardedEngine(setup, tuple(mesh), storage)
+            chosen: Engine = sharded.ShardedInstrumentedEngine(setup, tuple(mesh), sync=sync)
+        elif partitioner == "gspmd":
+            chosen = sharded.GspmdEngine(setup, tuple(mesh), storage)
+        else:
+            chosen = sharded.ShardedEngine(setup, tuple(mesh), storage)
+        if engine == "pallas":  # not silently: the sharded step is the xla one
+            chosen.note = f"{chosen.note}; the pallas kernel is not sharded yet: each block runs the xla step"
+        return chosen
     if mode == "instrumented":
         return InstrumentedEngine(setup, sync=sync)
     if mode != "fused":
