@@ -639,3 +639,53 @@ def loop_traffic(text: str, stages: Iterable[str]) -> LoopTraffic:
 
     walk(body, (body,))
     return LoopTraffic(body=body, trip_count=trip, kernels=rows)
+
+
+COLLECTIVES = ("collective-permute", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+               "collective-broadcast", "ragged-all-to-all")
+"""HLO opcodes that move data between devices (their ``-start`` forms count as the same collective)."""
+
+
+@dataclass
+class CollectiveTraffic:
+    """Collectives of one kind and stages, in the main loop body or outside it: how many, and the bytes each device
+    sends (per loop iteration in the body, per program outside)."""
+
+    kind: str
+    stages: list[str]
+    in_loop: bool
+    count: int
+    bytes_per_device: int
+    """Logical bytes of the operands (the data each device contributes or sends), summed over the collectives."""
+
+
+def collective_kind(opcode: str) -> str | None:
+    """The collective an opcode starts or is (``collective-permute-start`` -> ``collective-permute``); None if none."""
+    base = opcode.removesuffix("-start")
+    return base if base in COLLECTIVES else None
+
+
+def collectives(text: str, stages: Iterable[str]) -> list[CollectiveTraffic]:
+    """The collectives of compiled HLO text, grouped by kind, stages and whether they run in the main loop body.
+
+    Counted: collectives of the computations that run as kernels (entry, loop bodies, calls, the
+    computations ``async-start`` wraps), sync or ``-start`` (``-done`` ends the same one). XLA may move
+    a collective out of the loop (e.g. one all-reduce of the forces of every step of a chunk).
+    """
+    module = parse_hlo(text)
+    body, _ = main_loop(text)
+    kstages = kernel_stages(module, list(stages))
+    in_body = HloModule(module.name, module.computations, body).top_level()
+    groups: dict[tuple[str, tuple[str, ...], bool], CollectiveTraffic] = {}
+    for comp in module.top_level():
+        sizes = {ins.name: ins.result_bytes for ins in module.computations.get(comp, [])}
+        for ins in module.computations.get(comp, []):
+            kind = collective_kind(ins.opcode)
+            if kind is None:
+                continue
+            found = kstages.get(ins.name, [])
+            key = (kind, tuple(found), comp in in_body)
+            row = groups.setdefault(key, CollectiveTraffic(kind, list(found), comp in in_body, 0, 0))
+            row.count += 1
+            row.bytes_per_device += sum(sizes.get(o, 0) for o in dict.fromkeys(ins.operands))
+    return list(groups.values())

@@ -96,11 +96,11 @@ def mesh_shape(devices: int, mesh: Sequence[int] | None, grid: Sequence[int]) ->
     return shape
 
 
-def make_mesh(shape: Sequence[int]) -> Mesh:
-    """A device mesh with one named axis per grid axis, over the first prod(shape) devices."""
+def make_mesh(shape: Sequence[int], devices: Sequence[Any] | None = None) -> Mesh:
+    """A device mesh with one named axis per grid axis, over the first prod(shape) of ``devices`` (default: JAX's)."""
     n = math.prod(shape)
-    devices = np.asarray(jax.devices()[:n]).reshape(tuple(shape))
-    return Mesh(devices, AXES[: len(shape)])
+    chosen = np.asarray(list(jax.devices() if devices is None else devices)[:n]).reshape(tuple(shape))
+    return Mesh(chosen, AXES[: len(shape)])
 
 
 def grid_spec(ndim: int, lead: int = 1) -> P:
@@ -112,6 +112,13 @@ def place(a: Any, mesh: Mesh, spec: P) -> jax.Array:
     """A global array sharded by ``spec`` from a host (or single-device) array, in one or many processes."""
     host = np.asarray(a)
     return jax.make_array_from_callback(host.shape, NamedSharding(mesh, spec), lambda index: host[index])
+
+
+def describe_placement(a: Any, mesh: Mesh, spec: P) -> jax.ShapeDtypeStruct:
+    """The shape, dtype and sharding a host array would have if placed by ``spec`` (for a mesh of devices that
+    are not here: a deviceless compile)."""
+    host = np.asarray(a)
+    return jax.ShapeDtypeStruct(host.shape, jax.dtypes.canonicalize_dtype(host.dtype), sharding=NamedSharding(mesh, spec))
 
 
 def to_host(a: Any) -> np.ndarray:

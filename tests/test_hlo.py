@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from conftest import SMALL_HLO
 
 from lbm.hlo import (
+    collectives,
     compiled_cost,
     count_fusions,
     count_ops,
@@ -110,3 +111,59 @@ def test_compiled_cost_of_a_real_executable():
             raise NotImplementedError
 
     assert compiled_cost(NoCost()) == {"flops": None, "bytes_accessed": None, "transcendentals": None}
+
+
+# A sharded chunk: in the loop body a TPU-style async permute (start/done, tiled layouts: logical bytes count), a
+# GPU-style sync permute of two operands, an all-gather wrapped in async-start; outside the loop XLA's sunk
+# all-reduce of the stacked forces. Bytes by hand: 3*1*128*4 = 1536; 2 * 3*66*4 = 1584; 2*8*4 = 64; 10*2*4 = 80.
+HALO_OP = 'metadata={op_name="jit(local)/shard_map/while/body/timestep/halo/ppermute"}'
+SHARDED = f"""HloModule jit_local, is_scheduled=true
+
+%gather (g0: f32[2,8]) -> f32[8,8] {{
+  %g0 = f32[2,8]{{1,0}} parameter(0)
+  ROOT %ag = f32[8,8]{{1,0}} all-gather(%g0), dimensions={{0}}, metadata={{op_name="jit(local)/timestep/forces/ag"}}
+}}
+
+%sum (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+%body (arg: (s32[], f32[3,1,128], f32[3,66], f32[3,66], f32[2,8])) -> (s32[], f32[3,1,128]) {{
+  %arg = (s32[], f32[3,1,128], f32[3,66], f32[3,66], f32[2,8]) parameter(0)
+  %i = s32[] get-tuple-element(%arg), index=0
+  %x = f32[3,1,128]{{2,0,1:T(4,128)S(1)}} get-tuple-element(%arg), index=1
+  %y0 = f32[3,66]{{1,0}} get-tuple-element(%arg), index=2
+  %y1 = f32[3,66]{{1,0}} get-tuple-element(%arg), index=3
+  %g = f32[2,8]{{1,0}} get-tuple-element(%arg), index=4
+  %cps = (f32[3,1,128]{{2,0,1:T(4,128)S(1)}}, f32[3,1,128]{{2,0,1:T(4,128)S(1)}}, u32[], u32[]) collective-permute-start(%x), channel_id=1, source_target_pairs={{{{0,1}},{{1,0}}}}, {HALO_OP}
+  %cpd = f32[3,1,128]{{2,0,1:T(4,128)S(1)}} collective-permute-done(%cps), {HALO_OP}
+  %cp2 = (f32[3,66]{{1,0}}, f32[3,66]{{1,0}}) collective-permute(%y0, %y1), channel_id=2, source_target_pairs={{{{0,1}},{{1,0}}}}, {HALO_OP}
+  %ags = ((f32[2,8]{{1,0}}), f32[8,8]{{1,0}}) async-start(%g), calls=%gather
+  %agd = f32[8,8]{{1,0}} async-done(%ags)
+  ROOT %t = (s32[], f32[3,1,128]) tuple(%i, %cpd)
+}}
+
+%cond (c: (s32[], f32[3,1,128], f32[3,66], f32[3,66], f32[2,8])) -> pred[] {{
+  %c = (s32[], f32[3,1,128], f32[3,66], f32[3,66], f32[2,8]) parameter(0)
+  %j = s32[] get-tuple-element(%c), index=0
+  %n = s32[] constant(10)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}}
+
+ENTRY %main (p: (s32[], f32[3,1,128], f32[3,66], f32[3,66], f32[2,8]), forces: f32[10,2]) -> f32[10,2] {{
+  %p = (s32[], f32[3,1,128], f32[3,66], f32[3,66], f32[2,8]) parameter(0)
+  %forces = f32[10,2]{{1,0}} parameter(1)
+  %w = (s32[], f32[3,1,128]) while(%p), condition=%cond, body=%body
+  ROOT %psum = f32[10,2]{{1,0}} all-reduce(%forces), to_apply=%sum, metadata={{op_name="jit(local)/while/body/timestep/forces/psum"}}
+}}
+"""  # noqa: E501
+
+
+def test_collectives_of_a_sharded_chunk_in_and_outside_the_loop():
+    rows = {(r.kind, tuple(r.stages), r.in_loop): (r.count, r.bytes_per_device)
+            for r in collectives(SHARDED, ("forces", "halo"))}
+    assert rows == {("collective-permute", ("halo",), True): (2, 1536 + 1584),
+                    ("all-gather", ("forces",), True): (1, 64),
+                    ("all-reduce", ("forces",), False): (1, 80)}

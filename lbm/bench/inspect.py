@@ -23,7 +23,9 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import json
+import math
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +56,16 @@ class Target:
     gpu: dict[str, Any] = field(default_factory=dict)
     topology: str = ""
     accelerator_type: str = ""
+    devices: int = 1
+    """Chips of the topology (TPU ``v5e:2x2``: 4; CUDA ``1x1x4``, partitions x hosts x GPUs per host: 4)."""
+
+    @property
+    def mesh(self) -> tuple[int, ...]:
+        """The default blocks per grid axis on this target: a TPU's chip grid, all GPUs along x."""
+        dims = [int(d) for d in self.topology.rsplit(":", 1)[-1].split("x")] if self.topology else [1]
+        if self.platform == "tpu":
+            return tuple(d for d in dims if d > 1) or (1,)
+        return (self.devices,)
 
 
 def target_names() -> list[str]:
@@ -61,20 +73,60 @@ def target_names() -> list[str]:
     return sorted(p.stem for p in TARGETS_DIR.glob("*.yaml"))
 
 
-def load_target(name: str) -> Target:
-    """The target ``name`` from lbm/targets/; LbmError if there is none."""
+TOPOLOGY = re.compile(r"^\d+(x\d+)*$")
+
+
+def load_target(name: str, devices: int = 1) -> Target:
+    """The target ``name`` from lbm/targets/, on ``devices`` chips or on the topology after a colon
+    (``v5e:2x2``, ``h100:1x1x4``); LbmError if there is none."""
     import yaml
 
+    name, _, topology = name.partition(":")
     path = TARGETS_DIR / f"{name}.yaml"
     if not name or "/" in name or not path.is_file():
         raise LbmError(f"target={name} is not known: choose one of {', '.join(target_names())}")
     data = yaml.safe_load(path.read_text())
     if data.get("platform") not in ("cpu", "cuda", "tpu"):
         raise LbmError(f"{path}: platform must be cpu, cuda or tpu")
-    return Target(name=data["name"], platform=data["platform"], device=data["device"],
-                  bandwidth_gbs=data.get("bandwidth_gbs"), bandwidth_source=data["bandwidth_source"],
-                  gpu=data.get("gpu") or {}, topology=data.get("topology", ""),
-                  accelerator_type=data.get("accelerator_type", ""))
+    target = Target(name=data["name"], platform=data["platform"], device=data["device"],
+                    bandwidth_gbs=data.get("bandwidth_gbs"), bandwidth_source=data["bandwidth_source"],
+                    gpu=data.get("gpu") or {}, topology=data.get("topology", ""),
+                    accelerator_type=data.get("accelerator_type", ""))
+    return with_topology(target, topology, devices)
+
+
+def with_topology(target: Target, topology: str, devices: int = 1) -> Target:
+    """``target`` on a topology (``2x2`` on a TPU, ``1x1x4`` on CUDA), or on ``devices`` chips (TPU: the squarest
+    chip grid; CUDA: one host); LbmError where it cannot be."""
+    import dataclasses
+
+    if not topology and devices == 1:
+        return target
+    if target.platform == "cpu":
+        raise LbmError(f"target={target.name} compiles for this machine's CPU: a multi-device target is a GPU or TPU "
+                       "one (e.g. target=v5e:2x2, target=h100:1x1x4)")
+    if topology and not TOPOLOGY.match(topology):
+        raise LbmError(f"target={target.name}:{topology}: the topology is chips per axis joined by x "
+                       "(TPU: v5e:2x2; CUDA: partitions x hosts x GPUs per host, h100:1x1x4)")
+    if not topology:
+        if target.platform == "cuda":
+            topology = f"1x1x{devices}"
+        else:
+            a = max(d for d in range(1, math.isqrt(devices) + 1) if devices % d == 0)
+            topology = f"{a}x{devices // a}"
+    dims = [int(d) for d in topology.split("x")]
+    chips = math.prod(dims)
+    if devices not in (1, chips):
+        raise LbmError(f"parallel.devices={devices} but target={target.name}:{topology} has {chips} chips")
+    if target.platform == "cuda":
+        if len(dims) != 3:
+            raise LbmError(f"target={target.name}:{topology}: a CUDA topology is partitions x hosts x GPUs per host, "
+                           "e.g. 1x1x4")
+        return dataclasses.replace(target, topology=topology, devices=chips)
+    generation = target.topology.split(":")[0]
+    kind = target.accelerator_type.rsplit("-", 1)[0]
+    return dataclasses.replace(target, topology=f"{generation}:{topology}", devices=chips,
+                               accelerator_type=f"{kind}-{chips}" if kind else "")
 
 
 def gpu_target_config(target: Target) -> str:
@@ -128,6 +180,30 @@ def prepare_environment(target: Target) -> None:
             pass
 
 
+def target_for_run(target: Target, devices: int) -> Target:
+    """``target`` for a run configured with ``parallel.devices`` (-1: the target's chips); LbmError if they differ."""
+    if devices in (-1, target.devices) or devices == 1 and target.devices > 1:
+        return target
+    if target.devices > 1:
+        raise LbmError(f"parallel.devices={devices} but target={target.name}:{target.topology} has "
+                       f"{target.devices} chips")
+    return with_topology(target, "", devices)
+
+
+def _topology(target: Target) -> Any:
+    """The deviceless topology of a CUDA or TPU target."""
+    from jax.experimental import topologies
+
+    try:
+        if target.platform == "cuda":
+            return topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(target),
+                                                topology=target.topology or "1x1x1")
+        return topologies.get_topology_desc(topology_name=target.topology, platform="tpu")
+    except Exception as exc:  # the compiler's own message says what it accepts
+        raise LbmError(f"target={target.name} topology {target.topology!r} is refused by the "
+                       f"{target.platform} compiler: {str(exc).splitlines()[0]}") from None
+
+
 def target_sharding(target: Target) -> Any:
     """A single-device sharding on ``target``: this machine's CPU, or a deviceless CUDA/TPU topology."""
     import jax
@@ -135,13 +211,17 @@ def target_sharding(target: Target) -> Any:
 
     if target.platform == "cpu":
         return jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-    if target.platform == "cuda":
-        topo = topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(target),
-                                            topology="1x1x1")
-    else:
-        topo = topologies.get_topology_desc(topology_name=target.topology, platform="tpu")
-    mesh = topologies.make_mesh(topo, (1,), ("x",))
+    mesh = topologies.make_mesh(_topology(target), (1,), ("x",))
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+def target_mesh(target: Target, shape: tuple[int, ...]) -> Any:
+    """The target's chips as a mesh of ``shape`` blocks, one named axis per grid axis (lbm.parallel.AXES)."""
+    from jax.experimental import topologies
+
+    from lbm.parallel import AXES
+
+    return topologies.make_mesh(_topology(target), shape, AXES[: len(shape)])
 
 
 def engine_for(target: Target, requested: str) -> str:
@@ -151,10 +231,12 @@ def engine_for(target: Target, requested: str) -> str:
     return requested
 
 
-def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu"
+def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mesh: Any = None
                      ) -> tuple[Callable[..., Any], tuple[Any, ...], str, str]:
     """The jitted n-step fused chunk of ``engine`` for ``setup`` on ``platform``: (function, example arguments,
     engine, note). ``auto`` resolves as on that platform (pallas on cuda/tpu, native on cpu, else xla).
+    With a ``mesh`` of several devices (a deviceless topology), the sharded chunk on its blocks; its
+    example arguments carry their shardings.
 
     The one place inspect reaches into the engines: it compiles what the run loop would dispatch.
     """
@@ -163,6 +245,19 @@ def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu"
     from lbm.engines import EngineUnavailable, make_engine
     from lbm.engines.timestep import step_index
 
+    if mesh is not None and mesh.size > 1:
+        from lbm.engines.sharded import ShardedEngine
+
+        try:
+            eng = ShardedEngine(setup, tuple(mesh.devices.shape), devices=list(mesh.devices.flat))
+        except EngineUnavailable as exc:
+            raise LbmError(f"the sharded engine cannot run this setup: {exc}") from None
+        f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype, sharding=eng.layout.sharding())
+        t = jax.ShapeDtypeStruct((), step_index(0).dtype,
+                                 sharding=jax.sharding.NamedSharding(eng.layout.mesh, jax.sharding.PartitionSpec()))
+        note = eng.note + ("; each block runs the xla step (the pallas kernel is not sharded)"
+                           if engine in ("auto", "pallas") else "")
+        return eng.chunk_function(n), (f, eng.params, t), eng.name, note
     try:
         eng = make_engine(setup, mode="fused", engine=engine, platform=platform)
     except EngineUnavailable as exc:
@@ -183,18 +278,26 @@ def lowering_context(target: Target, sharding: Any) -> Any:
     device = next(iter(sharding.device_set))
     abstract = AbstractDevice(device_kind=device.device_kind, num_cores=target.gpu.get("core_count"),
                               platform="gpu")
-    mesh = AbstractMesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=abstract)
+    mesh = getattr(sharding, "mesh", None)
+    shape, names = (tuple(mesh.devices.shape), mesh.axis_names) if mesh is not None else ((1,), ("x",))
+    mesh = AbstractMesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(shape), abstract_device=abstract)
     return jax.sharding.use_abstract_mesh(mesh)
 
 
 def compile_chunk(fn: Callable[..., Any], args: tuple[Any, ...], sharding: Any,
                   target: Target | None = None) -> tuple[str, float]:
-    """Compile ``fn`` ahead of time for arguments shaped like ``args`` placed by ``sharding``; (HLO text, seconds)."""
+    """Compile ``fn`` ahead of time for arguments shaped like ``args``, placed by ``sharding`` where they carry
+    no sharding of their own; (HLO text, seconds)."""
     import contextlib
 
     import jax
 
-    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
+    def spec(a: Any) -> Any:
+        if isinstance(a, jax.ShapeDtypeStruct) and a.sharding is not None:
+            return a
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+
+    specs = jax.tree_util.tree_map(spec, args)
     t0 = time.perf_counter()
     with lowering_context(target, sharding) if target is not None else contextlib.nullcontext():
         compiled = fn.lower(*specs).compile()
@@ -203,25 +306,35 @@ def compile_chunk(fn: Callable[..., Any], args: tuple[Any, ...], sharding: Any,
 
 def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) -> tuple[dict[str, Any], str]:
     """Compile the configured run's chunk for ``target`` and read its loop body; (inspect.json record, HLO text)."""
+    import dataclasses
+
     import jax
     import jaxlib
     import numpy as np
 
+    from lbm import parallel
     from lbm.hlo import loop_traffic
     from lbm.roofline import lbm_bytes_per_cell
     from lbm.simulation import chunk_size, prepare
-    from lbm.stages import STAGES
+    from lbm.stages import HALO, STAGES
 
+    shape = None
+    if target.devices > 1:
+        wanted = run.parallel.get("mesh") or (list(target.mesh) if len(target.mesh) <= len(run.grid) else None)
+        shape = parallel.mesh_shape(target.devices, wanted, run.grid)
+        run = dataclasses.replace(run, parallel_devices=1, parallel_mesh=None)  # the mesh is the target's, not here
     case, setup = prepare(run)
     run = case.run
     n = max(MIN_CHUNK_STEPS, chunk_size(run))
-    sharding = target_sharding(target)
-    fn, args, engine, note = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform)
+    mesh = target_mesh(target, shape) if shape is not None else None
+    sharding = target_sharding(target) if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    fn, args, engine, note = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)
     text, compile_s = compile_chunk(fn, args, sharding, target)
-    loop = loop_traffic(text, STAGES)
+    loop = loop_traffic(text, (*STAGES, HALO))
     steps = max(1, n // loop.trip_count) if loop.trip_count > 1 else n
     cells = int(np.prod(setup.shape))
-    per = float(cells * steps)
+    block = [g // m for g, m in zip(setup.shape, shape or [1] * len(setup.shape), strict=True)]
+    per = float(int(np.prod(block)) * steps)  # the HLO of a sharded chunk is one device's: per cell of its block
     bytes_per = loop.bytes / per
     minimum = lbm_bytes_per_cell(setup.lattice.q, np.dtype(setup.dtype).itemsize)
     bandwidth, source = target.bandwidth_gbs, target.bandwidth_source
@@ -234,10 +347,12 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         "schema": SCHEMA,
         "target": {"name": target.name, "platform": target.platform, "device": target.device,
                    "device_kind": sorted({d.device_kind for d in devices})[0] if devices else target.device,
+                   "devices": target.devices, "topology": target.topology,
                    "bandwidth_gbs": bandwidth, "bandwidth_source": source},
         "engine": engine, "engine_note": note,
         "case": run.case, "lattice": setup.lattice.name, "collision": run.collision, "precision": run.precision,
-        "grid": list(setup.shape), "cells": cells, "chunk_steps": n, "stages": list(setup.stages),
+        "grid": list(setup.shape), "cells": cells, "cells_per_device": int(np.prod(block)), "chunk_steps": n,
+        "stages": list(setup.stages),
         "jax": jax.__version__, "jaxlib": jaxlib.__version__, "compile_time_s": round(compile_s, 3),
         "hlo_file": HLO_FILE, "loop_body": loop.body, "trip_count": loop.trip_count,
         "kernels_per_step": len(loop.kernels) / steps,
@@ -263,7 +378,43 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
                          "update only; on-chip memory spaces (TPU VMEM) apart (lbm/hlo.py, loop_traffic)",
         "overrides": list(overrides or []),
     }
+    if shape is not None:
+        record["parallel"] = sharded_record(text, setup, shape, steps, n, target)
+        if record["projected_mlups"] is not None:  # every device at the spec bandwidth, the halo not counted
+            record["projected_mlups"] *= target.devices
     return record, text
+
+
+def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n: int, target: Target
+                   ) -> dict[str, Any]:
+    """Devices, mesh, blocks, and the collectives per step of a sharded chunk (``steps`` per loop iteration, ``n``
+    per chunk), with the halo bytes counted in the HLO against those the lattice and the blocks call for."""
+    import numpy as np
+
+    from lbm import parallel
+    from lbm.hlo import collectives
+    from lbm.stages import HALO, STAGES
+
+    rows = [{"kind": r.kind, "stages": r.stages, "where": "loop body" if r.in_loop else "once per chunk",
+             "count": r.count / (steps if r.in_loop else n),
+             "bytes_per_device": r.bytes_per_device / (steps if r.in_loop else n)}
+            for r in collectives(text, (*STAGES, HALO))]
+    devices = math.prod(shape)
+    itemsize = np.dtype(setup.dtype).itemsize
+    return {
+        "devices": devices, "topology": target.topology, "mesh": list(shape),
+        "block": [g // m for g, m in zip(setup.shape, shape, strict=True)], "partitioner": "shard_map",
+        "collectives_per_step": rows,
+        "collective_bytes_per_step": sum(r["bytes_per_device"] for r in rows),
+        "halo_bytes_per_step": sum(r["bytes_per_device"] for r in rows if HALO in r["stages"]),
+        "halo_bytes_per_step_expected": parallel.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize) / devices,
+        "halo_populations_per_face": int(parallel.entering(setup.lattice.c, 0, 1).size),
+        "collective_model": "per device and step: the logical bytes of each collective's operands in the compiled "
+                            "chunk (what a device sends or contributes); those of the loop body per step, those XLA "
+                            "moved out of the loop per chunk divided by its steps. Expected halo: the populations "
+                            "entering through each shared block face (3 of 9 for D2Q9, 5 of 19 for D3Q19) x face "
+                            "cells (the second axis' faces include the first's ghost cells) x bytes",
+    }
 
 
 def format_report(record: dict[str, Any]) -> str:
@@ -297,7 +448,25 @@ def format_report(record: dict[str, Any]) -> str:
               f"projected_fraction_of_roofline  {num(record['projected_fraction_of_roofline'], '.3f')}"]
     if record["note"]:
         lines.append(f"note: {record['note']}")
+    if "parallel" in record:
+        lines += ["", *format_parallel(record["parallel"])]
     return "\n".join(lines) + "\n"
+
+
+def format_parallel(p: dict[str, Any]) -> list[str]:
+    """The collectives table and the halo bytes of a sharded inspect record."""
+    lines = [f"{p['devices']} devices ({p['topology']}), mesh {'x'.join(map(str, p['mesh']))}, blocks "
+             f"{'x'.join(map(str, p['block']))}, {p['partitioner']}; collectives per step (per device):"]
+    rows = [(c["kind"], "+".join(c["stages"]) or "-", c["where"], f"{c['count']:g}", f"{c['bytes_per_device']:.1f}")
+            for c in p["collectives_per_step"]] or [("none", "-", "-", "0", "0")]
+    head = ("collective", "stages", "where", "count", "bytes sent")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    for r in [head, *rows]:
+        lines.append("  ".join(f"{c:<{w}}" if i < 3 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+    lines.append(f"halo_bytes_per_step             {p['halo_bytes_per_step']:.0f} B per device (expected "
+                 f"{p['halo_bytes_per_step_expected']:.0f} B: {p['halo_populations_per_face']} populations per face "
+                 "x face cells x bytes)")
+    return lines
 
 
 def parse_args(args: list[str]) -> tuple[str, Path | None, list[str]]:
@@ -342,6 +511,7 @@ def main(args: list[str]) -> int:
     target = load_target(name)
     prepare_environment(target)
     run = load(overrides)
+    target = target_for_run(target, run.parallel_devices)
     out = out or Path("outputs/inspect") / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     if (out / "inspect.json").exists():
         raise LbmError(f"{out} already holds an inspect.json; choose another --out")

@@ -111,11 +111,16 @@ EXTENDED = (OnExtended, BlockForces)
 
 
 class Layout:
-    """How one grid is split: the mesh, its shape per grid axis, and the placement of per-block arrays."""
+    """How one grid is split: the mesh, its shape per grid axis, and the placement of per-block arrays.
 
-    def __init__(self, setup: Setup, shape: tuple[int, ...]) -> None:
+    ``devices`` (default: JAX's) may be those of a deviceless topology (lbm.bench.inspect): per-block
+    arrays are then described (shape, dtype, sharding) instead of placed, which is all a compile needs.
+    """
+
+    def __init__(self, setup: Setup, shape: tuple[int, ...], devices: Any = None) -> None:
         self.setup, self.shape = setup, tuple(shape) + (1,) * (len(setup.shape) - len(shape))
-        self.mesh = parallel.make_mesh(self.shape)
+        self.mesh = parallel.make_mesh(self.shape, devices)
+        self._place = parallel.place if devices is None else parallel.describe_placement
         self.ndim = len(self.shape)
         self.block = tuple(n // m for n, m in zip(setup.shape, self.shape, strict=True))
         self.ext = tuple(b + 2 if m > 1 else b for b, m in zip(self.block, self.shape, strict=True))
@@ -131,15 +136,15 @@ class Layout:
 
     def grid(self, a: Any, lead: int = 1) -> jax.Array:
         """A per-cell array ``(*lead, *grid)`` sharded like the grid."""
-        return parallel.place(a, self.mesh, self.spec(lead))
+        return self._place(a, self.mesh, self.spec(lead))
 
     def extended(self, a: Any, lead: int = 1) -> jax.Array:
         """A per-cell array laid out as extended blocks (periodic ghost layers), sharded one block per device."""
-        return parallel.place(parallel.extended(np.asarray(a), self.shape, lead), self.mesh, self.spec(lead))
+        return self._place(parallel.extended(np.asarray(a), self.shape, lead), self.mesh, self.spec(lead))
 
     def face(self, u: Any) -> jax.Array:
         """An array ``(D, *face)`` on the face x = const, sharded along the face's own grid axes."""
-        return parallel.place(u, self.mesh, P(None, *parallel.AXES[1:self.ndim]))
+        return self._place(u, self.mesh, P(None, *parallel.AXES[1:self.ndim]))
 
     def forces(self, bc: Forces, lattice: Lattice) -> BlockForces:
         """The obstacle's links split by the block of their fluid cell, padded to one length."""
@@ -164,7 +169,7 @@ class Layout:
             k = int(sel.sum())
             out[0, b, :k], out[1, b, :k], out[2, b, :k] = dirs[sel], src_flat[sel], dst_flat[sel]
         spec = P(parallel.AXES[: self.ndim])
-        placed = [parallel.place(a.reshape(-1), self.mesh, spec) for a in out]
+        placed = [self._place(a.reshape(-1), self.mesh, spec) for a in out]
         return BlockForces(link_dir=placed[0], link_src=placed[1], link_dst=placed[2],
                            axes=parallel.AXES[: self.ndim])
 
@@ -262,9 +267,9 @@ class ShardedSupport:
 
     setup: Setup
 
-    def _shard(self, shape: tuple[int, ...]) -> None:
+    def _shard(self, shape: tuple[int, ...], devices: Any = None) -> None:
         setup = self.setup
-        self.layout = Layout(setup, shape)
+        self.layout = Layout(setup, shape, devices)
         self.forms = block_forms(setup.boundaries, self.layout, setup.lattice, setup.dtype)
         self.pieces = plan(setup, self.forms)
         self.functions = [piece_function(p, setup, self.layout.shape) for p in self.pieces]
@@ -306,9 +311,9 @@ class ShardedEngine(ShardedSupport, FusedEngine):
 
     name = "sharded"
 
-    def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute") -> None:
+    def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", devices: Any = None) -> None:
         FusedEngine.__init__(self, setup, storage)
-        self._shard(shape)
+        self._shard(shape, devices)
         self.note = self.shard_note()
 
     def chunk_function(self, n: int) -> Any:
