@@ -135,6 +135,31 @@ def is_writer() -> bool:
     return jax.process_index() == 0
 
 
+def own_log_file(directory: str | os.PathLike[str]) -> list[str]:
+    """On process k > 0 of a multi-process run: the log file handlers writing into ``directory`` (the run's shared
+    log, e.g. Hydra's ``lbm.log``) write to this process's own file instead (``lbm.process1.log``); the new paths."""
+    import logging
+    from pathlib import Path
+
+    if is_writer():
+        return []
+    where = Path(directory).resolve()
+    moved = []
+    for logger in (logging.getLogger(), logging.getLogger("lbm")):
+        for h in list(logger.handlers):
+            if not isinstance(h, logging.FileHandler) or Path(h.baseFilename).parent != where:
+                continue
+            path = Path(h.baseFilename)
+            own = logging.FileHandler(path.with_name(f"{path.stem}.process{jax.process_index()}{path.suffix}"))
+            own.setLevel(h.level)
+            own.setFormatter(h.formatter)
+            logger.removeHandler(h)
+            h.close()
+            logger.addHandler(own)
+            moved.append(own.baseFilename)
+    return moved
+
+
 def extended(a: np.ndarray, shape: Sequence[int], lead: int = 1) -> np.ndarray:
     """``a`` ``(*lead, *grid)`` laid out as blocks each with its periodic ghost layer (width 1 on sharded axes)."""
     out = np.asarray(a)

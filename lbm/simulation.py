@@ -338,6 +338,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     check_run_dir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     case, setup = prepare(run)
+    parallel.own_log_file(run_dir)  # after prepare: jax.distributed knows this process's index
     run = case.run
     log_parameters(run, setup)
 

@@ -187,6 +187,9 @@ def test_two_processes_equal_one_device(tmp_path):
         assert np.abs(a[key].astype(float) - b[key]).max() <= 1e-13, key  # 40 float64 steps of rounding
     one = json.loads((tmp_path / "one" / "metrics.json").read_text())
     assert abs(one["cd_mean"] - multi["cd_mean"]) <= 1e-12
+    # the shared Hydra log holds process 0's lines only; process 1 logs into a file of its own
+    shared, own = (tmp_path / "multi" / "lbm.log").read_text(), (tmp_path / "multi" / "lbm.process1.log").read_text()
+    assert shared.count("compiled in") == 1 and own.count("compiled in") == 1
 
 
 @pytest.mark.slow
