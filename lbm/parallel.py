@@ -200,6 +200,28 @@ def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) 
     return e
 
 
+def return_wrapped(f: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:
+    """A block ``(Q, *b)`` after a push step that was periodic on the block, with the populations that wrapped
+    around a shared face sent to the neighbour they entered (ppermute) and the neighbour's taking their place.
+
+    A population leaving through the high face (c_a > 0) wrapped onto the block's own low face: it belongs on
+    the low face of the next block, which sends its own wrapped ones the same way; likewise through the low
+    face. The same populations cross each face as in :func:`halo_extend` (3 of 9 for D2Q9, 5 of 19 for
+    D3Q19). Axes one after another, so a diagonal population reaches the block across a corner.
+    """
+    for axis, m in enumerate(shape):
+        if m == 1:
+            continue
+        ax = 1 + axis
+        for sign, at, step in ((1, 0, 1), (-1, f.shape[ax] - 1, -1)):
+            moving = entering(lattice_c, axis, sign)
+            face = jax.lax.slice_in_dim(f, at, at + 1, axis=ax)
+            arrived = jax.lax.ppermute(face[moving], AXES[axis], [(i, (i + step) % m) for i in range(m)])
+            # the face slab whole, updated in place (a scatter into f itself would copy f)
+            f = jax.lax.dynamic_update_slice_in_dim(f, face.at[moving].set(arrived), at, axis=ax)
+    return f
+
+
 def crop(e: jnp.ndarray, shape: Sequence[int], lead: int = 1) -> jnp.ndarray:
     """The interior of an extended block (ghost layers removed)."""
     for axis, m in enumerate(shape):
@@ -209,8 +231,13 @@ def crop(e: jnp.ndarray, shape: Sequence[int], lead: int = 1) -> jnp.ndarray:
     return e
 
 
-def halo_bytes(lattice_c: np.ndarray, grid: Sequence[int], shape: Sequence[int], itemsize: int) -> int:
-    """Bytes every block sends per step, summed over all blocks (the populations crossing each shared face)."""
+def halo_bytes(lattice_c: np.ndarray, grid: Sequence[int], shape: Sequence[int], itemsize: int,
+               corners: bool = True) -> int:
+    """Bytes every block sends per step, summed over all blocks (the populations crossing each shared face).
+
+    ``corners``: the faces of each axis include the ghost cells of the axes before (:func:`halo_extend`);
+    without, the block's own faces only (:func:`return_wrapped`).
+    """
     total, ext = 0, [n // m for n, m in zip(grid, shape, strict=True)]
     for axis, m in enumerate(shape):
         if m == 1:
@@ -218,6 +245,6 @@ def halo_bytes(lattice_c: np.ndarray, grid: Sequence[int], shape: Sequence[int],
         face = math.prod(ext[:axis] + ext[axis + 1:])
         total += 2 * m * math.prod(s for a, s in enumerate(shape) if a != axis) * face * \
             entering(lattice_c, axis, 1).size * itemsize
-        ext[axis] += 2
+        ext[axis] += 2 if corners else 0
     return total
 

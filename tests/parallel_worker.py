@@ -22,12 +22,13 @@ from lbm.simulation import prepare, simulate
 
 
 def advance(overrides: list[str], mesh: tuple[int, ...] | None, steps: int, mode: str = "fused",
-            partitioner: str = "shard_map", setup_change: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
-    """Populations and per-step outputs after ``steps`` steps on ``mesh`` (None: one device, the xla engine)."""
+            partitioner: str = "shard_map", setup_change: Any = None, engine: str = "xla"
+            ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
+    """Populations and per-step outputs after ``steps`` steps of ``engine`` on ``mesh`` (None: one device)."""
     case, setup = prepare(overrides)
     if setup_change is not None:
         setup = setup_change(setup)
-    engine = make_engine(setup, mode, engine="xla", mesh=mesh, partitioner=partitioner)
+    engine = make_engine(setup, mode, engine=engine, mesh=mesh, partitioner=partitioner)
     f = setup.initial_populations()
     if mesh is not None:
         f = engine.place(f)
@@ -37,19 +38,23 @@ def advance(overrides: list[str], mesh: tuple[int, ...] | None, steps: int, mode
 
 
 def equality(args: dict[str, Any]) -> dict[str, Any]:
-    """Max |difference| of populations and forces between each mesh and the 1-device run, per case."""
+    """Max |difference| of populations and forces between each mesh and the 1-device xla run, per case; a case
+    may name another engine (5th entry), then ``same`` is the difference from that engine on one device."""
     jax.config.update("jax_enable_x64", True)
     out = {}
-    for label, overrides, meshes, modes in args["cases"]:
+    for label, overrides, meshes, modes, *name in args["cases"]:
         overrides = list(overrides) + ["precision=float64"]
         ref, aux_ref, _ = advance(overrides, None, args["steps"])
+        same = advance(overrides, None, args["steps"], engine=name[0])[0] if name and args.get("same") else None
         for mesh in meshes:
             for mode in modes:
-                f, aux, engine = advance(overrides, tuple(mesh), args["steps"], mode)
+                f, aux, engine = advance(overrides, tuple(mesh), args["steps"], mode, engine=(name or ["xla"])[0])
                 out[f"{label}|{'x'.join(map(str, mesh))}|{mode}"] = {
                     "f": float(np.abs(f - ref).max()),
                     "force": max((float(np.abs(aux[k] - aux_ref[k]).max()) for k in aux_ref), default=0.0),
-                    "pieces": [p[0] for p in engine.pieces],
+                    "pieces": [p[0] for p in engine.pieces] if hasattr(engine, "pieces") else list(engine.stage_names),
+                    "engine": type(engine).__name__,
+                    "same": None if same is None else float(np.abs(f - same).max()),
                 }
     return out
 

@@ -352,27 +352,28 @@ def test_multi_device_targets_refused_in_one_line(tmp_path):
 
 
 # Sharded deviceless compiles: the halo bytes each device sends per step, read from the compiled HLO, against a
-# count by hand: (entering populations per face) x (face cells; the second axis' faces include the first's ghost
-# cells) x 2 faces x 4 bytes (float32).
+# count by hand: (entering populations per face) x (face cells) x 2 faces x 4 bytes (float32). The periodic box runs
+# the Pallas kernel on each block, whose halo returns the wrapped populations on the block's own faces; the cylinder
+# runs the xla step on each block, whose halo extends the block axis by axis (the y faces include the x ghosts).
 SHARDED = {
-    # v5e:2x2 -> mesh 2x2, blocks 32x16: x faces 16 cells, y faces 32 + 2 cells, 3 of 9 populations each
+    # v5e:2x2 -> mesh 2x2, blocks 32x16: x faces 16 cells, y faces 32 cells, 3 of 9 populations each
     "v5e:2x2 d2q9": (["target=v5e:2x2", "case=taylor_green", "grid.nx=64", "grid.ny=32", "steps=40"],
-                     [2, 2], 3 * (16 + 34) * 2 * 4),
-    # mesh 2x2x1, blocks 8x8x16: x faces 8x16 cells, y faces (8 + 2)x16, 5 of 19 populations each
+                     [2, 2], "pallas", 3 * (16 + 32) * 2 * 4),
+    # mesh 2x2x1, blocks 8x8x16: x faces 8x16 cells, y faces 8x16, 5 of 19 populations each
     "v5e:2x2 d3q19": (["target=v5e:2x2", "lattice=d3q19", "case=taylor_green", "grid.nx=16", "grid.ny=16",
-                       "grid.nz=16", "steps=40"], [2, 2, 1], 5 * (8 * 16 + 10 * 16) * 2 * 4),
-    # the cylinder (walls, inlet, outflow, forces) on v5e:2x2: blocks 210x90
-    "v5e:2x2 cylinder": (["target=v5e:2x2", "steps=100"], [2, 2], 3 * (90 + 212) * 2 * 4),
+                       "grid.nz=16", "steps=40"], [2, 2, 1], "pallas", 5 * (8 * 16 + 8 * 16) * 2 * 4),
+    # the cylinder (walls, inlet, outflow, forces) on v5e:2x2: blocks 210x90, y faces 210 + 2 cells
+    "v5e:2x2 cylinder": (["target=v5e:2x2", "steps=100"], [2, 2], "sharded", 3 * (90 + 212) * 2 * 4),
     # four GPUs on one host (the CUDA plugin's topology partitions x hosts x GPUs per host), mesh 4x1: x faces only
     "h100:1x1x4 d2q9": (["target=h100:1x1x4", "case=taylor_green", "grid.nx=64", "grid.ny=32", "steps=40"],
-                        [4, 1], 3 * 32 * 2 * 4),
+                        [4, 1], "pallas", 3 * 32 * 2 * 4),
 }
 
 
 @pytest.mark.accel
 @pytest.mark.parametrize("name", sorted(SHARDED))
 def test_sharded_deviceless_compile_halo_bytes_and_collectives(tmp_path, name):
-    args, mesh, halo = SHARDED[name]
+    args, mesh, engine, halo = SHARDED[name]
     module = "libtpu" if name.startswith("v5e") else "jax_plugins.xla_cuda12"
     if not _installed(module):
         pytest.skip(f"{module} is not installed (bash scripts/accel_env.sh)")
@@ -381,7 +382,11 @@ def test_sharded_deviceless_compile_halo_bytes_and_collectives(tmp_path, name):
     rec = json.loads((tmp_path / "inspect.json").read_text())
     p = rec["parallel"]
     assert p["devices"] == 4 and rec["target"]["devices"] == 4 and p["mesh"] == mesh
-    assert rec["engine"] == "sharded" and "each block runs the xla step" in rec["engine_note"]
+    assert rec["engine"] == engine
+    if engine == "pallas":  # the Pallas kernel on each block, as auto runs it on one device
+        assert any(k["kind"] in ("tpu_custom_call", "__gpu$xla.gpu.triton") for k in rec["kernels"])
+    else:
+        assert "each block runs the xla step" in rec["engine_note"]
     assert p["halo_bytes_per_step"] == halo == p["halo_bytes_per_step_expected"]
     kinds = {(c["kind"], tuple(c["stages"])) for c in p["collectives_per_step"]}
     expected = {("collective-permute", ("halo",))} | ({("all-reduce", ("forces",))} if "cylinder" in name else set())

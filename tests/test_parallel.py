@@ -68,9 +68,12 @@ def test_every_case_on_1d_and_2d_meshes_equals_one_device():
         ["cavity", CASES_2D["cavity"], [[4, 2]], ["fused"]],
         ["poiseuille", CASES_2D["poiseuille"], [[2]], ["fused"]],
         ["taylor_green", CASES_2D["taylor_green"], [[8]], ["fused"]],
+        # the Pallas kernel on each block (interpret mode on CPU), the wrapped populations returned by the halo
+        ["taylor_green-pallas", ["case=taylor_green", "grid.nx=16", "grid.ny=16"], [[2, 2]], ["fused"], "pallas"],
     ]
     result = worker("equality", {"steps": 6, "cases": cases})
     check_equal(result)
+    assert result["taylor_green-pallas|2x2|fused"]["engine"] == "ShardedPallasEngine"
     # the halo sits before the first stage that reads across a face
     assert result["cylinder|4|fused"]["pieces"][-3:] == ["halo", "forces", "stream"]
     assert result["cylinder-halfway|2x2|fused"]["pieces"][-4:] == ["halo", "bounce_back", "forces", "stream"]
@@ -89,6 +92,25 @@ def test_full_matrix_every_case_every_mesh_and_3d():
               ["cavity-3d", ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=16", "grid.nz=16"],
                [[2, 2, 2]], ["fused"]]]
     check_equal(worker("equality", {"steps": 6, "cases": cases}, timeout=1800))
+
+
+@pytest.mark.slow
+def test_sharded_pallas_equals_the_one_device_pallas_run_bitwise():
+    """The sharded Pallas engine does the 1-device kernel's arithmetic on every cell and only moves populations
+    across faces: equal to the 1-device Pallas run to the last bit, on 1D, 2D and 3D meshes (and to the xla run to
+    rounding). A setup with boundary conditions runs the xla step on each block, and says so."""
+    cases = [["tg-pallas", ["case=taylor_green", "grid.nx=16", "grid.ny=16"], [[8], [1, 4], [4, 2]], ["fused"],
+              "pallas"],
+             ["tg3d-pallas", ["case=taylor_green", "lattice=d3q19", "grid.nx=8", "grid.ny=8", "grid.nz=8"],
+              [[2, 2, 2]], ["fused"], "pallas"],
+             ["cavity-pallas", ["case=cavity", "grid.nx=16", "grid.ny=16"], [[2, 2]], ["fused"], "pallas"]]
+    result = worker("equality", {"steps": 5, "cases": cases, "same": True}, timeout=1800)
+    check_equal(result)
+    for key, r in result.items():
+        if key.startswith("cavity"):
+            assert r["engine"] == "ShardedEngine", r  # boundary conditions: the xla step on each block
+        else:
+            assert r["engine"] == "ShardedPallasEngine" and r["same"] == 0.0, (key, r)
 
 
 def test_a_vortex_crosses_block_faces_without_a_seam():

@@ -246,18 +246,17 @@ def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mes
     from lbm.engines.timestep import step_index
 
     if mesh is not None and mesh.size > 1:
-        from lbm.engines.sharded import ShardedEngine
+        from lbm.engines.sharded import make_sharded
 
         try:
-            eng = ShardedEngine(setup, tuple(mesh.devices.shape), devices=list(mesh.devices.flat))
+            eng = make_sharded(setup, tuple(mesh.devices.shape), engine=engine, platform=platform,
+                               devices=list(mesh.devices.flat))
         except EngineUnavailable as exc:
-            raise LbmError(f"the sharded engine cannot run this setup: {exc}") from None
+            raise LbmError(f"engine={engine} cannot run sharded on {platform}: {exc}") from None
         f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype, sharding=eng.layout.sharding())
         t = jax.ShapeDtypeStruct((), step_index(0).dtype,
                                  sharding=jax.sharding.NamedSharding(eng.layout.mesh, jax.sharding.PartitionSpec()))
-        note = eng.note + ("; each block runs the xla step (the pallas kernel is not sharded)"
-                           if engine in ("auto", "pallas") else "")
-        return eng.chunk_function(n), (f, eng.params, t), eng.name, note
+        return eng.chunk_function(n), (f, eng.params, t), eng.name, eng.note
     try:
         eng = make_engine(setup, mode="fused", engine=engine, platform=platform)
     except EngineUnavailable as exc:
@@ -379,14 +378,14 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         "overrides": list(overrides or []),
     }
     if shape is not None:
-        record["parallel"] = sharded_record(text, setup, shape, steps, n, target)
+        record["parallel"] = sharded_record(text, setup, shape, steps, n, target, engine)
         if record["projected_mlups"] is not None:  # every device at the spec bandwidth, the halo not counted
             record["projected_mlups"] *= target.devices
     return record, text
 
 
-def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n: int, target: Target
-                   ) -> dict[str, Any]:
+def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n: int, target: Target,
+                   engine: str) -> dict[str, Any]:
     """Devices, mesh, blocks, and the collectives per step of a sharded chunk (``steps`` per loop iteration, ``n``
     per chunk), with the halo bytes counted in the HLO against those the lattice and the blocks call for."""
     import numpy as np
@@ -407,13 +406,17 @@ def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n:
         "collectives_per_step": rows,
         "collective_bytes_per_step": sum(r["bytes_per_device"] for r in rows),
         "halo_bytes_per_step": sum(r["bytes_per_device"] for r in rows if HALO in r["stages"]),
-        "halo_bytes_per_step_expected": parallel.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize) / devices,
+        # the xla step's halo extends the block axis by axis (later faces include earlier ghost cells); the pallas
+        # kernel's returns the wrapped populations on the block's own faces (lbm.parallel)
+        "halo_bytes_per_step_expected": parallel.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize,
+                                                            corners=engine != "pallas") / devices,
         "halo_populations_per_face": int(parallel.entering(setup.lattice.c, 0, 1).size),
         "collective_model": "per device and step: the logical bytes of each collective's operands in the compiled "
                             "chunk (what a device sends or contributes); those of the loop body per step, those XLA "
                             "moved out of the loop per chunk divided by its steps. Expected halo: the populations "
                             "entering through each shared block face (3 of 9 for D2Q9, 5 of 19 for D3Q19) x face "
-                            "cells (the second axis' faces include the first's ghost cells) x bytes",
+                            "cells x bytes (engine sharded: the second axis' faces include the first's ghost cells; "
+                            "engine pallas: the block's own faces)",
     }
 
 

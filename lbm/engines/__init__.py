@@ -31,19 +31,9 @@ def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage
     ``partitioner`` shard_map (lbm.engines.sharded, halo exchange) or gspmd (XLA partitions the xla step).
     """
     if mesh is not None and math.prod(mesh) > 1:
-        from lbm.engines import sharded
+        from lbm.engines.sharded import make_sharded
 
-        if engine == "native":
-            raise EngineUnavailable("the native engine is single-device: use engine=xla or parallel.devices=1")
-        if mode == "instrumented":
-            chosen: Engine = sharded.ShardedInstrumentedEngine(setup, tuple(mesh), sync=sync)
-        elif partitioner == "gspmd":
-            chosen = sharded.GspmdEngine(setup, tuple(mesh), storage)
-        else:
-            chosen = sharded.ShardedEngine(setup, tuple(mesh), storage)
-        if engine == "pallas":  # not silently: the sharded step is the xla one
-            chosen.note = f"{chosen.note}; the pallas kernel is not sharded yet: each block runs the xla step"
-        return chosen
+        return make_sharded(setup, tuple(mesh), mode, engine, storage, sync, partitioner, platform)
     if mode == "instrumented":
         return InstrumentedEngine(setup, sync=sync)
     if mode != "fused":

@@ -262,8 +262,26 @@ def param_specs(params: Any) -> Any:
     return jax.tree_util.tree_map(lambda a: a.sharding.spec, params)
 
 
-class ShardedSupport:
-    """What the sharded engines share: the layout, the block-form conditions, the plan, placement and gathering."""
+class OnMesh:
+    """What every engine on a mesh shares: populations and masks placed on its layout, fields gathered to the host."""
+
+    layout: Layout
+
+    def place(self, f: Any) -> jax.Array:
+        """Populations (host or one device) sharded over the mesh."""
+        return self.layout.grid(parallel.to_host(f))
+
+    def place_cells(self, a: Any) -> jax.Array:
+        """A per-cell array ``(*grid)`` (a mask) sharded like the grid."""
+        return self.layout.grid(np.asarray(a), lead=0)
+
+    def fields(self, f: Any, step: int = 0) -> dict[str, np.ndarray]:
+        """Host copies of rho, u and solid (gathered from the blocks, computed on one device as a 1-device run does)."""
+        return super().fields(jnp.asarray(parallel.to_host(f)), step)  # type: ignore[misc]
+
+
+class ShardedSupport(OnMesh):
+    """What the shard_map engines share: the layout, the block-form conditions, the plan."""
 
     setup: Setup
 
@@ -276,20 +294,8 @@ class ShardedSupport:
         self.dense = as_arrays(setup.boundaries)
         self.params = self.forms
 
-    def place(self, f: Any) -> jax.Array:
-        """Populations (host or one device) sharded over the mesh."""
-        return self.layout.grid(parallel.to_host(f))
-
-    def place_cells(self, a: Any) -> jax.Array:
-        """A per-cell array ``(*grid)`` (a mask) sharded like the grid."""
-        return self.layout.grid(np.asarray(a), lead=0)
-
     def _dense_params(self) -> Any:
         return self.dense
-
-    def fields(self, f: Any, step: int = 0) -> dict[str, np.ndarray]:
-        """Host copies of rho, u and solid (gathered from the blocks, computed on one device as a 1-device run does)."""
-        return super().fields(jnp.asarray(parallel.to_host(f)), step)  # type: ignore[misc]
 
     def shard_note(self) -> str:
         """One line: mesh, block and halo."""
@@ -345,7 +351,7 @@ class ShardedEngine(ShardedSupport, FusedEngine):
         return [program(FUSED_STEP, None, self.chunk_function(n), f, self.params, step_index(0))]
 
 
-class GspmdEngine(XlaEngine):
+class GspmdEngine(OnMesh, XlaEngine):
     """The unsharded xla step with sharded populations: XLA's SPMD partitioner splits it (the comparison)."""
 
     name = "gspmd"
@@ -362,18 +368,6 @@ class GspmdEngine(XlaEngine):
         fs = self.layout.sharding()
         rep = NamedSharding(self.layout.mesh, P())
         return jax.jit(inner, in_shardings=(fs, rep, rep), out_shardings=(fs, rep), donate_argnums=0)
-
-    def place(self, f: Any) -> jax.Array:
-        """Populations sharded over the mesh."""
-        return self.layout.grid(parallel.to_host(f))
-
-    def place_cells(self, a: Any) -> jax.Array:
-        """A per-cell mask sharded like the grid."""
-        return self.layout.grid(np.asarray(a), lead=0)
-
-    def fields(self, f: Any, step: int = 0) -> dict[str, np.ndarray]:
-        """Host copies of rho, u and solid."""
-        return super().fields(jnp.asarray(parallel.to_host(f)), step)
 
 
 class ShardedInstrumentedEngine(ShardedSupport, InstrumentedEngine):
@@ -420,3 +414,81 @@ class ShardedInstrumentedEngine(ShardedSupport, InstrumentedEngine):
             s = jax.eval_shape(j, s, self.params)
         return [program(name, name, j, spec, self.params)
                 for (name, _), j, spec in zip(self.pieces, self._jitted_pieces, seen, strict=True)]
+
+
+class ShardedPallasEngine(OnMesh, FusedEngine):
+    """The Pallas bulk kernel on every block of a mesh under shard_map, for setups without boundary conditions.
+
+    Each block steps as a periodic grid of its own; then the ``halo`` stage returns the populations that
+    wrapped around a shared face to the block they entered (lbm.parallel.return_wrapped: ``ppermute`` of
+    the crossing populations only, as the xla halo sends). Boundary cells would need the single-device
+    plan per block: with boundary conditions, :func:`make_sharded` runs the xla step on each block.
+    """
+
+    name = "pallas"
+
+    def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
+                 devices: Any = None, interpret: bool | None = None) -> None:
+        from lbm.engines.pallas.engine import PallasKernel
+
+        if setup.boundaries:
+            raise EngineUnavailable("the sharded Pallas engine steps setups without boundary conditions only")
+        FusedEngine.__init__(self, setup, storage)
+        self.layout = Layout(setup, shape, devices)
+        self.kernel = PallasKernel(setup, self.layout.block, storage, platform, interpret)
+        self.note = "; ".join(filter(None, [
+            f"mesh {'x'.join(map(str, self.layout.shape))} ({', '.join(self.layout.sharded_axes)}), blocks "
+            f"{'x'.join(map(str, self.layout.block))}, the Pallas kernel on each block, halo after it",
+            self.kernel.note]))
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        """The stages of the sharded timestep in order, ``halo`` included."""
+        return (*self.setup.stages, HALO)
+
+    def step(self, f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Step ``t`` on a block: the kernel (periodic on the block), then the wrapped populations returned."""
+        out = self.kernel(f)
+        with jax.named_scope(HALO):
+            return parallel.return_wrapped(out, self.setup.lattice.c, self.layout.shape), {}
+
+    def chunk_function(self, n: int) -> Any:
+        """n steps on each block, two per lax.scan iteration, inside shard_map (f donated)."""
+        fspec = self.layout.spec()
+        mapped = jax.shard_map(self.paired_chunk(n, self.step), mesh=self.layout.mesh,
+                               in_specs=(fspec, param_specs(self.params), P()), out_specs=(fspec, P()),
+                               check_vma=False)
+        return jax.jit(mapped, donate_argnums=0)
+
+    def describe(self, n: int = 1) -> list[dict[str, Any]]:
+        """The sharded chunk of ``n`` steps, as data."""
+        f = jax.ShapeDtypeStruct((self.setup.lattice.q, *self.setup.shape), jnp.dtype(self.setup.dtype),
+                                 sharding=self.layout.sharding())
+        return [program(FUSED_STEP, None, self.chunk_function(n), f, self.params, step_index(0))]
+
+
+def make_sharded(setup: Setup, shape: tuple[int, ...], mode: str = "fused", engine: str = "auto",
+                 storage: str = "compute", sync: bool = False, partitioner: str = "shard_map",
+                 platform: str | None = None, devices: Any = None) -> Any:
+    """The engine on a mesh of ``shape`` blocks (over ``devices``, default JAX's); see lbm.engines.make_engine.
+
+    ``pallas`` (and ``auto`` on a GPU or TPU) runs the Pallas kernel on each block where the setup has no
+    boundary conditions, else the xla step on each block (the note says so); ``native`` is refused.
+    """
+    from lbm.engines.pallas import ACCELERATORS
+
+    if engine == "native":
+        raise EngineUnavailable("the native engine is single-device: use engine=xla or parallel.devices=1")
+    if mode == "instrumented":
+        return ShardedInstrumentedEngine(setup, shape, sync=sync)
+    if partitioner == "gspmd":
+        return GspmdEngine(setup, shape, storage)
+    platform = platform or jax.default_backend()
+    if engine == "pallas" or engine == "auto" and platform in ACCELERATORS:
+        try:
+            return ShardedPallasEngine(setup, shape, storage, platform, devices)
+        except EngineUnavailable as exc:
+            chosen = ShardedEngine(setup, shape, storage, devices)
+            chosen.note = f"{chosen.note}; each block runs the xla step ({exc})"
+            return chosen
+    return ShardedEngine(setup, shape, storage, devices)

@@ -39,6 +39,38 @@ def platform_of(platform: str | None) -> str:
     return platform or jax.default_backend()
 
 
+class PallasKernel:
+    """The bulk kernel for a grid (a whole one, or one device's block) on a platform: its form and interpret mode."""
+
+    def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
+                 interpret: bool | None = None) -> None:
+        dtype = jnp.dtype(setup.dtype)
+        if dtype not in (jnp.float32, jnp.float64):
+            raise EngineUnavailable(f"no Pallas kernel for dtype {dtype}")
+        if storage != "compute":
+            raise EngineUnavailable(f"the Pallas kernel keeps populations in the compute dtype, not {storage}")
+        if setup.lattice.q * int(np.prod(shape)) >= 2**31:
+            raise EngineUnavailable("more than 2**31 populations: the Pallas kernel indexes them with int32")
+        self.setup = setup
+        self.platform = platform_of(platform)
+        self.interpret = self.platform not in ACCELERATORS if interpret is None else interpret
+        self.form = "rows" if self.platform == "tpu" else "flat"
+        if self.form == "rows":
+            why = kernels.rows_unsupported(setup.lattice, shape, dtype)
+            if why:
+                raise EngineUnavailable(why)
+        self.note = f"{self.form} Pallas kernel in interpret mode: slow, for checking" if self.interpret else ""
+        if self.interpret:
+            log.warning("engine=pallas on %s runs its %s kernel in Pallas interpret mode: slow, for checking only",
+                        jax.default_backend(), self.form)
+
+    def __call__(self, f: jnp.ndarray) -> jnp.ndarray:
+        """One periodic push step of every cell of ``f`` ``(Q, *shape)``; a new array."""
+        s = self.setup
+        step = kernels.flat_step if self.form == "flat" else kernels.rows_step
+        return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret)
+
+
 class PallasEngine(BulkKernelEngine):
     """Bulk cells by one Pallas kernel per step, boundary cells by the case's stage functions (see the module doc)."""
 
@@ -47,31 +79,10 @@ class PallasEngine(BulkKernelEngine):
     def __init__(self, setup: Setup, storage: str = "compute", platform: str | None = None,
                  interpret: bool | None = None) -> None:
         super().__init__(setup, storage)
-        dtype = jnp.dtype(setup.dtype)
-        if dtype not in (jnp.float32, jnp.float64):
-            raise EngineUnavailable(f"no Pallas kernel for dtype {dtype}")
-        if storage != "compute":
-            raise EngineUnavailable(f"the Pallas kernel keeps populations in the compute dtype, not {storage}")
-        if setup.lattice.q * int(np.prod(setup.shape)) >= 2**31:
-            raise EngineUnavailable("more than 2**31 populations: the Pallas kernel indexes them with int32")
-        self.platform = platform_of(platform)
-        self.interpret = self.platform not in ACCELERATORS if interpret is None else interpret
-        self.form = "rows" if self.platform == "tpu" else "flat"
-        if self.form == "rows":
-            why = kernels.rows_unsupported(setup.lattice, setup.shape, dtype)
-            if why:
-                raise EngineUnavailable(why)
-        if self.interpret:
-            self.note = f"{self.form} Pallas kernel in interpret mode: slow, for checking"
-            log.warning("engine=pallas on %s runs its %s kernel in Pallas interpret mode: slow, for checking only",
-                        jax.default_backend(), self.form)
+        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret)
+        self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
+        self.note = self.bulk.note
         self.plan_boundaries()
-
-    def bulk(self, f: jnp.ndarray) -> jnp.ndarray:
-        """One periodic push step of every cell by the Pallas kernel; a new array."""
-        s = self.setup
-        step = kernels.flat_step if self.form == "flat" else kernels.rows_step
-        return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret)
 
     def step(self, f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t``: the bulk kernel, then the boundary cells' stages into the slots it wrote."""
