@@ -13,6 +13,14 @@ with the projection at the target's spec bandwidth. Writes ``inspect.json`` and 
 HLO (``chunk.hlo.txt``) into the run directory (``--out DIR`` or ``hydra.run.dir=DIR``; default
 ``outputs/inspect/<date>/<time>``).
 
+A multi-device target (``target=v5e:2x2``: a 4-chip TPU topology; ``target=h100:1x1x4``: the CUDA
+plugin's partitions x hosts x GPUs per host; or ``target=v5e parallel.devices=4``) compiles the
+sharded chunk (lbm.engines.sharded, shard_map over a mesh of the topology's chips; ``parallel.mesh``
+chooses the blocks, default the TPU's chip grid or all GPUs along x). The HLO is one device's: per-cell
+figures are per cell of its block, and ``parallel`` in inspect.json lists the collectives per step
+(kind, stages, in the loop body or once per chunk, bytes each device sends) and the halo bytes counted
+there against those the lattice calls for (lbm.parallel.halo_bytes).
+
 The CUDA and TPU compilers live in a separate environment (an installed CUDA plugin prints an
 initialisation error at every start on a machine without a GPU): ``bash scripts/accel_env.sh``,
 then ``.venv-accel/bin/python -m lbm inspect target=h100``.
@@ -508,11 +516,15 @@ def main(args: list[str]) -> int:
               "compile the fused chunk that engine=auto runs on a target, without the device; print the kernels of its\n"
               "loop body with their bytes per cell and step; write inspect.json and the optimised HLO (chunk.hlo.txt)\n"
               f"targets: {', '.join(target_names())} (lbm/targets/*.yaml); GPU and TPU targets need the compilers:\n"
-              "bash scripts/accel_env.sh, then .venv-accel/bin/python -m lbm inspect target=h100 ...")
+              "bash scripts/accel_env.sh, then .venv-accel/bin/python -m lbm inspect target=h100 ...\n"
+              "several devices: target=v5e:2x2 (TPU chips), target=h100:1x1x4 (partitions x hosts x GPUs per host),\n"
+              "or target=NAME parallel.devices=N [parallel.mesh=[a,b]]: the sharded chunk, its collectives and halo bytes")
         return 0
     name, out, overrides = parse_args(args)
     target = load_target(name)
     prepare_environment(target)
+    if target.devices > 1 and not any(o.lstrip("+~").startswith("parallel.devices=") for o in overrides):
+        overrides = [*overrides, f"parallel.devices={target.devices}"]  # the target's chips (parallel.mesh checks)
     run = load(overrides)
     target = target_for_run(target, run.parallel_devices)
     out = out or Path("outputs/inspect") / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
