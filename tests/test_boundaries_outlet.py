@@ -93,7 +93,7 @@ def test_a_pressure_wave_leaves_through_the_characteristic_outlet_and_echoes_fro
     echo_pressure = _pulse_echo(PressureOutlet(rho=1.0), amp=amp)
     echo_characteristic = _pulse_echo(CharacteristicOutlet(rho=1.0, relax=0.0), amp=amp)
     assert echo_pressure > 0.7 * amp  # reflection coefficient -1, less the viscous loss over 300 steps
-    # measured
+    # measured: pressure outlet 8.8e-4 (88%), characteristic 1.5e-6 (0.15%), zero-gradient outflow 2.4e-4 (24%)
     assert echo_characteristic < 0.05 * amp, (echo_characteristic, echo_pressure)
 
 
