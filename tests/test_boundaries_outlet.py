@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random_state, shape_for
 from test_boundaries import _dense_and_block
 from test_boundaries_pressure import channel_setup
 
@@ -29,11 +30,10 @@ ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
 def test_outlet_keeps_the_outgoing_information_and_the_upstream_incoming_invariant(lat, kind):
     """rho (1 + u_x) from the known populations, u_x - c_s rho from upstream (+ gradient, pull), u_t upstream (zou_he)."""
     with jax.enable_x64(True):
-        shape = (6, 5) if lat.d == 2 else (5, 4, 3)
-        rng = np.random.default_rng(5)
-        rho = jnp.asarray(1.0 + 0.02 * rng.standard_normal(shape))
-        u = jnp.asarray(0.03 * rng.standard_normal((lat.d,) + shape)).at[0].add(0.05)
-        f = equilibrium(rho, u, lat) * (1 + 0.01 * jnp.asarray(rng.random((lat.q,) + shape)))
+        shape = shape_for(lat)
+        rho, u = random_state(lat, shape, seed=5)
+        noise = np.random.default_rng(5).random((lat.q,) + shape)
+        f = equilibrium(rho, u.at[0].add(0.05), lat) * (1 + 0.01 * jnp.asarray(noise))
         rho_out, relax, gradient = 1.01, 0.3, 0.002
         out = np.asarray(characteristic_outlet(f, rho_out, relax, lat, kind, gradient))
         rho_n, u_n = (np.asarray(a)[..., 0, :] if lat.d == 2 else np.asarray(a)[..., 0, :, :]
