@@ -56,12 +56,13 @@ def test_variants_set_reynolds_number_and_length():
     ("case.variant=3D-1Z", "case.variant"),
     ("case.cells_per_diameter=2", "case.cells_per_diameter"),
     ("case.outlet=neumann", "case.outlet"),
+    ("case.variant=2D-3 case.outlet=characteristic", "case.outlet"),
     ("lattice=d3q19", "lattice"),
 ])
 def test_bad_options_are_one_line_errors(override, key):
     extra = ["grid.nz=4"] if override.startswith("lattice") else []
     with pytest.raises(ConfigError) as err:
-        case_of(override, *extra).setup()
+        case_of(*override.split(), *extra).setup()
     assert key in str(err.value) and "\n" not in str(err.value)
 
 

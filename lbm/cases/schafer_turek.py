@@ -121,6 +121,9 @@ class SchaferTurek(Cylinder):
         """Inlet and outlet kinds."""
         inlet_kind = self.choice("inlet", "zou_he", INLET_KINDS)
         outlet_kind = self.choice("outlet", "zou_he", OUTLET_KINDS)
+        if outlet_kind == "characteristic" and self.variant == "2D-3":
+            raise ConfigError("case.outlet", outlet_kind, "zou_he or nebb for 2D-3 (the characteristic outlet needs the "
+                              "channel's steady pressure gradient; 2D-3's inflow changes in time)")
         tol = self.params.get("steady_tolerance", 2e-4)
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
             raise ConfigError("case.steady_tolerance", tol, "a number > 0 (relative change of the period-averaged drag)")
