@@ -9,7 +9,8 @@ directory per grid.
 
 Recipes (what N is, and which error):
 ``taylor_green``   N = nx = ny; relative L2 error of the velocity field after one decay time
-``poiseuille``     N = channel width H (grid.ny = N + 2); relative L2 error of the steady profile
+``poiseuille``     N = fluid nodes across the channel (grid.ny = N + 2); relative L2 error of the steady profile
+                   (half-way walls; with ``case.wall_fraction=q`` interpolated Bouzidi walls off the nodes)
 ``schafer_turek``  N = cells per diameter (variant 2D-1); |cd - 5.57953| / 5.57953 (the reference drag of
                    the DFG benchmark's most accurate published solutions)
 """

@@ -18,12 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from lbm.boundaries import INLET_KINDS, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
+from lbm.boundaries import INLET_KINDS, CharacteristicOutlet, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
 from lbm.cases.signals import Window, dominant_frequency, mean_with_error, stationary_window
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
+
+OUTLETS = ("zero_gradient", "characteristic")
+"""case.outlet: the zero-gradient outflow (as Palabos), or the non-reflecting one (lbm.boundaries.characteristic)."""
 
 
 class Cylinder(Case):
@@ -88,6 +91,7 @@ class Cylinder(Case):
         if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))
                                    or not 0 <= window < 1):
             raise ConfigError("case.average_from", window, "null (found automatically) or a fraction in [0, 1) of the steps")
+        self.choice("outlet", "zero_gradient", OUTLETS)
         amp = self.params.get("perturbation", 1e-4)
         if isinstance(amp, bool) or not isinstance(amp, (int, float)) or not 0 <= amp < 1:
             raise ConfigError("case.perturbation", amp, "a number in [0, 1)")
@@ -121,10 +125,16 @@ class Cylinder(Case):
         derived.update(geometry, reynolds_diameter=rel["reynolds"] * self.diameter / length,
                        shedding_period_estimate_steps=self.diameter / (0.2 * self.run.u_lattice))
         walls = FullwayBounceBack(solid=obstacle) if bb == "fullway" else HalfwayBounceBack.around(obstacle, self.lattice)
-        boundaries = (Outflow(), Inlet(u=u[:, 0].astype(self.dtype), kind=inlet_kind), walls,
+        boundaries = (self.outlet(), Inlet(u=u[:, 0].astype(self.dtype), kind=inlet_kind), walls,
                       Forces.on(obstacle, self.lattice))
         return make_setup(self, solid=obstacle, rho0=np.ones(shape), u0=u, rel=rel, boundaries=boundaries,
                           derived=derived)
+
+    def outlet(self) -> Outflow | CharacteristicOutlet:
+        """The outlet of case.outlet; the characteristic one held at density 1 (uniform inflow: no mean gradient)."""
+        if self.choice("outlet", "zero_gradient", OUTLETS) == "characteristic":
+            return CharacteristicOutlet.for_length(self.run.grid[0] - 1)
+        return Outflow()
 
     def observe(self, snapshot: Snapshot) -> None:
         """Collect the per-step force vectors of the chunk."""

@@ -1,9 +1,13 @@
 """Body-force-driven channel flow between two walls at y (half-way bounce-back), periodic in x (and z).
 
-The grid includes one wall cell on each side, so the channel holds H = ny - 2 fluid
-cells; walls sit half-way, at y = 0.5 and y = ny - 1.5. ``flow.u_lattice`` is the
+The grid includes one wall cell on each side, so the channel holds ny - 2 fluid nodes; walls
+sit half-way, at y = 0.5 and y = ny - 1.5, and H = ny - 2. With ``case.wall_fraction`` = q in
+(0, 1] the walls cut the wall links at the fraction q from the last fluid node instead, at
+y = 1 - q and y = ny - 2 + q (H = ny - 3 + 2q), by interpolated bounce-back
+(lbm.boundaries.interpolated; q = 1/2 is the half-way position). ``flow.u_lattice`` is the
 centre-line speed and the Reynolds number is u_max H / nu; the body force is
-F = 8 nu u_max / H^2 (Guo forcing). Analytic profile: u(y) = F/(2 nu) y' (H - y'), y' = j - 1/2.
+F = 8 nu u_max / H^2 (Guo forcing). Analytic profile: u(y) = F/(2 nu) y' (H - y'), y' the distance
+of a node from the lower wall.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lbm.boundaries import HalfwayBounceBack
+from lbm.boundaries import HalfwayBounceBack, InterpolatedBounceBack
 from lbm.cases.base import Case, Setup, make_setup
 from lbm.errors import ConfigError
 
@@ -26,9 +30,31 @@ class Poiseuille(Case):
     name = "poiseuille"
 
     def check(self) -> None:
-        """At least 3 fluid cells across the channel."""
+        """At least 3 fluid cells across the channel, and a wall fraction in (0, 1] if one is given."""
         if self.run.grid[1] < 5:
             raise ConfigError("grid.ny", self.run.grid[1], "an integer >= 5 for poiseuille (2 wall cells plus >= 3 fluid cells)")
+        self.wall_fraction  # noqa: B018 (validates)
+
+    @property
+    def wall_fraction(self) -> float | None:
+        """case.wall_fraction: where the walls cut the wall links (None: half-way bounce-back)."""
+        q = self.params.get("wall_fraction")
+        if q is not None and (isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1):
+            raise ConfigError("case.wall_fraction", q, "null (half-way walls) or a number in (0, 1]")
+        return None if q is None else float(q)
+
+    def walls(self, solid: np.ndarray) -> HalfwayBounceBack | InterpolatedBounceBack:
+        """Half-way bounce-back, or interpolated bounce-back on the planes y = 1 - q and ny - 2 + q."""
+        q = self.wall_fraction
+        if q is None:
+            return HalfwayBounceBack.around(solid, self.lattice)
+        lo, hi = 1.0 - q, solid.shape[1] - 2 + q
+
+        def planes(points: np.ndarray, links: np.ndarray) -> np.ndarray:
+            c = links[:, 1].astype(np.float64)
+            return (np.where(c < 0, lo, hi) - points[:, 1]) / np.where(c != 0, c, 1.0)
+
+        return InterpolatedBounceBack.from_shape(solid, planes, self.lattice)
 
     def auto_steps(self) -> int:
         """1.5 diffusion times H^2/nu: the slowest mode has decayed to exp(-1.5 pi^2) ~ 4e-7."""
@@ -40,7 +66,7 @@ class Poiseuille(Case):
         """Walls at y = 0 and y = ny-1, fluid at rest, constant body force along x."""
         shape = self.run.grid
         d = len(shape)
-        height = float(shape[1] - 2)
+        height = self.height
         rel = self.relaxation(height)
         solid = np.zeros(shape, bool)
         solid[:, 0] = True
@@ -51,7 +77,7 @@ class Poiseuille(Case):
         derived["body_force"] = float(force[0])
         derived["diffusion_time_steps"] = height**2 / rel["nu"]
         return make_setup(self, solid=solid, rho0=np.ones(shape), u0=np.zeros((d,) + shape), rel=rel,
-                          boundaries=(HalfwayBounceBack.around(solid, self.lattice),), force=force, derived=derived)
+                          boundaries=(self.walls(solid),), force=force, derived=derived)
 
     def body_force(self, height: float, nu: float) -> float:
         """The force along x that drives a centre-line speed of u_lattice between walls ``height`` apart."""
@@ -59,8 +85,9 @@ class Poiseuille(Case):
 
     @property
     def height(self) -> float:
-        """Channel width H in cells (between the half-way walls)."""
-        return float(self.run.grid[1] - 2)
+        """Channel width H in cells (between the walls)."""
+        q = self.wall_fraction
+        return float(self.run.grid[1] - 2) if q is None else self.run.grid[1] - 3 + 2 * q
 
     def parabola(self, setup: Setup, y: np.ndarray) -> np.ndarray:
         """The analytic profile F/(2 nu) y (H - y) at distances ``y`` from the lower wall."""
@@ -68,7 +95,8 @@ class Poiseuille(Case):
 
     def analytic(self, setup: Setup) -> tuple[np.ndarray, np.ndarray]:
         """Fluid-node positions y' (distance from the lower wall) and the analytic parabola there."""
-        y = np.arange(1, int(self.height) + 1) - 0.5
+        q = self.wall_fraction
+        y = np.arange(1, self.run.grid[1] - 1) - (0.5 if q is None else 1.0 - q)
         return y, self.parabola(setup, y)
 
     def profile(self, fields: dict[str, np.ndarray]) -> np.ndarray:
@@ -90,7 +118,8 @@ class Poiseuille(Case):
             "u_max_simulated": float(sim.max()),
             "profile_l2_rel_error": float(np.linalg.norm(sim - exact) / np.linalg.norm(exact)),
             "profile_max_error_over_umax": float(np.abs(sim - exact).max() / u_max),
-            "halfway_exact_max_error_over_umax": float(np.abs(sim - lbm_exact).max() / u_max),
+            "halfway_exact_max_error_over_umax": (float(np.abs(sim - lbm_exact).max() / u_max)
+                                                  if self.wall_fraction is None else None),
             "cross_velocity_max_over_umax": float(np.abs(fields["u"][1][:, 1:-1]).max() / u_max),
         }
 

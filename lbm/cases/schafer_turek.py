@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from lbm.boundaries import Forces, HalfwayBounceBack, Inlet, InterpolatedBounceBack, PressureOutlet
+from lbm.boundaries import CharacteristicOutlet, Forces, HalfwayBounceBack, Inlet, InterpolatedBounceBack, PressureOutlet
 from lbm.boundaries.inlet import INLET_KINDS
 from lbm.boundaries.pressure import PRESSURE_KINDS
 from lbm.cases.base import Setup, make_setup
@@ -45,6 +45,8 @@ VARIANTS = {"2D-1": 0.2, "2D-2": 1.0, "2D-3": 1.0}
 """Variant -> U_mean (m/s) of the normalisation (2D-3: its peak)."""
 END_TIME_S = 8.0
 """2D-3 runs t in [0, 8] s; its inflow peaks at 4 s."""
+OUTLET_KINDS = (*PRESSURE_KINDS, "characteristic")
+"""case.outlet: a Zou–He / NEBB pressure outlet at density 1, or the non-reflecting one (lbm.boundaries.characteristic)."""
 AUTO_TIME_S = {"2D-1": 30.0, "2D-2": 20.0, "2D-3": END_TIME_S}
 """steps=auto: physical time simulated (2D-1 stops earlier once steady, see ``converged``)."""
 
@@ -118,7 +120,10 @@ class SchaferTurek(Cylinder):
     def options(self) -> tuple[str, str]:
         """Inlet and outlet kinds."""
         inlet_kind = self.choice("inlet", "zou_he", INLET_KINDS)
-        outlet_kind = self.choice("outlet", "zou_he", PRESSURE_KINDS)
+        outlet_kind = self.choice("outlet", "zou_he", OUTLET_KINDS)
+        if outlet_kind == "characteristic" and self.variant == "2D-3":
+            raise ConfigError("case.outlet", outlet_kind, "zou_he or nebb for 2D-3 (the characteristic outlet needs the "
+                              "channel's steady pressure gradient; 2D-3's inflow changes in time)")
         tol = self.params.get("steady_tolerance", 2e-4)
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
             raise ConfigError("case.steady_tolerance", tol, "a number > 0 (relative change of the period-averaged drag)")
@@ -183,7 +188,11 @@ class SchaferTurek(Cylinder):
         derived = self.base_derived(float(self.cells), rel)
         derived.update(variant=self.variant, cells_per_diameter=self.cells, dx_m=self.dx, dt_s=self.dt,
                        u_max_lattice=u_max, center=[cx, cy], radius=r, end_time_s=self.run.steps * self.dt)
-        boundaries = (PressureOutlet(rho=1.0, kind=outlet_kind), inlet, HalfwayBounceBack.around(walls, self.lattice),
+        if outlet_kind == "characteristic":  # the developed channel's density gradient (2D-3: of the peak inflow)
+            outlet = CharacteristicOutlet.for_length(nx - 1, gradient=8 * rel["nu"] * u_max / (ny - 2) ** 2 / CS2)
+        else:
+            outlet = PressureOutlet(rho=1.0, kind=outlet_kind)
+        boundaries = (outlet, inlet, HalfwayBounceBack.around(walls, self.lattice),
                       cylinder, Forces.on(np.asarray(cylinder.solid), self.lattice))
         return make_setup(self, solid=solid, rho0=rho0, u0=u0, rel=rel, boundaries=boundaries, derived=derived)
 
