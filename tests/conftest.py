@@ -21,6 +21,17 @@ REQUIRE_NATIVE = os.environ.get("LBM_REQUIRE_NATIVE", "") not in ("", "0")
 """LBM_REQUIRE_NATIVE=1 (set by .ci/run): a test marked ``native`` fails, not skips, where the native engine cannot build."""
 
 
+MAX_WORKERS = 4
+"""``-n auto`` (pyproject addopts) starts one worker per core, at most this many: every worker holds its own JAX
+runtime and compiles, and beyond four the suite's longest tests, not the core count, bound its time."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """The number of pytest-xdist workers for ``-n auto``: the usable cores, at most MAX_WORKERS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, MAX_WORKERS))
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tests marked ``native`` need the native engine: skip without it, or fail when LBM_REQUIRE_NATIVE=1."""
     if item.get_closest_marker("native") is None:
