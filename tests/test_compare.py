@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from lbm.cli import main
+from lbm.errors import LbmError
 
 
 def bench_doc(values, jax_version="0.12.0.1", stages=None, special=None, kernels=None, fusion_kinds=None):
@@ -127,6 +128,8 @@ def test_remeasured_cpu_repeats_are_merged_only_where_both_have_them():
     assert merged["mlups"]["cpu_values"] == [30, 31, 32, 33, 34, 35] and best(merged, cpu=True) == 35
     dropped = merge_remeasured(first, bench_doc([99, 98, 97]))["records"][0]
     assert "cpu_values" not in dropped["mlups"] and best(dropped) == 99  # a partial CPU series would mislead
+    with pytest.raises(LbmError, match="another clock"):
+        merge_remeasured(first, with_cpu(bench_doc([99, 98, 97]), [1, 2, 3], clock="host wall clock"))
 
 
 def test_noise_is_not_a_regression(tmp_path):

@@ -158,6 +158,9 @@ def merge_remeasured(new: dict[str, Any], again: dict[str, Any]) -> dict[str, An
         more = extra.get(key_of(r))
         if more is None:
             continue
+        if None not in (r.get("clock"), more.get("clock")) and r["clock"] != more["clock"]:
+            raise LbmError(f"{label(key_of(r))}: the re-measurement was timed with another clock ({more['clock']}) "
+                           f"than the file ({r['clock']})")
         v = values(r) + values(more)
         r["mlups"] = {**r["mlups"], "values": v, "median": statistics.median(v), "min": min(v), "max": max(v),
                       "remeasured": len(values(more))}
