@@ -50,8 +50,8 @@ def test_a_busy_machine_slowing_most_repeats_is_not_a_regression(tmp_path, capsy
 def test_threshold_decides_what_is_called(tmp_path, capsys):
     a, b = bench_doc([100, 100.5, 99.5, 100, 100]), bench_doc([92, 92.5, 91.5, 92, 92])  # -8%, p = 0.008
     args = ["compare", write(tmp_path, "a.json", a), write(tmp_path, "b.json", b)]
-    assert main(args) == 0  # default threshold 10%
-    assert "±10.0%" in capsys.readouterr().out
+    assert main(args) == 0  # default threshold 15%
+    assert "±15.0%" in capsys.readouterr().out
     assert main([*args, "--threshold", "0.05"]) == 1
     out = capsys.readouterr().out
     assert "±5.0%" in out and "**SLOWER**" in out and "| 0.008 |" in out

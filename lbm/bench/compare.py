@@ -4,12 +4,13 @@ Records are matched by configuration (case, lattice, grid, variant, precision, c
 On a shared machine, other work only ever slows a repeat down, so a configuration is judged by its
 fastest repeat (what the code reaches when the machine lets it); the median is shown beside it.
 A record regressed when its fastest repeat fell by more than the noise threshold: the larger of
-``--threshold`` (default 10%, above the between-run spread of identical code measured in
-docs/studies.md) and the two runs' own uncertainty of their fastest repeat (the relative gap to the
-second fastest, added), and, where the repeats allow it, a permutation test on the repeats gives
-p <= 0.05. ``--remeasure N`` runs ``python -m lbm bench`` again N times for each configuration called
-slower (in this checkout and environment, i.e. the new code) and judges the fastest of all its
-repeats: a run that was slowed by a busy machine recovers, a real regression stays slow.
+``--threshold`` (default 15%: identical code on a 2-core machine at a load average of about 13 stayed
+within it in 19 of 20 back-to-back pairs with a re-measurement, docs/studies.md) and the two runs'
+own uncertainty of their fastest repeat (the relative gap to the second fastest, added), and, where
+the repeats allow it, a permutation test on the repeats gives p <= 0.05. ``--remeasure N`` runs
+``python -m lbm bench`` again N times for each configuration called slower (in this checkout and
+environment, i.e. the new code) and judges the fastest of all its repeats: a run that was slowed by
+a busy machine recovers, a real regression stays slow.
 Where both records also carry ``mlups.cpu_values`` (repeats timed with the process CPU time), the verdict
 judges those: on a shared machine the CPU time counts only the time the benchmark itself ran, where the
 wall clock also counts the time other processes held the cores (docs/studies.md: at a load average of
@@ -95,8 +96,9 @@ def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int
 
 P_MAX = 0.05
 """A difference counts as significant when the permutation p-value is at most this (where the repeats can reach it)."""
-DEFAULT_THRESHOLD = 0.10
-"""Default smallest change called: above the between-run spread of identical code (docs/studies.md)."""
+DEFAULT_THRESHOLD = 0.15
+"""Default smallest change called: at 10% identical code was called slower in 3 of 20 re-measured pairs on a busy
+2-core machine, at 15% in 1 of 20 (docs/studies.md, "The regression guard on a shared machine")."""
 
 
 def values(record: dict[str, Any], cpu: bool = False) -> list[float]:
@@ -353,7 +355,7 @@ def main(args: list[str]) -> int:
     parser.add_argument("base")
     parser.add_argument("new")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help="smallest relative change called (default 0.10 = 10%%)")
+                        help="smallest relative change called (default 0.15 = 15%%)")
     parser.add_argument("--remeasure", type=int, default=0,
                         help="re-run bench N times here for each configuration called slower, then judge again")
     parser.add_argument("--out", default=None, help="also write the markdown report to this file")
@@ -362,7 +364,7 @@ def main(args: list[str]) -> int:
     except SystemExit as exc:
         if exc.code == 0:
             return 0
-        raise LbmError("usage: python -m lbm compare BASE.json NEW.json [--threshold 0.10] [--remeasure N] "
+        raise LbmError("usage: python -m lbm compare BASE.json NEW.json [--threshold 0.15] [--remeasure N] "
                        "[--out report.md]") from None
     if not 0 <= ns.threshold < 1:
         raise LbmError(f"--threshold={ns.threshold}: expected a fraction in [0, 1)")
