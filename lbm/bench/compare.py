@@ -13,8 +13,8 @@ environment, i.e. the new code) and judges the fastest of all its repeats: a run
 a busy machine recovers, a real regression stays slow.
 Where both records also carry ``mlups.cpu_values`` (repeats timed with the process CPU time), the verdict
 judges those: on a shared machine the CPU time counts only the time the benchmark itself ran, where the
-wall clock also counts the time other processes held the cores (docs/studies.md: at a load average of
-12-17 on 2 cores the fastest wall-clock repeat of identical code swung 66-272 MLUPS between runs).
+wall clock also counts the time other processes held the cores (docs/studies.md: on 2 cores at a load
+average of 2-13 the fastest wall-clock repeat of the same native kernel ranged 66-272 MLUPS over 12 runs).
 Records timed with different clocks (their ``clock`` texts differ) are not compared.
 The report also shows per-stage times, the compiled structure (fusions, custom calls, fusion
 kinds, bytes accessed), the measured bandwidth of both runs, and the environment that differs.
