@@ -3,12 +3,17 @@
     python scripts/compare_study.py run OUT --pairs 20 --fusion 5 --inject 5   # collect bench.json files
     python scripts/compare_study.py score OUT                                    # compare every pair, tabulate
 
-``run`` writes, per trial, three bench.json files measured back to back with small configurations:
+``run`` writes, per trial, three bench.json files measured back to back with small configurations (BENCH):
 ``a`` (base), ``b`` (new) and ``b2`` (new again: what ``compare --remeasure`` would measure). Trials:
 ``same`` (identical code), ``fusion`` (new runs with XLA_FLAGS=--xla_disable_hlo_passes=fusion) and
 ``inject`` (new runs with the collide stage made about 25% slower per step by extra elementwise work,
 see ``inject_bench``). ``score`` runs the comparison on each trial, once from ``a`` and ``b`` alone and
 once with ``b2`` as the re-measurement, and prints the verdicts.
+
+``--clock cpu`` (the default) times each repeat with the process's CPU time instead of the wall clock
+(``time.process_time`` in place of ``time.perf_counter`` inside lbm.bench.throughput, and the records' ``clock``
+says so): on a machine whose cores are shared, CPU time counts only the time the benchmark ran, where the wall
+clock also counts the time other processes held the cores. ``--clock wall`` measures what bench measures today.
 """
 
 from __future__ import annotations
@@ -20,12 +25,30 @@ import sys
 import time
 from pathlib import Path
 
-BENCH = ["grid.nx=128", "grid.ny=128", "cylinder_grid.nx=168", "cylinder_grid.ny=72", "variants=[auto,xla]",
-         "repeats=7", "min_time_s=0.1", "bandwidth.bytes=33554432", "bandwidth.repeats=5", "kernel_profile=0"]
-"""Small, quick configurations (about 17 s per bench run on a 2-core laptop)."""
-INJECT_ROUNDS = int(os.environ.get("LBM_STUDY_INJECT_ROUNDS", "8"))
-"""Extra multiply-adds per population in collide: 8 gives about +25% step time on the xla periodic 128x128 box
-(measured: 4 rounds -9% MLUPS, 12 rounds -33%)."""
+BENCH = ["grid.nx=128", "grid.ny=128", "cases=[periodic]", "variants=[auto,xla]", "bandwidth.enabled=false",
+         "kernel_profile=0"]
+"""Small, quick configurations: the periodic 128x128 D2Q9 box on the native kernel (auto) and on the xla engine
+(about 5 s per bench run on a quiet 2-core machine, 15-30 s at a load average of 10-14); ``--repeats`` repeats
+of ``--min-time`` seconds each."""
+CPU_CLOCK = "process CPU time around each dispatch (all threads), synchronised with block_until_ready; compilation excluded"
+"""The records' ``clock`` under ``--clock cpu``."""
+INJECT_ROUNDS = int(os.environ.get("LBM_STUDY_INJECT_ROUNDS", "10"))
+"""Extra multiply-adds per population in collide. On the xla periodic 128x128 box, both engines interleaved in one
+process (CPU time, best and median of 10-30 calls each, load 11-14): 8 rounds +1% to +17%, 10 rounds +14% to +23%,
+12 rounds +14% to +40%, 16 rounds +45% to +54%; the study's own ratio of the inject trials is in docs/studies.md."""
+
+
+def use_cpu_clock() -> None:
+    """Make lbm.bench.throughput time its repeats with the process CPU time (see the module doc)."""
+    import time as real_time
+    import types
+
+    from lbm.bench import throughput
+
+    clock = types.SimpleNamespace(**{k: getattr(real_time, k) for k in dir(real_time) if not k.startswith("_")})
+    clock.perf_counter = real_time.process_time
+    throughput.time = clock
+    throughput.CLOCK = CPU_CLOCK
 
 
 def inject_bench(rounds: int, overrides: list[str]) -> int:
@@ -33,6 +56,9 @@ def inject_bench(rounds: int, overrides: list[str]) -> int:
 
     from lbm.cli import main
     from lbm.engines import timestep
+
+    if os.environ.get("LBM_STUDY_CLOCK") == "cpu":
+        use_cpu_clock()
 
     core = timestep.CORE["collide"]
 
@@ -44,25 +70,26 @@ def inject_bench(rounds: int, overrides: list[str]) -> int:
         post = s.post + 0.0 * extra  # 0*x is not simplified away for floats (NaN semantics)
         return s.replace(collided=post, post=post)
 
-    timestep.CORE["collide"] = slow_collide
+    if rounds:
+        timestep.CORE["collide"] = slow_collide
     return main(["bench", *overrides])
 
 
-def bench(out: Path, env_extra: dict[str, str], inject: int = 0) -> None:
+def bench(out: Path, env_extra: dict[str, str], inject: int = 0, timing: tuple[str, ...] = ()) -> None:
     """One bench run into ``out`` (skipped when its bench.json exists)."""
     if (out / "bench.json").exists():
         return
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env_extra}
-    args = [*BENCH, f"hydra.run.dir={out}"]
-    cmd = ([sys.executable, __file__, "inject", str(inject), *args] if inject
-           else [sys.executable, "-m", "lbm", "bench", *args])
+    args = [*BENCH, *timing, f"hydra.run.dir={out}"]
+    cmd = [sys.executable, __file__, "inject", str(inject), *args]  # 0 rounds: plain bench (with the clock chosen)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bench failed in {out}:\n{proc.stderr[-2000:]}")
 
 
-def collect(root: Path, pairs: int, fusion: int, inject: int) -> None:
+def collect(root: Path, pairs: int, fusion: int, inject: int, clock: str, timing: tuple[str, ...]) -> None:
     """Collect the trials, each as a/b/b2 run back to back."""
+    os.environ["LBM_STUDY_CLOCK"] = clock
     plan = [("same", i, {}, 0) for i in range(pairs)]
     plan += [("fusion", i, {"XLA_FLAGS": "--xla_disable_hlo_passes=fusion"}, 0) for i in range(fusion)]
     plan += [("inject", i, {}, INJECT_ROUNDS) for i in range(inject)]
@@ -70,20 +97,36 @@ def collect(root: Path, pairs: int, fusion: int, inject: int) -> None:
     for kind, i, env, rounds in plan:
         t0 = time.time()
         trial = root / f"{kind}_{i:02d}"
-        bench(trial / "a", {})
-        bench(trial / "b", env, rounds)
-        bench(trial / "b2", env, rounds)
-        print(f"{trial.name}: {time.time() - t0:.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+        bench(trial / "a", {}, 0, timing)
+        bench(trial / "b", env, rounds, timing)
+        bench(trial / "b2", env, rounds, timing)
+        print(f"{trial.name}: {time.time() - t0:.0f} s, load {os.getloadavg()[0]:.1f} "
+              f"(1-minute load average at the end of the trial)", flush=True)
+
+
+def best_by_variant(doc: dict) -> dict[str, float]:
+    """Fastest judged repeat (CPU time where recorded) of each variant of a bench.json."""
+    from lbm.bench.compare import best
+
+    return {r["variant"]: best(r, bool(r["mlups"].get("cpu_values"))) for r in doc["records"]}
 
 
 def score(root: Path, threshold: float | None) -> None:
     """Compare every trial without and with the re-measurement and print one line each plus totals."""
+    import statistics
+
     from lbm.bench.compare import compare, load, merge_remeasured
 
     totals: dict[tuple[str, str], list[int]] = {}
+    ratios: dict[tuple[str, str], list[float]] = {}
+    loads: list[float] = []
     for trial in sorted(p for p in root.iterdir() if (p / "b2" / "bench.json").exists()):
         kind = trial.name.rsplit("_", 1)[0]
         a, b, b2 = (load(str(trial / x / "bench.json")) for x in ("a", "b", "b2"))
+        loads += [d["load_average_start"][0] for d in (a, b, b2) if d.get("load_average_start")]
+        ba, bb = best_by_variant(a), best_by_variant(b)
+        for v in ba:
+            ratios.setdefault((kind, v), []).append(bb[v] / ba[v])
         kw = {} if threshold is None else {"threshold": threshold}
         _, once = compare(a, b, **kw)
         _, twice = compare(a, merge_remeasured(b, b2), **kw) if once else ("", once)
@@ -92,8 +135,15 @@ def score(root: Path, threshold: float | None) -> None:
         print(f"{trial.name}: single {flagged_once or 'clean'}; with re-measure {flagged or 'clean'}")
         for mode, got in (("single", once), ("remeasure", twice)):
             totals.setdefault((kind, mode), []).append(bool(got))
+            if kind != "same":  # the change slows the xla engine only: caught = its configuration called slower
+                totals.setdefault((kind, mode + ", xla"), []).append(any(" xla " in g for g in got))
     for (kind, mode), flags in sorted(totals.items()):
-        print(f"{kind:7s} {mode:9s}: {sum(flags)}/{len(flags)} flagged")
+        print(f"{kind:7s} {mode:14s}: {sum(flags)}/{len(flags)} flagged")
+    for (kind, v), r in sorted(ratios.items()):
+        print(f"{kind:7s} {v:5s}: fastest repeat new/base median {statistics.median(r):.3f}, range {min(r):.3f}-{max(r):.3f}")
+    if loads:
+        print(f"load average (1 min) at the start of the {len(loads)} bench runs: median {statistics.median(loads):.1f}, "
+              f"range {min(loads):.1f}-{max(loads):.1f}")
 
 
 def main() -> None:
@@ -107,12 +157,15 @@ def main() -> None:
     r.add_argument("--pairs", type=int, default=20)
     r.add_argument("--fusion", type=int, default=5)
     r.add_argument("--inject", type=int, default=5)
+    r.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    r.add_argument("--repeats", type=int, default=30, help="timed repeats per configuration")
+    r.add_argument("--min-time", type=float, default=0.03, help="seconds per repeat")
     s = sub.add_parser("score")
     s.add_argument("out", type=Path)
     s.add_argument("--threshold", type=float, default=None)
     ns = p.parse_args()
     if ns.what == "run":
-        collect(ns.out, ns.pairs, ns.fusion, ns.inject)
+        collect(ns.out, ns.pairs, ns.fusion, ns.inject, ns.clock, (f"repeats={ns.repeats}", f"min_time_s={ns.min_time}"))
     else:
         score(ns.out, ns.threshold)
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from lbm.cli import main
+from lbm.errors import LbmError
 
 
 def bench_doc(values, jax_version="0.12.0.1", stages=None, special=None, kernels=None, fusion_kinds=None):
@@ -49,8 +50,8 @@ def test_a_busy_machine_slowing_most_repeats_is_not_a_regression(tmp_path, capsy
 def test_threshold_decides_what_is_called(tmp_path, capsys):
     a, b = bench_doc([100, 100.5, 99.5, 100, 100]), bench_doc([92, 92.5, 91.5, 92, 92])  # -8%, p = 0.008
     args = ["compare", write(tmp_path, "a.json", a), write(tmp_path, "b.json", b)]
-    assert main(args) == 0  # default threshold 10%
-    assert "±10.0%" in capsys.readouterr().out
+    assert main(args) == 0  # default threshold 15%
+    assert "±15.0%" in capsys.readouterr().out
     assert main([*args, "--threshold", "0.05"]) == 1
     out = capsys.readouterr().out
     assert "±5.0%" in out and "**SLOWER**" in out and "| 0.008 |" in out
@@ -84,6 +85,51 @@ def test_remeasured_repeats_are_merged():
     merged = merge_remeasured(slow_run, again)
     assert best(merged["records"][0]) == 99 and merged["records"][0]["mlups"]["values"] == [60, 61, 62, 99, 98, 97]
     assert merged["records"][0]["mlups"]["remeasured"] == 3 and slow_run["records"][0]["mlups"]["values"] == [60, 61, 62]
+
+
+def with_cpu(doc, cpu_values, clock="process CPU time"):
+    """``doc`` whose record also carries repeats timed with the CPU clock."""
+    doc = copy.deepcopy(doc)
+    doc["records"][0]["mlups"]["cpu_values"] = list(cpu_values)
+    doc["records"][0]["clock"] = clock
+    return doc
+
+
+def test_cpu_time_repeats_decide_where_both_files_have_them(tmp_path, capsys):
+    """A machine busy during every repeat of NEW slows its wall clock, not its CPU time; a real slowdown shows in
+    both. Where one file lacks CPU times, the wall clock decides."""
+    a = with_cpu(bench_doc([100, 101, 99, 100.5, 99.5]), [50, 50.5, 49.5, 50, 50])
+    busy = with_cpu(bench_doc([60, 61, 59, 60.5, 59.5]), [50.2, 49.8, 50, 49.9, 50.1])
+    slow = with_cpu(bench_doc([80, 81, 79, 80.5, 79.5]), [40, 40.2, 39.8, 40.1, 39.9])
+    pa, pbusy, pslow = (write(tmp_path, n, d) for n, d in (("a.json", a), ("busy.json", busy), ("slow.json", slow)))
+    assert main(["compare", pa, pbusy]) == 0
+    out = capsys.readouterr().out
+    # fastest CPU-timed repeat 50.5 -> 50.2 (-0.6%), CPU medians 50 -> 50; the wall clock said -39.6%
+    assert "| 50.5 (50.0) | 50.2 (50.0) (CPU time) | -0.6% (+0.0%) |" in out and "no regression" in out
+    assert main(["compare", pa, pslow]) == 1
+    assert "| -20.4% (-20.0%) |" in capsys.readouterr().out  # 50.5 -> 40.2
+    plain = write(tmp_path, "plain.json", bench_doc([60, 61, 59, 60.5, 59.5]))
+    assert main(["compare", write(tmp_path, "a_wall.json", bench_doc([100, 101, 99, 100.5, 99.5])), plain]) == 1
+
+
+def test_records_timed_with_different_clocks_are_not_compared(tmp_path, capsys):
+    a = with_cpu(bench_doc([100, 101, 99]), [50, 50, 50], clock="host wall clock")
+    b = with_cpu(bench_doc([100, 101, 99]), [50, 50, 50], clock="process CPU time")
+    assert main(["compare", write(tmp_path, "a.json", a), write(tmp_path, "b.json", b)]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("lbm: error: ") and "different clocks" in err
+
+
+def test_remeasured_cpu_repeats_are_merged_only_where_both_have_them():
+    from lbm.bench.compare import best, merge_remeasured
+
+    first, again = with_cpu(bench_doc([60, 61, 62]), [30, 31, 32]), with_cpu(bench_doc([99, 98, 97]), [33, 34, 35])
+    merged = merge_remeasured(first, again)["records"][0]
+    assert merged["mlups"]["cpu_values"] == [30, 31, 32, 33, 34, 35] and best(merged, cpu=True) == 35
+    dropped = merge_remeasured(first, bench_doc([99, 98, 97]))["records"][0]
+    assert "cpu_values" not in dropped["mlups"] and best(dropped) == 99  # a partial CPU series would mislead
+    with pytest.raises(LbmError, match="another clock"):
+        merge_remeasured(first, with_cpu(bench_doc([99, 98, 97]), [1, 2, 3], clock="host wall clock"))
 
 
 def test_noise_is_not_a_regression(tmp_path):

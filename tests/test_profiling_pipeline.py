@@ -70,3 +70,41 @@ def test_device_events_of_a_trace_directory(trace):
     events = device_events(trace.session_dir)
     # two kernels per stage call, 3 stages x 5 steps, plus one foreign execution; no end markers
     assert len(events) == 2 * 3 * 5 + 1 and all(e["hlo_op"] for e in events)
+
+
+@pytest.mark.slow  # a profiled run each (3 s CPU; 15-30 s of wall clock at a load of 13 on 2 cores)
+@pytest.mark.parametrize("mode", ["instrumented", "fused"])
+def test_device_columns_of_a_real_run_equal_the_raw_trace(simulate_in, mode):
+    """A profiled CPU run: the trace has no device plane; its device events are XLA:CPU thunk events on host
+    threads (hlo_module, hlo_op, run_id). The breakdown's device columns equal those events read here with gzip and
+    json alone (test_profiling_tracedb's raw_* readers): per stage the executions' spans (instrumented), per unit
+    the kernels' durations (fused, the unit's stages from the run's compile.json), summed over the steady steps."""
+    from test_profiling_tracedb import raw_fused_unit_ms, raw_stage_device_ms
+
+    _, run_dir = simulate_in("case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=10", f"mode={mode}",
+                             "engine=xla", "profile.enabled=true", "profile.warmup_steps=2", "profile.steps=5",
+                             "output.plots=false")
+    prof = run_dir / "profile"
+    (path,) = prof.glob("plugins/profile/*/*.trace.json.gz")
+    with gzip.open(path) as fh:
+        events = json.load(fh)["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert not any(n.startswith("/device:") for n in names)  # CPU: thunk events on host threads only
+    bd = json.loads((prof / "breakdown.json").read_text())
+    report = json.loads((prof / "compile" / "compile.json").read_text())
+    rows = {r["stage"]: r for r in bd["rows"]}
+    if mode == "instrumented":
+        for program in report["executables"]:
+            stage = program["stage"]
+            raw = raw_stage_device_ms(events, stage, program["module"])
+            assert len(raw) == 5 == rows[stage]["device_calls"]
+            assert rows[stage]["device_total_ms"] == pytest.approx(sum(raw), rel=1e-6, abs=2e-6), stage
+            assert rows[stage]["device_median_ms"] == pytest.approx(sorted(raw)[2], rel=1e-6, abs=2e-6), stage
+    else:
+        (program,) = report["executables"]
+        raw = raw_fused_unit_ms(events, program["module"], program["kernels"])
+        units = {r["stage"]: r for r in bd["rows"] if r.get("share") is not None}
+        assert set(units) == set(raw) and units
+        for unit, ms in raw.items():
+            assert units[unit]["device_total_ms"] == pytest.approx(ms, rel=1e-6, abs=2e-6), unit
+            assert units[unit]["calls"] == 5

@@ -275,3 +275,91 @@ def test_device_plane_events_win_over_host_launch_events():
         assert rows[stage]["device_calls"] == 4
         # same starts, doubled durations: first start to last end
         assert rows[stage]["device_median_ms"] == pytest.approx(max(2 * a, a + 1.0 + 2 * b) / 1e3)
+
+
+# --- the device columns against an independent reading of the raw trace events -----------------------------------
+# These helpers read Chrome trace events (as jax writes them: µs, 'X' events, 'M' name events) with plain Python and
+# implement the documented rule on their own: an execution is the events sharing (hlo_module, run_id), its device
+# time the first start to the last end of its events (instrumented) or the sum of its kernels (fused); the n-th
+# execution of a stage's module belongs to the n-th dispatch of that stage; only dispatches inside the steady-window
+# marker count; on a trace with device planes ('/device:*' processes) only their events are device events.
+
+
+def raw_device_executions(events, module):
+    """Executions of ``module`` in start order: lists of the events sharing a run_id (device planes preferred)."""
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    device_pids = {pid for pid, name in names.items() if name.startswith("/device:")}
+    groups = {}
+    for e in events:
+        args = e.get("args") or {}
+        if e.get("ph") != "X" or args.get("hlo_module") != module or "hlo_op" not in args:
+            continue
+        if device_pids and e["pid"] not in device_pids:
+            continue
+        groups.setdefault(args["run_id"], []).append(e)
+    return sorted(groups.values(), key=lambda g: min(e["ts"] for e in g))
+
+
+def raw_steady_dispatches(events, name):
+    """Positions (in time order) of the host spans called ``name`` that lie inside the steady-window marker."""
+    (mark,) = [e for e in events if e.get("ph") == "X" and e["name"] == STEADY_MARK]
+    spans = sorted((e for e in events if e.get("ph") == "X" and e["name"] == name and e["tid"] == mark["tid"]),
+                   key=lambda e: e["ts"])
+    return [i for i, e in enumerate(spans) if mark["ts"] <= e["ts"] and e["ts"] + e["dur"] <= mark["ts"] + mark["dur"]]
+
+
+def raw_stage_device_ms(events, stage, module):
+    """Device span (ms) of each steady call of an instrumented stage, from the raw events."""
+    execs = raw_device_executions(events, module)
+    return [(max(e["ts"] + e["dur"] for e in execs[i]) - min(e["ts"] for e in execs[i])) / 1e3
+            for i in raw_steady_dispatches(events, stage)]
+
+
+def raw_fused_unit_ms(events, module, kernel_stages):
+    """Per unit (the '+'-joined stages of a kernel, '(unscoped)' for none): device ms summed over steady steps."""
+    execs = raw_device_executions(events, module)
+    out = {}
+    for i in raw_steady_dispatches(events, "timestep"):
+        for e in execs[i]:
+            unit = "+".join(kernel_stages[e["args"]["hlo_op"]]) or "(unscoped)"
+            out[unit] = out.get(unit, 0.0) + e["dur"] / 1e3
+    return out
+
+
+def test_device_columns_equal_an_independent_sum_on_a_gpu_structured_trace():
+    """Kernels on a '/device:GPU:0' plane (and their host-side launch events, which must not count): every stage's
+    device_total_ms, device_median_ms and device_calls equal the raw events' figures computed here."""
+    data, _ = instrumented_trace()
+    ev = data["traceEvents"]
+    ev.append({"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/device:GPU:0"}})
+    ev.append({"ph": "M", "pid": 2, "tid": 7, "name": "thread_name", "args": {"name": "Stream #7"}})
+    for n, e in enumerate(list(ev)):
+        if e.get("tid") == DEV[1] and "hlo_op" in e.get("args", {}):
+            # on the device: later than the launch, durations that differ from call to call
+            ev.append(dict(e, pid=2, tid=7, ts=e["ts"] + 2.5, dur=e["dur"] * (1.5 + 0.25 * (n % 5))))
+    bd = compute(SqliteTraceDB(tables_from_json(data)), list(STAGE_HOST_US))
+    rows = {r["stage"]: r for r in bd.rows}
+    for stage in STAGE_HOST_US:
+        raw = raw_stage_device_ms(ev, stage, f"jit_{stage}")
+        host = [e["dur"] / 1e3 for e in ev if e.get("name") == stage][1:]  # the steady dispatch spans
+        assert len(raw) == 4 and rows[stage]["device_calls"] == 4
+        assert rows[stage]["device_total_ms"] == pytest.approx(sum(raw), rel=1e-9, abs=1e-9)
+        assert rows[stage]["device_median_ms"] == pytest.approx(statistics.median(raw), rel=1e-9, abs=1e-9)
+        assert rows[stage]["device_total_ms"] != pytest.approx(sum(host), rel=1e-3)  # not the dispatch time
+    total = sum(sum(raw_stage_device_ms(ev, s, f"jit_{s}")) for s in STAGE_HOST_US)
+    for stage in STAGE_HOST_US:
+        assert rows[stage]["device_share"] == pytest.approx(sum(raw_stage_device_ms(ev, stage, f"jit_{stage}")) / total)
+
+
+def test_fused_device_columns_equal_an_independent_sum():
+    """Fused mode: each unit's device_total_ms is the raw kernel durations summed over the steady steps."""
+    data = fused_trace()
+    kernel_stages = {op: st for op, (st, _) in FUSED_KERNELS.items()}
+    info = CompileInfo({"fused_step": {"name": "fused_step", "module": "jit_chunk", "kernels": kernel_stages}})
+    bd = compute(SqliteTraceDB(tables_from_json(data)), ["macroscopic", "equilibrium", "collide", "stream"],
+                 mode="fused", compile_info=info)
+    units = {r["stage"]: r for r in bd.stage_rows()}
+    raw = raw_fused_unit_ms(data["traceEvents"], "jit_chunk", kernel_stages)
+    assert set(units) == set(raw)
+    for unit, ms in raw.items():
+        assert units[unit]["device_total_ms"] == pytest.approx(ms, rel=1e-9), unit
