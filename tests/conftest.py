@@ -181,3 +181,20 @@ ENTRY %main (a: f32[4]) -> f32[4] {
 }
 """
 """An optimised HLO module: one fusion (collide inside, stream on the call) and a copy."""
+
+
+def slow_except(params: list[Any], fast: Any) -> list[Any]:
+    """Parametrize values marked ``slow`` except those in ``fast``: the fast lane keeps a representative few."""
+    out = []
+    for p in params:
+        args = p if isinstance(p, tuple) else (p,)
+        out.append(pytest.param(*args) if p in fast else pytest.param(*args, marks=pytest.mark.slow))
+    return out
+
+
+def lattice_params(fast: tuple[str, ...] = ("d2q9",)) -> list[Any]:
+    """Every lattice as a parametrize value named by the lattice; those not in ``fast`` are marked slow."""
+    from lbm.lattice import LATTICES
+
+    return [pytest.param(lat, id=name, marks=() if name in fast else pytest.mark.slow)
+            for name, lat in sorted(LATTICES.items())]

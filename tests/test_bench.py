@@ -33,6 +33,7 @@ def bench_doc(tmp_path_factory):
     return json.loads((run_dir / "bench.json").read_text()), run_dir
 
 
+@pytest.mark.slow
 def test_bench_json_holds_every_contract_field(bench_doc):
     doc, run_dir = bench_doc
     env = doc["environment"]
@@ -156,7 +157,8 @@ def test_every_data_file_is_in_the_package_data():
     assert not missing, f"not installed by pip install (add to package-data): {missing}"
 
 
-@pytest.mark.parametrize("lattice", ["d2q9", "d3q19", "d3q27"])
+@pytest.mark.parametrize("lattice", ["d2q9", pytest.param("d3q19", marks=pytest.mark.slow),
+                                     pytest.param("d3q27", marks=pytest.mark.slow)])
 def test_naive_baseline_is_the_same_bgk_step(lattice):
     """The naive step computes what the stage kernels compute (collide then stream), only slower."""
     import jax

@@ -27,6 +27,7 @@ def test_unknown_case_is_one_line(capsys, tmp_path):
     assert len(err) == 1 and "taylor_green" in err[0]
 
 
+@pytest.mark.slow
 def test_taylor_green_converges_at_second_order(tmp_path):
     """Diffusive scaling, float64: measured local orders 2.00 (16->32) and 1.97 (32->64) in float32;
     8->16 in float64 gives 1.99, so [1.8, 2.2] fails a first-order scheme or a wrong scaling."""
@@ -41,6 +42,7 @@ def test_taylor_green_converges_at_second_order(tmp_path):
     assert (out / "convergence.png").exists() and (out / "N16" / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_poiseuille_between_interpolated_walls_converges_at_second_order(tmp_path):
     """Walls off the nodes (q = 0.3, Bouzidi), float64: measured errors 2.64e-3, 5.69e-4, 1.32e-4 on N = 8, 16, 32
     (order 2.16; local 2.21, 2.11). [1.8, 2.5] on 8 -> 16 fails the first order of bounce-back on off-node walls."""

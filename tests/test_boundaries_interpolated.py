@@ -73,6 +73,7 @@ def test_circle_wall_fractions_lie_on_the_circle():
     assert circle_intersect(center, radius)(np.array([[10.3, 2.0]]), np.array([[0, 1]]))[0] == pytest.approx(2.9)
 
 
+@pytest.mark.slow
 def test_interpolated_walls_converge_at_second_order():
     """Poiseuille between walls at a fractional offset (q = 0.3): error / 4.7 per doubling (second order).
 
@@ -145,6 +146,7 @@ def _dfg_like(lattice, shape):
 
 @pytest.mark.skipif(not native.available(), reason="native kernels need the CPU backend and a C++ compiler")
 @pytest.mark.parametrize("lattice,shape", [(D2Q9, (40, 22)), (D3Q19, (24, 15, 4))], ids=["d2q9", "d3q19"])
+@pytest.mark.slow
 def test_native_engine_runs_the_new_conditions_like_the_reference(lattice, shape):
     """Engine equality (as tests/test_engines.py): float64 agrees to rounding, forces too, odd step count."""
     with jax.enable_x64(True):

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_state, shape_for
+from conftest import lattice_params, random_state, shape_for
 from test_boundaries import _dense_and_block
 from test_boundaries_pressure import channel_setup
 
@@ -26,7 +26,7 @@ ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
 
 
 @pytest.mark.parametrize("kind", ["zou_he", "nebb"])
-@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
+@pytest.mark.parametrize("lat", lattice_params(fast=("d2q9", "d3q27")))
 def test_outlet_keeps_the_outgoing_information_and_the_upstream_incoming_invariant(lat, kind):
     """rho (1 + u_x) from the known populations, u_x - c_s rho from upstream (+ gradient, pull), u_t upstream (zou_he)."""
     with jax.enable_x64(True):
@@ -51,7 +51,7 @@ def test_outlet_keeps_the_outgoing_information_and_the_upstream_incoming_invaria
         np.testing.assert_array_equal(out[:, :-1], np.asarray(f)[:, :-1])
 
 
-@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
+@pytest.mark.parametrize("lat", lattice_params(fast=("d2q9",)))
 def test_block_form_equals_the_dense_rule(lat):
     """On gathered cells (the upstream column split by wall cells, as in the DFG channel) it gives the dense result."""
     with jax.enable_x64(True):
@@ -87,6 +87,7 @@ def _pulse_echo(outlet, nx=160, steps=300, amp=1e-3):
     return float(np.abs(rho[20:150] - 1).max())
 
 
+@pytest.mark.slow
 def test_a_pressure_wave_leaves_through_the_characteristic_outlet_and_echoes_from_a_pressure_outlet():
     """Echo of a plane pulse: whole from the fixed-density outlet, < 5% of it from the characteristic one."""
     amp = 1e-3

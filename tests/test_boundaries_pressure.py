@@ -83,6 +83,7 @@ def _steady(setup, steps, every):
     return engine.fields(f, steps), np.array(masses)
 
 
+@pytest.mark.slow
 def test_pressure_driven_channel_matches_the_halfway_poiseuille_solution():
     """Velocity inlet + pressure outlet: constant mass flux, the exact pressure gradient, bounded mass."""
     with jax.enable_x64(True):
@@ -108,6 +109,7 @@ def test_pressure_driven_channel_matches_the_halfway_poiseuille_solution():
         assert np.abs(u[1]).max() < 6e-3 * u_max
 
 
+@pytest.mark.slow
 def test_zero_gradient_outflow_lets_the_same_channel_fill():
     """The failure the pressure outlet fixes: with zero-gradient outflow the walled channel's mass keeps growing."""
     with jax.enable_x64(True):

@@ -63,6 +63,7 @@ def test_triangle_reports_forces(triangle_png):
     assert abs(m["cl_mean"]) < 5e-3  # symmetric shape, symmetric flow: only the 1e-4 inflow perturbation
 
 
+@pytest.mark.slow
 def test_voxel_mask_in_3d(tmp_path):
     cube = np.zeros((4, 4, 3), bool)
     cube[1:3, 1:3, :] = True

@@ -82,6 +82,7 @@ def test_pressure_difference_and_recirculation_length_on_known_fields():
     assert line_value(np.arange(10.0) ** 2, 4.5, -1) == pytest.approx(20.25)
 
 
+@pytest.mark.slow
 def test_metrics_of_a_short_run_are_named_as_published():
     case, setup, fields = advance(run_config("case=schafer_turek", "case.cells_per_diameter=6", "steps=40",
                                              "output.every=20"))

@@ -158,8 +158,8 @@ def test_run_refuses_to_overwrite_results(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("case,files", [
-    ("cavity", ["profiles.csv", "plots/profiles.png"]),
-    ("poiseuille", ["profiles.csv", "plots/profile.png"]),
+    pytest.param("cavity", ["profiles.csv", "plots/profiles.png"], marks=pytest.mark.slow),
+    pytest.param("poiseuille", ["profiles.csv", "plots/profile.png"], marks=pytest.mark.slow),
     ("taylor_green", ["decay.csv", "plots/decay.png"]),
 ])
 def test_case_outputs(case, files, tmp_path):
@@ -172,6 +172,7 @@ def test_case_outputs(case, files, tmp_path):
     assert metrics["case"] == case
 
 
+@pytest.mark.slow
 def test_multirun_sweep_over_grid_sizes(tmp_path):
     env = dict(os.environ)
     proc = subprocess.run(

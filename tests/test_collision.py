@@ -287,7 +287,7 @@ LATTICES_3D_SLOW = [lat if lat.d == 2 else pytest.param(lat, marks=pytest.mark.s
 
 
 @pytest.mark.parametrize("lat", LATTICES_3D_SLOW, ids=lambda lat: lat.name)
-@pytest.mark.parametrize("name", sorted(POISEUILLE))
+@pytest.mark.parametrize("name", [n if n == "mrt" else pytest.param(n, marks=pytest.mark.slow) for n in sorted(POISEUILLE)])
 def test_poiseuille_with_guo_forcing_matches_the_closed_form(lat, name):
     """Force-driven channel, half-way walls: u = u_exact + F/(2 nu) (16 Lambda - 3)/12 for any tau.
 

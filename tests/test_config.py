@@ -76,6 +76,7 @@ def test_every_case_and_collision_option_composes_and_names_itself():
             assert set(cfg[group]) == set(option_keys(group, option))
 
 
+@pytest.mark.slow
 def test_validation_runs_once_per_job_in_a_cli_run(monkeypatch, tmp_path):
     monkeypatch.setattr(loader, "_validated", collections.OrderedDict())  # other tests may have run these configs
     calls = []

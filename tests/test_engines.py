@@ -13,7 +13,7 @@ import math
 import jax
 import numpy as np
 import pytest
-from conftest import advance, run_config
+from conftest import advance, run_config, slow_except
 
 from lbm.engines import EngineUnavailable, make_engine
 from lbm.engines.instrumented import InstrumentedEngine
@@ -54,9 +54,10 @@ LONG = ("cylinder", "cavity_d3q19", "poiseuille_trt")
 
 
 @needs_native
-@pytest.mark.parametrize("name,precision,tol,steps",
-                         [(n, p, t, 7) for n in sorted(CASES) for p, t in (("float64", 1e-13), ("float32", 1e-5))]
-                         + [(n, "float64", 1e-13, 30) for n in LONG])
+@pytest.mark.parametrize("name,precision,tol,steps", slow_except(
+    [(n, p, t, 7) for n in sorted(CASES) for p, t in (("float64", 1e-13), ("float32", 1e-5))]
+    + [(n, "float64", 1e-13, 30) for n in LONG],
+    fast={("cylinder", "float32", 1e-5, 7), ("taylor_green", "float64", 1e-13, 7)}))
 def test_native_engine_equals_the_reference(name, precision, tol, steps):
     setup = _setup(CASES[name], precision)
     fast = make_engine(setup, engine="native")
@@ -74,6 +75,7 @@ def test_native_engine_equals_the_reference(name, precision, tol, steps):
 
 
 @needs_native
+@pytest.mark.slow
 def test_native_agrees_with_instrumented_mode():
     setup = _setup(CASES["cylinder"], "float64")
     f_fast, aux_fast = _run(make_engine(setup, engine="native"), setup, 12)
@@ -83,6 +85,7 @@ def test_native_agrees_with_instrumented_mode():
 
 
 @needs_native
+@pytest.mark.slow
 def test_chunks_compose_like_one_dispatch():
     """Odd chunks (a two-buffer step then in-place pairs) and even chunks chain to the same state."""
     setup = _setup(CASES["cylinder"], "float64")
@@ -120,6 +123,7 @@ def test_fused_scopes_name_every_stage_of_the_native_step():
 
 
 @needs_native
+@pytest.mark.slow
 def test_native_memory_is_one_population_array_plus_boundary_data():
     """In-place AA pairs: XLA plans no second population buffer (memory_analysis, not timing)."""
     grids = {"taylor_green": ["case=taylor_green", "grid.nx=128", "grid.ny=96"], "cylinder": ["grid.nx=420", "grid.ny=180"]}
@@ -144,7 +148,7 @@ def test_auto_falls_back_to_xla_when_no_compiler(monkeypatch):
 
 
 @needs_native
-@pytest.mark.parametrize("storage,bound", [("float16", 0.01), ("bfloat16", 0.1)])
+@pytest.mark.parametrize("storage,bound", slow_except([("float16", 0.01), ("bfloat16", 0.1)], fast={("bfloat16", 0.1)}))
 def test_16bit_storage_accuracy_on_taylor_green(storage, bound):
     """16-bit storage (f - w kept in 16 bits, float32 arithmetic): decay error against the analytic solution.
 
@@ -185,7 +189,8 @@ def test_threads_do_not_change_the_result(monkeypatch):
 
 @needs_native
 @pytest.mark.parametrize("overrides", [["case=taylor_green", "grid.nx=96", "grid.ny=200"],
-                                       ["grid.nx=240", "grid.ny=90"]], ids=["periodic", "cylinder"])
+                                       pytest.param(["grid.nx=240", "grid.ny=90"], marks=pytest.mark.slow)],
+                         ids=["periodic", "cylinder"])
 def test_threaded_native_equals_xla(overrides, monkeypatch):
     """Above 16384 cells per plane the native kernel splits rows among threads: compared with xla there too."""
     monkeypatch.setenv("LBM_NATIVE_THREADS", "2")
@@ -209,8 +214,8 @@ MODE_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MODE_CASES))
-@pytest.mark.parametrize("precision,rtol", [("float64", 1e-12), ("float32", 2e-5)])
+@pytest.mark.parametrize("name", slow_except(sorted(MODE_CASES), fast={"taylor_green"}))
+@pytest.mark.parametrize("precision,rtol", slow_except([("float64", 1e-12), ("float32", 2e-5)], fast={("float64", 1e-12)}))
 def test_fused_and_instrumented_agree(name, precision, rtol):
     if precision == "float64":
         jax.config.update("jax_enable_x64", True)
@@ -272,6 +277,7 @@ WALL_CASES = {
 
 
 @needs_native
+@pytest.mark.slow  # the fast lane checks the kernel's walls against the dense rules (test_engines_native)
 @pytest.mark.parametrize("name", sorted(WALL_CASES))
 @pytest.mark.parametrize("steps", [9, 12])
 def test_native_walls_in_the_kernel_equal_the_reference(name, steps):
@@ -287,6 +293,7 @@ def test_native_walls_in_the_kernel_equal_the_reference(name, steps):
 
 
 @needs_native
+@pytest.mark.slow
 def test_native_walls_with_16bit_storage_follow_the_xla_engine():
     """float16 storage on the cavity (moving walls in the kernel) stays within 16-bit rounding of the xla engine."""
     setup = _setup(CASES["cavity"], "float32")

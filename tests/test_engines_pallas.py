@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_config
+from conftest import run_config, slow_except
 
 from lbm.engines import make_engine
 from lbm.engines.pallas.engine import PallasEngine
@@ -66,8 +66,9 @@ def _compare(setup, engine, steps, tol):
         np.testing.assert_allclose(np.asarray(aux[k]), np.asarray(aux_ref[k]), rtol=0, atol=tol * 10)
 
 
-@pytest.mark.parametrize("name,precision,steps", [(n, "float32", 3) for n in sorted(CASES)]
-                         + [(n, "float64", 2) for n in ("cylinder", "cavity_d3q19", "poiseuille")])
+@pytest.mark.parametrize("name,precision,steps", slow_except(
+    [(n, "float32", 3) for n in sorted(CASES)] + [(n, "float64", 2) for n in ("cylinder", "cavity_d3q19", "poiseuille")],
+    fast={("taylor_green", "float32", 3)}))
 def test_flat_kernel_engine_equals_the_reference(name, precision, steps):
     """float32 over an odd step count on every case, float64 over an even one on three (the suite's time budget)."""
     setup = _setup(CASES[name], precision)
@@ -76,6 +77,7 @@ def test_flat_kernel_engine_equals_the_reference(name, precision, steps):
     _compare(setup, engine, steps, TOL[precision])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,steps", [("cylinder", 2), ("taylor_green", 3), ("cavity_d3q19", 3)])
 def test_rows_kernel_engine_equals_the_reference(name, steps):
     setup = _setup(CASES[name], "float32")
@@ -84,9 +86,10 @@ def test_rows_kernel_engine_equals_the_reference(name, steps):
     _compare(setup, engine, steps, TOL["float32"])
 
 
-@pytest.mark.parametrize("lattice,shape,precision",
-                         [(lat, shape, p) for lat, shape in (("d2q9", (16, 6)), ("d3q19", (4, 5, 3)))
-                          for p in ("float32", "float64")] + [("d3q27", (3, 4, 5), "float32")])
+@pytest.mark.parametrize("lattice,shape,precision", slow_except(
+    [(lat, shape, p) for lat, shape in (("d2q9", (16, 6)), ("d3q19", (4, 5, 3))) for p in ("float32", "float64")]
+    + [("d3q27", (3, 4, 5), "float32")], fast={("d2q9", (16, 6), "float32")}))
+@pytest.mark.slow
 def test_kernels_equal_collide_then_stream(lattice, shape, precision):
     """One periodic step with TRT and a body force, on random populations; grids that no block divides."""
     if precision == "float64":
@@ -126,6 +129,7 @@ def test_auto_picks_pallas_on_accelerators_and_falls_back_where_it_cannot(caplog
     assert engine.interpret and sum("interpret mode" in r.getMessage() for r in caplog.records) == 1
 
 
+@pytest.mark.slow
 def test_a_run_with_engine_pallas_writes_its_metrics(tmp_path):
     from lbm.simulation import simulate
 

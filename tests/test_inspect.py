@@ -253,6 +253,7 @@ def test_cpu_inspect_of_a_periodic_box(tmp_path):
         assert 72 <= rec["bytes_per_cell_step"] <= 72 + 16 / (2 * 1024)
 
 
+@pytest.mark.slow
 def test_cpu_inspect_of_the_xla_engine_in_float64(tmp_path):
     rec = inspect(tmp_path, "target=cpu", "engine=xla", "precision=float64", "case=taylor_green", "grid.nx=16",
                   "grid.ny=16", "steps=40")

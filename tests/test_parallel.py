@@ -60,6 +60,7 @@ def check_equal(result: dict) -> None:
         assert "halo" in r["pieces"], key
 
 
+@pytest.mark.slow
 def test_every_case_on_1d_and_2d_meshes_equals_one_device():
     """A representative set: each case once, 1D and 2D meshes, 2, 4 and 8 devices, both modes."""
     cases = [
@@ -144,6 +145,7 @@ def test_bad_parallel_settings_exit_2_on_the_command_line(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_run_directory_checkpoints_and_resume(tmp_path):
     """fields.npz, VTK and plots as on one device; resume on the same mesh bitwise, on another mesh re-sharded."""
     base = ["case=cavity", "grid.nx=32", "grid.ny=32", "steps=40", "precision=float64", "output.progress=none",
@@ -236,6 +238,7 @@ def test_slurm_preset_composes():
 
 
 @pytest.mark.parametrize("mode", ["instrumented", "fused"])
+@pytest.mark.slow
 def test_profiled_four_device_run_has_a_halo_row(tmp_path, mode):
     """The halo exchange is a stage of the breakdown: measured, with a share of the step."""
     import csv

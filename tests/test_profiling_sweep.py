@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_analyze_a_real_profiled_multirun(tmp_path):
     sweep = tmp_path / "sweep"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

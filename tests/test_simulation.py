@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_config
+from conftest import run_config, slow_except
 
 from lbm.config import LbmWarning
 from lbm.errors import DivergenceError, LbmError
@@ -97,10 +97,10 @@ def test_a_checkpoint_write_killed_midway_is_never_read(tmp_path, monkeypatch):
     assert not (directory / ".checkpoint_0000000040.partial").exists()
 
 
-@pytest.mark.parametrize("override,key", [
+@pytest.mark.parametrize("override,key", slow_except([
     ("grid.nx=84", "grid"), ("case=taylor_green", "case"), ("precision=float64", "precision"),
     ("flow.reynolds=100", "tau"),
-])
+], fast={("flow.reynolds=100", "tau")}))
 def test_incompatible_resume_is_refused(tmp_path, override, key):
     simulate(run_config(*SMALL_CYL, "steps=20", "checkpoint.every=20"), tmp_path / "a")
     args = [*SMALL_CYL, "steps=40", f"checkpoint.resume={tmp_path / 'a'}", override]
@@ -229,6 +229,7 @@ def test_signal_writes_checkpoint_and_results_then_resume_is_exact(tmp_path, kil
     assert np.array_equal(fields(tmp_path / "resumed")["u"], fields(tmp_path / "straight")["u"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_second_signal_exits_at_once_without_waiting_for_the_chunk(tmp_path, killed_at_exit, sig):
     """One chunk of 10^7 steps (hours on any CPU): only a real immediate exit leaves it unfinished, with code 130."""
@@ -263,6 +264,7 @@ def test_resume_from_a_missing_path_is_one_line(tmp_path):
 ENGINES = ["xla", pytest.param("native", marks=pytest.mark.native)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_resume_is_bitwise_with_odd_chunk_lengths(tmp_path, engine):
     """Chunks of 7 then 11 and 13 steps (odd: the in-place AA scheme of the native engine alternates parity)."""
@@ -288,6 +290,7 @@ def test_tau_close_to_half_warns(tmp_path):
         make_case(run_config("case=poiseuille", "flow.tau=0.52"))  # above the 0.51 cut: no warning
 
 
+@pytest.mark.slow
 def test_vtk_frames_animation_and_monitor(tmp_path):
     metrics = simulate(run_config("grid.nx=60", "grid.ny=27", "steps=60", "output.every=20", "output.vtk=true",
                                   "output.animation=true"), tmp_path / "r")
@@ -311,6 +314,7 @@ def test_vtk_frames_animation_and_monitor(tmp_path):
     assert "plots/vorticity.gif" in metrics["outputs"]
 
 
+@pytest.mark.slow
 def test_progress_is_quiet_log_lines_without_a_terminal(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "lbm", "run", "case=taylor_green", "grid.nx=16", "grid.ny=16",
                            "steps=1000", "output.every=10", "output.plots=false", f"hydra.run.dir={tmp_path / 'r'}"],

@@ -14,6 +14,7 @@ from lbm.cli import main
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_batching_strategies_agree_with_single_runs(tmp_path):
     result = run_study([1, 3], 16, 8, 1, tmp_path, progress=lambda s: None)
     recs = result["records"]
@@ -45,6 +46,7 @@ def test_study_cli_errors_are_one_line(capsys):
     assert len(err) == 2 and all(e.startswith("lbm: error: ") for e in err)
 
 
+@pytest.mark.slow
 def test_export_bundle_reruns_without_lbm(tmp_path):
     out = tmp_path / "bundle"
     assert main(["study", "export", "grid.nx=60", "grid.ny=27", "--out", str(out)]) == 0
@@ -101,6 +103,7 @@ def test_compile_study_small(tmp_path):
     assert "skipped" in (tmp_path / "compile.md").read_text()
 
 
+@pytest.mark.slow
 def test_validate_command_reports_and_exits_by_result(tmp_path, capsys):
     assert main(["validate", "--case", "poiseuille", "--out", str(tmp_path / "v")]) == 0
     data = json.loads((tmp_path / "v" / "validation.json").read_text())

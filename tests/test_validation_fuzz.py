@@ -37,6 +37,7 @@ def mutate(cfg: dict, key: str, value) -> dict:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.sampled_from(["cylinder", "cavity", "poiseuille", "taylor_green"]),
        edits=st.lists(st.tuples(st.sampled_from(KEYS), hostile_scalars), max_size=4))
+@pytest.mark.slow
 def test_validator_gives_config_error_or_a_valid_config(case, edits):
     cfg = compose([f"case={case}"])
     for key, value in edits:
@@ -91,6 +92,7 @@ cli_edits = st.one_of(
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(cli_edits, max_size=3))
+@pytest.mark.slow
 def test_cli_gives_one_clean_line_or_a_run(edits, tmp_path_factory, capsys):
     run_dir = tmp_path_factory.mktemp("fuzz") / "run"
     overrides = {"case": "taylor_green", "grid.nx": "12", "grid.ny": "12", "steps": "5", "output.plots": "false"}
