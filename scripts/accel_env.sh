@@ -31,7 +31,9 @@ if [[ -z "$jax_version" ]]; then
   echo "accel_env.sh: no runtime jax found (run 'bash install.sh' first, or set LBM_JAX_VERSION=0.12.0.1)" >&2
   exit 1
 fi
-want="jax==$jax_version jax[tpu]==$jax_version jax-cuda12-plugin==$jax_version jax-cuda12-pjrt==$jax_version lbm[test,accel]@$root"
+# pyproject.toml's hash: a changed dependency (e.g. a new test tool) reinstalls instead of passing as current
+deps=$(python3 -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()[:16])' "$root/pyproject.toml")
+want="jax==$jax_version jax[tpu]==$jax_version jax-cuda12-plugin==$jax_version jax-cuda12-pjrt==$jax_version lbm[test,accel]@$root pyproject:$deps"
 stamp="$venv/.lbm-accel-stamp"
 
 complete() {
