@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from lbm.stages import BULK_PREFIX, STAGES
+
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->.*\{\s*$|^(ENTRY\s+)?%?([\w.\-]+)\s*\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _OPCODE = re.compile(r"(?<![\w.\-%])([a-z][a-z0-9\-]*)\(")
@@ -159,7 +161,18 @@ def stages_in(op_name: str, stages: Iterable[str]) -> list[str]:
     e.g. the native bulk kernel's ``fused_bulk+macroscopic+equilibrium+collide+stream``).
     """
     wanted = set(stages)
-    return [name for part in op_name.split("/") for name in part.split("+") if name in wanted]
+    return [name for part in op_name.split("/") for name in _scope_components(part) if name in wanted]
+
+
+_STAGE_WORDS = re.compile("|".join(sorted(map(re.escape, STAGES), key=len, reverse=True)))
+
+
+def _scope_components(part: str) -> list[str]:
+    """A scope component's names: split at ``+``; a bulk kernel's name whose ``+`` became ``_`` (Triton kernel
+    names are identifiers: ``fused_bulk_macroscopic_equilibrium_collide_stream``) gives the stages it names."""
+    if "+" in part or not part.startswith(BULK_PREFIX) or part == BULK_PREFIX:
+        return part.split("+")
+    return _STAGE_WORDS.findall(part[len(BULK_PREFIX):])
 
 
 def kernel_stages(module: HloModule, stages: Iterable[str]) -> dict[str, list[str]]:

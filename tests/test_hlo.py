@@ -15,6 +15,7 @@ from lbm.hlo import (
     loop_body,
     parse_hlo,
     program_facts,
+    stages_in,
     to_dot,
 )
 
@@ -167,3 +168,16 @@ def test_collectives_of_a_sharded_chunk_in_and_outside_the_loop():
     assert rows == {("collective-permute", ("halo",), True): (2, 1536 + 1584),
                     ("all-gather", ("forces",), True): (1, 64),
                     ("all-reduce", ("forces",), False): (1, 80)}
+
+
+def test_stages_of_a_bulk_kernel_scope_with_plus_or_identifier_separators():
+    """A Pallas bulk kernel reaches a GPU trace under its Triton name, where ``+`` became ``_``: same stages."""
+    stages = ("outflow", "macroscopic", "equilibrium", "collide", "bounce_back", "stream")
+    joined = "jit(chunk)/while/body/fused_bulk+macroscopic+equilibrium+collide+stream"
+    triton = "jit(chunk)/while/body/fused_bulk_macroscopic_equilibrium_collide_stream"
+    assert stages_in(joined, stages) == stages_in(triton, stages) == ["macroscopic", "equilibrium", "collide",
+                                                                       "stream"]
+    assert stages_in("fused_bulk_bounce_back_stream", stages) == ["bounce_back", "stream"]
+    # only a bulk-prefixed component is read for stage words; other scopes keep their exact names
+    assert stages_in("jit(chunk)/outflow/loop_collide_fusion", stages) == ["outflow"]
+    assert stages_in("fused_bulk", stages) == []
