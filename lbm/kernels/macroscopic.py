@@ -1,13 +1,17 @@
 """Stage ``macroscopic``: density and velocity moments of the populations.
 
-Written as unrolled sums of single populations (elementwise, no reduction over Q): XLA then
-computes rho and u in one kernel that reads each population once (compiled for h100: one
-multi-output loop fusion; a ``jnp.sum`` over Q became a reduction kernel of its own and the
-stacked momentum a second kernel; docs/performance.md, "The xla engine on accelerators").
+How the moments are written decides how XLA fuses them (compiled for h100; docs/performance.md,
+"The xla engine on accelerators: variants tried"). In 2D, unrolled sums of single populations
+(elementwise, no reduction over Q): XLA computes rho and u in one kernel that reads each
+population once (a ``jnp.sum`` over Q was a reduction kernel of its own, the stacked momentum a
+second kernel). In 3D it keeps rho apart from u in every elementwise form, reading the populations
+once more; there one matrix product with the (D+1) x Q matrix [1; c] gives rho and the momentum
+in one kernel.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -23,12 +27,20 @@ def momentum(f: jnp.ndarray, lattice: Lattice) -> list[jnp.ndarray]:
     return comps
 
 
+def moments(f: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, list[jnp.ndarray]]:
+    """Density sum_i f_i and the D momentum components sum_i c_i f_i."""
+    if lattice.d == 2:
+        return sum((f[i] for i in range(1, lattice.q)), f[0]), momentum(f, lattice)
+    basis = np.concatenate([np.ones((1, lattice.q)), lattice.c.T]).astype(f.dtype)
+    m = jnp.einsum("mq,q...->m...", basis, f, precision=jax.lax.Precision.HIGHEST)
+    return m[0], [m[1 + a] for a in range(lattice.d)]
+
+
 def macroscopic(
     f: jnp.ndarray, lattice: Lattice, force: np.ndarray | None = None
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Density ``rho`` and velocity ``u`` (half-force shifted when a body force acts)."""
-    rho = sum((f[i] for i in range(1, lattice.q)), f[0])
-    mom = momentum(f, lattice)
+    rho, mom = moments(f, lattice)
     if force is not None:
         mom = [m + 0.5 * float(force[a]) if force[a] != 0 else m for a, m in enumerate(mom)]
     return rho, jnp.stack([m / rho for m in mom])
