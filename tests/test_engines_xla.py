@@ -11,7 +11,7 @@ import json
 import pytest
 from test_inspect import _installed, consistent, run_cli
 
-CASES = {"box": ["case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=40"], "cylinder": ["steps=100"]}
+CASES = {"box": ["case=taylor_green", "grid.nx=256", "grid.ny=256", "steps=40"], "cylinder": ["steps=100"]}
 
 
 @pytest.mark.accel
@@ -20,9 +20,9 @@ def test_xla_engine_on_h100_reads_the_populations_twice_per_step(tmp_path, case)
     """Per step: one kernel for rho and u, one for equilibrium+collide+stream; no other kernel reads the populations.
 
     Measured (docs/performance.md, "The xla engine on accelerators: variants tried"): 132.0 B/cell/step for the
-    64² box (1.83; 140.0 at 1024², 1.94) and 134.2 for the cylinder (1.86), against 168.0 and 170.2 (2.33, 2.36)
-    when rho and u were two kernels that each read every population. A third pass over the populations would add
-    at least 32 B (8 of the 9 populations) and break the 2.0 bound.
+    256² box (1.83; 140.0 at 1024², 1.94) and 134.2 for the cylinder (1.86), against 168.0 and 170.2 (2.33, 2.36)
+    when rho and u were two kernels that each read every population. A third pass over the populations adds
+    at least 32 B (8 of the 9 populations) and breaks the 2.0 bound.
     """
     if not _installed("jax_plugins.xla_cuda12"):
         pytest.skip("jax_plugins.xla_cuda12 is not installed (bash scripts/accel_env.sh)")
