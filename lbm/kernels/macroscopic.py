@@ -27,7 +27,7 @@ def momentum(f: jnp.ndarray, lattice: Lattice) -> list[jnp.ndarray]:
     return comps
 
 
-def moments(f: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, list[jnp.ndarray]]:
+def density_momentum(f: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, list[jnp.ndarray]]:
     """Density sum_i f_i and the D momentum components sum_i c_i f_i."""
     if lattice.d == 2:
         return sum((f[i] for i in range(1, lattice.q)), f[0]), momentum(f, lattice)
@@ -40,7 +40,7 @@ def macroscopic(
     f: jnp.ndarray, lattice: Lattice, force: np.ndarray | None = None
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
     """Density ``rho`` and velocity ``u`` (half-force shifted when a body force acts)."""
-    rho, mom = moments(f, lattice)
+    rho, mom = density_momentum(f, lattice)
     if force is not None:
         mom = [m + 0.5 * float(force[a]) if force[a] != 0 else m for a, m in enumerate(mom)]
     return rho, jnp.stack([m / rho for m in mom])
