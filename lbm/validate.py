@@ -102,7 +102,7 @@ CHECKS = (
 
 # --- 3D (docs/validation_3d.md) ---
 DUCT_16 = ("lattice=d3q19", "grid.ny=18", "grid.nz=18", "collision=trt")  # 16 x 16 fluid cells
-CAVITY_3D_RE1000 = ("lattice=d3q19", "grid.nx=66", "grid.ny=66", "grid.nz=66", "flow.u_lattice=0.1",
+CAVITY_3D_RE1000 = ("lattice=d3q19", "grid.nx=58", "grid.ny=58", "grid.nz=58", "flow.u_lattice=0.1",
                     "flow.reynolds=1000", "collision=trt")
 DFG_3D1Z_N10 = ("case.variant=3D-1Z", "lattice=d3q19", "grid.nz=4", "case.cells_per_diameter=10", "flow.tau=0.56")
 DFG_3D1Z = {"cd": (6.05, 6.25, 0.057), "cl": (0.008, 0.010, 0.33), "dp": (0.165, 0.175, 0.056)}
@@ -111,11 +111,12 @@ from the interval's middle (docs/validation_3d.md)."""
 CHECKS_3D = (
     Check("duct_series_16", "duct", DUCT_16, "duct_max_error_over_umax", 2e-3,
           "Fourier series of the duct's Poisson problem (lbm/cases/duct.py); measured 9.1e-4 at 16x16 (TRT)"),
-    Check("cavity3d_ak_u_re1000", "cavity", CAVITY_3D_RE1000, "albensoeder_u_max_abs_error", 0.07,
-          "Albensoeder & Kuhlmann (2005) Table 5, cube, Re 1000 (measured 0.036 at 64^3: the extrema are "
-          "under-resolved)", levels=("full",)),
-    Check("cavity3d_ak_v_re1000", "cavity", CAVITY_3D_RE1000, "albensoeder_v_max_abs_error", 0.1,
-          "Albensoeder & Kuhlmann (2005) Table 6, cube, Re 1000 (measured 0.054 at 64^3)", levels=("full",)),
+    Check("cavity3d_ak_u_re1000", "cavity", CAVITY_3D_RE1000, "albensoeder_u_max_abs_error", 0.09,
+          "Albensoeder & Kuhlmann (2005) Table 5, cube, Re 1000 (measured 0.044 at 56^3, 0.036 at 64^3: the "
+          "wall-jet peaks are under-resolved)", levels=("full",)),
+    Check("cavity3d_ak_v_re1000", "cavity", CAVITY_3D_RE1000, "albensoeder_v_max_abs_error", 0.135,
+          "Albensoeder & Kuhlmann (2005) Table 6, cube, Re 1000 (measured 0.068 at 56^3, 0.054 at 64^3)",
+          levels=("full",)),
     *(Check(f"dfg_3d1z_{metric}_n10", "schafer_turek", DFG_3D1Z_N10, metric, 0.0,
             f"Schafer & Turek (1996) 3D-1Z [{lo:g}, {hi:g}]: its middle, widened to 2x the error measured at "
             f"10 cells per diameter ({100 * err:+.0f}%; the published interval needs a finer grid)",
