@@ -33,7 +33,8 @@ REFUSED = [
     (["flow.reynolds=abc"], "flow.reynolds=abc is invalid: expected a number"),
     (["output.plots=maybe"], "output.plots=maybe is invalid: expected true or false"),
     (["steps=abc"], "steps=abc is invalid: expected an integer >= 1 or auto"),
-    (["case=nope"], "case=nope is not known: choose one of cavity, cylinder, obstacle, poiseuille, schafer_turek, taylor_green"),
+    (["case=nope"], "case=nope is not known: choose one of cavity, cylinder, duct, obstacle, poiseuille, schafer_turek, "
+                    "taylor_green"),
     (["lattice=d5q99"], "lattice=d5q99 is not known: choose one of d2q9, d3q19, d3q27"),
     (["hydra.nonsense=1"], "hydra.nonsense is not a Hydra setting"),
 ]

@@ -3,8 +3,10 @@
 The grid includes one layer of wall cells on each side, so the cavity holds
 L = nx - 2 fluid cells across; walls sit half-way between the last fluid and the
 first wall cell. Reynolds number = U L / nu with U = flow.u_lattice (lid speed).
-Centre-line profiles u(y) at x = 1/2 and v(x) at y = 1/2 go to ``profiles.csv``
-and, at a Reynolds number Ghia et al. (1982) tabulate, are compared with them.
+Centre-line profiles u(y) at x = 1/2 and v(x) at y = 1/2 (in 3D on the mid-plane z = 1/2) go to
+``profiles.csv`` and are compared with a published reference where one exists: in 2D with Ghia et
+al. (1982) at the Reynolds numbers they tabulate, in a 3D cube at Re 1000 with Albensoeder &
+Kuhlmann (2005), Tables 5 and 6 (``reference/albensoeder_kuhlmann2005_cube_re1000_centrelines.csv``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,26 @@ def ghia_reference(reynolds: float) -> dict[str, np.ndarray] | None:
         "u": np.array([float(r[f"u_Re{re_int}"]) for r in u_rows]),
         "x": np.array([float(r["x_exact"]) for r in v_rows]),
         "v": np.array([float(r[f"v_Re{re_int}"]) for r in v_rows]),
+    }
+
+
+AK_REYNOLDS = 1000
+"""The Reynolds number of Albensoeder & Kuhlmann's (2005) tabulated centre lines of the cube."""
+AK_FILE = "albensoeder_kuhlmann2005_cube_re1000_centrelines.csv"
+
+
+def albensoeder_reference(reynolds: float) -> dict[str, np.ndarray] | None:
+    """Albensoeder & Kuhlmann (2005) centre lines of the cube, lbm orientation (lid at y = 1 along +x); None if not Re 1000."""
+    if abs(reynolds - AK_REYNOLDS) > 1e-6 * AK_REYNOLDS:
+        return None
+    rows = read_reference_csv(AK_FILE)
+    u_rows = [r for r in rows if r["profile"] == "T5_u_at_x=0.5"]
+    v_rows = [r for r in rows if r["profile"] == "T6_v_at_y=0.5"]
+    return {
+        "y": np.array([float(r["position"]) for r in u_rows]),
+        "u": np.array([float(r["velocity_over_lid"]) for r in u_rows]),
+        "x": np.array([float(r["position"]) for r in v_rows]),
+        "v": np.array([float(r["velocity_over_lid"]) for r in v_rows]),
     }
 
 
@@ -148,7 +170,7 @@ class Cavity(Case):
         """Centre-line profiles normalised by the lid speed, wall values included (2D, or the z mid-plane in 3D)."""
         u = fields["u"]
         if u.shape[0] == 3:
-            u = u[:2, :, :, u.shape[3] // 2]
+            u = centreline(np.moveaxis(u[:2], 3, 0), u.shape[3])  # the mid-plane z = 1/2
         nx, ny = u.shape[1], u.shape[2]
         lid = self.run.u_lattice
         y = np.concatenate([[0.0], (np.arange(1, ny - 1) - 0.5) / (ny - 2), [1.0]])
@@ -157,9 +179,16 @@ class Cavity(Case):
         v_c = centreline(np.swapaxes(u[1], 0, 1), ny)[1:-1] / lid
         return {"y": y, "u": np.concatenate([[0.0], u_c, [1.0]]), "x": x, "v": np.concatenate([[0.0], v_c, [0.0]])}
 
+    @property
+    def is_cube(self) -> bool:
+        """A 3D cavity with as many cells along each axis."""
+        return self.lattice.d == 3 and len(set(self.run.grid)) == 1
+
     def reference(self, setup: Setup) -> dict[str, np.ndarray] | None:
-        """Ghia et al.'s 2D data for this Reynolds number; None in 3D (a cube is another flow)."""
-        return ghia_reference(setup.reynolds) if self.lattice.d == 2 else None
+        """Ghia et al.'s 2D data, or Albensoeder & Kuhlmann's for a cube at Re 1000; None where neither applies."""
+        if self.lattice.d == 2:
+            return ghia_reference(setup.reynolds)
+        return albensoeder_reference(setup.reynolds) if self.is_cube else None
 
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Steadiness, and the deviation from Ghia et al. where they tabulate this Reynolds number."""
@@ -169,14 +198,17 @@ class Cavity(Case):
             out["steady_change_per_1000_steps"] = change
         prof = self.profiles(fields)
         ref = self.reference(setup)
-        out["ghia_reynolds"] = None if ref is None else int(round(setup.reynolds))
+        key = "ghia" if self.lattice.d == 2 else "albensoeder"
+        out[f"{key}_reynolds"] = None if ref is None else int(round(setup.reynolds))
+        if self.lattice.d == 3:
+            out.update(u_min=float(prof["u"].min()), v_min=float(prof["v"].min()), v_max=float(prof["v"].max()))
         if ref is not None:
             u_i = np.interp(ref["y"], prof["y"], prof["u"])
             v_i = np.interp(ref["x"], prof["x"], prof["v"])
-            out["ghia_u_max_abs_error"] = float(np.abs(u_i - ref["u"]).max())
-            out["ghia_v_max_abs_error"] = float(np.abs(v_i - ref["v"]).max())
-            out["ghia_u_rms_error"] = float(np.sqrt(np.mean((u_i - ref["u"]) ** 2)))
-            out["ghia_v_rms_error"] = float(np.sqrt(np.mean((v_i - ref["v"]) ** 2)))
+            out[f"{key}_u_max_abs_error"] = float(np.abs(u_i - ref["u"]).max())
+            out[f"{key}_v_max_abs_error"] = float(np.abs(v_i - ref["v"]).max())
+            out[f"{key}_u_rms_error"] = float(np.sqrt(np.mean((u_i - ref["u"]) ** 2)))
+            out[f"{key}_v_rms_error"] = float(np.sqrt(np.mean((v_i - ref["v"]) ** 2)))
         return out
 
     def write_outputs(self, run_dir: Path, setup: Setup, fields: dict[str, np.ndarray], metrics: dict[str, Any]) -> list[str]:
@@ -190,11 +222,27 @@ class Cavity(Case):
             for xx, vv in zip(prof["x"], prof["v"], strict=False):
                 w.writerow(["v_at_y=0.5", f"{xx:.8f}", f"{vv:.8e}"])
         written = ["profiles.csv"]
-        if self.run.plots:
+        if self.run.plots and self.lattice.d == 3:
+            written += self.plot_3d(run_dir, prof, self.reference(setup), setup.reynolds)
+        elif self.run.plots:
             from lbm.io.plots import cavity_profiles_plot
 
             written.append(cavity_profiles_plot(run_dir, prof, self.reference(setup), setup.reynolds))
         return written
+
+    def plot_3d(self, run_dir: Path, prof: dict[str, np.ndarray], ref: dict[str, np.ndarray] | None,
+                reynolds: float) -> list[str]:
+        """The two centre lines of the mid-plane z = 1/2, with Albensoeder & Kuhlmann's points where they apply."""
+        from lbm.io.plots import line_plot
+
+        label = "Albensoeder & Kuhlmann 2005"
+        u_lines = [(prof["u"], prof["y"], "lbm", "-")] + ([(ref["u"], ref["y"], label, "o")] if ref is not None else [])
+        v_lines = [(prof["x"], prof["v"], "lbm", "-")] + ([(ref["x"], ref["v"], label, "o")] if ref is not None else [])
+        title = f"Cubic cavity, Re = {reynolds:g}, mid-plane z = 1/2"
+        return [line_plot(run_dir / "plots" / "profile_u.png", u_lines, xlabel="u / U_lid at x = 1/2",
+                          ylabel="y / L", title=title, run_dir=run_dir),
+                line_plot(run_dir / "plots" / "profile_v.png", v_lines, xlabel="x / L",
+                          ylabel="v / U_lid at y = 1/2", title=title, run_dir=run_dir)]
 
 
 def check_geometry(shape: tuple[int, ...]) -> None:

@@ -1,4 +1,4 @@
-"""The DFG benchmark "laminar flow around a cylinder" (Schäfer & Turek 1996), 2D cases 2D-1, 2D-2, 2D-3.
+"""The DFG benchmark "laminar flow around a cylinder" (Schäfer & Turek 1996), 2D cases 2D-1, 2D-2, 2D-3, and 3D-1Z.
 
 Set-up (reference/schafer_turek_1996_setup.csv): channel 2.2 m x 0.41 m, cylinder D = 0.1 m centred
 at (0.2, 0.2) (0.15 above the lower wall, 0.16 below the upper one), nu = 1e-3 m²/s, rho = 1; parabolic
@@ -20,6 +20,8 @@ Metrics, with the published normalisation (rho = 1): cd = 2 F_x / (U_mean² D), 
 cylinder surface are extrapolated from the fluid nodes on the line y = 0.2), St = D f / U_mean (f from the
 lift), La = x_r - 0.25 (x_r: where u_x on y = 0.2 turns positive behind the cylinder).
 2D-1: ``cd``, ``cl``, ``dp``, ``la``; 2D-2: ``cd_max``, ``cl_max``, ``strouhal``; 2D-3: ``cd_max``, ``cl_max``, ``dp_t8``.
+
+3D-1Z (steady, Re 20, 3D lattices): :class:`SchaferTurek3D` at the end of this module (its own doc).
 """
 
 from __future__ import annotations
@@ -37,18 +39,20 @@ from lbm.cases.base import Setup, make_setup
 from lbm.cases.cylinder import Cylinder, dominant_frequency
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
-from lbm.lattice import CS2
+from lbm.lattice import CS2, Lattice
 
 LENGTH, HEIGHT, DIAMETER, CENTER, NU = 2.2, 0.41, 0.1, (0.2, 0.2), 1e-3
 """Channel length and height, cylinder diameter and centre (m), kinematic viscosity (m²/s)."""
-VARIANTS = {"2D-1": 0.2, "2D-2": 1.0, "2D-3": 1.0}
+VARIANTS = {"2D-1": 0.2, "2D-2": 1.0, "2D-3": 1.0, "3D-1Z": 0.2}
 """Variant -> U_mean (m/s) of the normalisation (2D-3: its peak)."""
 END_TIME_S = 8.0
 """2D-3 runs t in [0, 8] s; its inflow peaks at 4 s."""
 OUTLET_KINDS = (*PRESSURE_KINDS, "characteristic")
 """case.outlet: a Zou–He / NEBB pressure outlet at density 1, or the non-reflecting one (lbm.boundaries.characteristic)."""
-AUTO_TIME_S = {"2D-1": 30.0, "2D-2": 20.0, "2D-3": END_TIME_S}
-"""steps=auto: physical time simulated (2D-1 stops earlier once steady, see ``converged``)."""
+AUTO_TIME_S = {"2D-1": 30.0, "2D-2": 20.0, "2D-3": END_TIME_S, "3D-1Z": 30.0}
+"""steps=auto: physical time simulated (2D-1 and 3D-1Z stop earlier once steady, see ``converged``)."""
+STEADY = ("2D-1", "3D-1Z")
+"""The steady variants: run until the drag settles, reported as cd, cl, dp, la."""
 
 
 def line_value(values: np.ndarray, x: float, side: int) -> float:
@@ -65,7 +69,7 @@ def resolve(run: RunConfig) -> RunConfig:
     if variant not in VARIANTS:
         raise ConfigError("case.variant", variant, f"one of {', '.join(VARIANTS)}")
     if run.dim != 2:
-        raise ConfigError("lattice", run.lattice, "d2q9 (the 3D DFG cases are not implemented)")
+        raise ConfigError("lattice", run.lattice, "d2q9 (the 2D variants; case.variant=3D-1Z runs on d3q19)")
     n = params.get("cells_per_diameter", 20)
     if isinstance(n, bool) or not isinstance(n, int) or not 4 <= n <= 400:
         raise ConfigError("case.cells_per_diameter", n, "an integer in [4, 400] (cells across the cylinder)")
@@ -82,6 +86,12 @@ class SchaferTurek(Cylinder):
 
     name = "schafer_turek"
     dims = (2,)
+
+    def __new__(cls, run: RunConfig) -> SchaferTurek:
+        """The 3D variant is its own class (:class:`SchaferTurek3D`)."""
+        if cls is SchaferTurek and run.case_params.get("variant") in VARIANTS_3D:
+            cls = SchaferTurek3D
+        return super().__new__(cls)
 
     def __init__(self, run: RunConfig) -> None:
         super().__init__(run)
@@ -124,6 +134,9 @@ class SchaferTurek(Cylinder):
         if outlet_kind == "characteristic" and self.variant == "2D-3":
             raise ConfigError("case.outlet", outlet_kind, "zou_he or nebb for 2D-3 (the characteristic outlet needs the "
                               "channel's steady pressure gradient; 2D-3's inflow changes in time)")
+        if outlet_kind == "characteristic" and self.variant == "3D-1Z":
+            raise ConfigError("case.outlet", outlet_kind, "zou_he or nebb for 3D-1Z (the characteristic outlet is "
+                              "written for the 2D channel's pressure gradient)")
         tol = self.params.get("steady_tolerance", 2e-4)
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
             raise ConfigError("case.steady_tolerance", tol, "a number > 0 (relative change of the period-averaged drag)")
@@ -144,7 +157,7 @@ class SchaferTurek(Cylinder):
         Means over whole periods of the acoustic mode reflected between inlet and outlet, which
         the drag carries long after the flow is steady.
         """
-        if self.variant != "2D-1" or step * self.dt < 10.0:
+        if self.variant not in STEADY or step * self.dt < 10.0:
             return False
         cd = self.coefficients()[:, -2]
         span = self.acoustic_period
@@ -224,7 +237,7 @@ class SchaferTurek(Cylinder):
         cd, cl = rows[:, -2], rows[:, -1]
         out: dict[str, Any] = {"variant": self.variant, "cells_per_diameter": self.cells,
                                "time_s": len(rows) * self.dt, "dt_s": self.dt}
-        if self.variant == "2D-1":
+        if self.variant in STEADY:
             start = max(0, len(rows) - 2 * self.acoustic_period)  # two periods of the acoustic mode
             out.update(cd=float(cd[start:].mean()), cl=float(cl[start:].mean()),
                        dp=self.pressure_difference(fields["rho"]), la=self.recirculation_length(fields["u"][0]),
@@ -244,4 +257,147 @@ class SchaferTurek(Cylinder):
                        t_cd_max_s=float((np.argmax(cd) + 1) * self.dt), t_cl_max_s=float((np.argmax(cl) + 1) * self.dt))
             if abs(len(rows) * self.dt - END_TIME_S) > self.dt:
                 out["dp_t8_note"] = f"the run ended at t = {len(rows) * self.dt:.3f} s, not 8 s (use steps=auto)"
+        return out
+
+
+# --- 3D-1Z ---------------------------------------------------------------------------------------
+
+LENGTH_3D, CENTER_3D = 2.5, (0.5, 0.2)
+"""3D channel length (m; the cross-section is HEIGHT x HEIGHT) and the cylinder axis (x, y) (m)."""
+VARIANTS_3D = ("3D-1Z",)
+"""The variants run by :class:`SchaferTurek3D`."""
+
+
+def resolve_3d(run: RunConfig) -> RunConfig:
+    """``run`` with the 3D-1Z grid of case.cells_per_diameter, Reynolds number 20 and U_mean (checks them)."""
+    params = run.case_params
+    variant = params.get("variant", "3D-1Z")
+    if run.dim != 3:
+        raise ConfigError("lattice", run.lattice, f"d3q19 or d3q27 for case.variant={variant} (the 2D variants run on d2q9)")
+    n = params.get("cells_per_diameter", 10)
+    if isinstance(n, bool) or not isinstance(n, int) or not 4 <= n <= 100:
+        raise ConfigError("case.cells_per_diameter", n, "an integer in [4, 100] (cells across the cylinder)")
+    reynolds = round(VARIANTS[variant] * DIAMETER / NU, 9)
+    u = run.u_lattice if run.tau is None else reynolds * CS2 * (run.tau - 0.5) / n
+    if not u * 2.25 / math.sqrt(CS2) < 0.5:
+        raise ConfigError("flow.tau", run.tau, f"a relaxation time giving an inflow Mach number < 0.5 at Re {reynolds:g}")
+    side = round(HEIGHT / DIAMETER * n) + 2
+    return dataclasses.replace(run, grid=(round(LENGTH_3D / DIAMETER) * n + 1, side, side), reynolds=reynolds,
+                               u_lattice=u)
+
+
+def links_from(wall: InterpolatedBounceBack, fluid: np.ndarray, lattice: Lattice) -> InterpolatedBounceBack:
+    """``wall`` keeping only its links that start in ``fluid``; a q < 1/2 link whose second cell is not fluid goes half-way."""
+    from lbm.boundaries.interpolated import bfl_weights
+
+    flat = fluid.reshape(-1)
+    keep = flat[np.asarray(wall.link_fluid)]
+    link_dir, link_fluid, q = np.asarray(wall.link_dir)[keep], np.asarray(wall.link_fluid)[keep], np.asarray(wall.q)[keep]
+    points = np.stack(np.unravel_index(link_fluid, fluid.shape), axis=1)
+    far = np.ravel_multi_index(tuple(np.mod(points - lattice.c[link_dir], fluid.shape).T), fluid.shape)
+    far_ok = flat[far]
+    return InterpolatedBounceBack(solid=wall.solid, link_dir=link_dir, link_solid=np.asarray(wall.link_solid)[keep],
+                                  link_fluid=link_fluid, link_far=np.where(far_ok, far, link_fluid).astype(np.int32),
+                                  weights=bfl_weights(q, far_ok), q=q)
+
+
+class SchaferTurek3D(SchaferTurek):
+    """DFG 3D-1Z (Schäfer & Turek 1996): steady flow (Re 20) around a circular cylinder spanning a square duct.
+
+    Set-up (reference/schafer_turek_1996_setup.csv, 3D rows): channel 2.5 m x 0.41 m x 0.41 m, the
+    cylinder D = 0.1 m with its axis along z through (x, y) = (0.5, 0.2), inflow
+    u = 16 U_m y z (H - y)(H - z) / H⁴ with U_m = 0.45 m/s (U_mean = 4 U_m / 9 = 0.2 m/s), nu = 1e-3.
+    Lattice: N = ``case.cells_per_diameter`` (default 10), grid (25 N + 1) x (round(4.1 N) + 2)²; walls
+    half-way on y and z, the cylinder by linear BFL on the exact circle (its cells in the wall planes
+    z = 0, nz - 1 stay walls), the same inlet and outlet conditions as 2D. It starts from the inflow
+    profile everywhere with the pressure gradient of the duct flow of the same axis speed.
+    Metrics as 2D-1 (``cd``, ``cl``, ``dp``, ``la``) with the 3D normalisation c = 2 F / (rho U_mean² D H);
+    Δp = p(0.45, 0.2, 0.205) - p(0.55, 0.2, 0.205) and La on the line (y, z) = (0.2, 0.205).
+    """
+
+    dims = (3,)
+
+    @property
+    def run(self) -> RunConfig:
+        """The run configuration, with the 3D-1Z grid, Reynolds number and U_mean."""
+        return self._run
+
+    @run.setter
+    def run(self, run: RunConfig) -> None:
+        self._run = resolve_3d(run)
+
+    @property
+    def depth(self) -> float:
+        """The cylinder's span H in cells (between the half-way walls at z = 0 and 0.41)."""
+        return float(self.run.grid[2] - 2)
+
+    def geometry(self) -> tuple[float, float, float]:
+        """Axis (x, y node coordinates) and radius of the cylinder, in cells."""
+        return CENTER_3D[0] / self.dx, CENTER_3D[1] / self.dx + 0.5, self.cells / 2
+
+    def inflow(self, u_max: float) -> np.ndarray:
+        """u_x on the inlet face (ny, nz): 16 U_m y z (H - y)(H - z) / H⁴, 0 on the wall cells."""
+        ny, nz = self.run.grid[1:]
+        height = ny - 2
+        y = np.arange(ny) - 0.5
+        z = np.arange(nz) - 0.5
+        fy = np.where((y > 0) & (y < height), y * (height - y), 0.0)
+        fz = np.where((z > 0) & (z < height), z * (height - z), 0.0)
+        return 16 * u_max * np.outer(fy, fz) / height**4
+
+    def setup(self) -> Setup:
+        """Duct walls, cylinder, inflow and outlet; the inflow profile everywhere with the duct's pressure gradient."""
+        from lbm.boundaries.interpolated import circle_intersect
+        from lbm.cases.duct import duct_series
+        from lbm.kernels.forces import boundary_links
+
+        shape = self.run.grid
+        nx, ny, nz = shape
+        rel = self.relaxation(float(self.cells))
+        inlet_kind, outlet_kind = self.options()
+        u_max = 2.25 * self.run.u_lattice
+        cx, cy, r = self.geometry()
+        walls = np.zeros(shape, bool)
+        walls[:, 0] = walls[:, -1] = True
+        walls[:, :, 0] = walls[:, :, -1] = True
+        x, y = np.meshgrid(np.arange(nx, dtype=np.float64), np.arange(ny, dtype=np.float64), indexing="ij")
+        disc = np.broadcast_to(((x - cx) ** 2 + (y - cy) ** 2 < r**2)[:, :, None], shape) & ~walls
+        fluid = ~(walls | disc)
+        circle = circle_intersect((cx, cy), r)
+
+        def intersect(points: np.ndarray, links: np.ndarray) -> np.ndarray:
+            # links from wall cells into the cylinder may not cut the circle: links_from drops them
+            return np.where(fluid[tuple(points.astype(np.int64).T)], circle(points, links), 0.5)
+
+        cylinder = links_from(InterpolatedBounceBack.from_shape(disc, intersect, self.lattice), fluid, self.lattice)
+        inflow = np.zeros((3, ny, nz))
+        inflow[0] = self.inflow(u_max)
+        height = float(ny - 2)
+        axis = float(duct_series(np.array(height / 2), np.array(height / 2), height, height, 1.0, 1.0))
+        gradient = rel["nu"] * u_max / axis  # -dp/dx of the duct flow with the inflow's axis speed
+        u0 = np.broadcast_to(inflow[:, None], (3,) + shape).copy()
+        rho0 = np.broadcast_to((1.0 + gradient * (nx - 1 - np.arange(nx)) / CS2)[:, None, None], shape).copy()
+        solid = walls | disc
+        u0[:, solid] = 0.0
+        derived = self.base_derived(float(self.cells), rel)
+        derived.update(variant=self.variant, cells_per_diameter=self.cells, dx_m=self.dx, dt_s=self.dt,
+                       u_max_lattice=u_max, center=[cx, cy], radius=r, span_cells=self.depth,
+                       end_time_s=self.run.steps * self.dt)
+        boundaries = (PressureOutlet(rho=1.0, kind=outlet_kind),
+                      Inlet(u=inflow.astype(self.dtype), kind=inlet_kind),
+                      HalfwayBounceBack.around(walls, self.lattice), cylinder,
+                      Forces(*boundary_links(disc, fluid, self.lattice)))
+        return make_setup(self, solid=solid, rho0=rho0, u0=u0, rel=rel, boundaries=boundaries, derived=derived)
+
+    def mid_plane(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (…, nx, ny, nz) on the plane z = 0.205 m (the mean of the two middle planes if nz is even)."""
+        nz = values.shape[-1]
+        return 0.5 * (values[..., (nz - 1) // 2] + values[..., nz // 2])
+
+    def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
+        """cd, cl (3D normalisation), Δp and La on the mid-plane, as 2D-1 reports them."""
+        plane = {"rho": self.mid_plane(fields["rho"]), "u": self.mid_plane(fields["u"][:2])}
+        out = super().metrics(setup, plane, steps)
+        if out:
+            out["span_cells"] = self.depth
         return out
