@@ -572,5 +572,7 @@ def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
 def case_summary_keys(metrics: dict[str, Any]) -> list[str]:
     """Keys worth one log line at the end of a run."""
     keys = ["mlups", "compile_time_s", "mass_rel_drift", "cd_mean", "cl_amplitude", "strouhal",
-            "ghia_u_max_abs_error", "ghia_v_max_abs_error", "profile_l2_rel_error", "decay_rel_error_max"]
+            "cd", "cl", "dp", "la", "cd_max", "cl_max", "dp_t8",
+            "ghia_u_max_abs_error", "ghia_v_max_abs_error", "albensoeder_u_max_abs_error",
+            "albensoeder_v_max_abs_error", "profile_l2_rel_error", "duct_max_error_over_umax", "decay_rel_error_max"]
     return [k for k in keys if k in metrics]

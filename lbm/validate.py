@@ -52,7 +52,7 @@ class Check:
         """The reference as a short text: the interval, or the bound."""
         if self.interval is not None:
             return f"[{self.interval[0]:.5g}, {self.interval[1]:.5g}]"
-        return f"<= {self.bound:.0e}"
+        return f"<= {self.bound:.3g}"
 
     def arguments(self, overrides: list[str]) -> tuple[str, ...]:
         """The overrides of this check's run: its case and own settings, the user's, then the forced ones."""
