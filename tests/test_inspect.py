@@ -325,24 +325,6 @@ def test_deviceless_compile(tmp_path, target, module, case):
     assert "kernel" in res.stdout and "projected_mlups" in res.stdout
 
 
-@pytest.mark.accel
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_xla_engine_on_h100_copies_no_population_array(tmp_path, case):
-    """The reference engine on a GPU: two steps per loop iteration, no whole-array copy of the loop state.
-
-    Measured (docs/performance.md): traffic_ratio 2.33 for the box and 2.36 for the cylinder, from 3.33 and 3.36
-    with one step per iteration (the copy of the populations was 72 of 240 B/cell/step); bound 2.5.
-    """
-    if not _installed("jax_plugins.xla_cuda12"):
-        pytest.skip("jax_plugins.xla_cuda12 is not installed (bash scripts/accel_env.sh)")
-    res = run_cli("target=h100", "engine=xla", *CASES[case], "--out", str(tmp_path))
-    assert res.returncode == 0, res.stderr[-2000:]
-    rec = json.loads((tmp_path / "inspect.json").read_text())
-    assert rec["engine"] == "xla" and rec["steps_per_loop_body"] == 2
-    assert not [k for k in rec["kernels"] if k["opcode"] == "copy" and k["read_bytes_per_cell_step"] > 1]
-    assert rec["traffic_ratio"] <= 2.5
-
-
 def test_multi_device_targets_refused_in_one_line(tmp_path):
     from lbm.cli import main
 
