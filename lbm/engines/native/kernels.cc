@@ -67,7 +67,7 @@ static inline void ST(store* p, real v) { *p = (store)v; }
 
 // ---- one cell -------------------------------------------------------------------------------------------------
 // F: the force table (LBM_FORCE_TABLE: the force, then Guo's per-direction constants); unused when unforced.
-static inline void collide(const real* __restrict f_, real* __restrict out_, real wp, real wm, const real* F) {
+static inline void collide(const real* __restrict f_, real* __restrict out_, real wp, real wm, const real* __restrict F) {
   (void)wm;
   LBM_FORCE_CONSTANTS
   LBM_UNPACK
@@ -190,18 +190,22 @@ static inline __attribute__((always_inline)) void segment(const store* const* rp
 }
 
 // The cells of one row: the edge cells (wrapping) scalar, the rest vectorised, runs of solid cells skipped (walls).
+// The even AA step reads and writes each cell's own slots (no wrap): the whole row is vectorised.
 template <int K, int B>
 static inline void row_cells(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F,
                              const real* const* U, const int32_t* sk, int64_t ns) {
-  if (!(ns && sk[0] == 0)) cell<K, B>(rp, wrow, 0, n, wp, wm, F, U);
-  if (n > 1 && !(ns && sk[2 * ns - 1] == n)) cell<K, B>(rp, wrow, n - 1, n, wp, wm, F, U);
-  int64_t cur = 1;
+  const int64_t lo = K == AA_EVEN ? 0 : 1, hi = K == AA_EVEN ? n : n - 1;
+  if (K != AA_EVEN) {
+    if (!(ns && sk[0] == 0)) cell<K, B>(rp, wrow, 0, n, wp, wm, F, U);
+    if (n > 1 && !(ns && sk[2 * ns - 1] == n)) cell<K, B>(rp, wrow, n - 1, n, wp, wm, F, U);
+  }
+  int64_t cur = lo;
   for (int64_t r = 0; r < ns; ++r) {
     const int64_t a = sk[2 * r], b = sk[2 * r + 1];
-    if (a > cur) segment<K, B>(rp, wrow, cur, std::min(a, n - 1), wp, wm, F, U);
+    if (a > cur) segment<K, B>(rp, wrow, cur, std::min(a, hi), wp, wm, F, U);
     cur = std::max(cur, b);
   }
-  if (cur < n - 1) segment<K, B>(rp, wrow, cur, n - 1, wp, wm, F, U);
+  if (cur < hi) segment<K, B>(rp, wrow, cur, hi, wp, wm, F, U);
 }
 
 // Outer coordinates (x[, y]) of outer row o.
