@@ -120,14 +120,11 @@ def force_table(spec: KernelSpec) -> list[str]:
 
 
 def force_constants(spec: KernelSpec) -> list[str]:
-    """C declarations of the forcing constants read from the table G (:func:`force_table`), by name."""
-    lat = spec.lattice
-    q, d = lat.q, lat.d
+    """C declarations of the force F0_.. and of gs_ from the table F (:func:`force_table`); the body reads the rest in place."""
+    d = spec.lattice.d
     if not spec.forced:
         return ["(void)F;"]
-    lines = [f"const real F{a}_ = F[{a}];" for a in range(d)] + [f"const real gs_ = F[{d}];"]
-    lines.append("(void)gs_;")
-    return lines
+    return [f"const real F{a}_ = F[{a}];" for a in range(d)] + [f"const real gs_ = F[{d}];", "(void)gs_;"]
 
 
 def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
@@ -164,14 +161,15 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
     if spec.forced and not spec.trt and not inlet:
         # BGK with Guo's term, folded into the equilibrium's polynomial (the same sum, fewer operations per direction):
         # o_i = (1 - wp) f_i + w_i (A + c_i.u (B + C c_i.u + D_i)) + ga_i, A = wp rho base - (1 - wp/2) u.F / cs^2,
-        # B = 3 wp rho, C = 4.5 wp rho, D_i = (1 - wp/2) c_i.F / cs^4, ga_i = (1 - wm/2) w_i c_i.F / cs^2
+        # B = 3 wp rho, C = 4.5 wp rho, D_i = (1 - wp/2) c_i.F / cs^4, ga_i = (1 - wm/2) w_i c_i.F / cs^2 (table F)
         lines.append("real sf = (" + " + ".join(f"F{a}_ * u{a}" for a in range(d)) + ") * gs_;")
         lines.append("real wr = wp * rho, keep = (real)1 - wp;")
         lines.append("real pa = wr * base - sf, pb = (real)3 * wr, pc = (real)4.5 * wr;")
         for i in range(q):
             w = _fmt(lat.w[i])
             if c[i].any():
-                lines.append(f"real o{i} = keep * f{i} + ((real){w} * (pa + cu{i} * ((pb + pc * cu{i}) + F[{d + 1 + 2 * q + i}])) + F[{d + 1 + i}]);")
+                gd, ga = f"F[{d + 1 + 2 * q + i}]", f"F[{d + 1 + i}]"
+                lines.append(f"real o{i} = keep * f{i} + ((real){w} * (pa + cu{i} * ((pb + pc * cu{i}) + {gd})) + {ga});")
             else:
                 lines.append(f"real o{i} = keep * f{i} + (real){w} * pa;")
         return lines

@@ -7,7 +7,8 @@
 //   aa_odd   A[i](x + c_i) = collide({A[opp(k)](x - c_k)})_i               in place (AA pattern, odd step)
 //   scatter  store values at flat slots, in place                          (boundary fix-ups after a step)
 // Each step kernel first gathers the populations at the given flat slots (the boundary cells' inputs) before it
-// overwrites them, applies the walls (bounce-back) row by row from link records (RowWalls below), and finally
+// overwrites them, applies a velocity inlet and a zero-gradient outflow on their faces (whole rows: RowFaces below)
+// and the walls (bounce-back) row by row from link records (RowWalls below), and finally
 // gathers the new populations at a second list of slots (what conditions that only observe the step, e.g. forces, read).
 // An even step followed by an odd step equals two push steps; each cell reads and writes only its
 // own slots, so the AA kernels are race-free in place. Rows of the outer axes are shared among XLA's intra-op

@@ -303,7 +303,7 @@ def force_slots(lattice: Lattice, shape: tuple[int, ...], forces: Forces, scheme
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """Which boundary conditions a bulk kernel applies itself (``walls``, ``faces``, ``forces``) and which run on the ``block``."""
+    """Which boundary conditions a bulk kernel applies itself (``walls``, ``faces``, ``forces``), which run on the ``block``."""
 
     walls: tuple[BoundaryCondition, ...]
     general: tuple[BoundaryCondition, ...]
