@@ -153,6 +153,11 @@ static inline void cell(const store* const* rp, store* const* wrow, int64_t k, i
 }
 
 // Cells k0..k1 of a row, none at its ends (no wrap): vectorised, one named scalar per direction (LBM_ROW_POINTERS).
+// One loop per scheme; COLLIDE is the collision of a bulk cell or of an inlet cell.
+#define LBM_SCHEME_LOOP(KIND, COLLIDE)                                                                              \
+  if (K == KIND) {                                                                                                  \
+    _Pragma("omp simd") for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_##KIND COLLIDE LBM_STORE_##KIND }            \
+  }
 template <int K, int B>
 static inline __attribute__((always_inline)) void segment(const store* const* rp, store* const* wrow, int64_t k0,
                                                           int64_t k1, real wp, real wm, const real* F,
@@ -161,32 +166,11 @@ static inline __attribute__((always_inline)) void segment(const store* const* rp
   LBM_FORCE_CONSTANTS
   LBM_ROW_POINTERS
   if constexpr (B == 0) {
-    if (K == PUSH) {
-#pragma omp simd
-      for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_PUSH LBM_COLLIDE LBM_STORE_PUSH }
-    }
-    if (K == AA_EVEN) {
-#pragma omp simd
-      for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_AA_EVEN LBM_COLLIDE LBM_STORE_AA_EVEN }
-    }
-    if (K == AA_ODD) {
-#pragma omp simd
-      for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_AA_ODD LBM_COLLIDE LBM_STORE_AA_ODD }
-    }
+    LBM_SCHEME_LOOP(PUSH, LBM_COLLIDE) LBM_SCHEME_LOOP(AA_EVEN, LBM_COLLIDE) LBM_SCHEME_LOOP(AA_ODD, LBM_COLLIDE)
   } else {
     LBM_INLET_POINTERS
-    if (K == PUSH) {
-#pragma omp simd
-      for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_PUSH LBM_COLLIDE_INLET LBM_STORE_PUSH }
-    }
-    if (K == AA_EVEN) {
-#pragma omp simd
-      for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_AA_EVEN LBM_COLLIDE_INLET LBM_STORE_AA_EVEN }
-    }
-    if (K == AA_ODD) {
-#pragma omp simd
-      for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_AA_ODD LBM_COLLIDE_INLET LBM_STORE_AA_ODD }
-    }
+    LBM_SCHEME_LOOP(PUSH, LBM_COLLIDE_INLET) LBM_SCHEME_LOOP(AA_EVEN, LBM_COLLIDE_INLET)
+    LBM_SCHEME_LOOP(AA_ODD, LBM_COLLIDE_INLET)
   }
 }
 
