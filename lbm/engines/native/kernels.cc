@@ -107,7 +107,7 @@ enum Kind { PUSH = 0, AA_EVEN = 1, AA_ODD = 2 };
 // ---- walls, row by row ------------------------------------------------------------------------------------------
 // Link records of the walls (lbm.engines.native.plan.wall_records), grouped by outer row (offsets *_off[o]..[o+1]):
 //   skip  [k0, k1) runs of solid cells of the row: the bulk pass neither reads nor writes them
-//   rest  a[d] = w_k, k = d / plane       a solid cell's populations that no link reflects (its own row)
+//   rest  a[d] = w_k, k = d / plane       a solid cell's populations that no link reflects (its own row; ascending d)
 //   copy  a[d] = a[s] + add               a half-way link: s is the write slot of the opposite population of the
 //                                         row's fluid cell across the link (just written), d the solid cell's slot;
 //                                         add is the moving-wall term
@@ -246,9 +246,9 @@ static void rows(const Geometry& g, const store* src, store* dst, int64_t o0, in
       row_cells<K, 0>(rp, wrow, n, wp, wm, F, U, sk, ns);
     }
     if (!W) continue;
-    for (int64_t r = W->rest_off[o]; r < W->rest_off[o + 1]; ++r) {
-      const int32_t d = W->rest[r];
-      const int k = (int)((uint32_t)d / (uint32_t)g.plane);
+    for (int64_t r = W->rest_off[o], k = 0; r < W->rest_off[o + 1]; ++r) {  // slots ascend: k = d / plane, no divide
+      const int64_t d = W->rest[r];
+      while (d >= (k + 1) * g.plane) ++k;
       ST(dst + d, WEIGHT_[k] - SHIFT[k]);
     }
     for (int64_t r = W->copy_off[o]; r < W->copy_off[o + 1]; ++r)
