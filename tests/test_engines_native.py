@@ -168,7 +168,7 @@ def test_kernel_walls_observe_slots_after_the_walls():
 
 
 def test_walls_go_to_the_kernel_unless_a_writer_touches_them():
-    """plan_kernel: walls in the kernel, forces observing; a wall on the inlet face falls back to the block."""
+    """plan_kernel: walls, inlet, outflow and forces in the kernel; a wall on the inlet face falls back to the block."""
     from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
     from lbm.engines.native.plan import plan_kernel, wall_records
 
@@ -178,15 +178,84 @@ def test_walls_go_to_the_kernel_unless_a_writer_touches_them():
     bcs = (Outflow(), Inlet(u=np.full((2, 9), 0.01)), HalfwayBounceBack.around(obstacle, lat), Forces.on(obstacle, lat))
     plan = plan_kernel(lat, shape, bcs)
     assert [type(w).__name__ for w in plan.walls] == ["HalfwayBounceBack"]
-    assert plan.block is not None and plan.block.observed > 0
+    assert {type(f).__name__ for f in plan.faces} == {"Inlet", "Outflow"} and plan.outflow and plan.inlet is bcs[1]
+    assert plan.forces is bcs[3] and plan.block is None and plan.general == ()
+    # two observers: forces stay on the block, reading the walls' solid cells from the kernel
+    plan = plan_kernel(lat, shape, bcs + (Forces.on(obstacle, lat),))
+    assert plan.forces is None and plan.block is not None and plan.block.observed > 0
     observed = plan.block.cells[plan.block.size - plan.block.observed:plan.block.size]
-    assert np.isin(np.flatnonzero(obstacle), observed).all()  # forces read the walls' solid cells from the kernel
+    assert np.isin(np.flatnonzero(obstacle), observed).all()
     touching = obstacle.copy()
     touching[0, 4] = True  # a solid cell on the inlet face, which the inlet rewrites: the wall stays on the block
     plan = plan_kernel(lat, shape, bcs[:2] + (FullwayBounceBack(solid=touching),))
-    assert plan.walls == () and plan.records == {} and np.isin(np.flatnonzero(touching), plan.block.cells).all()
+    assert plan.walls == () and plan.faces == () and plan.records == {}
+    assert np.isin(np.flatnonzero(touching), plan.block.cells).all()
+    assert plan_kernel(lat, (2, 9), bcs[:2]).faces == ()  # inlet, outflow and its upstream column need nx >= 3
     both = (FullwayBounceBack(solid=obstacle), HalfwayBounceBack.around(obstacle, lat))
     assert wall_records(lat, shape, both, "push") is None  # two walls on one cell: not independent link rules
     plan = plan_kernel(lat, shape, both)  # so both run on the block, in their order, as the dense step does
     assert plan.walls == () and plan.records == {}
     assert np.isin(np.flatnonzero(obstacle), plan.block.cells[: plan.block.size]).all()
+
+
+@needs_native
+@pytest.mark.parametrize("lat,kind,collision", [(D2Q9, "zou_he", "trt_force"), (LATTICES["d3q19"], "zou_he", "bgk")],
+                         ids=lambda v: getattr(v, "name", v))
+def test_kernel_faces_equal_the_dense_inlet_and_outflow(lat, kind, collision):
+    """Inlet (x = 0) and outflow (x = nx - 1) applied by the step kernels = outflow, moments, inlet, collide, stream.
+
+    Dense rules of lbm.boundaries (Zou-He builds on the non-equilibrium bounce-back rule, so both are checked),
+    a non-uniform inflow; push and an AA pair, float64 to 1e-14 as the bulk test.
+    """
+    from lbm.boundaries import Inlet, Outflow
+    from lbm.boundaries.base import StepState
+
+    op = 1 / 0.7
+    om = trt_omega_minus(op, 3 / 16) if collision != "bgk" else op
+    force = np.array([2e-4, -1e-4, 5e-5][: lat.d]) if collision.endswith("force") else None
+    shape = (6, 5) if lat.d == 2 else (5, 4, 3)
+    rng = np.random.default_rng(7)
+    u_in = 0.05 * rng.standard_normal((lat.d,) + shape[1:])
+    inlet, outflow = Inlet(u=jnp.asarray(u_in), kind=kind), Outflow()
+    spec = KernelSpec(lat, "float64", collision != "bgk", force is not None, kind)
+
+    def reference(f):
+        s = outflow.apply(StepState(f=f), lat)
+        rho, u = macroscopic(s.f, lat, force)
+        s = inlet.apply(s.replace(rho=rho, u=u, feq=equilibrium(rho, u, lat)), lat)
+        return stream(collide(s.f, s.feq, s.u, lat, op, om, force), lat)
+
+    f = _random_populations(lat, shape, 9)
+    one, two = reference(f), reference(reference(f))
+    faces = {"u_in": jnp.asarray(u_in), "outflow": True}
+    pushed, *_ = native.push(spec, f, jnp.zeros_like(f), op, om, force, **faces)
+    np.testing.assert_allclose(pushed, one, rtol=1e-14, atol=1e-16)
+    a, *_ = native.aa_step(spec, f + 0, 0, op, om, force, **faces)
+    a, *_ = native.aa_step(spec, a, 1, op, om, force, **faces)
+    np.testing.assert_allclose(a, two, rtol=1e-14, atol=1e-16)
+    bulk = np.asarray(native.push(spec, f, jnp.zeros_like(f), op, om, force)[0])
+    assert np.abs(bulk - np.asarray(one)).max() > 1e-3  # the faces change the step: the test sees them
+
+
+@needs_native
+@pytest.mark.slow  # two engines compiled for the cylinder: ~15 s on 2 loaded cores
+def test_kernel_faces_and_forces_with_16bit_storage_follow_the_xla_engine():
+    """The cylinder (inlet, outflow, walls and forces all in the kernel) in float16 storage stays near the xla engine."""
+    from conftest import run_config
+
+    from lbm.engines import make_engine
+    from lbm.engines.xla import XlaEngine
+    from lbm.simulation import make_case
+
+    with jax.enable_x64(False):
+        setup = make_case(run_config("grid.nx=40", "grid.ny=27", "precision=float32")).setup()
+        fast = make_engine(setup, engine="native", storage="float16")
+        assert fast.block is None and fast.plan.forces is not None and len(fast.plan.faces) == 2
+        f_ref, aux_ref = XlaEngine(setup, "float16").advance(setup.initial_populations(), 8)
+        f_fast, aux_fast = fast.advance(setup.initial_populations(), 8)
+    # both engines round f - w to float16 (11-bit mantissa) each step, in different orders: measured 3.2e-5 of the
+    # population scale and 2.9e-5 of the largest force component after 8 steps (a force missing the rest weights
+    # of 16-bit storage is off by O(1))
+    np.testing.assert_allclose(np.asarray(f_fast), np.asarray(f_ref), rtol=0, atol=1e-4 * np.abs(np.asarray(f_ref)).max())
+    force_ref = np.asarray(aux_ref["force"])
+    np.testing.assert_allclose(np.asarray(aux_fast["force"]), force_ref, rtol=0, atol=1e-4 * np.abs(force_ref).max())

@@ -132,9 +132,10 @@ def available(spec: KernelSpec | None = None) -> bool:
     return True
 
 
-def _attrs(omega_plus: float, omega_minus: float, force: np.ndarray | None, d: int) -> dict[str, Any]:
+def _attrs(omega_plus: float, omega_minus: float, force: np.ndarray | None, d: int, outflow: bool) -> dict[str, Any]:
     f = np.zeros(d) if force is None else np.asarray(force, np.float64)
-    return {"omega_plus": np.float64(omega_plus), "omega_minus": np.float64(omega_minus), "force": f.astype(np.float64)}
+    return {"omega_plus": np.float64(omega_plus), "omega_minus": np.float64(omega_minus), "force": f.astype(np.float64),
+            "outflow": np.int64(bool(outflow))}
 
 
 def _no_slots() -> np.ndarray:
@@ -146,44 +147,49 @@ WALL_RECORDS = ("skip_off", "skip", "rest_off", "rest", "copy_off", "copy_dst", 
 """A step's wall records (lbm.engines.native.plan.wall_records), in FFI argument order (kernels.cc, RowWalls)."""
 
 
-def _step_args(spec: KernelSpec, slots: Any, observe: Any, walls: dict[str, Any] | None) -> list[Any]:
+def _step_args(spec: KernelSpec, slots: Any, observe: Any, walls: dict[str, Any] | None, u_in: Any) -> list[Any]:
     real = np.float64 if spec.storage == "float64" else np.float32
     walls = walls or {}
     records = [walls.get(k, np.zeros(0, real if k == "copy_add" else np.int32)) for k in WALL_RECORDS]
-    return [_no_slots() if slots is None else slots, _no_slots() if observe is None else observe, *records]
+    inflow = np.zeros(0, real) if u_in is None else jnp.asarray(u_in).reshape(-1).astype(real)
+    return [_no_slots() if slots is None else slots, _no_slots() if observe is None else observe, *records, inflow]
 
 
 def push(spec: KernelSpec, src: jnp.ndarray, dst: jnp.ndarray, omega_plus: float, omega_minus: float,
          force: np.ndarray | None = None, slots: jnp.ndarray | None = None, walls: dict[str, Any] | None = None,
-         observe: jnp.ndarray | None = None) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
-    """One collide-and-stream step from ``src`` into ``dst``'s buffer (``dst`` is overwritten), walls applied.
+         observe: jnp.ndarray | None = None, u_in: jnp.ndarray | None = None, outflow: bool = False
+         ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """One collide-and-stream step from ``src`` into ``dst``'s buffer (``dst`` is overwritten), walls and faces applied.
 
     Returns the new populations, ``src`` at the flat ``slots`` (int32, any shape; read first) and the new
-    populations at the flat ``observe`` slots (read last). ``walls``: the step's wall records (WALL_RECORDS).
+    populations at the flat ``observe`` slots (read last). ``walls``: the step's wall records (WALL_RECORDS);
+    ``u_in``: the inflow ``(D, *face)`` of a velocity inlet on x = 0 (``spec.inlet`` its kind); ``outflow``: a
+    zero-gradient outflow on x = nx - 1.
     """
     prefix = register(spec)
-    args = _step_args(spec, slots, observe, walls)
+    args = _step_args(spec, slots, observe, walls, u_in)
     out = (jax.ShapeDtypeStruct(src.shape, src.dtype), jax.ShapeDtypeStruct(args[0].shape, src.dtype),
            jax.ShapeDtypeStruct(args[1].shape, src.dtype))
     call = jax.ffi.ffi_call(f"{prefix}_push", out, input_output_aliases={1: 0})
-    return call(src, dst, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d))
+    return call(src, dst, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d, outflow))
 
 
 def aa_step(spec: KernelSpec, a: jnp.ndarray, parity: int, omega_plus: float, omega_minus: float,
             force: np.ndarray | None = None, slots: jnp.ndarray | None = None, walls: dict[str, Any] | None = None,
-            observe: jnp.ndarray | None = None) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
-    """One in-place AA-pattern step, parity 0 (even, local) or 1 (odd, neighbours), walls applied.
+            observe: jnp.ndarray | None = None, u_in: jnp.ndarray | None = None, outflow: bool = False
+            ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """One in-place AA-pattern step, parity 0 (even, local) or 1 (odd, neighbours), walls and faces applied.
 
     Returns the new populations, the old ones at the flat ``slots`` (int32, any shape; read first) and the new
-    ones at the flat ``observe`` slots (read last). ``walls``: the step's wall records (WALL_RECORDS).
+    ones at the flat ``observe`` slots (read last). ``walls``, ``u_in``, ``outflow``: as for :func:`push`.
     """
     prefix = register(spec)
     name = f"{prefix}_{'aa_even' if parity == 0 else 'aa_odd'}"
-    args = _step_args(spec, slots, observe, walls)
+    args = _step_args(spec, slots, observe, walls, u_in)
     out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(args[0].shape, a.dtype),
            jax.ShapeDtypeStruct(args[1].shape, a.dtype))
     call = jax.ffi.ffi_call(name, out, input_output_aliases={0: 0})
-    return call(a, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d))
+    return call(a, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d, outflow))
 
 
 def scatter(spec: KernelSpec, a: jnp.ndarray, slots: jnp.ndarray, values: jnp.ndarray) -> jnp.ndarray:

@@ -6,12 +6,18 @@ storage types, the velocity set (offsets, opposites, rest-weight shifts of 16-bi
 the lattice weights (``LBM_WEIGHTS``, the rest state that walls restore), the collision of one cell
 unrolled over directions as the macro ``LBM_COLLIDE`` (emitted once,
 used by the scalar edge cells and by the vectorised row loops), and the per-direction row
-loads and stores of each streaming scheme. The formulas are those of lbm.kernels.
+loads and stores of each streaming scheme. The formulas are those of lbm.kernels; where a velocity
+inlet runs in the kernel (``KernelSpec.inlet``), ``LBM_COLLIDE_INLET`` is the same collision of an
+inlet cell, with the rule of lbm.boundaries.inlet applied first. Guo's forcing term uses per-direction
+constants (``LBM_FORCE_CONSTANTS``, from a table the kernel fills once per call: ``LBM_FORCE_TABLE``)
+instead of dividing by c_s^2 in every cell.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from lbm.lattice import CS2, Lattice
 
@@ -26,17 +32,19 @@ SCHEMES = {"PUSH": "push", "AA_EVEN": "aa_even", "AA_ODD": "aa_odd"}
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """What one generated library computes: lattice, storage type, collision kind, body force present."""
+    """What one generated library computes: lattice, storage type, collision kind, body force present, inlet kind."""
 
     lattice: Lattice
     storage: str  # float32 | float64 | bfloat16 | float16 (16-bit: f - w stored, float32 compute)
     trt: bool
     forced: bool
+    inlet: str = ""  # the kind (lbm.boundaries.inlet.INLET_KINDS) of a velocity inlet the kernel applies; "" none
 
     @property
     def tag(self) -> str:
         """Stable short name for file and FFI target names."""
-        return f"{self.lattice.name}_{self.storage}_{'trt' if self.trt else 'bgk'}{'_force' if self.forced else ''}"
+        inlet = f"_inlet_{self.inlet}" if self.inlet else ""
+        return f"{self.lattice.name}_{self.storage}_{'trt' if self.trt else 'bgk'}{'_force' if self.forced else ''}{inlet}"
 
 
 def _fmt(v: float) -> str:
@@ -56,18 +64,88 @@ def _signed(coefficients: list[tuple[int, str]]) -> str:
     return " ".join(("+" if k > 0 else "-") + f" {name}" for k, name in coefficients if k != 0).lstrip("+ ")
 
 
-def collide_body(spec: KernelSpec) -> list[str]:
-    """C statements computing o0..o{Q-1} from f0..f{Q-1} in type ``real`` (same formulas as lbm.kernels)."""
+def inlet_lines(spec: KernelSpec) -> list[str]:
+    """C statements of an inlet cell before its equilibrium: rho from the known populations, u = U0[k].. (the inflow).
+
+    lbm.boundaries.inlet.inlet_density; the unknown populations follow the equilibrium (:func:`inlet_unknowns`).
+    """
+    lat = spec.lattice
+    c = lat.c
+    tangential = [f"f{i}" for i in np.flatnonzero(c[:, 0] == 0)]
+    leaving = [f"f{i}" for i in np.flatnonzero(c[:, 0] < 0)]
+    lines = [f"real u{a} = U{a}[k];" for a in range(lat.d)]
+    lines.append(f"real rho = ({' + '.join(tangential)} + (real)2.0 * ({' + '.join(leaving)})) / ((real)1.0 - u0);")
+    return lines
+
+
+def inlet_unknowns(spec: KernelSpec) -> list[str]:
+    """C statements rebuilding an inlet cell's unknown populations (c_x > 0) from feq (lbm.boundaries.inlet.face_unknowns)."""
+    lat = spec.lattice
+    c, q = lat.c, lat.q
+    if spec.inlet == "equilibrium":
+        return [f"f{i} = feq{i};" for i in range(q)]
+    unknown = [int(i) for i in np.flatnonzero(c[:, 0] > 0)]
+    lines = [f"f{i} = feq{i} + f{int(lat.opposite[i])} - feq{int(lat.opposite[i])};" for i in unknown]
+    if spec.inlet == "zou_he":
+        for t in range(1, lat.d):
+            moving = [i for i in unknown if c[i, t] != 0]
+            carriers = [int(j) for j in np.flatnonzero(c[:, t] != 0)]
+            mom = " + ".join(f"(real){_fmt(c[j, t])} * f{j}" for j in carriers)
+            lines.append(f"{{ real excess = ({mom}) - rho * u{t};")
+            lines += [f"  f{i} = f{i} + (-excess) * (real){_fmt(c[i, t] / len(moving))};" for i in moving]
+            lines.append("}")
+    return lines
+
+
+def force_table(spec: KernelSpec) -> list[str]:
+    """C statements filling G[0..D + 1 + 2Q) from the force F and the rates wp, wm: F, then Guo's per-direction constants.
+
+    G[D] = (1 - wp/2) / cs^2 (times w_i u.F: the symmetric part's uniform term); G[D+1+i] = (1 - wm/2) w_i c_i.F / cs^2
+    (the antisymmetric part); G[D+1+Q+i] = (1 - wp/2) w_i c_i.F / cs^4 (times c_i.u), G[D+1+2Q+i] the same without
+    w_i (the BGK form, :func:`collide_body`). lbm.kernels.collision.guo_source.
+    """
+    lat = spec.lattice
+    q, d = lat.q, lat.d
+    lines = [f"G[{a}] = F[{a}];" for a in range(d)]
+    lines.append("{ const real kp = (real)1 - (real)0.5 * wp, km = (real)1 - (real)0.5 * wm;")
+    lines.append(f"  G[{d}] = kp / (real){_fmt(CS2)};")
+    for i in range(q):
+        cf = _signed([(int(lat.c[i, a]), f"F[{a}]") for a in range(d)]) or "(real)0"
+        w = _fmt(lat.w[i])
+        lines.append(f"  {{ real cf = {cf}; G[{d + 1 + i}] = km * ((real){w} * cf / (real){_fmt(CS2)});"
+                     f" G[{d + 1 + q + i}] = kp * ((real){w} * cf / (real){_fmt(CS2**2)});"
+                     f" G[{d + 1 + 2 * q + i}] = kp * (cf / (real){_fmt(CS2**2)}); }}")
+    lines.append("}")
+    return lines
+
+
+def force_constants(spec: KernelSpec) -> list[str]:
+    """C declarations of the force F0_.. and of gs_ from the table F (:func:`force_table`); the body reads the rest in place."""
+    d = spec.lattice.d
+    if not spec.forced:
+        return ["(void)F;"]
+    return [f"const real F{a}_ = F[{a}];" for a in range(d)] + [f"const real gs_ = F[{d}];", "(void)gs_;"]
+
+
+def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
+    """C statements computing o0..o{Q-1} from f0..f{Q-1} in type ``real`` (same formulas as lbm.kernels).
+
+    ``inlet``: the collision of an inlet cell (rho and u from :func:`inlet_lines`, then the unknowns rebuilt).
+    Forced: needs the declarations of :func:`force_constants` in scope.
+    """
     lat = spec.lattice
     q, d = lat.q, lat.d
     c = lat.c
-    lines = [f"real rho = {_pairwise_sum([f'f{i}' for i in range(q)])};"]
-    for a in range(d):
-        expr = _signed([(int(c[i, a]), f"f{i}") for i in range(q)])
-        if spec.forced:
-            expr = f"({expr}) + (real)0.5 * F[{a}]"
-        lines.append(f"real m{a} = {expr};")
-    lines += [f"real u{a} = m{a} / rho;" for a in range(d)]
+    if inlet:
+        lines = inlet_lines(spec)
+    else:
+        lines = [f"real rho = {_pairwise_sum([f'f{i}' for i in range(q)])};"]
+        for a in range(d):
+            expr = _signed([(int(c[i, a]), f"f{i}") for i in range(q)])
+            if spec.forced:
+                expr = f"({expr}) + (real)0.5 * F{a}_"
+            lines.append(f"real m{a} = {expr};")
+        lines += [f"real u{a} = m{a} / rho;" for a in range(d)]
     lines.append("real usq = " + " + ".join(f"u{a} * u{a}" for a in range(d)) + ";")
     lines.append("real base = (real)1 - (real)1.5 * usq;")
     for i in range(q):
@@ -78,6 +156,23 @@ def collide_body(spec: KernelSpec) -> list[str]:
         else:
             lines.append(f"real cu{i} = 0;")
             lines.append(f"real feq{i} = (real){w} * rho * base;")
+    if inlet:
+        lines += inlet_unknowns(spec)
+    if spec.forced and not spec.trt and not inlet:
+        # BGK with Guo's term, folded into the equilibrium's polynomial (the same sum, fewer operations per direction):
+        # o_i = (1 - wp) f_i + w_i (A + c_i.u (B + C c_i.u + D_i)) + ga_i, A = wp rho base - (1 - wp/2) u.F / cs^2,
+        # B = 3 wp rho, C = 4.5 wp rho, D_i = (1 - wp/2) c_i.F / cs^4, ga_i = (1 - wm/2) w_i c_i.F / cs^2 (table F)
+        lines.append("real sf = (" + " + ".join(f"F{a}_ * u{a}" for a in range(d)) + ") * gs_;")
+        lines.append("real wr = wp * rho, keep = (real)1 - wp;")
+        lines.append("real pa = wr * base - sf, pb = (real)3 * wr, pc = (real)4.5 * wr;")
+        for i in range(q):
+            w = _fmt(lat.w[i])
+            if c[i].any():
+                gd, ga = f"F[{d + 1 + 2 * q + i}]", f"F[{d + 1 + i}]"
+                lines.append(f"real o{i} = keep * f{i} + ((real){w} * (pa + cu{i} * ((pb + pc * cu{i}) + {gd})) + {ga});")
+            else:
+                lines.append(f"real o{i} = keep * f{i} + (real){w} * pa;")
+        return lines
     if spec.trt:
         lines += [f"real neq{i} = f{i} - feq{i};" for i in range(q)]
         for i in range(q):
@@ -86,15 +181,11 @@ def collide_body(spec: KernelSpec) -> list[str]:
                 f"real o{i} = f{i} - wp * ((real)0.5 * (neq{i} + neq{o})) - wm * ((real)0.5 * (neq{i} - neq{o}));")
     else:
         lines += [f"real o{i} = f{i} - wp * (f{i} - feq{i});" for i in range(q)]
-    if spec.forced:
-        lines.append("real uf = " + " + ".join(f"F[{a}] * u{a}" for a in range(d)) + ";")
-        lines.append("real kp = (real)1 - (real)0.5 * wp, km = (real)1 - (real)0.5 * wm;")
+    if spec.forced:  # Guo: o_i += (1 - wp/2) w_i (-u.F / cs^2 + c_i.u c_i.F / cs^4) + (1 - wm/2) w_i c_i.F / cs^2
+        lines.append("real sf = (" + " + ".join(f"F{a}_ * u{a}" for a in range(d)) + ") * gs_;")
         for i in range(q):
-            cf = _signed([(int(c[i, a]), f"F[{a}]") for a in range(d)]) or "(real)0"
             w = _fmt(lat.w[i])
-            lines.append(
-                f"{{ real cf = {cf}; real sym = (real){w} * (-uf / (real){_fmt(CS2)} + cu{i} * cf / (real){_fmt(CS2**2)});"
-                f" real anti = (real){w} * cf / (real){_fmt(CS2)}; o{i} += kp * sym + km * anti; }}")
+            lines.append(f"o{i} += (F[{d + 1 + i}] - (real){w} * sf) + F[{d + 1 + q + i}] * cu{i};")
     return lines
 
 
@@ -155,7 +246,13 @@ def header(spec: KernelSpec) -> str:
         f"static const real SHIFT[Q] = {{{shift}}};",
         _macro("LBM_UNPACK", [" ".join(f"real f{i} = f_[{i}];" for i in range(q))]),
         _macro("LBM_PACK", [" ".join(f"out_[{i}] = o{i};" for i in range(q))]),
+        f"#define LBM_FORCE_SIZE {d + 1 + 3 * q}",
+        _macro("LBM_FORCE_TABLE", force_table(spec)),
+        _macro("LBM_FORCE_CONSTANTS", force_constants(spec)),
         _macro("LBM_COLLIDE", collide_body(spec)),
+        f"#define LBM_INLET {1 if spec.inlet else 0}",
+        _macro("LBM_INLET_POINTERS", [" ".join(f"const real* U{a} = U[{a}];" for a in range(d))]),
+        _macro("LBM_COLLIDE_INLET", collide_body(spec, inlet=True) if spec.inlet else ["LBM_COLLIDE"]),
         *row_macros(spec),
     ]
     return "\n".join(parts) + "\n"

@@ -4,7 +4,9 @@ The bulk kernel (lbm.engines.native.build, under ``jax.named_scope`` of lbm.stag
 every cell as periodic fluid, in place with the AA pattern (two steps per loop iteration;
 an odd chunk starts with one two-buffer push step). Walls (half-way, moving and full-way
 bounce-back) it applies itself, row by row from link records, where no other condition writes
-their cells (lbm.engines.native.plan.plan_kernel; its scope then names ``bounce_back`` too).
+their cells, and so the faces of a velocity inlet and a zero-gradient outflow
+(lbm.engines.native.plan.plan_kernel; its scope then names those stages too). The momentum
+exchange on an obstacle reads the post-step populations at its links from the kernel.
 The cells of the other boundary conditions are gathered by the kernel before it writes, run
 through the same stage functions as every other engine (lbm.engines.timestep, with each
 boundary condition's block form), and stored back into the slots the kernel wrote; conditions
@@ -45,7 +47,10 @@ class NativeEngine(FusedEngine):
         if dtype not in (jnp.float32, jnp.float64):
             raise EngineUnavailable(f"no native kernel for dtype {dtype}")
         store = storage if storage != "compute" else ("float32" if dtype == jnp.float32 else "float64")
-        self.spec = KernelSpec(setup.lattice, store, setup.omega_plus != setup.omega_minus, setup.force is not None)
+        self.plan = plan_kernel(setup.lattice, setup.shape, setup.boundaries)
+        inlet = self.plan.inlet
+        self.spec = KernelSpec(setup.lattice, store, setup.omega_plus != setup.omega_minus, setup.force is not None,
+                               inlet.kind if inlet is not None else "")
         if not build.available():
             raise EngineUnavailable("native kernels need the CPU backend and a C++ compiler")
         if setup.lattice.q * int(np.prod(setup.shape)) >= 2**31:
@@ -56,7 +61,6 @@ class NativeEngine(FusedEngine):
         except Exception as exc:
             raise EngineUnavailable(f"native kernel build failed: {str(exc).splitlines()[0]}") from None
         self.build_time_s = time.perf_counter() - t0
-        self.plan = plan_kernel(setup.lattice, setup.shape, setup.boundaries)
         self.block = self.plan.block
         real = np.float64 if store == "float64" else np.float32
         walls = {scheme: dict(rec, copy_add=rec["copy_add"].astype(real)) for scheme, rec in self.plan.records.items()}
@@ -64,10 +68,14 @@ class NativeEngine(FusedEngine):
             block_arrays = plan_arrays(self.block, self.plan.general)
         except ValueError as exc:  # a condition whose block form needs a layout this block does not have
             raise EngineUnavailable(f"boundary plan: {exc}") from None
-        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params, "block": block_arrays,
-                                                           "walls": walls})
-        # the kernel's scope names the stages it does: bounce-back too where it applies the walls
-        done = set(BULK_STAGES) | {bc.stage for bc in self.plan.walls}
+        kernel = {"walls": walls, "inlet": inlet, "forces": self.plan.force_slots}
+        if self.plan.forces is not None:  # per link: c_i, and the rest weight 16-bit storage leaves out
+            dirs = np.asarray(self.plan.forces.link_dir, np.int64)
+            kernel["force_c"] = setup.lattice.c[dirs].astype(dtype)
+            kernel["force_w"] = setup.lattice.w[dirs].astype(dtype)
+        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params, "block": block_arrays, **kernel})
+        # the kernel's scope names the stages it does: bounce-back and the faces' stages too where it applies them
+        done = set(BULK_STAGES) | {bc.stage for bc in self.plan.walls + self.plan.faces}
         self.bulk_scope = "+".join((BULK_PREFIX, *(st for st in STAGES if st in done)))
         acting = set(CORE) | {bc.stage for bc in self.plan.general}
         names = [st for st in setup.stages if st != "stream" and st in acting]
@@ -79,18 +87,36 @@ class NativeEngine(FusedEngine):
 
     def step(self, a: jnp.ndarray, t: jnp.ndarray, params: Any, scheme: str) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` of ``scheme`` (push | aa_even | aa_odd) on stored populations ``a``."""
-        setup, spec, block = self.setup, self.spec, self.block
+        setup, spec, block, plan = self.setup, self.spec, self.block, self.plan
         slots = params["block"]["slots"][scheme] if block is not None else {}
-        force = setup.force_array
-        args = (setup.omega_plus, setup.omega_minus, force, slots.get("gather"), params["walls"].get(scheme),
-                slots.get("observe"))
+        observe = slots.get("observe")
+        links = 0
+        if plan.forces is not None:  # the links' populations after the kernel's observe slots of the block
+            fslots = params["forces"][scheme]
+            links = fslots.shape[1]
+            observe = jnp.concatenate([fslots.reshape(-1)] if observe is None else
+                                      [observe.reshape(-1), fslots.reshape(-1)])
+        u_in = None
+        if plan.inlet is not None:
+            with jax.named_scope("inlet"):
+                u_in = params["inlet"].velocity(t)
+        args = (setup.omega_plus, setup.omega_minus, setup.force_array, slots.get("gather"), params["walls"].get(scheme),
+                observe, u_in, plan.outflow)
         with jax.named_scope(self.bulk_scope):  # names the stages the kernel does, for traces and the profiler
             if scheme == "push":
                 out, old, seen = build.push(spec, a, jnp.zeros_like(a), *args)
             else:
                 out, old, seen = build.aa_step(spec, a, 0 if scheme == "aa_even" else 1, *args)
+        aux = {}
+        if links:
+            with jax.named_scope("forces"):  # lbm.kernels.forces.momentum_exchange on the kernel's link populations
+                pair = seen.reshape(-1)[seen.size - 2 * links:].reshape(2, links).astype(setup.dtype)
+                if self.storage != "compute":
+                    pair = pair + params["force_w"]
+                aux["force"] = jnp.sum(params["force_c"] * (pair[0] + pair[1])[:, None], axis=0)
+            seen = seen.reshape(-1)[: seen.size - 2 * links]
         if block is None:
-            return out, {}
+            return out, aux
         lat = setup.lattice
         bcs = params["block"]["boundaries"]
         f = decode(old, self.storage, lat, setup.dtype).reshape((lat.q, -1) + (1,) * (lat.d - 1))
@@ -98,13 +124,13 @@ class NativeEngine(FusedEngine):
         if block.observed:  # observing conditions see the kernel's post-step populations (walls applied) of their cells
             with jax.named_scope("bounce_back"):
                 post = s.post.reshape(lat.q, -1).at[:, block.size - block.observed:block.size].set(
-                    decode(seen, self.storage, lat, setup.dtype))
+                    decode(seen.reshape(lat.q, block.observed), self.storage, lat, setup.dtype))
                 s = s.replace(post=post.reshape(s.post.shape))
         s = run_stages(self._observing, s, bcs, setup)
         post = s.post.reshape(lat.q, -1)[:, : block.size]
         with jax.named_scope("stream"):
             out = build.scatter(spec, out, slots["write"], encode(post, self.storage, lat))
-        return out, outputs(s)
+        return out, {**outputs(s), **aux}
 
     def chunk_function(self, n: int) -> Any:
         """n steps: one push step if n is odd, then AA pairs under ``lax.scan`` (in place, standard layout after)."""

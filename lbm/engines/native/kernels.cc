@@ -7,7 +7,8 @@
 //   aa_odd   A[i](x + c_i) = collide({A[opp(k)](x - c_k)})_i               in place (AA pattern, odd step)
 //   scatter  store values at flat slots, in place                          (boundary fix-ups after a step)
 // Each step kernel first gathers the populations at the given flat slots (the boundary cells' inputs) before it
-// overwrites them, applies the walls (bounce-back) row by row from link records (RowWalls below), and finally
+// overwrites them, applies a velocity inlet and a zero-gradient outflow on their faces (whole rows: RowFaces below)
+// and the walls (bounce-back) row by row from link records (RowWalls below), and finally
 // gathers the new populations at a second list of slots (what conditions that only observe the step, e.g. forces, read).
 // An even step followed by an odd step equals two push steps; each cell reads and writes only its
 // own slots, so the AA kernels are race-free in place. Rows of the outer axes are shared among XLA's intra-op
@@ -66,10 +67,23 @@ static inline void ST(store* p, real v) { *p = (store)v; }
 #endif
 
 // ---- one cell -------------------------------------------------------------------------------------------------
-static inline void collide(const real* __restrict f_, real* __restrict out_, real wp, real wm, const real* F) {
-  (void)F; (void)wm;
+// F: the force table (LBM_FORCE_TABLE: the force, then Guo's per-direction constants); unused when unforced.
+static inline void collide(const real* __restrict f_, real* __restrict out_, real wp, real wm, const real* __restrict F) {
+  (void)wm;
+  LBM_FORCE_CONSTANTS
   LBM_UNPACK
   LBM_COLLIDE
+  LBM_PACK
+}
+
+// An inlet cell at inner index k: the inflow U[a][k], the inlet rule (kind fixed by the generated header), then collide.
+static inline void collide_inlet(const real* __restrict f_, real* __restrict out_, real wp, real wm, const real* F,
+                                 const real* const* U, int64_t k) {
+  (void)wm; (void)U; (void)k;
+  LBM_FORCE_CONSTANTS
+  LBM_INLET_POINTERS
+  LBM_UNPACK
+  LBM_COLLIDE_INLET
   LBM_PACK
 }
 
@@ -93,7 +107,7 @@ enum Kind { PUSH = 0, AA_EVEN = 1, AA_ODD = 2 };
 // ---- walls, row by row ------------------------------------------------------------------------------------------
 // Link records of the walls (lbm.engines.native.plan.wall_records), grouped by outer row (offsets *_off[o]..[o+1]):
 //   skip  [k0, k1) runs of solid cells of the row: the bulk pass neither reads nor writes them
-//   rest  a[d] = w_k, k = d / plane       a solid cell's populations that no link reflects (its own row)
+//   rest  a[d] = w_k, k = d / plane       a solid cell's populations that no link reflects (its own row; ascending d)
 //   copy  a[d] = a[s] + add               a half-way link: s is the write slot of the opposite population of the
 //                                         row's fluid cell across the link (just written), d the solid cell's slot;
 //                                         add is the moving-wall term
@@ -106,17 +120,32 @@ struct RowWalls {
   const real* copy_add;  // null: no moving-wall term
 };
 
+// ---- faces in the kernel ------------------------------------------------------------------------------------------
+// A velocity inlet on the face x = 0 and a zero-gradient outflow on x = nx - 1 are whole rows (the inner axis is not x).
+//   inlet    rows [0, face_rows): the cells collide by LBM_COLLIDE_INLET with the inflow U (shape (D, face_rows, n))
+//   outflow  rows [n_outer - face_rows, n_outer): the populations with c_x < 0 are read from `upstream`, the read rows of
+//            the column x = nx - 2 copied before the step (in place, the step overwrites them), one row of n values per
+//            unknown direction and face row, so the row loads (offsets and wrap included) apply to them unchanged.
+struct RowFaces {
+  int64_t face_rows;     // rows per x (1 in 2D, ny in 3D)
+  const real* U;         // inflow (D, face_rows * n), or null: no inlet in the kernel
+  const store* upstream; // (n_unknown, face_rows, n), or null: no outflow in the kernel
+  int n_unknown;
+  int unknown[Q];        // directions with c_x < 0
+};
+
 // ---- rows o0..o1 of the outer axes ------------------------------------------------------------------------------
 // One cell at inner index k whose row pointers are rp/wrow, scalar, with periodic wrap of the inner axis.
-template <int K>
+// B = 1: an inlet cell (inflow U).
+template <int K, int B>
 static inline void cell(const store* const* rp, store* const* wrow, int64_t k, int64_t n, real wp, real wm,
-                        const real* F) {
+                        const real* F, const real* const* U) {
   real f[Q], out[Q];
   for (int i = 0; i < Q; ++i) {
     int64_t kr = (K == AA_ODD) ? wrap(k - INNER_OFF[i], n) : k;
     f[i] = LD(rp[i] + kr) + SHIFT[i];
   }
-  collide(f, out, wp, wm, F);
+  if constexpr (B == 1) collide_inlet(f, out, wp, wm, F, U, k); else collide(f, out, wp, wm, F);
   for (int i = 0; i < Q; ++i) {
     int64_t kw = (K == AA_EVEN) ? k : wrap(k + INNER_OFF[i], n);
     ST(wrow[i] + kw, out[i] - SHIFT[i]);
@@ -124,68 +153,102 @@ static inline void cell(const store* const* rp, store* const* wrow, int64_t k, i
 }
 
 // Cells k0..k1 of a row, none at its ends (no wrap): vectorised, one named scalar per direction (LBM_ROW_POINTERS).
-template <int K>
+// One loop per scheme; COLLIDE is the collision of a bulk cell or of an inlet cell.
+#define LBM_SCHEME_LOOP(KIND, COLLIDE)                                                                              \
+  if (K == KIND) {                                                                                                  \
+    _Pragma("omp simd") for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_##KIND COLLIDE LBM_STORE_##KIND }            \
+  }
+template <int K, int B>
 static inline __attribute__((always_inline)) void segment(const store* const* rp, store* const* wrow, int64_t k0,
-                                                          int64_t k1, real wp, real wm, const real* F) {
-  (void)F; (void)wm;
+                                                          int64_t k1, real wp, real wm, const real* F,
+                                                          const real* const* U) {
+  (void)wm; (void)U;
+  LBM_FORCE_CONSTANTS
   LBM_ROW_POINTERS
-  if (K == PUSH) {
-#pragma omp simd
-    for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_PUSH LBM_COLLIDE LBM_STORE_PUSH }
+  if constexpr (B == 0) {
+    LBM_SCHEME_LOOP(PUSH, LBM_COLLIDE) LBM_SCHEME_LOOP(AA_EVEN, LBM_COLLIDE) LBM_SCHEME_LOOP(AA_ODD, LBM_COLLIDE)
+  } else {
+    LBM_INLET_POINTERS
+    LBM_SCHEME_LOOP(PUSH, LBM_COLLIDE_INLET) LBM_SCHEME_LOOP(AA_EVEN, LBM_COLLIDE_INLET)
+    LBM_SCHEME_LOOP(AA_ODD, LBM_COLLIDE_INLET)
   }
-  if (K == AA_EVEN) {
-#pragma omp simd
-    for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_AA_EVEN LBM_COLLIDE LBM_STORE_AA_EVEN }
+}
+
+// The cells of one row: the edge cells (wrapping) scalar, the rest vectorised, runs of solid cells skipped (walls).
+// The even AA step reads and writes each cell's own slots (no wrap): the whole row is vectorised.
+template <int K, int B>
+static inline void row_cells(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F,
+                             const real* const* U, const int32_t* sk, int64_t ns) {
+  const int64_t lo = K == AA_EVEN ? 0 : 1, hi = K == AA_EVEN ? n : n - 1;
+  if (K != AA_EVEN) {
+    if (!(ns && sk[0] == 0)) cell<K, B>(rp, wrow, 0, n, wp, wm, F, U);
+    if (n > 1 && !(ns && sk[2 * ns - 1] == n)) cell<K, B>(rp, wrow, n - 1, n, wp, wm, F, U);
   }
-  if (K == AA_ODD) {
-#pragma omp simd
-    for (int64_t k = k0; k < k1; ++k) { LBM_LOAD_AA_ODD LBM_COLLIDE LBM_STORE_AA_ODD }
+  int64_t cur = lo;
+  for (int64_t r = 0; r < ns; ++r) {
+    const int64_t a = sk[2 * r], b = sk[2 * r + 1];
+    if (a > cur) segment<K, B>(rp, wrow, cur, std::min(a, hi), wp, wm, F, U);
+    cur = std::max(cur, b);
   }
+  if (cur < hi) segment<K, B>(rp, wrow, cur, hi, wp, wm, F, U);
+}
+
+// Outer coordinates (x[, y]) of outer row o.
+static inline void outer_xy(const Geometry& g, int64_t o, int64_t& x, int64_t& y) {
+  const int64_t ny = D == 2 ? 1 : g.outer_dims[1];
+  x = D == 2 ? o : o / ny;
+  y = D == 2 ? 0 : o - x * ny;
+}
+
+// The row a cell of outer row (x, y) reads population i from, at inner offset 0 (AA odd: shifted by -c_i on the
+// outer axes; its loads then shift by -c_i along the row).
+template <int K>
+static inline const store* read_row(const Geometry& g, const store* src, const store* dst, int i, int64_t o,
+                                    int64_t x, int64_t y) {
+  if (K == PUSH) return src + i * g.plane + o * g.n_inner;
+  if (K == AA_EVEN) return dst + i * g.plane + o * g.n_inner;
+  return dst + OPP[i] * g.plane + outer_shift(g, x, y, i, -1) * g.n_inner;
 }
 
 template <int K>
 static void rows(const Geometry& g, const store* src, store* dst, int64_t o0, int64_t o1, real wp, real wm,
-                 const real* F, const RowWalls* W) {
+                 const real* F, const RowWalls* W, const RowFaces* S) {
   static const real WEIGHT_[Q] = LBM_WEIGHTS;
-  const int64_t n = g.n_inner, P = g.plane;
+  const int64_t n = g.n_inner;
   const store* rp[Q];
   store* wrow[Q];
+  const real* U[D];
+  const int64_t out0 = (S && S->upstream) ? g.n_outer - S->face_rows : g.n_outer;
+  const int64_t in1 = (S && S->U) ? S->face_rows : 0;
+  int64_t x, y;
+  outer_xy(g, o0, x, y);
   const int64_t ny = D == 2 ? 1 : g.outer_dims[1];
-  int64_t x = D == 2 ? o0 : o0 / ny, y = D == 2 ? 0 : o0 - (o0 / ny) * ny;
   for (int64_t o = o0; o < o1; ++o) {
     for (int i = 0; i < Q; ++i) {
-      if (K == PUSH) {
-        rp[i] = src + i * P + o * n;
-        wrow[i] = dst + i * P + outer_shift(g, x, y, i, +1) * n;
-      } else if (K == AA_EVEN) {
-        rp[i] = dst + i * P + o * n;
-        wrow[i] = dst + OPP[i] * P + o * n;
-      } else {
-        rp[i] = dst + OPP[i] * P + outer_shift(g, x, y, i, -1) * n;
-        wrow[i] = dst + i * P + outer_shift(g, x, y, i, +1) * n;
-      }
+      rp[i] = read_row<K>(g, src, dst, i, o, x, y);
+      if (K == PUSH) wrow[i] = dst + i * g.plane + outer_shift(g, x, y, i, +1) * n;
+      else if (K == AA_EVEN) wrow[i] = dst + OPP[i] * g.plane + o * n;
+      else wrow[i] = dst + i * g.plane + outer_shift(g, x, y, i, +1) * n;
     }
     if (D == 2) { ++x; } else if (++y == ny) { y = 0; ++x; }
-    if (!W) {  // periodic fluid everywhere: the two edge cells of the inner axis wrap (scalar), the rest vectorised
-      cell<K>(rp, wrow, 0, n, wp, wm, F);
-      if (n > 1) cell<K>(rp, wrow, n - 1, n, wp, wm, F);
-      segment<K>(rp, wrow, 1, n - 1, wp, wm, F);
-      continue;
+    if (o >= out0)  // outflow: the unknown populations from the upstream copy
+      for (int j = 0; j < S->n_unknown; ++j) rp[S->unknown[j]] = S->upstream + (j * S->face_rows + (o - out0)) * n;
+    const int32_t* sk = W ? W->skip + 2 * (int64_t)W->skip_off[o] : nullptr;
+    const int64_t ns = W ? W->skip_off[o + 1] - W->skip_off[o] : 0;
+    if constexpr (LBM_INLET) {
+      if (o < in1) {
+        for (int a = 0; a < D; ++a) U[a] = S->U + (a * S->face_rows + o) * n;
+        row_cells<K, 1>(rp, wrow, n, wp, wm, F, U, sk, ns);
+      } else {
+        row_cells<K, 0>(rp, wrow, n, wp, wm, F, U, sk, ns);
+      }
+    } else {
+      row_cells<K, 0>(rp, wrow, n, wp, wm, F, U, sk, ns);
     }
-    const int32_t* sk = W->skip + 2 * (int64_t)W->skip_off[o];
-    const int64_t ns = W->skip_off[o + 1] - W->skip_off[o];
-    if (!(ns && sk[0] == 0)) cell<K>(rp, wrow, 0, n, wp, wm, F);
-    if (n > 1 && !(ns && sk[2 * ns - 1] == n)) cell<K>(rp, wrow, n - 1, n, wp, wm, F);
-    int64_t cur = 1;
-    for (int64_t r = 0; r < ns; ++r) {
-      const int64_t a = sk[2 * r], b = sk[2 * r + 1];
-      if (a > cur) segment<K>(rp, wrow, cur, std::min(a, n - 1), wp, wm, F);
-      cur = std::max(cur, b);
-    }
-    if (cur < n - 1) segment<K>(rp, wrow, cur, n - 1, wp, wm, F);
-    for (int64_t r = W->rest_off[o]; r < W->rest_off[o + 1]; ++r) {
-      const int32_t d = W->rest[r];
-      const int k = (int)((uint32_t)d / (uint32_t)P);
+    if (!W) continue;
+    for (int64_t r = W->rest_off[o], k = 0; r < W->rest_off[o + 1]; ++r) {  // slots ascend: k = d / plane, no divide
+      const int64_t d = W->rest[r];
+      while (d >= (k + 1) * g.plane) ++k;
       ST(dst + d, WEIGHT_[k] - SHIFT[k]);
     }
     for (int64_t r = W->copy_off[o]; r < W->copy_off[o + 1]; ++r)
@@ -228,9 +291,11 @@ static void parallel_for(ffi::ThreadPool& pool, int64_t workers, int64_t n, int6
 }
 
 // ---- the whole lattice --------------------------------------------------------------------------------------------
+// u_in: the inflow (D, face) of a kernel inlet, or null; outflow: whether the kernel applies the zero-gradient outflow.
 template <int K>
 static ffi::Error run(ffi::ThreadPool& pool, const store* src, store* dst, ffi::Span<const int64_t> dims,
-                      double omega_plus, double omega_minus, ffi::Span<const double> force, const RowWalls* W) {
+                      double omega_plus, double omega_minus, ffi::Span<const double> force, const RowWalls* W,
+                      const real* u_in, int64_t u_in_size, bool outflow) {
   if ((int64_t)dims.size() != D + 1 || dims[0] != Q)
     return ffi::Error::InvalidArgument("lbm kernel: populations must have shape (Q, *grid) for this lattice");
   Geometry g;
@@ -241,9 +306,43 @@ static ffi::Error run(ffi::ThreadPool& pool, const store* src, store* dst, ffi::
   real F[D > 0 ? D : 1];
   for (int a = 0; a < D; ++a) F[a] = (a < (int)force.size()) ? (real)force[a] : (real)0;
   const real wp = (real)omega_plus, wm = (real)omega_minus;
+  real G[LBM_FORCE_SIZE];
+  LBM_FORCE_TABLE
+  RowFaces faces;
+  RowFaces* S = nullptr;
+  std::unique_ptr<store[]> upstream;
+  if (u_in || outflow) {
+    if (D < 2 || dims[1] < 3) return ffi::Error::InvalidArgument("lbm kernel: faces need nx >= 3");
+    faces.face_rows = g.n_outer / dims[1];
+    faces.U = nullptr;
+    faces.upstream = nullptr;
+    faces.n_unknown = 0;
+    if (u_in) {
+      if (!LBM_INLET) return ffi::Error::InvalidArgument("lbm kernel: built without an inlet");
+      if (u_in_size != D * faces.face_rows * g.n_inner)
+        return ffi::Error::InvalidArgument("lbm kernel: the inflow does not match the x = 0 face");
+      faces.U = u_in;
+    }
+    if (outflow) {  // copy the read rows of the column x = nx - 2 for the unknown directions (before the step)
+      for (int i = 0; i < Q; ++i)
+        if (OUTER_OFF[i][0] < 0) faces.unknown[faces.n_unknown++] = i;
+      const int64_t n = g.n_inner, rows_ = faces.face_rows;
+      upstream.reset(new store[(size_t)(faces.n_unknown * rows_ * n)]);
+      for (int j = 0; j < faces.n_unknown; ++j)
+        for (int64_t r = 0; r < rows_; ++r) {
+          const int64_t o = g.n_outer - 2 * rows_ + r;
+          int64_t x, y;
+          outer_xy(g, o, x, y);
+          std::memcpy(upstream.get() + (j * rows_ + r) * n, read_row<K>(g, src, dst, faces.unknown[j], o, x, y),
+                      sizeof(store) * n);
+        }
+      faces.upstream = upstream.get();
+    }
+    S = &faces;
+  }
   const int64_t workers = g.plane < 16384 ? 1 : worker_count(pool);
   parallel_for(pool, workers, g.n_outer, std::max<int64_t>(1, g.n_outer / (8 * workers)),
-               [&](int64_t o0, int64_t o1) { rows<K>(g, src, dst, o0, o1, wp, wm, F, W); });
+               [&](int64_t o0, int64_t o1) { rows<K>(g, src, dst, o0, o1, wp, wm, G, W, S); });
   return ffi::Error::Success();
 }
 
@@ -289,11 +388,15 @@ static ffi::Error row_walls(ffi::Span<const int64_t> dims, ffi::Buffer<ffi::S32>
       ffi::Buffer<ffi::S32> keep_src, ffi::Buffer<ffi::S32> keep_dst
 #define LBM_WALL_NAMES skip_off, skip, rest_off, rest, copy_off, copy_dst, copy_src, copy_add, keep_off, keep_src, keep_dst
 
+static const real* inflow(ffi::Buffer<LBM_REAL_FFI_TYPE>& u_in) {
+  return u_in.element_count() ? reinterpret_cast<const real*>(u_in.typed_data()) : nullptr;
+}
+
 static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi::Buffer<LBM_FFI_TYPE> dst_in,
                        ffi::Buffer<ffi::S32> idx, ffi::Buffer<ffi::S32> observe, LBM_WALL_PARAMS,
-                       ffi::ResultBuffer<LBM_FFI_TYPE> dst, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
-                       ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus, double omega_minus,
-                       ffi::Span<const double> force) {
+                       ffi::Buffer<LBM_REAL_FFI_TYPE> u_in, ffi::ResultBuffer<LBM_FFI_TYPE> dst,
+                       ffi::ResultBuffer<LBM_FFI_TYPE> pre, ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus,
+                       double omega_minus, ffi::Span<const double> force, int64_t outflow) {
   (void)dst_in;
   RowWalls w;
   bool any;
@@ -301,7 +404,8 @@ static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi:
   const store* s = reinterpret_cast<const store*>(src.typed_data());
   store* d = reinterpret_cast<store*>(dst->typed_data());
   gather(s, idx, pre);
-  auto err = run<PUSH>(pool, s, d, src.dimensions(), omega_plus, omega_minus, force, any ? &w : nullptr);
+  auto err = run<PUSH>(pool, s, d, src.dimensions(), omega_plus, omega_minus, force, any ? &w : nullptr, inflow(u_in),
+                       (int64_t)u_in.element_count(), outflow != 0);
   if (err.failure()) return err;
   gather(d, observe, post);
   return ffi::Error::Success();
@@ -309,16 +413,18 @@ static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi:
 
 template <int K>
 static ffi::Error InPlace(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> a_in, ffi::Buffer<ffi::S32> idx,
-                          ffi::Buffer<ffi::S32> observe, LBM_WALL_PARAMS, ffi::ResultBuffer<LBM_FFI_TYPE> a,
-                          ffi::ResultBuffer<LBM_FFI_TYPE> pre, ffi::ResultBuffer<LBM_FFI_TYPE> post,
-                          double omega_plus, double omega_minus, ffi::Span<const double> force) {
+                          ffi::Buffer<ffi::S32> observe, LBM_WALL_PARAMS, ffi::Buffer<LBM_REAL_FFI_TYPE> u_in,
+                          ffi::ResultBuffer<LBM_FFI_TYPE> a, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
+                          ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus, double omega_minus,
+                          ffi::Span<const double> force, int64_t outflow) {
   (void)a_in;
   RowWalls w;
   bool any;
   if (auto err = row_walls(a->dimensions(), LBM_WALL_NAMES, w, any); err.failure()) return err;
   store* p = reinterpret_cast<store*>(a->typed_data());
   gather(p, idx, pre);
-  auto err = run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force, any ? &w : nullptr);
+  auto err = run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force, any ? &w : nullptr,
+                    inflow(u_in), (int64_t)u_in.element_count(), outflow != 0);
   if (err.failure()) return err;
   gather(p, observe, post);
   return ffi::Error::Success();
@@ -342,12 +448,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_scatter, Scatter,
     ffi::Ffi::Bind().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<ffi::S32>>().Arg<ffi::Buffer<LBM_FFI_TYPE>>()
         .Ret<ffi::Buffer<LBM_FFI_TYPE>>());
 
-#define LBM_ATTRS .Attr<double>("omega_plus").Attr<double>("omega_minus").Attr<ffi::Span<const double>>("force")
+#define LBM_ATTRS .Attr<double>("omega_plus").Attr<double>("omega_minus").Attr<ffi::Span<const double>>("force") \
+    .Attr<int64_t>("outflow")
 #define LBM_S32 .Arg<ffi::Buffer<ffi::S32>>()
 // idx, observe, then the walls: skip_off, skip, rest_off, rest, copy_off, copy_dst, copy_src, copy_add, keep_off,
-// keep_src, keep_dst; results: populations, pre (at idx), post (at observe)
+// keep_src, keep_dst, the inflow; results: populations, pre (at idx), post (at observe)
 #define LBM_STEP_ARGS LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 LBM_S32 \
-    .Arg<ffi::Buffer<LBM_REAL_FFI_TYPE>>() LBM_S32 LBM_S32 LBM_S32 \
+    .Arg<ffi::Buffer<LBM_REAL_FFI_TYPE>>() LBM_S32 LBM_S32 LBM_S32 .Arg<ffi::Buffer<LBM_REAL_FFI_TYPE>>() \
     .Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>().Ret<ffi::Buffer<LBM_FFI_TYPE>>() LBM_ATTRS
 XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_push, Push,
     ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<LBM_FFI_TYPE>>().Arg<ffi::Buffer<LBM_FFI_TYPE>>()

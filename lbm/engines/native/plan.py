@@ -16,9 +16,13 @@ Slot maps are flat indices into the population array viewed as ``(Q * N,)``.
 Walls in the kernel (:func:`plan_kernel`): resting and moving half-way bounce-back and full-way
 bounce-back are link rules simple enough for a bulk kernel to apply itself, from link records
 (:func:`wall_records`) after its bulk pass, so that wall-bounded flows need no block at all.
-The other boundary conditions keep the general path above; those acting after ``bounce_back``
-(forces) only observe the step, and read the post-step populations of their cells from the
-kernel (the ``observed`` cells of the block), walls included.
+So are the faces of a velocity inlet (x = 0) and a zero-gradient outflow (x = nx - 1): whole rows of
+the kernel, whose cells load or collide by the face's rule (:func:`kernel_faces`). The momentum
+exchange on an obstacle (forces) needs only the post-step populations at both ends of its links,
+which the kernel reads for it after the step (:func:`force_slots`). The other boundary conditions
+keep the general path above; those acting after ``bounce_back`` only observe the step, and read
+the post-step populations of their cells from the kernel (the ``observed`` cells of the block),
+walls included.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, neighbour
 from lbm.boundaries.bounce_back import FullwayBounceBack, HalfwayBounceBack
+from lbm.boundaries.forces import Forces
+from lbm.boundaries.inlet import Inlet
 from lbm.boundaries.moving_wall import MovingWall
+from lbm.boundaries.outflow import Outflow
 from lbm.engines.base import EngineUnavailable
 from lbm.lattice import Lattice
 from lbm.stages import STAGES
@@ -171,7 +178,7 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
 
     Rows are the lines along the last grid axis. ``skip``: runs ``[k0, k1)`` of solid cells per row (the
     bulk pass leaves them alone); ``rest``: write slots of solid cells' unreflected populations, set to
-    the weight w_k (k = slot // N), in the solid cell's row; ``copy_dst``/``copy_src``/``copy_add``: per
+    the weight w_k (k = slot // N), in the solid cell's row, ascending within a row; ``copy_dst``/``copy_src``/``copy_add``: per
     half-way link, the solid cell's write slot, the write slot of the opposite population of the fluid
     cell across the link, and the moving-wall term, in the fluid cell's row; ``keep_src``/``keep_dst``
     (push only; in place a skipped cell keeps them already): a full-way solid cell's pre-step
@@ -225,8 +232,10 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
     out: dict[str, np.ndarray] = {}
     skip = _by_row([row[starts]], {"skip": [np.stack([k[starts], k[ends - 1] + 1], axis=1)]}, n_outer, {})
     out["skip_off"], out["skip"] = skip["off"], skip["skip"].reshape(-1)
-    r = _by_row(rest_row, {"rest": rest}, n_outer, {})
-    out["rest_off"], out["rest"] = r["off"], r["rest"]
+    rest_rows, rest_slots = (np.concatenate(rest_row), np.concatenate(rest)) if rest else (np.zeros(0, np.int64),) * 2
+    order = np.lexsort((rest_slots, rest_rows))  # by row, then slot: the planes ascend within a row (kernels.cc)
+    out["rest_off"] = np.concatenate([[0], np.cumsum(np.bincount(rest_rows, minlength=n_outer))]).astype(np.int32)
+    out["rest"] = rest_slots[order].astype(np.int32)
     c = _by_row(copy_row, {"copy_dst": copy_dst, "copy_src": copy_src, "copy_add": copy_add}, n_outer,
                 {"copy_add": np.float64})
     out.update(copy_off=c["off"], copy_dst=c["copy_dst"], copy_src=c["copy_src"], copy_add=c["copy_add"])
@@ -244,26 +253,92 @@ def wall_cells(lattice: Lattice, shape: tuple[int, ...], walls: tuple[BoundaryCo
     return np.unique(np.concatenate(cells)).astype(np.int64)
 
 
+def _touched(bcs: Any, shape: tuple[int, ...], lattice: Lattice) -> np.ndarray:
+    """Every cell the conditions ``bcs`` write or read (their footprints' faces, cells and ghosts)."""
+    cells = [np.zeros(0, np.int64)]
+    for bc in bcs:
+        fp = bc.footprint(shape, lattice)
+        cells += [fp.face, fp.cells, fp.ghosts]
+    return np.unique(np.concatenate(cells)).astype(np.int64)
+
+
+def kernel_faces(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[BoundaryCondition, ...]
+                 ) -> tuple[BoundaryCondition, ...]:
+    """The velocity inlet and the zero-gradient outflow a bulk kernel applies itself (kernels.cc, RowFaces).
+
+    An inlet (exact type :class:`Inlet`) or an outflow (:class:`Outflow`), the only one of its kind, whose
+    cells (face, and the outflow's upstream column) no other condition writes or reads, on a grid with
+    nx >= 3 and D >= 2 (its face is then whole rows of the kernel). Its rule, as dense: the outflow's cells
+    load their populations with c_x < 0 from the column upstream (the pre-step values); the inlet's cells
+    take rho from their known populations, u from the inflow, rebuild the unknowns, and collide with them.
+    """
+    if lattice.d < 2 or shape[0] < 3:
+        return ()
+    faces = []
+    for kind in (Inlet, Outflow):
+        same = [bc for bc in boundaries if type(bc) is kind]
+        if len(same) == 1:
+            faces.append(same[0])
+    out = []
+    for bc in faces:
+        others = [o for o in boundaries if o is not bc]
+        if np.intersect1d(_touched([bc], shape, lattice), _touched(others, shape, lattice)).size == 0:
+            out.append(bc)
+    return tuple(out)
+
+
+def force_slots(lattice: Lattice, shape: tuple[int, ...], forces: Forces, scheme: str) -> np.ndarray:
+    """int32 ``(2, L)``: per link of ``forces``, the write slots of f*_i at its fluid cell and of f_opp(i) at its solid cell.
+
+    The momentum exchange (lbm.kernels.forces.momentum_exchange) is the sum over links of c_i times the sum of
+    the two: the collided population of the fluid cell (walls leave fluid cells alone) and the bounced one.
+    """
+    dirs = np.asarray(forces.link_dir, np.int64)
+    src, dst = np.asarray(forces.link_src, np.int64), np.asarray(forces.link_dst, np.int64)
+    out = np.empty((2, dirs.size), np.int64)
+    for i in np.unique(dirs):
+        sel = dirs == i
+        out[0, sel] = slot_maps(lattice, shape, src[sel], scheme)[1][i]
+        out[1, sel] = slot_maps(lattice, shape, dst[sel], scheme)[1][lattice.opposite[i]]
+    return out.astype(np.int32)
+
+
 @dataclass(frozen=True)
 class KernelPlan:
-    """Which boundary conditions a bulk kernel applies itself (``walls``) and which run on the ``block``."""
+    """Which boundary conditions a bulk kernel applies itself (``walls``, ``faces``, ``forces``), which run on the ``block``."""
 
     walls: tuple[BoundaryCondition, ...]
     general: tuple[BoundaryCondition, ...]
     block: Block | None
     records: dict[str, dict[str, np.ndarray]]  # scheme -> wall records (empty without walls)
+    faces: tuple[BoundaryCondition, ...] = ()  # an Inlet and/or an Outflow (kernel_faces)
+    forces: Forces | None = None  # momentum exchange from the kernel's post-step populations (force_slots)
+    force_slots: dict[str, np.ndarray] | None = None  # scheme -> (2, L) slots
+
+    @property
+    def inlet(self) -> Inlet | None:
+        """The velocity inlet the kernel applies, if any."""
+        return next((bc for bc in self.faces if type(bc) is Inlet), None)
+
+    @property
+    def outflow(self) -> bool:
+        """Whether the kernel applies a zero-gradient outflow."""
+        return any(type(bc) is Outflow for bc in self.faces)
 
 
 def plan_kernel(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[BoundaryCondition, ...]) -> KernelPlan:
-    """Walls into the kernel where they do not meet the cells other conditions write; the rest on a block.
+    """Walls, faces and forces into the kernel where they do not meet the cells other conditions write; the rest on a block.
 
-    Falls back to :func:`plan_block` for every condition (no walls in the kernel) when a wall's cells
+    Falls back to :func:`plan_block` for every condition (nothing in the kernel) when a wall's cells
     are written by a non-observing condition, or when the walls interfere (:func:`wall_records`).
+    Forces go to the kernel when they are the only observing condition, no writer of the block touches
+    their links and no wall makes a link's fluid end solid.
     """
     walls = tuple(bc for bc in boundaries if wall_rule(bc) is not None)
-    general = tuple(bc for bc in boundaries if wall_rule(bc) is None)
+    faces = kernel_faces(lattice, shape, boundaries)
+    general = tuple(bc for bc in boundaries if wall_rule(bc) is None and not any(bc is f for f in faces))
     fallback = KernelPlan(walls=(), general=boundaries, block=plan_block(lattice, shape, boundaries), records={})
-    if not walls:
+    if not walls and not faces:
         return fallback
     writers = [bc for bc in general if bc.stage not in OBSERVING]
     observers = [bc for bc in general if bc.stage in OBSERVING]
@@ -273,21 +348,30 @@ def plan_kernel(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[Boun
         return fallback
     records = {}
     for scheme in SCHEMES:
-        rec = wall_records(lattice, shape, walls, scheme)
+        rec = wall_records(lattice, shape, walls, scheme) if walls else {}
         if rec is None:
             return fallback
         records[scheme] = rec
-    watched = [np.zeros(0, np.int64)]
-    for bc in observers:
-        fp = bc.footprint(shape, lattice)
-        watched += [fp.face, fp.cells, fp.ghosts]
-    observed = np.setdiff1d(np.concatenate(watched), written)
+    if not walls:
+        records = {}
+    forces, slots = None, None
+    if len(observers) == 1 and type(observers[0]) is Forces:
+        solid = np.concatenate([np.flatnonzero(np.asarray(wall_rule(w)[0])) for w in walls] + [np.zeros(0, np.int64)])
+        fc = observers[0]
+        if (not np.intersect1d(written, _touched([fc], shape, lattice)).size
+                and not np.isin(np.asarray(fc.link_src, np.int64), solid).any()):
+            forces, observers = fc, []
+            slots = {scheme: force_slots(lattice, shape, fc, scheme) for scheme in SCHEMES}
+    general = tuple(bc for bc in general if bc is not forces)
+    observed = np.setdiff1d(_touched(observers, shape, lattice), written)
     ghosts = np.zeros(0, np.int64) if block is None else block.cells[block.size:]
     if np.intersect1d(observed, ghosts).size:
         return fallback  # a cell both observed after the step and read before it by a writer: not supported
+    plan = {"walls": walls, "general": general, "records": records, "faces": faces, "forces": forces,
+            "force_slots": slots}
     if block is None and observed.size == 0:
-        return KernelPlan(walls=walls, general=general, block=None, records=records)
+        return KernelPlan(block=None, **plan)
     cells = np.concatenate([written, observed.astype(np.int64), ghosts])
     block = Block(lattice=lattice, shape=shape, cells=cells, size=int(written.size + observed.size),
                   observed=int(observed.size))
-    return KernelPlan(walls=walls, general=general, block=block, records=records)
+    return KernelPlan(block=block, **plan)
