@@ -167,12 +167,15 @@ class Cylinder(Case):
         if len(rows) == 0:
             return {}
         cd, cl = rows[:, -2], rows[:, -1]
+        # shedding cycles are near D / (St U) steps, St ~ 0.2; a lift oscillation three times faster than that
+        # estimate (the start-up's acoustic ringing) is not shedding and cuts no batches
+        min_cycle = int(setup.derived.get("shedding_period_estimate_steps", 0) / 3)
         forced = self.average_from
         if forced is None:
-            window = stationary_window(cd, reference=cl)
+            window = stationary_window(cd, reference=cl, min_cycle=min_cycle)
         else:
             start = int(forced * len(rows))
-            window = stationary_window(cd[start:], reference=cl[start:])
+            window = stationary_window(cd[start:], reference=cl[start:], min_cycle=min_cycle)
             window = window and Window(window.start + start, window.stop + start, window.edges + start,
                                        window.periodic)
         out: dict[str, Any] = {"cd_mean": None, "cd_mean_error": None, "cl_mean": None, "cl_amplitude": None,

@@ -38,12 +38,13 @@ def dominant_frequency(signal: np.ndarray) -> tuple[float, float]:
     return float(freq), float(freq * n)
 
 
-def cycle_starts(signal: np.ndarray, hysteresis: float = 0.2) -> np.ndarray:
+def cycle_starts(signal: np.ndarray, hysteresis: float = 0.2, min_cycle: int = 0) -> np.ndarray:
     """Indices where ``signal`` rises through the median of its second half (cycle boundaries of an oscillation).
 
     A rise counts only after the signal has been below the level by ``hysteresis`` times the
     half-range of the second half, and reaches above it by as much (a Schmitt trigger), so that
-    noise on a small or slow signal makes no cycles.
+    noise on a small or slow signal makes no cycles. A rise within ``min_cycle`` samples of the
+    last counted one is not a new cycle (a faster oscillation, e.g. acoustic ringing, is not the one sought).
     """
     x = np.asarray(signal, dtype=np.float64)
     second = x[len(x) // 2:]
@@ -56,7 +57,8 @@ def cycle_starts(signal: np.ndarray, hysteresis: float = 0.2) -> np.ndarray:
         elif armed and candidate is None and v >= level:
             candidate = i
         if armed and candidate is not None and v > level + band:
-            starts.append(candidate)
+            if not starts or candidate - starts[-1] >= min_cycle:
+                starts.append(candidate)
             armed, candidate = False, None
     return np.asarray(starts, dtype=np.int64)
 
@@ -98,12 +100,13 @@ class Window:
 
 
 def stationary_window(signal: np.ndarray, reference: np.ndarray | None = None, batches: int = 20,
-                      oscillation: float = 1e-3) -> Window | None:
+                      oscillation: float = 1e-3, min_cycle: int = 0) -> Window | None:
     """The stationary part of ``signal`` (None if there is none); cycles of ``reference`` (e.g. the lift) cut batches.
 
     Where ``reference`` oscillates (half its range over the second half of the series above
     ``oscillation``), batches are its cycles, and a series with too few cycles has no window;
-    otherwise the series is cut into ``batches`` equal parts. The window starts at MSER's
+    otherwise the series is cut into ``batches`` equal parts; cycles shorter than ``min_cycle`` samples
+    do not count (see cycle_starts). The window starts at MSER's
     truncation point and must hold MIN_BATCHES batches whose oscillation amplitude drifts less
     than DRIFT_TOLERANCE.
     """
@@ -111,7 +114,7 @@ def stationary_window(signal: np.ndarray, reference: np.ndarray | None = None, b
     ref = x if reference is None else np.asarray(reference, dtype=np.float64)
     periodic = 0.5 * np.ptp(ref[len(ref) // 2:]) > oscillation
     if periodic:
-        edges = cycle_starts(ref)
+        edges = cycle_starts(ref, min_cycle=min_cycle)
     else:
         edges = np.linspace(0, len(x), batches + 1).astype(int)
     if len(edges) - 1 < MIN_BATCHES:
