@@ -27,15 +27,15 @@ from pathlib import Path
 
 BENCH = ["grid.nx=128", "grid.ny=128", "cases=[cylinder]", "variants=[auto,xla]", "bandwidth.enabled=false",
          "kernel_profile=0"]
-"""Small, quick configurations: the cylinder on a 128x128 D2Q9 grid on the native kernel (auto) and on the xla
-engine (about 5 s per bench run on a quiet 2-core machine). The cylinder, not the periodic box: since the xla
-engine computes rho and u in one kernel, disabling XLA's fusion pass barely slows the box (40.3 -> 37.8 MLUPS in
-CPU time, quiet machine) but slows the cylinder threefold (49.5 -> 14.4). ``--repeats`` repeats of ``--min-time``
-seconds each."""
+"""Small, quick configurations: bench's cylinder (420x180 D2Q9; the grid overrides size only the periodic box) on
+the native kernel (auto) and on the xla engine (about 10 s per bench run on a quiet 2-core machine). The
+cylinder, not the periodic box: since the xla engine computes rho and u in one kernel, disabling XLA's fusion
+pass barely slows the box (40.3 -> 37.8 MLUPS in CPU time, quiet machine) but slows the cylinder threefold
+(49.5 -> 14.4). ``--repeats`` repeats of ``--min-time`` seconds each."""
 CPU_CLOCK = "process CPU time around each dispatch (all threads), synchronised with block_until_ready; compilation excluded"
 """The records' ``clock`` under ``--clock cpu``."""
 INJECT_ROUNDS = int(os.environ.get("LBM_STUDY_INJECT_ROUNDS", "20"))
-"""Extra multiply-adds per population in collide. On the xla cylinder 128x128 (main at 42f0f41, quiet machine,
+"""Extra multiply-adds per population in collide. On the xla cylinder 420x180 (main at 42f0f41, quiet machine,
 one bench run each): 0 rounds 51.4 MLUPS, 20 rounds 40.4 in CPU time (87.3 -> 70.4 wall), i.e. +27% step time.
 (The periodic box, same day: 0, 10, 40 rounds 45.8, 43.0, 24.8 MLUPS in CPU time.)"""
 
