@@ -40,4 +40,9 @@ def momentum_exchange(
     opposite = jnp.asarray(lattice.opposite)[link_dir]
     outgoing = f_bounced.reshape(q, -1)[opposite, link_dst]
     c = jnp.asarray(lattice.c, f_post.dtype)[link_dir]
+    return link_force(c, incoming, outgoing)
+
+
+def link_force(c: jnp.ndarray, incoming: jnp.ndarray, outgoing: jnp.ndarray) -> jnp.ndarray:
+    """Force on the obstacle, shape ``(D,)``, from each link's direction ``c`` (links, D) and its two populations."""
     return jnp.sum(c * (incoming + outgoing)[:, None], axis=0)

@@ -31,6 +31,7 @@ from lbm.engines.native.codegen import KernelSpec
 from lbm.engines.native.plan import OBSERVING, plan_arrays, plan_kernel
 from lbm.engines.timestep import CORE, outputs, run_stages
 from lbm.engines.xla import FusedEngine
+from lbm.kernels.forces import link_force
 from lbm.stages import BULK_PREFIX, BULK_STAGES, STAGES
 
 
@@ -109,11 +110,11 @@ class NativeEngine(FusedEngine):
                 out, old, seen = build.aa_step(spec, a, 0 if scheme == "aa_even" else 1, *args)
         aux = {}
         if links:
-            with jax.named_scope("forces"):  # lbm.kernels.forces.momentum_exchange on the kernel's link populations
+            with jax.named_scope("forces"):  # the momentum exchange on the kernel's link populations
                 pair = seen.reshape(-1)[seen.size - 2 * links:].reshape(2, links).astype(setup.dtype)
                 if self.storage != "compute":
                     pair = pair + params["force_w"]
-                aux["force"] = jnp.sum(params["force_c"] * (pair[0] + pair[1])[:, None], axis=0)
+                aux["force"] = link_force(params["force_c"], pair[0], pair[1])
             seen = seen.reshape(-1)[: seen.size - 2 * links]
         if block is None:
             return out, aux
