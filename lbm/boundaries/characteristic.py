@@ -59,9 +59,10 @@ from lbm.boundaries.base import (
     pytree_dataclass,
     static,
 )
-from lbm.boundaries.inlet import face_unknowns, put_face, take_face
+from lbm.boundaries.inlet import face_unknowns, known_sum, put_face, take_face
 from lbm.boundaries.pressure import PRESSURE_KINDS, mirror_x
 from lbm.kernels.equilibrium import equilibrium
+from lbm.kernels.macroscopic import macroscopic
 from lbm.lattice import CS2, Lattice
 
 CS = math.sqrt(CS2)
@@ -76,15 +77,13 @@ def characteristic_face(face: jnp.ndarray, upstream: jnp.ndarray, rho_out: Any, 
 
     ``upstream``: the populations of the column before the outlet (same shape).
     """
-    c = lattice.c
-    rho1 = jnp.sum(upstream, axis=0)
-    u1 = jnp.tensordot(jnp.asarray(c.T, upstream.dtype), upstream, axes=1) / rho1
-    known = jnp.sum(face[np.flatnonzero(c[:, 0] == 0)], axis=0) + 2.0 * jnp.sum(face[np.flatnonzero(c[:, 0] > 0)], axis=0)
+    rho1, u1 = macroscopic(upstream, lattice)
+    m = mirror_x(lattice)
+    known = known_sum(face[m], lattice)  # seen from outside, the outlet is an x = 0 face
     a = CS * (1.0 + relax)
     b = 1.0 + u1[0] - CS * (rho1 - gradient) - relax * CS * jnp.asarray(rho_out, face.dtype)
     rho = 2.0 * known / (b + jnp.sqrt(b * b + 4.0 * a * known))
     un = known / rho - 1.0
-    m = mirror_x(lattice)
     u_mirrored = jnp.concatenate([-un[None], u1[1:]], axis=0)  # the outlet seen from outside: c_x negated
     return face_unknowns(face[m], rho, u_mirrored, equilibrium(rho, u_mirrored, lattice), lattice, kind)[m]
 

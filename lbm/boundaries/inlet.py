@@ -25,11 +25,16 @@ INLET_KINDS = ("zou_he", "nebb", "equilibrium")
 """How the unknown populations of the inlet face are built (see :func:`inlet`)."""
 
 
-def inlet_density(f0: jnp.ndarray, ux: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
-    """Density at the x = 0 face implied by the known populations and a prescribed u_x (Zou-He)."""
+def known_sum(f0: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """rho (1 - u_x) at an x = 0 face from its known populations: the tangential ones plus twice the leaving ones."""
     tangential = np.flatnonzero(lattice.c[:, 0] == 0)
     leaving = np.flatnonzero(lattice.c[:, 0] < 0)
-    return (jnp.sum(f0[tangential], axis=0) + 2.0 * jnp.sum(f0[leaving], axis=0)) / (1.0 - ux)
+    return jnp.sum(f0[tangential], axis=0) + 2.0 * jnp.sum(f0[leaving], axis=0)
+
+
+def inlet_density(f0: jnp.ndarray, ux: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """Density at the x = 0 face implied by the known populations and a prescribed u_x (Zou-He)."""
+    return known_sum(f0, lattice) / (1.0 - ux)
 
 
 def face_unknowns(f0: jnp.ndarray, rho0: jnp.ndarray, u_face: jnp.ndarray, feq0: jnp.ndarray, lattice: Lattice,

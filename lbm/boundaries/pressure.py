@@ -36,7 +36,7 @@ from lbm.boundaries.base import (
     pytree_dataclass,
     static,
 )
-from lbm.boundaries.inlet import face_unknowns, put_face, take_face
+from lbm.boundaries.inlet import face_unknowns, known_sum, put_face, take_face
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import Lattice
 
@@ -54,10 +54,8 @@ def pressure_outlet_face(face: jnp.ndarray, rho_out: Any, lattice: Lattice, kind
     """Face populations ``(Q, *face)`` of the last column with the entering ones rebuilt for density ``rho_out``."""
     m = mirror_x(lattice)
     g = face[m]  # seen from outside: the outlet is an x = 0 face whose unknowns have c_x > 0
-    tangential = np.flatnonzero(lattice.c[:, 0] == 0)
-    leaving = np.flatnonzero(lattice.c[:, 0] < 0)
     rho = jnp.broadcast_to(jnp.asarray(rho_out, face.dtype), face.shape[1:])
-    un = 1.0 - (jnp.sum(g[tangential], axis=0) + 2.0 * jnp.sum(g[leaving], axis=0)) / rho
+    un = 1.0 - known_sum(g, lattice) / rho
     u = jnp.zeros((lattice.d,) + face.shape[1:], face.dtype).at[0].set(un)
     return face_unknowns(g, rho, u, equilibrium(rho, u, lattice), lattice, kind)[m]
 
