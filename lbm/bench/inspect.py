@@ -70,7 +70,7 @@ class Target:
     @property
     def mesh(self) -> tuple[int, ...]:
         """The default blocks per grid axis on this target: a TPU's chip grid, all GPUs along x."""
-        dims = [int(d) for d in self.topology.rsplit(":", 1)[-1].split("x")] if self.topology else [1]
+        dims = chip_grid(self.topology) if self.topology else [1]
         if self.platform == "tpu":
             return tuple(d for d in dims if d > 1) or (1,)
         return (self.devices,)
@@ -122,7 +122,7 @@ def with_topology(target: Target, topology: str, devices: int = 1) -> Target:
         else:
             a = max(d for d in range(1, math.isqrt(devices) + 1) if devices % d == 0)
             topology = f"{a}x{devices // a}"
-    dims = [int(d) for d in topology.split("x")]
+    dims = chip_grid(topology)
     chips = math.prod(dims)
     if devices not in (1, chips):
         raise LbmError(f"parallel.devices={devices} but target={target.name}:{topology} has {chips} chips")
@@ -135,6 +135,11 @@ def with_topology(target: Target, topology: str, devices: int = 1) -> Target:
     kind = target.accelerator_type.rsplit("-", 1)[0]
     return dataclasses.replace(target, topology=f"{generation}:{topology}", devices=chips,
                                accelerator_type=f"{kind}-{chips}" if kind else "")
+
+
+def chip_grid(topology: str) -> list[int]:
+    """Chips per axis of a topology text (``2x2``, ``v5e:2x2``, ``1x1x4``)."""
+    return [int(d) for d in topology.rsplit(":", 1)[-1].split("x")]
 
 
 def gpu_target_config(target: Target) -> str:
