@@ -1,19 +1,16 @@
 """How well ``python -m lbm compare`` separates noise from regressions, measured on this machine.
 
-    python scripts/compare_study.py run OUT --pairs 20 --fusion 5 --inject 5   # collect bench.json files
-    python scripts/compare_study.py score OUT                                    # compare every pair, tabulate
+    python scripts/compare_study.py run OUT --pairs 20 --fusion 5 --inject 10   # collect bench.json files
+    python scripts/compare_study.py score OUT                                     # compare every pair, tabulate
 
-``run`` writes, per trial, three bench.json files measured back to back with small configurations (BENCH):
-``a`` (base), ``b`` (new) and ``b2`` (new again: what ``compare --remeasure`` would measure). Trials:
-``same`` (identical code), ``fusion`` (new runs with XLA_FLAGS=--xla_disable_hlo_passes=fusion) and
-``inject`` (new runs with the collide stage made about 25% slower per step by extra elementwise work,
-see ``inject_bench``). ``score`` runs the comparison on each trial, once from ``a`` and ``b`` alone and
-once with ``b2`` as the re-measurement, and prints the verdicts.
-
-``--clock cpu`` (the default) times each repeat with the process's CPU time instead of the wall clock
-(``time.process_time`` in place of ``time.perf_counter`` inside lbm.bench.throughput, and the records' ``clock``
-says so): on a machine whose cores are shared, CPU time counts only the time the benchmark ran, where the wall
-clock also counts the time other processes held the cores. ``--clock wall`` measures what bench measures today.
+``run`` writes, per trial, four bench.json files measured back to back with small configurations (BENCH), in
+the order ``compare --remeasure 1 --base-python ...`` measures them: ``a`` (base), ``b`` (new), then ``a2`` (base
+again) and ``b2`` (new again). Trials: ``same`` (identical code), ``fusion`` (new runs with
+XLA_FLAGS=--xla_disable_hlo_passes=fusion) and ``inject`` (new runs with the collide stage made about 25% slower
+per step by extra elementwise work, see ``inject_bench``). ``score`` judges each trial three ways, as compare
+does: ``single`` (``a`` against ``b``), ``remeasure`` (``compare --remeasure 1``: ``b2`` merged into ``b`` for the
+suspect configurations) and ``both`` (``compare --remeasure 1 --base-python``: ``a2`` merged into ``a`` as well),
+and prints the verdicts. bench records every repeat in the process's CPU time too, and compare judges those.
 """
 
 from __future__ import annotations
@@ -32,25 +29,10 @@ the native kernel (auto) and on the xla engine (about 10 s per bench run on a qu
 cylinder, not the periodic box: since the xla engine computes rho and u in one kernel, disabling XLA's fusion
 pass barely slows the box (40.3 -> 37.8 MLUPS in CPU time, quiet machine) but slows the cylinder threefold
 (49.5 -> 14.4). ``--repeats`` repeats of ``--min-time`` seconds each."""
-CPU_CLOCK = "process CPU time around each dispatch (all threads), synchronised with block_until_ready; compilation excluded"
-"""The records' ``clock`` under ``--clock cpu``."""
 INJECT_ROUNDS = int(os.environ.get("LBM_STUDY_INJECT_ROUNDS", "20"))
 """Extra multiply-adds per population in collide. On the xla cylinder 420x180 (main at 42f0f41, quiet machine,
 one bench run each): 0 rounds 51.4 MLUPS, 20 rounds 40.4 in CPU time (87.3 -> 70.4 wall), i.e. +27% step time.
 (The periodic box, same day: 0, 10, 40 rounds 45.8, 43.0, 24.8 MLUPS in CPU time.)"""
-
-
-def use_cpu_clock() -> None:
-    """Make lbm.bench.throughput time its repeats with the process CPU time (see the module doc)."""
-    import time as real_time
-    import types
-
-    from lbm.bench import throughput
-
-    clock = types.SimpleNamespace(**{k: getattr(real_time, k) for k in dir(real_time) if not k.startswith("_")})
-    clock.perf_counter = real_time.process_time
-    throughput.time = clock
-    throughput.CLOCK = CPU_CLOCK
 
 
 def inject_bench(rounds: int, overrides: list[str]) -> int:
@@ -58,9 +40,6 @@ def inject_bench(rounds: int, overrides: list[str]) -> int:
 
     from lbm.cli import main
     from lbm.engines import timestep
-
-    if os.environ.get("LBM_STUDY_CLOCK") == "cpu":
-        use_cpu_clock()
 
     core = timestep.CORE["collide"]
 
@@ -83,15 +62,14 @@ def bench(out: Path, env_extra: dict[str, str], inject: int = 0, timing: tuple[s
         return
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env_extra}
     args = [*BENCH, *timing, f"hydra.run.dir={out}"]
-    cmd = [sys.executable, __file__, "inject", str(inject), *args]  # 0 rounds: plain bench (with the clock chosen)
+    cmd = [sys.executable, __file__, "inject", str(inject), *args]  # 0 rounds: plain bench
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bench failed in {out}:\n{proc.stderr[-2000:]}")
 
 
-def collect(root: Path, pairs: int, fusion: int, inject: int, clock: str, timing: tuple[str, ...]) -> None:
-    """Collect the trials, each as a/b/b2 run back to back."""
-    os.environ["LBM_STUDY_CLOCK"] = clock
+def collect(root: Path, pairs: int, fusion: int, inject: int, timing: tuple[str, ...]) -> None:
+    """Collect the trials, each as a, b, a2, b2 run back to back."""
     plan = [("same", i, {}, 0) for i in range(pairs)]
     plan += [("fusion", i, {"XLA_FLAGS": "--xla_disable_hlo_passes=fusion"}, 0) for i in range(fusion)]
     plan += [("inject", i, {}, INJECT_ROUNDS) for i in range(inject)]
@@ -101,6 +79,7 @@ def collect(root: Path, pairs: int, fusion: int, inject: int, clock: str, timing
         trial = root / f"{kind}_{i:02d}"
         bench(trial / "a", {}, 0, timing)
         bench(trial / "b", env, rounds, timing)
+        bench(trial / "a2", {}, 0, timing)
         bench(trial / "b2", env, rounds, timing)
         print(f"{trial.name}: {time.time() - t0:.0f} s, load {os.getloadavg()[0]:.1f} "
               f"(1-minute load average at the end of the trial)", flush=True)
@@ -113,29 +92,37 @@ def best_by_variant(doc: dict) -> dict[str, float]:
     return {r["variant"]: best(r, bool(r["mlups"].get("cpu_values"))) for r in doc["records"]}
 
 
+def again(doc: dict, more: dict, keys: list) -> dict:
+    """``doc`` with the repeats of ``more`` merged into the records ``keys`` (what compare --remeasure measures again)."""
+    from lbm.bench.compare import key_of, merge_remeasured
+
+    return merge_remeasured(doc, {**more, "records": [r for r in more["records"] if key_of(r) in keys]})
+
+
 def score(root: Path, threshold: float | None) -> None:
-    """Compare every trial without and with the re-measurement and print one line each plus totals."""
+    """Judge every trial as compare does (single, re-measured new, re-measured both) and print one line each plus totals."""
     import statistics
 
-    from lbm.bench.compare import compare, load, merge_remeasured
+    from lbm.bench.compare import DEFAULT_THRESHOLD, compare, load, suspects
 
+    limit = DEFAULT_THRESHOLD if threshold is None else threshold
     totals: dict[tuple[str, str], list[int]] = {}
     ratios: dict[tuple[str, str], list[float]] = {}
     loads: list[float] = []
     for trial in sorted(p for p in root.iterdir() if (p / "b2" / "bench.json").exists()):
         kind = trial.name.rsplit("_", 1)[0]
-        a, b, b2 = (load(str(trial / x / "bench.json")) for x in ("a", "b", "b2"))
-        loads += [d["load_average_start"][0] for d in (a, b, b2) if d.get("load_average_start")]
+        a, b, a2, b2 = (load(str(trial / x / "bench.json")) for x in ("a", "b", "a2", "b2"))
+        loads += [d["load_average_start"][0] for d in (a, b, a2, b2) if d.get("load_average_start")]
         ba, bb = best_by_variant(a), best_by_variant(b)
         for v in ba:
             ratios.setdefault((kind, v), []).append(bb[v] / ba[v])
-        kw = {} if threshold is None else {"threshold": threshold}
-        _, once = compare(a, b, **kw)
-        _, twice = compare(a, merge_remeasured(b, b2), **kw) if once else ("", once)
-        flagged_once = sorted(once)
-        flagged = sorted(twice)
-        print(f"{trial.name}: single {flagged_once or 'clean'}; with re-measure {flagged or 'clean'}")
-        for mode, got in (("single", once), ("remeasure", twice)):
+        keys = suspects(a, b, limit)  # what compare --remeasure measures again: only these records are merged
+
+        verdicts = {"single": compare(a, b, limit)[1]}
+        verdicts["remeasure"] = compare(a, again(b, b2, keys), limit)[1]
+        verdicts["both"] = compare(again(a, a2, keys), again(b, b2, keys), limit)[1]
+        print(f"{trial.name}: " + "; ".join(f"{m} {sorted(g) or 'clean'}" for m, g in verdicts.items()))
+        for mode, got in verdicts.items():
             totals.setdefault((kind, mode), []).append(bool(got))
             if kind != "same":  # the change slows the xla engine only: caught = its configuration called slower
                 totals.setdefault((kind, mode + ", xla"), []).append(any(" xla " in g for g in got))
@@ -158,8 +145,7 @@ def main() -> None:
     r.add_argument("out", type=Path)
     r.add_argument("--pairs", type=int, default=20)
     r.add_argument("--fusion", type=int, default=5)
-    r.add_argument("--inject", type=int, default=5)
-    r.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    r.add_argument("--inject", type=int, default=10)
     r.add_argument("--repeats", type=int, default=30, help="timed repeats per configuration")
     r.add_argument("--min-time", type=float, default=0.03, help="seconds per repeat")
     s = sub.add_parser("score")
@@ -167,7 +153,7 @@ def main() -> None:
     s.add_argument("--threshold", type=float, default=None)
     ns = p.parse_args()
     if ns.what == "run":
-        collect(ns.out, ns.pairs, ns.fusion, ns.inject, ns.clock, (f"repeats={ns.repeats}", f"min_time_s={ns.min_time}"))
+        collect(ns.out, ns.pairs, ns.fusion, ns.inject, (f"repeats={ns.repeats}", f"min_time_s={ns.min_time}"))
     else:
         score(ns.out, ns.threshold)
 

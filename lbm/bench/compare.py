@@ -8,9 +8,13 @@ A record regressed when its fastest repeat fell by more than the noise threshold
 within it in 19 of 20 back-to-back pairs with a re-measurement, docs/studies.md) and the two runs'
 own uncertainty of their fastest repeat (the relative gap to the second fastest, added), and, where
 the repeats allow it, a permutation test on the repeats gives p <= 0.05. ``--remeasure N`` runs
-``python -m lbm bench`` again N times for each configuration called slower (in this checkout and
-environment, i.e. the new code) and judges the fastest of all its repeats: a run that was slowed by
-a busy machine recovers, a real regression stays slow.
+``python -m lbm bench`` again N times for each suspect configuration (called slower, or slower by more than
+half the threshold) in this checkout and environment, i.e. the new code, and judges the fastest of all its
+repeats: a run that was slowed by a busy machine recovers, a real regression stays slow. With
+``--base-python PY`` (the interpreter of the base's environment, e.g. another virtual environment) the base is
+measured again as well, alternating with the new code (base, new, base, new, ...), so both sides sample the
+machine at the same times: a base that was measured at a good moment can no longer hide a regression, nor
+one measured at a bad moment invent one.
 Where both records also carry ``mlups.cpu_values`` (repeats timed with the process CPU time), the verdict
 judges those: on a shared machine the CPU time counts only the time the benchmark itself ran, where the
 wall clock also counts the time other processes held the cores (docs/studies.md: on 2 cores at a load
@@ -165,7 +169,7 @@ def merge_remeasured(new: dict[str, Any], again: dict[str, Any]) -> dict[str, An
                            f"than the file ({r['clock']})")
         v = values(r) + values(more)
         r["mlups"] = {**r["mlups"], "values": v, "median": statistics.median(v), "min": min(v), "max": max(v),
-                      "remeasured": len(values(more))}
+                      "remeasured": r["mlups"].get("remeasured", 0) + len(values(more))}
         if cpu_timed(r, more):
             r["mlups"]["cpu_values"] = values(r, True) + values(more, True)
         else:
@@ -190,24 +194,45 @@ def remeasure_overrides(doc: dict[str, Any], record: dict[str, Any], run_dir: Pa
     return over
 
 
-def remeasure(doc: dict[str, Any], keys: list[tuple[Any, ...]], times: int) -> dict[str, Any]:
-    """Measure the configurations ``keys`` of ``doc`` again ``times`` times here; returns ``doc`` with the repeats added."""
-    records = {key_of(r): r for r in doc["records"]}
+def bench_again(doc: dict[str, Any], record: dict[str, Any], python: str) -> dict[str, Any]:
+    """One ``python -m lbm bench`` run of ``record``'s configuration with interpreter ``python``: its bench.json."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = (doc.get("environment") or {}).get("XLA_FLAGS") or ""
+    with tempfile.TemporaryDirectory(prefix="lbm-remeasure-") as tmp:
+        run_dir = Path(tmp) / "run"
+        proc = subprocess.run([python, "-m", "lbm", "bench", *remeasure_overrides(doc, record, run_dir)],
+                              capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise LbmError(f"--remeasure: {python} -m lbm bench failed for {label(key_of(record))}: {tail}")
+        return json.loads((run_dir / "bench.json").read_text())
+
+
+def remeasure(doc: dict[str, Any], keys: list[tuple[Any, ...]], times: int,
+              python: str = sys.executable) -> dict[str, Any]:
+    """Measure the configurations ``keys`` of ``doc`` again ``times`` times; returns ``doc`` with the repeats added."""
+    records = {key_of(r): r for r in doc["records"]}
     for _ in range(times):
         for k in keys:
-            with tempfile.TemporaryDirectory(prefix="lbm-remeasure-") as tmp:
-                run_dir = Path(tmp) / "run"
-                proc = subprocess.run([sys.executable, "-m", "lbm", "bench",
-                                       *remeasure_overrides(doc, records[k], run_dir)],
-                                      capture_output=True, text=True, env=env)
-                if proc.returncode != 0:
-                    tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-                    raise LbmError(f"--remeasure: python -m lbm bench failed for {label(k)}: {tail}")
-                again = json.loads((run_dir / "bench.json").read_text())
-            doc = merge_remeasured(doc, again)
+            doc = merge_remeasured(doc, bench_again(doc, records[k], python))
     return doc
+
+
+def suspects(base: dict[str, Any], new: dict[str, Any], threshold: float) -> list[tuple[Any, ...]]:
+    """Configurations whose fastest repeat fell by more than half the threshold (what ``--remeasure`` measures again)."""
+    recs_a = {key_of(r): r for r in base["records"]}
+    return [key_of(r) for r in new["records"]
+            if key_of(r) in recs_a and judge(recs_a[key_of(r)], r, threshold)["change"] < -threshold / 2]
+
+
+def remeasure_both(base: dict[str, Any], new: dict[str, Any], keys: list[tuple[Any, ...]], times: int,
+                   base_python: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``times`` rounds of re-measuring ``keys``: the base (where ``base_python`` is given) then the new code, in turn."""
+    for _ in range(times):
+        if base_python:
+            base = remeasure(base, keys, 1, base_python)
+        new = remeasure(new, keys, 1)
+    return base, new
 
 
 STRUCTURE_FIELDS = ("engine", "fusions", "fusions_in_loop_body", "custom_calls", "cost_analysis_bytes_accessed")
@@ -275,11 +300,12 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
         elif j["faster"]:
             changed.append(k)
         ptext = "n/a" if math.isnan(j["p"]) else f"{j['p']:.3f}" + ("" if j["testable"] else " (too few repeats)")
-        again = b["mlups"].get("remeasured")
+        again_a, again = a["mlups"].get("remeasured"), b["mlups"].get("remeasured")
+        note_a = f" (incl. {again_a} re-measured)" if again_a else ""
         note = (f" (incl. {again} re-measured)" if again else "") + (" (CPU time)" if j["cpu"] else "")
         cpu = j["cpu"]
         ma, mb = j["medians"]
-        lines.append(f"| {label(k)} | {best(a, cpu):.1f} ({ma:.1f}) | {best(b, cpu):.1f} "
+        lines.append(f"| {label(k)} | {best(a, cpu):.1f} ({ma:.1f}){note_a} | {best(b, cpu):.1f} "
                      f"({mb:.1f}){note} | {j['change'] * 100:+.1f}% ({j['median_change'] * 100:+.1f}%) | "
                      f"±{j['limit'] * 100:.1f}% | {ptext} | {j['verdict']} |")
     only_a = [label(k) for k in recs_a if k not in recs_b]
@@ -357,7 +383,11 @@ def main(args: list[str]) -> int:
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help="smallest relative change called (default 0.15 = 15%%)")
     parser.add_argument("--remeasure", type=int, default=0,
-                        help="re-run bench N times here for each configuration called slower, then judge again")
+                        help="re-run bench N times here for each suspect configuration (called slower, or slower by "
+                             "more than half the threshold), then judge again")
+    parser.add_argument("--base-python", default=None,
+                        help="with --remeasure: the base environment's python; re-measures the base too, in turn "
+                             "with the new code")
     parser.add_argument("--out", default=None, help="also write the markdown report to this file")
     try:
         ns = parser.parse_args(args)
@@ -365,18 +395,26 @@ def main(args: list[str]) -> int:
         if exc.code == 0:
             return 0
         raise LbmError("usage: python -m lbm compare BASE.json NEW.json [--threshold 0.15] [--remeasure N] "
-                       "[--out report.md]") from None
+                       "[--base-python PY] [--out report.md]") from None
     if not 0 <= ns.threshold < 1:
         raise LbmError(f"--threshold={ns.threshold}: expected a fraction in [0, 1)")
     if not 0 <= ns.remeasure <= 20:
         raise LbmError(f"--remeasure={ns.remeasure}: expected an integer in [0, 20]")
+    if ns.base_python is not None:
+        if not ns.remeasure:
+            raise LbmError("--base-python re-measures the base: give it with --remeasure N (N >= 1)")
+        if not (os.path.isfile(ns.base_python) and os.access(ns.base_python, os.X_OK)):
+            raise LbmError(f"--base-python={ns.base_python}: not an executable file (give the base environment's "
+                           "python, e.g. /path/to/venv/bin/python)")
     base, new = load(ns.base), load(ns.new)
     text, regressed = compare(base, new, ns.threshold)
-    if regressed and ns.remeasure:
-        keys = [k for k in (key_of(r) for r in new["records"]) if label(k) in regressed]
-        print(f"re-measuring {len(keys)} configuration(s) called slower, {ns.remeasure} time(s): "
-              + ", ".join(regressed), file=sys.stderr)
-        text, regressed = compare(base, remeasure(new, keys, ns.remeasure), ns.threshold)
+    keys = suspects(base, new, ns.threshold) if ns.remeasure else []
+    if keys:
+        sides = "the base and the new code in turn" if ns.base_python else "the new code"
+        print(f"re-measuring {len(keys)} suspect configuration(s), {ns.remeasure} time(s), {sides}: "
+              + ", ".join(label(k) for k in keys), file=sys.stderr)
+        base, new = remeasure_both(base, new, keys, ns.remeasure, ns.base_python)
+        text, regressed = compare(base, new, ns.threshold)
     print(text)
     if ns.out:
         Path(ns.out).write_text(text)
