@@ -2,6 +2,7 @@
 
     python scripts/compare_study.py run OUT --pairs 20 --fusion 5 --inject 10   # collect bench.json files
     python scripts/compare_study.py score OUT                                     # compare every pair, tabulate
+    python scripts/compare_study.py stats OUT                                     # which statistic separates them
 
 ``run`` writes, per trial, four bench.json files measured back to back with small configurations (BENCH), in
 the order ``compare --remeasure 1 --base-python ...`` measures them: ``a`` (base), ``b`` (new), then ``a2`` (base
@@ -16,11 +17,14 @@ and prints the verdicts. bench records every repeat in the process's CPU time to
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 BENCH = ["grid.nx=128", "grid.ny=128", "cases=[cylinder]", "variants=[auto,xla]", "bandwidth.enabled=false",
          "kernel_profile=0"]
@@ -135,6 +139,33 @@ def score(root: Path, threshold: float | None) -> None:
               f"range {min(loads):.1f}-{max(loads):.1f}")
 
 
+STATISTICS = {"max": lambda v: max(v), "2nd": lambda v: sorted(v)[-2], "3rd": lambda v: sorted(v)[-3],
+              "p90": lambda v: float(np.percentile(v, 90)), "p75": lambda v: float(np.percentile(v, 75)),
+              "median": lambda v: float(np.median(v))}
+"""Statistics of a run's repeats that ``stats`` tries as the verdict's measure of a run."""
+
+
+def stats(root: Path, variant: str) -> None:
+    """For each statistic of the repeats: the range of new/base over the trials of each kind (do they separate?)."""
+    def repeats(trial: Path, run: str, key: str) -> list[float]:
+        doc = json.loads((trial / run / "bench.json").read_text())
+        return next(r["mlups"][key] for r in doc["records"] if r["variant"] == variant)
+
+    trials = sorted(p for p in root.iterdir() if (p / "b2" / "bench.json").exists())
+    for key in ("cpu_values", "values"):
+        for merged in (False, True):
+            print(f"{variant}, {key}, {'a+a2 against b+b2' if merged else 'a against b'}:")
+            for name, fn in STATISTICS.items():
+                got: dict[str, list[float]] = {}
+                for trial in trials:
+                    a, b = repeats(trial, "a", key), repeats(trial, "b", key)
+                    if merged:
+                        a, b = a + repeats(trial, "a2", key), b + repeats(trial, "b2", key)
+                    got.setdefault(trial.name.rsplit("_", 1)[0], []).append(fn(b) / fn(a))
+                print(f"  {name:6s} " + "  ".join(f"{k}: {min(v):.3f}-{max(v):.3f} (median {np.median(v):.3f})"
+                                                   for k, v in sorted(got.items())))
+
+
 def main() -> None:
     """Command line of the study."""
     if len(sys.argv) > 1 and sys.argv[1] == "inject":
@@ -151,9 +182,14 @@ def main() -> None:
     s = sub.add_parser("score")
     s.add_argument("out", type=Path)
     s.add_argument("--threshold", type=float, default=None)
+    st = sub.add_parser("stats", help="how well each statistic of the repeats separates the kinds of trial")
+    st.add_argument("out", type=Path)
+    st.add_argument("--variant", default="xla")
     ns = p.parse_args()
     if ns.what == "run":
         collect(ns.out, ns.pairs, ns.fusion, ns.inject, (f"repeats={ns.repeats}", f"min_time_s={ns.min_time}"))
+    elif ns.what == "stats":
+        stats(ns.out, ns.variant)
     else:
         score(ns.out, ns.threshold)
 
