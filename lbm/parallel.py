@@ -179,8 +179,9 @@ def entering(lattice_c: np.ndarray, axis: int, sign: int) -> np.ndarray:
     return np.flatnonzero(np.sign(lattice_c[:, axis]) == sign)
 
 
-def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:
-    """A block ``(Q, *b)`` with ghost layers on its sharded faces holding the populations that enter it (ppermute).
+def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int], every: bool = False) -> jnp.ndarray:
+    """A block ``(Q, *b)`` with ghost layers on its sharded faces holding the populations that enter it (ppermute);
+    ``every``: all Q populations of the neighbours' face cells.
 
     Axes are exchanged one after another, each including the ghosts of the axes before, so the
     diagonal populations reach the corner ghosts. Ghost entries of other populations are zero.
@@ -191,6 +192,8 @@ def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) 
             continue
         ax = 1 + axis
         up, down = entering(lattice_c, axis, 1), entering(lattice_c, axis, -1)
+        if every:
+            up = down = np.arange(len(lattice_c))
         high = jax.lax.slice_in_dim(e, e.shape[ax] - 1, e.shape[ax], axis=ax)[up]
         low = jax.lax.slice_in_dim(e, 0, 1, axis=ax)[down]
         from_below = jax.lax.ppermute(high, AXES[axis], [(i, (i + 1) % m) for i in range(m)])

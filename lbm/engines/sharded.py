@@ -25,12 +25,24 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from lbm import parallel
-from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
-from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass, static
+from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, MovingWall, Outflow
+from lbm.boundaries.base import (
+    BoundaryCondition,
+    CellBlock,
+    Footprint,
+    StepState,
+    contiguous,
+    face_cells,
+    pytree_dataclass,
+    static,
+)
+from lbm.boundaries.inlet import InletOnBlock
+from lbm.boundaries.outflow import OutflowOnBlock
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable, program
 from lbm.engines.instrumented import InstrumentedEngine
-from lbm.engines.timestep import CORE, as_arrays, outputs, run_stage, step_index
+from lbm.engines.native.plan import Block, plan_block, slot_maps
+from lbm.engines.timestep import CORE, as_arrays, outputs, run_stage, run_stages, step_index
 from lbm.engines.xla import FusedEngine, XlaEngine
 from lbm.kernels.forces import momentum_exchange
 from lbm.lattice import Lattice
@@ -146,11 +158,12 @@ class Layout:
         """An array ``(D, *face)`` on the face x = const, sharded along the face's own grid axes."""
         return self._place(u, self.mesh, P(None, *parallel.AXES[1:self.ndim]))
 
-    def forces(self, bc: Forces, lattice: Lattice) -> BlockForces:
-        """The obstacle's links split by the block of their fluid cell, padded to one length."""
-        if np.any(lattice.c[0]):
-            raise EngineUnavailable("the sharded forces pad with population 0, which must be the rest population")
-        dirs, src, dst = (np.asarray(a, np.int64) for a in (bc.link_dir, bc.link_src, bc.link_dst))
+    def links(self, bc: Forces, lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The obstacle's links split by the block of their fluid cell: direction, owner block (flat), fluid
+        cell in its block (flat) and solid cell in the owner's extended block (flat)."""
+        dirs, src = np.asarray(bc.link_dir, np.int64), np.asarray(bc.link_src, np.int64)
+        if not src.size:
+            return dirs, src, src, src
         coords = np.stack(np.unravel_index(src, self.setup.shape))
         block = np.asarray(self.block)[:, None]
         owner = coords // block
@@ -158,11 +171,16 @@ class Layout:
         c = lattice.c[dirs].T
         sharded = (np.asarray(self.shape) > 1)[:, None]
         dst_local = np.where(sharded, local + 1 + c, (local + c) % block)
-        src_flat = np.ravel_multi_index(tuple(local), self.block) if src.size else src
-        dst_flat = np.ravel_multi_index(tuple(dst_local), self.ext) if src.size else src
-        owner_flat = np.ravel_multi_index(tuple(owner), self.shape) if src.size else src
+        return (dirs, np.ravel_multi_index(tuple(owner), self.shape), np.ravel_multi_index(tuple(local), self.block),
+                np.ravel_multi_index(tuple(dst_local), self.ext))
+
+    def forces(self, bc: Forces, lattice: Lattice) -> BlockForces:
+        """The obstacle's links split by the block of their fluid cell, padded to one length."""
+        if np.any(lattice.c[0]):
+            raise EngineUnavailable("the sharded forces pad with population 0, which must be the rest population")
+        dirs, owner_flat, src_flat, dst_flat = self.links(bc, lattice)
         count = math.prod(self.shape)
-        length = max(1, int(np.bincount(owner_flat, minlength=count).max()) if src.size else 1)
+        length = max(1, int(np.bincount(owner_flat, minlength=count).max()) if dirs.size else 1)
         out = np.zeros((3, count, length), np.int32)
         for b in range(count):
             sel = owner_flat == b
@@ -172,6 +190,30 @@ class Layout:
         placed = [self._place(a.reshape(-1), self.mesh, spec) for a in out]
         return BlockForces(link_dir=placed[0], link_src=placed[1], link_dst=placed[2],
                            axes=parallel.AXES[: self.ndim])
+
+    def blocks(self) -> list[tuple[int, ...]]:
+        """Mesh coordinates of every block, in device order."""
+        return [tuple(int(i) for i in np.unravel_index(b, self.shape)) for b in range(math.prod(self.shape))]
+
+    def own_extended(self, a: Any, coords: tuple[int, ...], lead: int = 1, axes: slice = slice(None)) -> np.ndarray:
+        """Block ``coords``'s extended block (periodic ghost layers) of a per-cell array ``(*lead, *grid[axes])``."""
+        shape, ext = self.shape[axes], self.ext[axes]
+        out = parallel.extended(np.asarray(a), shape, lead)
+        return out[(slice(None),) * lead + tuple(slice(c * e, (c + 1) * e) for c, e in zip(coords[axes], ext,
+                                                                                          strict=True))]
+
+    def stacked(self, per_block: list[Any]) -> Any:
+        """Per-block pytrees of one form, stacked along a leading device axis and sharded over the mesh;
+        EngineUnavailable if their forms differ."""
+        flat = [jax.tree_util.tree_flatten(t) for t in per_block]
+        tree = flat[0][1]
+        shapes = [tuple(np.shape(x) for x in leaves) for leaves, _ in flat]
+        if any(t != tree for _, t in flat) or any(s != shapes[0] for s in shapes):
+            raise EngineUnavailable("the blocks' boundary plans differ in form")
+        spec = P(parallel.AXES[: self.ndim])
+        leaves = [self._place(np.stack([np.asarray(leaves[k]) for leaves, _ in flat]), self.mesh, spec)
+                  for k in range(len(flat[0][0]))]
+        return jax.tree_util.tree_unflatten(tree, leaves)
 
 
 def block_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice,
@@ -416,13 +458,173 @@ class ShardedInstrumentedEngine(ShardedSupport, InstrumentedEngine):
                 for (name, _), j, spec in zip(self.pieces, self._jitted_pieces, seen, strict=True)]
 
 
-class ShardedPallasEngine(OnMesh, FusedEngine):
-    """The Pallas bulk kernel on every block of a mesh under shard_map, for setups without boundary conditions.
+@pytree_dataclass
+class OwnerOnly(BoundaryCondition):
+    """A face condition's block form whose rule is kept only on the blocks holding the grid face x = 0 (``side`` 0)
+    or x = nx - 1 (``side`` -1); elsewhere the cells keep what the other stages gave them."""
 
-    Each block steps as a periodic grid of its own; then the ``halo`` stage returns the populations that
-    wrapped around a shared face to the block they entered (lbm.parallel.return_wrapped: ``ppermute`` of
-    the crossing populations only, as the xla halo sends). Boundary cells would need the single-device
-    plan per block: with boundary conditions, :func:`make_sharded` runs the xla step on each block.
+    inner: Any
+    side: int = static(0)
+    blocks: int = static(1)
+
+    @property
+    def stage(self) -> str:  # type: ignore[override]
+        """The inner condition's stage."""
+        return self.inner.stage
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The inner rule, selected where this block holds the grid's face."""
+        new = self.inner.apply(s, lattice)
+        if self.blocks == 1:
+            return new
+        edge = jax.lax.axis_index("x") == (0 if self.side == 0 else self.blocks - 1)
+        changes = {name: jnp.where(edge, getattr(new, name), getattr(s, name)) for name in FACE_FIELDS
+                   if getattr(new, name) is not None and getattr(new, name) is not getattr(s, name)}
+        return s.replace(**changes)
+
+
+@pytree_dataclass
+class FacePlane(BoundaryCondition):
+    """An :class:`Inlet` or :class:`Outflow` on the plane x = ``at`` of an extended block: every block holds the plane
+    (one plan form for all), the rule acts on the blocks holding the grid's face (:class:`OwnerOnly`)."""
+
+    inner: Any
+    at: int = static(0)
+    blocks: int = static(1)
+
+    @property
+    def stage(self) -> str:  # type: ignore[override]
+        """The inner condition's stage."""
+        return self.inner.stage
+
+    def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
+        """The plane (and, for the outflow, the plane upstream of it), in face order."""
+        face = face_cells(shape, self.at)
+        if type(self.inner) is Outflow:
+            face = np.concatenate([face, face_cells(shape, self.at - 1)])
+        return Footprint(face=face)
+
+    def on_block(self, block: CellBlock) -> BoundaryCondition:
+        """The inner condition's block form on the plane's cells, kept on the face's blocks."""
+        plane = contiguous(block.index_of(face_cells(block.shape, self.at)))
+        if type(self.inner) is Outflow:
+            upstream = contiguous(block.index_of(face_cells(block.shape, self.at - 1)))
+            return OwnerOnly(inner=OutflowOnBlock(dst=plane, src=upstream), side=-1, blocks=self.blocks)
+        i = self.inner
+        return OwnerOnly(inner=InletOnBlock(u=i.u, kind=i.kind, profile=i.profile, ramp_steps=i.ramp_steps,
+                                            cells=plane), side=0, blocks=self.blocks)
+
+
+def extended_boundaries(boundaries: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice,
+                        coords: tuple[int, ...]) -> tuple[BoundaryCondition, ...]:
+    """The boundary conditions as block ``coords`` sees them on its extended block (its own cells and one ghost
+    layer on each shared face); EngineUnavailable for a condition without such a form.
+
+    Walls: their masks on the extended block, minus the links that would leave it. Forces: the links whose fluid
+    cell the block owns. Inlet and outflow: :class:`FacePlane` on the block's first and last own plane.
+    """
+    lo = 1 if layout.shape[0] > 1 else 0
+    out: list[BoundaryCondition] = []
+    for bc in boundaries:
+        if type(bc) is Outflow:
+            out.append(FacePlane(inner=bc, at=lo + layout.block[0] - 1, blocks=layout.shape[0]))
+        elif type(bc) is Inlet:
+            u = layout.own_extended(np.asarray(bc.u), coords, lead=1, axes=slice(1, None))
+            out.append(FacePlane(inner=Inlet(u=u, kind=bc.kind, profile=bc.profile, ramp_steps=bc.ramp_steps), at=lo,
+                                 blocks=layout.shape[0]))
+        elif type(bc) is FullwayBounceBack:
+            out.append(FullwayBounceBack(solid=layout.own_extended(np.asarray(bc.solid, bool), coords, lead=0)))
+        elif type(bc) in (HalfwayBounceBack, MovingWall):
+            links = layout.own_extended(np.asarray(bc.links, bool), coords).copy()
+            for j, c in enumerate(lattice.c):
+                for axis, m in enumerate(layout.shape):
+                    if m > 1 and c[axis]:  # a link from the outermost ghost layer leaves the extended block
+                        edge = -1 if c[axis] > 0 else 0
+                        links[(j,) + (slice(None),) * axis + (edge,)] = False
+            arrays = {"solid": layout.own_extended(np.asarray(bc.solid, bool), coords, lead=0), "links": links}
+            if type(bc) is MovingWall:
+                arrays["wall_term"] = layout.own_extended(np.asarray(bc.wall_term), coords)
+            out.append(type(bc)(**arrays))
+        elif type(bc) is Forces:
+            dirs, owner, _, dst = layout.links(bc, lattice)
+            mine = owner == np.ravel_multi_index(coords, layout.shape)
+            src = np.asarray(bc.link_src, np.int64)[mine]
+            local = np.stack(np.unravel_index(src, layout.setup.shape)) % np.asarray(layout.block)[:, None]
+            local = local + (np.asarray(layout.shape) > 1)[:, None]
+            out.append(Forces(link_dir=dirs[mine], link_src=np.ravel_multi_index(tuple(local), layout.ext),
+                              link_dst=dst[mine]))
+        else:
+            raise EngineUnavailable(f"no per-block plan for {type(bc).__name__}")
+    return tuple(out)
+
+
+def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
+    """Every block's boundary-cell plan (lbm.engines.native.plan on its extended block), padded to one form and
+    stacked: gather slots into the block's extended pre-step populations, write slots into the ``push`` slots of
+    the block's own periodic step (cells of the ghost layers and padding: past the end, dropped), and the block
+    forms of the conditions (forces summed over the blocks)."""
+    lat = setup.lattice
+    if np.any(lat.c[0]):
+        raise EngineUnavailable("the per-block plans pad with population 0, which must be the rest population")
+    ext, own = layout.ext, layout.block
+    lo = np.asarray([1 if m > 1 else 0 for m in layout.shape])
+    plans = []
+    for coords in layout.blocks():
+        local = extended_boundaries(setup.boundaries, layout, lat, coords)
+        blk = plan_block(lat, ext, local)
+        if blk is None:
+            raise EngineUnavailable("a block without boundary cells")
+        e = np.stack(np.unravel_index(blk.cells, ext))
+        if layout.shape[0] > 1 and any(isinstance(b, FacePlane) for b in local) and (
+                coords[0] == 0 and np.any(e[0] == 0) or coords[0] == layout.shape[0] - 1 and np.any(e[0] == ext[0] - 1)):
+            raise EngineUnavailable("a wall reads across the periodic wrap of a grid with an inlet or outflow face")
+        plans.append((local, blk))
+    size = max(b.size for _, b in plans)
+    ghosts = max(b.cells.size - b.size for _, b in plans)
+    per_block = []
+    for local, blk in plans:
+        free = np.setdiff1d(np.arange(math.prod(ext)), blk.cells)
+        if not free.size:
+            raise EngineUnavailable("a block whose every cell is a boundary cell")
+        pad_w, pad_g = size - blk.size, ghosts - (blk.cells.size - blk.size)
+        cells = np.concatenate([blk.cells[: blk.size], np.full(pad_w, free[0]), blk.cells[blk.size:],
+                                np.full(pad_g, free[0])]).astype(np.int64)
+        padded = Block(lattice=lat, shape=ext, cells=cells, size=size)
+        gather, _ = slot_maps(lat, ext, cells, "push")
+        written = np.stack(np.unravel_index(cells[:size], ext)) - lo[:, None]
+        inside = np.all((written >= 0) & (written < np.asarray(own)[:, None]), axis=0)
+        inside[blk.size:] = False
+        _, write = slot_maps(lat, own, np.ravel_multi_index(tuple(np.clip(written, 0, None)), own, mode="clip"),
+                             "push")
+        write = np.where(inside[None], write, lat.q * math.prod(own)).astype(np.int32)
+        forms = []
+        for bc in local:
+            form = bc.on_block(padded)
+            if isinstance(form, Forces):
+                form = (np.asarray(form.link_dir), np.asarray(form.link_src), np.asarray(form.link_dst))
+            forms.append(form)
+        per_block.append({"gather": gather.astype(np.int32), "write": write, "boundaries": forms})
+    length = max([1] + [f[0].size for p in per_block for f in p["boundaries"] if isinstance(f, tuple)])
+    for p in per_block:
+        p["boundaries"] = tuple(
+            BlockForces(link_dir=np.pad(f[0], (0, length - f[0].size)).astype(np.int32),
+                        link_src=np.pad(f[1], (0, length - f[1].size)).astype(np.int32),
+                        link_dst=np.pad(f[2], (0, length - f[2].size)).astype(np.int32),
+                        axes=parallel.AXES[: layout.ndim]) if isinstance(f, tuple) else f
+            for f in p["boundaries"])
+    return layout.stacked(per_block)
+
+
+class ShardedPallasEngine(OnMesh, FusedEngine):
+    """The Pallas bulk kernel on every block of a mesh under shard_map, the boundary cells by a plan per block.
+
+    Each block steps as a periodic grid of its own; with boundary conditions, the boundary cells of
+    the block's plan (:func:`block_plan`: the native engine's plan on the block's extended index
+    space) are gathered from the block's pre-step populations with a one-cell ghost layer of all Q
+    (the ``halo`` stage, ``ppermute``), run through the case's stages and scattered into the slots
+    the kernel wrote; then the ``halo`` stage returns the populations that wrapped around a shared
+    face to the block they entered (lbm.parallel.return_wrapped: only the crossing populations).
+    Forces are summed over the blocks (``psum``).
     """
 
     name = "pallas"
@@ -431,15 +633,20 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
                  devices: Any = None, interpret: bool | None = None) -> None:
         from lbm.engines.pallas.engine import PallasKernel
 
-        if setup.boundaries:
-            raise EngineUnavailable("the sharded Pallas engine steps setups without boundary conditions only")
         FusedEngine.__init__(self, setup, storage)
         self.layout = Layout(setup, shape, devices)
         self.kernel = PallasKernel(setup, self.layout.block, storage, platform, interpret)
+        self.dense = as_arrays(setup.boundaries)
+        self.params = block_plan(setup, self.layout) if setup.boundaries else {}
+        self._stages = tuple(s for s in setup.stages if s != "stream")
+        plan = "the boundary cells by a plan per block, " if setup.boundaries else ""
         self.note = "; ".join(filter(None, [
             f"mesh {'x'.join(map(str, self.layout.shape))} ({', '.join(self.layout.sharded_axes)}), blocks "
-            f"{'x'.join(map(str, self.layout.block))}, the Pallas kernel on each block, halo after it",
+            f"{'x'.join(map(str, self.layout.block))}, the Pallas kernel on each block, {plan}halo after it",
             self.kernel.note]))
+
+    def _dense_params(self) -> Any:
+        return self.dense
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -447,10 +654,24 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
         return (*self.setup.stages, HALO)
 
     def step(self, f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-        """Step ``t`` on a block: the kernel (periodic on the block), then the wrapped populations returned."""
+        """Step ``t`` on a block: the kernel (periodic on the block), the block's boundary cells into the slots it
+        wrote, then the wrapped populations returned."""
+        aux: dict[str, jnp.ndarray] = {}
+        if params:
+            plan = jax.tree_util.tree_map(lambda a: a[0], params)
+            lat = self.setup.lattice
+            with jax.named_scope(HALO):
+                pre = parallel.halo_extend(f, lat.c, self.layout.shape, every=True)
         out = self.kernel(f)
+        if params:
+            g = pre.reshape(-1)[plan["gather"]].reshape((lat.q, -1) + (1,) * (lat.d - 1))
+            s = run_stages(self._stages, StepState(f=g, t=t), plan["boundaries"], self.setup)
+            post = s.post.reshape(lat.q, -1)[:, : plan["write"].shape[1]]
+            with jax.named_scope("stream"):
+                out = out.reshape(-1).at[plan["write"]].set(post, mode="drop").reshape(f.shape)
+            aux = outputs(s)
         with jax.named_scope(HALO):
-            return parallel.return_wrapped(out, self.setup.lattice.c, self.layout.shape), {}
+            return parallel.return_wrapped(out, self.setup.lattice.c, self.layout.shape), aux
 
     def chunk_function(self, n: int) -> Any:
         """n steps on each block, two per lax.scan iteration, inside shard_map (f donated)."""
