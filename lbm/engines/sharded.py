@@ -13,6 +13,7 @@ summed over the blocks with ``psum``. ``fused``: n steps under ``lax.scan`` in o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -25,19 +26,15 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from lbm import parallel
-from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, MovingWall, Outflow
+from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, InterpolatedBounceBack, MovingWall, Outflow
 from lbm.boundaries.base import (
     BoundaryCondition,
     CellBlock,
     Footprint,
     StepState,
-    contiguous,
-    face_cells,
     pytree_dataclass,
     static,
 )
-from lbm.boundaries.inlet import InletOnBlock
-from lbm.boundaries.outflow import OutflowOnBlock
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable, program
 from lbm.engines.instrumented import InstrumentedEngine
@@ -201,6 +198,15 @@ class Layout:
         out = parallel.extended(np.asarray(a), shape, lead)
         return out[(slice(None),) * lead + tuple(slice(c * e, (c + 1) * e) for c, e in zip(coords[axes], ext,
                                                                                           strict=True))]
+
+    def to_extended(self, flat: np.ndarray, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Grid cells ``flat`` as cells of block ``coords``'s extended block (flat), and whether each lies in it."""
+        g = np.stack(np.unravel_index(np.asarray(flat, np.int64), self.setup.shape))
+        e = np.empty_like(g)
+        for a, (m, b, n) in enumerate(zip(self.shape, self.block, self.setup.shape, strict=True)):
+            e[a] = (g[a] - (coords[a] * b - 1)) % n if m > 1 else g[a]
+        ok = np.all(e < np.asarray(self.ext)[:, None], axis=0)
+        return np.ravel_multi_index(tuple(np.where(ok, e, 0)), self.ext), ok
 
     def stacked(self, per_block: list[Any]) -> Any:
         """Per-block pytrees of one form, stacked along a leading device axis and sharded over the mesh;
@@ -483,13 +489,38 @@ class OwnerOnly(BoundaryCondition):
         return s.replace(**changes)
 
 
+class ShiftedBlock:
+    """A cell block seen through a grid of ``shape`` whose cell k is cell ``offset + k`` of the block's own grid
+    (the planes of one block's own x-range inside its extended block, with the same trailing axes)."""
+
+    def __init__(self, block: CellBlock, shape: tuple[int, ...], offset: int) -> None:
+        self.block, self.shape, self.offset, self.lattice = block, shape, offset, block.lattice
+        self.cells = np.asarray(block.cells, np.int64) - offset
+
+    def index_of(self, flat: np.ndarray) -> np.ndarray:
+        """Block positions of cells ``flat`` of the shifted grid (all must be in the block)."""
+        return self.block.index_of(np.asarray(flat, np.int64) + self.offset)
+
+    def gathered(self, values: np.ndarray) -> np.ndarray:
+        """A per-cell array ``(..., *shape)`` restricted to the block (zero at block cells outside ``shape``)."""
+        values = np.asarray(values)
+        lead = values.shape[: values.ndim - len(self.shape)]
+        flat = values.reshape(lead + (-1,))
+        inside = (self.cells >= 0) & (self.cells < flat.shape[-1])
+        out = np.where(inside, flat[..., np.clip(self.cells, 0, flat.shape[-1] - 1)], 0)
+        return out.reshape(lead + (self.cells.size,) + (1,) * (len(self.shape) - 1))
+
+
 @pytree_dataclass
 class FacePlane(BoundaryCondition):
-    """An :class:`Inlet` or :class:`Outflow` on the plane x = ``at`` of an extended block: every block holds the plane
-    (one plan form for all), the rule acts on the blocks holding the grid's face (:class:`OwnerOnly`)."""
+    """A condition of the grid face x = 0 or x = nx - 1 on the block's own x-range inside its extended block
+    (``own`` planes from plane ``lo``): every block holds its planes (one plan form for all), the rule acts on
+    the blocks holding the grid's face (:class:`OwnerOnly`). The cells it reads are gathered with its face."""
 
     inner: Any
-    at: int = static(0)
+    lo: int = static(0)
+    own: int = static(1)
+    side: int = static(0)
     blocks: int = static(1)
 
     @property
@@ -498,21 +529,16 @@ class FacePlane(BoundaryCondition):
         return self.inner.stage
 
     def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
-        """The plane (and, for the outflow, the plane upstream of it), in face order."""
-        face = face_cells(shape, self.at)
-        if type(self.inner) is Outflow:
-            face = np.concatenate([face, face_cells(shape, self.at - 1)])
-        return Footprint(face=face)
+        """The inner condition's cells on the block's own x-range, the cells it reads kept with its face."""
+        offset = self.lo * math.prod(shape[1:])
+        fp = self.inner.footprint((self.own, *shape[1:]), lattice)
+        return Footprint(face=np.concatenate([fp.face, np.setdiff1d(fp.ghosts, fp.face)]) + offset,
+                         cells=fp.cells + offset)
 
     def on_block(self, block: CellBlock) -> BoundaryCondition:
-        """The inner condition's block form on the plane's cells, kept on the face's blocks."""
-        plane = contiguous(block.index_of(face_cells(block.shape, self.at)))
-        if type(self.inner) is Outflow:
-            upstream = contiguous(block.index_of(face_cells(block.shape, self.at - 1)))
-            return OwnerOnly(inner=OutflowOnBlock(dst=plane, src=upstream), side=-1, blocks=self.blocks)
-        i = self.inner
-        return OwnerOnly(inner=InletOnBlock(u=i.u, kind=i.kind, profile=i.profile, ramp_steps=i.ramp_steps,
-                                            cells=plane), side=0, blocks=self.blocks)
+        """The inner condition's block form, kept on the face's blocks."""
+        shifted = ShiftedBlock(block, (self.own, *block.shape[1:]), self.lo * math.prod(block.shape[1:]))
+        return OwnerOnly(inner=self.inner.on_block(shifted), side=self.side, blocks=self.blocks)
 
 
 def extended_boundaries(boundaries: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice,
@@ -526,11 +552,15 @@ def extended_boundaries(boundaries: tuple[BoundaryCondition, ...], layout: Layou
     lo = 1 if layout.shape[0] > 1 else 0
     out: list[BoundaryCondition] = []
     for bc in boundaries:
-        if type(bc) is Outflow:
-            out.append(FacePlane(inner=bc, at=lo + layout.block[0] - 1, blocks=layout.shape[0]))
-        elif type(bc) is Inlet:
-            u = layout.own_extended(np.asarray(bc.u), coords, lead=1, axes=slice(1, None))
-            out.append(FacePlane(inner=Inlet(u=u, kind=bc.kind, profile=bc.profile, ramp_steps=bc.ramp_steps), at=lo,
+        face = bc.footprint(layout.setup.shape, lattice).face
+        if face.size:
+            x = np.unique(np.unravel_index(face, layout.setup.shape)[0])
+            if x.size != 1 or x[0] not in (0, layout.setup.shape[0] - 1):
+                raise EngineUnavailable(f"{type(bc).__name__}: a face that is not the grid face x = 0 or x = nx - 1")
+            if isinstance(bc, Inlet):
+                bc = dataclasses.replace(bc, u=layout.own_extended(np.asarray(bc.u), coords, lead=1,
+                                                                   axes=slice(1, None)))
+            out.append(FacePlane(inner=bc, lo=lo, own=layout.block[0], side=0 if x[0] == 0 else -1,
                                  blocks=layout.shape[0]))
         elif type(bc) is FullwayBounceBack:
             out.append(FullwayBounceBack(solid=layout.own_extended(np.asarray(bc.solid, bool), coords, lead=0)))
@@ -545,17 +575,40 @@ def extended_boundaries(boundaries: tuple[BoundaryCondition, ...], layout: Layou
             if type(bc) is MovingWall:
                 arrays["wall_term"] = layout.own_extended(np.asarray(bc.wall_term), coords)
             out.append(type(bc)(**arrays))
+        elif type(bc) is InterpolatedBounceBack:
+            ends = [layout.to_extended(np.asarray(a, np.int64), coords) for a in (bc.link_solid, bc.link_fluid,
+                                                                                    bc.link_far)]
+            mine = ends[0][1] & ends[1][1] & ends[2][1]  # every link whose cells lie in the extended block
+            out.append(InterpolatedBounceBack(
+                solid=layout.own_extended(np.asarray(bc.solid, bool), coords, lead=0),
+                link_dir=np.asarray(bc.link_dir)[mine], link_solid=ends[0][0][mine], link_fluid=ends[1][0][mine],
+                link_far=ends[2][0][mine], weights=np.asarray(bc.weights)[:, mine], q=np.asarray(bc.q)[mine]))
         elif type(bc) is Forces:
             dirs, owner, _, dst = layout.links(bc, lattice)
             mine = owner == np.ravel_multi_index(coords, layout.shape)
-            src = np.asarray(bc.link_src, np.int64)[mine]
-            local = np.stack(np.unravel_index(src, layout.setup.shape)) % np.asarray(layout.block)[:, None]
-            local = local + (np.asarray(layout.shape) > 1)[:, None]
-            out.append(Forces(link_dir=dirs[mine], link_src=np.ravel_multi_index(tuple(local), layout.ext),
-                              link_dst=dst[mine]))
+            src, _ = layout.to_extended(np.asarray(bc.link_src, np.int64)[mine], coords)
+            out.append(Forces(link_dir=dirs[mine], link_src=src, link_dst=dst[mine]))
         else:
             raise EngineUnavailable(f"no per-block plan for {type(bc).__name__}")
     return tuple(out)
+
+
+def padded_links(form: Any, length: int, spare: int, axes: tuple[str, ...]) -> BoundaryCondition:
+    """A block form with links (forces, interpolated walls) padded to ``length`` links that change nothing: direction
+    0 (the rest population, c = 0: no force) on the padding cell at block position ``spare``, whose result is
+    not kept. Forces become :class:`BlockForces` (summed over the blocks)."""
+    k = length - np.asarray(form.link_dir).size
+
+    def pad(a: Any, value: int = 0) -> np.ndarray:
+        a = np.asarray(a)
+        return np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, k)], constant_values=value)
+
+    if isinstance(form, Forces):
+        return BlockForces(link_dir=pad(form.link_dir).astype(np.int32), link_src=pad(form.link_src, spare).astype(np.int32),
+                           link_dst=pad(form.link_dst, spare).astype(np.int32), axes=axes)
+    return dataclasses.replace(form, link_dir=pad(form.link_dir), link_solid=pad(form.link_solid, spare),
+                               link_fluid=pad(form.link_fluid, spare), link_far=pad(form.link_far, spare),
+                               weights=pad(form.weights), q=pad(form.q))
 
 
 def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
@@ -571,16 +624,14 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
     plans = []
     for coords in layout.blocks():
         local = extended_boundaries(setup.boundaries, layout, lat, coords)
-        blk = plan_block(lat, ext, local)
-        if blk is None:
-            raise EngineUnavailable("a block without boundary cells")
+        blk = plan_block(lat, ext, local) or Block(lattice=lat, shape=ext, cells=np.zeros(0, np.int64), size=0)
         e = np.stack(np.unravel_index(blk.cells, ext))
         if layout.shape[0] > 1 and any(isinstance(b, FacePlane) for b in local) and (
                 coords[0] == 0 and np.any(e[0] == 0) or coords[0] == layout.shape[0] - 1 and np.any(e[0] == ext[0] - 1)):
             raise EngineUnavailable("a wall reads across the periodic wrap of a grid with an inlet or outflow face")
         plans.append((local, blk))
     size = max(b.size for _, b in plans)
-    ghosts = max(b.cells.size - b.size for _, b in plans)
+    ghosts = max(b.cells.size - b.size for _, b in plans) + 1  # the last one a padding cell (padded links' target)
     per_block = []
     for local, blk in plans:
         free = np.setdiff1d(np.arange(math.prod(ext)), blk.cells)
@@ -593,25 +644,29 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
         gather, _ = slot_maps(lat, ext, cells, "push")
         written = np.stack(np.unravel_index(cells[:size], ext)) - lo[:, None]
         inside = np.all((written >= 0) & (written < np.asarray(own)[:, None]), axis=0)
-        inside[blk.size:] = False
-        _, write = slot_maps(lat, own, np.ravel_multi_index(tuple(np.clip(written, 0, None)), own, mode="clip"),
-                             "push")
-        write = np.where(inside[None], write, lat.q * math.prod(own)).astype(np.int32)
-        forms = []
-        for bc in local:
-            form = bc.on_block(padded)
-            if isinstance(form, Forces):
-                form = (np.asarray(form.link_dir), np.asarray(form.link_src), np.asarray(form.link_dst))
-            forms.append(form)
-        per_block.append({"gather": gather.astype(np.int32), "write": write, "boundaries": forms})
-    length = max([1] + [f[0].size for p in per_block for f in p["boundaries"] if isinstance(f, tuple)])
+        real = np.arange(size) < blk.size
+        past = lat.q * math.prod(own)
+        _, write = slot_maps(lat, own, np.ravel_multi_index(tuple(written), own, mode="clip"), "push")
+        write = np.where((inside & real)[None], write, past).astype(np.int32)
+        # a ghost layer's cell writes the populations it sends into the block (after the wrapped ones returned)
+        after = np.full((lat.q, size), past, np.int64)
+        for i, c in enumerate(lat.c):
+            target = written + c[:, None]
+            into = real & ~inside & np.all((target >= 0) & (target < np.asarray(own)[:, None]), axis=0)
+            after[i, into] = i * math.prod(own) + np.ravel_multi_index(tuple(target[:, into]), own)
+        per_block.append({"gather": gather.astype(np.int32), "write": write, "after": after.astype(np.int32),
+                          "boundaries": [bc.on_block(padded) for bc in local]})
+    for k in range(len(setup.boundaries)):
+        forms = [p["boundaries"][k] for p in per_block]
+        if isinstance(forms[0], (Forces, InterpolatedBounceBack)):
+            length = max(1, max(np.asarray(f.link_dir).size for f in forms))
+            for p, f in zip(per_block, forms, strict=True):
+                p["boundaries"][k] = padded_links(f, length, len(cells) - 1, parallel.AXES[: layout.ndim])
+    sends = any(np.any(p["after"] < lat.q * math.prod(own)) for p in per_block)
     for p in per_block:
-        p["boundaries"] = tuple(
-            BlockForces(link_dir=np.pad(f[0], (0, length - f[0].size)).astype(np.int32),
-                        link_src=np.pad(f[1], (0, length - f[1].size)).astype(np.int32),
-                        link_dst=np.pad(f[2], (0, length - f[2].size)).astype(np.int32),
-                        axes=parallel.AXES[: layout.ndim]) if isinstance(f, tuple) else f
-            for f in p["boundaries"])
+        p["boundaries"] = tuple(p["boundaries"])
+        if not sends:
+            del p["after"]
     return layout.stacked(per_block)
 
 
@@ -671,7 +726,11 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
                 out = out.reshape(-1).at[plan["write"]].set(post, mode="drop").reshape(f.shape)
             aux = outputs(s)
         with jax.named_scope(HALO):
-            return parallel.return_wrapped(out, self.setup.lattice.c, self.layout.shape), aux
+            out = parallel.return_wrapped(out, self.setup.lattice.c, self.layout.shape)
+        if params and "after" in plan:
+            with jax.named_scope("stream"):
+                out = out.reshape(-1).at[plan["after"]].set(post, mode="drop").reshape(f.shape)
+        return out, aux
 
     def chunk_function(self, n: int) -> Any:
         """n steps on each block, two per lax.scan iteration, inside shard_map (f donated)."""
