@@ -179,9 +179,8 @@ def entering(lattice_c: np.ndarray, axis: int, sign: int) -> np.ndarray:
     return np.flatnonzero(np.sign(lattice_c[:, axis]) == sign)
 
 
-def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int], every: bool = False) -> jnp.ndarray:
-    """A block ``(Q, *b)`` with ghost layers on its sharded faces holding the populations that enter it (ppermute);
-    ``every``: all Q populations of the neighbours' face cells.
+def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:
+    """A block ``(Q, *b)`` with ghost layers on its sharded faces holding the populations that enter it (ppermute).
 
     Axes are exchanged one after another, each including the ghosts of the axes before, so the
     diagonal populations reach the corner ghosts. Ghost entries of other populations are zero.
@@ -192,8 +191,6 @@ def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int], 
             continue
         ax = 1 + axis
         up, down = entering(lattice_c, axis, 1), entering(lattice_c, axis, -1)
-        if every:
-            up = down = np.arange(len(lattice_c))
         high = jax.lax.slice_in_dim(e, e.shape[ax] - 1, e.shape[ax], axis=ax)[up]
         low = jax.lax.slice_in_dim(e, 0, 1, axis=ax)[down]
         from_below = jax.lax.ppermute(high, AXES[axis], [(i, (i + 1) % m) for i in range(m)])
@@ -201,6 +198,58 @@ def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int], 
         ghost = jnp.zeros_like(jax.lax.slice_in_dim(e, 0, 1, axis=ax))
         e = jnp.concatenate([ghost.at[up].set(from_below), e, ghost.at[down].set(from_above)], axis=ax)
     return e
+
+
+def ghost_slabs(f: jnp.ndarray, shape: Sequence[int]) -> list[jnp.ndarray]:
+    """The ghost layers of all Q populations around a block ``(Q, *b)`` (ppermute), without copying the block: per
+    sharded axis in order, the low and the high slab ``(Q, ...)``, each extended along the sharded axes
+    before it (the corners), one cell thick along its own axis, the block's size along the axes after it."""
+    slabs: list[tuple[int, jnp.ndarray, jnp.ndarray]] = []
+
+    def plane(index: int, axis: int) -> jnp.ndarray:
+        """Plane ``index`` along ``axis`` of the block extended along the axes exchanged so far."""
+        ax = 1 + axis
+        p = jax.lax.slice_in_dim(f, index, index + 1, axis=ax)
+        for a, lo, hi in slabs:
+            p = jnp.concatenate([jax.lax.slice_in_dim(lo, index, index + 1, axis=ax), p,
+                                 jax.lax.slice_in_dim(hi, index, index + 1, axis=ax)], axis=1 + a)
+        return p
+
+    for axis, m in enumerate(shape):
+        if m == 1:
+            continue
+        n = f.shape[1 + axis]
+        from_below = jax.lax.ppermute(plane(n - 1, axis), AXES[axis], [(i, (i + 1) % m) for i in range(m)])
+        from_above = jax.lax.ppermute(plane(0, axis), AXES[axis], [(i, (i - 1) % m) for i in range(m)])
+        slabs.append((axis, from_below, from_above))
+    return [s for _, lo, hi in slabs for s in (lo, hi)]
+
+
+def ghost_positions(cells: np.ndarray, q: int, block: Sequence[int], shape: Sequence[int]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """For cells of the extended block (coordinates ``(D, n)``): whether each lies in a ghost layer, and the flat
+    index ``(Q, n)`` of its populations in the slabs of :func:`ghost_slabs` laid end to end (0 for own cells)."""
+    cells = np.asarray(cells, np.int64)
+    ext = [b + 2 if m > 1 else b for b, m in zip(block, shape, strict=True)]
+    lo = np.asarray([1 if m > 1 else 0 for m in shape])[:, None]
+    ghost = np.zeros(cells.shape[1], bool)
+    index = np.zeros((q, cells.shape[1]), np.int64)
+    offset = 0
+    for axis, m in enumerate(shape):
+        if m == 1:
+            continue
+        dims = [ext[a] if a < axis else 1 if a == axis else block[a] for a in range(len(block))]
+        local = np.where(np.arange(len(block))[:, None] < axis, cells, cells - lo)
+        local[axis] = 0
+        size = q * int(np.prod(dims))
+        for side, at in enumerate((0, ext[axis] - 1)):
+            here = cells[axis] == at  # a later axis's slab takes the cells that are ghosts along it too
+            flat = np.ravel_multi_index(tuple(np.clip(local, 0, None)), dims, mode="clip")
+            for i in range(q):
+                index[i, here] = offset + side * size + i * int(np.prod(dims)) + flat[here]
+            ghost |= here
+        offset += 2 * size
+    return ghost, index
 
 
 def return_wrapped(f: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:

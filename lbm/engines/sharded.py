@@ -641,7 +641,10 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
         cells = np.concatenate([blk.cells[: blk.size], np.full(pad_w, free[0]), blk.cells[blk.size:],
                                 np.full(pad_g, free[0])]).astype(np.int64)
         padded = Block(lattice=lat, shape=ext, cells=cells, size=size)
-        gather, _ = slot_maps(lat, ext, cells, "push")
+        coords_e = np.stack(np.unravel_index(cells, ext))
+        ghost, ghost_gather = parallel.ghost_positions(coords_e, lat.q, own, layout.shape)
+        own_cells = np.ravel_multi_index(tuple(np.where(ghost, 0, coords_e - lo[:, None])), own)
+        gather, _ = slot_maps(lat, own, own_cells, "push")
         written = np.stack(np.unravel_index(cells[:size], ext)) - lo[:, None]
         inside = np.all((written >= 0) & (written < np.asarray(own)[:, None]), axis=0)
         real = np.arange(size) < blk.size
@@ -654,7 +657,8 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
             target = written + c[:, None]
             into = real & ~inside & np.all((target >= 0) & (target < np.asarray(own)[:, None]), axis=0)
             after[i, into] = i * math.prod(own) + np.ravel_multi_index(tuple(target[:, into]), own)
-        per_block.append({"gather": gather.astype(np.int32), "write": write, "after": after.astype(np.int32),
+        per_block.append({"gather": gather.astype(np.int32), "ghost": ghost, "ghost_gather": ghost_gather.astype(np.int32),
+                          "write": write, "after": after.astype(np.int32),
                           "boundaries": [bc.on_block(padded) for bc in local]})
     for k in range(len(setup.boundaries)):
         forms = [p["boundaries"][k] for p in per_block]
@@ -663,10 +667,13 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
             for p, f in zip(per_block, forms, strict=True):
                 p["boundaries"][k] = padded_links(f, length, len(cells) - 1, parallel.AXES[: layout.ndim])
     sends = any(np.any(p["after"] < lat.q * math.prod(own)) for p in per_block)
+    reads = any(np.any(p["ghost"]) for p in per_block)
     for p in per_block:
         p["boundaries"] = tuple(p["boundaries"])
         if not sends:
             del p["after"]
+        if not reads:
+            del p["ghost"], p["ghost_gather"]
     return layout.stacked(per_block)
 
 
@@ -715,11 +722,15 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
         if params:
             plan = jax.tree_util.tree_map(lambda a: a[0], params)
             lat = self.setup.lattice
-            with jax.named_scope(HALO):
-                pre = parallel.halo_extend(f, lat.c, self.layout.shape, every=True)
+            cells = (lat.q, -1) + (1,) * (lat.d - 1)
+            g = f.reshape(-1)[plan["gather"]]
+            if "ghost" in plan:  # the plan's cells in the ghost layers: all Q populations of the neighbours' faces
+                with jax.named_scope(HALO):
+                    slabs = jnp.concatenate([a.reshape(-1) for a in parallel.ghost_slabs(f, self.layout.shape)])
+                g = jnp.where(plan["ghost"], slabs[plan["ghost_gather"]], g)
+            g = g.reshape(cells)
         out = self.kernel(f)
         if params:
-            g = pre.reshape(-1)[plan["gather"]].reshape((lat.q, -1) + (1,) * (lat.d - 1))
             s = run_stages(self._stages, StepState(f=g, t=t), plan["boundaries"], self.setup)
             post = s.post.reshape(lat.q, -1)[:, : plan["write"].shape[1]]
             with jax.named_scope("stream"):
