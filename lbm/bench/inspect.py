@@ -420,16 +420,21 @@ def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n:
         "collective_bytes_per_step": sum(r["bytes_per_device"] for r in rows),
         "halo_bytes_per_step": sum(r["bytes_per_device"] for r in rows if HALO in r["stages"]),
         # the xla step's halo extends the block axis by axis (later faces include earlier ghost cells); the pallas
-        # kernel's returns the wrapped populations on the block's own faces (lbm.parallel)
-        "halo_bytes_per_step_expected": parallel.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize,
-                                                            corners=engine != "pallas") / devices,
+        # kernel's returns the wrapped populations on the block's own faces, and with boundary conditions its plan
+        # per block reads all Q populations of the neighbours' face cells, corners included (lbm.parallel)
+        "halo_bytes_per_step_expected": (parallel.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize,
+                                                             corners=engine != "pallas") + (
+            parallel.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize, populations=setup.lattice.q)
+            if engine == "pallas" and setup.boundaries else 0)) / devices,
         "halo_populations_per_face": int(parallel.entering(setup.lattice.c, 0, 1).size),
+        "halo_plan_populations_per_face": setup.lattice.q if engine == "pallas" and setup.boundaries else 0,
         "collective_model": "per device and step: the logical bytes of each collective's operands in the compiled "
                             "chunk (what a device sends or contributes); those of the loop body per step, those XLA "
                             "moved out of the loop per chunk divided by its steps. Expected halo: the populations "
                             "entering through each shared block face (3 of 9 for D2Q9, 5 of 19 for D3Q19) x face "
                             "cells x bytes (engine sharded: the second axis' faces include the first's ghost cells; "
-                            "engine pallas: the block's own faces)",
+                            "engine pallas: the block's own faces, plus, with boundary conditions, all Q populations "
+                            "of the face cells with the ghost cells of the axes before, for the boundary plan)",
     }
 
 
@@ -481,7 +486,8 @@ def format_parallel(p: dict[str, Any]) -> list[str]:
         lines.append("  ".join(f"{c:<{w}}" if i < 3 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(r, widths, strict=True))))
     lines.append(f"halo_bytes_per_step             {p['halo_bytes_per_step']:.0f} B per device (expected "
                  f"{p['halo_bytes_per_step_expected']:.0f} B: {p['halo_populations_per_face']} populations per face "
-                 "x face cells x bytes)")
+                 "x face cells x bytes" + (f", and {p['halo_plan_populations_per_face']} for the boundary plan"
+                                          if p.get("halo_plan_populations_per_face") else "") + ")")
     return lines
 
 
