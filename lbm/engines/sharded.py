@@ -98,7 +98,8 @@ class OnExtended(BoundaryCondition):
 
 @pytree_dataclass
 class BlockForces(BoundaryCondition):
-    """Momentum exchange over the links whose fluid cell lies in the block, summed over all blocks (psum).
+    """Momentum exchange over the links whose fluid cell lies in the block, summed over all blocks (psum over
+    ``axes``; none: the block's part).
 
     ``link_src`` indexes the block, ``link_dst`` the extended block; padding links have direction 0 (c = 0).
     """
@@ -112,7 +113,7 @@ class BlockForces(BoundaryCondition):
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The state with the obstacle's total force (shape ``(D,)``), the same on every block."""
         force = momentum_exchange(s.collided, s.post, self.link_dir, self.link_src, self.link_dst, lattice)
-        return s.replace(force=jax.lax.psum(force, self.axes))
+        return s.replace(force=jax.lax.psum(force, self.axes) if self.axes else force)
 
 
 EXTENDED = (OnExtended, BlockForces)
@@ -593,10 +594,10 @@ def extended_boundaries(boundaries: tuple[BoundaryCondition, ...], layout: Layou
     return tuple(out)
 
 
-def padded_links(form: Any, length: int, spare: int, axes: tuple[str, ...]) -> BoundaryCondition:
+def padded_links(form: Any, length: int, spare: int) -> BoundaryCondition:
     """A block form with links (forces, interpolated walls) padded to ``length`` links that change nothing: direction
     0 (the rest population, c = 0: no force) on the padding cell at block position ``spare``, whose result is
-    not kept. Forces become :class:`BlockForces` (summed over the blocks)."""
+    not kept. Forces become :class:`BlockForces` over no mesh axis: the block's part, summed after the chunk."""
     k = length - np.asarray(form.link_dir).size
 
     def pad(a: Any, value: int = 0) -> np.ndarray:
@@ -605,7 +606,7 @@ def padded_links(form: Any, length: int, spare: int, axes: tuple[str, ...]) -> B
 
     if isinstance(form, Forces):
         return BlockForces(link_dir=pad(form.link_dir).astype(np.int32), link_src=pad(form.link_src, spare).astype(np.int32),
-                           link_dst=pad(form.link_dst, spare).astype(np.int32), axes=axes)
+                           link_dst=pad(form.link_dst, spare).astype(np.int32))
     return dataclasses.replace(form, link_dir=pad(form.link_dir), link_solid=pad(form.link_solid, spare),
                                link_fluid=pad(form.link_fluid, spare), link_far=pad(form.link_far, spare),
                                weights=pad(form.weights), q=pad(form.q))
@@ -665,7 +666,7 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
         if isinstance(forms[0], (Forces, InterpolatedBounceBack)):
             length = max(1, max(np.asarray(f.link_dir).size for f in forms))
             for p, f in zip(per_block, forms, strict=True):
-                p["boundaries"][k] = padded_links(f, length, len(cells) - 1, parallel.AXES[: layout.ndim])
+                p["boundaries"][k] = padded_links(f, length, len(cells) - 1)
     sends = any(np.any(p["after"] < lat.q * math.prod(own)) for p in per_block)
     reads = any(np.any(p["ghost"]) for p in per_block)
     for p in per_block:
@@ -744,9 +745,18 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
         return out, aux
 
     def chunk_function(self, n: int) -> Any:
-        """n steps on each block, two per lax.scan iteration, inside shard_map (f donated)."""
+        """n steps on each block, two per lax.scan iteration, inside shard_map (f donated); the blocks' parts of
+        the per-step forces summed over the blocks once per chunk (psum)."""
         fspec = self.layout.spec()
-        mapped = jax.shard_map(self.paired_chunk(n, self.step), mesh=self.layout.mesh,
+        chunk = self.paired_chunk(n, self.step)
+        axes = parallel.AXES[: self.layout.ndim]
+
+        def summed(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            f, aux = chunk(f, params, t0)
+            with jax.named_scope("forces"):
+                return f, {k: jax.lax.psum(v, axes) for k, v in aux.items()}
+
+        mapped = jax.shard_map(summed, mesh=self.layout.mesh,
                                in_specs=(fspec, param_specs(self.params), P()), out_specs=(fspec, P()),
                                check_vma=False)
         return jax.jit(mapped, donate_argnums=0)
