@@ -658,23 +658,32 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
             target = written + c[:, None]
             into = real & ~inside & np.all((target >= 0) & (target < np.asarray(own)[:, None]), axis=0)
             after[i, into] = i * math.prod(own) + np.ravel_multi_index(tuple(target[:, into]), own)
-        per_block.append({"gather": gather.astype(np.int32), "ghost": ghost, "ghost_gather": ghost_gather.astype(np.int32),
-                          "write": write, "after": after.astype(np.int32),
-                          "boundaries": [bc.on_block(padded) for bc in local]})
+        sent = np.flatnonzero(np.any(after < past, axis=0))
+        per_block.append({"gather": gather.astype(np.int32), "ghost": np.flatnonzero(ghost),
+                          "ghost_gather": ghost_gather[:, ghost], "write": write, "after": sent,
+                          "after_slots": after[:, sent], "boundaries": [bc.on_block(padded) for bc in local]})
     for k in range(len(setup.boundaries)):
         forms = [p["boundaries"][k] for p in per_block]
         if isinstance(forms[0], (Forces, InterpolatedBounceBack)):
             length = max(1, max(np.asarray(f.link_dir).size for f in forms))
             for p, f in zip(per_block, forms, strict=True):
                 p["boundaries"][k] = padded_links(f, length, len(cells) - 1)
-    sends = any(np.any(p["after"] < lat.q * math.prod(own)) for p in per_block)
-    reads = any(np.any(p["ghost"]) for p in per_block)
+    # the ghost cells a block reads and those that send into it, as position lists padded to one length: padded
+    # reads fill the spare padding cell, padded sends go past the end (dropped)
+    reads = max(p["ghost"].size for p in per_block)
+    sends = max(p["after"].size for p in per_block)
+    past = lat.q * math.prod(own)
     for p in per_block:
         p["boundaries"] = tuple(p["boundaries"])
-        if not sends:
-            del p["after"]
+        k, m = reads - p["ghost"].size, sends - p["after"].size
+        p["ghost"] = np.pad(p["ghost"], (0, k), constant_values=len(cells) - 1).astype(np.int32)
+        p["ghost_gather"] = np.pad(p["ghost_gather"], ((0, 0), (0, k))).astype(np.int32)
+        p["after"] = np.pad(p["after"], (0, m)).astype(np.int32)
+        p["after_slots"] = np.pad(p["after_slots"], ((0, 0), (0, m)), constant_values=past).astype(np.int32)
         if not reads:
             del p["ghost"], p["ghost_gather"]
+        if not sends:
+            del p["after"], p["after_slots"]
     return layout.stacked(per_block)
 
 
@@ -728,7 +737,7 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
             if "ghost" in plan:  # the plan's cells in the ghost layers: all Q populations of the neighbours' faces
                 with jax.named_scope(HALO):
                     slabs = jnp.concatenate([a.reshape(-1) for a in parallel.ghost_slabs(f, self.layout.shape)])
-                g = jnp.where(plan["ghost"], slabs[plan["ghost_gather"]], g)
+                g = g.at[:, plan["ghost"]].set(slabs[plan["ghost_gather"]])
             g = g.reshape(cells)
         out = self.kernel(f)
         if params:
@@ -741,7 +750,7 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
             out = parallel.return_wrapped(out, self.setup.lattice.c, self.layout.shape)
         if params and "after" in plan:
             with jax.named_scope("stream"):
-                out = out.reshape(-1).at[plan["after"]].set(post, mode="drop").reshape(f.shape)
+                out = out.reshape(-1).at[plan["after_slots"]].set(post[:, plan["after"]], mode="drop").reshape(f.shape)
         return out, aux
 
     def chunk_function(self, n: int) -> Any:
