@@ -676,9 +676,12 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
     for p in per_block:
         p["boundaries"] = tuple(p["boundaries"])
         k, m = reads - p["ghost"].size, sends - p["after"].size
-        p["ghost"] = np.pad(p["ghost"], (0, k), constant_values=len(cells) - 1).astype(np.int32)
+        # flat positions in the plan's (Q, n) arrays: 1-D gathers and scatters (along axis 1, XLA transposes)
+        n = len(cells)
+        ghost = np.pad(p["ghost"], (0, k), constant_values=n - 1)
+        p["ghost"] = (np.arange(lat.q)[:, None] * n + ghost[None]).astype(np.int32)
         p["ghost_gather"] = np.pad(p["ghost_gather"], ((0, 0), (0, k))).astype(np.int32)
-        p["after"] = np.pad(p["after"], (0, m)).astype(np.int32)
+        p["after"] = (np.arange(lat.q)[:, None] * size + np.pad(p["after"], (0, m))[None]).astype(np.int32)
         p["after_slots"] = np.pad(p["after_slots"], ((0, 0), (0, m)), constant_values=past).astype(np.int32)
         if not reads:
             del p["ghost"], p["ghost_gather"]
@@ -737,7 +740,7 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
             if "ghost" in plan:  # the plan's cells in the ghost layers: all Q populations of the neighbours' faces
                 with jax.named_scope(HALO):
                     slabs = jnp.concatenate([a.reshape(-1) for a in parallel.ghost_slabs(f, self.layout.shape)])
-                g = g.at[:, plan["ghost"]].set(slabs[plan["ghost_gather"]])
+                g = g.reshape(-1).at[plan["ghost"]].set(slabs[plan["ghost_gather"]]).reshape(g.shape)
             g = g.reshape(cells)
         out = self.kernel(f)
         if params:
@@ -750,7 +753,8 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
             out = parallel.return_wrapped(out, self.setup.lattice.c, self.layout.shape)
         if params and "after" in plan:
             with jax.named_scope("stream"):
-                out = out.reshape(-1).at[plan["after_slots"]].set(post[:, plan["after"]], mode="drop").reshape(f.shape)
+                sent = post.reshape(-1)[plan["after"]]
+                out = out.reshape(-1).at[plan["after_slots"]].set(sent, mode="drop").reshape(f.shape)
         return out, aux
 
     def chunk_function(self, n: int) -> Any:
