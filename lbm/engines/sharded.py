@@ -9,6 +9,11 @@ streaming crops it back. Boundary conditions get a block form here (:func:`block
 conditions act only on the edge blocks, masks and link arrays are laid out per block, forces are
 summed over the blocks with ``psum``. ``fused``: n steps under ``lax.scan`` in one jit, each stage
 (``halo`` too) in ``jax.named_scope``; ``instrumented``: each stage its own jit, annotated.
+
+The ``pallas`` engine on a mesh (:class:`ShardedPallasEngine`) runs the Pallas bulk kernel on each
+block as a periodic grid of its own, and the boundary cells by the native engine's plan
+(lbm.engines.native.plan.plan_block) built per block on the block's extended index space
+(:func:`block_plan`), padded to one form for all blocks.
 """
 
 from __future__ import annotations
@@ -62,12 +67,16 @@ class OnEdge(BoundaryCondition):
         """The inner condition's stage."""
         return self.inner.stage
 
+    def holds_face(self) -> jax.Array:
+        """Whether this block (inside shard_map) holds the grid's face."""
+        return jax.lax.axis_index("x") == (0 if self.side == 0 else self.blocks - 1)
+
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The inner rule on the block's own face, kept only where the block holds the grid's face."""
         new = self.inner.apply(s, lattice)
         if self.blocks == 1:
             return new
-        edge = jax.lax.axis_index("x") == (0 if self.side == 0 else self.blocks - 1)
+        edge = self.holds_face()
         changes = {}
         for name, ax in FACE_FIELDS.items():
             old, upd = getattr(s, name), getattr(new, name)
@@ -466,25 +475,16 @@ class ShardedInstrumentedEngine(ShardedSupport, InstrumentedEngine):
 
 
 @pytree_dataclass
-class OwnerOnly(BoundaryCondition):
+class OwnerOnly(OnEdge):
     """A face condition's block form whose rule is kept only on the blocks holding the grid face x = 0 (``side`` 0)
     or x = nx - 1 (``side`` -1); elsewhere the cells keep what the other stages gave them."""
 
-    inner: Any
-    side: int = static(0)
-    blocks: int = static(1)
-
-    @property
-    def stage(self) -> str:  # type: ignore[override]
-        """The inner condition's stage."""
-        return self.inner.stage
-
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """The inner rule, selected where this block holds the grid's face."""
+        """The inner rule on the gathered cells, selected where this block holds the grid's face."""
         new = self.inner.apply(s, lattice)
         if self.blocks == 1:
             return new
-        edge = jax.lax.axis_index("x") == (0 if self.side == 0 else self.blocks - 1)
+        edge = self.holds_face()
         changes = {name: jnp.where(edge, getattr(new, name), getattr(s, name)) for name in FACE_FIELDS
                    if getattr(new, name) is not None and getattr(new, name) is not getattr(s, name)}
         return s.replace(**changes)
@@ -693,13 +693,15 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
 class ShardedPallasEngine(OnMesh, FusedEngine):
     """The Pallas bulk kernel on every block of a mesh under shard_map, the boundary cells by a plan per block.
 
-    Each block steps as a periodic grid of its own; with boundary conditions, the boundary cells of
-    the block's plan (:func:`block_plan`: the native engine's plan on the block's extended index
-    space) are gathered from the block's pre-step populations with a one-cell ghost layer of all Q
-    (the ``halo`` stage, ``ppermute``), run through the case's stages and scattered into the slots
-    the kernel wrote; then the ``halo`` stage returns the populations that wrapped around a shared
-    face to the block they entered (lbm.parallel.return_wrapped: only the crossing populations).
-    Forces are summed over the blocks (``psum``).
+    Each block steps as a periodic grid of its own; with boundary conditions, the cells of the
+    block's plan (:func:`block_plan`: the native engine's plan on the block's extended index space)
+    are gathered from the block's pre-step populations, those in its ghost layers from the
+    neighbours' face slabs of all Q (the ``halo`` stage, lbm.parallel.ghost_slabs), run through
+    the case's stages and scattered into the ``push`` slots the kernel wrote for the block's own
+    cells; then the ``halo`` stage returns the populations that wrapped around a shared face to the
+    block they entered (lbm.parallel.return_wrapped: only the crossing populations), and the plan's
+    ghost-layer cells write the populations they send into the block (walls straddling a seam).
+    Forces: each block's links, summed over the blocks once per chunk (``psum``).
     """
 
     name = "pallas"
@@ -786,8 +788,10 @@ def make_sharded(setup: Setup, shape: tuple[int, ...], mode: str = "fused", engi
                  platform: str | None = None, devices: Any = None) -> Any:
     """The engine on a mesh of ``shape`` blocks (over ``devices``, default JAX's); see lbm.engines.make_engine.
 
-    ``pallas`` (and ``auto`` on a GPU or TPU) runs the Pallas kernel on each block where the setup has no
-    boundary conditions, else the xla step on each block (the note says so); ``native`` is refused.
+    ``pallas`` (and ``auto`` on a GPU or TPU) runs the Pallas kernel on each block with the boundary cells by a
+    plan per block; where that is unavailable (no kernel for the dtype or the block, a wall reading across the
+    periodic wrap of a grid with inlet or outlet faces), the xla step on each block, and the note says why;
+    ``native`` is refused.
     """
     from lbm.engines.pallas import ACCELERATORS
 
