@@ -200,56 +200,31 @@ def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) 
     return e
 
 
-def ghost_slabs(f: jnp.ndarray, shape: Sequence[int]) -> list[jnp.ndarray]:
-    """The ghost layers of all Q populations around a block ``(Q, *b)`` (ppermute), without copying the block: per
-    sharded axis in order, the low and the high slab ``(Q, ...)``, each extended along the sharded axes
-    before it (the corners), one cell thick along its own axis, the block's size along the axes after it."""
-    slabs: list[tuple[int, jnp.ndarray, jnp.ndarray]] = []
-
-    def plane(index: int, axis: int) -> jnp.ndarray:
-        """Plane ``index`` along ``axis`` of the block extended along the axes exchanged so far."""
-        ax = 1 + axis
-        p = jax.lax.slice_in_dim(f, index, index + 1, axis=ax)
-        for a, lo, hi in slabs:
-            p = jnp.concatenate([jax.lax.slice_in_dim(lo, index, index + 1, axis=ax), p,
-                                 jax.lax.slice_in_dim(hi, index, index + 1, axis=ax)], axis=1 + a)
-        return p
-
-    for axis, m in enumerate(shape):
-        if m == 1:
-            continue
-        n = f.shape[1 + axis]
-        from_below = jax.lax.ppermute(plane(n - 1, axis), AXES[axis], [(i, (i + 1) % m) for i in range(m)])
-        from_above = jax.lax.ppermute(plane(0, axis), AXES[axis], [(i, (i - 1) % m) for i in range(m)])
-        slabs.append((axis, from_below, from_above))
-    return [s for _, lo, hi in slabs for s in (lo, hi)]
-
-
-def ghost_positions(cells: np.ndarray, q: int, block: Sequence[int], shape: Sequence[int]
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """For cells of the extended block (coordinates ``(D, n)``): whether each lies in a ghost layer, and the flat
-    index ``(Q, n)`` of its populations in the slabs of :func:`ghost_slabs` laid end to end (0 for own cells)."""
+def ghost_owners(cells: np.ndarray, block: Sequence[int], shape: Sequence[int]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For cells of a block's extended block (coordinates ``(D, n)``, ghost layers of width 1 on the sharded axes):
+    whether each lies in a ghost layer, the offset ``(D, n)`` of the neighbouring block that owns it (-1, 0, 1 per
+    axis), and its flat index in that block (own cells: their own)."""
     cells = np.asarray(cells, np.int64)
-    ext = [b + 2 if m > 1 else b for b, m in zip(block, shape, strict=True)]
-    lo = np.asarray([1 if m > 1 else 0 for m in shape])[:, None]
-    ghost = np.zeros(cells.shape[1], bool)
-    index = np.zeros((q, cells.shape[1]), np.int64)
-    offset = 0
-    for axis, m in enumerate(shape):
+    offset = np.zeros_like(cells)
+    local = cells.copy()
+    for a, (b, m) in enumerate(zip(block, shape, strict=True)):
         if m == 1:
             continue
-        dims = [ext[a] if a < axis else 1 if a == axis else block[a] for a in range(len(block))]
-        local = np.where(np.arange(len(block))[:, None] < axis, cells, cells - lo)
-        local[axis] = 0
-        size = q * int(np.prod(dims))
-        for side, at in enumerate((0, ext[axis] - 1)):
-            here = cells[axis] == at  # a later axis's slab takes the cells that are ghosts along it too
-            flat = np.ravel_multi_index(tuple(np.clip(local, 0, None)), dims, mode="clip")
-            for i in range(q):
-                index[i, here] = offset + side * size + i * int(np.prod(dims)) + flat[here]
-            ghost |= here
-        offset += 2 * size
-    return ghost, index
+        offset[a] = np.where(cells[a] == 0, -1, np.where(cells[a] == b + 1, 1, 0))
+        local[a] = np.where(cells[a] == 0, b - 1, np.where(cells[a] == b + 1, 0, cells[a] - 1))
+    return np.any(offset != 0, axis=0), offset, np.ravel_multi_index(tuple(local), tuple(block))
+
+
+def send_to(offset: Sequence[int], shape: Sequence[int]) -> list[tuple[int, int]]:
+    """``ppermute`` pairs over all mesh axes (linear block indices) from each block to the block at ``-offset``
+    from it (periodic): what each block sends to the neighbour that reads its cells at ``offset``."""
+    pairs = []
+    for b in range(math.prod(shape)):
+        coords = np.unravel_index(b, tuple(shape))
+        to = tuple((c - o) % m for c, o, m in zip(coords, offset, shape, strict=True))
+        pairs.append((b, int(np.ravel_multi_index(to, tuple(shape)))))
+    return pairs
 
 
 def return_wrapped(f: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:
@@ -289,7 +264,7 @@ def halo_bytes(lattice_c: np.ndarray, grid: Sequence[int], shape: Sequence[int],
 
     ``corners``: the faces of each axis include the ghost cells of the axes before (:func:`halo_extend`);
     without, the block's own faces only (:func:`return_wrapped`). ``populations``: that many per face cell
-    instead of those crossing it (all Q: :func:`ghost_slabs`).
+    instead of those crossing it.
     """
     total, ext = 0, [n // m for n, m in zip(grid, shape, strict=True)]
     for axis, m in enumerate(shape):

@@ -612,11 +612,12 @@ def padded_links(form: Any, length: int, spare: int) -> BoundaryCondition:
                                weights=pad(form.weights), q=pad(form.q))
 
 
-def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
+def block_plan(setup: Setup, layout: Layout) -> tuple[dict[str, Any], list[tuple[int, ...]], int]:
     """Every block's boundary-cell plan (lbm.engines.native.plan on its extended block), padded to one form and
     stacked: gather slots into the block's extended pre-step populations, write slots into the ``push`` slots of
     the block's own periodic step (cells of the ghost layers and padding: past the end, dropped), and the block
-    forms of the conditions (forces summed over the blocks)."""
+    forms of the conditions (forces summed over the blocks). With it, the offsets of the neighbours whose cells
+    the blocks read, and the bytes each block sends them per step."""
     lat = setup.lattice
     if np.any(lat.c[0]):
         raise EngineUnavailable("the per-block plans pad with population 0, which must be the rest population")
@@ -643,9 +644,12 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
                                 np.full(pad_g, free[0])]).astype(np.int64)
         padded = Block(lattice=lat, shape=ext, cells=cells, size=size)
         coords_e = np.stack(np.unravel_index(cells, ext))
-        ghost, ghost_gather = parallel.ghost_positions(coords_e, lat.q, own, layout.shape)
-        own_cells = np.ravel_multi_index(tuple(np.where(ghost, 0, coords_e - lo[:, None])), own)
-        gather, _ = slot_maps(lat, own, own_cells, "push")
+        ghost, offset, owned = parallel.ghost_owners(coords_e, own, layout.shape)
+        gather, _ = slot_maps(lat, own, np.where(ghost, 0, owned), "push")
+        requests: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}  # neighbour -> (positions, its cells)
+        for o in {tuple(int(v) for v in col) for col in offset[:, ghost].T}:
+            at = np.flatnonzero(ghost & np.all(offset == np.asarray(o)[:, None], axis=0))
+            requests[o] = (at, owned[at])
         written = np.stack(np.unravel_index(cells[:size], ext)) - lo[:, None]
         inside = np.all((written >= 0) & (written < np.asarray(own)[:, None]), axis=0)
         real = np.arange(size) < blk.size
@@ -659,8 +663,7 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
             into = real & ~inside & np.all((target >= 0) & (target < np.asarray(own)[:, None]), axis=0)
             after[i, into] = i * math.prod(own) + np.ravel_multi_index(tuple(target[:, into]), own)
         sent = np.flatnonzero(np.any(after < past, axis=0))
-        per_block.append({"gather": gather.astype(np.int32), "ghost": np.flatnonzero(ghost),
-                          "ghost_gather": ghost_gather[:, ghost], "write": write, "after": sent,
+        per_block.append({"gather": gather.astype(np.int32), "requests": requests, "write": write, "after": sent,
                           "after_slots": after[:, sent], "boundaries": [bc.on_block(padded) for bc in local]})
     for k in range(len(setup.boundaries)):
         forms = [p["boundaries"][k] for p in per_block]
@@ -668,8 +671,30 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
             length = max(1, max(np.asarray(f.link_dir).size for f in forms))
             for p, f in zip(per_block, forms, strict=True):
                 p["boundaries"][k] = padded_links(f, length, len(cells) - 1)
-    # the ghost cells a block reads and those that send into it, as position lists padded to one length: padded
-    # reads fill the spare padding cell, padded sends go past the end (dropped)
+    # the ghost cells a block reads: each neighbour (offset) sends the populations of the cells the block asked
+    # for, padded to one count per offset; the block's reads as flat positions into what it received
+    offsets = sorted({o for p in per_block for o in p["requests"]})
+    counts = [max(p["requests"][o][0].size if o in p["requests"] else 0 for p in per_block) for o in offsets]
+    nb = math.prod(own)
+    for b, p in enumerate(per_block):
+        p["send"], at, index, base = [], [], [], 0
+        for o, k in zip(offsets, counts, strict=True):
+            asking = per_block[int(np.ravel_multi_index(
+                tuple((c - v) % m for c, v, m in zip(layout.blocks()[b], o, layout.shape, strict=True)),
+                layout.shape))]["requests"]
+            cells_o = np.pad(asking[o][1] if o in asking else np.zeros(0, np.int64), (0, k - (asking[o][1].size
+                                                                                        if o in asking else 0)))
+            p["send"].append((np.arange(lat.q)[:, None] * nb + cells_o[None]).astype(np.int32))
+            mine = p["requests"][o][0] if o in p["requests"] else np.zeros(0, np.int64)
+            at.append(mine)
+            index.append(base + np.arange(lat.q)[:, None] * k + np.arange(mine.size)[None])
+            base += lat.q * k
+        p["ghost"] = np.concatenate(at) if at else np.zeros(0, np.int64)
+        p["ghost_gather"] = np.concatenate(index, axis=1) if index else np.zeros((lat.q, 0), np.int64)
+    for p in per_block:
+        del p["requests"]
+    # the ghost cells' reads and their sends into the block as position lists padded to one length: padded reads
+    # fill the spare padding cell, padded sends go past the end (dropped)
     reads = max(p["ghost"].size for p in per_block)
     sends = max(p["after"].size for p in per_block)
     past = lat.q * math.prod(own)
@@ -684,10 +709,11 @@ def block_plan(setup: Setup, layout: Layout) -> dict[str, Any]:
         p["after"] = (np.arange(lat.q)[:, None] * size + np.pad(p["after"], (0, m))[None]).astype(np.int32)
         p["after_slots"] = np.pad(p["after_slots"], ((0, 0), (0, m)), constant_values=past).astype(np.int32)
         if not reads:
-            del p["ghost"], p["ghost_gather"]
+            del p["ghost"], p["ghost_gather"], p["send"]
         if not sends:
             del p["after"], p["after_slots"]
-    return layout.stacked(per_block)
+    itemsize = jnp.dtype(setup.dtype).itemsize
+    return layout.stacked(per_block), offsets, lat.q * sum(counts) * itemsize
 
 
 class ShardedPallasEngine(OnMesh, FusedEngine):
@@ -695,8 +721,8 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
 
     Each block steps as a periodic grid of its own; with boundary conditions, the cells of the
     block's plan (:func:`block_plan`: the native engine's plan on the block's extended index space)
-    are gathered from the block's pre-step populations, those in its ghost layers from the
-    neighbours' face slabs of all Q (the ``halo`` stage, lbm.parallel.ghost_slabs), run through
+    are gathered from the block's pre-step populations, those in its ghost layers sent by the
+    neighbours that own them (the ``halo`` stage: ``ppermute`` of those cells' Q populations), run through
     the case's stages and scattered into the ``push`` slots the kernel wrote for the block's own
     cells; then the ``halo`` stage returns the populations that wrapped around a shared face to the
     block they entered (lbm.parallel.return_wrapped: only the crossing populations), and the plan's
@@ -714,7 +740,8 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
         self.layout = Layout(setup, shape, devices)
         self.kernel = PallasKernel(setup, self.layout.block, storage, platform, interpret)
         self.dense = as_arrays(setup.boundaries)
-        self.params = block_plan(setup, self.layout) if setup.boundaries else {}
+        self.params, self.offsets, self.plan_halo_bytes = block_plan(setup, self.layout) if setup.boundaries else (
+            {}, [], 0)
         self._stages = tuple(s for s in setup.stages if s != "stream")
         plan = "the boundary cells by a plan per block, " if setup.boundaries else ""
         self.note = "; ".join(filter(None, [
@@ -740,9 +767,12 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
             cells = (lat.q, -1) + (1,) * (lat.d - 1)
             g = f.reshape(-1)[plan["gather"]]
             if "ghost" in plan:  # the plan's cells in the ghost layers: all Q populations of the neighbours' faces
+                axes = parallel.AXES[: self.layout.ndim]
                 with jax.named_scope(HALO):
-                    slabs = jnp.concatenate([a.reshape(-1) for a in parallel.ghost_slabs(f, self.layout.shape)])
-                g = g.reshape(-1).at[plan["ghost"]].set(slabs[plan["ghost_gather"]]).reshape(g.shape)
+                    got = jnp.concatenate([
+                        jax.lax.ppermute(f.reshape(-1)[send], axes, parallel.send_to(o, self.layout.shape)).reshape(-1)
+                        for o, send in zip(self.offsets, plan["send"], strict=True)])
+                g = g.reshape(-1).at[plan["ghost"]].set(got[plan["ghost_gather"]]).reshape(g.shape)
             g = g.reshape(cells)
         out = self.kernel(f)
         if params:
