@@ -259,20 +259,19 @@ def crop(e: jnp.ndarray, shape: Sequence[int], lead: int = 1) -> jnp.ndarray:
 
 
 def halo_bytes(lattice_c: np.ndarray, grid: Sequence[int], shape: Sequence[int], itemsize: int,
-               corners: bool = True, populations: int | None = None) -> int:
+               corners: bool = True) -> int:
     """Bytes every block sends per step, summed over all blocks (the populations crossing each shared face).
 
     ``corners``: the faces of each axis include the ghost cells of the axes before (:func:`halo_extend`);
-    without, the block's own faces only (:func:`return_wrapped`). ``populations``: that many per face cell
-    instead of those crossing it.
+    without, the block's own faces only (:func:`return_wrapped`).
     """
     total, ext = 0, [n // m for n, m in zip(grid, shape, strict=True)]
     for axis, m in enumerate(shape):
         if m == 1:
             continue
         face = math.prod(ext[:axis] + ext[axis + 1:])
-        count = entering(lattice_c, axis, 1).size if populations is None else populations
-        total += 2 * m * math.prod(s for a, s in enumerate(shape) if a != axis) * face * count * itemsize
+        total += 2 * m * math.prod(s for a, s in enumerate(shape) if a != axis) * face * \
+            entering(lattice_c, axis, 1).size * itemsize
         ext[axis] += 2 if corners else 0
     return total
 

@@ -636,9 +636,11 @@ def block_plan(setup: Setup, layout: Layout) -> tuple[dict[str, Any], list[tuple
     ghosts = max(b.cells.size - b.size for _, b in plans) + 1  # the last one a padding cell (padded links' target)
     per_block = []
     for local, blk in plans:
-        free = np.setdiff1d(np.arange(math.prod(ext)), blk.cells)
+        # padding: one of the block's own cells outside the plan (a ghost-layer cell would be asked of a neighbour)
+        free = np.setdiff1d(np.ravel_multi_index(tuple(np.stack(np.unravel_index(np.arange(math.prod(own)), own))
+                                                       + lo[:, None]), ext), blk.cells)
         if not free.size:
-            raise EngineUnavailable("a block whose every cell is a boundary cell")
+            raise EngineUnavailable("a block whose every own cell is a boundary cell")
         pad_w, pad_g = size - blk.size, ghosts - (blk.cells.size - blk.size)
         cells = np.concatenate([blk.cells[: blk.size], np.full(pad_w, free[0]), blk.cells[blk.size:],
                                 np.full(pad_g, free[0])]).astype(np.int64)
