@@ -745,7 +745,8 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
         self.params, self.offsets, self.plan_halo_bytes = block_plan(setup, self.layout) if setup.boundaries else (
             {}, [], 0)
         self._stages = tuple(s for s in setup.stages if s != "stream")
-        plan = "the boundary cells by a plan per block, " if setup.boundaries else ""
+        plan = (f"the boundary cells by a plan per block (its ghost cells sent by their blocks, "
+                f"{self.plan_halo_bytes} B/step), " if setup.boundaries else "")
         self.note = "; ".join(filter(None, [
             f"mesh {'x'.join(map(str, self.layout.shape))} ({', '.join(self.layout.sharded_axes)}), blocks "
             f"{'x'.join(map(str, self.layout.block))}, the Pallas kernel on each block, {plan}halo after it",
