@@ -200,6 +200,33 @@ def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) 
     return e
 
 
+def ghost_owners(cells: np.ndarray, block: Sequence[int], shape: Sequence[int]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For cells of a block's extended block (coordinates ``(D, n)``, ghost layers of width 1 on the sharded axes):
+    whether each lies in a ghost layer, the offset ``(D, n)`` of the neighbouring block that owns it (-1, 0, 1 per
+    axis), and its flat index in that block (own cells: their own)."""
+    cells = np.asarray(cells, np.int64)
+    offset = np.zeros_like(cells)
+    local = cells.copy()
+    for a, (b, m) in enumerate(zip(block, shape, strict=True)):
+        if m == 1:
+            continue
+        offset[a] = np.where(cells[a] == 0, -1, np.where(cells[a] == b + 1, 1, 0))
+        local[a] = np.where(cells[a] == 0, b - 1, np.where(cells[a] == b + 1, 0, cells[a] - 1))
+    return np.any(offset != 0, axis=0), offset, np.ravel_multi_index(tuple(local), tuple(block))
+
+
+def send_to(offset: Sequence[int], shape: Sequence[int]) -> list[tuple[int, int]]:
+    """``ppermute`` pairs over all mesh axes (linear block indices) from each block to the block at ``-offset``
+    from it (periodic): what each block sends to the neighbour that reads its cells at ``offset``."""
+    pairs = []
+    for b in range(math.prod(shape)):
+        coords = np.unravel_index(b, tuple(shape))
+        to = tuple((c - o) % m for c, o, m in zip(coords, offset, shape, strict=True))
+        pairs.append((b, int(np.ravel_multi_index(to, tuple(shape)))))
+    return pairs
+
+
 def return_wrapped(f: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:
     """A block ``(Q, *b)`` after a push step that was periodic on the block, with the populations that wrapped
     around a shared face sent to the neighbour they entered (ppermute) and the neighbour's taking their place.

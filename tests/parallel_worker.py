@@ -39,11 +39,13 @@ def advance(overrides: list[str], mesh: tuple[int, ...] | None, steps: int, mode
 
 def equality(args: dict[str, Any]) -> dict[str, Any]:
     """Max |difference| of populations and forces between each mesh and the 1-device xla run, per case; a case
-    may name another engine (5th entry), then ``same`` is the difference from that engine on one device."""
-    jax.config.update("jax_enable_x64", True)
+    may name another engine (5th entry), then ``same`` is the difference from that engine on one device.
+    ``precision`` (default float64) for every run."""
+    precision = args.get("precision", "float64")
+    jax.config.update("jax_enable_x64", precision == "float64")
     out = {}
     for label, overrides, meshes, modes, *name in args["cases"]:
-        overrides = list(overrides) + ["precision=float64"]
+        overrides = list(overrides) + [f"precision={precision}"]
         ref, aux_ref, _ = advance(overrides, None, args["steps"])
         same = advance(overrides, None, args["steps"], engine=name[0])[0] if name and args.get("same") else None
         for mesh in meshes:

@@ -337,7 +337,8 @@ def test_multi_device_targets_refused_in_one_line(tmp_path):
 # Sharded deviceless compiles: the halo bytes each device sends per step, read from the compiled HLO, against a
 # count by hand: (entering populations per face) x (face cells) x 2 faces x 4 bytes (float32). The periodic box runs
 # the Pallas kernel on each block, whose halo returns the wrapped populations on the block's own faces; the cylinder
-# runs the xla step on each block, whose halo extends the block axis by axis (the y faces include the x ghosts).
+# runs the Pallas kernel on each block too; the blocks holding the ghost cells its boundary plan reads send
+# their 9 populations (``halo_plan_bytes_per_step``, from the plan): more than none, fewer than whole faces.
 SHARDED = {
     # v5e:2x2 -> mesh 2x2, blocks 32x16: x faces 16 cells, y faces 32 cells, 3 of 9 populations each
     "v5e:2x2 d2q9": (["target=v5e:2x2", "case=taylor_green", "grid.nx=64", "grid.ny=32", "steps=40"],
@@ -345,8 +346,11 @@ SHARDED = {
     # mesh 2x2x1, blocks 8x8x16: x faces 8x16 cells, y faces 8x16, 5 of 19 populations each
     "v5e:2x2 d3q19": (["target=v5e:2x2", "lattice=d3q19", "case=taylor_green", "grid.nx=16", "grid.ny=16",
                        "grid.nz=16", "steps=40"], [2, 2, 1], "pallas", 5 * (8 * 16 + 8 * 16) * 2 * 4),
-    # the cylinder (walls, inlet, outflow, forces) on v5e:2x2: blocks 210x90, y faces 210 + 2 cells
-    "v5e:2x2 cylinder": (["target=v5e:2x2", "steps=100"], [2, 2], "sharded", 3 * (90 + 212) * 2 * 4),
+    # the cylinder (walls, inlet, outflow, forces) on v5e:2x2: blocks 210x90, the wrapped populations on the
+    # block's own faces (x faces 90 cells, y faces 210); and the plan's ghost cells, below
+    "v5e:2x2 cylinder": (["target=v5e:2x2", "steps=100"], [2, 2], "pallas", 3 * (90 + 210) * 2 * 4),
+    # the cylinder on four GPUs, mesh 4x1, blocks 105x180: x faces 180 cells
+    "h100:1x1x4 cylinder": (["target=h100:1x1x4", "steps=100"], [4, 1], "pallas", 3 * 180 * 2 * 4),
     # four GPUs on one host (the CUDA plugin's topology partitions x hosts x GPUs per host), mesh 4x1: x faces only
     "h100:1x1x4 d2q9": (["target=h100:1x1x4", "case=taylor_green", "grid.nx=64", "grid.ny=32", "steps=40"],
                         [4, 1], "pallas", 3 * 32 * 2 * 4),
@@ -366,18 +370,23 @@ def test_sharded_deviceless_compile_halo_bytes_and_collectives(tmp_path, name):
     p = rec["parallel"]
     assert p["devices"] == 4 and rec["target"]["devices"] == 4 and p["mesh"] == mesh
     assert rec["engine"] == engine
-    if engine == "pallas":  # the Pallas kernel on each block, as auto runs it on one device
-        assert any(k["kind"] in ("tpu_custom_call", "__gpu$xla.gpu.triton") for k in rec["kernels"])
+    assert engine == "pallas"  # the Pallas kernel on each block, as auto runs it on one device
+    assert any(k["kind"] in ("tpu_custom_call", "__gpu$xla.gpu.triton") for k in rec["kernels"])
+    assert "xla step" not in rec["engine_note"]
+    plan = p["halo_plan_bytes_per_step"]
+    assert p["halo_bytes_per_step"] == halo + plan == p["halo_bytes_per_step_expected"]
+    if "cylinder" in name:  # all 9 populations of some, not all, face cells (cells x 2 faces x 4 B)
+        assert 0 < plan < 9 * (sum(rec["cells_per_device"] // n for n in p["block"]) * 2 * 4)
     else:
-        assert "each block runs the xla step" in rec["engine_note"]
-    assert p["halo_bytes_per_step"] == halo == p["halo_bytes_per_step_expected"]
+        assert plan == 0
     kinds = {(c["kind"], tuple(c["stages"])) for c in p["collectives_per_step"]}
     expected = {("collective-permute", ("halo",))} | ({("all-reduce", ("forces",))} if "cylinder" in name else set())
     assert kinds == expected  # nothing all-gathered: only the halo's permutes and the forces' sum
     halo_rows = [c for c in p["collectives_per_step"] if c["kind"] == "collective-permute"]
     assert all(c["where"] == "loop body" for c in halo_rows)
-    # one permute per direction and sharded axis, unless XLA combines the two of an axis into one
-    sharded_axes = sum(m > 1 for m in mesh)
-    assert sharded_axes <= sum(c["count"] for c in halo_rows) <= 2 * sharded_axes
+    # one permute per direction and sharded axis, unless XLA combines the two of an axis into one; twice that with
+    # boundary conditions (the plan's ghost cells before the kernel, the wrapped populations after it)
+    exchanges = sum(m > 1 for m in mesh) * (2 if "cylinder" in name else 1)
+    assert exchanges <= sum(c["count"] for c in halo_rows) <= 2 * exchanges
     assert rec["cells_per_device"] * 4 == rec["cells"]
     assert "halo_bytes_per_step" in res.stdout and "collective-permute" in res.stdout

@@ -245,11 +245,11 @@ def engine_for(target: Target, requested: str) -> str:
 
 
 def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mesh: Any = None
-                     ) -> tuple[Callable[..., Any], tuple[Any, ...], str, str]:
+                     ) -> tuple[Callable[..., Any], tuple[Any, ...], str, str, int]:
     """The jitted n-step fused chunk of ``engine`` for ``setup`` on ``platform``: (function, example arguments,
-    engine, note). ``auto`` resolves as on that platform (pallas on cuda/tpu, native on cpu, else xla).
-    With a ``mesh`` of several devices (a deviceless topology), the sharded chunk on its blocks; its
-    example arguments carry their shardings.
+    engine, note, bytes a block sends per step for its boundary plan's ghost cells). ``auto`` resolves as on that
+    platform (pallas on cuda/tpu, native on cpu, else xla). With a ``mesh`` of several devices (a deviceless
+    topology), the sharded chunk on its blocks; its example arguments carry their shardings.
 
     The one place inspect reaches into the engines: it compiles what the run loop would dispatch.
     """
@@ -269,13 +269,13 @@ def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mes
         f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype, sharding=eng.layout.sharding())
         t = jax.ShapeDtypeStruct((), step_index(0).dtype,
                                  sharding=jax.sharding.NamedSharding(eng.layout.mesh, jax.sharding.PartitionSpec()))
-        return eng.chunk_function(n), (f, eng.params, t), eng.name, eng.note
+        return eng.chunk_function(n), (f, eng.params, t), eng.name, eng.note, getattr(eng, "plan_halo_bytes", 0)
     try:
         eng = make_engine(setup, mode="fused", engine=engine, platform=platform)
     except EngineUnavailable as exc:
         raise LbmError(f"engine={engine} cannot run on {platform}: {exc}") from None
     f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
-    return eng.chunk_function(n), (f, eng.params, step_index(0)), eng.name, eng.note
+    return eng.chunk_function(n), (f, eng.params, step_index(0)), eng.name, eng.note, 0
 
 
 def lowering_context(target: Target, sharding: Any) -> Any:
@@ -340,7 +340,7 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     n = max(MIN_CHUNK_STEPS, chunk_size(run))
     mesh = target_mesh(target, shape) if shape is not None else None
     sharding = target_sharding(target) if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    fn, args, engine, note = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)
+    fn, args, engine, note, plan_bytes = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)
     text, compile_s = compile_chunk(fn, args, sharding, target)
     loop = loop_traffic(text, (*STAGES, HALO))
     steps = max(1, n // loop.trip_count) if loop.trip_count > 1 else n
@@ -391,16 +391,17 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         "overrides": list(overrides or []),
     }
     if shape is not None:
-        record["parallel"] = sharded_record(text, setup, shape, steps, n, target, engine)
+        record["parallel"] = sharded_record(text, setup, shape, steps, n, target, engine, plan_bytes)
         if record["projected_mlups"] is not None:  # every device at the spec bandwidth, the halo not counted
             record["projected_mlups"] *= target.devices
     return record, text
 
 
 def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n: int, target: Target,
-                   engine: str) -> dict[str, Any]:
+                   engine: str, plan_bytes: int = 0) -> dict[str, Any]:
     """Devices, mesh, blocks, and the collectives per step of a sharded chunk (``steps`` per loop iteration, ``n``
-    per chunk), with the halo bytes counted in the HLO against those the lattice and the blocks call for."""
+    per chunk), with the halo bytes counted in the HLO against those the lattice, the blocks and the boundary
+    plan (``plan_bytes`` per block) call for."""
     import numpy as np
 
     from lbm import parallel
@@ -420,16 +421,19 @@ def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n:
         "collective_bytes_per_step": sum(r["bytes_per_device"] for r in rows),
         "halo_bytes_per_step": sum(r["bytes_per_device"] for r in rows if HALO in r["stages"]),
         # the xla step's halo extends the block axis by axis (later faces include earlier ghost cells); the pallas
-        # kernel's returns the wrapped populations on the block's own faces (lbm.parallel)
+        # kernel's returns the wrapped populations on the block's own faces, and with boundary conditions the
+        # neighbours send the Q populations of the ghost cells its boundary plan reads (lbm.engines.sharded)
         "halo_bytes_per_step_expected": parallel.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize,
-                                                            corners=engine != "pallas") / devices,
+                                                            corners=engine != "pallas") / devices + plan_bytes,
+        "halo_plan_bytes_per_step": plan_bytes,
         "halo_populations_per_face": int(parallel.entering(setup.lattice.c, 0, 1).size),
         "collective_model": "per device and step: the logical bytes of each collective's operands in the compiled "
                             "chunk (what a device sends or contributes); those of the loop body per step, those XLA "
                             "moved out of the loop per chunk divided by its steps. Expected halo: the populations "
                             "entering through each shared block face (3 of 9 for D2Q9, 5 of 19 for D3Q19) x face "
                             "cells x bytes (engine sharded: the second axis' faces include the first's ghost cells; "
-                            "engine pallas: the block's own faces)",
+                            "engine pallas: the block's own faces, plus, with boundary conditions, the Q populations of "
+                            "the ghost cells its boundary plan reads, padded to one count per neighbour)",
     }
 
 
@@ -481,7 +485,8 @@ def format_parallel(p: dict[str, Any]) -> list[str]:
         lines.append("  ".join(f"{c:<{w}}" if i < 3 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(r, widths, strict=True))))
     lines.append(f"halo_bytes_per_step             {p['halo_bytes_per_step']:.0f} B per device (expected "
                  f"{p['halo_bytes_per_step_expected']:.0f} B: {p['halo_populations_per_face']} populations per face "
-                 "x face cells x bytes)")
+                 "x face cells x bytes" + (f", and {p['halo_plan_bytes_per_step']:.0f} B for the boundary plan's "
+                                          "ghost cells" if p.get("halo_plan_bytes_per_step") else "") + ")")
     return lines
 
 
