@@ -76,3 +76,10 @@ def test_an_oscillation_faster_than_the_cycles_sought_cuts_no_batches():
     assert len(cycle_starts(cl)) > 15  # without the bound every ringing period counts as a cycle
     assert len(cycle_starts(cl, min_cycle=500)) <= 3
     assert stationary_window(cd, reference=cl, min_cycle=500) is None
+
+
+def test_a_series_too_short_for_its_batches_has_no_window():
+    """10 samples cannot make 20 batches of two: no window (a 10-step cylinder run crashed on empty batches)."""
+    assert stationary_window(np.linspace(1.0, 1.1, 10)) is None
+    window = stationary_window(np.full(40, 2.0))  # 20 batches of two samples of a constant: stationary
+    assert window is not None and window.batches >= 4 and np.all(np.diff(window.edges) >= 2)

@@ -115,6 +115,8 @@ def stationary_window(signal: np.ndarray, reference: np.ndarray | None = None, b
     periodic = 0.5 * np.ptp(ref[len(ref) // 2:]) > oscillation
     if periodic:
         edges = cycle_starts(ref, min_cycle=min_cycle)
+    elif len(x) < 2 * batches:  # batches of at least two samples: a shorter series has no window to judge
+        return None
     else:
         edges = np.linspace(0, len(x), batches + 1).astype(int)
     if len(edges) - 1 < MIN_BATCHES:
