@@ -145,11 +145,14 @@ def likely_cause(setup: Setup) -> str:
             "raise the grid resolution or lower flow.reynolds")
 
 
-def log_engine_choice(engine: Engine) -> None:
-    """One line naming the fused engine; a warning saying what is lost, and how to get it, when native fell back."""
+def log_engine_choice(engine: Engine, fallback_possible: bool = True) -> None:
+    """One line naming the fused engine; a warning saying what is lost, and how to get it, when native fell back.
+
+    ``fallback_possible``: engine=auto on one device, the only request that can fall back from native to xla.
+    """
     from lbm.engines.native import build
 
-    if engine.name != "xla" or not engine.note or jax.default_backend() != "cpu":
+    if not fallback_possible or engine.name != "xla" or not engine.note or jax.default_backend() != "cpu":
         log.info("fused engine: %s%s", engine.name, f" ({engine.note})" if engine.note else "")
         return
     fix = ("install a C++ compiler (e.g. apt install g++, or set CXX) and rerun: kernels build on first use"
@@ -281,9 +284,10 @@ def engine_for(run: RunConfig, setup: Setup) -> Engine:
         engine = make_engine(setup, run.mode, engine=run.engine, sync=bool(run.profile.get("sync")),
                              mesh=run.parallel_mesh, partitioner=run.parallel.get("partitioner", "shard_map"))
     except EngineUnavailable as exc:
-        raise LbmError(f"engine={run.engine} is not available here ({exc}); use engine=auto or engine=xla") from None
+        hint = "" if run.parallel_mesh else "; engine=auto falls back to the xla engine"
+        raise LbmError(f"engine={run.engine} is not available here: {exc}{hint}") from None
     if run.mode == "fused" or run.parallel_mesh:
-        log_engine_choice(engine)
+        log_engine_choice(engine, fallback_possible=run.engine == "auto" and not run.parallel_mesh)
     return engine
 
 

@@ -162,6 +162,21 @@ def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
     check_pallas_bc(worker("equality", {"steps": 6, "cases": cases, "precision": "float32"}, timeout=1800), 2e-6)
 
 
+@pytest.mark.slow
+def test_xla_on_blocks_with_conditions_without_a_dense_block_form_uses_the_plan():
+    """engine=xla on a mesh where a condition has no dense block form (characteristic and pressure outlets,
+    interpolated walls): the xla step on each block with the per-block plan, equal to one device to rounding."""
+    cases = [["cylinder-halfway-characteristic", PALLAS_BC["cylinder-halfway-characteristic"], [[4], [2, 2]],
+              ["fused"], "xla"],
+             ["poiseuille-interpolated", PALLAS_BC["poiseuille-interpolated"], [[1, 4]], ["fused"], "xla"],
+             ["schafer_turek", ["case=schafer_turek", "case.cells_per_diameter=4"], [[1, 2]], ["fused"], "xla"]]
+    result = worker("equality", {"steps": 5, "cases": cases}, timeout=1800)
+    assert result, "no comparisons ran"
+    for key, r in result.items():
+        assert r["engine"] == "ShardedPlanEngine", (key, r)
+        assert r["f"] <= ROUNDING and r["force"] <= ROUNDING, (key, r)
+
+
 def test_a_vortex_crosses_block_faces_without_a_seam():
     r = worker("vortex", {"steps": 500}, devices=4)
     assert r["f"] <= 1e-13 and r["u"] <= 1e-13, r  # 500 steps of float64 rounding (measured ~1e-16)
@@ -191,6 +206,17 @@ def test_bad_parallel_settings_exit_2_on_the_command_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("lbm: error: parallel.devices=4 is invalid: expected at most 2")
     assert "Traceback" not in done.stderr
+
+
+def test_instrumented_mode_without_a_dense_block_form_is_a_one_line_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "lbm", "run", "parallel.devices=2", "mode=instrumented", "steps=2",
+                           "case=cylinder", "grid.nx=40", "grid.ny=20", "case.outlet=characteristic",
+                           "hydra.run.dir=" + str(tmp_path / "run")], env=forced(2),
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("lbm: error: engine=auto is not available here: mode=instrumented on several devices")
+    assert "CharacteristicOutlet" in last and "mode=fused" in last
 
 
 @pytest.mark.slow

@@ -358,3 +358,20 @@ def test_partial_results_are_marked(tmp_path, monkeypatch):
     metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
     assert metrics["status"] == "interrupted" and metrics["step_reached"] == 20 and calls == [0, 10, 20]
     assert not (tmp_path / "r" / "fields.npz").exists()
+
+
+@pytest.mark.parametrize("fallback_possible, level", [(True, "WARNING"), (False, "INFO")])
+def test_the_native_fallback_warning_only_where_native_was_asked_for(caplog, fallback_possible, level):
+    """engine=auto on one CPU device that got xla warns what is lost; engine=xla asked for, or a mesh (native is
+    single-device), just names the engine."""
+    import logging
+    import types
+
+    from lbm.simulation import log_engine_choice
+
+    engine = types.SimpleNamespace(name="xla", note="mesh 2x1 (x), blocks 8x8")
+    with caplog.at_level(logging.INFO, logger="lbm"):
+        log_engine_choice(engine, fallback_possible=fallback_possible)
+    (record,) = [r for r in caplog.records if r.name == "lbm"]
+    assert record.levelname == level and "mesh 2x1" in record.getMessage()
+    assert ("slower" in record.getMessage()) == fallback_possible

@@ -44,7 +44,7 @@ from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable, program
 from lbm.engines.instrumented import InstrumentedEngine
 from lbm.engines.native.plan import Block, plan_block, slot_maps
-from lbm.engines.timestep import CORE, as_arrays, outputs, run_stage, run_stages, step_index
+from lbm.engines.timestep import CORE, as_arrays, outputs, run_stage, run_stages, step_index, timestep
 from lbm.engines.xla import FusedEngine, XlaEngine
 from lbm.kernels.forces import momentum_exchange
 from lbm.lattice import Lattice
@@ -733,14 +733,14 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
     """
 
     name = "pallas"
+    kernel_text = "the Pallas kernel"
+    """How the note names the bulk step on each block."""
 
     def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
                  devices: Any = None, interpret: bool | None = None) -> None:
-        from lbm.engines.pallas.engine import PallasKernel
-
         FusedEngine.__init__(self, setup, storage)
         self.layout = Layout(setup, shape, devices)
-        self.kernel = PallasKernel(setup, self.layout.block, storage, platform, interpret)
+        self.kernel = self.make_kernel(storage, platform, interpret)
         self.dense = as_arrays(setup.boundaries)
         self.params, self.offsets, self.plan_halo_bytes = block_plan(setup, self.layout) if setup.boundaries else (
             {}, [], 0)
@@ -749,8 +749,14 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
                 f"{self.plan_halo_bytes} B/step), " if setup.boundaries else "")
         self.note = "; ".join(filter(None, [
             f"mesh {'x'.join(map(str, self.layout.shape))} ({', '.join(self.layout.sharded_axes)}), blocks "
-            f"{'x'.join(map(str, self.layout.block))}, the Pallas kernel on each block, {plan}halo after it",
+            f"{'x'.join(map(str, self.layout.block))}, {self.kernel_text} on each block, {plan}halo after it",
             self.kernel.note]))
+
+    def make_kernel(self, storage: str, platform: str | None, interpret: bool | None) -> Any:
+        """The bulk step of one block: every cell as periodic fluid, push scheme, a new array."""
+        from lbm.engines.pallas.engine import PallasKernel
+
+        return PallasKernel(self.setup, self.layout.block, storage, platform, interpret)
 
     def _dense_params(self) -> Any:
         return self.dense
@@ -816,6 +822,33 @@ class ShardedPallasEngine(OnMesh, FusedEngine):
         return [program(FUSED_STEP, None, self.chunk_function(n), f, self.params, step_index(0))]
 
 
+class XlaBulk:
+    """The xla timestep without boundary conditions: one periodic push step of every cell of a block."""
+
+    note = ""
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = dataclasses.replace(setup, boundaries=())
+
+    def __call__(self, f: jnp.ndarray) -> jnp.ndarray:
+        """One periodic step of ``f`` ``(Q, *block)``; a new array."""
+        return timestep(f, step_index(0), (), self.setup)[0]
+
+
+class ShardedPlanEngine(ShardedPallasEngine):
+    """The xla step on every block as a periodic grid, the boundary cells by the per-block plan of the sharded pallas
+    engine: the xla engine on a mesh for boundary conditions without a dense block form (:func:`block_forms`)."""
+
+    name = "xla"
+    kernel_text = "the xla step (periodic)"
+
+    def make_kernel(self, storage: str, platform: str | None, interpret: bool | None) -> Any:
+        """The dense xla timestep of the setup without its boundary conditions."""
+        if storage != "compute":
+            raise EngineUnavailable(f"the per-block plan keeps populations in the compute dtype, not {storage}")
+        return XlaBulk(self.setup)
+
+
 def make_sharded(setup: Setup, shape: tuple[int, ...], mode: str = "fused", engine: str = "auto",
                  storage: str = "compute", sync: bool = False, partitioner: str = "shard_map",
                  platform: str | None = None, devices: Any = None) -> Any:
@@ -824,14 +857,20 @@ def make_sharded(setup: Setup, shape: tuple[int, ...], mode: str = "fused", engi
     ``pallas`` (and ``auto`` on a GPU or TPU) runs the Pallas kernel on each block with the boundary cells by a
     plan per block; where that is unavailable (no kernel for the dtype or the block, a wall reading across the
     periodic wrap of a grid with inlet or outlet faces), the xla step on each block, and the note says why;
-    ``native`` is refused.
+    ``native`` is refused. ``xla`` composes the boundary conditions' dense block forms on each block; for a
+    condition without one, the xla step runs on each block as periodic and the boundary cells by the per-block
+    plan (:class:`ShardedPlanEngine`), and the note says why. Instrumented mode needs the dense block forms.
     """
     from lbm.engines.pallas import ACCELERATORS
 
     if engine == "native":
         raise EngineUnavailable("the native engine is single-device: use engine=xla or parallel.devices=1")
     if mode == "instrumented":
-        return ShardedInstrumentedEngine(setup, shape, sync=sync)
+        try:
+            return ShardedInstrumentedEngine(setup, shape, sync=sync)
+        except EngineUnavailable as exc:
+            raise EngineUnavailable(f"mode=instrumented on several devices: {exc}; run mode=fused on several "
+                                    "devices, or mode=instrumented on one (parallel.devices=1)") from None
     if partitioner == "gspmd":
         return GspmdEngine(setup, shape, storage)
     platform = platform or jax.default_backend()
@@ -839,7 +878,17 @@ def make_sharded(setup: Setup, shape: tuple[int, ...], mode: str = "fused", engi
         try:
             return ShardedPallasEngine(setup, shape, storage, platform, devices)
         except EngineUnavailable as exc:
-            chosen = ShardedEngine(setup, shape, storage, devices)
-            chosen.note = f"{chosen.note}; each block runs the xla step ({exc})"
+            chosen = xla_on_blocks(setup, shape, storage, devices)
+            chosen.note = f"{chosen.note}; the xla step on each block ({exc})"
             return chosen
-    return ShardedEngine(setup, shape, storage, devices)
+    return xla_on_blocks(setup, shape, storage, devices)
+
+
+def xla_on_blocks(setup: Setup, shape: tuple[int, ...], storage: str, devices: Any) -> FusedEngine:
+    """The xla engine on a mesh: the dense block forms, else the xla step with the per-block plan (the note says why)."""
+    try:
+        return ShardedEngine(setup, shape, storage, devices)
+    except EngineUnavailable as exc:
+        chosen = ShardedPlanEngine(setup, shape, storage, devices=devices)
+        chosen.note = f"{chosen.note}; not the dense block forms ({exc})"
+        return chosen
