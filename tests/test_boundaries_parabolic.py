@@ -1,14 +1,18 @@
 """ParabolicBounceBack (lbm.boundaries.parabolic): exact Poiseuille between off-node walls at any TRT Lambda."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_boundaries_interpolated import planes
+from test_boundaries_interpolated import _dfg_like, planes
 
 from lbm.boundaries import InterpolatedBounceBack, ParabolicBounceBack
 from lbm.boundaries.parabolic import parabolic_weights
 from lbm.cases.base import Setup
+from lbm.engines import make_engine
+from lbm.engines.native import build as native
 from lbm.engines.xla import XlaEngine
 from lbm.kernels.collision import trt_omega_minus
 from lbm.lattice import CS2, D2Q9
@@ -60,3 +64,23 @@ def test_poiseuille_is_exact_for_any_lambda_where_linear_bfl_is_not(q, magic):
     with jax.enable_x64(True):
         assert poiseuille_error(11, q, 0.8, magic) < 1e-9
         assert poiseuille_error(11, q, 0.8, magic, parabolic=False) > 1e-3
+
+
+@pytest.mark.skipif(not native.available(), reason="native kernels need the CPU backend and a C++ compiler")
+@pytest.mark.slow
+def test_native_engine_runs_the_parabolic_wall_like_the_reference():
+    """Engine equality (as tests/test_engines.py): float64 agrees to rounding, forces too, odd step count."""
+    with jax.enable_x64(True):
+        setup = _dfg_like(D2Q9, (40, 22))
+        bfl = next(bc for bc in setup.boundaries if isinstance(bc, InterpolatedBounceBack))
+        wall = ParabolicBounceBack.like(bfl, omega_minus=1.3)
+        setup = dataclasses.replace(setup, boundaries=tuple(wall if bc is bfl else bc for bc in setup.boundaries))
+        fast = make_engine(setup, engine="native")
+        assert fast.name == "native"
+        f_ref, aux_ref = XlaEngine(setup).advance(setup.initial_populations(), 23)
+        f_fast, aux_fast = fast.advance(setup.initial_populations(), 23)
+        f_ref = np.asarray(f_ref)
+        np.testing.assert_allclose(np.asarray(f_fast), f_ref, rtol=0, atol=1e-13 * np.abs(f_ref).max())
+        force = np.asarray(aux_ref["force"])
+        assert np.abs(force[:, 0]).max() > 0
+        np.testing.assert_allclose(np.asarray(aux_fast["force"]), force, rtol=0, atol=1e-12 * np.abs(force).max())
