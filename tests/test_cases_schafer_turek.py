@@ -56,6 +56,7 @@ def test_variants_set_reynolds_number_and_length():
     ("case.variant=3D-1Z", "case.variant"),
     ("case.cells_per_diameter=2", "case.cells_per_diameter"),
     ("case.outlet=neumann", "case.outlet"),
+    ("case.wall=quadratic", "case.wall"),
     ("case.variant=2D-3 case.outlet=characteristic", "case.outlet"),
     ("lattice=d3q19", "lattice"),
 ])
@@ -79,6 +80,13 @@ def test_pressure_difference_and_recirculation_length_on_known_fields():
     ux = np.tile((x[:, :1] - x_r) * 1e-3, (1, ny))
     assert case.recirculation_length(ux) == pytest.approx(8.3 * 0.01, rel=1e-9)
     assert case.recirculation_length(np.abs(ux)) == 0.0
+    # N = 40: the rear point cx + r = 100 lies 0.006 cells before a node, whose u_x is the wall's ~0 (here +1e-9)
+    n40 = case_of("case.cells_per_diameter=40")
+    cx, _, r = n40.geometry()
+    x = np.arange(n40.run.grid[0], dtype=np.float64)[:, None] * np.ones(n40.run.grid[1])
+    ux = (x - (cx + r + 3.4)) * 1e-3
+    ux[int(np.ceil(cx + r))] = 1e-9
+    assert n40.recirculation_length(ux) == pytest.approx(3.4 * 0.1 / 40, rel=1e-9)
     assert line_value(np.arange(10.0) ** 2, 4.5, -1) == pytest.approx(20.25)
 
 

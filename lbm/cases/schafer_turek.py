@@ -241,6 +241,8 @@ class SchaferTurek(Cylinder):
         row = 0.5 * (ux[:, int(math.floor(cy))] + ux[:, int(math.ceil(cy))])
         rear = cx + r
         i = int(math.ceil(rear))
+        if i - rear < 0.5 and i + 1 < len(row) and row[i] >= 0 > row[i + 1]:
+            i += 1  # a node less than half a cell behind the wall: its u_x is ~0, of either sign
         if i < len(row) and row[i] >= 0:
             return 0.0
         while i + 1 < len(row) and row[i + 1] < 0:
