@@ -57,6 +57,7 @@ def test_variants_set_reynolds_number_and_length():
     ("case.cells_per_diameter=2", "case.cells_per_diameter"),
     ("case.outlet=neumann", "case.outlet"),
     ("case.wall=quadratic", "case.wall"),
+    ("case.variant=2D-2 case.wall=parabolic", "case.wall"),
     ("case.variant=2D-3 case.outlet=characteristic", "case.outlet"),
     ("lattice=d3q19", "lattice"),
 ])
