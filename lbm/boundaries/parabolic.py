@@ -10,7 +10,7 @@ fraction q of the link, ī the opposite direction, f* post-collision, f pre-coll
 
     f_ī(x_f, t+1) = f*_i(x_f) + κ [f*_i(x_f - c_i) - f*_ī(x_f)] + (2q² E - (4 - 2ω⁻) m) / (1 + 2q),
     κ = (1 - 2q) / (1 + 2q),
-    E = [f⁺ - f*⁺](x_f - c_i) - [f⁺ - f*⁺](x_f)      (g⁺ = (g_i + g_ī) / 2),
+    E = 2 [e⁻(x_f - c_i) / (1 + q) - e⁻(x_f) / q],   e⁻ = w_i ρ c_i·u / c_s²  (u as the collision sees it),
     m = (f_i - f_ī) / 2 - w_i c_i·j / c_s²  at x_f   (j = Σ_k c_k f_k).
 
 Derivation (docs/dfg.md, "Session 4"): the steady TRT solution of Stokes flow with a linear
@@ -18,10 +18,15 @@ pressure and a parabolic velocity is, along a link, e⁻ = e₀ + E₁ s + E₂ 
 and n⁻ = (Λ⁻ + ½)(Λ⁺E₂ - P₁ + F) (P₁ = c_i·∇e⁺, F the Guo force term w_i c_i·F/c_s²; n = f - e,
 e the equilibrium). Inserting it into CLI leaves the residual
 [4Λ⁻(Λ⁺E₂ - P₁ + F) - 2q²E₂] / (1 + 2q) once e⁻ vanishes at the wall (e₀ + qE₁ + q²E₂/2 = 0); the
-correction cancels it: E above is E₂ (the difference of ω⁺n⁺ = f⁺ - f*⁺ between the two cells), m is
+correction cancels it: E above is E₂ (the parabola through e⁻ at x_f - c_i, x_f and 0 at the wall;
+E₂ = ω⁺[n⁺(x_f - c_i) - n⁺(x_f)] is exact too, but the rule built on it diverged at τ = 0.55), m is
 n⁻ with the equilibrium of the unshifted momentum (= (Λ⁻ + ½)(Λ⁺E₂ - P₁ + F)), and
 4Λ⁻/(Λ⁻ + ½) = 4 - 2ω⁻. q = 1/2 without correction is half-way bounce-back, which is exact at
 Λ = 3/16 only; with it, every Λ. The error left is the equilibrium's O(u²) terms (compressibility).
+
+Steady flow only: in unsteady flow the local n⁻ carries the memory of the slowly relaxed
+antisymmetric modes (1/ω⁻ = Λ⁻ + ½ steps), and the correction built on it is wrong when Λ⁻ ≫ 1
+(DFG 2D-2 at Λ⁻ = 12.5: cd_max 3.54 against 3.26 with linear BFL; docs/dfg.md, Session 4).
 
 Where x_f - c_i is not fluid (a gap one cell wide) the link falls back to half-way bounce-back.
 The rule reads cells up to two links from the wall (x_f and x_f - c_i), like linear BFL, and
@@ -32,12 +37,10 @@ momentum exchange with the corrected populations.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import BoundaryCondition, CellBlock, Footprint, StepState, pytree_dataclass
+from lbm.boundaries.base import StepState, pytree_dataclass
 from lbm.boundaries.interpolated import InterpolatedBounceBack
 from lbm.lattice import CS2, Lattice
 
@@ -78,17 +81,11 @@ def parabolic_bounce_back(f: jnp.ndarray, post: jnp.ndarray, rho: jnp.ndarray, u
 
 
 @pytree_dataclass
-class ParabolicBounceBack(BoundaryCondition):
-    """Central linear interpolation with the parabolic post-collision correction on a curved wall (see the module doc)."""
+class ParabolicBounceBack(InterpolatedBounceBack):
+    """Central linear interpolation with the parabolic post-collision correction on a curved wall (see the module doc).
 
-    solid: Any
-    link_dir: Any
-    link_solid: Any
-    link_fluid: Any
-    link_far: Any
-    weights: Any
-    q: Any
-    stage = "bounce_back"
+    The links, footprint and block form are linear BFL's; ``weights`` holds :func:`parabolic_weights`.
+    """
 
     @classmethod
     def like(cls, wall: InterpolatedBounceBack, omega_minus: float) -> ParabolicBounceBack:
@@ -102,16 +99,3 @@ class ParabolicBounceBack(BoundaryCondition):
         """Solid cells at rest, the wall links' populations interpolated and corrected."""
         return s.replace(post=parabolic_bounce_back(s.f, s.post, s.rho, s.u, self.solid, self.link_dir, self.link_solid,
                                                     self.link_fluid, self.link_far, self.weights, lattice))
-
-    def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
-        """Writes the solid cells, reads the fluid cells of the links and the cells one link further out."""
-        return InterpolatedBounceBack.footprint(self, shape, lattice)  # type: ignore[arg-type]
-
-    def on_block(self, block: CellBlock) -> BoundaryCondition:
-        """The same links with block positions (the rule is index-based, so the class is the same)."""
-        def pos(a: Any) -> np.ndarray:
-            return block.index_of(np.asarray(a, np.int64))
-
-        return ParabolicBounceBack(solid=block.gathered(np.asarray(self.solid, bool)), link_dir=self.link_dir,
-                                   link_solid=pos(self.link_solid), link_fluid=pos(self.link_fluid),
-                                   link_far=pos(self.link_far), weights=self.weights, q=self.q)

@@ -224,7 +224,7 @@ class SchaferTurek(Cylinder):
                       cylinder, Forces.on(np.asarray(cylinder.solid), self.lattice))
         return make_setup(self, solid=solid, rho0=rho0, u0=u0, rel=rel, boundaries=boundaries, derived=derived)
 
-    def wall(self, bfl: InterpolatedBounceBack, rel: dict[str, Any]) -> InterpolatedBounceBack | ParabolicBounceBack:
+    def wall(self, bfl: InterpolatedBounceBack, rel: dict[str, Any]) -> InterpolatedBounceBack:
         """The cylinder's wall rule of case.wall on the links of ``bfl`` (linear BFL: ``bfl`` itself)."""
         if self.choice("wall", "bfl", WALL_KINDS) == "parabolic":
             return ParabolicBounceBack.like(bfl, rel["omega_minus"])
