@@ -140,3 +140,20 @@ def test_characteristic_outlet_lets_the_start_up_wave_out_and_keeps_the_outlet_n
     assert float(outlet.gradient) == pytest.approx(float(setup.rho0[0, 10] - setup.rho0[1, 10]), rel=1e-6)
     assert abs(float(fields["rho"][-1, 1:-1].mean()) - 1.0) < 0.005
     assert spreads["characteristic"] < spreads["zou_he"] / 4, spreads
+
+
+def test_parabolic_wall_option_uses_the_bfl_links_with_the_runs_antisymmetric_rate():
+    """case.wall=parabolic: the cylinder's links and wall fractions are BFL's, the weights are for TRT's omega-."""
+    from lbm.boundaries import ParabolicBounceBack
+    from lbm.boundaries.parabolic import parabolic_weights
+
+    bfl = next(bc for bc in case_of("case.cells_per_diameter=10", "collision=trt").setup().boundaries
+               if isinstance(bc, InterpolatedBounceBack))
+    setup = case_of("case.cells_per_diameter=10", "collision=trt", "case.wall=parabolic").setup()
+    wall = next(bc for bc in setup.boundaries if isinstance(bc, ParabolicBounceBack))
+    assert type(bfl) is InterpolatedBounceBack
+    np.testing.assert_array_equal(np.asarray(wall.link_fluid), np.asarray(bfl.link_fluid))
+    np.testing.assert_array_equal(np.asarray(wall.q), np.asarray(bfl.q))
+    far_ok = np.asarray(wall.link_far) != np.asarray(wall.link_fluid)
+    np.testing.assert_allclose(np.asarray(wall.weights), parabolic_weights(np.asarray(wall.q), far_ok, setup.omega_minus))
+    assert setup.omega_minus != setup.omega_plus and setup.derived["wall"] == "parabolic"
