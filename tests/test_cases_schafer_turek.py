@@ -56,6 +56,8 @@ def test_variants_set_reynolds_number_and_length():
     ("case.variant=3D-1Z", "case.variant"),
     ("case.cells_per_diameter=2", "case.cells_per_diameter"),
     ("case.outlet=neumann", "case.outlet"),
+    ("case.wall=quadratic", "case.wall"),
+    ("case.variant=2D-2 case.wall=parabolic", "case.wall"),
     ("case.variant=2D-3 case.outlet=characteristic", "case.outlet"),
     ("lattice=d3q19", "lattice"),
 ])
@@ -79,6 +81,13 @@ def test_pressure_difference_and_recirculation_length_on_known_fields():
     ux = np.tile((x[:, :1] - x_r) * 1e-3, (1, ny))
     assert case.recirculation_length(ux) == pytest.approx(8.3 * 0.01, rel=1e-9)
     assert case.recirculation_length(np.abs(ux)) == 0.0
+    # N = 40: the rear point cx + r = 100 lies 0.006 cells before a node, whose u_x is the wall's ~0 (here +1e-9)
+    n40 = case_of("case.cells_per_diameter=40")
+    cx, _, r = n40.geometry()
+    x = np.arange(n40.run.grid[0], dtype=np.float64)[:, None] * np.ones(n40.run.grid[1])
+    ux = (x - (cx + r + 3.4)) * 1e-3
+    ux[int(np.ceil(cx + r))] = 1e-9
+    assert n40.recirculation_length(ux) == pytest.approx(3.4 * 0.1 / 40, rel=1e-9)
     assert line_value(np.arange(10.0) ** 2, 4.5, -1) == pytest.approx(20.25)
 
 
@@ -131,3 +140,20 @@ def test_characteristic_outlet_lets_the_start_up_wave_out_and_keeps_the_outlet_n
     assert float(outlet.gradient) == pytest.approx(float(setup.rho0[0, 10] - setup.rho0[1, 10]), rel=1e-6)
     assert abs(float(fields["rho"][-1, 1:-1].mean()) - 1.0) < 0.005
     assert spreads["characteristic"] < spreads["zou_he"] / 4, spreads
+
+
+def test_parabolic_wall_option_uses_the_bfl_links_with_the_runs_antisymmetric_rate():
+    """case.wall=parabolic: the cylinder's links and wall fractions are BFL's, the weights are for TRT's omega-."""
+    from lbm.boundaries import ParabolicBounceBack
+    from lbm.boundaries.parabolic import parabolic_weights
+
+    bfl = next(bc for bc in case_of("case.cells_per_diameter=10", "collision=trt").setup().boundaries
+               if isinstance(bc, InterpolatedBounceBack))
+    setup = case_of("case.cells_per_diameter=10", "collision=trt", "case.wall=parabolic").setup()
+    wall = next(bc for bc in setup.boundaries if isinstance(bc, ParabolicBounceBack))
+    assert type(bfl) is InterpolatedBounceBack
+    np.testing.assert_array_equal(np.asarray(wall.link_fluid), np.asarray(bfl.link_fluid))
+    np.testing.assert_array_equal(np.asarray(wall.q), np.asarray(bfl.q))
+    far_ok = np.asarray(wall.link_far) != np.asarray(wall.link_fluid)
+    np.testing.assert_allclose(np.asarray(wall.weights), parabolic_weights(np.asarray(wall.q), far_ok, setup.omega_minus))
+    assert setup.omega_minus != setup.omega_plus and setup.derived["wall"] == "parabolic"

@@ -8,9 +8,10 @@ from lbm.boundaries.inlet import INLET_KINDS, TIME_PROFILES, Inlet
 from lbm.boundaries.interpolated import InterpolatedBounceBack
 from lbm.boundaries.moving_wall import MovingWall
 from lbm.boundaries.outflow import Outflow
+from lbm.boundaries.parabolic import ParabolicBounceBack
 from lbm.boundaries.pressure import PRESSURE_KINDS, PressureOutlet
 
 __all__ = ["BoundaryCondition", "Footprint", "StepState", "CharacteristicOutlet", "FullwayBounceBack",
            "HalfwayBounceBack", "Forces",
            "INLET_KINDS", "TIME_PROFILES", "Inlet", "InterpolatedBounceBack", "MovingWall", "Outflow",
-           "PRESSURE_KINDS", "PressureOutlet"]
+           "ParabolicBounceBack", "PRESSURE_KINDS", "PressureOutlet"]

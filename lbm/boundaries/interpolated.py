@@ -26,6 +26,7 @@ block positions (block form); both run the same code.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -138,6 +139,6 @@ class InterpolatedBounceBack(BoundaryCondition):
         def pos(a: Any) -> np.ndarray:
             return block.index_of(np.asarray(a, np.int64))
 
-        return InterpolatedBounceBack(solid=block.gathered(np.asarray(self.solid, bool)), link_dir=self.link_dir,
-                                      link_solid=pos(self.link_solid), link_fluid=pos(self.link_fluid),
-                                      link_far=pos(self.link_far), weights=self.weights, q=self.q)
+        return dataclasses.replace(self, solid=block.gathered(np.asarray(self.solid, bool)),
+                                   link_solid=pos(self.link_solid), link_fluid=pos(self.link_fluid),
+                                   link_far=pos(self.link_far))
