@@ -169,7 +169,9 @@ def test_xla_on_blocks_with_conditions_without_a_dense_block_form_uses_the_plan(
     cases = [["cylinder-halfway-characteristic", PALLAS_BC["cylinder-halfway-characteristic"], [[4], [2, 2]],
               ["fused"], "xla"],
              ["poiseuille-interpolated", PALLAS_BC["poiseuille-interpolated"], [[1, 4]], ["fused"], "xla"],
-             ["schafer_turek", ["case=schafer_turek", "case.cells_per_diameter=4"], [[1, 2]], ["fused"], "xla"]]
+             ["schafer_turek", ["case=schafer_turek", "case.cells_per_diameter=4"], [[1, 2]], ["fused"], "xla"],
+             ["schafer_turek-parabolic", ["case=schafer_turek", "case.cells_per_diameter=4", "collision=trt",
+                                          "case.wall=parabolic"], [[1, 2]], ["fused"], "xla"]]
     result = worker("equality", {"steps": 5, "cases": cases}, timeout=1800)
     assert result, "no comparisons ran"
     for key, r in result.items():

@@ -576,12 +576,12 @@ def extended_boundaries(boundaries: tuple[BoundaryCondition, ...], layout: Layou
             if type(bc) is MovingWall:
                 arrays["wall_term"] = layout.own_extended(np.asarray(bc.wall_term), coords)
             out.append(type(bc)(**arrays))
-        elif type(bc) is InterpolatedBounceBack:
+        elif isinstance(bc, InterpolatedBounceBack):  # linear BFL and its subclasses (the parabolic wall)
             ends = [layout.to_extended(np.asarray(a, np.int64), coords) for a in (bc.link_solid, bc.link_fluid,
                                                                                     bc.link_far)]
             mine = ends[0][1] & ends[1][1] & ends[2][1]  # every link whose cells lie in the extended block
-            out.append(InterpolatedBounceBack(
-                solid=layout.own_extended(np.asarray(bc.solid, bool), coords, lead=0),
+            out.append(dataclasses.replace(
+                bc, solid=layout.own_extended(np.asarray(bc.solid, bool), coords, lead=0),
                 link_dir=np.asarray(bc.link_dir)[mine], link_solid=ends[0][0][mine], link_fluid=ends[1][0][mine],
                 link_far=ends[2][0][mine], weights=np.asarray(bc.weights)[:, mine], q=np.asarray(bc.q)[mine]))
         elif type(bc) is Forces:
