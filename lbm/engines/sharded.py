@@ -31,7 +31,18 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from lbm import parallel
-from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, InterpolatedBounceBack, MovingWall, Outflow
+from lbm.boundaries import (
+    CharacteristicOutlet,
+    Forces,
+    FullwayBounceBack,
+    HalfwayBounceBack,
+    Inlet,
+    InterpolatedBounceBack,
+    MovingWall,
+    Outflow,
+    ParabolicBounceBack,
+    PressureOutlet,
+)
 from lbm.boundaries.base import (
     BoundaryCondition,
     CellBlock,
@@ -51,7 +62,9 @@ from lbm.lattice import Lattice
 from lbm.stages import FUSED_STEP, HALO, TIMESTEP
 
 FACE_FIELDS = {"f": 1, "rho": 0, "u": 1, "feq": 1}
-"""StepState arrays a face condition may write, with the array axis of grid x."""
+"""StepState arrays a face condition may write, with the array axis of grid x (also: their leading axes)."""
+FACE_CONDITIONS = (Outflow, Inlet, PressureOutlet, CharacteristicOutlet)
+"""Conditions of the grid face x = 0 or x = nx - 1 whose rule reads only planes near that face (:class:`OnEdge`)."""
 
 
 @pytree_dataclass
@@ -91,9 +104,19 @@ class OnEdge(BoundaryCondition):
 
 @pytree_dataclass
 class OnExtended(BoundaryCondition):
-    """A condition that reads across block faces, run after the halo on the extended block (its arrays laid out so)."""
+    """A condition that reads across block faces, run after the halo on the extended block (its arrays laid out so).
+
+    ``own_reads``: state arrays besides ``post`` that the rule reads on the block's own cells only, given to it
+    zero-padded to the extended block (``ghosts`` cells per side and grid axis); ``ghost_reads``: those it also
+    reads in the ghost layers, whose planes the ``halo`` exchanges (:func:`plane_extend`). ``per_block``: the
+    inner condition's arrays carry a leading axis of one block per device (link lists re-mapped per block).
+    """
 
     inner: Any
+    own_reads: tuple[str, ...] = static(())
+    ghost_reads: tuple[str, ...] = static(())
+    ghosts: tuple[int, ...] = static(())
+    per_block: bool = static(False)
 
     @property
     def stage(self) -> str:  # type: ignore[override]
@@ -102,7 +125,12 @@ class OnExtended(BoundaryCondition):
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The inner (dense) rule on the extended block."""
-        return self.inner.apply(s, lattice)
+        inner = jax.tree_util.tree_map(lambda a: a[0], self.inner) if self.per_block else self.inner
+        if not self.own_reads:
+            return inner.apply(s, lattice)
+        padded = {name: jnp.pad(getattr(s, name), [(0, 0)] * (getattr(s, name).ndim - len(self.ghosts))
+                                + [(g, g) for g in self.ghosts]) for name in self.own_reads}
+        return inner.apply(s.replace(**padded), lattice).replace(**{name: getattr(s, name) for name in padded})
 
 
 @pytree_dataclass
@@ -162,8 +190,62 @@ class Layout:
         return self._place(parallel.extended(np.asarray(a), self.shape, lead), self.mesh, self.spec(lead))
 
     def face(self, u: Any) -> jax.Array:
-        """An array ``(D, *face)`` on the face x = const, sharded along the face's own grid axes."""
-        return self._place(u, self.mesh, P(None, *parallel.AXES[1:self.ndim]))
+        """An array ``(*lead, *face)`` on the face x = const, sharded along the face's own grid axes."""
+        u = np.asarray(u)
+        lead = u.ndim - (self.ndim - 1)
+        if lead < 0 or u.shape[lead:] != tuple(self.setup.shape[1:]):
+            raise EngineUnavailable(f"an array of shape {u.shape} on a face of {self.setup.shape[1:]} cells")
+        return self._place(u, self.mesh, P(*([None] * lead), *parallel.AXES[1:self.ndim]))
+
+    def on_face(self, bc: BoundaryCondition, dtype: Any) -> BoundaryCondition:
+        """A face condition with its arrays placed: those on the face sharded along its grid axes (:meth:`face`),
+        scalars replicated (Python floats in the compute ``dtype``, as jit would take them)."""
+        def put(a: Any) -> Any:
+            if np.ndim(a):
+                return self.face(a)
+            host = np.asarray(a, dtype) if isinstance(a, float) else np.asarray(a)
+            return self._place(host, self.mesh, P())
+        return jax.tree_util.tree_map(put, bc)
+
+    def interpolated(self, bc: InterpolatedBounceBack, lattice: Lattice) -> OnExtended:
+        """An interpolated wall on every extended block: the links whose fluid cell the block owns, their cells as
+        extended-block positions, padded to one length (:func:`padded_links`, on ghost cell 0, never streamed into
+        the block) and stacked one block per device. The parabolic rule also reads f at the fluid cell (zero-padded)
+        and rho, u at the far cell, whose planes the halo exchanges."""
+        if not self.sharded_axes:
+            raise EngineUnavailable("an interpolated wall's block form needs a sharded axis (its padding ghost cell)")
+        fluid = np.asarray(bc.link_fluid, np.int64)
+        owner = np.stack(np.unravel_index(fluid, self.setup.shape)) // np.asarray(self.block)[:, None]
+        per_block = []
+        for coords in self.blocks():
+            mine = np.all(owner == np.asarray(coords)[:, None], axis=0)
+            ends = [self.to_extended(np.asarray(a, np.int64)[mine], coords)
+                    for a in (bc.link_solid, bc.link_fluid, bc.link_far)]
+            if not all(ok.all() for _, ok in ends):
+                raise EngineUnavailable(f"{type(bc).__name__}: a link reaching past a block's ghost layer")
+            per_block.append(dataclasses.replace(
+                bc, solid=self.own_extended(np.asarray(bc.solid, bool), coords, lead=0),
+                link_dir=np.asarray(bc.link_dir)[mine], link_solid=ends[0][0], link_fluid=ends[1][0],
+                link_far=ends[2][0], weights=np.asarray(bc.weights)[:, mine], q=np.asarray(bc.q)[mine]))
+        length = max(1, max(np.asarray(form.link_dir).size for form in per_block))
+        stacked = self.stacked([padded_links(form, length, 0) for form in per_block])
+        parabolic = isinstance(bc, ParabolicBounceBack)
+        return OnExtended(inner=stacked, own_reads=("f",) if parabolic else (),
+                          ghost_reads=("rho", "u") if parabolic else (),
+                          ghosts=tuple(1 if m > 1 else 0 for m in self.shape), per_block=True)
+
+    def owns_planes(self, bc: BoundaryCondition, lattice: Lattice) -> int:
+        """The side (0: x = 0, -1: x = nx - 1) of a face condition whose cells (written and read) lie in the first
+        or last block along x; EngineUnavailable otherwise."""
+        fp = bc.footprint(self.setup.shape, lattice)
+        x = np.unravel_index(np.concatenate([fp.face, fp.cells, fp.ghosts]), self.setup.shape)[0]
+        nx, bx = self.setup.shape[0], self.block[0]
+        if x.size and x.max() < bx and 0 in x:
+            return 0
+        if x.size and x.min() >= nx - bx and nx - 1 in x:
+            return -1
+        raise EngineUnavailable(f"{type(bc).__name__} reads planes beyond the first or last block along x "
+                                f"(blocks of {bx} planes)")
 
     def links(self, bc: Forces, lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The obstacle's links split by the block of their fluid cell: direction, owner block (flat), fluid
@@ -237,10 +319,8 @@ def block_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, latti
     """Each boundary condition in its block form, its arrays placed on the mesh; EngineUnavailable if it has none."""
     out: list[BoundaryCondition] = []
     for bc in boundaries:
-        if isinstance(bc, Outflow):
-            out.append(OnEdge(inner=bc, side=-1, blocks=layout.shape[0]))
-        elif isinstance(bc, Inlet):
-            out.append(OnEdge(inner=Inlet(u=layout.face(np.asarray(bc.u)), kind=bc.kind), side=0,
+        if isinstance(bc, FACE_CONDITIONS):
+            out.append(OnEdge(inner=layout.on_face(bc, dtype), side=layout.owns_planes(bc, lattice),
                               blocks=layout.shape[0]))
         elif isinstance(bc, FullwayBounceBack):
             out.append(FullwayBounceBack(solid=layout.grid(np.asarray(bc.solid, bool), lead=0)))
@@ -250,6 +330,8 @@ def block_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, latti
             if getattr(bc, "wall_term", None) is not None:
                 arrays["wall_term"] = layout.extended(np.asarray(bc.wall_term))
             out.append(OnExtended(inner=type(bc)(**arrays)))
+        elif isinstance(bc, InterpolatedBounceBack):
+            out.append(layout.interpolated(bc, lattice))
         elif isinstance(bc, Forces):
             out.append(layout.forces(bc, lattice))
         else:
@@ -258,6 +340,35 @@ def block_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, latti
 
 
 Piece = tuple[str, tuple[int, ...]]
+
+
+def plane_extend(a: jnp.ndarray, shape: tuple[int, ...], lead: int) -> jnp.ndarray:
+    """A block array ``(*lead, *b)`` with ghost layers on its sharded faces holding the neighbours' planes, every
+    component (ppermute; axis by axis, so the corner ghosts are filled too): what :func:`lbm.parallel.extended`
+    lays out on the host."""
+    e = a
+    for axis, m in enumerate(shape):
+        if m == 1:
+            continue
+        ax = lead + axis
+        high = jax.lax.slice_in_dim(e, e.shape[ax] - 1, e.shape[ax], axis=ax)
+        low = jax.lax.slice_in_dim(e, 0, 1, axis=ax)
+        from_below = jax.lax.ppermute(high, parallel.AXES[axis], [(i, (i + 1) % m) for i in range(m)])
+        from_above = jax.lax.ppermute(low, parallel.AXES[axis], [(i, (i - 1) % m) for i in range(m)])
+        e = jnp.concatenate([from_below, e, from_above], axis=ax)
+    return e
+
+
+def plane_bytes(forms: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice, itemsize: int) -> int:
+    """Bytes per device and step that the halo's plane exchanges (:func:`plane_extend`) send for ``forms``."""
+    fields = {r for bc in forms for r in getattr(bc, "ghost_reads", ())}
+    components = sum(lattice.d if FACE_FIELDS[r] else 1 for r in fields)
+    ext, total = list(layout.block), 0
+    for axis, m in enumerate(layout.shape):
+        if m > 1:
+            total += 2 * components * math.prod(ext[:axis] + ext[axis + 1:])
+            ext[axis] += 2
+    return total * itemsize
 
 
 def plan(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]:
@@ -277,7 +388,7 @@ def plan(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]:
             if not halo_done:
                 if local:
                     pieces.append((name, local))
-                pieces.append((HALO, ()))
+                pieces.append((HALO, tuple(i for i, bc in enumerate(forms) if getattr(bc, "ghost_reads", ()))))
                 halo_done = True
             pieces.append((name, ext))
         else:
@@ -292,7 +403,9 @@ def piece_function(piece: Piece, setup: Setup, shape: tuple[int, ...]) -> Callab
 
     if name == HALO:
         def halo(s: StepState, params: Any) -> StepState:
-            return s.replace(post=parallel.halo_extend(s.post, c, shape))
+            fields = sorted({r for i in idx for r in params[i].ghost_reads})
+            return s.replace(post=parallel.halo_extend(s.post, c, shape),
+                             **{r: plane_extend(getattr(s, r), shape, FACE_FIELDS[r]) for r in fields})
         return halo
 
     def part(s: StepState, params: Any) -> StepState:
@@ -351,6 +464,7 @@ class ShardedSupport(OnMesh):
         self.functions = [piece_function(p, setup, self.layout.shape) for p in self.pieces]
         self.dense = as_arrays(setup.boundaries)
         self.params = self.forms
+        self.plan_halo_bytes = plane_bytes(self.forms, self.layout, setup.lattice, jnp.dtype(setup.dtype).itemsize)
 
     def _dense_params(self) -> Any:
         return self.dense
