@@ -24,11 +24,19 @@ from lbm.simulation import prepare, simulate
 def advance(overrides: list[str], mesh: tuple[int, ...] | None, steps: int, mode: str = "fused",
             partitioner: str = "shard_map", setup_change: Any = None, engine: str = "xla"
             ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
-    """Populations and per-step outputs after ``steps`` steps of ``engine`` on ``mesh`` (None: one device)."""
+    """Populations and per-step outputs after ``steps`` steps of ``engine`` on ``mesh`` (None: one device);
+    ``engine="plan"``: the xla step with the per-block plan (the fallback for conditions without a dense block
+    form), built directly."""
     case, setup = prepare(overrides)
     if setup_change is not None:
         setup = setup_change(setup)
-    engine = make_engine(setup, mode, engine=engine, mesh=mesh, partitioner=partitioner)
+    if engine == "plan" and mesh is not None:
+        from lbm.engines.sharded import ShardedPlanEngine
+
+        engine = ShardedPlanEngine(setup, mesh)
+    else:
+        engine = make_engine(setup, mode, engine="xla" if engine == "plan" else engine, mesh=mesh,
+                             partitioner=partitioner)
     f = setup.initial_populations()
     if mesh is not None:
         f = engine.place(f)

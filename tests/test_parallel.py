@@ -11,6 +11,7 @@ times that. A wrong halo, a seam or a boundary condition on the wrong block show
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -162,18 +163,44 @@ def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
     check_pallas_bc(worker("equality", {"steps": 6, "cases": cases, "precision": "float32"}, timeout=1800), 2e-6)
 
 
+ST = ["case=schafer_turek", "case.cells_per_diameter=4"]
+DENSE_FORMS = {  # every condition that once had no dense block form (lbm.engines.sharded.block_forms)
+    # Zou-He pressure outlet, inlet, half-way walls, linear BFL cylinder (straddling the seam at y = 9), forces
+    "schafer_turek": (ST, [[1, 2]]),
+    # the parabolic wall: 4 of its links read rho, u at a far cell in the other block (exchanged by the halo)
+    "schafer_turek-parabolic": (ST + ["collision=trt", "case.wall=parabolic"], [[1, 2]]),
+    # the non-reflecting outlet (reads the column nx - 2) on the last block along x, cylinder across seams
+    "cylinder-characteristic": (PALLAS_BC["cylinder-halfway-characteristic"][:3] + ["case.outlet=characteristic"],
+                                [[4], [2, 2]]),
+    # BFL walls at q = 0.3: seams across the walls (1x4) and diagonal links across the x seams (4)
+    "poiseuille-interpolated": (PALLAS_BC["poiseuille-interpolated"], [[1, 4], [4]]),
+    # 2D-3's sine-ramped inflow, 5 steps into the ramp (the inflow without its time factor differs at 1e-3)
+    "schafer_turek-2D-3": (ST + ["case.variant=2D-3"], [[1, 2]]),
+}
+
+
 @pytest.mark.slow
-def test_xla_on_blocks_with_conditions_without_a_dense_block_form_uses_the_plan():
-    """engine=xla on a mesh where a condition has no dense block form (characteristic and pressure outlets,
-    interpolated walls): the xla step on each block with the per-block plan, equal to one device to rounding."""
-    cases = [["cylinder-halfway-characteristic", PALLAS_BC["cylinder-halfway-characteristic"], [[4], [2, 2]],
-              ["fused"], "xla"],
-             ["poiseuille-interpolated", PALLAS_BC["poiseuille-interpolated"], [[1, 4]], ["fused"], "xla"],
-             ["schafer_turek", ["case=schafer_turek", "case.cells_per_diameter=4"], [[1, 2]], ["fused"], "xla"],
-             ["schafer_turek-parabolic", ["case=schafer_turek", "case.cells_per_diameter=4", "collision=trt",
-                                          "case.wall=parabolic"], [[1, 2]], ["fused"], "xla"]]
+def test_every_condition_has_a_dense_block_form_in_both_modes():
+    """Pressure and characteristic outlets, interpolated and parabolic walls, the ramped inlet: the dense sharded
+    engines (fused and instrumented, the halo its own piece) equal to one device to rounding."""
+    cases = [[name, ov, meshes, ["fused", "instrumented"]] for name, (ov, meshes) in DENSE_FORMS.items()]
     result = worker("equality", {"steps": 5, "cases": cases}, timeout=1800)
-    assert result, "no comparisons ran"
+    check_equal(result)
+    assert len(result) == 14
+    for key, r in result.items():
+        assert r["engine"] == ("ShardedEngine" if key.endswith("fused") else "ShardedInstrumentedEngine"), (key, r)
+        assert r["pieces"].count("halo") == 1, (key, r)
+
+
+@pytest.mark.slow
+def test_xla_per_block_plan_equals_one_device():
+    """The fallback for conditions without a dense block form (the xla step on each block as a periodic grid, the
+    boundary cells by the per-block plan), built directly: equal to one device to rounding."""
+    cases = [["cylinder-halfway-characteristic", PALLAS_BC["cylinder-halfway-characteristic"], [[2, 2]],
+              ["fused"], "plan"],
+             ["schafer_turek-parabolic", DENSE_FORMS["schafer_turek-parabolic"][0], [[1, 2]], ["fused"], "plan"]]
+    result = worker("equality", {"steps": 5, "cases": cases}, timeout=1800)
+    assert len(result) == 2
     for key, r in result.items():
         assert r["engine"] == "ShardedPlanEngine", (key, r)
         assert r["f"] <= ROUNDING and r["force"] <= ROUNDING, (key, r)
@@ -210,15 +237,37 @@ def test_bad_parallel_settings_exit_2_on_the_command_line(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_instrumented_mode_without_a_dense_block_form_is_a_one_line_error(tmp_path):
+@pytest.mark.slow
+def test_instrumented_mode_runs_the_characteristic_outlet_on_several_devices(tmp_path):
+    """Once refused (no dense block form): now the instrumented sharded engine runs it."""
     done = subprocess.run([sys.executable, "-m", "lbm", "run", "parallel.devices=2", "mode=instrumented", "steps=2",
                            "case=cylinder", "grid.nx=40", "grid.ny=20", "case.outlet=characteristic",
-                           "hydra.run.dir=" + str(tmp_path / "run")], env=forced(2),
+                           "output.progress=none", "hydra.run.dir=" + str(tmp_path / "run")], env=forced(2),
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("lbm: error: engine=auto is not available here: mode=instrumented on several devices")
-    assert "CharacteristicOutlet" in last and "mode=fused" in last
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["engine"] == "instrumented", metrics
+
+
+def test_instrumented_mode_without_a_dense_block_form_is_a_one_line_error():
+    """A condition the sharded engines do not know (here: one defined on the spot) is refused in one line."""
+    from lbm.boundaries.base import BoundaryCondition, pytree_dataclass
+    from lbm.engines import EngineUnavailable
+    from lbm.engines.sharded import make_sharded
+    from lbm.simulation import prepare
+
+    @pytree_dataclass
+    class Unknown(BoundaryCondition):
+        solid: np.ndarray
+        stage = "bounce_back"
+
+    _, setup = prepare(["case=taylor_green", "grid.nx=8", "grid.ny=8"])
+    unknown = Unknown(solid=np.zeros(setup.shape, bool))
+    with pytest.raises(EngineUnavailable) as err:
+        make_sharded(dataclasses.replace(setup, boundaries=(unknown,)), (1, 1), mode="instrumented")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("mode=instrumented on several devices")
+    assert "no block form of Unknown" in message and "mode=fused" in message
 
 
 @pytest.mark.slow
