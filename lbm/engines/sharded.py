@@ -3,11 +3,12 @@
 Populations are sharded along the grid axes (lbm.parallel). Each device runs the stages on its
 block: the local ones (outflow, macroscopic, equilibrium, inlet, collide, full-way bounce-back) on
 the block itself; then the ``halo`` stage gives the post-collision populations a ghost layer holding
-the populations that enter the block (``ppermute``, only those crossing each face); the stages that
-read across a face (half-way and moving walls, forces, stream) run on the extended block, and
-streaming crops it back. Boundary conditions get a block form here (:func:`block_forms`): face
-conditions act only on the edge blocks, masks and link arrays are laid out per block, forces are
-summed over the blocks with ``psum``. ``fused``: n steps under ``lax.scan`` in one jit, each stage
+the populations that enter the block (``ppermute``, only those crossing each face; with a parabolic
+wall also the planes of rho and u); the stages that read across a face (half-way, moving and
+interpolated walls, forces, stream) run on the extended block, and streaming crops it back.
+Boundary conditions get a block form here (:func:`block_forms`): face conditions act only on the
+edge blocks, masks and link arrays are laid out per block, forces are summed over the blocks with
+``psum``. ``fused``: n steps under ``lax.scan`` in one jit, each stage
 (``halo`` too) in ``jax.named_scope``; ``instrumented``: each stage its own jit, annotated.
 
 The ``pallas`` engine on a mesh (:class:`ShardedPallasEngine`) runs the Pallas bulk kernel on each
