@@ -334,6 +334,18 @@ def test_multi_device_targets_refused_in_one_line(tmp_path):
     assert not (tmp_path / "inspect.json").exists()
 
 
+@pytest.mark.accel
+def test_a_mesh_that_does_not_divide_the_cases_own_grid_is_a_one_line_error(tmp_path, capsys):
+    """schafer_turek derives its grid from its diameter (89 x 18 at 4 cells): the mesh is checked against that grid."""
+    from lbm.cli import main
+
+    args = ["inspect", "target=v5e:2x2", "case=schafer_turek", "case.cells_per_diameter=4", "parallel.mesh=[1,4]"]
+    assert main([*args, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("lbm: error: grid.ny=18 is invalid: expected a multiple of 4")
+    assert not (tmp_path / "inspect.json").exists()
+
+
 # Sharded deviceless compiles: the halo bytes each device sends per step, read from the compiled HLO, against a
 # count by hand: (entering populations per face) x (face cells) x 2 faces x 4 bytes (float32). The periodic box runs
 # the Pallas kernel on each block, whose halo returns the wrapped populations on the block's own faces; the cylinder

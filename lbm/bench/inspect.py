@@ -332,11 +332,12 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
 
     shape = None
     if target.devices > 1:
-        wanted = run.parallel.get("mesh") or (list(target.mesh) if len(target.mesh) <= len(run.grid) else None)
-        shape = parallel.mesh_shape(target.devices, wanted, run.grid)
         run = dataclasses.replace(run, parallel_devices=1, parallel_mesh=None)  # the mesh is the target's, not here
     case, setup = prepare(run)
     run = case.run
+    if target.devices > 1:  # checked against the case's own grid (schafer_turek derives it from its diameter)
+        wanted = run.parallel.get("mesh") or (list(target.mesh) if len(target.mesh) <= len(setup.shape) else None)
+        shape = parallel.mesh_shape(target.devices, wanted, setup.shape)
     n = max(MIN_CHUNK_STEPS, chunk_size(run))
     mesh = target_mesh(target, shape) if shape is not None else None
     sharding = target_sharding(target) if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
