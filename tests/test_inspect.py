@@ -339,6 +339,9 @@ def test_a_mesh_that_does_not_divide_the_cases_own_grid_is_a_one_line_error(tmp_
     """schafer_turek derives its grid from its diameter (89 x 18 at 4 cells): the mesh is checked against that grid."""
     from lbm.cli import main
 
+    if not _installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+
     args = ["inspect", "target=v5e:2x2", "case=schafer_turek", "case.cells_per_diameter=4", "parallel.mesh=[1,4]"]
     assert main([*args, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

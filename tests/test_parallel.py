@@ -148,18 +148,16 @@ def test_sharded_pallas_with_boundary_conditions_equals_one_device_odd_steps():
 @pytest.mark.slow
 def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
     """Even step counts on 8 blocks and in 3D (the cylinder on 2x2x2, the duct on 1x2x2, Schafer-Turek's
-    interpolated cylinder and pressure outlet on 1x2), float64; then float32 on 1D and 2D meshes: 2e-6, the bound
+    interpolated cylinder and pressure outlet on 1x2), float64; then float32 on a 2x2 mesh: 2e-6, the bound
     tests/test_engines_pallas.py holds the 1-device Pallas engine to (measured here: 4.8e-7 after 6 steps)."""
     cases = [["cylinder", PALLAS_BC["cylinder"], [[8]], ["fused"], "pallas"],
-             ["cavity", PALLAS_BC["cavity"], [[4, 2]], ["fused"], "pallas"],
              ["cylinder-3d", ["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=12", "grid.nz=8",
                               "case.bounce_back=halfway"], [[2, 2, 2]], ["fused"], "pallas"],
              ["duct", ["case=duct", "lattice=d3q19", "grid.nx=4", "grid.ny=8", "grid.nz=8"], [[1, 2, 2]], ["fused"],
               "pallas"],
              ["schafer_turek", ["case=schafer_turek", "case.cells_per_diameter=4"], [[1, 2]], ["fused"], "pallas"]]
     check_pallas_bc(worker("equality", {"steps": 6, "cases": cases}, timeout=1800), ROUNDING)
-    cases = [["cylinder", PALLAS_BC["cylinder"], [[4], [2, 2]], ["fused"], "pallas"],
-             ["cavity", PALLAS_BC["cavity"], [[2, 2]], ["fused"], "pallas"]]
+    cases = [["cylinder", PALLAS_BC["cylinder"], [[2, 2]], ["fused"], "pallas"]]
     check_pallas_bc(worker("equality", {"steps": 6, "cases": cases, "precision": "float32"}, timeout=1800), 2e-6)
 
 
@@ -185,11 +183,17 @@ DENSE_FORMS = {  # every condition that once had no dense block form (lbm.engine
 def test_every_condition_has_a_dense_block_form_in_both_modes():
     """Pressure and characteristic outlets, interpolated and parabolic walls, the ramped inlet: the dense sharded
     engines (fused and instrumented, the halo its own piece) equal to one device to rounding."""
-    cases = [[name, ov, meshes, ["fused", "instrumented"]] for name, (ov, meshes) in DENSE_FORMS.items()]
+    # each condition in both modes over the set, not every mesh in both (the suite's time budget): the parabolic
+    # wall (its halo carries rho and u) and the characteristic outlet on 2x2 in both modes, the rest in one
+    modes = {"schafer_turek": ["instrumented"], "schafer_turek-parabolic": ["fused", "instrumented"],
+             "cylinder-pressure": ["fused"], "cylinder-characteristic": ["fused", "instrumented"],
+             "poiseuille-interpolated": ["fused"], "schafer_turek-2D-3": ["fused"]}
+    meshes_kept = {"cylinder-characteristic": [[2, 2]]}
+    cases = [[name, ov, meshes_kept.get(name, meshes), modes[name]] for name, (ov, meshes) in DENSE_FORMS.items()]
     result = worker("equality", {"steps": 5, "cases": cases, "changes": {"cylinder-pressure": "pressure_outlet"}},
                     timeout=1800)
     check_equal(result)
-    assert len(result) == 16
+    assert len(result) == 9
     for key, r in result.items():
         assert r["engine"] == ("ShardedEngine" if key.endswith("fused") else "ShardedInstrumentedEngine"), (key, r)
         assert r["pieces"].count("halo") == 1, (key, r)
