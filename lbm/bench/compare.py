@@ -76,11 +76,16 @@ def label(key: tuple[Any, ...]) -> str:
 
 
 def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int = 0) -> float:
-    """Two-sided p-value that a and b differ in mean, by permuting the pooled repeats (nan with < 3 each)."""
+    """Two-sided p-value that a and b differ in location: a permutation test on their ranks (nan with < 3 each).
+
+    Ranks, not values (the Wilcoxon-Mann-Whitney statistic): timed repeats are heavy-tailed (a repeat or a whole
+    process slowed 4x by the machine, docs/studies.md "Session 4"), and one such repeat moves a mean of the values
+    past any real change.
+    """
     if len(a) < 3 or len(b) < 3:
         return float("nan")
-    observed = abs(statistics.fmean(b) - statistics.fmean(a))
-    pooled = a + b
+    pooled = ranks(a + b)
+    observed = abs(statistics.fmean(pooled[len(a):]) - statistics.fmean(pooled[: len(a)]))
     n = len(a)
     combos = math.comb(len(pooled), n)
     if combos <= rounds:
@@ -96,6 +101,21 @@ def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int
         hits += abs(statistics.fmean(xb) - statistics.fmean(xa)) >= observed - 1e-12
         total += 1
     return hits / total
+
+
+def ranks(values: list[float]) -> list[float]:
+    """The rank of each value among ``values`` (1 = smallest; tied values share their mean rank)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
 
 
 P_MAX = 0.05
