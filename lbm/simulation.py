@@ -153,7 +153,7 @@ def log_engine_choice(engine: Engine, fallback_possible: bool = True) -> None:
     from lbm.engines.native import build
 
     if not fallback_possible or engine.name != "xla" or not engine.note or jax.default_backend() != "cpu":
-        log.info("fused engine: %s%s", engine.name, f" ({engine.note})" if engine.note else "")
+        log.info("%s engine: %s%s", engine.mode, engine.name, f" ({engine.note})" if engine.note else "")
         return
     fix = ("install a C++ compiler (e.g. apt install g++, or set CXX) and rerun: kernels build on first use"
            if build.compiler() is None else "engine=xla silences this note")

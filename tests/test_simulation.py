@@ -369,9 +369,24 @@ def test_the_native_fallback_warning_only_where_native_was_asked_for(caplog, fal
 
     from lbm.simulation import log_engine_choice
 
-    engine = types.SimpleNamespace(name="xla", note="mesh 2x1 (x), blocks 8x8")
+    engine = types.SimpleNamespace(name="xla", mode="fused", note="mesh 2x1 (x), blocks 8x8")
     with caplog.at_level(logging.INFO, logger="lbm"):
         log_engine_choice(engine, fallback_possible=fallback_possible)
     (record,) = [r for r in caplog.records if r.name == "lbm"]
     assert record.levelname == level and "mesh 2x1" in record.getMessage()
     assert ("slower" in record.getMessage()) == fallback_possible
+
+
+def test_the_engine_line_names_the_mode(caplog):
+    """A sharded instrumented run logs 'instrumented engine: ...', not 'fused engine: ...'."""
+    import logging
+    import types
+
+    from lbm.simulation import log_engine_choice
+
+    engine = types.SimpleNamespace(name="instrumented", mode="instrumented", note="mesh 2x1 (x), blocks 8x8")
+    with caplog.at_level(logging.INFO, logger="lbm"):
+        log_engine_choice(engine, fallback_possible=False)
+    assert [r.getMessage() for r in caplog.records if r.name == "lbm"] == [
+        "instrumented engine: instrumented (mesh 2x1 (x), blocks 8x8)"]
+
