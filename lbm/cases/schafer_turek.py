@@ -109,6 +109,9 @@ class SchaferTurek(Cylinder):
         self.variant = self.run.case_params.get("variant", "2D-1")
         self.cells = int(self.run.case_params.get("cells_per_diameter", 20))
 
+    resolver = staticmethod(resolve)
+    """The function deriving the variant's grid, Reynolds number and U_mean from a run configuration."""
+
     @property
     def run(self) -> RunConfig:
         """The run configuration, with the grid, Reynolds number and U_mean this case derives (see the module doc)."""
@@ -117,7 +120,7 @@ class SchaferTurek(Cylinder):
     @run.setter
     def run(self, run: RunConfig) -> None:
         # a setter, so that a run replaced later (steps=auto) keeps the derived grid
-        self._run = resolve(run)
+        self._run = self.resolver(run)
 
     @property
     def dx(self) -> float:
@@ -339,15 +342,7 @@ class SchaferTurek3D(SchaferTurek):
     """
 
     dims = (3,)
-
-    @property
-    def run(self) -> RunConfig:
-        """The run configuration, with the 3D-1Z grid, Reynolds number and U_mean."""
-        return self._run
-
-    @run.setter
-    def run(self, run: RunConfig) -> None:
-        self._run = resolve_3d(run)
+    resolver = staticmethod(resolve_3d)
 
     @property
     def depth(self) -> float:
