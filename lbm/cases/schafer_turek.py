@@ -73,6 +73,16 @@ def line_value(values: np.ndarray, x: float, side: int) -> float:
     return float(np.polyval(np.polyfit(nodes - x, values[nodes], 2), 0.0))
 
 
+def reynolds_and_velocity(run: RunConfig, variant: str, n: int, peak: float) -> tuple[float, float]:
+    """The variant's Reynolds number and U_mean in lattice units (from flow.tau when given); ConfigError if the inflow
+    peak (``peak`` U_mean) reaches Mach 0.5."""
+    reynolds = round(VARIANTS[variant] * DIAMETER / NU, 9)
+    u = run.u_lattice if run.tau is None else reynolds * CS2 * (run.tau - 0.5) / n
+    if not u * peak / math.sqrt(CS2) < 0.5:
+        raise ConfigError("flow.tau", run.tau, f"a relaxation time giving an inflow Mach number < 0.5 at Re {reynolds:g}")
+    return reynolds, u
+
+
 def resolve(run: RunConfig) -> RunConfig:
     """``run`` with the grid of case.cells_per_diameter, the variant's Reynolds number and U_mean (checks them)."""
     params = run.case_params
@@ -84,10 +94,7 @@ def resolve(run: RunConfig) -> RunConfig:
     n = params.get("cells_per_diameter", 20)
     if isinstance(n, bool) or not isinstance(n, int) or not 4 <= n <= 400:
         raise ConfigError("case.cells_per_diameter", n, "an integer in [4, 400] (cells across the cylinder)")
-    reynolds = round(VARIANTS[variant] * DIAMETER / NU, 9)
-    u = run.u_lattice if run.tau is None else reynolds * CS2 * (run.tau - 0.5) / n
-    if not u * 1.5 / math.sqrt(CS2) < 0.5:
-        raise ConfigError("flow.tau", run.tau, f"a relaxation time giving an inflow Mach number < 0.5 at Re {reynolds:g}")
+    reynolds, u = reynolds_and_velocity(run, variant, n, peak=1.5)
     grid = (22 * n + 1, round(HEIGHT / DIAMETER * n) + 2)
     return dataclasses.replace(run, grid=grid, reynolds=reynolds, u_lattice=u)
 
@@ -303,10 +310,7 @@ def resolve_3d(run: RunConfig) -> RunConfig:
     n = params.get("cells_per_diameter", 10)
     if isinstance(n, bool) or not isinstance(n, int) or not 4 <= n <= 100:
         raise ConfigError("case.cells_per_diameter", n, "an integer in [4, 100] (cells across the cylinder)")
-    reynolds = round(VARIANTS[variant] * DIAMETER / NU, 9)
-    u = run.u_lattice if run.tau is None else reynolds * CS2 * (run.tau - 0.5) / n
-    if not u * 2.25 / math.sqrt(CS2) < 0.5:
-        raise ConfigError("flow.tau", run.tau, f"a relaxation time giving an inflow Mach number < 0.5 at Re {reynolds:g}")
+    reynolds, u = reynolds_and_velocity(run, variant, n, peak=2.25)
     side = round(HEIGHT / DIAMETER * n) + 2
     return dataclasses.replace(run, grid=(round(LENGTH_3D / DIAMETER) * n + 1, side, side), reynolds=reynolds,
                                u_lattice=u)
