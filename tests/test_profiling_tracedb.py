@@ -215,13 +215,14 @@ def test_perfetto_unavailable_falls_back_and_says_so(tmp_path, monkeypatch):
     assert compute(db, list(STAGE_HOST_US)).rows[1]["calls"] == 4
 
 
+# mtime=0 and explicit ids: gzip's header carries the time, and pytest-xdist workers must collect the same ids
 @pytest.mark.parametrize("content,message", [
     (b"", "empty"),
-    (gzip.compress(b'{"traceEvents": [{"ph": "X"')[:-8], "truncated"),
-    (gzip.compress(b'{"traceEvents": [{"ph": "X"'), "truncated"),
-    (gzip.compress(b'{"hello": "world"}'), "no traceEvents"),
+    (gzip.compress(b'{"traceEvents": [{"ph": "X"', mtime=0)[:-8], "truncated"),
+    (gzip.compress(b'{"traceEvents": [{"ph": "X"', mtime=0), "truncated"),
+    (gzip.compress(b'{"hello": "world"}', mtime=0), "no traceEvents"),
     (b"\x89PNG\r\n\x1a\n", "not a gzip"),
-])
+], ids=["empty", "cut-inside-gzip", "cut-inside-json", "no-trace-events", "png"])
 def test_bad_trace_files_give_one_clear_error(tmp_path, content, message):
     f = tmp_path / "bad.trace.json.gz"
     f.write_bytes(content)
