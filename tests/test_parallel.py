@@ -83,14 +83,16 @@ def test_every_case_on_1d_and_2d_meshes_equals_one_device():
 
 
 @pytest.mark.slow
-def test_full_matrix_every_case_every_mesh_and_3d():
-    """Every case on 8 devices and on a 1x4 mesh; D3Q19 on 2x2x2 and 1x1x2; instrumented mode on each case."""
-    meshes = [[8], [1, 4]]  # [2], [4], [2, 2] and [4, 2] run in the fast test
-    cases = [[name, ov, meshes, ["fused"]] for name, ov in CASES_2D.items()]
-    cases += [[f"{name}-instrumented", ov, [[4]], ["instrumented"]] for name, ov in CASES_2D.items()
-              if name != "cylinder-halfway"]  # cylinder-halfway runs instrumented in the fast test
+def test_every_case_on_more_meshes_and_3d():
+    """Every case on a 1x4 mesh, the cylinder and the periodic box on 8; D3Q19 on 2x2x2; instrumented mode on two more
+    cases. With the fast-lane-free tests above and below, each case meets 1D and 2D meshes and both modes."""
+    # [2], [4], [2, 2] and [4, 2] run in the test above; instrumented mode: cylinder-halfway above, the outlets and
+    # walls of test_every_condition_has_a_dense_block_form_in_both_modes, the cylinder and the cavity here
+    eight = {"cylinder", "taylor_green"}
+    cases = [[name, ov, [[8], [1, 4]] if name in eight else [[1, 4]], ["fused"]] for name, ov in CASES_2D.items()]
+    cases += [[f"{name}-instrumented", CASES_2D[name], [[4]], ["instrumented"]] for name in ("cylinder", "cavity")]
     cases += [["cylinder-3d", ["case=cylinder", "lattice=d3q19", "grid.nx=32", "grid.ny=16", "grid.nz=8"],
-               [[2, 2, 2], [1, 1, 2]], ["fused"]],
+               [[2, 2, 2]], ["fused"]],
               ["cavity-3d", ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=16", "grid.nz=16"],
                [[2, 2, 2]], ["fused"]]]
     check_equal(worker("equality", {"steps": 6, "cases": cases}, timeout=1800))
@@ -101,7 +103,7 @@ def test_sharded_pallas_equals_the_one_device_pallas_run_bitwise():
     """The sharded Pallas engine does the 1-device kernel's arithmetic on every cell and only moves populations
     across faces: equal to the 1-device Pallas run to the last bit, on 1D, 2D and 3D meshes (and to the xla run to
     rounding). With boundary conditions, the boundary cells by the plan per block: equal to rounding."""
-    cases = [["tg-pallas", ["case=taylor_green", "grid.nx=16", "grid.ny=16"], [[8], [1, 4], [4, 2]], ["fused"],
+    cases = [["tg-pallas", ["case=taylor_green", "grid.nx=16", "grid.ny=16"], [[8], [4, 2]], ["fused"],
               "pallas"],
              ["tg3d-pallas", ["case=taylor_green", "lattice=d3q19", "grid.nx=8", "grid.ny=8", "grid.nz=8"],
               [[2, 2, 2]], ["fused"], "pallas"],
@@ -140,8 +142,9 @@ def check_pallas_bc(result: dict, bound: float) -> None:
 @pytest.mark.slow
 def test_sharded_pallas_with_boundary_conditions_equals_one_device_odd_steps():
     """1D and 2D meshes, 5 steps, float64, against the 1-device xla run (fields and forces, to rounding)."""
-    cases = [[name, ov, [[4], [2, 2]] if name != "poiseuille-interpolated" else [[1, 4], [2, 2]], ["fused"],
-              "pallas"] for name, ov in PALLAS_BC.items()]
+    meshes = {"cylinder": [[4]], "cylinder-halfway-characteristic": [[2, 2]], "cavity": [[2, 2]],
+              "poiseuille-interpolated": [[1, 4]]}  # the cylinder on 8 blocks and 2x2 in the next test
+    cases = [[name, ov, meshes[name], ["fused"], "pallas"] for name, ov in PALLAS_BC.items()]
     check_pallas_bc(worker("equality", {"steps": 5, "cases": cases}, timeout=1800), ROUNDING)
 
 

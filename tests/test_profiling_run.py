@@ -13,7 +13,9 @@ from lbm.cli import main
 from lbm.simulation import simulate
 from lbm.stages import STAGES
 
-pytestmark = pytest.mark.slow  # four profiled runs (~25 s CPU); the pipeline itself is covered fast by test_profiling_*
+# four profiled runs (~25 s CPU) in a module fixture; the pipeline itself is covered fast by test_profiling_*. One
+# xdist group: the fixture runs once, on one worker (pyproject: --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("profiling_run")]
 
 WINDOW = ["profile.enabled=true", "profile.warmup_steps=3", "profile.steps=10", "output.plots=false"]
 TG = ["case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40", *WINDOW]
