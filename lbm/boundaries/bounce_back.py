@@ -62,6 +62,51 @@ def bounce_back_halfway_gathered(
     return jnp.where(links, reflected, jnp.where(solid, rest, f_post))
 
 
+def bounce_back_halfway_pulled(
+    f_streamed: jnp.ndarray,
+    f_post: jnp.ndarray,
+    bits: jnp.ndarray,
+    lattice: Lattice,
+    moving: jnp.ndarray | None = None,
+    term: jnp.ndarray | None = None,
+) -> jnp.ndarray:
+    """:func:`bounce_back_halfway` followed by :func:`~lbm.kernels.streaming.stream`, from ``stream(f_post)``.
+
+    ``bits`` (uint32 ``(*grid)``, from :func:`pull_bits`): bit i says the cell x - c_i is solid, bit Q that x is.
+    Where x - c_i is solid, the population streamed into x came from a solid cell, and the dense rule
+    gives it f*_opp(i)(x) [+ wall term] on a fluid x, w_i on a solid x; elsewhere it is ``f_streamed``
+    unchanged. The wall term, where given, is ``term`` (``(Q,)``) on the links whose bit is set in
+    ``moving`` (uint32), or ``term`` itself when it is dense (``(Q, *grid)``, already pulled to x).
+    """
+    q = lattice.q
+    solid = (bits >> q) & 1 == 1
+    out = []
+    for i in range(q):
+        reflected = f_post[lattice.opposite[i]]
+        if term is not None and moving is not None:
+            reflected = reflected + jnp.where((moving >> i) & 1 == 1, term[i], jnp.zeros((), term.dtype))
+        elif term is not None:
+            reflected = reflected + term[i]
+        rest = jnp.asarray(lattice.w[i], f_post.dtype)
+        out.append(jnp.where((bits >> i) & 1 == 1, jnp.where(solid, rest, reflected), f_streamed[i]))
+    return jnp.stack(out)
+
+
+def pull_bits(solid: np.ndarray, lattice: Lattice) -> np.ndarray:
+    """uint32 ``(*grid)``: bit i set where the cell x - c_i is solid (periodic wrap), bit Q where x is solid."""
+    axes = tuple(range(lattice.d))
+    bits = np.asarray(solid, bool).astype(np.uint32) << np.uint32(lattice.q)
+    for i in range(lattice.q):
+        bits |= np.roll(solid, tuple(int(s) for s in lattice.c[i]), axis=axes).astype(np.uint32) << np.uint32(i)
+    return bits
+
+
+def pulled(values: np.ndarray, lattice: Lattice) -> np.ndarray:
+    """A per-link array ``(Q, *grid)`` of solid cells s moved to the cell s + c_i the link points into."""
+    axes = tuple(range(lattice.d))
+    return np.stack([np.roll(values[i], tuple(int(s) for s in lattice.c[i]), axis=axes) for i in range(lattice.q)])
+
+
 def halfway_links(solid: np.ndarray, lattice: Lattice) -> np.ndarray:
     """Flags ``(Q, *grid)``: solid cell s whose neighbour s + c_j is fluid (periodic wrap)."""
     fluid = ~solid
@@ -123,6 +168,27 @@ class HalfwayBounceBack(BoundaryCondition):
         across = [neighbour(np.flatnonzero(links[j]), shape, lattice.c[j]) for j in range(lattice.q)]
         return Footprint(cells=np.union1d(solid, np.concatenate(across)).astype(np.int64))
 
+    def folded(self, lattice: Lattice) -> PulledHalfway | None:
+        """The same walls applied while streaming (:class:`PulledHalfway`); None if ``links`` are not those of ``solid``."""
+        solid = np.asarray(self.solid, bool)
+        if not np.array_equal(np.asarray(self.links, bool), halfway_links(solid, lattice)):
+            return None
+        bits = pull_bits(solid, lattice)
+        if self.wall is None:
+            return PulledHalfway(bits=bits)
+        term = pulled(np.asarray(self.wall), lattice)
+        table = np.zeros(lattice.q, term.dtype)
+        moving = np.zeros(solid.shape, np.uint32)
+        for i in range(lattice.q):
+            hit = term[i] != 0
+            values = np.unique(term[i][hit])
+            if values.size > 1:  # several wall velocities along this direction: the dense term
+                return PulledHalfway(bits=bits, term=term)
+            if values.size:
+                table[i] = values[0]
+                moving |= hit.astype(np.uint32) << np.uint32(i)
+        return PulledHalfway(bits=bits, moving=moving, term=table)
+
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The rule on gathered cells, with the block position of each link's fluid neighbour."""
         lat = block.lattice
@@ -152,3 +218,23 @@ class HalfwayOnBlock(BoundaryCondition):
         post = bounce_back_halfway_gathered(flat_block(s.post), self.solid, self.links, self.neighbours, lattice,
                                             self.wall)
         return s.replace(post=post.reshape(s.post.shape))
+
+
+@pytree_dataclass
+class PulledHalfway(BoundaryCondition):
+    """Half-way walls applied while streaming (stage ``stream``, after the pull): the xla engine's form of
+    :class:`HalfwayBounceBack` and moving walls where nothing reads the bounced populations before streaming.
+
+    The populations it leaves equal ``stream(bounce_back_halfway(post))`` on every cell (fluid and solid),
+    without the dense rule's second shift of the reflected populations (:func:`bounce_back_halfway_pulled`).
+    ``bits`` from :func:`pull_bits`; ``moving`` and ``term`` the wall term (None: resting walls).
+    """
+
+    bits: Any
+    moving: Any = None
+    term: Any = None
+    stage = "stream"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The streamed populations with the links that came out of solid cells replaced."""
+        return s.replace(f=bounce_back_halfway_pulled(s.f, s.post, self.bits, lattice, self.moving, self.term))
