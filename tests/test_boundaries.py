@@ -128,7 +128,10 @@ def test_halfway_walls_while_streaming_equal_the_dense_rule_then_stream(lat, wal
     form = bc.folded(lat)
     assert isinstance(form, PulledHalfway)
     assert (form.term is None) == (walls == "resting")
-    assert (form.moving is not None) == (walls == "one_velocity")
+    if walls == "one_velocity":  # a table per direction; which links carry it: in the bits (D2Q9) or apart
+        assert form.term.shape == (lat.q,) and (form.moving is None) == (2 * lat.q + 1 <= 32)
+    if walls == "two_velocities":
+        assert form.term.shape == (lat.q, *shape)
     dense = stream(bounce_back_halfway(post, jnp.asarray(solid), jnp.asarray(bc.links), lat,
                                        None if bc.wall is None else jnp.asarray(bc.wall)), lat)
     folded = form.apply(StepState(f=stream(post, lat), post=post), lat).f

@@ -72,18 +72,21 @@ def bounce_back_halfway_pulled(
 ) -> jnp.ndarray:
     """:func:`bounce_back_halfway` followed by :func:`~lbm.kernels.streaming.stream`, from ``stream(f_post)``.
 
-    ``bits`` (uint32 ``(*grid)``, from :func:`pull_bits`): bit i says the cell x - c_i is solid, bit Q that x is.
+    ``bits`` (unsigned ``(*grid)``, from :func:`pull_bits`): bit i says the cell x - c_i is solid, bit Q that x is.
     Where x - c_i is solid, the population streamed into x came from a solid cell, and the dense rule
     gives it f*_opp(i)(x) [+ wall term] on a fluid x, w_i on a solid x; elsewhere it is ``f_streamed``
-    unchanged. The wall term, where given, is ``term`` (``(Q,)``) on the links whose bit is set in
-    ``moving`` (uint32), or ``term`` itself when it is dense (``(Q, *grid)``, already pulled to x).
+    unchanged. The wall term, where given, is either dense (``term`` ``(Q, *grid)``, already pulled to x)
+    or a table ``term`` ``(Q,)`` on the links whose bit i is set in ``moving``, or, without ``moving``,
+    whose bit Q + 1 + i is set in ``bits``.
     """
     q = lattice.q
     solid = (bits >> q) & 1 == 1
+    if term is not None and term.ndim == 1 and moving is None:
+        moving = bits >> (q + 1)
     out = []
     for i in range(q):
         reflected = f_post[lattice.opposite[i]]
-        if term is not None and moving is not None:
+        if term is not None and term.ndim == 1:
             reflected = reflected + jnp.where((moving >> i) & 1 == 1, term[i], jnp.zeros((), term.dtype))
         elif term is not None:
             reflected = reflected + term[i]
@@ -92,12 +95,19 @@ def bounce_back_halfway_pulled(
     return jnp.stack(out)
 
 
-def pull_bits(solid: np.ndarray, lattice: Lattice) -> np.ndarray:
-    """uint32 ``(*grid)``: bit i set where the cell x - c_i is solid (periodic wrap), bit Q where x is solid."""
+def pull_bits(solid: np.ndarray, lattice: Lattice, moving: np.ndarray | None = None) -> np.ndarray:
+    """Bits per cell ``(*grid)``, in the narrowest unsigned dtype that holds them: bit i where the cell x - c_i is
+    solid (periodic wrap), bit Q where x is solid, and bit Q + 1 + i where ``moving[i]`` (``(Q, *grid)``, if given)."""
+    n = lattice.q + 1 + (0 if moving is None else lattice.q)
+    if n > 32:
+        raise ValueError(f"{n} bits do not fit in a uint32")
+    dtype = np.uint8 if n <= 8 else np.uint16 if n <= 16 else np.uint32
     axes = tuple(range(lattice.d))
-    bits = np.asarray(solid, bool).astype(np.uint32) << np.uint32(lattice.q)
+    bits = np.asarray(solid, bool).astype(dtype) << dtype(lattice.q)
     for i in range(lattice.q):
-        bits |= np.roll(solid, tuple(int(s) for s in lattice.c[i]), axis=axes).astype(np.uint32) << np.uint32(i)
+        bits |= np.roll(solid, tuple(int(s) for s in lattice.c[i]), axis=axes).astype(dtype) << dtype(i)
+        if moving is not None:
+            bits |= np.asarray(moving[i], bool).astype(dtype) << dtype(lattice.q + 1 + i)
     return bits
 
 
@@ -173,21 +183,21 @@ class HalfwayBounceBack(BoundaryCondition):
         solid = np.asarray(self.solid, bool)
         if not np.array_equal(np.asarray(self.links, bool), halfway_links(solid, lattice)):
             return None
-        bits = pull_bits(solid, lattice)
         if self.wall is None:
-            return PulledHalfway(bits=bits)
+            return PulledHalfway(bits=pull_bits(solid, lattice))
         term = pulled(np.asarray(self.wall), lattice)
         table = np.zeros(lattice.q, term.dtype)
+        for i in range(lattice.q):
+            values = np.unique(term[i][term[i] != 0])
+            if values.size > 1:  # several wall velocities along this direction: the dense term
+                return PulledHalfway(bits=pull_bits(solid, lattice), term=term)
+            table[i] = values[0] if values.size else 0
+        if 2 * lattice.q + 1 <= 32:  # the links with a wall term in the same word (D2Q9)
+            return PulledHalfway(bits=pull_bits(solid, lattice, term != 0), term=table)
         moving = np.zeros(solid.shape, np.uint32)
         for i in range(lattice.q):
-            hit = term[i] != 0
-            values = np.unique(term[i][hit])
-            if values.size > 1:  # several wall velocities along this direction: the dense term
-                return PulledHalfway(bits=bits, term=term)
-            if values.size:
-                table[i] = values[0]
-                moving |= hit.astype(np.uint32) << np.uint32(i)
-        return PulledHalfway(bits=bits, moving=moving, term=table)
+            moving |= (term[i] != 0).astype(np.uint32) << np.uint32(i)
+        return PulledHalfway(bits=pull_bits(solid, lattice), moving=moving, term=table)
 
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The rule on gathered cells, with the block position of each link's fluid neighbour."""
