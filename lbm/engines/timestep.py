@@ -5,6 +5,7 @@ composes all of them in one jit, the instrumented engine jits each stage alone, 
 engine runs them (without ``stream``) on the gathered boundary cells, and :func:`moments`
 runs the ones before ``collide`` to give the fields a step sees. Stage names and order are
 lbm.stages.STAGES; a stage with no core work and no boundary condition is skipped.
+The xla engine runs half-way walls while streaming where that gives the same step (:func:`fold_walls`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ each under ``jax.named_scope(stage)`` inside ``jax.named_scope("timestep")``, an
 fusion to XLA. Two steps per loop iteration: the loop then hands its state buffer from step to
 step without a copy (a stream reads shifted neighbours, so its result cannot overwrite its
 input; with one step per iteration XLA copied the whole population array back every step), and
-an optimisation barrier after each step (docs/performance.md, "Accelerator compiles").
+an optimisation barrier after each step (docs/performance.md, "Accelerator compiles"). Half-way
+walls are applied while streaming where nothing reads them before (lbm.engines.timestep.fold_walls:
+the same step bitwise, without a second shift of the reflected populations; "Wall-bounded cases").
 """
 
 from __future__ import annotations
