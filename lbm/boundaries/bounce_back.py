@@ -249,7 +249,7 @@ class PulledHalfway(BoundaryCondition):
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The streamed populations with the links that came out of solid cells replaced."""
         # on a CPU, the post-collision populations written out once: XLA:CPU otherwise recomputes the collision
-        # of f*_opp(i) in each of the Q per-population kernels (0.1-0.25x of the box's time in scripts/wall_cases.py);
+        # of f*_opp(i) in each of the Q per-population kernels (up to 0.25x of the box, docs/performance.md);
         # a GPU or TPU fuses it all into the streaming kernel, where writing it out would add 2 Q x 4 B per cell
         post = jax.lax.platform_dependent(s.post, cpu=jax.lax.optimization_barrier, default=lambda p: p)
         return s.replace(f=bounce_back_halfway_pulled(s.f, post, self.bits, lattice, self.moving, self.term))
