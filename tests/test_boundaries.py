@@ -128,8 +128,10 @@ def test_halfway_walls_while_streaming_equal_the_dense_rule_then_stream(lat, wal
     form = bc.folded(lat)
     assert isinstance(form, PulledHalfway)
     assert (form.term is None) == (walls == "resting")
-    if walls == "one_velocity":  # a table per direction; which links carry it: in the bits (D2Q9) or apart
-        assert form.term.shape == (lat.q,) and (form.moving is None) == (2 * lat.q + 1 <= 32)
+    if walls == "one_velocity":  # a table per direction; which links carry it: in the bits where they fit, or apart
+        # the term 2 w_i rho (c_i . u_w) / cs^2 of the x = 0 wall sliding along y: on the links with c_x and c_y
+        assert form.term.shape == (lat.q,) and form.carried == tuple(np.flatnonzero(lat.c[:, 0] * lat.c[:, 1]))
+        assert (form.moving is None) == (lat.q + 1 + len(form.carried) <= 32)
     if walls == "two_velocities":
         assert form.term.shape == (lat.q, *shape)
     dense = stream(bounce_back_halfway(post, jnp.asarray(solid), jnp.asarray(bc.links), lat,

@@ -8,7 +8,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import BoundaryCondition, CellBlock, Footprint, StepState, flat_block, neighbour, pytree_dataclass
+from lbm.boundaries.base import (
+    BoundaryCondition,
+    CellBlock,
+    Footprint,
+    StepState,
+    flat_block,
+    neighbour,
+    pytree_dataclass,
+    static,
+)
 from lbm.lattice import Lattice
 
 BOUNCE_BACK_KINDS = ("fullway", "halfway")
@@ -70,6 +79,7 @@ def bounce_back_halfway_pulled(
     lattice: Lattice,
     moving: jnp.ndarray | None = None,
     term: jnp.ndarray | None = None,
+    carried: tuple[int, ...] = (),
 ) -> jnp.ndarray:
     """:func:`bounce_back_halfway` followed by :func:`~lbm.kernels.streaming.stream`, from ``stream(f_post)``.
 
@@ -77,39 +87,42 @@ def bounce_back_halfway_pulled(
     Where x - c_i is solid, the population streamed into x came from a solid cell, and the dense rule
     gives it f*_opp(i)(x) [+ wall term] on a fluid x, w_i on a solid x; elsewhere it is ``f_streamed``
     unchanged. The wall term, where given, is either dense (``term`` ``(Q, *grid)``, already pulled to x)
-    or a table ``term`` ``(Q,)`` on the links whose bit i is set in ``moving``, or, without ``moving``,
-    whose bit Q + 1 + i is set in ``bits``.
+    or a table ``term`` ``(Q,)`` on the directions ``carried`` (the others carry none): the k-th of them on
+    the links whose bit Q + 1 + k is set in ``bits``, or bit k in ``moving`` where it is given.
     """
     q = lattice.q
     solid = (bits >> q) & 1 == 1
-    if term is not None and term.ndim == 1 and moving is None:
-        moving = bits >> (q + 1)
+    word, first = (bits, q + 1) if moving is None else (moving, 0)
     out = []
     for i in range(q):
         reflected = f_post[lattice.opposite[i]]
-        if term is not None and term.ndim == 1:
-            reflected = reflected + jnp.where((moving >> i) & 1 == 1, term[i], jnp.zeros((), term.dtype))
-        elif term is not None:
+        if term is not None and term.ndim == 1 and i in carried:
+            hit = (word >> (first + carried.index(i))) & 1 == 1
+            reflected = reflected + jnp.where(hit, term[i], jnp.zeros((), term.dtype))
+        elif term is not None and term.ndim > 1:
             reflected = reflected + term[i]
         rest = jnp.asarray(lattice.w[i], f_post.dtype)
         out.append(jnp.where((bits >> i) & 1 == 1, jnp.where(solid, rest, reflected), f_streamed[i]))
     return jnp.stack(out)
 
 
-def pull_bits(solid: np.ndarray, lattice: Lattice, moving: np.ndarray | None = None) -> np.ndarray:
+def pack_bits(flags: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """Boolean arrays ``(*shape)`` as the bits 0, 1, ... of one word per cell, in the narrowest unsigned dtype."""
+    if len(flags) > 32:
+        raise ValueError(f"{len(flags)} bits do not fit in a uint32")
+    dtype = np.uint8 if len(flags) <= 8 else np.uint16 if len(flags) <= 16 else np.uint32
+    word = np.zeros(shape, dtype)
+    for k, flag in enumerate(flags):
+        word |= np.asarray(flag, bool).astype(dtype) << dtype(k)
+    return word
+
+
+def pull_bits(solid: np.ndarray, lattice: Lattice, carried: list[np.ndarray] | None = None) -> np.ndarray:
     """Bits per cell ``(*grid)``, in the narrowest unsigned dtype that holds them: bit i where the cell x - c_i is
-    solid (periodic wrap), bit Q where x is solid, and bit Q + 1 + i where ``moving[i]`` (``(Q, *grid)``, if given)."""
-    n = lattice.q + 1 + (0 if moving is None else lattice.q)
-    if n > 32:
-        raise ValueError(f"{n} bits do not fit in a uint32")
-    dtype = np.uint8 if n <= 8 else np.uint16 if n <= 16 else np.uint32
+    solid (periodic wrap), bit Q where x is solid, then bits Q + 1 + k for the flags ``carried`` (if given)."""
     axes = tuple(range(lattice.d))
-    bits = np.asarray(solid, bool).astype(dtype) << dtype(lattice.q)
-    for i in range(lattice.q):
-        bits |= np.roll(solid, tuple(int(s) for s in lattice.c[i]), axis=axes).astype(dtype) << dtype(i)
-        if moving is not None:
-            bits |= np.asarray(moving[i], bool).astype(dtype) << dtype(lattice.q + 1 + i)
-    return bits
+    from_solid = [np.roll(solid, tuple(int(s) for s in lattice.c[i]), axis=axes) for i in range(lattice.q)]
+    return pack_bits([*from_solid, np.asarray(solid, bool), *(carried or [])], np.shape(solid))
 
 
 def pulled(values: np.ndarray, lattice: Lattice) -> np.ndarray:
@@ -193,12 +206,12 @@ class HalfwayBounceBack(BoundaryCondition):
             if values.size > 1:  # several wall velocities along this direction: the dense term
                 return PulledHalfway(bits=pull_bits(solid, lattice), term=term)
             table[i] = values[0] if values.size else 0
-        if 2 * lattice.q + 1 <= 32:  # the links with a wall term in the same word (D2Q9)
-            return PulledHalfway(bits=pull_bits(solid, lattice, term != 0), term=table)
-        moving = np.zeros(solid.shape, np.uint32)
-        for i in range(lattice.q):
-            moving |= (term[i] != 0).astype(np.uint32) << np.uint32(i)
-        return PulledHalfway(bits=pull_bits(solid, lattice), moving=moving, term=table)
+        carried = tuple(int(i) for i in np.flatnonzero(table))
+        flags = [term[i] != 0 for i in carried]
+        if lattice.q + 1 + len(carried) <= 32:  # the links with a wall term in the same word
+            return PulledHalfway(bits=pull_bits(solid, lattice, flags), term=table, carried=carried)
+        return PulledHalfway(bits=pull_bits(solid, lattice), moving=pack_bits(flags, solid.shape), term=table,
+                             carried=carried)
 
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The rule on gathered cells, with the block position of each link's fluid neighbour."""
@@ -238,12 +251,14 @@ class PulledHalfway(BoundaryCondition):
 
     The populations it leaves equal ``stream(bounce_back_halfway(post))`` on every cell (fluid and solid),
     without the dense rule's second shift of the reflected populations (:func:`bounce_back_halfway_pulled`).
-    ``bits`` from :func:`pull_bits`; ``moving`` and ``term`` the wall term (None: resting walls).
+    ``bits`` from :func:`pull_bits`; ``moving``, ``term`` and ``carried`` the wall term (None: resting walls), as
+    :func:`bounce_back_halfway_pulled` takes them.
     """
 
     bits: Any
     moving: Any = None
     term: Any = None
+    carried: tuple[int, ...] = static(())
     stage = "stream"
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
@@ -252,4 +267,5 @@ class PulledHalfway(BoundaryCondition):
         # of f*_opp(i) in each of the Q per-population kernels (up to 0.25x of the box, docs/performance.md);
         # a GPU or TPU fuses it all into the streaming kernel, where writing it out would add 2 Q x 4 B per cell
         post = jax.lax.platform_dependent(s.post, cpu=jax.lax.optimization_barrier, default=lambda p: p)
-        return s.replace(f=bounce_back_halfway_pulled(s.f, post, self.bits, lattice, self.moving, self.term))
+        return s.replace(f=bounce_back_halfway_pulled(s.f, post, self.bits, lattice, self.moving, self.term,
+                                                      self.carried))
