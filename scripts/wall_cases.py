@@ -8,6 +8,10 @@ each case's slowdown against the periodic box of the same round (median of the r
 
     .venv/bin/python scripts/wall_cases.py                      # D2Q9 420x180 and D3Q19 66^3, native engine
     .venv/bin/python scripts/wall_cases.py --engine xla --d2q9 256x256 --d3q19 48x48x48 --rounds 3
+    .venv/bin/python scripts/wall_cases.py --engine xla --parts   # + the channel's walls and force apart
+
+``--parts`` adds two rows that split the channel: ``walls`` (its half-way walls without the body
+force) and ``forced`` (its body force on the periodic box: no walls).
 
 Clock: host wall clock around one dispatch of ``steps`` steps, synchronised with
 block_until_ready; compilation excluded. The process's CPU time around the same dispatch (all its
@@ -18,6 +22,7 @@ the time spent waiting for a core, so its ratios scatter less (``cpu/periodic``)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -37,6 +42,8 @@ from lbm.simulation import make_case  # noqa: E402
 
 CASES = {"periodic": "taylor_green", "cavity": "cavity", "cylinder": "cylinder", "channel": "poiseuille"}
 """Row name -> case config name."""
+PARTS = {"walls": lambda s: dataclasses.replace(s, force=None), "forced": lambda s: dataclasses.replace(s, boundaries=())}
+"""Rows of --parts: the channel's setup without its body force, and without its walls."""
 
 
 def setup_of(case: str, lattice: str, grid: tuple[int, ...], precision: str) -> object:
@@ -64,6 +71,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--precision", default="float32")
     ap.add_argument("--json", default="", help="write the results here too")
+    ap.add_argument("--parts", action="store_true", help="add the channel's walls and its body force apart")
     args = ap.parse_args()
     results = []
     for lattice, spec in (("d2q9", args.d2q9), ("d3q19", args.d3q19)):
@@ -71,8 +79,10 @@ def main() -> None:
             continue
         grid = tuple(int(v) for v in spec.split("x"))
         runs = {}
-        for name, case in CASES.items():
-            setup = setup_of(case, lattice, grid, args.precision)
+        setups = {name: setup_of(case, lattice, grid, args.precision) for name, case in CASES.items()}
+        if args.parts:
+            setups.update({name: part(setups["channel"]) for name, part in PARTS.items()})
+        for name, setup in setups.items():
             engine = make_engine(setup, "fused", engine=args.engine)
             runs[name] = {"engine": engine, "setup": setup, "block": block_cells(engine)}
         # steps: about 0.3 s of the periodic box per dispatch, even, the same for every case

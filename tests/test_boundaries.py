@@ -17,7 +17,7 @@ from lbm.boundaries import (
     PressureOutlet,
     StepState,
 )
-from lbm.boundaries.bounce_back import bounce_back_fullway, bounce_back_halfway, halfway_links
+from lbm.boundaries.bounce_back import PulledHalfway, bounce_back_fullway, bounce_back_halfway, halfway_links
 from lbm.boundaries.inlet import inlet
 from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.boundaries.outflow import outflow
@@ -101,6 +101,83 @@ def test_halfway_bounce_back_returns_populations_to_their_cell():
             np.testing.assert_array_equal(out[lat.opposite[i], :, 1], p[i, :, 1])
         if cy > 0:
             np.testing.assert_array_equal(out[lat.opposite[i], :, -2], p[i, :, -2])
+
+
+@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
+@pytest.mark.parametrize("walls", ["resting", "one_velocity", "two_velocities"])
+def test_halfway_walls_while_streaming_equal_the_dense_rule_then_stream(lat, walls):
+    """PulledHalfway on stream(post) equals stream(bounce_back_halfway(post)) on every cell, fluid and solid, exactly.
+
+    The mask has walls on the periodic seam, a solid block and a lone solid cell; the wall term is none, one
+    wall velocity (the per-direction table) or two (the dense term): the three forms of the folded rule.
+    """
+    shape = (7, 6) if lat.d == 2 else (6, 5, 4)
+    solid = np.zeros(shape, bool)
+    solid[0] = True  # a wall across the periodic seam x = 0 | x = nx - 1
+    solid[3:5, 2:4] = True
+    solid[(5, 4) + (1,) * (lat.d - 2)] = True
+    rng = np.random.default_rng(3)
+    post = jnp.asarray(rng.random((lat.q, *shape)))
+    wall_u = np.zeros((lat.d, *shape))
+    if walls != "resting":
+        wall_u[1, 0] = 0.07  # the wall x = 0 slides along y
+    if walls == "two_velocities":
+        wall_u[0, 3:5, 2:4] = -0.03
+    bc = HalfwayBounceBack.around(solid, lat) if walls == "resting" else MovingWall.with_velocity(
+        solid, wall_u, lat, post.dtype)
+    form = bc.folded(lat)
+    assert isinstance(form, PulledHalfway)
+    assert (form.term is None) == (walls == "resting")
+    if walls == "one_velocity":  # a table per direction; which links carry it: in the bits where they fit, or apart
+        # the term 2 w_i rho (c_i . u_w) / cs^2 of the x = 0 wall sliding along y: on the links with c_x and c_y
+        assert form.term.shape == (lat.q,) and form.carried == tuple(np.flatnonzero(lat.c[:, 0] * lat.c[:, 1]))
+        assert (form.moving is None) == (lat.q + 1 + len(form.carried) <= 32)
+    if walls == "two_velocities":
+        assert form.term.shape == (lat.q, *shape)
+    dense = stream(bounce_back_halfway(post, jnp.asarray(solid), jnp.asarray(bc.links), lat,
+                                       None if bc.wall is None else jnp.asarray(bc.wall)), lat)
+    folded = form.apply(StepState(f=stream(post, lat), post=post), lat).f
+    np.testing.assert_array_equal(np.asarray(folded), np.asarray(dense))
+    # links that are not those of the mask have no folded form
+    assert HalfwayBounceBack(solid=solid, links=np.zeros_like(bc.links)).folded(lat) is None
+
+
+@pytest.mark.parametrize("overrides", [
+    pytest.param(["case=cavity", "grid.nx=12", "grid.ny=10"], id="cavity"),
+    pytest.param(["case=poiseuille", "lattice=d3q19", "grid.nx=4", "grid.ny=9", "grid.nz=5"], id="channel_d3q19",
+                 marks=pytest.mark.slow),
+    pytest.param(["case=cylinder", "grid.nx=30", "grid.ny=16", "case.bounce_back=halfway"], id="cylinder_halfway",
+                 marks=pytest.mark.slow),
+])
+def test_xla_engine_folds_the_walls_into_streaming_without_changing_a_bit(overrides):
+    """The xla engine's step equals the timestep with the dense wall rule, whole arrays (solid cells too) and forces.
+
+    The moving-lid cavity and the forced D3Q19 channel fold their walls into streaming; the half-way cylinder
+    does not (its momentum exchange reads the bounced populations before they stream). Odd step count: one
+    single step and a pair.
+    """
+    from conftest import run_config
+
+    from lbm.engines.timestep import as_arrays, fold_walls, step_index, timestep
+    from lbm.engines.xla import XlaEngine
+    from lbm.simulation import make_case
+
+    setup = make_case(run_config(*overrides, "precision=float64", "steps=3")).setup()
+    folds = "cylinder" not in overrides[0]
+    kinds = [type(bc) for bc in fold_walls(setup.boundaries, setup.lattice)]
+    assert (PulledHalfway in kinds) == folds
+    engine = XlaEngine(setup)
+    f0 = setup.initial_populations()
+    f, aux = engine.advance(jnp.array(f0), 3)
+    step = jax.jit(lambda f, t, bcs: timestep(f, t, bcs, setup))
+    ref, dense = f0, as_arrays(setup.boundaries)
+    forces = []
+    for t in range(3):
+        ref, out = step(ref, step_index(t), dense)
+        forces.append(out.get("force"))
+    np.testing.assert_array_equal(np.asarray(f), np.asarray(ref))
+    if not folds:
+        np.testing.assert_array_equal(np.asarray(aux["force"]), np.stack([np.asarray(v) for v in forces]))
 
 
 def test_couette_halfway_moving_wall_is_exact():

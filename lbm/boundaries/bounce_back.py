@@ -4,13 +4,33 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import BoundaryCondition, CellBlock, Footprint, StepState, flat_block, neighbour, pytree_dataclass
+from lbm.boundaries.base import (
+    BoundaryCondition,
+    CellBlock,
+    Footprint,
+    StepState,
+    flat_block,
+    neighbour,
+    pytree_dataclass,
+    static,
+)
 from lbm.lattice import Lattice
 
 BOUNCE_BACK_KINDS = ("fullway", "halfway")
+
+
+def written_out_on_cpu(a: jnp.ndarray) -> jnp.ndarray:
+    """``a`` unchanged, but written to memory when compiled for a CPU (an optimisation barrier); a no-op elsewhere.
+
+    XLA:CPU splits a step into a few kernels per population and recomputes a fused producer in each of
+    them; a GPU or TPU fuses collision, walls and stream into one kernel, where writing ``a`` out would
+    add 2 Q x 4 B per cell.
+    """
+    return jax.lax.platform_dependent(a, cpu=jax.lax.optimization_barrier, default=lambda x: x)
 
 
 def bounce_back_fullway(f_post: jnp.ndarray, f_pre: jnp.ndarray, solid: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
@@ -62,6 +82,65 @@ def bounce_back_halfway_gathered(
     return jnp.where(links, reflected, jnp.where(solid, rest, f_post))
 
 
+def bounce_back_halfway_pulled(
+    f_streamed: jnp.ndarray,
+    f_post: jnp.ndarray,
+    bits: jnp.ndarray,
+    lattice: Lattice,
+    moving: jnp.ndarray | None = None,
+    term: jnp.ndarray | None = None,
+    carried: tuple[int, ...] = (),
+) -> jnp.ndarray:
+    """:func:`bounce_back_halfway` followed by :func:`~lbm.kernels.streaming.stream`, from ``stream(f_post)``.
+
+    ``bits`` (unsigned ``(*grid)``, from :func:`pull_bits`): bit i says the cell x - c_i is solid, bit Q that x is.
+    Where x - c_i is solid, the population streamed into x came from a solid cell, and the dense rule
+    gives it f*_opp(i)(x) [+ wall term] on a fluid x, w_i on a solid x; elsewhere it is ``f_streamed``
+    unchanged. The wall term, where given, is either dense (``term`` ``(Q, *grid)``, already pulled to x)
+    or a table ``term`` ``(Q,)`` on the directions ``carried`` (the others carry none): the k-th of them on
+    the links whose bit Q + 1 + k is set in ``bits``, or bit k in ``moving`` where it is given.
+    """
+    q = lattice.q
+    solid = (bits >> q) & 1 == 1
+    word, first = (bits, q + 1) if moving is None else (moving, 0)
+    out = []
+    for i in range(q):
+        reflected = f_post[lattice.opposite[i]]
+        if term is not None and term.ndim == 1 and i in carried:
+            hit = (word >> (first + carried.index(i))) & 1 == 1
+            reflected = reflected + jnp.where(hit, term[i], jnp.zeros((), term.dtype))
+        elif term is not None and term.ndim > 1:
+            reflected = reflected + term[i]
+        rest = jnp.asarray(lattice.w[i], f_post.dtype)
+        out.append(jnp.where((bits >> i) & 1 == 1, jnp.where(solid, rest, reflected), f_streamed[i]))
+    return jnp.stack(out)
+
+
+def pack_bits(flags: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """Boolean arrays ``(*shape)`` as the bits 0, 1, ... of one word per cell, in the narrowest unsigned dtype."""
+    if len(flags) > 32:
+        raise ValueError(f"{len(flags)} bits do not fit in a uint32")
+    dtype = np.uint8 if len(flags) <= 8 else np.uint16 if len(flags) <= 16 else np.uint32
+    word = np.zeros(shape, dtype)
+    for k, flag in enumerate(flags):
+        word |= np.asarray(flag, bool).astype(dtype) << dtype(k)
+    return word
+
+
+def pull_bits(solid: np.ndarray, lattice: Lattice, carried: list[np.ndarray] | None = None) -> np.ndarray:
+    """Bits per cell ``(*grid)``, in the narrowest unsigned dtype that holds them: bit i where the cell x - c_i is
+    solid (periodic wrap), bit Q where x is solid, then bits Q + 1 + k for the flags ``carried`` (if given)."""
+    axes = tuple(range(lattice.d))
+    from_solid = [np.roll(solid, tuple(int(s) for s in lattice.c[i]), axis=axes) for i in range(lattice.q)]
+    return pack_bits([*from_solid, np.asarray(solid, bool), *(carried or [])], np.shape(solid))
+
+
+def pulled(values: np.ndarray, lattice: Lattice) -> np.ndarray:
+    """A per-link array ``(Q, *grid)`` of solid cells s moved to the cell s + c_i the link points into."""
+    axes = tuple(range(lattice.d))
+    return np.stack([np.roll(values[i], tuple(int(s) for s in lattice.c[i]), axis=axes) for i in range(lattice.q)])
+
+
 def halfway_links(solid: np.ndarray, lattice: Lattice) -> np.ndarray:
     """Flags ``(Q, *grid)``: solid cell s whose neighbour s + c_j is fluid (periodic wrap)."""
     fluid = ~solid
@@ -80,7 +159,9 @@ class FullwayBounceBack(BoundaryCondition):
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells reverse their pre-collision populations."""
-        return s.replace(post=bounce_back_fullway(s.post, s.f, self.solid, lattice))
+        # written out once on a CPU: the gather f_pre[opposite] then fuses into it, instead of being written out
+        # whole and read again by every population's streaming kernel (the D3Q19 cylinder: 1.8x -> 1.3x of the box)
+        return s.replace(post=written_out_on_cpu(bounce_back_fullway(s.post, s.f, self.solid, lattice)))
 
     def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
         """Writes the solid cells."""
@@ -123,6 +204,27 @@ class HalfwayBounceBack(BoundaryCondition):
         across = [neighbour(np.flatnonzero(links[j]), shape, lattice.c[j]) for j in range(lattice.q)]
         return Footprint(cells=np.union1d(solid, np.concatenate(across)).astype(np.int64))
 
+    def folded(self, lattice: Lattice) -> PulledHalfway | None:
+        """The same walls applied while streaming (:class:`PulledHalfway`); None if ``links`` are not those of ``solid``."""
+        solid = np.asarray(self.solid, bool)
+        if not np.array_equal(np.asarray(self.links, bool), halfway_links(solid, lattice)):
+            return None
+        if self.wall is None:
+            return PulledHalfway(bits=pull_bits(solid, lattice))
+        term = pulled(np.asarray(self.wall), lattice)
+        table = np.zeros(lattice.q, term.dtype)
+        for i in range(lattice.q):
+            values = np.unique(term[i][term[i] != 0])
+            if values.size > 1:  # several wall velocities along this direction: the dense term
+                return PulledHalfway(bits=pull_bits(solid, lattice), term=term)
+            table[i] = values[0] if values.size else 0
+        carried = tuple(int(i) for i in np.flatnonzero(table))
+        flags = [term[i] != 0 for i in carried]
+        if lattice.q + 1 + len(carried) <= 32:  # the links with a wall term in the same word
+            return PulledHalfway(bits=pull_bits(solid, lattice, flags), term=table, carried=carried)
+        return PulledHalfway(bits=pull_bits(solid, lattice), moving=pack_bits(flags, solid.shape), term=table,
+                             carried=carried)
+
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The rule on gathered cells, with the block position of each link's fluid neighbour."""
         lat = block.lattice
@@ -152,3 +254,28 @@ class HalfwayOnBlock(BoundaryCondition):
         post = bounce_back_halfway_gathered(flat_block(s.post), self.solid, self.links, self.neighbours, lattice,
                                             self.wall)
         return s.replace(post=post.reshape(s.post.shape))
+
+
+@pytree_dataclass
+class PulledHalfway(BoundaryCondition):
+    """Half-way walls applied while streaming (stage ``stream``, after the pull): the xla engine's form of
+    :class:`HalfwayBounceBack` and moving walls where nothing reads the bounced populations before streaming.
+
+    The populations it leaves equal ``stream(bounce_back_halfway(post))`` on every cell (fluid and solid),
+    without the dense rule's second shift of the reflected populations (:func:`bounce_back_halfway_pulled`).
+    ``bits`` from :func:`pull_bits`; ``moving``, ``term`` and ``carried`` the wall term (None: resting walls), as
+    :func:`bounce_back_halfway_pulled` takes them.
+    """
+
+    bits: Any
+    moving: Any = None
+    term: Any = None
+    carried: tuple[int, ...] = static(())
+    stage = "stream"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The streamed populations with the links that came out of solid cells replaced."""
+        # the post-collision populations written out once on a CPU: XLA:CPU otherwise recomputes the collision
+        # of f*_opp(i) in each of the Q per-population kernels (up to 0.25x of the box, docs/performance.md)
+        return s.replace(f=bounce_back_halfway_pulled(s.f, written_out_on_cpu(s.post), self.bits, lattice,
+                                                      self.moving, self.term, self.carried))

@@ -5,7 +5,9 @@ each under ``jax.named_scope(stage)`` inside ``jax.named_scope("timestep")``, an
 fusion to XLA. Two steps per loop iteration: the loop then hands its state buffer from step to
 step without a copy (a stream reads shifted neighbours, so its result cannot overwrite its
 input; with one step per iteration XLA copied the whole population array back every step), and
-an optimisation barrier after each step (docs/performance.md, "Accelerator compiles").
+an optimisation barrier after each step (docs/performance.md, "Accelerator compiles"). Half-way
+walls are applied while streaming where nothing reads them before (lbm.engines.timestep.fold_walls:
+the same step bitwise, without a second shift of the reflected populations; "Wall-bounded cases").
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import jax.numpy as jnp
 
 from lbm.cases.base import Setup
 from lbm.engines.base import STORAGES, Engine, decode, encode, program, spec_of
-from lbm.engines.timestep import step_index, timestep
+from lbm.engines.timestep import as_arrays, fold_walls, step_index, timestep
 from lbm.stages import FUSED_STEP, TIMESTEP
 
 Step = Callable[[jnp.ndarray, jnp.ndarray, Any], tuple[jnp.ndarray, dict[str, jnp.ndarray]]]
@@ -130,6 +132,11 @@ class XlaEngine(FusedEngine):
     """The stage functions composed in one jit; XLA fuses them (the reference, any device)."""
 
     name = "xla"
+
+    def __init__(self, setup: Setup, storage: str = "compute") -> None:
+        super().__init__(setup, storage)
+        # half-way walls while streaming (the same step, without a second shift of the reflected populations)
+        self.params = as_arrays(fold_walls(setup.boundaries, setup.lattice))
 
     def step(self, s: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` on stored populations: the whole timestep, every stage under its named_scope."""

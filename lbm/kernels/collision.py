@@ -67,8 +67,20 @@ def guo_source(
     u: jnp.ndarray, force: np.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float
 ) -> jnp.ndarray:
     """Guo forcing term with the relaxation prefactors of the symmetric and antisymmetric parts."""
-    return jnp.stack([(1.0 - 0.5 * omega_plus) * sym + (1.0 - 0.5 * omega_minus) * anti
-                      for sym, anti in _guo_parts(u, force, lattice)])
+    # one broadcast expression over the directions (per-direction constants times fields of u), not a stack of
+    # Q arrays: XLA fuses it into its consumer instead of writing the Q source populations out (XLA:CPU did)
+    force = np.asarray(force, dtype=np.float64)
+    c = lattice.c.astype(np.float64)
+    cf, w = c @ force, lattice.w.astype(np.float64)
+
+    def per_direction(v: np.ndarray) -> jnp.ndarray:
+        return jnp.asarray(v.reshape((-1,) + (1,) * lattice.d), u.dtype)
+
+    cu = sum(per_direction(c[:, a]) * u[a] for a in range(lattice.d))
+    uf = sum(float(force[a]) * u[a] for a in range(lattice.d) if force[a] != 0.0)
+    sym = (1.0 - 0.5 * omega_plus) * w / CS2
+    return per_direction(sym * cf / CS2) * cu - per_direction(sym) * uf + per_direction(
+        (1.0 - 0.5 * omega_minus) * w * cf / CS2)
 
 
 def collide(
