@@ -184,7 +184,7 @@ def report(results: list[dict[str, Any]], overrides: list[str]) -> str:
              f"Overrides applied to every check: {' '.join(overrides) or '(none)'}", "",
              "| check | quantity | reference | lbm | error | result | source |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        value = "n/a" if r["value"] is None else f"{r['value']:.4g}"
+        value = "n/a" if r["value"] is None else f"{r['value']:.5g}"  # 5 digits: 3.2398 must not read as the bound 3.24
         error = "" if r.get("relative_error") is None else f"{100 * r['relative_error']:+.2f}%"
         lines.append(f"| {r['check']} | {r['metric']} | {r['expected']} | {value} | {error} | "
                      f"{'pass' if r['passed'] else '**FAIL**'} | {r['reference']} |")
