@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.kernels.equilibrium import velocity_dot
 from lbm.lattice import CS2, Lattice
 
 Rate = float | jnp.ndarray
@@ -48,19 +47,6 @@ def trt(f: jnp.ndarray, feq: jnp.ndarray, lattice: Lattice, omega_plus: float, o
     sym = 0.5 * (neq + neq_opp)
     anti = 0.5 * (neq - neq_opp)
     return f - omega_plus * sym - omega_minus * anti
-
-
-def _guo_parts(u: jnp.ndarray, force: np.ndarray, lattice: Lattice) -> list[tuple[jnp.ndarray, float]]:
-    """Guo's forcing populations split into (symmetric part, antisymmetric constant) per direction."""
-    force = np.asarray(force, dtype=np.float64)
-    uf = sum(float(force[a]) * u[a] for a in range(lattice.d) if force[a] != 0.0)
-    parts = []
-    for i in range(lattice.q):
-        cf = float(np.dot(lattice.c[i], force))
-        cu = velocity_dot(tuple(lattice.c[i].tolist()), u)
-        sym = float(lattice.w[i]) * (-uf / CS2 + cu * cf / CS2**2)
-        parts.append((sym, float(lattice.w[i]) * cf / CS2))
-    return parts
 
 
 def guo_source(
@@ -249,7 +235,7 @@ class Collision:
 
 def _guo_raw(u: jnp.ndarray, force: np.ndarray, lattice: Lattice) -> jnp.ndarray:
     """Guo's forcing populations F_i = w_i [(c_i - u)/cs2 + (c_i.u) c_i/cs2^2] . F, without a prefactor."""
-    return jnp.stack([sym + anti for sym, anti in _guo_parts(u, force, lattice)])
+    return guo_source(u, force, lattice, 0.0, 0.0)  # both prefactors (1 - omega/2) equal to 1
 
 
 def stress_neq(
