@@ -154,11 +154,17 @@ def min_p(n_a: int, n_b: int) -> float:
     return 2 / math.comb(n_a + n_b, n_a) if n_a >= 3 and n_b >= 3 else float("nan")
 
 
+def best_change(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The relative change of the fastest repeat from ``a`` to ``b`` (negative: ``b`` is slower)."""
+    cpu = cpu_timed(a, b)
+    return best(b, cpu) / best(a, cpu) - 1.0
+
+
 def judge(a: dict[str, Any], b: dict[str, Any], threshold: float) -> dict[str, Any]:
     """The verdict on one configuration: change of the fastest repeat, threshold, p-value, and the verdict."""
     cpu = cpu_timed(a, b)
     va, vb = values(a, cpu), values(b, cpu)
-    change = best(b, cpu) / best(a, cpu) - 1.0
+    change = best_change(a, b)
     limit = max(threshold, noise(a, cpu) + noise(b, cpu))
     p = permutation_p(va, vb)
     testable = not math.isnan(p) and min_p(len(va), len(vb)) <= P_MAX
@@ -241,14 +247,8 @@ def remeasure(doc: dict[str, Any], keys: list[tuple[Any, ...]], times: int,
 def suspects(base: dict[str, Any], new: dict[str, Any], threshold: float) -> list[tuple[Any, ...]]:
     """Configurations whose fastest repeat fell by more than half the threshold (what ``--remeasure`` measures again)."""
     recs_a = {key_of(r): r for r in base["records"]}
-    out = []
-    for r in new["records"]:
-        a = recs_a.get(key_of(r))
-        if a is not None:  # the change of the fastest repeat alone (judge's permutation test is not needed here)
-            cpu = cpu_timed(a, r)
-            if best(r, cpu) / best(a, cpu) - 1.0 < -threshold / 2:
-                out.append(key_of(r))
-    return out
+    return [key_of(r) for r in new["records"]
+            if key_of(r) in recs_a and best_change(recs_a[key_of(r)], r) < -threshold / 2]
 
 
 def remeasure_both(base: dict[str, Any], new: dict[str, Any], keys: list[tuple[Any, ...]], times: int,

@@ -130,8 +130,7 @@ def pack_bits(flags: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
 def pull_bits(solid: np.ndarray, lattice: Lattice, carried: list[np.ndarray] | None = None) -> np.ndarray:
     """Bits per cell ``(*grid)``, in the narrowest unsigned dtype that holds them: bit i where the cell x - c_i is
     solid (periodic wrap), bit Q where x is solid, then bits Q + 1 + k for the flags ``carried`` (if given)."""
-    axes = tuple(range(lattice.d))
-    from_solid = [np.roll(solid, tuple(int(s) for s in lattice.c[i]), axis=axes) for i in range(lattice.q)]
+    from_solid = pulled(np.broadcast_to(np.asarray(solid, bool), (lattice.q, *np.shape(solid))), lattice)
     return pack_bits([*from_solid, np.asarray(solid, bool), *(carried or [])], np.shape(solid))
 
 
