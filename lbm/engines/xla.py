@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from lbm.cases.base import Setup
 from lbm.engines.base import STORAGES, Engine, decode, encode, program, spec_of
-from lbm.engines.timestep import as_arrays, fold_walls, step_index, timestep
+from lbm.engines.timestep import fold_walls, step_index, timestep
 from lbm.stages import FUSED_STEP, TIMESTEP
 
 Step = Callable[[jnp.ndarray, jnp.ndarray, Any], tuple[jnp.ndarray, dict[str, jnp.ndarray]]]
@@ -133,10 +133,10 @@ class XlaEngine(FusedEngine):
 
     name = "xla"
 
-    def __init__(self, setup: Setup, storage: str = "compute") -> None:
-        super().__init__(setup, storage)
-        # half-way walls while streaming (the same step, without a second shift of the reflected populations)
-        self.params = as_arrays(fold_walls(setup.boundaries, setup.lattice))
+    def step_boundaries(self, setup: Setup) -> tuple[Any, ...]:
+        """The setup's conditions with half-way walls applied while streaming (the same step, without a second
+        shift of the reflected populations)."""
+        return fold_walls(setup.boundaries, setup.lattice)
 
     def step(self, s: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` on stored populations: the whole timestep, every stage under its named_scope."""
