@@ -2,8 +2,8 @@
 
 The chunk is the one ``engine=auto`` runs on that target (on a GPU or TPU: ``pallas``), for the
 configured case, grid, lattice and precision. It is compiled ahead of time: ``cpu`` with the
-installed jaxlib, CUDA targets through the CUDA plugin (``jax-cuda12-plugin``, no GPU or driver
-needed), TPU targets through libtpu. Targets are data: ``lbm/targets/<name>.yaml`` (platform, the
+installed jaxlib, CUDA targets through a CUDA plugin (``jax-cuda12-plugin`` or ``-cuda13-``, no GPU or
+driver needed), TPU targets through libtpu. Targets are data: ``lbm/targets/<name>.yaml`` (platform, the
 GPU description or TPU topology, the spec HBM bandwidth and its source).
 
 The loop body of the compiled chunk (the while loop of ``lax.scan``) is read by
@@ -169,10 +169,20 @@ def _installed(module: str) -> bool:
         return False
 
 
+CUDA_PLUGINS = ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
+"""JAX's CUDA plugins, either of which compiles for a CUDA target (jax-cuda12-plugin, jax-cuda13-plugin)."""
+
+
+def cuda_plugin() -> str | None:
+    """The installed CUDA plugin's module (one of ``CUDA_PLUGINS``), or None."""
+    return next((m for m in CUDA_PLUGINS if _installed(m)), None)
+
+
 def prepare_environment(target: Target) -> None:
     """Check the compiler for ``target`` is installed and set what a deviceless compile needs; call before jax starts."""
-    if target.platform == "cuda" and not _installed("jax_plugins.xla_cuda12"):
-        raise LbmError(f"target={target.name} needs the CUDA compiler plugin (jax-cuda12-plugin), not installed here: "
+    if target.platform == "cuda" and cuda_plugin() is None:
+        raise LbmError(f"target={target.name} needs a CUDA compiler plugin (jax-cuda12-plugin or jax-cuda13-plugin), "
+                       "not installed here: "
                        + ACCEL_HINT.format(name=target.name))
     if target.platform == "tpu" and not _installed("libtpu"):
         raise LbmError(f"target={target.name} needs libtpu (the jax[tpu] extra), not installed here: "
