@@ -213,6 +213,18 @@ def target_for_run(target: Target, devices: int) -> Target:
     return with_topology(target, "", devices)
 
 
+def _tpu_host_bounds(topology: str) -> dict[str, tuple[int, ...]]:
+    """``chips_per_host_bounds`` for a TPU topology smaller than one host's 2x2 chips; none for larger ones.
+
+    libtpu 0.0.48 (jax[tpu] 0.11.2) refuses ``v5e:1x1`` unless told its host holds one chip ("not divisible by
+    the given (or default) chips_per_host_bounds 2x2x1"); libtpu 0.0.50 (jax 0.12) accepts either.
+    """
+    dims = chip_grid(topology)
+    if math.prod(dims) >= 4:
+        return {}
+    return {"chips_per_host_bounds": tuple(dims + [1] * (3 - len(dims)))}
+
+
 def _topology(target: Target) -> Any:
     """The deviceless topology of a CUDA or TPU target."""
     from jax.experimental import topologies
@@ -221,7 +233,8 @@ def _topology(target: Target) -> Any:
         if target.platform == "cuda":
             return topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(target),
                                                 topology=target.topology or "1x1x1")
-        return topologies.get_topology_desc(topology_name=target.topology, platform="tpu")
+        return topologies.get_topology_desc(topology_name=target.topology, platform="tpu",
+                                            **_tpu_host_bounds(target.topology))
     except Exception as exc:  # the compiler's own message says what it accepts
         raise LbmError(f"target={target.name} topology {target.topology!r} is refused by the "
                        f"{target.platform} compiler: {str(exc).splitlines()[0]}") from None
