@@ -14,7 +14,7 @@
 # per session include the machine's start (1-2 min). Here, with network, first: `bash scripts/device_wheels.sh`
 # (the ~1 MB of pure-Python wheels that machine lacks: hydra-core, omegaconf, antlr4, perfetto, pyevtk, submitit,
 # into the ignored .whl/), then ONE call of the `run` tool:
-#   run  command: "bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 540
+#   run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 480
 # It prints the results' summary and copies them into $OUT (at most 8 files, each <= 16 MiB: summary.txt,
 # the two bench.json, the two breakdown.csv, pytest-device.xml, device-check.tgz with everything else).
 #
@@ -25,6 +25,7 @@
 #   venv          (needs network) a venv $LBM_DEVICE_VENV (default <repo>/.venv-device) with jax[cuda12] (or
 #                 jax[tpu]) == LBM_JAX_VERSION (default: .venv's jax, else 0.12.0.1) and lbm[test] from a registry.
 #   auto          (default) preinstalled when $LBM_PYTHON/python3's jax already sees the accelerator, else venv.
+#                 The lent machine's line names preinstalled: a venv there would wait on pip's network timeouts.
 # Other environment: LBM_DEVICE (cuda | tpu | cpu; default: detected), LBM_CHECK_BUDGET_S (default 420: steps
 # are cut to what is left of it, so the whole check ends before the run tool's limit).
 # REHEARSAL on a CPU machine: LBM_DEVICE=cpu runs every step the same way on the CPU backend with tiny grids, the
@@ -35,7 +36,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-run_tool_line='run  command: "bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 540'
+run_tool_line='run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 480'
 echo "device_check: on the workplace's lent GPU machine, after 'bash scripts/device_wheels.sh' here, call:"
 echo "device_check:   $run_tool_line"
 out=outputs/device-check
@@ -173,47 +174,87 @@ if sys.argv[1] != "cpu" and engine.name != "pallas":  # on a CPU auto picks nati
     sys.exit(f"engine=auto picked {engine.name}, not pallas: {engine.note}")
 PY
 
-# --- tests marked device (-n 0: one process; xdist workers would each take the GPU's memory) -----------------------
-XLA_PYTHON_CLIENT_PREALLOCATE=false step "pytest -m device" 240 "$out/pytest-device.log" \
-  "$python" -m pytest -q -n 0 -p no:cacheprovider -m device tests/test_engines_pallas.py \
-  --junitxml="$out/pytest-device.xml"
-check "pytest -m device ran its tests" grep -q " passed" "$out/pytest-device.log"
-check "pytest -m device skipped none" bash -c "! grep -q ' skipped' '$out/pytest-device.log'"
+# Everything below needs jax on the accelerator: without it (a plugin that did not load) the steps would run
+# on the CPU for the whole budget, so they are skipped and the failure says why.
+if sees "$python"; then
+  # --- tests marked device (-n 0: one process; xdist workers would each take the GPU's memory) ---------------
+  XLA_PYTHON_CLIENT_PREALLOCATE=false step "pytest -m device" 240 "$out/pytest-device.log" \
+    "$python" -m pytest -q -n 0 -p no:cacheprovider -m device tests/test_engines_pallas.py \
+    --junitxml="$out/pytest-device.xml"
+  check "pytest -m device ran its tests" grep -q " passed" "$out/pytest-device.log"
+  check "pytest -m device skipped none" bash -c "! grep -q ' skipped' '$out/pytest-device.log'"
 
-# --- bench: pallas and xla, D2Q9 and D3Q19, bandwidth in the same run --------------------------------------------
-lbm=("$python" -m lbm)
-if [[ -n "$rehearsal" ]]; then  # interpret mode: 19-25 MLUPS at 32^2 on a 2-core CPU (one compile per config)
-  d2=(grid.nx=32 grid.ny=32 cylinder_grid.nx=40 cylinder_grid.ny=24)
-  d3=(grid.nx=8 grid.ny=8 grid.nz=8 cylinder_grid.nx=40 cylinder_grid.ny=24 cylinder_grid.nz=4)
-  timing=(repeats=2 min_time_s=0.05 kernel_profile=2 bandwidth.bytes=8388608 bandwidth.repeats=2)
-  run_size=(grid.nx=40 grid.ny=24 engine=pallas)
-  fused_steps=20 instrumented_steps=10 window=(profile.warmup_steps=2 profile.steps=4)
-else  # 1024^2 x 9 x 4 B = 38 MB and 128^3 x 19 x 4 B = 159 MB of populations: well over the 60 MB L2 at 128^3
-  d2=(grid.nx=1024 grid.ny=1024)
-  d3=(grid.nx=128 grid.ny=128 grid.nz=128 cylinder_grid.nz=32)
-  timing=(repeats=3 min_time_s=0.2 kernel_profile=20 bandwidth.repeats=5)
-  run_size=()
-  fused_steps=2000 instrumented_steps=200 window=(profile.warmup_steps=5 profile.steps=20)
+  # --- bench: pallas and xla, D2Q9 and D3Q19, bandwidth in the same run --------------------------------------------
+  lbm=("$python" -m lbm)
+  if [[ -n "$rehearsal" ]]; then  # interpret mode: 19-25 MLUPS at 32^2 on a 2-core CPU (one compile per config)
+    d2=(grid.nx=32 grid.ny=32 cylinder_grid.nx=40 cylinder_grid.ny=24)
+    d3=(grid.nx=8 grid.ny=8 grid.nz=8 cylinder_grid.nx=40 cylinder_grid.ny=24 cylinder_grid.nz=4)
+    timing=(repeats=2 min_time_s=0.05 kernel_profile=2 bandwidth.bytes=8388608 bandwidth.repeats=2)
+    run_size=(grid.nx=40 grid.ny=24 engine=pallas)
+    fused_steps=20 instrumented_steps=10 window=(profile.warmup_steps=2 profile.steps=4)
+  else  # 1024^2 x 9 x 4 B = 38 MB and 128^3 x 19 x 4 B = 159 MB of populations: well over the 60 MB L2 at 128^3
+    d2=(grid.nx=1024 grid.ny=1024)
+    d3=(grid.nx=128 grid.ny=128 grid.nz=128 cylinder_grid.nz=32)
+    timing=(repeats=3 min_time_s=0.2 kernel_profile=20 bandwidth.repeats=5)
+    run_size=()
+    fused_steps=2000 instrumented_steps=200 window=(profile.warmup_steps=5 profile.steps=20)
+  fi
+  for lat in d2q9 d3q19; do
+    if [[ $lat == d2q9 ]]; then size=("${d2[@]}"); else size=("${d3[@]}"); fi
+    step "bench $lat ${size[*]} (pallas, xla)" 150 "$out/bench-$lat.log" "${lbm[@]}" bench lattice=$lat \
+      "variants=[pallas,xla]" "cases=[periodic,cylinder]" "${size[@]}" "${timing[@]}" "hydra.run.dir=$out/bench-$lat"
+    check "bench $lat wrote bench.json with pallas records" grep -q '"engine": "pallas"' "$out/bench-$lat/bench.json"
+  done
+
+  # --- the default case, profiled, both modes ----------------------------------------------------------------------
+  for mode in fused instrumented; do
+    steps=$fused_steps; [[ $mode == instrumented ]] && steps=$instrumented_steps
+    step "profiled run, mode=$mode, $steps steps" 120 "$out/profile-$mode.log" "${lbm[@]}" run mode=$mode \
+      steps=$steps output.every=0 profile.enabled=true "${window[@]}" "${run_size[@]}" "hydra.run.dir=$out/profile-$mode"
+    check "profile-$mode wrote its breakdown" test -s "$out/profile-$mode/profile/breakdown.csv"
+  done
+else
+  fail "jax on the $device" "$("$python" -c 'import jax; print(jax.devices())' 2>&1 | tail -n 5 | tr '\n' ' ')"
+  say "skipped the device tests, bench and profiled runs: jax does not see the $device"
 fi
-for lat in d2q9 d3q19; do
-  if [[ $lat == d2q9 ]]; then size=("${d2[@]}"); else size=("${d3[@]}"); fi
-  step "bench $lat ${size[*]} (pallas, xla)" 150 "$out/bench-$lat.log" "${lbm[@]}" bench lattice=$lat \
-    "variants=[pallas,xla]" "cases=[periodic,cylinder]" "${size[@]}" "${timing[@]}" "hydra.run.dir=$out/bench-$lat"
-  check "bench $lat wrote bench.json with pallas records" grep -q '"engine": "pallas"' "$out/bench-$lat/bench.json"
-done
-
-# --- the default case, profiled, both modes ----------------------------------------------------------------------
-for mode in fused instrumented; do
-  steps=$fused_steps; [[ $mode == instrumented ]] && steps=$instrumented_steps
-  step "profiled run, mode=$mode, $steps steps" 120 "$out/profile-$mode.log" "${lbm[@]}" run mode=$mode \
-    steps=$steps output.every=0 profile.enabled=true "${window[@]}" "${run_size[@]}" "hydra.run.dir=$out/profile-$mode"
-  check "profile-$mode wrote its breakdown" test -s "$out/profile-$mode/profile/breakdown.csv"
-done
 
 # --- results ------------------------------------------------------------------------------------------------------
+# the figures, also in the run tool's output tail (its last 12,000 characters), should the files not come back
+"$python" - "$out" <<'PY' 2>&1 | tee -a "$summary"
+import csv
+import json
+import sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+for lat in ("d2q9", "d3q19"):
+    try:
+        d = json.loads((out / f"bench-{lat}" / "bench.json").read_text())
+    except (OSError, ValueError) as exc:
+        print(f"bench {lat}: no bench.json ({exc})")
+        continue
+    env, bw = d.get("environment", {}), d.get("bandwidth") or {}
+    print(f"bench {lat}: {env.get('gpu_model') or env.get('device_kind')}, jax {env.get('jax')}, "
+          f"copy bandwidth {bw.get('bandwidth_gbs', float('nan')):.0f} GB/s")
+    for r in d.get("records", []):
+        print(f"  {r['case']:9} {'x'.join(map(str, r['grid'])):12} {r['engine']:7} "
+              f"{r['mlups']['median']:10.1f} MLUPS (spread {r['mlups'].get('spread_pct', 0):.0f} %)  "
+              f"{100 * (r.get('fraction_of_roofline') or 0):5.1f} % of the copy roofline  "
+              f"{r.get('bytes_per_cell_update')} B/cell")
+for mode in ("fused", "instrumented"):
+    path = out / f"profile-{mode}" / "profile" / "breakdown.csv"
+    if not path.exists():
+        print(f"profile {mode}: no breakdown.csv")
+        continue
+    print(f"profile {mode}: stage, status, median ms, device median ms, share")
+    for r in csv.DictReader(path.open()):
+        if r["status"] != "skipped":
+            print(f"  {r['stage'][:48]:48} {r['status']:11} {r['median_ms'] or '-':>10} "
+                  f"{r['device_median_ms'] or '-':>10} {r['share'] or '-':>10}")
+PY
 du -sh "$out"/profile-*/profile 2>/dev/null | sed 's/^/device_check: trace folder /' | tee -a "$summary"
 if (( ${#failed[@]} )); then
-  say "done in $(( $(date +%s) - start )) s: ${#failed[@]} FAILED: ${failed[*]}"
+  say "done in $(( $(date +%s) - start )) s: ${#failed[@]} FAILED: $(printf "%s; " "${failed[@]}")"
 else
   say "done in $(( $(date +%s) - start )) s: every step passed; results under $out"
 fi
