@@ -121,6 +121,7 @@ case "$install" in
     whl=("$root"/.whl/*.whl)
     if [[ -e "${whl[0]}" ]]; then
       site=$(mktemp -d "${TMPDIR:-/tmp}/lbm-device-site.XXXXXX")
+      trap 'rm -rf "$site"' EXIT
       # the device README's offline recipe: no index, no dependency resolution, into a folder on PYTHONPATH
       step "install ${#whl[@]} carried wheels from .whl/ offline" 120 "$out/install.log" \
         "$python" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
