@@ -2,15 +2,18 @@
 # Creates .venv-accel: the accelerator COMPILE environment, kept apart from the runtime .venv.
 #   bash scripts/accel_env.sh            -> create or reuse .venv-accel, print its python
 #   bash scripts/accel_env.sh --check    -> exit 0 if .venv-accel is complete and current, 1 otherwise; installs nothing
-# It holds the runtime's jax version plus jax-cuda12-plugin, jax-cuda12-pjrt (CUDA compiler, no NVIDIA
-# libraries: enough to compile for a GPU without one) and libtpu (the jax[tpu] extra), and lbm (editable,
-# with its test tools). Then: JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 .venv-accel/bin/python -m lbm inspect target=h100
+# It holds the runtime's jax version plus jax-cuda<N>-plugin, jax-cuda<N>-pjrt (CUDA compiler, no NVIDIA
+# libraries: enough to compile for a GPU without one; N = LBM_CUDA_MAJOR, 12 by default) and libtpu (the
+# jax[tpu] extra), and lbm (editable, with its test tools). Then: JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 .venv-accel/bin/python -m lbm inspect target=h100
 # (inspect sets that variable itself). On a CPU-only machine an installed CUDA plugin prints an initialisation
 # error at every jax start, which is why these packages never go into .venv.
 # Idempotent: a stamp file records what was installed; a second run with the same versions only checks.
 # Cache-friendly: pip's cache (PIP_CACHE_DIR) holds the wheels; CI can cache .venv-accel/ keyed on the stamp.
 # Environment: LBM_PYTHON (interpreter >= 3.12 for the venv), LBM_JAX_VERSION (default: the runtime's jax),
-#              LBM_ACCEL_VENV (default: <repo>/.venv-accel).
+#              LBM_ACCEL_VENV (default: <repo>/.venv-accel), LBM_CUDA_MAJOR (12 | 13; default 12).
+# The workplace's lent H200 runs jax 0.11.2 with the CUDA 13 plugin (/work/.library/device/KINDS.md); its exact
+# stack, to prove the pallas engine's Triton lowering on it without the device:
+#   LBM_JAX_VERSION=0.11.2 LBM_CUDA_MAJOR=13 LBM_ACCEL_VENV=~/.cache/lbm/venv-accel-cuda13 bash scripts/accel_env.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${LBM_ACCEL_VENV:-$root/.venv-accel}
@@ -31,24 +34,29 @@ if [[ -z "$jax_version" ]]; then
   echo "accel_env.sh: no runtime jax found (run 'bash install.sh' first, or set LBM_JAX_VERSION=0.12.0.1)" >&2
   exit 1
 fi
+cuda=${LBM_CUDA_MAJOR:-12}
+[[ "$cuda" == 12 || "$cuda" == 13 ]] || { echo "accel_env.sh: LBM_CUDA_MAJOR must be 12 or 13, not '$cuda'" >&2; exit 1; }
+# lbm's accel extra names the CUDA 12 plugin; with CUDA 13 the plugin is named below instead
+extras="test,accel"; [[ "$cuda" == 13 ]] && extras="test"
 # pyproject.toml's hash: a changed dependency (e.g. a new test tool) reinstalls instead of passing as current
 deps=$(python3 -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()[:16])' "$root/pyproject.toml")
-want="jax==$jax_version jax[tpu]==$jax_version jax-cuda12-plugin==$jax_version jax-cuda12-pjrt==$jax_version lbm[test,accel]@$root pyproject:$deps"
+want="jax==$jax_version jax[tpu]==$jax_version jax-cuda$cuda-plugin==$jax_version jax-cuda$cuda-pjrt==$jax_version lbm[$extras]@$root pyproject:$deps"
 stamp="$venv/.lbm-accel-stamp"
 
 complete() {
   [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
-  JAX_PLATFORMS=cpu JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 "$venv/bin/python" - "$jax_version" "$root" <<'EOF' >/dev/null 2>&1
-import importlib.metadata as md, os, sys
-import jax, lbm, libtpu, jax_plugins.xla_cuda12  # noqa: F401
+  JAX_PLATFORMS=cpu JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 "$venv/bin/python" - "$jax_version" "$root" "$cuda" <<'EOF' >/dev/null 2>&1
+import importlib, importlib.metadata as md, os, sys
+import jax, lbm, libtpu  # noqa: F401
+importlib.import_module(f"jax_plugins.xla_cuda{sys.argv[3]}")
 assert jax.__version__ == sys.argv[1]
-assert md.version("jax-cuda12-plugin") == md.version("jax-cuda12-pjrt") == sys.argv[1]
+assert md.version(f"jax-cuda{sys.argv[3]}-plugin") == md.version(f"jax-cuda{sys.argv[3]}-pjrt") == sys.argv[1]
 assert os.path.dirname(os.path.dirname(os.path.abspath(lbm.__file__))) == sys.argv[2]
 EOF
 }
 
 if complete; then
-  echo "accel_env.sh: $venv is current (jax $jax_version, CUDA plugin, libtpu): $venv/bin/python"
+  echo "accel_env.sh: $venv is current (jax $jax_version, CUDA $cuda plugin, libtpu): $venv/bin/python"
   exit 0
 fi
 [[ -n "$check_only" ]] && { echo "accel_env.sh: $venv is missing or out of date" >&2; exit 1; }
@@ -63,10 +71,10 @@ pip=("$venv/bin/python" -m pip install --disable-pip-version-check --quiet)
 # One resolver call: jax pinned to the runtime's version, its TPU extra (libtpu), the CUDA compiler plugin
 # without the NVIDIA wheels (no [with-cuda]: they are only needed to run, not to compile), and lbm.
 "${pip[@]}" "jax[tpu]==$jax_version" "jaxlib==$jax_version" \
-  "jax-cuda12-plugin==$jax_version" "jax-cuda12-pjrt==$jax_version" -e "$root[test,accel]"
+  "jax-cuda$cuda-plugin==$jax_version" "jax-cuda$cuda-pjrt==$jax_version" -e "$root[$extras]"
 echo "$want" > "$stamp"
 if ! complete; then
   echo "accel_env.sh: $venv was installed but does not import jax $jax_version, libtpu and the CUDA plugin" >&2
   exit 1
 fi
-echo "accel_env.sh: ready (jax $jax_version, CUDA plugin, libtpu): $venv/bin/python"
+echo "accel_env.sh: ready (jax $jax_version, CUDA $cuda plugin, libtpu): $venv/bin/python"

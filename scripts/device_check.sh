@@ -1,39 +1,84 @@
 #!/usr/bin/env bash
-# Device check: on a machine with an NVIDIA GPU (or a TPU VM), in under 8 minutes,
-#   1. installs the runtime's jax with the accelerator's wheels (jax[cuda12] or jax[tpu]) and lbm into .venv-device/,
-#   2. runs the tests marked `device` (pallas vs xla on the device, a profiled run's device-clock breakdown),
-#   3. runs `lbm bench` for the pallas (auto) and xla engines, D2Q9 (1024^2) and D3Q19 (128^3), bandwidth measured
-#      in the same run,
-#   4. runs the default case (cylinder) profiled, fused and instrumented,
-# and leaves everything under outputs/device-check/ (logs, bench.json files, run directories with profile/).
-#   bash scripts/device_check.sh            # everything
-# Environment: LBM_PYTHON (interpreter >= 3.12), LBM_JAX_VERSION (default: the version in .venv, else 0.12.0.1),
-#              LBM_DEVICE_VENV (default <repo>/.venv-device), LBM_DEVICE (cuda | tpu; default: detected).
-# Every step fails loudly: the script stops at the first failure with the step's name and its log's tail.
-set -euo pipefail
+# Device check (issue 10, item 5): on a machine with an NVIDIA GPU (or a TPU VM), in about 6 minutes,
+#   1. finds (or installs) a jax that sees the accelerator, and lbm's other dependencies,
+#   2. runs the tests marked `device` (compiled pallas vs xla on the device; a profiled run's device-clock breakdown),
+#   3. runs `lbm bench` for the pallas and xla engines, D2Q9 (1024^2) and D3Q19 (128^3; the cylinder 420x180x32),
+#      the device's copy bandwidth measured in the same run,
+#   4. runs the default case (cylinder) profiled, fused and instrumented (short runs: a trace well under 2 MB),
+# and leaves everything under outputs/device-check/ (summary.txt, logs, bench-*/bench.json, profile-*/profile/).
+# Every step runs whatever happened before it: a failure is recorded (summary.txt, its log's tail) and the next
+# step goes on; the script exits 1 at the end if any step failed.
+#
+# ON THE WORKPLACE'S LENT GPU MACHINE (nvidia-h200; /work/.library/device/): "nothing outside it can be reached",
+# python3 is Python 3.12.3 with jax 0.11.2 + jax-cuda13-plugin 0.11.2 preinstalled, and 15 minutes of device time
+# per session include the machine's start (1-2 min). Here, with network, first: `bash scripts/device_wheels.sh`
+# (the ~1 MB of pure-Python wheels that machine lacks: hydra-core, omegaconf, antlr4, perfetto, pyevtk, submitit,
+# into the ignored .whl/), then ONE call of the `run` tool:
+#   run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 480
+# It prints the results' summary and copies them into $OUT (at most 8 files, each <= 16 MiB: summary.txt,
+# the two bench.json, the two breakdown.csv, pytest-device.xml, device-check.tgz with everything else).
+#
+# Which python (LBM_DEVICE_INSTALL):
+#   preinstalled  $LBM_PYTHON (default python3) as it is: its jax must see the accelerator. Wheels in .whl/, if
+#                 any, are installed offline first (pip --no-index --no-deps --target <tmp>/site, on PYTHONPATH);
+#                 no network is used. The lent machine's path.
+#   venv          (needs network) a venv $LBM_DEVICE_VENV (default <repo>/.venv-device) with jax[cuda12] (or
+#                 jax[tpu]) == LBM_JAX_VERSION (default: .venv's jax, else 0.12.0.1) and lbm[test] from a registry.
+#   auto          (default) preinstalled when $LBM_PYTHON/python3's jax already sees the accelerator, else venv.
+#                 The lent machine's line names preinstalled: a venv there would wait on pip's network timeouts.
+# Other environment: LBM_DEVICE (cuda | tpu | cpu; default: detected), LBM_CHECK_BUDGET_S (default 420: steps
+# are cut to what is left of it, so the whole check ends before the run tool's limit).
+# REHEARSAL on a CPU machine: LBM_DEVICE=cpu runs every step the same way on the CPU backend with tiny grids, the
+# pallas kernel in interpret mode (what a GPU runs compiled), the device tests included (LBM_DEVICE_REHEARSAL=1
+# lets them run on the CPU); only the check that engine=auto picks pallas is left out (on a CPU it picks native
+# or xla). To rehearse "no network": PIP_NO_INDEX=1 LBM_DEVICE_INSTALL=preinstalled LBM_PYTHON=<a python with
+# jax 0.11.2 and the device's packages> OUT=<a folder>.
+set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+run_tool_line='run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 480'
+echo "device_check: on the workplace's lent GPU machine, after 'bash scripts/device_wheels.sh' here, call:"
+echo "device_check:   $run_tool_line"
 out=outputs/device-check
-venv=${LBM_DEVICE_VENV:-$root/.venv-device}
+rm -rf "$out"
 mkdir -p "$out"
 start=$(date +%s)
+budget=${LBM_CHECK_BUDGET_S:-420}
 summary="$out/summary.txt"
 : > "$summary"
+failed=()
 
 say() { echo "device_check: $*" | tee -a "$summary"; }
-die() { echo "device_check: FAILED: $*" | tee -a "$summary" >&2; exit 1; }
-step() {  # step NAME TIMEOUT_S LOG COMMAND...: run with a time limit; on failure print the log's tail and stop
+fail() {  # fail NAME WHY: record a failed step and go on
+  failed+=("$1")
+  say "FAILED: $1: $2"
+}
+step() {  # step NAME LIMIT_S LOG COMMAND...: run with a time limit (cut to the budget left); record and go on
   local name=$1 limit=$2 log=$3; shift 3
-  local t0; t0=$(date +%s)
-  say "$name ..."
-  local rc=0
-  timeout "$limit" "$@" >"$log" 2>&1 || rc=$?
+  local t0 left rc=0
+  t0=$(date +%s)
+  left=$(( start + budget - t0 - 20 ))  # 20 s kept for packing the results
+  (( left < limit )) && limit=$left
+  if (( limit < 10 )); then
+    fail "$name" "not run: the ${budget} s budget is spent"
+    return 1
+  fi
+  say "$name (limit ${limit} s) ..."
+  timeout -k 10 "$limit" "$@" >"$log" 2>&1 || rc=$?
   if (( rc != 0 )); then
-    tail -n 40 "$log" >&2
-    (( rc == 124 )) && die "$name: timed out after $limit s (full log: $log)"
-    die "$name (exit $rc after $(( $(date +%s) - t0 )) s; full log: $log)"
+    tail -n 30 "$log" | sed 's/^/    /' | tee -a "$summary" >&2
+    if (( rc == 124 || rc == 137 )); then
+      fail "$name" "timed out after $limit s (log: $log)"
+    else
+      fail "$name" "exit $rc after $(( $(date +%s) - t0 )) s (log: $log)"
+    fi
+    return 1
   fi
   say "$name: ok in $(( $(date +%s) - t0 )) s (log: $log)"
+}
+check() {  # check NAME CONDITION-COMMAND...: a postcondition of a step; record a failure and go on
+  local name=$1; shift
+  "$@" || fail "$name" "check failed: $*"
 }
 
 # --- which accelerator ----------------------------------------------------------------------------------------
@@ -44,72 +89,189 @@ if [[ -z "$device" ]]; then
   elif ls /dev/accel* >/dev/null 2>&1 || ls /dev/vfio/* >/dev/null 2>&1; then
     device=tpu
   else
-    die "no NVIDIA GPU (nvidia-smi -L) and no TPU (/dev/accel*, /dev/vfio) here; set LBM_DEVICE=cuda|tpu to force"
+    echo "device_check: no NVIDIA GPU (nvidia-smi -L) and no TPU (/dev/accel*, /dev/vfio) here;" \
+      "set LBM_DEVICE=cuda|tpu to force, or LBM_DEVICE=cpu to rehearse on the CPU" >&2
+    exit 2
   fi
 fi
 case "$device" in
-  cuda) extra="cuda12"; jax_extra="cuda12" ;;
-  tpu) extra="tpu"; jax_extra="tpu" ;;
-  *) die "LBM_DEVICE must be cuda or tpu, not '$device'" ;;
+  cuda) backend=gpu; jax_extra=cuda12 ;;
+  tpu) backend=tpu; jax_extra=tpu ;;
+  cpu) backend=cpu; jax_extra="" ;;
+  *) echo "device_check: LBM_DEVICE must be cuda, tpu or cpu, not '$device'" >&2; exit 2 ;;
 esac
-[[ "$device" == cuda ]] && nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
-say "device: $device"
+rehearsal=""
+[[ $device == cpu ]] && rehearsal=1
+[[ $device == cuda ]] && { nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true; }
+say "device: $device${rehearsal:+ (rehearsal on the CPU: tiny grids, pallas in interpret mode)}; budget ${budget} s"
 
 # --- environment ------------------------------------------------------------------------------------------------
-jax_version=${LBM_JAX_VERSION:-}
-if [[ -z "$jax_version" && -x "$root/.venv/bin/python" ]]; then
-  jax_version=$("$root/.venv/bin/python" -c 'import jax; print(jax.__version__)' 2>/dev/null || true)
+sees() {  # sees PYTHON: its jax imports and its default backend is the one wanted
+  [[ "$("$1" -c 'import jax; print(jax.default_backend())' 2>/dev/null | tail -n 1)" == "$backend" ]]
+}
+install=${LBM_DEVICE_INSTALL:-auto}
+python=${LBM_PYTHON:-python3}
+if [[ $install == auto ]]; then
+  if command -v "$python" >/dev/null 2>&1 && sees "$python"; then install=preinstalled; else install=venv; fi
 fi
-jax_version=${jax_version:-0.12.0.1}
-py=$(LBM_PYTHON="${LBM_PYTHON:-}" bash "$root/install.sh" --find-python) || die "no python >= 3.12 (set LBM_PYTHON)"
-if [[ ! -x "$venv/bin/python" ]]; then
-  "$py" -m venv "$venv" || die "could not create $venv with $py"
-fi
-pip=("$venv/bin/python" -m pip install --disable-pip-version-check --quiet)
-step "install jax[$jax_extra]==$jax_version and lbm[test]" 300 "$out/install.log" \
-  "${pip[@]}" "jax[$jax_extra]==$jax_version" -e "$root[test]"
-python="$venv/bin/python"
-step "jax sees the $device" 120 "$out/devices.log" "$python" - "$device" <<'PY'
+pythonpath=$root
+case "$install" in
+  preinstalled)
+    python=$(command -v "$python") || { echo "device_check: no $python (set LBM_PYTHON)" >&2; exit 2; }
+    whl=("$root"/.whl/*.whl)
+    if [[ -e "${whl[0]}" ]]; then
+      site=$(mktemp -d "${TMPDIR:-/tmp}/lbm-device-site.XXXXXX")
+      trap 'rm -rf "$site"' EXIT
+      # the device README's offline recipe: no index, no dependency resolution, into a folder on PYTHONPATH
+      step "install ${#whl[@]} carried wheels from .whl/ offline" 120 "$out/install.log" \
+        "$python" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
+        --upgrade --target "$site" "${whl[@]}"
+      pythonpath=$root:$site
+    fi
+    ;;
+  venv)
+    [[ -n "$jax_extra" ]] || { echo "device_check: LBM_DEVICE=cpu has no venv install (use preinstalled)" >&2; exit 2; }
+    venv=${LBM_DEVICE_VENV:-$root/.venv-device}
+    jax_version=${LBM_JAX_VERSION:-}
+    if [[ -z "$jax_version" && -x "$root/.venv/bin/python" ]]; then
+      jax_version=$("$root/.venv/bin/python" -c 'import jax; print(jax.__version__)' 2>/dev/null || true)
+    fi
+    jax_version=${jax_version:-0.12.0.1}
+    py=$(LBM_PYTHON="${LBM_PYTHON:-}" bash "$root/install.sh" --find-python) \
+      || { echo "device_check: no python >= 3.12 (set LBM_PYTHON)" >&2; exit 2; }
+    [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv" || { echo "device_check: no venv at $venv" >&2; exit 2; }
+    step "install jax[$jax_extra]==$jax_version and lbm[test] (network)" 300 "$out/install.log" \
+      "$venv/bin/python" -m pip install --disable-pip-version-check --quiet "jax[$jax_extra]==$jax_version" -e "$root[test]"
+    python=$venv/bin/python
+    ;;
+  *) echo "device_check: LBM_DEVICE_INSTALL must be auto, preinstalled or venv, not '$install'" >&2; exit 2 ;;
+esac
+export PYTHONPATH=$pythonpath PYTHONUNBUFFERED=1
+[[ -n "$rehearsal" ]] && export LBM_DEVICE_REHEARSAL=1 JAX_PLATFORMS=cpu
+say "python: $python ($install); PYTHONPATH=$PYTHONPATH"
+
+step "jax sees the $device; lbm and its dependencies import" 120 "$out/devices.log" "$python" - "$backend" <<'PY'
+import importlib.metadata as md
 import sys
+
 import jax
-want = {"cuda": "gpu", "tpu": "tpu"}[sys.argv[1]]
-print(jax.__version__, jax.devices())
-if jax.default_backend() != want:
-    sys.exit(f"jax's default backend is {jax.default_backend()}, not {want}: the {sys.argv[1]} wheels did not load")
-from lbm.engines import make_engine  # auto must pick pallas here
-from lbm.simulation import make_case
+
+print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", md.version("jaxlib"), jax.devices())
+for name in ("jax-cuda13-plugin", "jax-cuda12-plugin", "numpy", "hydra-core", "omegaconf", "perfetto", "pyevtk"):
+    try:
+        print(f"  {name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"  {name} not installed")
+if jax.default_backend() != sys.argv[1]:
+    sys.exit(f"jax's default backend is {jax.default_backend()}, not {sys.argv[1]}: the accelerator's plugin did not load")
+import hydra, omegaconf, pyevtk  # noqa: E401, F401  lbm's runtime dependencies that the lent machine lacks
 from lbm.config import load
+from lbm.engines import make_engine
+from lbm.simulation import make_case
+
 engine = make_engine(make_case(load([])).setup())
-print("auto engine on this device:", engine.name, engine.note)
-if engine.name != "pallas":
+print("engine=auto on this device:", engine.name, engine.note)
+if sys.argv[1] != "cpu" and engine.name != "pallas":  # on a CPU auto picks native or xla
     sys.exit(f"engine=auto picked {engine.name}, not pallas: {engine.note}")
 PY
 
-# --- tests marked device ----------------------------------------------------------------------------------------
-step "pytest -m device" 240 "$out/pytest-device.log" \
-  env PYTHONPATH="$root" "$python" -m pytest -q -m device tests/test_engines_pallas.py \
-  --junitxml="$out/pytest-device.xml"
-grep -q " passed" "$out/pytest-device.log" || die "pytest -m device passed nothing (all skipped?): $out/pytest-device.log"
+# Everything below needs jax on the accelerator: without it (a plugin that did not load) the steps would run
+# on the CPU for the whole budget, so they are skipped and the failure says why.
+if sees "$python"; then
+  # --- tests marked device (-n 0: one process; xdist workers would each take the GPU's memory) ---------------
+  XLA_PYTHON_CLIENT_PREALLOCATE=false step "pytest -m device" 240 "$out/pytest-device.log" \
+    "$python" -m pytest -q -n 0 -p no:cacheprovider -m device tests/test_engines_pallas.py \
+    --junitxml="$out/pytest-device.xml"
+  check "pytest -m device ran its tests" grep -q " passed" "$out/pytest-device.log"
+  check "pytest -m device skipped none" bash -c "! grep -q ' skipped' '$out/pytest-device.log'"
 
-# --- bench: pallas (auto) and xla, D2Q9 and D3Q19, bandwidth in the same run --------------------------------------
-lbm=(env PYTHONPATH="$root" "$python" -m lbm)
-step "bench d2q9 1024^2 (auto=pallas, xla)" 240 "$out/bench-d2q9.log" "${lbm[@]}" bench lattice=d2q9 \
-  "variants=[auto,xla]" "cases=[periodic,cylinder]" grid.nx=1024 grid.ny=1024 repeats=3 min_time_s=0.3 \
-  bandwidth.repeats=5 "hydra.run.dir=$out/bench-d2q9"
-step "bench d3q19 128^3 (auto=pallas, xla)" 240 "$out/bench-d3q19.log" "${lbm[@]}" bench lattice=d3q19 \
-  "variants=[auto,xla]" "cases=[periodic,cylinder]" grid.nx=128 grid.ny=128 grid.nz=128 cylinder_grid.nz=32 \
-  repeats=3 min_time_s=0.3 bandwidth.repeats=5 "hydra.run.dir=$out/bench-d3q19"
-for b in bench-d2q9 bench-d3q19; do
-  [[ -s "$out/$b/bench.json" ]] || die "$out/$b/bench.json is missing"
-  grep -q '"pallas"' "$out/$b/bench.json" || die "$out/$b/bench.json has no pallas record (auto did not pick pallas)"
-done
+  # --- bench: pallas and xla, D2Q9 and D3Q19, bandwidth in the same run --------------------------------------------
+  lbm=("$python" -m lbm)
+  if [[ -n "$rehearsal" ]]; then  # interpret mode: 19-25 MLUPS at 32^2 on a 2-core CPU (one compile per config)
+    d2=(grid.nx=32 grid.ny=32 cylinder_grid.nx=40 cylinder_grid.ny=24)
+    d3=(grid.nx=8 grid.ny=8 grid.nz=8 cylinder_grid.nx=40 cylinder_grid.ny=24 cylinder_grid.nz=4)
+    timing=(repeats=2 min_time_s=0.05 kernel_profile=2 bandwidth.bytes=8388608 bandwidth.repeats=2)
+    run_size=(grid.nx=40 grid.ny=24 engine=pallas)
+    fused_steps=20 instrumented_steps=10 window=(profile.warmup_steps=2 profile.steps=4)
+  else  # 1024^2 x 9 x 4 B = 38 MB and 128^3 x 19 x 4 B = 159 MB of populations: well over the 60 MB L2 at 128^3
+    d2=(grid.nx=1024 grid.ny=1024)
+    d3=(grid.nx=128 grid.ny=128 grid.nz=128 cylinder_grid.nz=32)
+    timing=(repeats=3 min_time_s=0.2 kernel_profile=20 bandwidth.repeats=5)
+    run_size=()
+    fused_steps=2000 instrumented_steps=200 window=(profile.warmup_steps=5 profile.steps=20)
+  fi
+  for lat in d2q9 d3q19; do
+    if [[ $lat == d2q9 ]]; then size=("${d2[@]}"); else size=("${d3[@]}"); fi
+    step "bench $lat ${size[*]} (pallas, xla)" 150 "$out/bench-$lat.log" "${lbm[@]}" bench lattice=$lat \
+      "variants=[pallas,xla]" "cases=[periodic,cylinder]" "${size[@]}" "${timing[@]}" "hydra.run.dir=$out/bench-$lat"
+    check "bench $lat wrote bench.json with pallas records" grep -q '"engine": "pallas"' "$out/bench-$lat/bench.json"
+  done
 
-# --- the default case, profiled, both modes ----------------------------------------------------------------------
-for mode in fused instrumented; do
-  steps=2000; [[ $mode == instrumented ]] && steps=200
-  step "profiled run, mode=$mode" 180 "$out/profile-$mode.log" "${lbm[@]}" run mode=$mode steps=$steps \
-    profile.enabled=true "hydra.run.dir=$out/profile-$mode"
-  [[ -s "$out/profile-$mode/profile/breakdown.csv" ]] || die "$out/profile-$mode/profile/breakdown.csv is missing"
-done
+  # --- the default case, profiled, both modes ----------------------------------------------------------------------
+  for mode in fused instrumented; do
+    steps=$fused_steps; [[ $mode == instrumented ]] && steps=$instrumented_steps
+    step "profiled run, mode=$mode, $steps steps" 120 "$out/profile-$mode.log" "${lbm[@]}" run mode=$mode \
+      steps=$steps output.every=0 profile.enabled=true "${window[@]}" "${run_size[@]}" "hydra.run.dir=$out/profile-$mode"
+    check "profile-$mode wrote its breakdown" test -s "$out/profile-$mode/profile/breakdown.csv"
+  done
+else
+  fail "jax on the $device" "$("$python" -c 'import jax; print(jax.devices())' 2>&1 | tail -n 5 | tr '\n' ' ')"
+  say "skipped the device tests, bench and profiled runs: jax does not see the $device"
+fi
 
-say "done in $(( $(date +%s) - start )) s; results under $out (summary.txt, bench-*/bench.json, profile-*/profile/)"
+# --- results ------------------------------------------------------------------------------------------------------
+# the figures, also in the run tool's output tail (its last 12,000 characters), should the files not come back
+"$python" - "$out" <<'PY' 2>&1 | tee -a "$summary"
+import csv
+import json
+import sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+for lat in ("d2q9", "d3q19"):
+    try:
+        d = json.loads((out / f"bench-{lat}" / "bench.json").read_text())
+    except (OSError, ValueError) as exc:
+        print(f"bench {lat}: no bench.json ({exc})")
+        continue
+    env, bw = d.get("environment", {}), d.get("bandwidth") or {}
+    print(f"bench {lat}: {env.get('gpu_model') or env.get('device_kind')}, jax {env.get('jax')}, "
+          f"copy bandwidth {bw.get('bandwidth_gbs', float('nan')):.0f} GB/s")
+    for r in d.get("records", []):
+        print(f"  {r['case']:9} {'x'.join(map(str, r['grid'])):12} {r['engine']:7} "
+              f"{r['mlups']['median']:10.1f} MLUPS (spread {r['mlups'].get('spread_pct', 0):.0f} %)  "
+              f"{100 * (r.get('fraction_of_roofline') or 0):5.1f} % of the copy roofline  "
+              f"{r.get('bytes_per_cell_update')} B/cell")
+for mode in ("fused", "instrumented"):
+    path = out / f"profile-{mode}" / "profile" / "breakdown.csv"
+    if not path.exists():
+        print(f"profile {mode}: no breakdown.csv")
+        continue
+    print(f"profile {mode}: stage, status, median ms, device median ms, share")
+    for r in csv.DictReader(path.open()):
+        if r["status"] != "skipped":
+            print(f"  {r['stage'][:48]:48} {r['status']:11} {r['median_ms'] or '-':>10} "
+                  f"{r['device_median_ms'] or '-':>10} {r['share'] or '-':>10}")
+PY
+du -sh "$out"/profile-*/profile 2>/dev/null | sed 's/^/device_check: trace folder /' | tee -a "$summary"
+if (( ${#failed[@]} )); then
+  say "done in $(( $(date +%s) - start )) s: ${#failed[@]} FAILED: $(printf "%s; " "${failed[@]}")"
+else
+  say "done in $(( $(date +%s) - start )) s: every step passed; results under $out"
+fi
+if [[ -n "${OUT:-}" ]]; then  # the run tool brings back <= 8 plain files, <= 16 MiB each, from $OUT
+  mkdir -p "$OUT"
+  for lat in d2q9 d3q19; do cp "$out/bench-$lat/bench.json" "$OUT/bench-$lat.json" 2>/dev/null; done
+  for mode in fused instrumented; do
+    cp "$out/profile-$mode/profile/breakdown.csv" "$OUT/breakdown-$mode.csv" 2>/dev/null
+  done
+  cp "$out/pytest-device.xml" "$OUT/" 2>/dev/null
+  tar czf "$OUT/device-check.tgz" "$out"
+  if (( $(stat -c %s "$OUT/device-check.tgz") > 15 * 2**20 )); then  # keep the logs; leave out the largest traces
+    tar czf "$OUT/device-check.tgz" --exclude='*.xplane.pb' --exclude='*trace.json.gz' "$out"
+    say "device-check.tgz over 15 MiB: packed without the raw traces"
+  fi
+  cp "$summary" "$OUT/summary.txt"
+  echo "device_check: in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+fi
+(( ${#failed[@]} == 0 ))

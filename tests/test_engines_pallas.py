@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from conftest import run_config, slow_except
 
+from lbm.bench.inspect import cuda_plugin
 from lbm.engines import make_engine
 from lbm.engines.pallas.engine import PallasEngine
 from lbm.engines.pallas.kernels import flat_step, rows_block, rows_step
@@ -54,7 +55,7 @@ def _setup(overrides, precision):
     return make_case(run_config(*overrides, f"precision={precision}")).setup()
 
 
-def _compare(setup, engine, steps, tol):
+def _compare(setup, engine, steps, tol, aux_tol=None):
     f0 = setup.initial_populations()
     f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
     f, aux = engine.advance(jnp.array(f0), steps)
@@ -63,7 +64,8 @@ def _compare(setup, engine, steps, tol):
     assert set(aux) == set(aux_ref)
     for k in aux:
         assert aux[k].shape == aux_ref[k].shape
-        np.testing.assert_allclose(np.asarray(aux[k]), np.asarray(aux_ref[k]), rtol=0, atol=tol * 10)
+        np.testing.assert_allclose(np.asarray(aux[k]), np.asarray(aux_ref[k]), rtol=0,
+                                   atol=tol * 10 if aux_tol is None else aux_tol)
 
 
 @pytest.mark.parametrize("name,precision,steps", slow_except(
@@ -169,7 +171,7 @@ CYLINDER = ["steps=100"]  # the default case: cylinder 420x180
                                                  ("cylinder", CYLINDER, 1.3)])
 def test_h100_loop_body_is_one_pallas_kernel_per_step(tmp_path, case, args, max_ratio):
     """Issue 10's targets: traffic_ratio <= 1.15 (box), <= 1.3 (cylinder); no whole-array copy or scatter."""
-    if not _installed("jax_plugins.xla_cuda12"):
+    if cuda_plugin() is None:
         pytest.skip("the CUDA plugin is not installed (bash scripts/accel_env.sh)")
     rec = _inspect(tmp_path, "target=h100", *args)
     assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
@@ -202,8 +204,12 @@ def test_v5e_loop_body_is_one_mosaic_kernel_per_step(tmp_path, case, args):
 
 
 # --- on a GPU or TPU (scripts/device_check.sh runs these: pytest -m device) -------------------------------------
+# LBM_DEVICE_REHEARSAL=1 (device_check.sh with LBM_DEVICE=cpu) runs them on the CPU, the kernel in interpret mode:
+# the script's rehearsal, so that the first run on a lent GPU does not fail for a reason a CPU could have shown.
 
-on_device = pytest.mark.skipif(jax.default_backend() not in ("gpu", "tpu"), reason="needs a GPU or TPU")
+REHEARSAL = os.environ.get("LBM_DEVICE_REHEARSAL", "") not in ("", "0")
+on_device = pytest.mark.skipif(jax.default_backend() not in ("gpu", "tpu") and not REHEARSAL,
+                               reason="needs a GPU or TPU (LBM_DEVICE_REHEARSAL=1 runs it on the CPU)")
 
 
 @pytest.mark.device
@@ -212,12 +218,17 @@ on_device = pytest.mark.skipif(jax.default_backend() not in ("gpu", "tpu"), reas
 def test_on_the_device_the_compiled_kernel_equals_the_reference(name):
     """The compiled kernel (Triton or Mosaic, not interpreted) against xla on the same device, 20 steps float32.
 
-    XLA and the kernel contract multiply-adds differently on a GPU; 20 steps of O(1e-7) rounding stay below 1e-5.
+    Not bitwise: XLA and Triton contract multiply-adds into FMAs differently, and Triton lowers a float32
+    division to PTX's div.full.f32 (2 ulp) where XLA's is correctly rounded. A few ulp of populations <= 0.47
+    per step (~1e-7) over 20 steps: about 2e-6. On the CPU (interpret mode against xla, 20 steps) the largest
+    differences are 6.9e-7 (populations, cylinder) and 7.6e-7 (the cylinder's force, of magnitude 0.29); the
+    bound, 1e-5 for both, is 5x the GPU estimate.
     """
     setup = _setup(CASES[name], "float32")
-    engine = make_engine(setup)
-    assert engine.name == "pallas" and not engine.interpret, engine.note
-    _compare(setup, engine, 20, 1e-5)
+    engine = make_engine(setup, engine="pallas" if REHEARSAL else "auto")
+    assert engine.name == "pallas", engine.note
+    assert engine.interpret == (jax.default_backend() == "cpu")  # compiled wherever there is an accelerator
+    _compare(setup, engine, 20, 1e-5, aux_tol=1e-5)
 
 
 @pytest.mark.device
@@ -227,10 +238,14 @@ def test_on_the_device_a_profiled_run_gives_a_device_clock_breakdown(tmp_path):
 
     from lbm.simulation import simulate
 
-    run = run_config("steps=200", "profile.enabled=true", "output.every=0")
+    size = ["grid.nx=40", "grid.ny=24", "engine=pallas"] if REHEARSAL else []  # interpret mode: a tiny grid
+    run = run_config("steps=40", "profile.enabled=true", "profile.warmup_steps=5", "profile.steps=10",
+                     "output.every=0", *size)
     metrics = simulate(run, tmp_path)
     assert metrics["engine"] == "pallas" and metrics["status"] == "completed"
     rows = list(csv.DictReader((tmp_path / "profile" / "breakdown.csv").open()))
-    stages = {r["stage"] for r in rows}
-    assert {"collide", "stream"} <= {s for r in stages for s in r.split("+")}
-    assert any(r["clock"] == "device" for r in rows)
+    # every timed stage row on the device clock (the column says which clock: "device: ..." or "host: ...")
+    timed = [r for r in rows if r["status"] in ("measured", "fused-group")]
+    assert timed and all(r["clock"].startswith("device:") and float(r["device_median_ms"]) > 0 for r in timed), timed
+    # the bulk kernel's time lands on the stages it does (its name, BULK_SCOPE, lists them)
+    assert [r for r in timed if {"collide", "stream"} <= set(r["stage"].split("+"))]

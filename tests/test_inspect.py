@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lbm.bench.inspect import cuda_plugin
 from lbm.hlo import array_bytes, loop_traffic, main_loop, tuple_elements
 from lbm.stages import STAGES
 
@@ -280,13 +281,17 @@ def _installed(module):
         return False
 
 
+CUDA = cuda_plugin() or "jax_plugins.xla_cuda12"
+"""The CUDA plugin's module: jax-cuda12-plugin's or jax-cuda13-plugin's, whichever is installed."""
+
+
 def run_cli(*args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "lbm", "inspect", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=600)
 
 
-@pytest.mark.skipif(_installed("jax_plugins.xla_cuda12"), reason="the CUDA plugin is installed here")
+@pytest.mark.skipif(_installed(CUDA), reason="the CUDA plugin is installed here")
 def test_without_the_cuda_plugin_one_line_says_how_to_get_it(tmp_path):
     res = run_cli("target=h100", "--out", str(tmp_path))
     assert res.returncode == 2
@@ -300,7 +305,7 @@ CASES = {"box": ["case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=40"], "
 
 
 @pytest.mark.accel
-@pytest.mark.parametrize("target,module", [("h100", "jax_plugins.xla_cuda12"), ("v5e", "libtpu")])
+@pytest.mark.parametrize("target,module", [("h100", CUDA), ("v5e", "libtpu")])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_deviceless_compile(tmp_path, target, module, case):
     if not _installed(module):
@@ -376,7 +381,7 @@ SHARDED = {
 @pytest.mark.parametrize("name", sorted(SHARDED))
 def test_sharded_deviceless_compile_halo_bytes_and_collectives(tmp_path, name):
     args, mesh, engine, halo = SHARDED[name]
-    module = "libtpu" if name.startswith("v5e") else "jax_plugins.xla_cuda12"
+    module = "libtpu" if name.startswith("v5e") else CUDA
     if not _installed(module):
         pytest.skip(f"{module} is not installed (bash scripts/accel_env.sh)")
     res = run_cli(*args, "--out", str(tmp_path))

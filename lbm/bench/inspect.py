@@ -2,8 +2,8 @@
 
 The chunk is the one ``engine=auto`` runs on that target (on a GPU or TPU: ``pallas``), for the
 configured case, grid, lattice and precision. It is compiled ahead of time: ``cpu`` with the
-installed jaxlib, CUDA targets through the CUDA plugin (``jax-cuda12-plugin``, no GPU or driver
-needed), TPU targets through libtpu. Targets are data: ``lbm/targets/<name>.yaml`` (platform, the
+installed jaxlib, CUDA targets through a CUDA plugin (``jax-cuda12-plugin`` or ``-cuda13-``, no GPU or
+driver needed), TPU targets through libtpu. Targets are data: ``lbm/targets/<name>.yaml`` (platform, the
 GPU description or TPU topology, the spec HBM bandwidth and its source).
 
 The loop body of the compiled chunk (the while loop of ``lax.scan``) is read by
@@ -169,10 +169,20 @@ def _installed(module: str) -> bool:
         return False
 
 
+CUDA_PLUGINS = ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
+"""JAX's CUDA plugins, either of which compiles for a CUDA target (jax-cuda12-plugin, jax-cuda13-plugin)."""
+
+
+def cuda_plugin() -> str | None:
+    """The installed CUDA plugin's module (one of ``CUDA_PLUGINS``), or None."""
+    return next((m for m in CUDA_PLUGINS if _installed(m)), None)
+
+
 def prepare_environment(target: Target) -> None:
     """Check the compiler for ``target`` is installed and set what a deviceless compile needs; call before jax starts."""
-    if target.platform == "cuda" and not _installed("jax_plugins.xla_cuda12"):
-        raise LbmError(f"target={target.name} needs the CUDA compiler plugin (jax-cuda12-plugin), not installed here: "
+    if target.platform == "cuda" and cuda_plugin() is None:
+        raise LbmError(f"target={target.name} needs a CUDA compiler plugin (jax-cuda12-plugin or jax-cuda13-plugin), "
+                       "not installed here: "
                        + ACCEL_HINT.format(name=target.name))
     if target.platform == "tpu" and not _installed("libtpu"):
         raise LbmError(f"target={target.name} needs libtpu (the jax[tpu] extra), not installed here: "
@@ -203,6 +213,18 @@ def target_for_run(target: Target, devices: int) -> Target:
     return with_topology(target, "", devices)
 
 
+def _tpu_host_bounds(topology: str) -> dict[str, tuple[int, ...]]:
+    """``chips_per_host_bounds`` for a TPU topology smaller than one host's 2x2 chips; none for larger ones.
+
+    libtpu 0.0.48 (jax[tpu] 0.11.2) refuses ``v5e:1x1`` unless told its host holds one chip ("not divisible by
+    the given (or default) chips_per_host_bounds 2x2x1"); libtpu 0.0.50 (jax 0.12) accepts either.
+    """
+    dims = chip_grid(topology)
+    if math.prod(dims) >= 4:
+        return {}
+    return {"chips_per_host_bounds": tuple(dims + [1] * (3 - len(dims)))}
+
+
 def _topology(target: Target) -> Any:
     """The deviceless topology of a CUDA or TPU target."""
     from jax.experimental import topologies
@@ -211,7 +233,8 @@ def _topology(target: Target) -> Any:
         if target.platform == "cuda":
             return topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(target),
                                                 topology=target.topology or "1x1x1")
-        return topologies.get_topology_desc(topology_name=target.topology, platform="tpu")
+        return topologies.get_topology_desc(topology_name=target.topology, platform="tpu",
+                                            **_tpu_host_bounds(target.topology))
     except Exception as exc:  # the compiler's own message says what it accepts
         raise LbmError(f"target={target.name} topology {target.topology!r} is refused by the "
                        f"{target.platform} compiler: {str(exc).splitlines()[0]}") from None

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from lbm.roofline import lbm_bytes_per_cell
 
 CASES = {"periodic": "taylor_green", "cylinder": "cylinder"}
-VARIANTS = ("auto", "native", "xla", "naive", "instrumented")
+VARIANTS = ("auto", "native", "pallas", "xla", "naive", "instrumented")
 PRECISIONS = {"float32": ("float32", "compute"), "float64": ("float64", "compute"),
               "f16-storage": ("float32", "float16"), "bf16-storage": ("float32", "bfloat16")}
 """bench precision -> (compute dtype, fused-mode storage)."""
