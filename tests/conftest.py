@@ -16,6 +16,17 @@ from lbm.engines import make_engine
 from lbm.profiling.breakdown import STEADY_MARK, WARMUP_MARK
 from lbm.simulation import prepare, simulate
 
+XLA_TEST_FLAG = "--xla_backend_optimization_level=0"
+"""The suite compiles without LLVM's optimisations (XLA's CPU backend level 0), in this process and, through
+XLA_FLAGS, in every subprocess a test starts: LLVM's code generation was 29 % of the suite's CPU time (688 -> 493 s),
+no test measures speed, and XLA's HLO passes (the fusions and buffers that inspect and the profiler read) are the
+same: the optimised HLO of the xla engine's chunk is identical line for line at either level (measured, D2Q9
+cylinder and D3Q19 cavity). Tests that compare speeds set XLA_FLAGS themselves (tests/test_compare.py). To run
+the suite at XLA's default level, set the level in XLA_FLAGS (``XLA_FLAGS=--xla_backend_optimization_level=3``):
+a level already named there is kept."""
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAG}".strip()
+
 DATA = Path(__file__).parent / "data"
 REQUIRE_NATIVE = os.environ.get("LBM_REQUIRE_NATIVE", "") not in ("", "0")
 """LBM_REQUIRE_NATIVE=1 (set by .ci/run): a test marked ``native`` fails, not skips, where the native engine cannot build."""

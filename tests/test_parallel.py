@@ -29,7 +29,8 @@ ROUNDING = 1e-14
 def forced(devices: int) -> dict[str, str]:
     """The environment of a subprocess with ``devices`` forced CPU devices and this checkout's lbm."""
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    # the suite's own XLA flags (tests/conftest.py) kept
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
@@ -379,8 +380,7 @@ def test_profiled_four_device_run_has_a_halo_row(tmp_path, mode):
     import csv
 
     run_dir = tmp_path / mode
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = forced(4)
     proc = subprocess.run([sys.executable, "-m", "lbm", "run", "case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40",
                            "parallel.devices=4", "engine=xla", f"mode={mode}", "profile.enabled=true",
                            "output.plots=false", "output.progress=none", f"hydra.run.dir={run_dir}"],
