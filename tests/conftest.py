@@ -65,6 +65,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(reason)
 
 
+REQUIRE_ACCEL = os.environ.get("LBM_REQUIRE_ACCEL", "") not in ("", "0")
+"""LBM_REQUIRE_ACCEL=1 (set by .ci/run for its accel step): a test marked ``accel`` that skips (its compiler plugin
+missing from the environment) is a failure, so a broken accelerator environment cannot pass as a green run."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    """Under LBM_REQUIRE_ACCEL=1, a skipped ``accel`` test is reported as failed, with the skip's reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRE_ACCEL and report.skipped and item.get_closest_marker("accel") is not None:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"LBM_REQUIRE_ACCEL=1 but this accel test skipped: {reason}"
+
+
 @pytest.fixture(autouse=True)
 def _x64_scoped_to_the_test():
     """A test (or a float64 run inside it) may switch float64 on; the next test starts as the command line does."""
