@@ -253,6 +253,10 @@ for mode in ("fused", "instrumented"):
             print(f"  {r['stage'][:48]:48} {r['status']:11} {r['median_ms'] or '-':>10} "
                   f"{r['device_median_ms'] or '-':>10} {r['share'] or '-':>10}")
 PY
+# issue 10's real-GPU criteria (>= 75 % of the same-run bandwidth; the breakdown sums to the step within 10 %):
+# results, not steps, so a FAIL here does not fail the check (on a rehearsal's tiny CPU grids they cannot pass)
+say "issue 10's criteria (scripts/device_verdict.py):"
+"$python" scripts/device_verdict.py "$out" 2>&1 | sed 's/^/  /' | tee -a "$summary"
 du -sh "$out"/profile-*/profile 2>/dev/null | sed 's/^/device_check: trace folder /' | tee -a "$summary"
 if (( ${#failed[@]} )); then
   say "done in $(( $(date +%s) - start )) s: ${#failed[@]} FAILED: $(printf "%s; " "${failed[@]}")"
