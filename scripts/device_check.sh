@@ -179,7 +179,10 @@ PY
 # on the CPU for the whole budget, so they are skipped and the failure says why.
 if sees "$python"; then
   # --- tests marked device (-n 0: one process; xdist workers would each take the GPU's memory) ---------------
-  XLA_PYTHON_CLIENT_PREALLOCATE=false step "pytest -m device" 240 "$out/pytest-device.log" \
+  # XLA's default optimisation level (3) named in XLA_FLAGS: tests/conftest.py then keeps it instead of adding
+  # level 0, which is there for the CPU suite's compile time, not for the device's kernels
+  XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=3" XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    step "pytest -m device" 240 "$out/pytest-device.log" \
     "$python" -m pytest -q -n 0 -p no:cacheprovider -m device tests/test_engines_pallas.py \
     --junitxml="$out/pytest-device.xml"
   check "pytest -m device ran its tests" grep -q " passed" "$out/pytest-device.log"
