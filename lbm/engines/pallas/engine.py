@@ -49,6 +49,8 @@ class PallasKernel:
             raise EngineUnavailable(f"no Pallas kernel for dtype {dtype}")
         if storage != "compute":
             raise EngineUnavailable(f"the Pallas kernel keeps populations in the compute dtype, not {storage}")
+        if setup.collision is not None:  # its cell body (lbm.engines.pallas.cell) is BGK or TRT from omega_plus/minus
+            raise EngineUnavailable(f"the Pallas kernel computes bgk and trt only, not {setup.collision.kind}")
         if setup.lattice.q * int(np.prod(shape)) >= 2**31:
             raise EngineUnavailable("more than 2**31 populations: the Pallas kernel indexes them with int32")
         self.setup = setup
