@@ -141,3 +141,17 @@ def test_bench_validates_only_the_cases_it_will_run():
         plan(compose_bench(box))  # both cases (the default): the cylinder's grid must be 3D too
     p = plan(compose_bench(["cases=[cylinder]", "grid.nx=2"]))  # the box is not run: its size is not checked
     assert {c.grid for c, _ in p["configs"]} == {(420, 180)}
+
+
+@pytest.mark.parametrize("collision,warned", [("bgk", True), ("trt", False), ("mrt", False), ("regularized", False)])
+def test_tau_near_one_half_warns_for_bgk_only(collision, warned):
+    """tau = 0.505 < TAU_WARN: the warning tells a BGK run to use trt; a trt, mrt or regularized run is that remedy."""
+    from lbm.config.run import viscosity
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nu, tau, _ = viscosity(load(["flow.tau=0.505", f"collision={collision}"]), 10.0)
+    assert abs(tau - 0.505) < 1e-15 and abs(nu - 0.005 / 3) < 1e-15
+    messages = [str(w.message) for w in caught if issubclass(w.category, LbmWarning)]
+    assert messages == (["tau=0.50500 is close to 0.5: BGK may go unstable; lower flow.reynolds, raise the resolution "
+                         "or use collision=trt"] if warned else [])
