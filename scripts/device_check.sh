@@ -103,6 +103,10 @@ esac
 rehearsal=""
 [[ $device == cpu ]] && rehearsal=1
 [[ $device == cuda ]] && { nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true; }
+if [[ $device == cuda ]]; then  # the venv install's wheels: CUDA 13 from driver 580 on (jax[cuda13]), else CUDA 12
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+  [[ ${driver%%.*} =~ ^[0-9]+$ ]] && (( ${driver%%.*} >= 580 )) && jax_extra=cuda13
+fi
 say "device: $device${rehearsal:+ (rehearsal on the CPU: tiny grids, pallas in interpret mode)}; budget ${budget} s"
 
 # --- environment ------------------------------------------------------------------------------------------------
