@@ -288,6 +288,9 @@ def engine_for(run: RunConfig, setup: Setup) -> Engine:
         raise LbmError(f"engine={run.engine} is not available here: {exc}{hint}") from None
     if run.mode == "fused" or run.parallel_mesh:
         log_engine_choice(engine, fallback_possible=run.engine == "auto" and not run.parallel_mesh)
+    elif run.engine != "auto":  # one device, instrumented: the engine setting has nothing to choose
+        log.info("engine=%s is not used: it chooses how mode=fused computes a step; mode=instrumented runs each stage "
+                 "as its own jit", run.engine)
     return engine
 
 

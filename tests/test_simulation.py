@@ -390,3 +390,18 @@ def test_the_engine_line_names_the_mode(caplog):
     assert [r.getMessage() for r in caplog.records if r.name == "lbm"] == [
         "instrumented engine: instrumented (mesh 2x1 (x), blocks 8x8)"]
 
+
+
+@pytest.mark.parametrize("engine,said", [("native", True), ("xla", True), ("auto", False)])
+def test_an_engine_named_for_an_instrumented_run_is_said_to_be_unused(caplog, engine, said):
+    import logging
+
+    from lbm.simulation import engine_for, prepare
+
+    run = run_config("mode=instrumented", f"engine={engine}", "case=taylor_green", "grid.nx=8", "grid.ny=8")
+    _, setup = prepare(run)
+    with caplog.at_level(logging.INFO, logger="lbm"):
+        assert engine_for(run, setup).name == "instrumented"
+    lines = [r.getMessage() for r in caplog.records if r.name == "lbm" and "is not used" in r.getMessage()]
+    assert lines == ([f"engine={engine} is not used: it chooses how mode=fused computes a step; mode=instrumented "
+                      "runs each stage as its own jit"] if said else [])
