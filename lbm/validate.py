@@ -64,8 +64,10 @@ DFG_2D1_N30 = ("case.variant=2D-1", "case.cells_per_diameter=30", "flow.tau=0.53
                "case.outlet=characteristic", "case.wall=parabolic", "precision=float64")
 # 2D-2: TRT Lambda = 3/16 with diffusive scaling at the 2D-1 check's tau (0.53, u_lattice = 1/N), 7.5 s of flow. At a
 # fixed u_lattice 0.025 cd_max levels off at 3.242 (its compressibility error); with tau 0.53 cd_max, cl_max and St are
-# inside together from N = 70 (3.2398, 0.9908, 0.3019; cl_max on its lower bound, its limit 0.987-0.988 below it):
-# docs/dfg.md "Session 5: 2D-2 resolution".
+# inside together from N = 70 (3.2398, 0.9908, 0.3019): docs/dfg.md "Session 5: 2D-2 resolution". cl_max is the raw
+# maximum of the lift, and float32's rounding noise lifts it about 0.003 above the smooth signal: without the noise
+# (a harmonic fit, scripts/dfg_lift.py) it is 0.9878 at N = 70 and converges on 0.984, below the interval; no cause
+# in lbm was found (docs/dfg.md "Session 6: the 2D-2 lift"). The report says so beside the check.
 DFG_2D2_N70 = ("case.variant=2D-2", "case.cells_per_diameter=70", "flow.tau=0.53", "steps=367500", "collision=trt",
                "case.outlet=characteristic")
 """The full level's DFG runs: the settings of docs/dfg.md (TRT, low Mach number, non-reflecting outlet; 2D-1 with the
@@ -99,8 +101,12 @@ CHECKS = (
             "Schafer & Turek (1996) 2D-1 interval", interval=interval, levels=("full",))
       for metric, interval in (("cd", (5.57, 5.59)), ("cl", (0.0104, 0.0110)), ("dp", (0.1172, 0.1176)))),
     *(Check(f"dfg_2d2_{metric}_n70", "schafer_turek", DFG_2D2_N70, metric, 0.0,
-            "Schafer & Turek (1996) 2D-2 interval", interval=interval, levels=("full",))
-      for metric, interval in (("cd_max", (3.22, 3.24)), ("cl_max", (0.99, 1.01)), ("strouhal", (0.295, 0.305)))),
+            "Schafer & Turek (1996) 2D-2 interval" + caveat, interval=interval, levels=("full",))
+      for metric, interval, caveat in (
+          ("cd_max", (3.22, 3.24), ""),
+          ("cl_max", (0.99, 1.01), "; the raw maximum, lifted ~0.003 by float32 noise: noise-free 0.9878 at N = 70, "
+                                   "converging on 0.984, below it (docs/dfg.md Session 6)"),
+          ("strouhal", (0.295, 0.305), ""))),
     Check("cavity_ghia_u_re1000", "cavity", CAVITY_RE1000, "ghia_u_max_abs_error", 0.03,
           "Ghia, Ghia & Shin (1982) Table I, Re 1000 (measured 0.013 at 130x130)", levels=("full",)),
     Check("cavity_ghia_v_re1000", "cavity", CAVITY_RE1000, "ghia_v_max_abs_error", 0.03,
