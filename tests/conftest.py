@@ -18,7 +18,8 @@ from lbm.simulation import prepare, simulate
 
 XLA_TEST_FLAG = "--xla_backend_optimization_level=0"
 """The suite compiles without LLVM's optimisations (XLA's CPU backend level 0), in this process and, through
-XLA_FLAGS, in every subprocess a test starts: LLVM's code generation was 29 % of the suite's CPU time (688 -> 493 s),
+XLA_FLAGS, in every subprocess a test starts: LLVM's code generation was a fifth of the suite's CPU time (back to
+back on 2 cores: 827 -> 661 s of CPU, 441 -> 358 s of wall time),
 no test measures speed, and XLA's HLO passes (the fusions and buffers that inspect and the profiler read) are the
 same: the optimised HLO of the xla engine's chunk is identical line for line at either level (measured, D2Q9
 cylinder and D3Q19 cavity), and compiled for h100 the kernels, bytes per cell and traffic ratios are the same
