@@ -5,12 +5,15 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("engines_agree", ROOT / "scripts" / "engines_agree.py")
 agree = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(agree)
 
 
+@pytest.mark.slow  # four engines compiled twice, the pallas kernel interpreted: about 6 s
 def test_engines_agree_and_refusals_are_listed(capsys):
     # MRT: native and pallas refuse it (their kernels are BGK/TRT), the instrumented mode agrees bitwise
     assert agree.main(["case=taylor_green", "grid.nx=8", "grid.ny=4", "collision=mrt", "--steps", "2"]) == 0
