@@ -6,9 +6,10 @@
 The fixture holds what ``lbm analyze`` needs to rebuild the fused run's breakdown on another machine: the
 jax.profiler trace (``*.trace.json.gz``) and the compile report (``compile/compile.json``, which maps the fused
 kernels to their stages), laid out as a run directory's ``profile/``; beside them the breakdown the device
-computed (``profile/breakdown.csv``), the run's ``metrics.json``, the two ``bench-*.json`` and ``summary.txt``.
-tests/test_profiling_device_fixtures.py checks every fixture folder: analyze gives the committed breakdown, and
-issue 10's criteria are read off it. An existing fixture of the same name is never overwritten.
+computed (``profile/breakdown.csv``), the run's ``metrics.json``, the two ``bench-*.json``, ``summary.txt`` and
+``made.txt`` (how the fixture was made).
+tests/test_profiling_device_fixtures.py checks every fixture folder: analyze gives the committed breakdown.
+An existing fixture of the same name is never overwritten.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def fixture_name(folder: Path) -> str:
     return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
 
 
-def collect(folder: Path, dest: Path) -> list[Path]:
-    """Copy the fixture's files from device_check.sh's ``folder`` into ``dest``; the paths written."""
+def collect(folder: Path, dest: Path, source: str) -> list[Path]:
+    """Copy the fixture's files from device_check.sh's ``folder`` (given as ``source``) into ``dest``; the paths written."""
     profile = folder / "profile-fused" / "profile"
     traces = sorted(profile.glob("plugins/profile/*/*.trace.json.gz"))
     if len(traces) != 1:
@@ -56,7 +57,10 @@ def collect(folder: Path, dest: Path) -> list[Path]:
     for src, target in files.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, target)
-    return list(files.values())
+    made = dest / "made.txt"  # how the fixture was made, for whoever reads tests/data
+    made.write_text(f"Made by scripts/device_fixture.py from {source} (what scripts/device_check.sh left; its "
+                    "summary.txt beside this file lists the steps, the device and the commands).\n")
+    return [*files.values(), made]
 
 
 def main(argv: list[str]) -> int:
@@ -82,7 +86,7 @@ def main(argv: list[str]) -> int:
             print(f"device_fixture: {dest} exists; remove it or name another fixture", file=sys.stderr)
             return 2
         try:
-            written = collect(folder, dest)
+            written = collect(folder, dest, argv[0])
         except SystemExit as exc:
             shutil.rmtree(dest, ignore_errors=True)
             print(exc, file=sys.stderr)

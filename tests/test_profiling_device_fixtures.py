@@ -1,10 +1,12 @@
-"""Traces recorded by scripts/device_check.sh on another machine (tests/data/device/<name>/, scripts/device_fixture.py).
+"""A trace read on another machine: from the files scripts/device_fixture.py keeps, ``lbm analyze`` rebuilds the breakdown.
 
-``cpu-rehearsal``: the check's rehearsal on a 2-core CPU (jax 0.11.2, the pallas kernel in interpret mode, the
-default cylinder at 40x24). A real GPU's folder joins it when a session with a GPU runs the check. For each:
-``lbm analyze`` rebuilds, from the trace and the compile report alone, the breakdown the machine computed (stage,
-status, calls and device times: the same numbers), every timed row is on the device clock, and the stage device
-times add up to the step's kernel time (scripts/device_verdict.py reads the same sums for issue 10's criterion).
+The fixture of a real GPU run lives in tests/data/device/<gpu model>/ (made by scripts/device_fixture.py from
+what scripts/device_check.sh left; its made.txt says how). Until one exists, the test generates its own: a short
+profiled run of the pallas engine (interpret mode on the CPU, the default cylinder at 40x24), from which only the
+files the fixture keeps are copied into a fresh folder, the trace (``*.trace.json.gz``) and the compile report
+(``compile/compile.json``). For each: ``lbm analyze`` gives, from those files alone, the breakdown the run
+computed (stage, status, calls, clock and device times: the same numbers), every timed row is on the device clock,
+and the stage rows hold every kernel of the window once.
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from conftest import run_config
 
 from lbm.cli import main
 
 DEVICE = Path(__file__).parent / "data" / "device"
-FIXTURES = sorted(p for p in DEVICE.iterdir() if p.is_dir())
-_spec = importlib.util.spec_from_file_location("device_verdict", DEVICE.parents[2] / "scripts" / "device_verdict.py")
+COMMITTED = sorted(p for p in DEVICE.iterdir() if p.is_dir()) if DEVICE.is_dir() else []
+_spec = importlib.util.spec_from_file_location("device_verdict", Path(__file__).parents[1] / "scripts" /
+                                               "device_verdict.py")
 verdict = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(verdict)
 
@@ -29,15 +34,34 @@ def read(path: Path) -> dict[str, dict[str, str]]:
     return {r["stage"]: r for r in csv.DictReader(path.open())}
 
 
-def test_the_rehearsal_fixture_is_there():
-    assert "cpu-rehearsal" in [p.name for p in FIXTURES]
+def generated(tmp_path: Path) -> Path:
+    """A profiled pallas run reduced to the files a device fixture keeps (its layout: profile/...)."""
+    from lbm.simulation import simulate
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    simulate(run_config("grid.nx=40", "grid.ny=24", "engine=pallas", "steps=20", "output.every=0",
+                        "output.plots=false", "output.progress=none", "profile.enabled=true",
+                        "profile.warmup_steps=2", "profile.steps=4"), run_dir)
+    fixture = tmp_path / "fixture"
+    (trace,) = (run_dir / "profile").glob("plugins/profile/*/*.trace.json.gz")
+    for src, dest in ((trace, f"profile/plugins/profile/run/{trace.name}"),
+                      (run_dir / "profile" / "compile" / "compile.json", "profile/compile/compile.json"),
+                      (run_dir / "profile" / "breakdown.csv", "profile/breakdown.csv"),
+                      (run_dir / "metrics.json", "metrics.json")):
+        (fixture / dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, fixture / dest)
+    return fixture
 
 
-@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
-def test_analyze_rebuilds_the_machines_breakdown(fixture, tmp_path, capsys):
-    assert main(["analyze", str(fixture), "--out", str(tmp_path)]) == 0
+@pytest.mark.slow  # a profiled run of the interpreted pallas kernel: about 8 s
+@pytest.mark.parametrize("source", ["generated", *COMMITTED], ids=["generated", *(p.name for p in COMMITTED)])
+def test_analyze_rebuilds_the_breakdown_from_the_fixtures_files(source, tmp_path, capsys):
+    fixture = generated(tmp_path) if source == "generated" else source
+    out = tmp_path / "analyzed"
+    assert main(["analyze", str(fixture), "--out", str(out)]) == 0
     capsys.readouterr()
-    recorded, rebuilt = read(fixture / "profile" / "breakdown.csv"), read(tmp_path / "breakdown.csv")
+    recorded, rebuilt = read(fixture / "profile" / "breakdown.csv"), read(out / "breakdown.csv")
     assert list(rebuilt) == list(recorded)
     for stage, row in recorded.items():
         for key in ("status", "calls", "clock", "device_median_ms", "device_total_ms", "contains"):
@@ -46,23 +70,9 @@ def test_analyze_rebuilds_the_machines_breakdown(fixture, tmp_path, capsys):
     # the bulk kernel's stages (the pallas scope names them) carry its time; every timed row on the device clock
     assert any({"collide", "stream"} <= set(r["stage"].split("+")) for r in timed)
     assert all(r["clock"].startswith("device:") and float(r["device_total_ms"]) > 0 for r in timed)
-    # the rows' device time per step equals the sum of the step's kernel durations: every kernel lands in one row
-    # (measured 0.998 on the rehearsal; a kernel left out or counted twice moves it by its share of the step)
-    doc = json.loads((tmp_path / "breakdown.json").read_text())
-    steps = doc["attribution"]["steady_steps"]
-    per_step = sum(float(r["device_total_ms"]) for r in timed) / steps
-    assert per_step == pytest.approx(doc["timestep"]["device_busy_median_ms"], rel=0.05)
+    # every kernel of the window lands in exactly one row: the rows' device time is the kernels' (kernels.csv, one
+    # line per kernel; equal up to the printed digits), so none is left out or counted twice
+    kernels = sum(float(k["total_ms"]) for k in csv.DictReader((out / "kernels.csv").open()))
+    assert sum(float(r["device_total_ms"]) for r in timed) == pytest.approx(kernels, rel=1e-4)
     metrics = json.loads((fixture / "metrics.json").read_text())
     assert metrics["engine"] == "pallas" and metrics["status"] == "completed"
-
-
-@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
-def test_the_bench_files_hold_pallas_and_xla_with_the_same_run_bandwidth(fixture):
-    for lat in ("d2q9", "d3q19"):
-        doc = json.loads((fixture / f"bench-{lat}.json").read_text())
-        assert doc["bandwidth"]["bandwidth_gbs"] > 0
-        engines = {(r["case"], r["engine"]) for r in doc["records"]}
-        assert engines == {(c, e) for c in ("periodic", "cylinder") for e in ("pallas", "xla")}, engines
-        for r in doc["records"]:  # fraction of the roofline: the minimum bytes at the measured rate over the bandwidth
-            expected = r["mlups"]["median"] * 1e6 * r["bytes_per_cell_update"] / (doc["bandwidth"]["bandwidth_gbs"] * 1e9)
-            assert r["fraction_of_roofline"] == pytest.approx(expected, rel=1e-6)
