@@ -18,9 +18,10 @@ import json
 import re
 import shutil
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
+
+from device_verdict import unpacked  # scripts/ is on sys.path when this script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 2 * 2**20
@@ -71,15 +72,10 @@ def main(argv: list[str]) -> int:
         return 2
     folder = Path(argv[0])
     with tempfile.TemporaryDirectory() as tmp:
-        packed = folder / "device-check.tgz"
-        if packed.exists() and not (folder / "profile-fused").exists():
-            with tarfile.open(packed) as tar:
-                tar.extractall(tmp, filter="data")
-            summary = next(Path(tmp).rglob("summary.txt"), None)
-            if summary is None:
-                print(f"device_fixture: no summary.txt in {packed}", file=sys.stderr)
-                return 2
-            folder = summary.parent
+        folder = unpacked(folder, tmp)
+        if folder is None:
+            print(f"device_fixture: no summary.txt in {argv[0]}/device-check.tgz", file=sys.stderr)
+            return 2
         name = argv[1] if len(argv) == 2 else fixture_name(folder)
         dest = ROOT / "tests" / "data" / "device" / name
         if dest.exists():

@@ -71,15 +71,26 @@ def _find(folder: Path, *candidates: str) -> Path | None:
     return next((folder / c for c in candidates if (folder / c).exists()), None)
 
 
+def unpacked(folder: Path, tmp: str) -> Path | None:
+    """device_check.sh's folder: ``folder`` itself, or for the run tool's returned copies its device-check.tgz
+    unpacked into ``tmp``; None when the tarball holds no summary.txt."""
+    packed = folder / "device-check.tgz"
+    if not packed.exists() or (folder / "profile-fused").exists():
+        return folder
+    with tarfile.open(packed) as tar:
+        tar.extractall(tmp, filter="data")
+    summary = next(Path(tmp).rglob("summary.txt"), None)
+    return None if summary is None else summary.parent
+
+
 def verdicts(folder: Path) -> list[tuple[bool | None, str]]:
     """Every criterion's (passed, line) for device_check.sh's folder or the run tool's returned copies."""
-    packed = folder / "device-check.tgz"
-    if packed.exists() and not (folder / "profile-fused").exists():  # the returned copies: read the packed folder
-        with tempfile.TemporaryDirectory() as tmp, tarfile.open(packed) as tar:
-            tar.extractall(tmp, filter="data")
-            inner = next(Path(tmp).rglob("summary.txt"), None)
-            if inner is not None:
-                return verdicts(inner.parent)
+    with tempfile.TemporaryDirectory() as tmp:
+        return _verdicts(unpacked(folder, tmp) or folder)
+
+
+def _verdicts(folder: Path) -> list[tuple[bool | None, str]]:
+    """The criteria read off device_check.sh's (unpacked) folder."""
     out: list[tuple[bool | None, str]] = []
     for lat in ("d2q9", "d3q19"):
         path = _find(folder, f"bench-{lat}/bench.json", f"bench-{lat}.json")

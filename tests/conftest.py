@@ -91,6 +91,20 @@ def _x64_scoped_to_the_test():
     jax.config.update("jax_enable_x64", before)
 
 
+def load_script(name: str) -> Any:
+    """scripts/<name>.py as a module (scripts/ also on sys.path, for the scripts' imports of each other)."""
+    import importlib.util
+    import sys
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    if str(scripts) not in sys.path:
+        sys.path.append(str(scripts))
+    spec = importlib.util.spec_from_file_location(name, scripts / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def random_state(lat: Any, shape: tuple[int, ...], seed: int = 0) -> tuple[Any, Any]:
     """A density near 1 and a small random velocity field on ``shape`` (float64 under x64)."""
     import jax.numpy as jnp

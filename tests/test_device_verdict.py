@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import tarfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("device_verdict", ROOT / "scripts" / "device_verdict.py")
-verdict = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(verdict)
+from conftest import load_script
+
+verdict = load_script("device_verdict")
 
 
 def record(case="periodic", engine="pallas", grid=(1024, 1024), fraction=0.8, precision="float32", lattice="d2q9"):

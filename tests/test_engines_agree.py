@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from conftest import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("engines_agree", ROOT / "scripts" / "engines_agree.py")
-agree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(agree)
+agree = load_script("engines_agree")
 
 
 @pytest.mark.slow  # four engines compiled twice, the pallas kernel interpreted: about 6 s

@@ -12,22 +12,18 @@ and the stage rows hold every kernel of the window once.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_config
+from conftest import load_script, run_config
 
 from lbm.cli import main
 
 DEVICE = Path(__file__).parent / "data" / "device"
 COMMITTED = sorted(p for p in DEVICE.iterdir() if p.is_dir()) if DEVICE.is_dir() else []
-_spec = importlib.util.spec_from_file_location("device_verdict", Path(__file__).parents[1] / "scripts" /
-                                               "device_verdict.py")
-verdict = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(verdict)
+verdict = load_script("device_verdict")
 
 
 def read(path: Path) -> dict[str, dict[str, str]]:
