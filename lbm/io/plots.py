@@ -232,6 +232,7 @@ def frame(path: Path, fields: dict[str, np.ndarray], step: int, limit: float | N
     ax.set_title(f"vorticity, step {step}{where}", fontsize="medium")
     ax.set_xlabel("x (cells)")
     ax.set_ylabel("y (cells)")
+    fig.tight_layout()  # the figure keeps its size: every frame of a run has the same pixels
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
