@@ -100,8 +100,19 @@ def vti_arrays(path) -> dict[str, str]:
     return {a.get("Name"): a.get("type") for a in root.iter("DataArray")}
 
 
-def test_vtk_and_animation_of_a_float32_run(tmp_path):
+def test_vtk_and_animation_of_a_float32_run(tmp_path, monkeypatch):
     """The fast lane's representative of VTK and frames: a float32 run writes Float32 VTK and one-scale frames."""
+    from lbm.io import plots
+
+    limits: list[tuple[float | None, float]] = []
+    real_frame = plots.frame
+
+    def recording_frame(*args, **kwargs):
+        out = real_frame(*args, **kwargs)
+        limits.append((args[3] if len(args) > 3 else kwargs.get("limit"), out))
+        return out
+
+    monkeypatch.setattr(plots, "frame", recording_frame)
     metrics = simulate(run_config("case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=40", "output.every=20",
                                   "output.vtk=true", "output.animation=true", "output.plots=false"), tmp_path / "r")
     run_dir = tmp_path / "r"
@@ -114,6 +125,8 @@ def test_vtk_and_animation_of_a_float32_run(tmp_path):
 
     with Image.open(run_dir / "plots" / "vorticity.gif") as gif:
         assert gif.n_frames == 2
+    (first_in, first), (second_in, second) = limits
+    assert first_in is None and second_in == first == second  # the first frame's scale, kept for the next
 
 
 def test_frames_share_one_colour_scale_and_show_a_colour_bar(tmp_path):
