@@ -163,3 +163,17 @@ def test_frame_limit_from_the_config_and_refused_when_not_positive(tmp_path):
     assert Outputs(run, tmp_path, None).frame_limit == 0.002  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="output.frame_limit"):
         run_config("case=taylor_green", "output.frame_limit=0")
+
+
+@pytest.mark.slow
+def test_poiseuille_run_writes_the_analytic_wall_shear(tmp_path):
+    """A steady TRT channel (magic 3/16: the parabola is exact on half-way walls): fields.npz's vorticity is -du/dy."""
+    metrics = simulate(run_config("case=poiseuille", "grid.nx=4", "grid.ny=10", "collision=trt", "precision=float64",
+                                  "steps=auto", "output.plots=false"), tmp_path / "r")
+    with np.load(tmp_path / "r" / "fields.npz") as f:
+        omega, u = f["vorticity"], f["u"]
+    height, force, nu = 8.0, metrics["derived"]["body_force"], metrics["nu"]
+    y = np.arange(1, 9) - 0.5
+    dudy = force / (2 * nu) * (height - 2 * y)  # the wall rows y' = 1/2 and H - 1/2 included
+    assert np.all(u[:, :, [0, -1]] == 0.0)
+    assert np.allclose(omega[:, 1:-1], -dudy, rtol=1.5e-6, atol=0)  # measured 5.0e-7; np.gradient: 0.30
