@@ -114,7 +114,8 @@ def test_vtk_and_animation_of_a_float32_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(plots, "frame", recording_frame)
     metrics = simulate(run_config("case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=40", "output.every=20",
-                                  "output.vtk=true", "output.animation=true", "output.plots=false"), tmp_path / "r")
+                                  "output.vtk=true", "output.animation=true", "output.plots=false", "engine=xla"),
+                       tmp_path / "r")
     run_dir = tmp_path / "r"
     vtis = sorted((run_dir / "vtk").glob("*.vti"))
     assert [p.name for p in vtis] == ["fields_0000000020.vti", "fields_0000000040.vti"]

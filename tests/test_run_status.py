@@ -36,6 +36,7 @@ def test_steps_auto_at_its_cap_is_not_converged_and_a_steady_one_is(tmp_path):
     assert steady["convergence"]["value"] < 5e-5 and steady["warnings"] == []
 
 
+@pytest.mark.slow
 def test_poiseuille_transient_estimate_matches_the_simulated_start_up():
     """The criterion's estimate of the start-up mode left agrees with the simulated centre-line deficit."""
     run = run_config("case=poiseuille", "grid.nx=4", "grid.ny=10", "collision=trt", "precision=float64",
