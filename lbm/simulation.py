@@ -20,7 +20,7 @@ import numpy as np
 
 from lbm import parallel
 from lbm.cases import CASES, Case, Setup
-from lbm.cases.base import Snapshot, result_checks
+from lbm.cases.base import Snapshot
 from lbm.config import RunConfig, check_output_every, load, resolve_parallel
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, DivergenceError, LbmError
@@ -498,6 +498,8 @@ def latest_good_state(run_dir: Path, in_memory: tuple[int, np.ndarray] | None) -
 def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.ndarray, metrics: dict[str, Any],
            outputs: Outputs, mass0: float, profiler: Any) -> None:
     """Write fields, the case's files, plots, the monitor and metrics.json (last, with the list of outputs)."""
+    from lbm.cases.base import result_checks
+
     setup = engine.setup
     if profiler is not None:
         metrics["profile"] = profiler.finish()
