@@ -256,6 +256,8 @@ class Outputs:
         self.monitor: list[tuple[int, float, float]] = []
         self.files: list[str] = []
         self.frames: list[Path] = []
+        self.frame_limit: float | None = (run.raw.get("output") or {}).get("frame_limit")
+        """The colour limit of every vorticity frame: output.frame_limit, else the first frame's (set by it)."""
 
     def chunk_done(self, snapshot: Snapshot, mass: float, energy: float, every: int) -> None:
         """Record the monitored quantities; write VTK and frames when the chunk ends on the output interval."""
@@ -264,9 +266,10 @@ class Outputs:
         on_interval = step % every == 0 or step == self.run.steps
         if not (self.run.vtk or self.run.frames) or not on_interval:
             return
-        fields = snapshot.fields  # gathered on every process; process 0 writes
         if not parallel.is_writer():
+            snapshot.fields  # noqa: B018 (gathered on every process; process 0 writes)
             return
+        fields = self.engine.setup.written_fields(snapshot.fields)
         if self.run.vtk:
             from lbm.io.vtk import write_vti
 
@@ -275,7 +278,9 @@ class Outputs:
         if self.run.frames:
             from lbm.io.plots import frame
 
-            self.frames.append(frame(self.run_dir / "frames" / f"vorticity_{step:010d}.png", fields, step))
+            path = self.run_dir / "frames" / f"vorticity_{step:010d}.png"
+            self.frame_limit = frame(path, fields, step, self.frame_limit)
+            self.frames.append(path)
 
 
 def engine_for(run: RunConfig, setup: Setup) -> Engine:
@@ -493,13 +498,19 @@ def latest_good_state(run_dir: Path, in_memory: tuple[int, np.ndarray] | None) -
 def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.ndarray, metrics: dict[str, Any],
            outputs: Outputs, mass0: float, profiler: Any) -> None:
     """Write fields, the case's files, plots, the monitor and metrics.json (last, with the list of outputs)."""
+    from lbm.cases.base import result_checks
+
     setup = engine.setup
     if profiler is not None:
         metrics["profile"] = profiler.finish()
-    fields = engine.fields(f, int(metrics.get("fields_from_step", metrics.get("step_reached", run.steps))))
+    reached = int(metrics.get("step_reached", run.steps))
+    at = int(metrics.get("fields_from_step", reached))  # the step of the populations f
+    fields = setup.written_fields(engine.fields(f, at))
     mass = float(chunk_stats(f, sharded_placement(engine, setup)[1], setup.lattice)[1])
     metrics["mass_rel_drift"] = mass / mass0 - 1.0
-    metrics.update(case.metrics(setup, fields, int(metrics.get("step_reached", run.steps))))
+    metrics.update(case.metrics(setup, fields, reached))
+    own = [k for k in case_summary_keys(metrics) if k not in ("mlups", "compile_time_s", "mass_rel_drift")]
+    metrics.update(result_checks(case, setup, metrics, at, own))
     if not parallel.is_writer():  # the shared files of the run directory come from process 0
         return
     write_fields(run_dir / "fields.npz", fields)
@@ -522,6 +533,8 @@ def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.nda
     summary = {key: metrics[key] for key in case_summary_keys(metrics)}
     log.info("result (%s): %s", metrics["status"],
              ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    for warning in metrics["warnings"]:
+        log.warning(warning)
 
 
 def write_monitor(run_dir: Path, rows: list[tuple[int, float, float]], mass0: float) -> str:
@@ -578,7 +591,7 @@ def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
 
 def case_summary_keys(metrics: dict[str, Any]) -> list[str]:
     """Keys worth one log line at the end of a run."""
-    keys = ["mlups", "compile_time_s", "mass_rel_drift", "cd_mean", "cl_amplitude", "strouhal",
+    keys = ["mlups", "compile_time_s", "mass_rel_drift", "converged", "cd_mean", "cl_amplitude", "strouhal",
             "cd", "cl", "dp", "la", "cd_max", "cl_max", "dp_t8",
             "ghia_u_max_abs_error", "ghia_v_max_abs_error", "albensoeder_u_max_abs_error",
             "albensoeder_v_max_abs_error", "profile_l2_rel_error", "duct_max_error_over_umax", "decay_rel_error_max"]

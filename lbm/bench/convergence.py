@@ -118,6 +118,12 @@ def plot(record: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     ax.loglog(n, e, "o-", label=f"{record['case']}: observed order {record['order']:.2f}")
     ax.loglog(n, e[0] * (n / n[0]) ** -2.0, "k--", lw=0.8, label="slope 2")
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter, NullLocator
+
+    ax.xaxis.set_major_locator(FixedLocator(n))  # the grid sizes, not powers of ten
+    ax.xaxis.set_major_formatter(FixedFormatter([f"{int(v)}" for v in n]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("resolution N")
     ax.set_ylabel(record["error"])
     ax.grid(True, which="both", alpha=0.3)

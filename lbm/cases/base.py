@@ -4,7 +4,8 @@ parameters) and its own monitors, metrics and output files."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -47,6 +48,8 @@ class Setup:
     collision: Collision | None = static(None)
     """The collision of kinds beyond bgk and trt (None: bgk or trt from omega_plus, omega_minus)."""
     derived: Mapping[str, Any] = static(MappingProxyType({}))
+    wall_velocity: Any = None
+    """The walls' own velocity ``(D, *grid)``, read in solid cells (None: every wall at rest)."""
 
     @property
     def fluid(self) -> np.ndarray:
@@ -64,6 +67,31 @@ class Setup:
         used = set(CORE_STAGES) | {bc.stage for bc in self.boundaries}
         return tuple(s for s in STAGES if s in used)
 
+    @property
+    def periodic(self) -> tuple[bool, ...]:
+        """Per grid axis: whether the domain wraps around it (no inlet or outlet face on its ends)."""
+        wraps = [True] * len(self.shape)
+        for bc in self.boundaries:
+            if bc.stage not in ("inlet", "outflow"):
+                continue
+            face = bc.footprint(self.shape, self.lattice).face
+            if face.size:
+                for axis, coord in enumerate(np.unravel_index(face, self.shape)):
+                    if np.all(coord == coord[0]) and coord[0] in (0, self.shape[axis] - 1):
+                        wraps[axis] = False
+        return tuple(wraps)
+
+    @property
+    def closed(self) -> bool:
+        """No inlet or outlet: the fluid's mass is conserved (up to rounding)."""
+        return not any(bc.stage in ("inlet", "outflow") for bc in self.boundaries)
+
+    def written_fields(self, fields: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The fields as a run writes and shows them: the walls' velocity in solid cells, and the vorticity."""
+        from lbm.io.fields import with_wall_velocity
+
+        return with_wall_velocity(fields, self.wall_velocity, self.periodic)
+
     def initial_populations(self) -> jnp.ndarray:
         """Equilibrium populations of the initial density and velocity, in the run's dtype."""
         rho = jnp.asarray(self.rho0, self.dtype)
@@ -73,15 +101,72 @@ class Setup:
 
 def make_setup(case: Case, *, solid: np.ndarray, rho0: np.ndarray, u0: np.ndarray, rel: dict[str, float],
                boundaries: tuple[BoundaryCondition, ...] = (), force: np.ndarray | None = None,
-               derived: dict[str, Any] | None = None) -> Setup:
+               derived: dict[str, Any] | None = None, wall_velocity: np.ndarray | None = None) -> Setup:
     """A Setup of ``case`` from its arrays, its relaxation parameters (:meth:`Case.relaxation`) and derived values."""
     return Setup(
         solid=solid, rho0=rho0, u0=u0, boundaries=tuple(boundaries), lattice=case.lattice, shape=tuple(case.run.grid),
         dtype=case.dtype, tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"], omega_plus=rel["omega_plus"],
         omega_minus=rel["omega_minus"], force=None if force is None else tuple(float(v) for v in force),
         collision=rel.get("collision"),
-        derived=MappingProxyType(dict(derived or {})),
+        derived=MappingProxyType(dict(derived or {})), wall_velocity=wall_velocity,
     )
+
+
+FLOAT32_EPS = 2.0**-23
+MASS_DRIFT_FACTOR = 10.0
+"""A closed domain's |mass_rel_drift| bound is MASS_DRIFT_FACTOR * FLOAT32_EPS * sqrt(steps) (see mass_drift_bound)."""
+
+
+def mass_drift_bound(steps: int) -> float:
+    """The relative mass drift a closed domain may show after ``steps``: 10 float32 epsilons times sqrt(steps).
+
+    Unbiased rounding of the total mass once per step is a random walk of about eps sqrt(steps); ten
+    times float32's is the bound in every precision, so a drift above it is systematic (a bias or a leak).
+    """
+    return MASS_DRIFT_FACTOR * FLOAT32_EPS * math.sqrt(max(steps, 1))
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """A case's criterion for the state its metrics describe: ``measure`` (value) against ``bound``."""
+
+    converged: bool
+    measure: str
+    value: float | None
+    bound: float
+    hint: str = "run more steps"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The criterion as metrics.json records it."""
+        return {"measure": self.measure, "value": self.value, "bound": self.bound}
+
+
+def result_checks(case: Case, setup: Setup, metrics: Mapping[str, Any], steps: int,
+                  result_keys: Sequence[str]) -> dict[str, Any]:
+    """``converged`` (where the case has a criterion), the mass-drift bound, and ``warnings`` about both.
+
+    ``result_keys``: the case's own metrics, named in the warning when they come from an unconverged state.
+    """
+    out: dict[str, Any] = {}
+    warnings: list[str] = []
+    crit = case.convergence(setup, steps)
+    if crit is not None:
+        out["converged"], out["convergence"] = crit.converged, crit.as_dict()
+        if not crit.converged:
+            value = "unknown (fewer than two samples)" if crit.value is None else f"{crit.value:.3g}"
+            what = ", ".join(result_keys) or "its metrics"
+            warnings.append(f"{case.name} is not converged at step {steps}: {crit.measure} = {value}, bound "
+                            f"{crit.bound:.3g}; {what}: taken from an unconverged state; {crit.hint}")
+    drift = metrics.get("mass_rel_drift")
+    if setup.closed and drift is not None:
+        bound = mass_drift_bound(steps)
+        out["mass_drift_bound"] = bound
+        if not abs(drift) <= bound:
+            warnings.append(f"mass drifts: mass_rel_drift = {drift:.3g} after {steps} steps in a closed domain, above "
+                            f"the bound {bound:.3g} (10 float32 epsilons x sqrt(steps)): rounding or a leak "
+                            "changes the mass, and with it the density the metrics see")
+    out["warnings"] = warnings
+    return out
 
 
 class Snapshot:
@@ -165,6 +250,10 @@ class Case:
     def converged(self, step: int) -> bool:
         """True when a steps=auto run may stop early (steady state reached); never by default."""
         return False
+
+    def convergence(self, setup: Setup, steps: int) -> Convergence | None:
+        """The case's criterion for the state its metrics describe, after ``steps`` (None: the case has none)."""
+        return None
 
     def state(self) -> dict[str, np.ndarray]:
         """What the case has accumulated (time series), as arrays for a checkpoint."""

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from lbm.boundaries import MovingWall
-from lbm.cases.base import Case, Setup, Snapshot, make_setup
+from lbm.cases.base import Case, Convergence, Setup, Snapshot, make_setup
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
 
@@ -113,11 +113,24 @@ class Cavity(Case):
         (s0, u0), (s1, u1) = self.previous, self.latest
         return float(np.abs(u1 - u0).max() / self.run.u_lattice * 1000 / (s1 - s0))
 
+    @property
+    def steady_tolerance(self) -> float:
+        """case.steady_tolerance: the largest velocity change over U per 1000 steps of a steady flow."""
+        return float(self.params.get("steady_tolerance", 5e-5))
+
     def converged(self, step: int) -> bool:
         """Steady: after 10 lid passages, the velocity changes less than case.steady_tolerance per 1000 steps."""
-        tol = self.params.get("steady_tolerance", 5e-5)
         change = self.steady_change()
-        return change is not None and step >= 10 * (self.run.grid[0] - 2) / self.run.u_lattice and change < tol
+        return (change is not None and step >= 10 * (self.run.grid[0] - 2) / self.run.u_lattice
+                and change < self.steady_tolerance)
+
+    def convergence(self, setup: Setup, steps: int) -> Convergence:
+        """Steady when the last two samples differ by less than case.steady_tolerance (over U, per 1000 steps)."""
+        change = self.steady_change()
+        hint = ("steps=auto reached its cap of 100 lid passages: run longer with steps=N or loosen "
+                "case.steady_tolerance" if self.run.steps_auto else "run more steps, or steps=auto")
+        return Convergence(change is not None and change < self.steady_tolerance, "steady_change_per_1000_steps",
+                           change, self.steady_tolerance, hint)
 
     def setup(self) -> Setup:
         """Wall ring, lid velocity on the top wall, fluid at rest."""
@@ -141,7 +154,7 @@ class Cavity(Case):
         derived["flow_through_steps"] = length / self.run.u_lattice
         walls = MovingWall.with_velocity(solid, wall_u, self.lattice, self.dtype)
         return make_setup(self, solid=solid, rho0=np.ones(shape), u0=np.zeros((d,) + shape), rel=rel,
-                          boundaries=(walls,), derived=derived)
+                          boundaries=(walls,), derived=derived, wall_velocity=wall_u)
 
     def observe(self, snapshot: Snapshot) -> None:
         """Keep the last two velocity snapshots to report how steady the flow is."""

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from lbm.boundaries import HalfwayBounceBack
-from lbm.cases.base import Case, Setup, make_setup
+from lbm.cases.base import Case, Convergence, Setup, make_setup
+from lbm.cases.poiseuille import STEADY_TRANSIENT
 from lbm.errors import ConfigError
 
 SERIES_TERMS = 2000
@@ -75,6 +76,14 @@ class Duct(Case):
         height = self.section[0]
         nu = self.relaxation(height)["nu"]
         return int(math.ceil(1.5 * max(self.section) ** 2 / nu))
+
+    def convergence(self, setup: Setup, steps: int) -> Convergence:
+        """Steady when the slowest start-up mode (1, 1) of the series, over u_max, is below STEADY_TRANSIENT."""
+        height, width = self.section
+        rate = math.pi**2 * (1.0 / height**2 + 1.0 / width**2)
+        remaining = 16.0 / (math.pi**2 * rate * self.axis_factor()) * math.exp(-rate * setup.nu * steps)
+        return Convergence(remaining < STEADY_TRANSIENT, "transient_over_umax", remaining, STEADY_TRANSIENT,
+                           "run more steps, or steps=auto (1.5 diffusion times max(H, W)^2/nu)")
 
     def setup(self) -> Setup:
         """Walls on y and z, fluid at rest, the body force along x that drives u_lattice on the axis."""

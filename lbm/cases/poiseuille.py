@@ -20,8 +20,11 @@ from typing import Any
 import numpy as np
 
 from lbm.boundaries import HalfwayBounceBack, InterpolatedBounceBack
-from lbm.cases.base import Case, Setup, make_setup
+from lbm.cases.base import Case, Convergence, Setup, make_setup
 from lbm.errors import ConfigError
+
+STEADY_TRANSIENT = 1e-6
+"""The start-up transient left, over the centre-line speed, below which the channel counts as steady."""
 
 
 class Poiseuille(Case):
@@ -78,6 +81,12 @@ class Poiseuille(Case):
         derived["diffusion_time_steps"] = height**2 / rel["nu"]
         return make_setup(self, solid=solid, rho0=np.ones(shape), u0=np.zeros((d,) + shape), rel=rel,
                           boundaries=(self.walls(solid),), force=force, derived=derived)
+
+    def convergence(self, setup: Setup, steps: int) -> Convergence:
+        """Steady when the slowest start-up mode, (32/pi^3) u_max exp(-pi^2 nu t / H^2), is below STEADY_TRANSIENT."""
+        remaining = 32.0 / math.pi**3 * math.exp(-math.pi**2 * setup.nu * steps / self.height**2)
+        return Convergence(remaining < STEADY_TRANSIENT, "transient_over_umax", remaining, STEADY_TRANSIENT,
+                           "run more steps, or steps=auto (1.5 diffusion times H^2/nu)")
 
     def body_force(self, height: float, nu: float) -> float:
         """The force along x that drives a centre-line speed of u_lattice between walls ``height`` apart."""

@@ -196,6 +196,8 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     vtk = check_bool("output.vtk", _get(cfg, "output.vtk", False))
     animation = check_bool("output.animation", _get(cfg, "output.animation", False))
     frames = check_bool("output.frames", _get(cfg, "output.frames", False)) or animation
+    if _get(cfg, "output.frame_limit", None) is not None:
+        check_float("output.frame_limit", _get(cfg, "output.frame_limit"), 0.0)
     progress = check_choice("output.progress", _get(cfg, "output.progress", "auto"), ("auto", "bar", "log", "none"))
     checkpoint = validate_checkpoint(_get(cfg, "checkpoint", {}) or {}, steps)
     spd = check_int("steps_per_dispatch", _get(cfg, "steps_per_dispatch", 0), 0)

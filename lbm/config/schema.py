@@ -51,6 +51,7 @@ class OutputSchema:
     vtk: bool = MISSING
     frames: bool = MISSING
     animation: bool = MISSING
+    frame_limit: float | None = None
     progress: str = MISSING
 
 

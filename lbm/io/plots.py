@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,42 +28,81 @@ def _save(fig: Any, path: Path, run_dir: Path) -> str:
     return str(path.relative_to(run_dir))
 
 
-def _plane(fields: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, str]:
-    """2D velocity (2, nx, ny) and solid mask; the z mid-plane for 3D fields."""
-    u, solid = fields["u"], fields["solid"]
+def _plane(fields: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """2D velocity (2, nx, ny), vorticity (the z mid-plane of its magnitude in 3D) and solid mask."""
+    u, solid = fields["u"], np.asarray(fields["solid"], dtype=bool)
+    vort = fields["vorticity"] if "vorticity" in fields else vorticity(u, solid)
     if u.shape[0] == 3:
         k = u.shape[3] // 2
-        return u[:2, :, :, k], solid[:, :, k], f" (z = {k} plane)"
-    return u, solid, ""
+        return u[:2, :, :, k], vort[:, :, k], solid[:, :, k], f" (z = {k} plane)"
+    return u, vort, solid, ""
+
+
+VORTICITY_LABELS = {2: "vorticity dv/dx - du/dy (1/step)", 3: "vorticity magnitude |curl u| (1/step)"}
+
+
+def figure_size(nx: int, ny: int, longest: float = 8.0) -> tuple[float, float, float]:
+    """(width, height) in inches of a field plot of nx x ny cells, and the aspect of a cell on it.
+
+    The image's longer side is ``longest`` inches; a side ratio beyond 10 is drawn at 10 (cells stretched,
+    aspect != 1) so that a thin channel stays legible; room is added for the colour bar and labels.
+    """
+    ratio = nx / ny
+    shown = min(10.0, max(0.1, ratio))
+    w, h = (longest, longest / shown) if shown >= 1 else (longest * shown, longest)
+    return w + 2.6, h + 1.4, shown / ratio
+
+
+def draw_solid(ax: Any, solid: np.ndarray) -> None:
+    """Solid cells in grey as whole cells (edges at half-integers), outlined where they meet fluid."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import ListedColormap
+
+    if not solid.any():
+        return
+    nx, ny = solid.shape
+    ax.imshow(np.ma.masked_where(~solid, solid).T.astype(float), origin="lower", interpolation="nearest",
+              cmap=ListedColormap(["0.55"]), extent=(-0.5, nx - 0.5, -0.5, ny - 0.5), aspect=ax.get_aspect())
+    ix, iy = np.nonzero(solid[1:] != solid[:-1])  # faces between x-neighbours
+    jx, jy = np.nonzero(solid[:, 1:] != solid[:, :-1])
+    segments = [[(i + 0.5, j - 0.5), (i + 0.5, j + 0.5)] for i, j in zip(ix, iy, strict=True)]
+    segments += [[(i - 0.5, j + 0.5), (i + 0.5, j + 0.5)] for i, j in zip(jx, jy, strict=True)]
+    if segments:
+        ax.add_collection(LineCollection(segments, colors="k", linewidths=0.6))
+
+
+def symmetric_limit(data: np.ma.MaskedArray) -> float:
+    """The 99.5th percentile of |data| over unmasked cells (1 when there are none or all are zero)."""
+    lim = float(np.percentile(np.abs(data.compressed()), 99.5)) if data.count() else 0.0
+    return lim if lim > 0 else 1.0
 
 
 def field_plots(run_dir: Path, fields: dict[str, np.ndarray], title: str) -> list[str]:
-    """velocity_magnitude.png and vorticity.png with colour bars, obstacles in grey."""
+    """velocity_magnitude.png and vorticity.png with colour bars, solid cells in grey."""
     plt = _pyplot()
-    u, solid, where = _plane(fields)
+    u, vort, solid, where = _plane(fields)
     speed = np.sqrt(u[0] ** 2 + u[1] ** 2)
-    vort = vorticity(u)
     nx, ny = speed.shape
-    aspect_w = min(12.0, max(5.0, 6.0 * nx / ny))
+    w, h, aspect = figure_size(nx, ny)
+    signed = fields["u"].shape[0] == 2
     written = []
     for name, data, cmap, label, sym in (
         ("velocity_magnitude", speed, "viridis", "|u| (lattice units)", False),
-        ("vorticity", vort, "RdBu_r", "vorticity dv/dx - du/dy (1/step)", True),
+        ("vorticity", vort, "RdBu_r" if signed else "magma", VORTICITY_LABELS[fields["u"].shape[0]], signed),
     ):
         data = np.ma.masked_where(solid, data)
-        fig, ax = plt.subplots(figsize=(aspect_w, max(3.0, aspect_w * ny / nx * 0.9)))
+        fig, ax = plt.subplots(figsize=(w, h))
         kw: dict[str, Any] = {}
         if sym:
-            lim = float(np.percentile(np.abs(data.compressed()), 99.5)) if data.count() else 1.0
+            lim = symmetric_limit(data)
             kw = {"vmin": -lim, "vmax": lim}
-        img = ax.imshow(data.T, origin="lower", cmap=cmap, interpolation="nearest",
+        img = ax.imshow(data.T, origin="lower", cmap=cmap, interpolation="nearest", aspect=aspect,
                         extent=(-0.5, nx - 0.5, -0.5, ny - 0.5), **kw)
-        if solid.any():
-            ax.contourf(np.arange(nx), np.arange(ny), solid.T.astype(float), levels=[0.5, 1.5], colors=["0.55"])
-            ax.contour(np.arange(nx), np.arange(ny), solid.T.astype(float), levels=[0.5], colors="k", linewidths=0.8)
+        draw_solid(ax, solid)
         ax.set_xlabel("x (cells)")
         ax.set_ylabel("y (cells)")
-        ax.set_title(f"{title}: {name.replace('_', ' ')}{where}")
+        sep = "\n" if w < 6 else " "
+        ax.set_title(f"{title}:{sep}{name.replace('_', ' ')}{where}", fontsize="medium")
         fig.colorbar(img, ax=ax, label=label, shrink=0.85)
         written.append(_save(fig, run_dir / "plots" / f"{name}.png", run_dir))
     return written
@@ -130,16 +170,24 @@ def settled_limits(steps: np.ndarray, values: np.ndarray, window: list[int] | No
     return lo - pad, hi + pad
 
 
+def with_error(value: float, error: float | None) -> str:
+    """``value ± error``, both to the decimal of the error's second significant digit (4 significant without one)."""
+    if not error or not math.isfinite(error):
+        return f"{value:.4g}"
+    decimals = max(0, 1 - math.floor(math.log10(abs(error))))
+    return f"{value:.{decimals}f} ± {abs(error):.{decimals}f}"
+
+
 def force_title(metrics: dict[str, Any]) -> str:
     """One line of the force statistics with their standard errors (or why there are none)."""
     if metrics.get("cd_mean") is None:
         return "no stationary window: " + str(metrics.get("stationary_note", "run more steps"))
-    text = f"cd = {metrics['cd_mean']:.4f} ± {metrics.get('cd_mean_error') or 0:.1g}"
+    text = f"cd = {with_error(metrics['cd_mean'], metrics.get('cd_mean_error'))}"
     if metrics.get("strouhal") is not None:
-        text += (f", cl amplitude = {metrics['cl_amplitude']:.4f} ± {metrics.get('cl_amplitude_error') or 0:.1g}"
-                 f", St = {metrics['strouhal']:.4f} ± {metrics.get('strouhal_error') or 0:.1g}")
-    return text + f" over {metrics.get('stationary_cycles') or 'the'} cycles" if metrics.get("stationary_cycles") \
-        else text
+        text += (f", cl amplitude = {with_error(metrics['cl_amplitude'], metrics.get('cl_amplitude_error'))}"
+                 f", St = {with_error(metrics['strouhal'], metrics.get('strouhal_error'))}")
+    cycles = metrics.get("stationary_cycles")
+    return text + f" over {cycles} cycles" if cycles else text
 
 
 def forces_plot(run_dir: Path, steps: np.ndarray, cd: np.ndarray, cl: np.ndarray, metrics: dict[str, Any]) -> str:
@@ -156,31 +204,39 @@ def forces_plot(run_dir: Path, steps: np.ndarray, cd: np.ndarray, cl: np.ndarray
         for a in (a1, a2):
             a.axvspan(window[0], window[1], color="0.9", zorder=0, label="stationary window")
     a1.set_ylim(*settled_limits(steps, cd, window))
-    a1.legend(loc="upper right")
+    if window:
+        a1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     a1.set_title(force_title(metrics))
     for a in (a1, a2):
         a.grid(alpha=0.3)
     return _save(fig, run_dir / "plots" / "forces.png", run_dir)
 
 
-def frame(path: Path, fields: dict[str, np.ndarray], step: int) -> Path:
-    """One vorticity frame (fixed colour scale per run is not known yet, so symmetric per frame)."""
+def frame(path: Path, fields: dict[str, np.ndarray], step: int, limit: float | None = None) -> float:
+    """One vorticity frame with a colour bar; returns its colour limit (``limit``, else this frame's 99.5th percentile).
+
+    The frames of a run share one limit: the caller passes the first frame's (or the user's) to the others.
+    """
     plt = _pyplot()
-    u, solid, where = _plane(fields)
-    vort = np.ma.masked_where(solid, vorticity(u))
+    _, vort, solid, where = _plane(fields)
+    vort = np.ma.masked_where(solid, vort)
     nx, ny = vort.shape
-    lim = float(np.percentile(np.abs(vort.compressed()), 99.5)) if vort.count() else 1.0
-    fig, ax = plt.subplots(figsize=(min(10.0, max(4.0, 6.0 * nx / ny)), max(2.5, min(8.0, 6.0 * ny / nx))))
-    ax.imshow(vort.T, origin="lower", cmap="RdBu_r", vmin=-lim or -1, vmax=lim or 1, interpolation="nearest")
-    if solid.any():
-        ax.contourf(np.arange(nx), np.arange(ny), solid.T.astype(float), levels=[0.5, 1.5], colors=["0.55"])
-    ax.set_title(f"vorticity, step {step}{where}")
+    signed = fields["u"].shape[0] == 2
+    lim = symmetric_limit(vort) if limit is None else limit
+    w, h, aspect = figure_size(nx, ny, longest=6.0)
+    fig, ax = plt.subplots(figsize=(w, h))
+    img = ax.imshow(vort.T, origin="lower", cmap="RdBu_r" if signed else "magma", vmin=-lim if signed else 0.0,
+                    vmax=lim, interpolation="nearest", aspect=aspect, extent=(-0.5, nx - 0.5, -0.5, ny - 0.5))
+    draw_solid(ax, solid)
+    fig.colorbar(img, ax=ax, label=VORTICITY_LABELS[fields["u"].shape[0]], shrink=0.85, extend="both")
+    ax.set_title(f"vorticity, step {step}{where}", fontsize="medium")
     ax.set_xlabel("x (cells)")
     ax.set_ylabel("y (cells)")
+    fig.tight_layout()  # the figure keeps its size: every frame of a run has the same pixels
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
-    return path
+    return lim
 
 
 def animation(run_dir: Path, frames: list[Path]) -> list[str]:
@@ -229,7 +285,7 @@ def monitor_plot(run_dir: Path, rows: list[tuple[int, float, float]], mass0: flo
             axes[2].axvspan(window[0], window[1], color="0.9", zorder=0, label="stationary window")
         (lo_d, hi_d), (lo_l, hi_l) = (settled_limits(forces[:, 0], forces[:, k], window) for k in (-2, -1))
         axes[2].set_ylim(min(lo_d, lo_l), max(hi_d, hi_l))
-        axes[2].legend(loc="upper left", ncols=3, fontsize="small")
+        axes[2].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     axes[-1].set_xlabel("step")
     for a in axes:
         a.grid(alpha=0.3)

@@ -1,4 +1,4 @@
-"""VTK image data (.vti) of density, velocity and vorticity for ParaView."""
+"""VTK image data (.vti) of density, velocity, vorticity and solid for ParaView, in the run's precision."""
 
 from __future__ import annotations
 
@@ -6,30 +6,31 @@ from pathlib import Path
 
 import numpy as np
 
-from lbm.io.fields import vorticity
+from lbm.io.fields import vorticity, vorticity_vector
 
 
 def write_vti(path: Path, fields: dict[str, np.ndarray]) -> Path:
-    """Write rho, velocity (vector), vorticity and solid as cell data on a uniform grid; returns the .vti path."""
+    """Write rho, velocity (vector), vorticity and solid (UInt8) as cell data on a uniform grid; returns the .vti path.
+
+    Floats keep the dtype of ``fields["u"]`` (Float32 for a float32 run). In 3D, ``vorticity`` is the
+    magnitude (as in fields.npz) and ``vorticity_vector`` the vector.
+    """
     from pyevtk.hl import imageToVTK
 
-    u = fields["u"]
-    rho = fields["rho"]
-    pad = (lambda a: a[..., None]) if rho.ndim == 2 else (lambda a: a)
-    comps = [np.ascontiguousarray(pad(u[a]), dtype=np.float64) for a in range(u.shape[0])]
+    u, rho = fields["u"], fields["rho"]
+    solid = np.asarray(fields["solid"], dtype=bool)
+    dtype = u.dtype if u.dtype in (np.float32, np.float64) else np.float64
+
+    def cells(a: np.ndarray, kind: type = dtype) -> np.ndarray:
+        return np.ascontiguousarray(a[..., None] if rho.ndim == 2 else a, dtype=kind)
+
+    comps = [cells(u[a]) for a in range(u.shape[0])]
     if len(comps) == 2:
         comps.append(np.zeros_like(comps[0]))
-    data = {
-        "density": np.ascontiguousarray(pad(rho), dtype=np.float64),
-        "velocity": tuple(comps),
-        "solid": np.ascontiguousarray(pad(fields["solid"]).astype(np.float64)),
-    }
-    if u.shape[0] == 2:
-        data["vorticity"] = np.ascontiguousarray(pad(vorticity(u)), dtype=np.float64)
-    else:  # magnitude of the 3D vorticity
-        grads = [[np.gradient(u[i], axis=j) for j in range(3)] for i in range(3)]
-        wx, wy, wz = grads[2][1] - grads[1][2], grads[0][2] - grads[2][0], grads[1][0] - grads[0][1]
-        data["vorticity"] = (np.ascontiguousarray(wx), np.ascontiguousarray(wy), np.ascontiguousarray(wz))
+    vort = fields["vorticity"] if "vorticity" in fields else vorticity(u, solid)
+    data: dict[str, object] = {"density": cells(rho), "velocity": tuple(comps), "solid": cells(solid, np.uint8),
+                               "vorticity": cells(vort)}
+    if u.shape[0] == 3:
+        data["vorticity_vector"] = tuple(cells(w) for w in vorticity_vector(u, solid))
     path.parent.mkdir(parents=True, exist_ok=True)
-    out = imageToVTK(str(path.with_suffix("")), cellData=data)
-    return Path(out)
+    return Path(imageToVTK(str(path.with_suffix("")), cellData=data))
