@@ -5,7 +5,7 @@
 # numpy, matplotlib, rich, flatbuffers, PyYAML, packaging, protobuf, cloudpickle, typing-extensions, pytest,
 # pytest-xdist and hypothesis already installed. Missing (lbm's runtime dependencies in pyproject.toml against
 # KINDS.md's package list): hydra-core, omegaconf, antlr4-python3-runtime (their dependency), perfetto, pyevtk,
-# hydra-submitit-launcher, submitit. Every one of them is pure Python, so one wheel serves any platform;
+# hydra-submitit-launcher, submitit, trimesh, rtree. Every one of them but rtree is pure Python, so one wheel serves any platform;
 # antlr4-python3-runtime 4.9.3 is published as an sdist only, so it is built into a wheel here.
 #   bash scripts/device_wheels.sh        # -> .whl/*.whl (about 1 MB), /.whl/ added to .git/info/exclude
 # The device's tool call then names it: carry: [".whl"] (the working tree plus carried paths travel up to 64 MiB).
@@ -17,7 +17,7 @@ py=${LBM_WHEEL_PYTHON:-python3}
 dest=.whl
 # the versions tested with lbm (the runtime .venv's); one version of each, as the device's offline install needs
 wheels=(hydra-core==1.3.8 omegaconf==2.3.1 perfetto==0.59.1 pyevtk==1.7.0 hydra-submitit-launcher==1.2.0
-        submitit==1.5.4)
+        submitit==1.5.4 trimesh==5.2.0 rtree==1.4.1)
 sdists=(antlr4-python3-runtime==4.9.3)
 limit_mib=16  # "well under" the 64 MiB the working tree and carried paths share
 
@@ -39,7 +39,7 @@ want=$(( ${#wheels[@]} + ${#sdists[@]} ))
 (( n == want )) || { echo "device_wheels.sh: $n wheels in $dest, expected $want" >&2; ls -l "$dest" >&2; exit 1; }
 for w in "$dest"/*.whl; do  # each must install on any CPython 3.12 x86-64: pure Python or a matching platform tag
   case "$w" in
-    *-py3-none-any.whl|*-py2.py3-none-any.whl|*-cp312-*manylinux*x86_64*.whl) ;;
+    *-py3-none-any.whl|*-py2.py3-none-any.whl|*-cp312-*manylinux*x86_64*.whl|*-py3-none-manylinux*x86_64*.whl) ;;
     *) echo "device_wheels.sh: $w does not install on CPython 3.12 x86-64" >&2; exit 1 ;;
   esac
 done

@@ -86,7 +86,7 @@ class Cylinder(Case):
     def options(self) -> tuple[str, str]:
         """Inlet kind and bounce-back kind, validated with the averaging window and the perturbation."""
         inlet_kind = self.choice("inlet", "nebb", INLET_KINDS)
-        bb = self.choice("bounce_back", "fullway", BOUNCE_BACK_KINDS)
+        bb = self.bounce_back_kind()
         window = self.params.get("average_from")
         if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))
                                    or not 0 <= window < 1):
@@ -96,6 +96,19 @@ class Cylinder(Case):
         if isinstance(amp, bool) or not isinstance(amp, (int, float)) or not 0 <= amp < 1:
             raise ConfigError("case.perturbation", amp, "a number in [0, 1)")
         return inlet_kind, bb
+
+    def bounce_back_kind(self) -> str:
+        """``case.bounce_back``: the obstacle's wall rule."""
+        return self.choice("bounce_back", "fullway", BOUNCE_BACK_KINDS)
+
+    def walls(self, obstacle: np.ndarray, kind: str) -> Any:
+        """The obstacle's walls by the bounce-back rule ``kind``."""
+        return FullwayBounceBack(solid=obstacle) if kind == "fullway" else HalfwayBounceBack.around(obstacle, self.lattice)
+
+    @property
+    def reference_area(self) -> float:
+        """The area forces are normalised by, in cells: diameter x depth (the depth is 1 in 2D)."""
+        return self.diameter * self.depth
 
     def check(self) -> None:
         """Geometry inside the domain and valid options."""
@@ -124,7 +137,7 @@ class Cylinder(Case):
         derived = self.base_derived(length, rel)
         derived.update(geometry, reynolds_diameter=rel["reynolds"] * self.diameter / length,
                        shedding_period_estimate_steps=self.diameter / (0.2 * self.run.u_lattice))
-        walls = FullwayBounceBack(solid=obstacle) if bb == "fullway" else HalfwayBounceBack.around(obstacle, self.lattice)
+        walls = self.walls(obstacle, bb)
         boundaries = (self.outlet(), Inlet(u=u[:, 0].astype(self.dtype), kind=inlet_kind), walls,
                       Forces.on(obstacle, self.lattice))
         return make_setup(self, solid=obstacle, rho0=np.ones(shape), u0=u, rel=rel, boundaries=boundaries,
@@ -152,7 +165,7 @@ class Cylinder(Case):
     def coefficients(self) -> np.ndarray:
         """Per-step [step, F..., cd, cl] rows."""
         forces = np.concatenate(self.force_rows) if self.force_rows else np.zeros((0, self.lattice.d))
-        norm = 0.5 * self.run.u_lattice**2 * self.diameter * self.depth
+        norm = 0.5 * self.run.u_lattice**2 * self.reference_area
         steps = np.arange(1, len(forces) + 1, dtype=np.float64)[:, None]
         return np.hstack([steps, forces, forces[:, :1] / norm, forces[:, 1:2] / norm])
 

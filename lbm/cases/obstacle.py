@@ -1,12 +1,18 @@
-"""Flow past your own obstacle: a shape from an image (dark = solid) or a boolean array, in the cylinder's channel.
+"""Flow past your own obstacle: an image (dark = solid), a boolean array or a surface mesh, in the cylinder's channel.
 
 ``case.mask`` names a PNG (or any image matplotlib reads) whose dark pixels (luminance < 0.5)
 are solid, or a ``.npy`` boolean array (2D; a 3D voxel mask on 3D lattices). One pixel or voxel
-is one cell; image rows run from the top, so the picture appears upright in the x-y plane. The
-mask is placed with its centre at ``case.center`` (default: nx/4, ny/2) in the channel of the
-cylinder case (velocity inlet at x = 0, zero-gradient outlet, periodic across) and must fit with
-a margin. Drag and lift are reported like the cylinder's, normalised by the frontal height D
-(the obstacle's extent along y), on which the Reynolds number is based.
+is one cell; image rows run from the top, so the picture appears upright in the x-y plane. On 3D
+lattices it may also name a closed triangle surface (STL, OBJ, PLY, OFF, glTF; lbm.cases.surface):
+scaled by ``case.scale`` cells per mesh unit, its nodes inside are solid and its walls are
+interpolated (Bouzidi) at the exact distances to the surface (``case.bounce_back=interpolated``,
+the default for surfaces). The obstacle is placed with its centre (a surface's bounding-box
+centre) at ``case.center`` (default: nx/4, ny/2[, nz/2]) in the channel of the cylinder case
+(velocity inlet at x = 0, zero-gradient outlet, periodic across) and must fit with a margin. Drag
+and lift are reported like the cylinder's, normalised by the frontal height D (the obstacle's
+extent along y, on which the Reynolds number is based) times the depth in 2D and for obstacles that
+span the channel's depth, and by the frontal area (solid nodes projected on the inlet plane, in
+cells) in 3D otherwise.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from lbm.boundaries import InterpolatedBounceBack
+from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
 from lbm.cases.cylinder import Cylinder
+from lbm.cases.surface import MESH_SUFFIXES, placed, read_surface, solid_nodes, surface_intersect
 from lbm.errors import ConfigError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
@@ -31,7 +40,8 @@ def read_mask(path: Path, dims: int) -> np.ndarray:
             raise ConfigError("case.mask", str(path), f"a {dims}D array for this lattice (the file holds {array.ndim}D)")
         return np.asarray(array, dtype=bool)
     if path.suffix.lower() not in IMAGE_SUFFIXES:
-        raise ConfigError("case.mask", str(path), f"an image ({', '.join(IMAGE_SUFFIXES)}) or a .npy array")
+        raise ConfigError("case.mask", str(path), f"an image ({', '.join(IMAGE_SUFFIXES)}), a .npy array or, "
+                          f"on 3D lattices, a surface mesh ({', '.join(MESH_SUFFIXES)})")
     if dims != 2:
         raise ConfigError("case.mask", str(path), "a .npy voxel array on 3D lattices (an image is 2D)")
     from matplotlib import image
@@ -51,15 +61,49 @@ class Obstacle(Cylinder):
     name = "obstacle"
 
     @cached_property
-    def shape_mask(self) -> np.ndarray:
-        """The obstacle as read from ``case.mask`` (its own extent, not yet placed)."""
+    def mask_path(self) -> Path:
+        """The existing file ``case.mask`` names."""
         value = self.params.get("mask")
         if not isinstance(value, str) or not value:
-            raise ConfigError("case.mask", value, "the path of an image (dark = solid) or a .npy boolean array")
+            raise ConfigError("case.mask", value, "the path of an image (dark = solid), a .npy boolean array or a "
+                              "surface mesh (3D)")
         path = Path(value).expanduser()
         if not path.is_file():
-            raise ConfigError("case.mask", value, "an existing image or .npy file")
-        mask = read_mask(path, self.lattice.d)
+            raise ConfigError("case.mask", value, "an existing image, .npy or surface mesh file")
+        return path
+
+    @property
+    def is_surface(self) -> bool:
+        """Whether ``case.mask`` names a surface mesh."""
+        return self.mask_path.suffix.lower() in MESH_SUFFIXES
+
+    @cached_property
+    def surface(self) -> Any:
+        """The surface mesh scaled by ``case.scale`` and placed at ``case.center`` (node coordinates)."""
+        if self.lattice.d != 3:
+            raise ConfigError("case.mask", str(self.mask_path), "an image or a .npy array on 2D lattices (a surface "
+                              "mesh needs lattice=d3q19 or d3q27)")
+        scale = self.params.get("scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+            raise ConfigError("case.scale", scale, "a number > 0 (cells per unit of the mesh's coordinates)")
+        return placed(read_surface(self.mask_path), float(scale), self.center())
+
+    def center(self) -> list[float]:
+        """``case.center`` checked, or the default placement (nx/4, ny/2[, nz/2])."""
+        grid = self.run.grid
+        center = self.params.get("center")
+        if center is None:
+            return [grid[0] // 4, grid[1] // 2] + [grid[a] // 2 for a in range(2, len(grid))]
+        if not isinstance(center, (list, tuple)) or len(center) != len(grid) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in center):
+            raise ConfigError("case.center", center, f"{len(grid)} cell coordinates, or null for the default placement")
+        return [float(v) for v in center]
+
+    @cached_property
+    def shape_mask(self) -> np.ndarray:
+        """The obstacle as read from an image or array ``case.mask`` (its own extent, not yet placed)."""
+        value = self.params.get("mask")
+        mask = read_mask(self.mask_path, self.lattice.d)
         if not mask.any():
             raise ConfigError("case.mask", value, "a mask with at least one solid cell (dark pixel / true value)")
         coords = np.argwhere(mask)
@@ -68,19 +112,48 @@ class Obstacle(Cylinder):
 
     @property
     def diameter(self) -> float:
-        """Frontal height D: the obstacle's extent along y, in cells."""
+        """Frontal height D: the obstacle's extent along y, in cells (a surface's own, not its nodes')."""
+        if self.is_surface:
+            lo, hi = self.surface.bounds
+            return float(hi[1] - lo[1])
         return float(self.shape_mask.shape[1])
+
+    @property
+    def reference_area(self) -> float:
+        """The area forces are normalised by: D x depth, or in 3D the frontal area where the obstacle has no full span."""
+        placed_mask = self.obstacle()[0]
+        columns = placed_mask.any(axis=0)
+        if columns.ndim == 2 and not columns.all(axis=1)[columns.any(axis=1)].all():
+            return float(columns.sum())
+        return super().reference_area
+
+    def walls(self, obstacle: np.ndarray, kind: str) -> Any:
+        """The obstacle's walls: interpolated at a surface's exact distances, else the cylinder's rule of ``kind``."""
+        if kind == "interpolated":
+            return InterpolatedBounceBack.from_shape(obstacle, surface_intersect(self.surface), self.lattice)
+        return super().walls(obstacle, kind)
+
+    def bounce_back_kind(self) -> str:
+        """``case.bounce_back``: interpolated for surfaces (the default), halfway or fullway for masks."""
+        kinds = (*BOUNCE_BACK_KINDS, "interpolated") if self.is_surface else BOUNCE_BACK_KINDS
+        value = self.params.get("bounce_back") or ("interpolated" if self.is_surface else "halfway")
+        if value not in kinds:
+            raise ConfigError("case.bounce_back", value, f"one of {', '.join(kinds)}"
+                              + ("" if self.is_surface else " (interpolated walls need a surface mesh)"))
+        return value
 
     def obstacle(self) -> tuple[np.ndarray, float, dict[str, Any]]:
         """The mask placed in the channel, the frontal height (the Reynolds length) and the placement."""
+        return self.placement
+
+    @cached_property
+    def placement(self) -> tuple[np.ndarray, float, dict[str, Any]]:
+        """:meth:`obstacle`, computed once."""
+        if self.is_surface:
+            return self.placed_surface()
         grid = self.run.grid
+        center = self.center()
         shape = self.shape_mask.shape
-        center = self.params.get("center")
-        if center is None:
-            center = [grid[0] // 4, grid[1] // 2] + [grid[a] // 2 for a in range(2, len(grid))]
-        elif not isinstance(center, (list, tuple)) or len(center) != len(grid) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in center):
-            raise ConfigError("case.center", center, f"{len(grid)} cell coordinates, or null for the default placement")
         lo = [int(round(c - n / 2)) for c, n in zip(center, shape, strict=True)]
         margins = [(2, grid[0] - 4)] + [(1, grid[a] - 2) for a in range(1, len(grid))]
         for a, (first, last) in enumerate(margins):
@@ -95,7 +168,29 @@ class Obstacle(Cylinder):
                     "frontal_height": self.diameter, "solid_cells": int(mask.sum()), "diameter": self.diameter}
         return mask, self.diameter, geometry
 
+    def placed_surface(self) -> tuple[np.ndarray, float, dict[str, Any]]:
+        """A surface's solid nodes in the channel (it must fit with a margin), its frontal height and placement."""
+        grid = self.run.grid
+        lo, hi = self.surface.bounds
+        center = self.center()
+        margins = [(2, grid[0] - 4)] + [(1, grid[a] - 2) for a in range(1, len(grid))]
+        for a, (first, last) in enumerate(margins):
+            if lo[a] < first or hi[a] > last:
+                raise ConfigError("case.mask", str(self.mask_path),
+                                  f"a surface that fits the {'x'.join(map(str, grid))} grid with a margin (scaled by "
+                                  f"case.scale it spans [{lo[a]:.2f}, {hi[a]:.2f}] along axis {a}, the room is "
+                                  f"[{first}, {last}]): enlarge the grid, move case.center or lower case.scale")
+        mask = solid_nodes(self.surface, grid)
+        geometry = {"mask": str(self.mask_path), "center": [float(c) for c in center],
+                    "scale": float(self.params.get("scale", 1.0)), "surface_triangles": int(len(self.surface.faces)),
+                    "frontal_height": self.diameter, "solid_cells": int(mask.sum()), "diameter": self.diameter}
+        if not mask.any():
+            raise ConfigError("case.mask", str(self.mask_path), "a surface that holds at least one lattice node "
+                              "(this one falls between the nodes): raise case.scale")
+        return mask, self.diameter, geometry
+
     def check(self) -> None:
         """The mask reads, fits the grid, and the options are valid."""
         self.obstacle()
         self.options()
+        self.bounce_back_kind()
