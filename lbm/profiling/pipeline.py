@@ -77,7 +77,7 @@ class Analysis:
             return
         console = Console()
         for renderable in render_tables(self.breakdown, self.bandwidth_gbs, self.title, fold=True):
-            console.print(renderable)
+            console.print(renderable, markup=False, highlight=False)
 
 
 def analyse(trace: TraceFiles, out_dir: Path, facts: RunFacts, *, backend: str = "auto",
@@ -122,15 +122,21 @@ def analyse(trace: TraceFiles, out_dir: Path, facts: RunFacts, *, backend: str =
     return Analysis(bd, trace, db.backend, note, written, table, heading, facts.bandwidth_gbs)
 
 
-def render(renderables: Sequence[Any], width: int = 400) -> str:
-    """Rich renderables (tables, text) as plain text up to ``width`` columns, nothing cut, trailing blanks removed."""
+def render(renderables: Sequence[Any], width: int = 4000) -> str:
+    """Rich renderables (tables) as plain text, as wide as their contents (nothing cut), and plain strings as they
+    are; trailing blanks removed."""
     from rich.console import Console
 
     console = Console(width=width, no_color=True)
-    with console.capture() as cap:
-        for r in renderables:
+    parts = []
+    for r in renderables:
+        if isinstance(r, str):
+            parts.append(r)
+            continue
+        with console.capture() as cap:
             console.print(r)
-    return "\n".join(line.rstrip() for line in cap.get().splitlines()) + "\n"
+        parts += [line.rstrip() for line in cap.get().splitlines()]
+    return "\n".join(parts) + "\n"
 
 
 def device_events(trace_dir: Path) -> list[dict[str, Any]]:

@@ -175,15 +175,11 @@ def captions(bd: Breakdown, bandwidth_gbs: float | None) -> list[str]:
 
 
 def render_tables(bd: Breakdown, bandwidth_gbs: float | None, title: str, fold: bool) -> list[Any]:
-    """The headline table, the other clock's table and the caption lines, as rich renderables."""
-    from rich.text import Text
-
+    """The headline table and the other clock's table (rich renderables), then the caption lines (plain strings)."""
     out: list[Any] = []
     for i, (clock, table) in enumerate(bd.tables.items()):
         if not table.timed() and clock != bd.headline and not (table.row(STEP) or {}).get("calls"):
             continue
         label = "headline" if i == 0 else "also"
         out.append(terminal_table(table, f"{title} — {label}: {clock} clock", fold=fold))
-    out.append(Text("\n".join(captions(bd, bandwidth_gbs)), overflow="fold" if fold else "ignore",
-                    no_wrap=not fold))
-    return out
+    return out + captions(bd, bandwidth_gbs)
