@@ -127,13 +127,12 @@ def analyze_trace(path: Path, args: argparse.Namespace) -> int:
     session = files.session_dir
     jax_layout = session.parent.name == "profile" and session.parent.parent.name == "plugins"
     out = Path(args.out) if args.out else (session.parents[2] if jax_layout else session) / "analysis"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
+    ctx = _run_context(files.primary)
+    try:  # the folder is made once the trace has been read: a bad trace leaves nothing behind
+        result = analyse(files, out, run_facts(ctx, args.warmup), backend=args.backend,
+                         trace_processor=args.trace_processor, title=_title(ctx))
     except OSError as exc:
         raise LbmError(f"cannot write to {out} ({exc.strerror}): choose another directory with --out") from None
-    ctx = _run_context(files.primary)
-    result = analyse(files, out, run_facts(ctx, args.warmup), backend=args.backend,
-                     trace_processor=args.trace_processor, title=_title(ctx))
     print(f"lbm analyze: {files.primary}: {result.backend_note}", file=sys.stderr)
     result.print()
     print(f"lbm analyze: wrote {out}/ ({', '.join(result.written.values())})", file=sys.stderr)

@@ -94,6 +94,7 @@ def analyse(trace: TraceFiles, out_dir: Path, facts: RunFacts, *, backend: str =
     bd.compile = compile_record(facts.compile_phases, facts.compile_times_s, bd)
     if facts.bandwidth_gbs is None:
         bd.notes.append(NO_BANDWIDTH)
+    out_dir.mkdir(parents=True, exist_ok=True)
     title = title or f"{trace.primary.name} ({bd.mode} mode)"
     written = {"breakdown_csv": "breakdown.csv", "breakdown_json": "breakdown.json", "breakdown_png": "breakdown.png",
                "breakdown_txt": "breakdown.txt", "kernels_csv": "kernels.csv"}
