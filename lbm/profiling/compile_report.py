@@ -12,6 +12,7 @@ numbers of fusions and kernels, kernel → stages, read from the optimised HLO b
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -40,10 +41,19 @@ def render_dot(dot_path: Path) -> Path | None:
     return png
 
 
-def _scope(ins: Instruction | None) -> str:
-    """An instruction's named-scope path (op_name metadata) without the jit prefix, or its name."""
+_INDEX = re.compile(r"\bindex=(\d+)")
+
+
+def _scope(ins: Instruction | None, instrs: Mapping[str, Instruction] | None = None) -> str:
+    """An instruction's named-scope path (op_name metadata) without the jit prefix, or its name; an element of the
+    computation's argument tuple is named as such (a loop body's: the loop carry)."""
     if ins is None:
         return "?"
+    if ins.opcode == "get-tuple-element" and instrs is not None:
+        source = instrs.get(ins.operands[0]) if ins.operands else None
+        index = _INDEX.search(ins.attrs)
+        if source is not None and source.opcode == "parameter" and index:
+            return f"%{ins.name} (element {index.group(1)} of the computation's argument)"
     path = ins.op_name.split("/", 1)[1] if "/" in ins.op_name else ins.op_name
     return f"%{ins.name} ({path})" if path else f"%{ins.name}"
 
@@ -52,6 +62,12 @@ def origins(module: HloModule, kernels: Mapping[str, Sequence[str]]) -> dict[str
     """For each kernel without a stage: its HLO op, its own scope if any, and the scopes of the instructions it
     reads and of those that read it (an XLA-inserted copy has no metadata; its neighbours say what needs it)."""
     out: dict[str, str] = {}
+    roles = {module.entry: "the entry computation"}
+    for ins in (i for c in module.computations.values() for i in c if i.opcode == "while"):
+        for role, key in (("the loop body", "body"), ("the loop condition", "condition")):
+            found = re.search(rf"\b{key}=%?([\w.\-]+)", ins.attrs)
+            if found:
+                roles[found.group(1)] = role
     for comp in module.top_level():
         instrs = {ins.name: ins for ins in module.computations.get(comp, [])}
         users: dict[str, list[Instruction]] = {}
@@ -62,9 +78,9 @@ def origins(module: HloModule, kernels: Mapping[str, Sequence[str]]) -> dict[str
             if name not in kernels or kernels[name]:
                 continue
             own = ins.op_name.split("/", 1)[1] if "/" in ins.op_name else ins.op_name
-            reads = ", ".join(_scope(instrs.get(o)) for o in dict.fromkeys(ins.operands)) or "nothing"
-            read_by = ", ".join(_scope(u) for u in users.get(name, [])[:3]) or "the computation's result"
-            where = "the loop body" if comp != module.entry else "the entry computation"
+            reads = ", ".join(_scope(instrs.get(o), instrs) for o in dict.fromkeys(ins.operands)) or "nothing"
+            read_by = ", ".join(_scope(u, instrs) for u in users.get(name, [])[:3]) or "the computation's result"
+            where = roles.get(comp, f"computation {comp}")
             out[name] = (f"HLO {ins.opcode} in {where}" + (f", scope {own}" if own else ", no scope (inserted by XLA)")
                          + f"; reads {reads}; read by {read_by}")
     return out
