@@ -3,6 +3,7 @@
 import csv
 import gzip
 import json
+import statistics
 
 import pytest
 from conftest import STAGE_HOST_US, STAGE_KERNELS_US, instrumented_trace
@@ -133,9 +134,9 @@ def test_device_columns_of_a_real_run_equal_the_raw_trace(simulate_in, mode):
     the kernels' durations (fused, the unit's stages from the run's compile.json), summed over the steady steps."""
     from test_profiling_tracedb import raw_fused_unit_ms, raw_stage_device_ms
 
-    _, run_dir = simulate_in("case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=10", f"mode={mode}",
+    _, run_dir = simulate_in("case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=12", f"mode={mode}",
                              "engine=xla", "profile.enabled=true", "profile.warmup_steps=2", "profile.steps=5",
-                             "output.plots=false")
+                             "output.every=2", "output.plots=false")
     prof = run_dir / "profile"
     (path,) = prof.glob("plugins/profile/*/*.trace.json.gz")
     with gzip.open(path) as fh:
@@ -149,14 +150,15 @@ def test_device_columns_of_a_real_run_equal_the_raw_trace(simulate_in, mode):
         for program in report["executables"]:
             stage = program["stage"]
             raw = raw_stage_device_ms(events, stage, program["module"])
-            assert len(raw) == 5 == rows[stage]["device_calls"]
-            assert rows[stage]["device_total_ms"] == pytest.approx(sum(raw), rel=1e-6, abs=2e-6), stage
-            assert rows[stage]["device_median_ms"] == pytest.approx(sorted(raw)[2], rel=1e-6, abs=2e-6), stage
+            assert len(raw) == 6 == rows[stage]["calls"]  # whole chunks of 2: steps 2-8 steady
+            assert rows[stage]["clock"] == "device"
+            assert rows[stage]["total_ms"] == pytest.approx(sum(raw), rel=1e-6, abs=2e-6), stage
+            assert rows[stage]["median_ms"] == pytest.approx(statistics.median(raw), rel=1e-6, abs=2e-6), stage
     else:
         (program,) = report["executables"]
         raw = raw_fused_unit_ms(events, program["module"], program["kernels"])
         units = {r["stage"]: r for r in bd["rows"] if r.get("share") is not None}
         assert set(units) == set(raw) and units
         for unit, ms in raw.items():
-            assert units[unit]["device_total_ms"] == pytest.approx(ms, rel=1e-6, abs=2e-6), unit
-            assert units[unit]["calls"] == 5
+            assert units[unit]["total_ms"] == pytest.approx(ms, rel=1e-6, abs=2e-6), unit
+            assert units[unit]["calls"] == 6 and units[unit]["clock"] == "device"
