@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 from conftest import STAGE_HOST_US, STAGE_KERNELS_US, instrumented_trace
+from helpers.profiling_raw import raw_fused_unit_ms, raw_stage_device_ms
 
 from lbm.profiling.pipeline import NO_BANDWIDTH, RunFacts, analyse, device_events
 from lbm.profiling.tracedb import locate_trace
@@ -132,8 +133,6 @@ def test_device_columns_of_a_real_run_equal_the_raw_trace(simulate_in, mode):
     threads (hlo_module, hlo_op, run_id). The breakdown's device columns equal those events read here with gzip and
     json alone (test_profiling_tracedb's raw_* readers): per stage the executions' spans (instrumented), per unit
     the kernels' durations (fused, the unit's stages from the run's compile.json), summed over the steady steps."""
-    from test_profiling_tracedb import raw_fused_unit_ms, raw_stage_device_ms
-
     _, run_dir = simulate_in("case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=12", f"mode={mode}",
                              "engine=xla", "profile.enabled=true", "profile.warmup_steps=2", "profile.steps=5",
                              "output.every=2", "output.plots=false")
