@@ -325,8 +325,8 @@ def resume(run: RunConfig, case: Case, setup: Setup, outputs: Outputs, place: An
 def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) -> Any:
     """The started profiler when ``profile.enabled`` (None otherwise).
 
-    Started before compilation so that the trace holds the first call; the loop asks it for chunk
-    sizes inside its window and tells it about each chunk.
+    Started before compilation so that the trace holds it; the loop tells it about each chunk (the run's own
+    chunks: profiling changes no chunk, so a profiled run observes and reports the same steps).
     """
     if not run.profile.get("enabled"):
         return None
@@ -338,9 +338,7 @@ def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) ->
         run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps,
         stages=list(getattr(engine, "stage_names", setup.stages)),
         run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
-        programs=lambda: engine.describe(1), compile_times=lambda: engine.compile_times,
-        bandwidth=measure_bandwidth,
-        compile_window=(lambda: engine.compile(place(setup.initial_populations()), 1)) if run.mode == "fused" else None)
+        programs=engine.describe, compile_times=lambda: engine.compile_times, bandwidth=measure_bandwidth)
     profiler.start()
     return profiler
 
@@ -402,7 +400,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
             while step < run.steps:
                 n = min(k - step % k, run.steps - step)
                 if profiler is not None:
-                    n = profiler.chunk_limit(step, n)
+                    n = profiler.chunk_limit(step, n, t_run)
                 if keep_host_copy:
                     last_good = (step, np.array(parallel.to_host(f), copy=True))
                 t0 = time.perf_counter()
@@ -418,7 +416,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                 case.observe(snapshot)
                 outputs.chunk_done(snapshot, mass, energy, k)
                 if profiler is not None:
-                    profiler.after_chunk(step, f)
+                    profiler.after_chunk(step, f, t_run)
                 progress.update(step, t_run)
                 if every_ckpt and step % every_ckpt == 0:
                     checkpoint(step, f)
@@ -453,7 +451,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                                                                "interrupted") | {"step_reached": step})
         raise
     progress.close()
-    metrics = build_metrics(run, setup, engine, step - start, t_run, status)
+    metrics = build_metrics(run, setup, engine, step - start, t_run, status,
+                            profiled=profiler.window if profiler is not None else None)
     metrics["step_reached"] = step
     if stopped_early is not None:
         metrics["steps"] = step
@@ -547,9 +546,12 @@ def write_monitor(run_dir: Path, rows: list[tuple[int, float, float]], mass0: fl
 
 
 def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int, t_run: float,
-                  status: str) -> dict[str, Any]:
-    """The contract fields of metrics.json common to all cases."""
+                  status: str, profiled: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The contract fields of metrics.json common to all cases; ``profiled``: the profile window (its steps and
+    loop seconds), which ``mlups`` leaves out."""
     cells = math.prod(setup.shape)
+    n_prof, t_prof = (profiled["steps"], profiled["loop_seconds"]) if profiled else (0, 0.0)
+    unprofiled_s = t_run - t_prof
     return {
         "status": status,
         "case": run.case,
@@ -568,8 +570,11 @@ def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int
         "compile_time_s": engine.compile_time_s,
         "compile_times_s": dict(engine.compile_times),
         "wall_time_s": t_run,
-        "mlups": cells * steps_timed / t_run / 1e6 if t_run > 0 else None,
-        "mlups_clock": "host wall clock over the stepping loop, compilation excluded, one device sync per chunk",
+        "mlups": cells * (steps_timed - n_prof) / unprofiled_s / 1e6 if unprofiled_s > 0 and steps_timed > n_prof
+        else None,
+        "mlups_clock": "host wall clock over the stepping loop, compilation excluded, one device sync per chunk"
+        + (", the profiled steps left out" if profiled else ""),
+        **({"profiled_steps": profiled} if profiled else {}),
         "parallel": parallel_description(run, engine),
         "tau": setup.tau,
         "nu": setup.nu,

@@ -6,8 +6,9 @@
 The fixture holds what ``lbm analyze`` needs to rebuild the fused run's breakdown on another machine: the
 jax.profiler trace (``*.trace.json.gz``) and the compile report (``compile/compile.json``, which maps the fused
 kernels to their stages), laid out as a run directory's ``profile/``; beside them the breakdown the device
-computed (``profile/breakdown.csv``), the run's ``metrics.json``, the two ``bench-*.json``, ``summary.txt`` and
-``made.txt`` (how the fixture was made).
+computed (``profile/breakdown.csv``, ``profile/kernels.csv``), XProf's per-kernel times where xprof ran
+(``profile/xprof_hlo_stats.json``: device_verdict.py's cross-check), the run's ``metrics.json``, the two
+``bench-*.json``, ``summary.txt`` and ``made.txt`` (how the fixture was made).
 tests/test_profiling_device_fixtures.py checks every fixture folder: analyze gives the committed breakdown.
 An existing fixture of the same name is never overwritten.
 """
@@ -48,6 +49,9 @@ def collect(folder: Path, dest: Path, source: str) -> list[Path]:
              folder / "profile-fused" / "metrics.json": dest / "metrics.json",
              folder / "summary.txt": dest / "summary.txt"}
     files |= {folder / f"bench-{lat}" / "bench.json": dest / f"bench-{lat}.json" for lat in ("d2q9", "d3q19")}
+    for name in ("kernels.csv", "xprof_hlo_stats.json"):  # lbm's per-kernel times and XProf's, where it ran
+        if (profile / name).exists():
+            files[profile / name] = dest / "profile" / name
     missing = [str(src) for src in files if not src.exists()]
     if missing:
         raise SystemExit(f"device_fixture: missing {', '.join(missing)}")

@@ -34,21 +34,47 @@ def test_bandwidth_judges_the_large_periodic_pallas_records_only():
     assert verdict.bandwidth_verdicts(bench(record(fraction=None)))[0][0] is False
 
 
-def breakdown(totals, span, steps=20):
-    rows = [{"stage": f"s{i}", "status": status, "device_total_ms": str(t)} for i, (status, t) in enumerate(totals)]
-    doc = {"timestep": {"calls": steps, "device_median_ms": span, "device_busy_median_ms": span and span * 0.98},
-           "attribution": {"steady_steps": steps}}
-    return rows, doc
+def breakdown(means, span):
+    """breakdown.csv rows on the device clock: (status, mean ms per step) per stage row, then the step."""
+    rows = [{"stage": f"s{i}", "status": status, "mean_ms": str(t), "clock": "device"} for i, (status, t) in enumerate(means)]
+    return rows + [{"stage": "timestep", "status": "step", "mean_ms": "" if span is None else str(span), "clock": "device"}]
 
 
 def test_breakdown_sum_within_ten_percent_of_the_step():
-    # 20 steps: 18 ms + 1 ms + 0.6 ms = 19.6 ms, 0.98 ms per step against a 1 ms span; a skipped row never counts
-    rows, doc = breakdown([("fused-group", 18.0), ("measured", 1.0), ("unscoped", 0.6), ("skipped", 50.0)], 1.0)
-    ok, line = verdict.breakdown_verdict(rows, doc)
+    # 0.9 + 0.05 + 0.03 = 0.98 ms per step against a 1 ms span; a skipped row never counts
+    ok, line = verdict.breakdown_verdict(breakdown([("fused-group", 0.9), ("measured", 0.05), ("unscoped", 0.03),
+                                                    ("skipped", 50.0)], 1.0))
     assert ok and "ratio 0.980" in line
-    assert not verdict.breakdown_verdict(*breakdown([("measured", 17.0)], 1.0))[0]  # 0.85: a tenth of the step lost
-    assert not verdict.breakdown_verdict(*breakdown([("measured", 22.2)], 1.0))[0]  # 1.11: counted twice somewhere
-    assert not verdict.breakdown_verdict(*breakdown([("measured", 20.0)], None))[0]  # no device time for the step
+    assert not verdict.breakdown_verdict(breakdown([("measured", 0.85)], 1.0))[0]  # a tenth of the step lost
+    assert not verdict.breakdown_verdict(breakdown([("measured", 1.11)], 1.0))[0]  # counted twice somewhere
+    assert not verdict.breakdown_verdict(breakdown([("measured", 1.0)], None))[0]  # no device time for the step
+
+
+def gviz(*rows):
+    """XProf's hlo_stats output: a DataTable with (hlo_op_name, occurrences, total_time in µs) rows."""
+    cols = [{"id": "rank"}, {"id": "hlo_op_name"}, {"id": "occurrences"}, {"id": "total_time"}]
+    return {"cols": cols, "rows": [{"c": [{"v": i}, {"v": n}, {"v": occ}, {"v": t}]} for i, (n, occ, t) in enumerate(rows)]}
+
+
+def kernels(*rows):
+    """kernels.csv rows: (kernel, calls, total_ms)."""
+    return [{"kernel": k, "calls": str(c), "total_ms": str(t)} for k, c, t in rows]
+
+
+def test_xprof_comparison_per_kernel_mean():
+    ours = kernels(("fusion.1", 100, 10.0), ("fusion.2", 100, 5.0), ("copy.3", 100, 0.1))  # 100, 50, 1 µs per call
+    # XProf saw twice the calls (the warm-up chunk too): the mean per call is what is compared
+    theirs = verdict.gviz_rows(gviz(("fusion.1", 200, 21000.0), ("fusion.2", 200, 9500.0), ("copy.3", 200, 900.0)))
+    ok, line = verdict.xprof_verdict(ours, theirs)
+    assert ok and "largest difference of the mean per call 5.3 %" in line  # 50 / 47.5; copy.3 is under 1 %
+    slower = verdict.gviz_rows(gviz(("fusion.1", 200, 21000.0), ("fusion.2", 200, 8000.0)))
+    ok, line = verdict.xprof_verdict(ours, slower)
+    assert not ok and "fusion.2: lbm 50.00 µs, XProf 40.00 µs" in line
+    missing = verdict.gviz_rows(gviz(("fusion.1", 200, 20000.0)))
+    ok, line = verdict.xprof_verdict(ours, missing)
+    assert not ok and "fusion.2: not in XProf's hlo_stats" in line
+    assert verdict.xprof_verdict(ours, [])[0] is False  # a CPU trace: XProf gives no ops
+    assert verdict.xprof_verdict(ours, None)[0] is None  # no xprof: reported, not judged
 
 
 def lay_out(folder: Path, fraction: float, totals) -> None:
@@ -59,20 +85,24 @@ def lay_out(folder: Path, fraction: float, totals) -> None:
         (folder / f"bench-{lat}" / "bench.json").write_text(json.dumps(doc))
     profile = folder / "profile-fused" / "profile"
     profile.mkdir(parents=True)
-    rows, doc = breakdown(totals, 1.0)
+    rows = breakdown(totals, 1.0)
     with (profile / "breakdown.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (profile / "breakdown.json").write_text(json.dumps(doc))
+    with (profile / "kernels.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["kernel", "calls", "total_ms"])
+        writer.writeheader()
+        writer.writerows(kernels(("fusion.1", 20, 19.0)))
+    (profile / "xprof_hlo_stats.json").write_text(json.dumps(gviz(("fusion.1", 40, 39000.0))))
     (folder / "summary.txt").write_text("device_check: ...\n")
 
 
 def test_main_reads_the_folder_and_the_returned_tarball(tmp_path, capsys):
     good = tmp_path / "outputs" / "device-check"
-    lay_out(good, 0.8, [("fused-group", 19.0)])
+    lay_out(good, 0.8, [("fused-group", 0.95)])
     assert verdict.main([str(good)]) == 0
-    assert capsys.readouterr().out.count("PASS") == 3
+    assert capsys.readouterr().out.count("PASS") == 4  # two bandwidths, the breakdown, the XProf cross-check
     # the run tool's returned files: the bench copies beside device-check.tgz, the breakdown's json only in the tgz
     returned = tmp_path / "returned"
     returned.mkdir()
@@ -80,7 +110,7 @@ def test_main_reads_the_folder_and_the_returned_tarball(tmp_path, capsys):
         tar.add(good, arcname="outputs/device-check")
     assert verdict.main([str(returned)]) == 0
     bad = tmp_path / "bad"
-    lay_out(bad, 0.6, [("fused-group", 19.0)])
+    lay_out(bad, 0.6, [("fused-group", 0.95)])
     assert verdict.main([str(bad)]) == 1
     out = capsys.readouterr().out
     assert out.count("FAIL  bandwidth") == 2 and "PASS  breakdown" in out

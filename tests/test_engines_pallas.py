@@ -256,8 +256,8 @@ def test_on_the_device_a_profiled_run_gives_a_device_clock_breakdown(tmp_path):
     metrics = simulate(run, tmp_path)
     assert metrics["engine"] == "pallas" and metrics["status"] == "completed"
     rows = list(csv.DictReader((tmp_path / "profile" / "breakdown.csv").open()))
-    # every timed stage row on the device clock (the column says which clock: "device: ..." or "host: ...")
+    # every timed stage row on the device clock (breakdown.csv is the headline table: the device's where it has events)
     timed = [r for r in rows if r["status"] in ("measured", "fused-group")]
-    assert timed and all(r["clock"].startswith("device:") and float(r["device_median_ms"]) > 0 for r in timed), timed
+    assert timed and all(r["clock"] == "device" and float(r["mean_ms"]) > 0 for r in timed), timed
     # the bulk kernel's time lands on the stages it does (its name, BULK_SCOPE, lists them)
     assert [r for r in timed if {"collide", "stream"} <= set(r["stage"].split("+"))]

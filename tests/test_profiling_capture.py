@@ -9,21 +9,36 @@ def profiler(tmp_path, steps, mode="fused", **settings):
                             programs=list, compile_times=dict, bandwidth=lambda: {"bandwidth_gbs": 1.0})
 
 
-def test_window_fits_the_run(tmp_path):
-    p = profiler(tmp_path, 40)
-    assert (p.warmup, p.steady, p.end) == (3, 10, 13)
-    p = profiler(tmp_path, 5)  # a short run: the window shrinks, one step is always left to the steady part
-    assert (p.warmup, p.steady) == (3, 2)
-    p = profiler(tmp_path, 1)
-    assert (p.warmup, p.steady) == (0, 1)
+def drive(p, steps, k):
+    """The run loop's calls: chunks of k steps, a loop clock of 1 s per step; returns the chunk sizes it ran."""
+    p.running = True  # as start() leaves it, without a trace
+    p._stop_trace = lambda quiet=False: setattr(p, "running", False)
+    step, t_run, ran = 0, 0.0, []
+    while step < steps:
+        n = min(k - step % k, steps - step)
+        got = p.chunk_limit(step, n, t_run)
+        ran.append(got)
+        step += got
+        t_run += float(got)
+        p.after_chunk(step, None, t_run)
+    return ran
 
 
-def test_after_the_window_fused_chunks_realign(tmp_path):
-    p = profiler(tmp_path, 40)
-    assert p.chunk_limit(13, 4) == 1  # loop chunk 4: 27 steps left, 3 single steps until aligned
-    p._chunk = 4
-    assert p.chunk_limit(16, 4) == 4  # 24 left: aligned
-    assert profiler(tmp_path, 40, mode="instrumented").chunk_limit(13, 4) == 4  # nothing compiled per length
+def test_the_window_is_whole_chunks_of_the_run(tmp_path):
+    p = profiler(tmp_path, 40)  # 3 warm-up + 10 steady steps asked, chunks of 4
+    assert drive(p, 40, 4) == [4] * 10  # the run's own chunks: nothing changed
+    assert p.window == {"first_step": 0, "end_step": 16, "steps": 16, "steady_from_step": 4, "loop_seconds": 16.0,
+                        "chunk_steps": 4}
+    assert not p.running  # stopped after the window
+    p = profiler(tmp_path, 40, mode="instrumented")
+    assert drive(p, 40, 7) == [7, 7, 7, 7, 7, 5]
+    assert (p.window["steady_from_step"], p.window["end_step"]) == (7, 21)  # one chunk warm-up, two steady
+
+
+def test_a_run_shorter_than_the_window(tmp_path):
+    p = profiler(tmp_path, 8)
+    assert drive(p, 8, 8) == [8]  # one chunk: warm-up only, the window ends with the run
+    assert p.window["steps"] == 8 and p.window["steady_from_step"] is None
 
 
 def test_bandwidth_measured_once_and_failure_is_none(monkeypatch):

@@ -58,44 +58,59 @@ def raw_steady_stage_durations_us(run_dir):
     return out
 
 
+def steady_steps(metrics):
+    """Steps of the steady window: the profile window's whole chunks after the warm-up ones."""
+    w = metrics["profiled_steps"]
+    return w["end_step"] - w["steady_from_step"]
+
+
+def raw_first_span_us(run_dir, name):
+    """Duration (µs) of the first span called ``name`` on the steady marker's thread, from the raw JSON."""
+    events = [e for e in raw_trace(run_dir) if e.get("ph") == "X"]
+    (mark,) = [e for e in events if e["name"] == "lbm.profile.steady"]
+    return min((e for e in events if e["name"] == name and e["tid"] == mark["tid"]), key=lambda e: e["ts"])
+
+
 @pytest.mark.parametrize("name,active", [("tg_instrumented", {"macroscopic", "equilibrium", "collide", "stream"}),
                                          ("cyl_sync", set(STAGES))])
 def test_instrumented_breakdown_matches_raw_trace(runs, name, active):
     metrics, run_dir = runs[name]
-    rows = read_csv(run_dir / "profile" / "breakdown.csv")
+    rows = read_csv(run_dir / "profile" / "breakdown_host.csv")  # the host clock's table
     raw = raw_steady_stage_durations_us(run_dir)
+    n = steady_steps(metrics)
     assert set(raw) == active
-    shares = 0.0
     for stage in STAGES:
         r = rows[stage]
         if stage not in active:
             assert r["status"] == "skipped" and r["median_ms"] == "" and r["calls"] == ""
             continue
-        assert r["status"] == "measured"
-        assert int(r["calls"]) == 10 == len(raw[stage])
-        # host-side median = median of the raw annotation durations (csv keeps 6 significant digits)
+        assert r["status"] == "measured" and r["clock"] == "host"
+        assert int(r["calls"]) == n == len(raw[stage])
+        # host-side median and mean = the raw annotation durations' (csv keeps 6 significant digits)
         assert float(r["median_ms"]) == pytest.approx(statistics.median(raw[stage]) / 1e3, rel=1e-5)
+        assert float(r["mean_ms"]) == pytest.approx(statistics.fmean(raw[stage]) / 1e3, rel=1e-5)
         assert float(r["min_ms"]) == pytest.approx(min(raw[stage]) / 1e3, rel=1e-5)
-        # first call: compilation inside the stage's first annotation span
-        assert float(r["first_call_ms"]) > 10 * float(r["median_ms"])
-        assert float(r["first_call_ms"]) > 0.5 * float(r["compile_ms"])
-        assert r["device_median_ms"] != "" and float(r["device_median_ms"]) > 0
-        assert float(r["bytes_accessed"]) > 0 and float(r["gbs"]) > 0
-        shares += float(r["share"])
-    assert shares == pytest.approx(1.0, abs=1e-4)
+        # first call: the stage's first annotation span (its compilation inside), read from the raw trace
+        assert float(r["first_call_ms"]) == pytest.approx(raw_first_span_us(run_dir, stage)["dur"] / 1e3, rel=1e-5)
+    dev = read_csv(run_dir / "profile" / "breakdown.csv")  # the headline: the device clock
+    for stage in active:
+        d = dev[stage]
+        assert d["clock"] == "device" and float(d["mean_ms"]) > 0 and float(d["bytes_accessed"]) > 0
+    for table in (rows, dev):
+        assert sum(float(r["share"]) for r in table.values() if r["share"]) == pytest.approx(1.0, abs=1e-4)
+        assert int(table["timestep"]["calls"]) == n
     summary = metrics["profile"]
-    assert summary["window"]["steady_steps"] == 10
-    assert ("blocked" in summary["clock"]) == (name == "cyl_sync")
-    assert int(rows["timestep"]["calls"]) == 10
+    assert summary["window"]["steady_steps"] == n and summary["clock"] == "device"
     bd = json.loads((run_dir / "profile" / "breakdown.json").read_text())
-    assert bd["attribution"]["matched_executions"] == 10 * len(active)
-    assert sum(r["device_share"] for r in bd["rows"] if r.get("device_share") is not None) == pytest.approx(1.0)
+    assert ("blocked" in bd["attribution"]["host_clock"]) == (name == "cyl_sync")
+    assert bd["attribution"]["matched_executions"] == n * len(active)
 
 
 def test_sync_host_spans_include_execution(runs):
-    rows = read_csv(runs["cyl_sync"][1] / "profile" / "breakdown.csv")
+    prof = runs["cyl_sync"][1] / "profile"
+    host, dev = read_csv(prof / "breakdown_host.csv"), read_csv(prof / "breakdown.csv")
     for stage in STAGES:  # blocked spans cover dispatch and execution: never shorter than the device time
-        assert float(rows[stage]["median_ms"]) >= float(rows[stage]["device_median_ms"])
+        assert float(host[stage]["median_ms"]) >= float(dev[stage]["median_ms"])
 
 
 @pytest.mark.parametrize("name", ["cyl_fused", "cyl_xla"])
@@ -103,16 +118,16 @@ def test_fused_breakdown(runs, name):
     metrics, run_dir = runs[name]
     rows = read_csv(run_dir / "profile" / "breakdown.csv")
     bd = json.loads((run_dir / "profile" / "breakdown.json").read_text())
-    active = set(bd["run"] and json.loads((run_dir / "profile" / "compile" / "compile.json").read_text())["stages"])
+    active = set(json.loads((run_dir / "profile" / "compile" / "compile.json").read_text())["stages"])
+    n = steady_steps(metrics)
     units = [r for r in rows.values() if r["share"] != ""]
     assert units and sum(float(r["share"]) for r in units) == pytest.approx(1.0, abs=1e-4)
     covered = set()
     for r in units:
-        assert int(r["calls"]) == 10
-        assert float(r["first_call_ms"]) > 10 * float(r["median_ms"])  # the step's compile + first run
-        assert r["clock"].startswith("device")
+        assert int(r["calls"]) == n and r["clock"] == "device"
         covered |= set(r["contains"].split())
     assert covered == active  # every stage's time is in some row, none is invented
+    assert len({r["first_call_ms"] for r in units}) > 1  # each row's own first run, not one value repeated
     alone = {r["contains"] for r in units if " " not in r["contains"]}  # stages with a kernel row of their own
     for stage in STAGES:
         status = rows[stage]["status"]
@@ -121,22 +136,24 @@ def test_fused_breakdown(runs, name):
         else:
             assert status == ("measured" if stage in alone else "fused"), (stage, status)
         if status == "fused":
-            assert rows[stage]["median_ms"] == "" and int(rows[stage]["calls"]) == 10
-    step = rows["timestep"]
-    assert int(step["calls"]) == 10 and float(step["first_call_ms"]) > 10 * float(step["median_ms"])
-    # the raw trace holds exactly warm-up + steady timestep annotations
+            assert rows[stage]["median_ms"] == "" and rows[stage]["calls"] == ""
+    # one dispatch per chunk of the run's own length: the raw trace holds one timestep span per profiled chunk
+    chunk = metrics["profiled_steps"]["chunk_steps"]
     steps = [e for e in raw_trace(run_dir) if e.get("ph") == "X" and e["name"] == "timestep"]
-    assert len(steps) == 13
-    # the window's one-step chunk is compiled ahead of time, and the loop's own chunks (2 steps here) realign
-    # after the window: no chunk of a new length is compiled inside the timed loop
-    assert set(metrics["compile_times_s"]) == {"fused[1]", "fused[2]"}
-    assert bd["attribution"]["matched_executions"] == 10
+    assert len(steps) == metrics["profiled_steps"]["steps"] // chunk
+    assert {int(e["args"]["steps"]) for e in steps} == {chunk}
+    first = min(steps, key=lambda e: e["ts"])  # the host table's first call: the first chunk's span per step
+    host = read_csv(run_dir / "profile" / "breakdown_host.csv")
+    assert float(host["timestep"]["first_call_ms"]) == pytest.approx(first["dur"] / chunk / 1e3, rel=1e-5)
+    assert set(metrics["compile_times_s"]) == {f"fused[{chunk}]"}  # nothing compiled for the profile
+    assert bd["attribution"]["matched_executions"] == n // chunk
 
 
 def test_profile_directory_contents(runs):
     _, run_dir = runs["cyl_fused"]
     prof = run_dir / "profile"
-    for f in ("breakdown.csv", "breakdown.json", "breakdown.png", "breakdown.txt", "timeline.png", "kernels.csv",
+    for f in ("breakdown.csv", "breakdown_host.csv", "breakdown.json", "breakdown.png", "breakdown.txt", "timeline.png",
+              "kernels.csv",
               "compile/compile.json", "compile/fused_step.opt.hlo.txt", "compile/fused_step.hlo.txt",
               "compile/fused_step.jaxpr.txt", "compile/fused_step.stablehlo.mlir", "compile/fused_step.dot"):
         assert (prof / f).is_file() and (prof / f).stat().st_size > 0, f
@@ -182,20 +199,22 @@ def read_csv_rows(path):
 
 def test_analyze_reproduces_the_run_breakdown(runs, tmp_path, capsys):
     _, run_dir = runs["tg_instrumented"]
-    before = read_csv(run_dir / "profile" / "breakdown.csv")
+    before = read_csv(run_dir / "profile" / "breakdown_host.csv")
+    before_dev = read_csv(run_dir / "profile" / "breakdown.csv")
     assert main(["analyze", str(run_dir), "--out", str(tmp_path / "a")]) == 0
-    after = read_csv(tmp_path / "a" / "breakdown.csv")
+    after = read_csv(tmp_path / "a" / "breakdown_host.csv")
+    after_dev = read_csv(tmp_path / "a" / "breakdown.csv")
     for stage in ("macroscopic", "collide", "stream"):
         assert after[stage]["median_ms"] == before[stage]["median_ms"]
-        assert after[stage]["device_median_ms"] == before[stage]["device_median_ms"]
+        assert after_dev[stage]["median_ms"] == before_dev[stage]["median_ms"]
     # the XPlane protobuf of the same session gives the same host figures
     (xplane,) = (run_dir / "profile").glob("plugins/profile/*/*.xplane.pb")
     assert main(["analyze", str(xplane), "--out", str(tmp_path / "b")]) == 0
-    via_pb = read_csv(tmp_path / "b" / "breakdown.csv")
+    via_pb = read_csv(tmp_path / "b" / "breakdown_host.csv")
     for stage in ("macroscopic", "collide", "stream"):
         assert float(via_pb[stage]["median_ms"]) == pytest.approx(float(before[stage]["median_ms"]), rel=1e-3)
     out = capsys.readouterr().out
-    assert "collide" in out and "median" in out
+    assert "collide" in out and "mean ms/step" in out
 
 
 def test_analyze_sql_and_multirun(runs, tmp_path, capsys):
@@ -204,7 +223,9 @@ def test_analyze_sql_and_multirun(runs, tmp_path, capsys):
                  "GROUP BY name"]) == 0
     out = capsys.readouterr().out
     (row,) = [ln for ln in out.splitlines() if "timestep" in ln]
-    assert [c for c in row.replace("|", " ").replace("│", " ").split() if c.isdigit()] == ["13"]  # 3 warm-up + 10
+    chunks = runs["cyl_fused"][0]["profiled_steps"]
+    assert [c for c in row.replace("|", " ").replace("│", " ").split() if c.isdigit()] == [
+        str(chunks["steps"] // chunks["chunk_steps"])]  # one span per profiled chunk
     sweep = tmp_path / "multirun"
     for i, (name, grid) in enumerate([("cyl_fused", [32, 32]), ("tg_instrumented", [64, 32])]):
         job = sweep / str(i)
@@ -217,28 +238,6 @@ def test_analyze_sql_and_multirun(runs, tmp_path, capsys):
     assert [r["grid"] for r in rows] == ["32x32", "64x32"]
     assert float(rows[0]["mlups"]) > 0 and rows[1]["share_collide"] != ""
     assert (sweep / "sweep.png").stat().st_size > 0
-
-
-@pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00garbage", b'{"not": "a trace"}', b"\x00\x01binary"])
-def test_analyze_bad_file_is_one_line(tmp_path, capsys, content):
-    f = tmp_path / "t.trace.json.gz"
-    f.write_bytes(content)
-    code = main(["analyze", str(f)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("lbm: error: ") and "Traceback" not in err[0]
-
-
-def test_analyze_missing_and_foreign(tmp_path, capsys):
-    assert main(["analyze", str(tmp_path / "nope")]) == 2
-    (tmp_path / "x.xplane.pb").write_bytes(b"not a protobuf at all")
-    assert main(["analyze", str(tmp_path / "x.xplane.pb")]) == 2
-    (tmp_path / "other.json").write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2,
-                                                                      "pid": 1, "tid": 1}]}))
-    assert main(["analyze", str(tmp_path / "other.json")]) == 2
-    assert main(["analyze", str(tmp_path / "other.json"), "--sql", "SELECT name FROM slice"]) == 0
-    assert main(["analyze", str(tmp_path), "--bogus"]) == 2
-    errs = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("lbm: error")]
-    assert len(errs) == 4 and "no lbm 'timestep'" in errs[2]
 
 
 def test_repo_untouched():

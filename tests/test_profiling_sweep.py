@@ -28,8 +28,12 @@ def test_analyze_a_real_profiled_multirun(tmp_path):
         metrics = json.loads((sweep / job / "metrics.json").read_text())
         assert row["grid"] == "x".join(map(str, metrics["grid"]))
         assert float(row["cells"]) == metrics["cells"]
+        # the unprofiled throughput: metrics.json's, which leaves the profiled steps out
+        assert metrics["profiled_steps"]["steps"] == int(row["profiled_steps"]) > 0
         assert abs(float(row["mlups"]) - metrics["mlups"]) < 1e-9 * metrics["mlups"] + 1e-12
-        shares = [float(v) for k, v in row.items() if k.startswith("share_") and k != "share_clock" and v]
-        assert abs(sum(shares) - 1.0) < 1e-9  # the breakdown accounts for the whole step
+        shares = [float(v) for k, v in row.items() if k.startswith("share_") and k not in ("share_clock", "share_of")
+                  and v]
+        assert abs(sum(shares) - 1.0) < 1e-9  # shares of one statistic over the stage rows add up to 1
+        assert (row["share_clock"], row["share_of"]) == ("device", "mean_ms")
     assert (sweep / "sweep.png").stat().st_size > 0
     assert "2 jobs" in out.stdout

@@ -7,6 +7,7 @@ import statistics
 import numpy as np
 import pytest
 from conftest import DEV, FIRST_CALL_US, HOST, STAGE_HOST_US, STAGE_KERNELS_US, instrumented_trace, trace_event, trace_meta
+from helpers.profiling_raw import raw_fused_unit_ms, raw_stage_device_ms
 
 from lbm.errors import LbmError
 from lbm.profiling import queries
@@ -58,29 +59,47 @@ def _expect(vals_us):
             "min_ms": v.min() / 1e6, "total_ms": v.sum() / 1e6}
 
 
+def table_rows(bd, clock):
+    return {r["stage"]: r for r in bd.tables[clock].rows}
+
+
 def test_instrumented_breakdown_exact(inst_db):
     bd = compute(inst_db, ["macroscopic", "collide", "stream"])
-    rows = {r["stage"]: r for r in bd.rows}
-    assert bd.mode == "instrumented"
+    assert bd.mode == "instrumented" and bd.headline == "device" and list(bd.tables) == ["device", "host"]
+    host_rows, dev_rows = table_rows(bd, "host"), table_rows(bd, "device")
     host_total = sum(STAGE_HOST_US[s](k) for s in STAGE_HOST_US for k in range(4))
     dev_span = {s: a + 1.0 + b for s, (a, b) in STAGE_KERNELS_US.items()}
     for stage, host in STAGE_HOST_US.items():
-        r = rows[stage]
+        r = host_rows[stage]
         vals = [host(k) for k in range(4)]
-        assert r["status"] == "measured" and r["calls"] == 4
+        assert r["status"] == "measured" and r["calls"] == 4 and r["clock"] == "host"
         for key, value in _expect(vals).items():
             assert r[key] == pytest.approx(value, rel=1e-12), (stage, key)
         assert r["first_call_ms"] == pytest.approx(FIRST_CALL_US[stage] / 1e3)
-        assert r["share"] == pytest.approx(sum(vals) / host_total, rel=1e-12)
-        assert r["device_calls"] == 4
-        assert r["device_median_ms"] == pytest.approx(dev_span[stage] / 1e3, rel=1e-9)
-        assert r["device_share"] == pytest.approx(dev_span[stage] / sum(dev_span.values()), rel=1e-9)
+        # the share is the row's mean over the stages' summed means (= totals here: every stage has 4 calls)
+        assert r["share"] == pytest.approx(sum(vals) / host_total, rel=1e-12) and r["share_of"] == "mean_ms"
+        d = dev_rows[stage]
+        assert d["calls"] == 4 and d["clock"] == "device"
+        assert d["median_ms"] == pytest.approx(dev_span[stage] / 1e3, rel=1e-9)
+        assert d["share"] == pytest.approx(dev_span[stage] / sum(dev_span.values()), rel=1e-9)
     for skipped in ("outflow", "equilibrium", "inlet", "bounce_back", "forces"):
-        assert rows[skipped]["status"] == "skipped" and rows[skipped].get("median_ms") is None
-    assert sum(r["share"] for r in bd.stage_rows()) == pytest.approx(1.0, abs=1e-12)
+        assert host_rows[skipped]["status"] == "skipped" and host_rows[skipped].get("median_ms") is None
+    for clock in ("host", "device"):
+        table = bd.tables[clock]
+        assert sum(r["share"] for r in table.timed()) == pytest.approx(1.0, abs=1e-12)
+        rows = table_rows(bd, clock)
+        stage_sum = sum(r["mean_ms"] for r in table.timed())
+        assert rows["sum of stages"]["mean_ms"] == pytest.approx(stage_sum, rel=1e-12)
+        assert rows["unattributed"]["mean_ms"] == pytest.approx(rows["timestep"]["mean_ms"] - stage_sum, rel=1e-12)
+        assert [r["stage"] for r in table.rows][-3:] == ["sum of stages", "unattributed", "timestep"]
+    # host step: the timestep spans; the stages' dispatch spans inside them leave 1 us gaps and 20 us at the end
+    step_us = [sum(STAGE_HOST_US[s](k) + 1.0 for s in STAGE_HOST_US) + 1.0 + 20.0 for k in range(4)]
+    assert host_rows["timestep"]["mean_ms"] == pytest.approx(statistics.fmean(step_us) / 1e3, rel=1e-12)
+    assert host_rows["unattributed"]["mean_ms"] == pytest.approx(
+        statistics.fmean(step_us) / 1e3 - host_total / 4 / 1e3, rel=1e-9)
     assert bd.window["steady_steps"] == 4
     assert bd.attribution["matched_executions"] == 12
-    assert "asynchronous" in rows["collide"]["clock"]
+    assert "asynchronous" in bd.tables["host"].description
 
 
 def test_steady_window_without_marker_skips_warmup():
@@ -101,27 +120,38 @@ def test_same_module_names_need_the_compile_report():
     bd = compute(db, list(STAGE_HOST_US), compile_info=info)
     rows = {r["stage"]: r for r in bd.rows}
     for stage, (a, b) in STAGE_KERNELS_US.items():
-        assert rows[stage]["device_calls"] == 4
-        assert rows[stage]["device_median_ms"] == pytest.approx((a + 1.0 + b) / 1e3)
+        assert rows[stage]["calls"] == 4
+        assert rows[stage]["median_ms"] == pytest.approx((a + 1.0 + b) / 1e3)
     assert bd.attribution["matched_executions"] == 12
 
 
-# Fused: one executable per step; kernels carry stage sets from the HLO (compile report).
-FUSED_KERNELS = {"fusion.1": (["macroscopic", "equilibrium"], 6.0), "fusion.2": (["collide", "stream"], 4.0),
-                 "reduce.3": (["macroscopic"], 2.0), "copy.4": ([], 1.0)}
+# Fused: chunks of 4 steps, one execution each: a scan of 2 iterations (2 steps each) whose kernels carry stage sets
+# from the HLO (compile report), one kernel outside the loop, and the loop's own 'while' thunk enclosing them all.
+BODY_KERNELS = {"fusion.1": (["macroscopic", "equilibrium"], 6.0), "fusion.2": (["collide", "stream"], 4.0),
+                "reduce.3": (["macroscopic"], 2.0), "copy.4": ([], 1.0)}
+OUTSIDE_KERNELS = {"copy.5": ([], 3.0)}
+FUSED_KERNELS = {**BODY_KERNELS, **OUTSIDE_KERNELS}
+CHUNK, ITERATIONS = 4, 2
 
 
 def fused_trace():
+    """Six chunks (the first is the warm-up); in iteration i a body kernel lasts (1 + i / 2) times its base time."""
     ev, t = trace_meta(), 50.0
-    compile_ev = trace_event(HOST, "lbm.profile.compile", 1.0, 40.0)
-    ev.append(compile_ev)
     for k in range(6):
-        ev.append(trace_event(HOST, "timestep", t, 200.0 if k == 0 else 50.0 + k, step_num=k))
-        s = t + 5.0
-        for op, (_, dur) in FUSED_KERNELS.items():
-            d = dur * (3 if k == 0 else 1)
-            ev.append(trace_event(DEV, op, s, d, hlo_module="jit_chunk", hlo_op=op, run_id=str(100 + k)))
-            s += d + 0.5
+        start = t + 5.0
+        s = start
+        run = dict(hlo_module="jit_chunk", run_id=str(100 + k))
+        for op, (_, dur) in OUTSIDE_KERNELS.items():
+            ev.append(trace_event(DEV, op, s, dur * (3 if k == 0 else 1), hlo_op=op, **run))
+            s += dur * (3 if k == 0 else 1) + 0.5
+        loop_start = s
+        for i in range(ITERATIONS):
+            for op, (_, dur) in BODY_KERNELS.items():
+                d = dur * (1 + i / 2) * (3 if k == 0 else 1)
+                ev.append(trace_event(DEV, op, s, d, hlo_op=op, **run))
+                s += d + 0.5
+        ev.append(trace_event(DEV, "while.1", loop_start - 0.1, s - loop_start, hlo_op="while.1", **run))
+        ev.append(trace_event(HOST, "timestep", t, s - t + 10.0, step_num=k * CHUNK, steps=CHUNK))
         if k == 1:
             steady0 = t - 1.0
         t += 300.0
@@ -129,34 +159,56 @@ def fused_trace():
     return {"traceEvents": ev}
 
 
-def test_fused_breakdown_reports_kernels_and_stage_sets():
+def fused_info():
+    return CompileInfo({"fused_step": {"name": "fused_step", "module": "jit_chunk",
+                                       "kernels": {op: st for op, (st, _) in FUSED_KERNELS.items()},
+                                       "unscoped": {"copy.4": "HLO copy in the loop body", "copy.5": "HLO copy"}}})
+
+
+def test_fused_breakdown_attributes_scan_iterations_to_steps():
     db = SqliteTraceDB(tables_from_json(fused_trace()))
-    info = CompileInfo({"fused_step": {"name": "fused_step", "module": "jit_chunk",
-                                       "kernels": {op: st for op, (st, _) in FUSED_KERNELS.items()}}})
     stages = ["macroscopic", "equilibrium", "collide", "stream"]
-    bd = compute(db, stages, mode="fused", compile_info=info)
-    rows = {r["stage"]: r for r in bd.rows}
-    busy = sum(d for _, d in FUSED_KERNELS.values())
-    # a stage with a kernel of its own gets that kernel's time; fused sets get theirs; nothing is split
-    assert rows["macroscopic"]["status"] == "measured" and rows["macroscopic"]["median_ms"] == pytest.approx(0.002)
+    bd = compute(db, stages, mode="fused", compile_info=fused_info())
+    assert bd.headline == "device" and bd.attribution["scan_iterations_per_chunk"] == [ITERATIONS]
+    rows = table_rows(bd, "device")
+    steps = 5 * CHUNK
+    per_iter = CHUNK // ITERATIONS
+
+    def expect(ops):  # total over the 5 steady chunks (us); per-iteration samples per step
+        body = [(1 + i / 2) * sum(BODY_KERNELS[o][1] for o in ops if o in BODY_KERNELS) for i in range(ITERATIONS)]
+        out = sum(OUTSIDE_KERNELS[o][1] for o in ops if o in OUTSIDE_KERNELS)
+        return 5 * (sum(body) + out), [b / per_iter + out / CHUNK for b in body] * 5
+
+    for unit, ops in {"macroscopic": ["reduce.3"], "macroscopic+equilibrium": ["fusion.1"],
+                      "collide+stream": ["fusion.2"], "(unscoped)": ["copy.4", "copy.5"]}.items():
+        total, samples = expect(ops)
+        r = rows[unit]
+        assert r["calls"] == steps and r["total_ms"] == pytest.approx(total / 1e3, rel=1e-12), unit
+        assert r["mean_ms"] == pytest.approx(total / steps / 1e3, rel=1e-12), unit
+        assert r["median_ms"] == pytest.approx(statistics.median(samples) / 1e3, rel=1e-12), unit
+        assert r["min_ms"] == pytest.approx(min(samples) / 1e3, rel=1e-12), unit
+    assert rows["macroscopic"]["status"] == "measured" and rows["(unscoped)"]["status"] == "unscoped"
     assert rows["macroscopic+equilibrium"]["status"] == "fused-group"
-    assert rows["macroscopic+equilibrium"]["median_ms"] == pytest.approx(0.006)
-    assert rows["collide+stream"]["median_ms"] == pytest.approx(0.004)
-    assert rows["(unscoped)"]["median_ms"] == pytest.approx(0.001)
     for st in ("equilibrium", "collide", "stream"):
-        assert rows[st]["status"] == "fused" and rows[st].get("median_ms") is None and rows[st]["calls"] == 5
-    for r in bd.stage_rows():
-        assert r["calls"] == 5
+        assert rows[st]["status"] == "fused" and rows[st].get("mean_ms") is None and "see" in rows[st]["note"]
+    # the while thunk encloses the kernels: never counted; the shares add up to 1 over the timed rows
+    busy = 5 * sum(sum(d * (1 + i / 2) for _, d in BODY_KERNELS.values()) for i in range(ITERATIONS)) + 5 * 3.0
+    assert rows["sum of stages"]["total_ms"] == pytest.approx(busy / 1e3, rel=1e-12)
     assert sum(r["share"] for r in bd.stage_rows()) == pytest.approx(1.0, abs=1e-12)
-    assert rows["collide+stream"]["share"] == pytest.approx(4.0 / busy)
-    step = rows["timestep"]
-    assert step["calls"] == 5 and step["median_ms"] == pytest.approx(0.053)
-    assert step["first_call_ms"] == pytest.approx(0.040 + 0.200)  # AOT compile span + first step span
-    # a fused row cannot run alone: its first call is the step's; its kernels' first run is reported beside
-    assert rows["collide+stream"]["first_call_ms"] == pytest.approx(0.240)
-    assert rows["collide+stream"]["first_run_device_ms"] == pytest.approx(0.012)
-    assert rows["collide"]["first_call_ms"] == pytest.approx(0.240)
-    assert bd.timestep["device_median_ms"] == pytest.approx((busy + 1.5) / 1e3)
+    assert rows["collide+stream"]["share"] == pytest.approx(rows["collide+stream"]["mean_ms"]
+                                                            / rows["sum of stages"]["mean_ms"], rel=1e-12)
+    # the step: the chunk's device span per step; unattributed = the gaps between kernels
+    span = 3.0 + 0.5 + sum(d * (1 + i / 2) + 0.5 for i in range(ITERATIONS) for _, d in BODY_KERNELS.values()) - 0.5
+    assert rows["timestep"]["mean_ms"] == pytest.approx(span / CHUNK / 1e3, rel=1e-12)
+    assert rows["unattributed"]["mean_ms"] == pytest.approx((span * 5 - busy) / steps / 1e3, rel=1e-9)
+    # first call: the warm-up chunk, per step, row by row (not one value repeated)
+    assert rows["collide+stream"]["first_call_ms"] == pytest.approx(3 * 4.0 * 2.5 / CHUNK / 1e3)
+    assert rows["macroscopic"]["first_call_ms"] == pytest.approx(3 * 2.0 * 2.5 / CHUNK / 1e3)
+    # the host clock has a table of its own: the chunk spans per step
+    host = table_rows(bd, "host")["timestep"]
+    assert host["calls"] == steps and host["clock"] == "host"
+    assert host["mean_ms"] == pytest.approx((5.0 + span + 0.5 + 10.0) / CHUNK / 1e3, rel=1e-12)
+    assert "copy.4: HLO copy in the loop body" in rows["(unscoped)"]["ops"]
     assert {k["kernel"] for k in bd.kernels} == set(FUSED_KERNELS)
 
 
@@ -237,8 +289,8 @@ def test_device_events_without_run_id_are_grouped_by_repetition():
     bd = compute(SqliteTraceDB(tables_from_json(data)), list(STAGE_HOST_US))
     rows = {r["stage"]: r for r in bd.rows}
     for stage, (a, b) in STAGE_KERNELS_US.items():
-        assert rows[stage]["device_calls"] == 4
-        assert rows[stage]["device_median_ms"] == pytest.approx((a + 1.0 + b) / 1e3)
+        assert rows[stage]["calls"] == 4
+        assert rows[stage]["median_ms"] == pytest.approx((a + 1.0 + b) / 1e3)
     assert any("no run_id" in n for n in bd.notes)
 
 
@@ -249,7 +301,7 @@ def test_no_run_id_and_shared_module_name_split_by_compile_report():
     info = CompileInfo({s: {"name": s, "module": "jit__lambda", "kernels": {f"k1_{s}": [s], f"k2_{s}": [s]}}
                         for s in STAGE_HOST_US})
     bd = compute(SqliteTraceDB(tables_from_json(data)), list(STAGE_HOST_US), compile_info=info)
-    assert [r["device_calls"] for r in bd.rows if r["status"] == "measured"] == [4, 4, 4]
+    assert [r["calls"] for r in bd.rows if r["status"] == "measured"] == [4, 4, 4]
 
 
 def test_sql_literals_are_quoted():
@@ -273,58 +325,12 @@ def test_device_plane_events_win_over_host_launch_events():
     bd = compute(SqliteTraceDB(tables_from_json(data)), list(STAGE_HOST_US))
     rows = {r["stage"]: r for r in bd.rows}
     for stage, (a, b) in STAGE_KERNELS_US.items():
-        assert rows[stage]["device_calls"] == 4
+        assert rows[stage]["calls"] == 4
         # same starts, doubled durations: first start to last end
-        assert rows[stage]["device_median_ms"] == pytest.approx(max(2 * a, a + 1.0 + 2 * b) / 1e3)
+        assert rows[stage]["median_ms"] == pytest.approx(max(2 * a, a + 1.0 + 2 * b) / 1e3)
 
 
-# --- the device columns against an independent reading of the raw trace events -----------------------------------
-# These helpers read Chrome trace events (as jax writes them: µs, 'X' events, 'M' name events) with plain Python and
-# implement the documented rule on their own: an execution is the events sharing (hlo_module, run_id), its device
-# time the first start to the last end of its events (instrumented) or the sum of its kernels (fused); the n-th
-# execution of a stage's module belongs to the n-th dispatch of that stage; only dispatches inside the steady-window
-# marker count; on a trace with device planes ('/device:*' processes) only their events are device events.
-
-
-def raw_device_executions(events, module):
-    """Executions of ``module`` in start order: lists of the events sharing a run_id (device planes preferred)."""
-    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
-    device_pids = {pid for pid, name in names.items() if name.startswith("/device:")}
-    groups = {}
-    for e in events:
-        args = e.get("args") or {}
-        if e.get("ph") != "X" or args.get("hlo_module") != module or "hlo_op" not in args:
-            continue
-        if device_pids and e["pid"] not in device_pids:
-            continue
-        groups.setdefault(args["run_id"], []).append(e)
-    return sorted(groups.values(), key=lambda g: min(e["ts"] for e in g))
-
-
-def raw_steady_dispatches(events, name):
-    """Positions (in time order) of the host spans called ``name`` that lie inside the steady-window marker."""
-    (mark,) = [e for e in events if e.get("ph") == "X" and e["name"] == STEADY_MARK]
-    spans = sorted((e for e in events if e.get("ph") == "X" and e["name"] == name and e["tid"] == mark["tid"]),
-                   key=lambda e: e["ts"])
-    return [i for i, e in enumerate(spans) if mark["ts"] <= e["ts"] and e["ts"] + e["dur"] <= mark["ts"] + mark["dur"]]
-
-
-def raw_stage_device_ms(events, stage, module):
-    """Device span (ms) of each steady call of an instrumented stage, from the raw events."""
-    execs = raw_device_executions(events, module)
-    return [(max(e["ts"] + e["dur"] for e in execs[i]) - min(e["ts"] for e in execs[i])) / 1e3
-            for i in raw_steady_dispatches(events, stage)]
-
-
-def raw_fused_unit_ms(events, module, kernel_stages):
-    """Per unit (the '+'-joined stages of a kernel, '(unscoped)' for none): device ms summed over steady steps."""
-    execs = raw_device_executions(events, module)
-    out = {}
-    for i in raw_steady_dispatches(events, "timestep"):
-        for e in execs[i]:
-            unit = "+".join(kernel_stages[e["args"]["hlo_op"]]) or "(unscoped)"
-            out[unit] = out.get(unit, 0.0) + e["dur"] / 1e3
-    return out
+# --- the device columns against an independent reading of the raw trace events (tests/helpers/profiling_raw.py)
 
 
 def test_device_columns_equal_an_independent_sum_on_a_gpu_structured_trace():
@@ -343,24 +349,23 @@ def test_device_columns_equal_an_independent_sum_on_a_gpu_structured_trace():
     for stage in STAGE_HOST_US:
         raw = raw_stage_device_ms(ev, stage, f"jit_{stage}")
         host = [e["dur"] / 1e3 for e in ev if e.get("name") == stage][1:]  # the steady dispatch spans
-        assert len(raw) == 4 and rows[stage]["device_calls"] == 4
-        assert rows[stage]["device_total_ms"] == pytest.approx(sum(raw), rel=1e-9, abs=1e-9)
-        assert rows[stage]["device_median_ms"] == pytest.approx(statistics.median(raw), rel=1e-9, abs=1e-9)
-        assert rows[stage]["device_total_ms"] != pytest.approx(sum(host), rel=1e-3)  # not the dispatch time
+        assert len(raw) == 4 and rows[stage]["calls"] == 4
+        assert rows[stage]["total_ms"] == pytest.approx(sum(raw), rel=1e-9, abs=1e-9)
+        assert rows[stage]["median_ms"] == pytest.approx(statistics.median(raw), rel=1e-9, abs=1e-9)
+        assert rows[stage]["total_ms"] != pytest.approx(sum(host), rel=1e-3)  # not the dispatch time
     total = sum(sum(raw_stage_device_ms(ev, s, f"jit_{s}")) for s in STAGE_HOST_US)
     for stage in STAGE_HOST_US:
-        assert rows[stage]["device_share"] == pytest.approx(sum(raw_stage_device_ms(ev, stage, f"jit_{stage}")) / total)
+        assert rows[stage]["share"] == pytest.approx(sum(raw_stage_device_ms(ev, stage, f"jit_{stage}")) / total)
 
 
 def test_fused_device_columns_equal_an_independent_sum():
     """Fused mode: each unit's device_total_ms is the raw kernel durations summed over the steady steps."""
     data = fused_trace()
     kernel_stages = {op: st for op, (st, _) in FUSED_KERNELS.items()}
-    info = CompileInfo({"fused_step": {"name": "fused_step", "module": "jit_chunk", "kernels": kernel_stages}})
     bd = compute(SqliteTraceDB(tables_from_json(data)), ["macroscopic", "equilibrium", "collide", "stream"],
-                 mode="fused", compile_info=info)
+                 mode="fused", compile_info=fused_info())
     units = {r["stage"]: r for r in bd.stage_rows()}
     raw = raw_fused_unit_ms(data["traceEvents"], "jit_chunk", kernel_stages)
     assert set(units) == set(raw)
     for unit, ms in raw.items():
-        assert units[unit]["device_total_ms"] == pytest.approx(ms, rel=1e-9), unit
+        assert units[unit]["total_ms"] == pytest.approx(ms, rel=1e-9), unit

@@ -96,8 +96,21 @@ def run_facts(ctx: dict[str, Any], warmup: int | None) -> RunFacts:
         sync = "blocked" in prof["clock"]
     return RunFacts(stages=(ctx["compile"] or {}).get("stages"), mode=prof.get("mode") or prev.get("mode"), sync=sync,
                     compile_report=ctx["compile"], compile_times_s=metrics.get("compile_times_s"),
+                    compile_phases=prof.get("compile") or prev.get("compile"),
                     bandwidth_gbs=(prev.get("roofline") or {}).get("bandwidth_gbs") or prof.get("bandwidth_gbs"),
                     warmup=warmup)
+
+
+def _title(ctx: dict[str, Any]) -> str | None:
+    """The run's case, grid, lattice, precision and mode, from the files around the trace (None: unknown)."""
+    run = (ctx["previous"] or {}).get("run") or {}
+    m = ctx["metrics"] or {}
+    case, grid = run.get("case") or m.get("case"), run.get("grid") or m.get("grid")
+    if not case:
+        return None
+    mode = run.get("mode") or m.get("mode")
+    return (f"{case} {'x'.join(map(str, grid or []))} {run.get('lattice') or m.get('lattice')} "
+            f"{run.get('precision') or m.get('precision')}, {mode} mode")
 
 
 def analyze_trace(path: Path, args: argparse.Namespace) -> int:
@@ -114,14 +127,14 @@ def analyze_trace(path: Path, args: argparse.Namespace) -> int:
     session = files.session_dir
     jax_layout = session.parent.name == "profile" and session.parent.parent.name == "plugins"
     out = Path(args.out) if args.out else (session.parents[2] if jax_layout else session) / "analysis"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
+    ctx = _run_context(files.primary)
+    try:  # the folder is made once the trace has been read: a bad trace leaves nothing behind
+        result = analyse(files, out, run_facts(ctx, args.warmup), backend=args.backend,
+                         trace_processor=args.trace_processor, title=_title(ctx))
     except OSError as exc:
         raise LbmError(f"cannot write to {out} ({exc.strerror}): choose another directory with --out") from None
-    result = analyse(files, out, run_facts(_run_context(files.primary), args.warmup), backend=args.backend,
-                     trace_processor=args.trace_processor)
     print(f"lbm analyze: {files.primary}: {result.backend_note}", file=sys.stderr)
-    print(result.table, end="")
+    result.print()
     print(f"lbm analyze: wrote {out}/ ({', '.join(result.written.values())})", file=sys.stderr)
     return 0
 

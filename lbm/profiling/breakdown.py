@@ -1,30 +1,33 @@
-"""The per-stage breakdown of a profiled run, computed from a TraceDB with the shared SQL queries.
+"""The per-stage breakdown of a profiled run: one table per clock, each with one statistic, computed from a TraceDB.
 
-Two clocks, never mixed in one number:
+Two clocks, never mixed in one table:
 
-- **host**: the ``jax.profiler`` annotation spans on the Python thread (``timestep`` and, in
-  instrumented mode, one span per stage call). With asynchronous dispatch a stage span
-  measures dispatching the stage, not running it, unless the stage blocks
-  (``profile.sync=true``) or the runtime happened to run it inline.
 - **device**: the XLA execution events (CPU thunks, GPU/TPU kernels: slices carrying
-  ``hlo_op``/``hlo_module``/``run_id``). Events sharing a ``run_id`` form one execution; each
-  execution is matched to the host dispatch that launched it (same executable, first come
-  first served in time order). An execution's device time is its span on the device, first
-  kernel start to last kernel end (CPU thunks of one execution may run in parallel).
+  ``hlo_op``/``hlo_module``/``run_id``), matched to the host dispatch that launched them
+  (:mod:`lbm.profiling.events`). The headline table wherever such events exist.
+- **host**: the ``jax.profiler`` annotation spans on the Python thread (``timestep`` and, in
+  instrumented mode, one span per stage call). With asynchronous dispatch a stage span measures
+  dispatching the stage, not running it, unless the stage blocks (``profile.sync=true``).
 
-Instrumented mode: one row per stage, host figures in the main columns and device figures in
-``device_*`` columns. Fused mode: the stages run inside one executable, so rows are the sets
-of stages that XLA fused into the same kernels (from ``named_scope`` metadata in the
-optimised HLO), timed by the device events of those kernels; a stage that never has a
-kernel of its own is listed as ``fused`` without a number of its own.
+Every table lists the canonical stages (skipped ones say so), then (fused mode) the sets of
+stages XLA fused into the same kernels and the kernels without a stage scope, then three rows:
+``sum of stages``, ``unattributed`` (the step minus that sum) and ``timestep``. Its statistic is
+the mean time per step (``mean_ms`` = ``total_ms`` / ``calls``), and ``share`` is a row's mean
+over the sum of the stage rows' means: the shares add up to 1. ``median_ms``, ``p95_ms`` and
+``min_ms`` describe each row's spread (per call, or per scan iteration in fused mode).
+
+Fused mode runs chunks of the run's own length, one dispatch per chunk, under one span each (with
+its number of steps). A chunk's kernels are attributed to rows by the stages in their
+``named_scope`` metadata; a kernel that runs once per scan iteration gives one sample per
+iteration, divided by the steps per iteration; kernels outside the loop are spread over the
+chunk's steps.
 """
 
 from __future__ import annotations
 
-import bisect
 import statistics
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,250 +36,168 @@ import numpy as np
 from lbm.errors import LbmError
 from lbm.hlo import stages_in
 from lbm.profiling import queries
+from lbm.profiling.events import (
+    CompileInfo,
+    Execution,
+    Span,
+    assign_executions,
+    executable_kernels,
+    executions_of,
+    signature_filter,
+    spans,
+    within,
+)
 from lbm.profiling.tracedb import TraceDB
 from lbm.stages import FUSED_STEP, HALO, STAGES, TIMESTEP
+
+__all__ = ["Breakdown", "CompileInfo", "Execution", "Span", "Table", "compute", "summarize"]
 
 REPORTED = (*STAGES, HALO)
 """Stage names a breakdown reports: the timestep's stages and, in sharded runs, the halo exchange."""
 
-
-def _listed(stages: Iterable[str]) -> tuple[str, ...]:
-    """The rows of a breakdown: every timestep stage (skipped ones say so) and the halo where the run has one."""
-    return STAGES + ((HALO,) if HALO in set(stages) else ())
-
 STEP = TIMESTEP
-"""Name of the per-step annotation (StepTraceAnnotation) in both modes."""
+"""Name of the per-step (instrumented) or per-chunk (fused) annotation, a StepTraceAnnotation."""
 WARMUP_MARK = "lbm.profile.warmup"
 STEADY_MARK = "lbm.profile.steady"
-"""Spans the profiler puts around the warm-up and the steady-state steps."""
-COMPILE_MARK = "lbm.profile.compile"
-"""Span around the fused mode's ahead-of-time compilation of the one-step chunk used in the window."""
+"""Spans the profiler puts around the warm-up and the steady-state chunks."""
 UNSCOPED = "(unscoped)"
 """Row name for fused-mode kernels whose HLO carries no stage scope (copies XLA inserted, loop bookkeeping)."""
+SUM_ROW = "sum of stages"
+GAP_ROW = "unattributed"
+"""The rows after the stages: their sum, and the step's time that no stage row holds (step minus sum)."""
+TIMED = ("measured", "fused-group", "unscoped")
+"""Statuses of the rows that carry a time and a share."""
+STATISTIC = "mean_ms"
+"""The statistic of every table: shares are computed from it."""
 
-CSV_COLUMNS = ["stage", "status", "calls", "first_call_ms", "first_run_device_ms", "median_ms", "mean_ms", "p95_ms",
-               "min_ms", "total_ms", "share", "clock", "host_median_ms", "device_median_ms", "device_mean_ms",
-               "device_p95_ms", "device_min_ms", "device_total_ms", "device_share", "compile_ms", "bytes_accessed", "gbs",
-               "roofline_pct", "kernels", "contains"]
-"""Columns of breakdown.csv (DESIGN.md's list and more)."""
+REQUIRED_COLUMNS = ["stage", "calls", "first_call_ms", "median_ms", "mean_ms", "p95_ms", "total_ms", "share", "clock"]
+"""DESIGN.md's required columns of breakdown.csv."""
+CSV_COLUMNS = ["stage", "status", "calls", "first_call_ms", "median_ms", "mean_ms", "p95_ms", "min_ms", "total_ms",
+               "share", "share_of", "clock", "bytes_accessed", "gbs", "roofline_pct", "kernels", "contains", "ops"]
+"""Columns of breakdown.csv (the required ones and more), one table: the headline clock's."""
 
 HOST_ASYNC = "host: annotation span (asynchronous dispatch; execution included only where the runtime ran it inline)"
 HOST_SYNC = "host: annotation span, blocked until the stage finished (profile.sync=true): dispatch + execution"
-HOST_STEP = "host: timestep annotation span (dispatch, execution and the loop's per-chunk sync)"
+HOST_STEP = "host: timestep annotation span (dispatch, execution and the loop's per-chunk sync), per step"
 DEVICE_SPAN = "device: XLA execution events, first kernel start to last kernel end per call"
-DEVICE_BUSY = "device: XLA kernel events, sum of kernel durations per step"
+DEVICE_BUSY = "device: XLA kernel events, sum of kernel durations per step (scan iterations: per iteration / steps)"
 
 
-def summarize(values_ns: Sequence[float], first_ns: float | None = None) -> dict[str, Any]:
-    """calls, first_call/median/mean/p95/min/total in ms from durations in ns (p95: linear interpolation)."""
+def summarize(values_ns: Sequence[float], first_ns: float | None = None, total_ns: float | None = None,
+              calls: int | None = None) -> dict[str, Any]:
+    """calls, first_call/median/mean/p95/min/total in ms: the spread from the samples ``values_ns``, the mean as
+    ``total_ns / calls`` (both default to the samples' sum and number; p95: linear interpolation)."""
     vals = [float(v) for v in values_ns]
-    out: dict[str, Any] = {"calls": len(vals), "first_call_ms": None if first_ns is None else first_ns / 1e6}
-    if vals:
-        out.update(median_ms=statistics.median(vals) / 1e6, mean_ms=statistics.fmean(vals) / 1e6,
-                   p95_ms=float(np.percentile(vals, 95)) / 1e6, min_ms=min(vals) / 1e6, total_ms=sum(vals) / 1e6)
+    calls = len(vals) if calls is None else calls
+    total = sum(vals) if total_ns is None else float(total_ns)
+    out: dict[str, Any] = {"calls": calls, "first_call_ms": None if first_ns is None else first_ns / 1e6}
+    if vals and calls:
+        out.update(median_ms=statistics.median(vals) / 1e6, mean_ms=total / calls / 1e6,
+                   p95_ms=float(np.percentile(vals, 95)) / 1e6, min_ms=min(vals) / 1e6, total_ms=total / 1e6)
     else:
         out.update(median_ms=None, mean_ms=None, p95_ms=None, min_ms=None, total_ms=None)
     return out
 
 
 @dataclass
-class Span:
-    """A host annotation span (ns)."""
+class Table:
+    """One clock's rows: stages, fused sets, unscoped kernels, then the sum, the unattributed gap and the step."""
 
-    id: int
-    ts: int
-    dur: int
-    name: str
-    track_id: int
-    thread: str | None = None
-    step_num: Any = None
+    clock: str
+    """``device`` or ``host``."""
+    description: str
+    """What the clock measures, in words."""
+    rows: list[dict[str, Any]]
+    statistic: str = STATISTIC
 
-    @property
-    def end(self) -> int:
-        """End time (ns)."""
-        return self.ts + self.dur
+    def row(self, name: str) -> dict[str, Any] | None:
+        """The row of that stage (or set, or sum, gap, step) name."""
+        return next((r for r in self.rows if r["stage"] == name), None)
 
+    def timed(self) -> list[dict[str, Any]]:
+        """The rows that carry a share (stages and fused sets with a time of their own)."""
+        return [r for r in self.rows if r.get("status") in TIMED]
 
-@dataclass
-class Execution:
-    """One run of one executable on the device: the kernel events sharing a run_id."""
-
-    module: str
-    run_id: str
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def start(self) -> int:
-        """First kernel start (ns)."""
-        return min(int(e["ts"]) for e in self.events)
-
-    @property
-    def end(self) -> int:
-        """Last kernel end (ns)."""
-        return max(int(e["ts"]) + int(e["dur"]) for e in self.events)
-
-    @property
-    def span(self) -> int:
-        """Device time: first kernel start to last kernel end (ns)."""
-        return self.end - self.start
-
-    @property
-    def busy(self) -> int:
-        """Sum of kernel durations (ns)."""
-        return sum(int(e["dur"]) for e in self.events)
-
-    @property
-    def ops(self) -> frozenset[str]:
-        """The kernels (hlo_op names) it ran."""
-        return frozenset(str(e["hlo_op"]) for e in self.events)
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict."""
+        return {"clock": self.clock, "description": self.description, "statistic": self.statistic, "rows": self.rows}
 
 
-@dataclass
-class CompileInfo:
-    """What the compile report knows about each executable: module name, kernels and the stages in each."""
-
-    executables: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, report: Mapping[str, Any] | None) -> CompileInfo:
-        """From a compile report (compile.json, :mod:`lbm.profiling.compile_report`); empty for None."""
-        exes = (report or {}).get("executables", [])
-        return cls({e["name"]: e for e in exes if isinstance(e, dict) and "name" in e})
-
-    def module(self, name: str) -> str | None:
-        """The HLO module name of an executable."""
-        e = self.executables.get(name)
-        return e.get("module") if e else None
-
-    def kernels(self, name: str) -> dict[str, list[str]]:
-        """Kernel name → stages, for an executable."""
-        e = self.executables.get(name)
-        return dict(e.get("kernels", {})) if e else {}
-
-
-def _spans(db: TraceDB, names: Iterable[str]) -> list[Span]:
-    rows = db.query(queries.named_slices(names))
-    return [Span(int(r["id"]), int(r["ts"]), int(r["dur"]), str(r["name"]), int(r["track_id"]), r.get("thread_name"),
-                 r.get("step_num")) for r in rows]
-
-
-def _within(children: list[Span], windows: list[Span]) -> list[Span]:
-    """Children contained in a window on the same track (windows of one name do not overlap)."""
-    by_track: dict[int, list[Span]] = defaultdict(list)
-    for w in sorted(windows, key=lambda w: w.ts):
-        by_track[w.track_id].append(w)
-    starts = {t: [w.ts for w in ws] for t, ws in by_track.items()}
-    out = []
-    for c in children:
-        ws = by_track.get(c.track_id)
-        if not ws:
-            continue
-        i = bisect.bisect_right(starts[c.track_id], c.ts) - 1
-        if i >= 0 and ws[i].id != c.id and c.end <= ws[i].end:
-            out.append(c)
-    return out
-
-
-def executions_of(events: list[dict[str, Any]], kernel_sets: Iterable[set[str]] = ()) -> list[Execution]:
-    """Kernel events grouped into executions: by (hlo_module, run_id); events without a run_id (some device
-    tracers omit it) by time order, a new execution whenever the module changes, a kernel repeats or (with the
-    compile report's ``kernel_sets``) the kernels would fit no single executable."""
-    sets = [set(s) for s in kernel_sets]
-    groups: dict[tuple[str, str], Execution] = {}
-    current: Execution | None = None
-    seq = 0
-    for e in sorted(events, key=lambda e: int(e["ts"])):
-        module = str(e.get("hlo_module"))
-        if e.get("run_id") is not None:
-            key = (module, str(e["run_id"]))
-            if key not in groups:
-                groups[key] = Execution(*key)
-            groups[key].events.append(e)
-            continue
-        op = str(e["hlo_op"])
-        if (current is None or current.module != module or op in current.ops
-                or (sets and not any(current.ops | {op} <= s for s in sets))):
-            seq += 1
-            current = groups.setdefault((module, f"seq{seq}"), Execution(module, f"seq{seq}"))
-        current.events.append(e)
-    return sorted(groups.values(), key=lambda x: x.start)
-
-
-def assign_executions(dispatches: dict[str, list[Span]], executions: list[Execution],
-                      candidates: dict[str, set[str] | None],
-                      kernel_sets: dict[str, set[str]] | None = None) -> dict[int, Execution]:
-    """Match executions to host dispatch spans: each execution, in time order, to the oldest pending dispatch
-    (started before it) of an executable it can be (``candidates[name]``: module names, None = any; ``kernel_sets``:
-    the kernels of each executable, when known)."""
-    pending = {name: sorted(spans, key=lambda s: s.ts) for name, spans in dispatches.items()}
-    pos = dict.fromkeys(pending, 0)
-    out: dict[int, Execution] = {}
-    for ex in executions:
-        best = None
-        for name, spans in pending.items():
-            mods = candidates.get(name)
-            if mods is not None and ex.module not in mods:
-                continue
-            if kernel_sets and name in kernel_sets and not ex.ops <= kernel_sets[name]:
-                continue
-            i = pos[name]
-            if i < len(spans) and spans[i].ts <= ex.start and (best is None or spans[i].ts < pending[best][pos[best]].ts):
-                best = name
-        if best is not None:
-            out[pending[best][pos[best]].id] = ex
-            pos[best] += 1
-    return out
-
-
-def _signature_filter(executions: list[Execution], info: CompileInfo, names: Iterable[str]) -> dict[str, set[str] | None]:
-    """Per executable: the module names its executions may carry (from the compile report, else jit_<name>)."""
-    seen = {ex.module for ex in executions}
-    out: dict[str, set[str] | None] = {}
-    for n in names:
-        mod = info.module(n)
-        if mod:
-            out[n] = {mod}
-        elif f"jit_{n}" in seen:
-            out[n] = {f"jit_{n}"}
-        else:
-            out[n] = None
-    return out
-
-
-def _kernel_sets(info: CompileInfo, names: list[str]) -> dict[str, set[str]] | None:
-    """The kernels of each named executable, when the compile report lists them all."""
-    sets = {n: set(info.kernels(n)) for n in names if info.kernels(n)}
-    return sets if len(sets) == len(names) else None
+def finish_table(clock: str, description: str, listed: list[dict[str, Any]], step: dict[str, Any]) -> Table:
+    """Shares from the statistic over the timed rows; the sum, unattributed and step rows appended."""
+    timed = [r for r in listed if r.get("status") in TIMED and r.get(STATISTIC) is not None]
+    total = sum(r[STATISTIC] for r in timed)
+    for r in listed:
+        r["clock"] = clock
+        if r in timed:
+            r["share"] = r[STATISTIC] / total if total else None
+            r["share_of"] = STATISTIC
+    rows = list(listed)
+    if timed:
+        calls = max(int(r["calls"]) for r in timed)
+        sum_total = sum(r["total_ms"] or 0.0 for r in timed)
+        rows.append({"stage": SUM_ROW, "status": "sum", "calls": calls, "mean_ms": total, "total_ms": sum_total,
+                     "clock": clock, "contains": " ".join(sorted({s for r in timed for s in r["contains"].split()},
+                                                                  key=_stage_order))})
+        if step.get(STATISTIC) is not None:
+            rows.append({"stage": GAP_ROW, "status": "unattributed", "calls": step["calls"],
+                         "mean_ms": step[STATISTIC] - total, "total_ms": (step["total_ms"] or 0.0) - sum_total,
+                         "clock": clock, "coverage": total / step[STATISTIC] if step[STATISTIC] else None})
+    rows.append({"stage": STEP, "status": "step", **step, "clock": clock})
+    return Table(clock, description, rows)
 
 
 @dataclass
 class Breakdown:
-    """The result: CSV rows, the timestep, kernels, clocks, window and notes."""
+    """The result: a table per clock (the headline first), kernels, window, compile, notes, attribution."""
 
     mode: str
-    rows: list[dict[str, Any]]
-    timestep: dict[str, Any]
+    tables: dict[str, Table]
+    headline: str
     kernels: list[dict[str, Any]]
     window: dict[str, Any]
-    clocks: dict[str, str]
     notes: list[str]
     attribution: dict[str, Any]
+    compile: dict[str, Any] = field(default_factory=dict)
     timeline: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The headline table's rows (breakdown.csv)."""
+        return self.tables[self.headline].rows
+
     def stage_rows(self) -> list[dict[str, Any]]:
-        """Rows that carry a share (stages or fused stage sets), without skipped/fused/step rows."""
-        return [r for r in self.rows if r.get("share") is not None]
+        """The headline table's timed rows (stages or fused stage sets with a share)."""
+        return self.tables[self.headline].timed()
+
+    @property
+    def timestep(self) -> dict[str, Any]:
+        """The step row of each table, by clock."""
+        return {clock: t.row(STEP) or {} for clock, t in self.tables.items()}
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict of everything (breakdown.json)."""
-        return {"mode": self.mode, "clocks": self.clocks, "window": self.window, "timestep": self.timestep,
-                "rows": self.rows, "kernels": self.kernels, "attribution": self.attribution, "notes": self.notes}
+        return {"mode": self.mode, "headline": self.headline, "statistic": STATISTIC, "window": self.window,
+                "compile": self.compile, "rows": self.rows,
+                "tables": {k: t.to_json() for k, t in self.tables.items()},
+                "kernels": self.kernels, "attribution": self.attribution, "notes": self.notes}
+
+
+def _stage_order(name: str) -> tuple[int, int, str]:
+    parts = name.split("+")
+    order = {s: i for i, s in enumerate(REPORTED)}
+    return (order.get(parts[0], 99), len(parts), name)
+
+
+def _listed(stages: Iterable[str]) -> tuple[str, ...]:
+    """The rows of a breakdown: every timestep stage (skipped ones say so) and the halo where the run has one."""
+    return STAGES + ((HALO,) if HALO in set(stages) else ())
 
 
 def _steady_steps(steps: list[Span], marks: list[Span], warmup: int | None) -> tuple[list[Span], list[Span], str]:
     steady_marks = [m for m in marks if m.name == STEADY_MARK]
     if steady_marks:
-        steady = _within(steps, steady_marks)
+        steady = within(steps, steady_marks)
         return steady, [s for s in steps if s not in steady], f"timesteps inside the '{STEADY_MARK}' span"
     skip = 1 if warmup is None else warmup
     return steps[skip:], steps[:skip], f"all timesteps after the first {skip} (no '{STEADY_MARK}' marker in the trace)"
@@ -286,22 +207,21 @@ def compute(db: TraceDB, stages: Sequence[str] | None = None, *, mode: str | Non
             compile_info: CompileInfo | None = None, warmup: int | None = None) -> Breakdown:
     """The breakdown of the trace in ``db``; ``stages``: the case's active stages (None: found in the trace)."""
     info = compile_info or CompileInfo()
-    spans = _spans(db, [*REPORTED, STEP, WARMUP_MARK, STEADY_MARK, COMPILE_MARK])
-    steps_all = [s for s in spans if s.name == STEP]
-    marks = [s for s in spans if s.name in (WARMUP_MARK, STEADY_MARK, COMPILE_MARK)]
-    stage_spans = [s for s in spans if s.name in REPORTED]
+    found = spans(db, [*REPORTED, STEP, WARMUP_MARK, STEADY_MARK])
+    steps_all = [s for s in found if s.name == STEP]
+    marks = [s for s in found if s.name in (WARMUP_MARK, STEADY_MARK)]
+    stage_spans = [s for s in found if s.name in REPORTED]
     if not steps_all and not stage_spans:
         raise LbmError(f"{db.source or 'trace'}: no lbm '{STEP}' or stage annotations found: "
                        "is it a trace of python -m lbm run profile.enabled=true? (--sql still works on any trace)")
     if mode is None:
         mode = "instrumented" if stage_spans else "fused"
-    present = [s for s in REPORTED if any(sp.name == s for sp in stage_spans)]
     if stages is None:
-        stages = present if mode == "instrumented" else [s for s in REPORTED if info.kernels(FUSED_STEP)
-                                                          and any(s in v for v in info.kernels(FUSED_STEP).values())]
+        fused_kernels = info.kernels(FUSED_STEP)
+        stages = [s for s in REPORTED if any(sp.name == s for sp in stage_spans)] if mode == "instrumented" else [
+            s for s in REPORTED if any(s in v for v in fused_kernels.values())]
     stages = [s for s in REPORTED if s in stages]
-    # The host thread is the one holding the timestep spans.
-    track_counts: dict[int, int] = defaultdict(int)
+    track_counts: dict[int, int] = defaultdict(int)  # the host thread is the one holding the timestep spans
     for s in steps_all or stage_spans:
         track_counts[s.track_id] += 1
     host_track = max(track_counts, key=lambda t: track_counts[t])
@@ -318,35 +238,44 @@ def compute(db: TraceDB, stages: Sequence[str] | None = None, *, mode: str | Non
     executions = executions_of(events, [set(e.get("kernels", {})) for e in info.executables.values()])
     if any(ex.run_id.startswith("seq") for ex in executions):
         notes.append("some device events carry no run_id: grouped into executions by time order and kernel repetition")
-    window = {"steady_steps": len(steady), "warmup_steps": len(warm), "selection": how,
+    window = {"steady_calls": len(steady), "steady_steps": sum(s.steps for s in steady),
+              "warmup_steps": sum(s.steps for s in warm), "selection": how,
               "steady_start_ns": steady[0].ts if steady else None, "steady_end_ns": steady[-1].end if steady else None}
     if mode == "instrumented":
         bd = _instrumented(stages, stage_spans, steps_all, steady, executions, info, sync, notes)
     else:
-        bd = _fused(stages, steps_all, steady, executions, info, notes, [m for m in marks if m.name == COMPILE_MARK])
+        bd = _fused(stages, steps_all, steady, executions, info, notes)
+    first = _first(steps_all)
+    window["first_call_steps"] = first.steps if first else None
     bd.window = window
+    if not executions:
+        notes.append("the trace holds no XLA execution events (hlo_op/run_id): only the host clock is reported")
     return bd
 
 
-def _first(spans: list[Span]) -> Span | None:
-    return min(spans, key=lambda s: s.ts) if spans else None
+def _first(items: list[Span]) -> Span | None:
+    return min(items, key=lambda s: s.ts) if items else None
 
 
-def _step_summary(steps_all: list[Span], steady: list[Span]) -> dict[str, Any]:
+def _host_step(steps_all: list[Span], steady: list[Span]) -> dict[str, Any]:
+    """The step row on the host clock: each span over its steps (a fused chunk covers many)."""
     first = _first(steps_all)
-    out = summarize([s.dur for s in steady], first.dur if first else None)
-    out["clock"] = HOST_STEP
-    return out
+    return summarize([s.dur / s.steps for s in steady], first.dur / first.steps if first else None,
+                     sum(s.dur for s in steady), sum(s.steps for s in steady))
+
+
+def _skipped(stage: str) -> dict[str, Any]:
+    return {"stage": stage, "status": "skipped", "note": "not used by this case"}
 
 
 def _instrumented(stages: list[str], stage_spans: list[Span], steps_all: list[Span], steady: list[Span],
                   executions: list[Execution], info: CompileInfo, sync: bool | None, notes: list[str]) -> Breakdown:
-    steady_calls = _within(stage_spans, steady)
+    steady_calls = within(stage_spans, steady)
     dispatches = {s: [sp for sp in stage_spans if sp.name == s] for s in stages}
-    cands = _signature_filter(executions, info, stages)
+    cands = signature_filter(executions, info, stages)
     if all(c is None for c in cands.values()):
         notes.append("no compile report and no per-stage module names: executions matched to stages by time order only")
-    matched = assign_executions(dispatches, executions, cands, _kernel_sets(info, stages))
+    matched = assign_executions(dispatches, executions, cands, executable_kernels(info, stages))
     inline = blocked = linked = 0
     per_stage_dev: dict[str, list[int]] = defaultdict(list)
     kernels: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -363,50 +292,50 @@ def _instrumented(stages: list[str], stage_spans: list[Span], steps_all: list[Sp
     host_clock = HOST_SYNC if sync else HOST_ASYNC
     if sync is None:
         host_clock = HOST_SYNC if linked and blocked == linked else HOST_ASYNC
-    rows: list[dict[str, Any]] = []
-    host_total = sum(sp.dur for sp in steady_calls if sp.name in stages)
-    dev_total = sum(sum(v) for v in per_stage_dev.values())
+    host_rows: list[dict[str, Any]] = []
+    dev_rows: list[dict[str, Any]] = []
     for stage in _listed(stages):
         if stage not in stages:
-            rows.append({"stage": stage, "status": "skipped", "clock": "not used by this case"})
+            host_rows.append(_skipped(stage))
+            dev_rows.append(_skipped(stage))
             continue
         calls = [sp for sp in steady_calls if sp.name == stage]
         first = _first(dispatches[stage])
-        row: dict[str, Any] = {"stage": stage, "status": "measured",
-                               **summarize([c.dur for c in calls], first.dur if first else None)}
-        row["share"] = (sum(c.dur for c in calls) / host_total) if host_total else None
-        row["clock"] = host_clock
-        row["host_median_ms"] = row["median_ms"]
-        dev = summarize(per_stage_dev.get(stage, []))
-        for k in ("median_ms", "mean_ms", "p95_ms", "min_ms", "total_ms"):
-            row[f"device_{k}"] = dev[k]
-        row["device_calls"] = dev["calls"]
-        row["first_run_device_ms"] = matched[first.id].span / 1e6 if first is not None and first.id in matched else None
-        row["device_share"] = (sum(per_stage_dev[stage]) / dev_total) if dev_total and per_stage_dev.get(stage) else None
-        row["kernels"] = len({op for (s, op) in kernels if s == stage}) or None
-        row["contains"] = stage
-        rows.append(row)
-    step = _step_summary(steps_all, steady)
-    step_dev = [sum(matched[sp.id].span for sp in steady_calls if sp.id in matched and sp.ts >= st.ts and sp.end <= st.end)
-                for st in steady]
-    step["device_median_ms"] = statistics.median(step_dev) / 1e6 if step_dev and linked else None
-    step["device_clock"] = "device: sum over the step's stage executions of their device spans"
-    step["stages_cover"] = (host_total / sum(s.dur for s in steady)) if steady and host_total else None
+        n_kernels = len({op for (s, op) in kernels if s == stage}) or None
+        host_rows.append({"stage": stage, "status": "measured", "contains": stage,
+                          **summarize([c.dur for c in calls], first.dur if first else None)})
+        first_dev = matched[first.id].span if first is not None and first.id in matched else None
+        dev_rows.append({"stage": stage, "status": "measured", "contains": stage, "kernels": n_kernels,
+                         **summarize(per_stage_dev.get(stage, []), first_dev)})
+    step_dev = []
+    for st in steady:
+        inside = [matched[sp.id] for sp in steady_calls if sp.id in matched and sp.ts >= st.ts and sp.end <= st.end]
+        if inside:
+            step_dev.append(max(x.end for x in inside) - min(x.start for x in inside))
+    first_step = _first(steps_all)
+    first_inside = [matched[sp.id] for sp in stage_spans if first_step is not None and sp.id in matched
+                    and sp.ts >= first_step.ts and sp.end <= first_step.end]
+    first_dev = max(x.end for x in first_inside) - min(x.start for x in first_inside) if first_inside else None
+    tables = {"device": finish_table("device", DEVICE_SPAN + "; timestep: first kernel start to last kernel end of "
+                                     "the step's stage executions", dev_rows, summarize(step_dev, first_dev)),
+              "host": finish_table("host", f"{host_clock}; timestep: {HOST_STEP}", host_rows,
+                                   _host_step(steps_all, steady))}
     kern_rows = [{"unit": s, "kernel": op, "stages": s, "calls": len(v), "median_us": statistics.median(v) / 1e3,
                   "total_ms": sum(v) / 1e6} for (s, op), v in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))]
     n_steady = len(steady_calls)
     if n_steady and linked < n_steady:
         notes.append(f"device events matched to {linked} of {n_steady} steady stage calls; device columns use those")
-    if not executions:
-        notes.append("the trace holds no XLA execution events (hlo_op/run_id): device columns are empty")
     attribution = {"stage_calls": n_steady, "matched_executions": linked, "executions_in_trace": len(executions),
-                   "calls_blocked_until_done": blocked, "kernel_events_on_host_thread": inline}
-    clocks = {"main": host_clock, "device": DEVICE_SPAN, "timestep": HOST_STEP}
+                   "calls_blocked_until_done": blocked, "kernel_events_on_host_thread": inline,
+                   "host_clock": host_clock}
+    headline = "device" if linked else "host"
     timeline = {"steady": steady, "stage_spans": stage_spans, "matched": matched}
-    return Breakdown("instrumented", rows + [{"stage": STEP, "status": "step", **{k: step[k] for k in (
-        "calls", "first_call_ms", "median_ms", "mean_ms", "p95_ms", "min_ms", "total_ms")}, "clock": HOST_STEP,
-        "host_median_ms": step["median_ms"], "device_median_ms": step["device_median_ms"]}],
-        step, kern_rows, {}, clocks, notes, attribution, timeline)
+    return Breakdown("instrumented", _ordered(tables, headline), headline, kern_rows, {}, notes, attribution,
+                     timeline=timeline)
+
+
+def _ordered(tables: dict[str, Table], headline: str) -> dict[str, Table]:
+    return {headline: tables[headline], **{k: v for k, v in tables.items() if k != headline}}
 
 
 def _kernel_stage_map(info: CompileInfo, executions: list[Execution], stages: list[str]) -> dict[str, list[str]]:
@@ -421,113 +350,127 @@ def _kernel_stage_map(info: CompileInfo, executions: list[Execution], stages: li
     return out
 
 
+@dataclass
+class ChunkSamples:
+    """One chunk execution split into per-step samples: per row, per scan iteration; and the whole step."""
+
+    steps: int
+    totals: dict[str, int]
+    """Device time (ns) per row over the whole chunk."""
+    samples: dict[str, list[float]]
+    """Per row, one per-step value (ns) per scan iteration (one per chunk without a loop)."""
+    step_samples: list[float]
+    """The step's device span per step (ns), one per scan iteration."""
+    iterations: int
+
+
+def chunk_samples(ex: Execution, steps: int, unit_of: Any) -> ChunkSamples:
+    """Split a chunk's kernels by scan iteration: a kernel seen as often as the most frequent one runs once per
+    iteration (its i-th event is iteration i's); the others (outside the loop) are spread over the chunk's steps."""
+    counts = Counter(str(e["hlo_op"]) for e in ex.events)
+    iters = max(counts.values(), default=1)
+    body = {op for op, c in counts.items() if c == iters} if iters > 1 else set()
+    per_iter = max(1, steps // iters) if body else steps
+    totals: dict[str, int] = defaultdict(int)
+    outside: dict[str, int] = defaultdict(int)
+    by_iter: list[dict[str, int]] = [defaultdict(int) for _ in range(iters if body else 1)]
+    iter_span = [(np.inf, -np.inf) for _ in by_iter]
+    seen: dict[str, int] = defaultdict(int)
+    for e in sorted(ex.events, key=lambda e: int(e["ts"])):
+        op, dur, ts = str(e["hlo_op"]), int(e["dur"]), int(e["ts"])
+        unit = unit_of(op)
+        totals[unit] += dur
+        if op in body:
+            i = seen[op]
+            seen[op] += 1
+            by_iter[i][unit] += dur
+            lo, hi = iter_span[i]
+            iter_span[i] = (min(lo, ts), max(hi, ts + dur))
+        else:
+            outside[unit] += dur
+    units = set(totals)
+    if not body:
+        samples = {u: [totals[u] / steps] for u in units}
+        return ChunkSamples(steps, dict(totals), samples, [ex.span / steps], 1)
+    samples = {u: [it.get(u, 0) / per_iter + outside.get(u, 0) / steps for it in by_iter] for u in units}
+    loop_span = sum(hi - lo for lo, hi in iter_span)
+    rest = (ex.span - loop_span) / steps  # outside the iterations: the kernels before and after the loop, gaps
+    return ChunkSamples(steps, dict(totals), samples, [(hi - lo) / per_iter + rest for lo, hi in iter_span], iters)
+
+
 def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executions: list[Execution],
-           info: CompileInfo, notes: list[str], compile_marks: list[Span]) -> Breakdown:
-    cands = _signature_filter(executions, info, [FUSED_STEP])
-    mods = cands[FUSED_STEP]
+           info: CompileInfo, notes: list[str]) -> Breakdown:
+    mods = signature_filter(executions, info, [FUSED_STEP])[FUSED_STEP]
     if mods is None:  # no compile report: the modules of executions that start inside timestep spans
-        inside = {ex.module for ex in executions for st in steps_all if st.ts <= ex.start <= st.end}
-        mods = inside or None
+        mods = {ex.module for ex in executions for st in steps_all if st.ts <= ex.start <= st.end} or None
     matched = assign_executions({STEP: steps_all}, executions, {STEP: mods})
     kmap = _kernel_stage_map(info, executions, stages)
+    origins = info.origins(FUSED_STEP)
     if not kmap:
         notes.append("no compile report (compile/compile.json) and no op_name in the trace: kernels cannot be "
                      "attributed to stages; only the whole step is timed")
     if not stages:
         stages = [s for s in REPORTED if any(s in v for v in kmap.values())]
-    per_set: dict[str, list[int]] = defaultdict(list)
-    first_set: dict[str, int] = defaultdict(int)
-    kernels: dict[str, list[int]] = defaultdict(list)
-    step_busy: list[int] = []
-    step_span: list[int] = []
-    linked = 0
-    set_kernels: dict[str, set[str]] = defaultdict(set)
 
     def unit_of(op: str) -> str:
         st = [s for s in kmap.get(op, []) if s in REPORTED]
         return "+".join(st) if st else UNSCOPED
 
+    chunks = [(st, chunk_samples(matched[st.id], st.steps, unit_of)) for st in steady if st.id in matched]
     first_step = _first(steps_all)
-    if first_step is not None and first_step.id in matched:
-        for e in matched[first_step.id].events:
-            first_set[unit_of(str(e["hlo_op"]))] += int(e["dur"])
-    units = {unit_of(str(e["hlo_op"])) for st in steady if st.id in matched for e in matched[st.id].events}
-    for st in steady:
-        ex = matched.get(st.id)
-        if ex is None:
-            continue
-        linked += 1
-        step_busy.append(ex.busy)
-        step_span.append(ex.span)
-        acc: dict[str, int] = defaultdict(int)
-        for e in ex.events:
-            op = str(e["hlo_op"])
-            u = unit_of(op)
-            acc[u] += int(e["dur"])
-            kernels[op].append(int(e["dur"]))
-            set_kernels[u].add(op)
-        for u in units:
-            per_set[u].append(acc.get(u, 0))
-    busy_total = sum(step_busy)
-    order = {s: i for i, s in enumerate(REPORTED)}
-
-    def unit_key(u: str) -> tuple[int, int, str]:
-        parts = u.split("+")
-        return (order.get(parts[0], 99), len(parts), u)
-
-    step = _step_summary(steps_all, steady)
-    if compile_marks and step["first_call_ms"] is not None:
-        # The one-step chunk was compiled ahead of time (span COMPILE_MARK): the first call is that plus the first step.
-        step["compile_span_ms"] = compile_marks[0].dur / 1e6
-        step["first_call_ms"] += step["compile_span_ms"]
-        notes.append(f"fused: first_call_ms = ahead-of-time compile of the one-step chunk ('{COMPILE_MARK}' span, "
-                     f"{step['compile_span_ms']:.1f} ms) + the first timestep span, for the step and every stage in it "
-                     "(first_run_device_ms: the kernels' device time in that first run)")
-    rows: list[dict[str, Any]] = []
+    first = chunk_samples(matched[first_step.id], first_step.steps, unit_of) \
+        if first_step is not None and first_step.id in matched else None
+    units = sorted({u for _, c in chunks for u in c.totals}, key=_stage_order)
+    n_steps = sum(c.steps for _, c in chunks)
+    kernels: dict[str, list[int]] = defaultdict(list)
+    for st, _ in chunks:
+        for e in matched[st.id].events:
+            kernels[str(e["hlo_op"])].append(int(e["dur"]))
     unit_rows: dict[str, dict[str, Any]] = {}
-    for u in sorted(per_set, key=unit_key):
-        vals = per_set[u]
+    for u in units:
         status = "unscoped" if u == UNSCOPED else "fused-group" if "+" in u else "measured"
-        # A fused row cannot be called alone: its first call is the step's (compile + first run); the device time
-        # of its kernels in that first run is first_run_device_ms.
-        r = {"stage": u, "status": status, **summarize(vals, None), "clock": DEVICE_BUSY,
-             "first_call_ms": step["first_call_ms"], "first_run_device_ms": first_set[u] / 1e6 if u in first_set else None}
-        r["share"] = sum(vals) / busy_total if busy_total else None
-        r["host_median_ms"] = None
-        for k in ("median_ms", "mean_ms", "p95_ms", "min_ms", "total_ms"):
-            r[f"device_{k}"] = r[k]
-        r["device_share"] = r["share"]
-        r["kernels"] = len(set_kernels[u])
-        r["contains"] = " ".join(u.split("+")) if u != UNSCOPED else ""
-        unit_rows[u] = r
+        first_ns = first.totals.get(u, 0) / first.steps if first is not None else None
+        row = {"stage": u, "status": status,
+               **summarize([v for _, c in chunks for v in c.samples.get(u, [0.0] * c.iterations)], first_ns,
+                           sum(c.totals.get(u, 0) for _, c in chunks), n_steps),
+               "kernels": len({op for op in kernels if unit_of(op) == u}),
+               "contains": " ".join(u.split("+")) if u != UNSCOPED else ""}
+        if u == UNSCOPED:
+            row["ops"] = "; ".join(f"{op}: {origins.get(op, 'no HLO metadata (not in the compile report)')}"
+                                   for op in sorted(k for k in kernels if unit_of(k) == UNSCOPED))
+        unit_rows[u] = row
+    rows: list[dict[str, Any]] = []
     for stage in _listed(stages):
         if stage not in stages:
-            rows.append({"stage": stage, "status": "skipped", "clock": "not used by this case"})
+            rows.append(_skipped(stage))
         elif stage in unit_rows:
             rows.append(unit_rows.pop(stage))
         else:
-            groups = [u for u in per_set if stage in u.split("+")]
-            rows.append({"stage": stage, "status": "fused", "calls": len(steady) if groups else 0,
-                         "first_call_ms": step["first_call_ms"] if groups else None,
-                         "clock": "fused with other stages: see " + ", ".join(sorted(groups, key=unit_key))
-                         if groups else "no kernel of this stage found in the trace",
-                         "contains": stage})
-    rows += [unit_rows[u] for u in sorted(unit_rows, key=unit_key)]
-    step["device_median_ms"] = statistics.median(step_span) / 1e6 if step_span else None
-    step["device_busy_median_ms"] = statistics.median(step_busy) / 1e6 if step_busy else None
-    step["device_clock"] = DEVICE_SPAN
-    rows.append({"stage": STEP, "status": "step", **{k: step[k] for k in (
-        "calls", "first_call_ms", "median_ms", "mean_ms", "p95_ms", "min_ms", "total_ms")}, "clock": HOST_STEP,
-        "host_median_ms": step["median_ms"], "device_median_ms": step["device_median_ms"]})
+            groups = sorted((u for u in units if stage in u.split("+")), key=_stage_order)
+            rows.append({"stage": stage, "status": "fused", "contains": stage,
+                         "note": ("fused with other stages: see " + ", ".join(groups)) if groups
+                         else "no kernel of this stage found in the trace"})
+    rows += [unit_rows[u] for u in sorted(unit_rows, key=_stage_order)]
+    device_step = summarize([v for _, c in chunks for v in c.step_samples],
+                            matched[first_step.id].span / first_step.steps if first is not None and first_step else None,
+                            sum(matched[st.id].span for st, _ in chunks), n_steps)
+    host_rows = [_skipped(s) if s not in stages else {"stage": s, "status": "fused", "contains": s,
+                                                     "note": "no host span of its own in fused mode"}
+                 for s in _listed(stages)]
+    tables = {"device": finish_table("device", DEVICE_BUSY + "; timestep: the chunk's device span (first kernel "
+                                     "start to last kernel end) per step", rows, device_step),
+              "host": finish_table("host", HOST_STEP, host_rows, _host_step(steps_all, steady))}
     kern_rows = [{"unit": unit_of(op), "kernel": op, "stages": " ".join(kmap.get(op, [])), "calls": len(v),
-                  "median_us": statistics.median(v) / 1e3, "total_ms": sum(v) / 1e6}
+                  "median_us": statistics.median(v) / 1e3, "total_ms": sum(v) / 1e6,
+                  "origin": origins.get(op, "") if unit_of(op) == UNSCOPED else ""}
                  for op, v in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))]
-    if steady and linked < len(steady):
-        notes.append(f"device executions matched to {linked} of {len(steady)} steady timesteps")
-    if not executions:
-        notes.append("the trace holds no XLA execution events: only host timestep spans are reported")
-    attribution = {"steady_steps": len(steady), "matched_executions": linked, "executions_in_trace": len(executions),
+    if steady and len(chunks) < len(steady):
+        notes.append(f"device executions matched to {len(chunks)} of {len(steady)} steady chunks")
+    attribution = {"steady_chunks": len(steady), "steady_steps": sum(s.steps for s in steady),
+                   "matched_executions": len(chunks), "executions_in_trace": len(executions),
+                   "scan_iterations_per_chunk": sorted({c.iterations for _, c in chunks}),
                    "modules": sorted(mods) if mods else None}
-    clocks = {"main": DEVICE_BUSY, "device": DEVICE_SPAN, "timestep": HOST_STEP}
+    headline = "device" if chunks else "host"
     timeline = {"steady": steady, "stage_spans": [], "matched": matched, "unit_of": {op: unit_of(op) for op in kmap}}
-    return Breakdown("fused", rows, step, kern_rows, {}, clocks, notes, attribution, timeline)
+    return Breakdown("fused", _ordered(tables, headline), headline, kern_rows, {}, notes, attribution,
+                     timeline=timeline)

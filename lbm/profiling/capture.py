@@ -3,16 +3,17 @@
 The profiler knows the run only as data: the stage names, the programs the engine runs (their
 texts, for the compile report), the compile times, a bandwidth measurement and a few words
 about the run (case, grid, lattice, precision). The run loop calls, in order: ``start()`` before
-anything is compiled (so the trace holds the first call and its compilation),
-``chunk_limit(step, n)`` before each chunk, ``after_chunk(step, f)`` after it, and
-``finish()`` at the end. The window is ``profile.warmup_steps`` steps (kept in the trace, left
-out of steady-state figures) followed by ``profile.steps`` steady-state steps; the trace
-stops when the window is over, the rest of the run is not traced.
+anything is compiled (so the trace holds the compilation), ``chunk_limit(step, n, t_run)`` before
+each chunk, ``after_chunk(step, f, t_run)`` after it, and ``finish()`` at the end.
 
-In fused mode each step of the window is one dispatch (chunk of 1 step) under a
-``StepTraceAnnotation("timestep")`` made here, so that every step's device events are
-separate. The warm-up and steady steps are wrapped in ``lbm.profile.warmup`` and
-``lbm.profile.steady`` spans so that any reader of the trace can tell them apart.
+The profiler never changes the run: the chunks are the run's own (so the run observes, checks and
+reports the same steps as unprofiled). The window is whole chunks: the first ones up to
+``profile.warmup_steps`` steps (at least one chunk: the first run of the compiled program), then
+up to ``profile.steps`` steady-state steps; the trace stops after them. In fused mode each chunk
+runs under a ``StepTraceAnnotation("timestep", steps=n)``; in instrumented mode the engine
+annotates every step itself. The warm-up and steady chunks sit inside ``lbm.profile.warmup`` and
+``lbm.profile.steady`` spans. ``window`` records which steps were profiled and the loop time they
+took, so that the run's throughput can leave them out.
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ log = logging.getLogger("lbm")
 _ACTIVE: list[Profiler] = []
 _BANDWIDTH: dict[str, Mapping[str, Any]] = {}
 
-REALIGN_MAX_SINGLE_STEPS = 64
-"""After the window, at most this many single steps realign the fused loop's chunks (else one new chunk compiles)."""
 PYTHON_TRACER_LEVEL = 0
 """jax.profiler's Python function tracer is off: it adds an event per Python call (20x the trace) and
 inflates the host dispatch spans it is meant to show."""
+COMPILE_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace_ms",
+                  "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_ms",
+                  "/jax/core/compile/backend_compile_duration": "compile_ms"}
+"""jax.monitoring's duration events of a compilation, by part."""
 
 
 def measured_bandwidth(measure: Callable[[], Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -67,20 +70,52 @@ def open_instructions(profile_dir: Path, trace_json: Path | None, perfetto_json:
     return lines
 
 
+class CompilePhases:
+    """jax.monitoring's durations of each compilation (trace, lower, compile) while it listens, per program."""
+
+    def __init__(self) -> None:
+        self.programs: dict[str, dict[str, float]] = {}
+        self.listening = False
+        jax.monitoring.register_event_duration_secs_listener(self._event)
+
+    def _event(self, event: str, duration_secs: float, **kwargs: Any) -> None:
+        part = COMPILE_EVENTS.get(event)
+        if not self.listening or part is None:
+            return
+        name = str(kwargs.get("fun_name", "?"))
+        name = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+        rec = self.programs.setdefault(name, {})
+        rec[part] = rec.get(part, 0.0) + duration_secs * 1e3
+
+    def record(self) -> dict[str, Any]:
+        """Per program and summed over programs (ms)."""
+        progs = [{"name": n, **v} for n, v in self.programs.items()]
+        return {"programs": progs, **{p: sum(v.get(p, 0.0) for v in self.programs.values())
+                                      for p in COMPILE_EVENTS.values()}}
+
+
+_PHASES: list[CompilePhases] = []
+
+
+def compile_phases() -> CompilePhases:
+    """The process's one listener (jax.monitoring listeners cannot be removed one by one)."""
+    if not _PHASES:
+        _PHASES.append(CompilePhases())
+    return _PHASES[0]
+
+
 class Profiler:
-    """Records a jax.profiler trace over the profile window of a run and writes ``profile/``."""
+    """Records a jax.profiler trace over whole chunks of a run and writes ``profile/``."""
 
     def __init__(self, out_dir: Path, settings: Mapping[str, Any], *, mode: str, steps: int, stages: Sequence[str],
-                 run_info: Mapping[str, Any], programs: Callable[[], Sequence[Mapping[str, Any]]],
-                 compile_times: Callable[[], Mapping[str, float]], bandwidth: Callable[[], Mapping[str, Any]],
-                 compile_window: Callable[[], Any] | None = None) -> None:
+                 run_info: Mapping[str, Any], programs: Callable[[int], Sequence[Mapping[str, Any]]],
+                 compile_times: Callable[[], Mapping[str, float]], bandwidth: Callable[[], Mapping[str, Any]]) -> None:
         """``out_dir``: the ``profile/`` directory; ``settings``: the ``profile.*`` config (warmup_steps, steps,
         sync, backend, trace_processor); ``mode``: fused | instrumented; ``steps``: the run's steps; ``stages``: the
         case's active stages; ``run_info``: case, grid, lattice, precision (for titles and breakdown.json);
-        ``programs()``: the engine's programs (see :mod:`lbm.profiling.compile_report`), read after the trace;
-        ``compile_times()``: the run's compile times (s); ``bandwidth()``: a bandwidth measurement with
-        ``bandwidth_gbs`` (GB/s); ``compile_window()``: compiles the one-step chunk of the fused window (in the
-        trace, under a span the breakdown reads), None where the window needs no compilation of its own."""
+        ``programs(n)``: the engine's programs for chunks of n steps (see :mod:`lbm.profiling.compile_report`), read
+        after the trace; ``compile_times()``: the run's compile times (s); ``bandwidth()``: a bandwidth measurement
+        with ``bandwidth_gbs`` (GB/s)."""
         self.dir = Path(out_dir)
         self.cfg = dict(settings)
         self.mode = mode
@@ -90,25 +125,24 @@ class Profiler:
         self.programs = programs
         self.compile_times = compile_times
         self.bandwidth = bandwidth
-        self.compile_window = compile_window
-        want_w, want_s = int(self.cfg.get("warmup_steps", 5)), int(self.cfg.get("steps", 20))
-        self.warmup = min(want_w, max(self.steps - 1, 0))
-        self.steady = max(0, min(want_s, self.steps - self.warmup))
-        if (self.warmup, self.steady) != (want_w, want_s):
-            log.warning("profile: the run has %d steps; window reduced to %d warm-up + %d steady steps "
-                        "(asked %d + %d)", self.steps, self.warmup, self.steady, want_w, want_s)
-        self.end = self.warmup + self.steady
+        self.want_warmup, self.want_steady = int(self.cfg.get("warmup_steps", 5)), int(self.cfg.get("steps", 20))
         self.session: Any = None
         self.running = False
+        self.done = False
         self._step_ann: Any = None
         self._mark: Any = None
         self._mark_name: str | None = None
         self.summary: dict[str, Any] = {}
         self._chunk: int | None = None
+        self._first: int | None = None
+        self._steady_from: int | None = None
+        self._t_start = 0.0
+        self.window: dict[str, Any] | None = None
+        """Steps profiled (first, end, steps) and the loop seconds they took, once the window is over."""
 
     # --- the hook -----------------------------------------------------------------------
     def start(self) -> None:
-        """Start the trace (before compilation, so that the first call is in it)."""
+        """Start the trace (before compilation, so that the compilation is in it)."""
         for stale in list(_ACTIVE):  # a run that raised mid-window left its trace running
             stale._stop_trace(quiet=True)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -120,65 +154,59 @@ class Profiler:
             raise LbmError(f"cannot start the profiler: {exc} (another jax.profiler trace is running in this process)") from None
         self.running = True
         _ACTIVE.append(self)
-        if self.compile_window is not None and self.end:
-            # The fused window runs one step per dispatch: compile that chunk now, in the trace but outside the
-            # timed loop (as the run does for its own chunks), under a span that the breakdown reads.
-            with jax.profiler.TraceAnnotation(bdm.COMPILE_MARK):
-                self.compile_window()
-        log.info("profile: tracing %d warm-up + %d steady steps (%s mode) into %s", self.warmup, self.steady,
-                 self.mode, self.dir)
+        phases = compile_phases()
+        phases.programs = {}
+        phases.listening = True
+        log.info("profile: tracing whole chunks of the run, about %d warm-up + %d steady steps (%s mode), into %s",
+                 self.want_warmup, self.want_steady, self.mode, self.dir)
 
-    def chunk_limit(self, step: int, n: int) -> int:
-        """Steps of the next chunk: window boundaries respected; one step per dispatch in fused mode."""
-        if self._chunk is None:
-            self._chunk = n  # the loop's chunk size (its first chunk is a full one, or the whole run)
-        if not self.running or step >= self.end:
-            return self._realign(step, n)
-        return self._window_chunk(step, n)
-
-    def _realign(self, step: int, n: int) -> int:
-        """Fused mode after the window: single (already compiled) steps until the loop's chunks line up again,
-        so that no chunk of a new length is compiled inside the timed loop."""
-        k = self._chunk or n
-        if self.mode != "fused" or k <= 1:
+    def chunk_limit(self, step: int, n: int, t_run: float = 0.0) -> int:
+        """The next chunk's steps: always ``n`` (the run's own chunk); opens the window's marks at chunk starts."""
+        compile_phases().listening = False  # the run's programs are compiled before its first chunk
+        if not self.running:
             return n
-        left, tail = self.steps - step, self.steps % k
-        singles = [left % k] + ([(left - tail) % k] if tail and left >= tail else [])
-        # Aligned: the loop's chunks (and its compiled tail) finish the run. Far from it: one new tail length compiles.
-        return n if min(singles) == 0 or min(singles) > REALIGN_MAX_SINGLE_STEPS else 1
-
-    def _window_chunk(self, step: int, n: int) -> int:
-        if step == 0 and self.warmup:
+        if self._first is None:
+            self._first, self._chunk, self._t_start = step, n, t_run
             self._open_mark(bdm.WARMUP_MARK)
-        if step == self.warmup:
+        elif self._steady_from is None and step - self._first >= max(1, self.want_warmup):
+            self._steady_from = step
             self._open_mark(bdm.STEADY_MARK)
-        limit = self.warmup - step if step < self.warmup else self.end - step
-        n = max(1, min(n, limit))
         if self.mode == "fused":
-            n = 1
-            self._step_ann = jax.profiler.StepTraceAnnotation(bdm.STEP, step_num=step)
+            self._step_ann = jax.profiler.StepTraceAnnotation(bdm.STEP, step_num=step, steps=n)
             self._step_ann.__enter__()
         return n
 
-    def after_chunk(self, step: int, f: Any) -> None:
-        """Close the step annotation; at the end of the window, wait for the device and stop the trace."""
+    def after_chunk(self, step: int, f: Any, t_run: float = 0.0) -> None:
+        """Close the chunk's annotation; once the steady chunks hold enough steps, wait for the device and stop."""
         if not self.running:
             return
         if self._step_ann is not None:
             self._step_ann.__exit__(None, None, None)
             self._step_ann = None
-        if step == self.warmup and self._mark_name == bdm.WARMUP_MARK:
-            self._close_mark()
-        if step >= self.end:
+        steady = 0 if self._steady_from is None else step - self._steady_from
+        if steady >= max(1, self.want_steady) or step >= self.steps:
             jax.block_until_ready(f)
             self._close_mark()
             self._stop_trace()
+            first = self._first or 0
+            self.window = {"first_step": first, "end_step": step, "steps": step - first,
+                           "steady_from_step": self._steady_from, "loop_seconds": t_run - self._t_start,
+                           "chunk_steps": self._chunk}
+            if self._steady_from is None:
+                log.warning("profile: the run ended inside the warm-up chunks (steps %d-%d): no steady-state window; "
+                            "run more steps than one chunk (output.every or steps_per_dispatch set the chunk)",
+                            first, step)
+            elif (self._steady_from - first, step - self._steady_from) != (self.want_warmup, self.want_steady):
+                log.info("profile: window in whole chunks of %d steps: warm-up steps %d-%d, steady %d-%d (asked %d + "
+                         "%d)", self._chunk, first, self._steady_from, self._steady_from, step, self.want_warmup,
+                         self.want_steady)
 
     def finish(self) -> dict[str, Any]:
         """Stop the trace if still running, analyse it, write the reports; a JSON-able summary for metrics.json."""
         if self.running:
             self._close_mark()
             self._stop_trace()
+        compile_phases().listening = False
         try:
             return self._analyse()
         except Exception as exc:  # the simulation's results must still be written: report, do not raise
@@ -215,7 +243,9 @@ class Profiler:
         from lbm.profiling.compile_report import write_compile_report
 
         files = locate_trace(self.dir)
-        creport = write_compile_report(self.programs(), self.stages, self.dir / "compile")
+        k = self._chunk or 1
+        programs = [dict(p, steps=k) for p in self.programs(k)]
+        creport = write_compile_report(programs, self.stages, self.dir / "compile")
         if not creport["graphviz"]:
             log.info("profile: %s", creport["graphviz_note"])
         bw = measured_bandwidth(self.bandwidth)
@@ -227,27 +257,30 @@ class Profiler:
                  f"{info.get('precision')}, {self.mode} mode, {dev.platform}")
         how = open_instructions(self.dir, files.trace_json, files.perfetto_json)
         extra = {
-            "run": {**info, "mode": self.mode, "sync": sync, "device": str(dev), "platform": dev.platform},
+            "run": {**info, "mode": self.mode, "sync": sync, "device": str(dev), "platform": dev.platform,
+                    "chunk_steps": k},
+            "profiled": self.window,
             "roofline": {"bandwidth_gbs": bw_gbs, "source": _bandwidth_source(bw), "detail": bw},
-            "compile": {"graphviz": creport["graphviz"], "note": creport["graphviz_note"],
-                        "report": "compile/compile.json"},
+            "compile_report": {"graphviz": creport["graphviz"], "note": creport["graphviz_note"],
+                               "report": "compile/compile.json"},
             "open": how,
             "files": {"compile": "compile/compile.json"},
         }
         facts = RunFacts(stages=self.stages, mode=self.mode, sync=sync, compile_report=creport,
-                         compile_times_s=dict(self.compile_times()), bandwidth_gbs=bw_gbs)
+                         compile_times_s=dict(self.compile_times()), compile_phases=compile_phases().record(),
+                         bandwidth_gbs=bw_gbs)
         result = analyse(files, self.dir, facts, backend=self.cfg.get("backend", "auto"),
                          trace_processor=self.cfg.get("trace_processor"), title=title, extra=extra)
         log.info("profile: trace %s; queries on the %s", files.primary, result.backend_note)
         if self.cfg.get("backend") == "perfetto" and result.backend != "perfetto":
             log.warning("profile: %s", result.backend_note)
-        print(result.table, end="")
+        result.print()
         for line in how:
             log.info("profile: %s", line)
         for n in result.breakdown.notes:  # attribution gaps are warnings, explanations are information
             log.log(logging.WARNING if ("matched to" in n or "cannot" in n or "no XLA" in n) else logging.INFO,
                     "profile: %s", n)
-        self.summary = summary(result, bw_gbs, self.dir)
+        self.summary = summary(result, bw_gbs, self.dir, self.window)
         return self.summary
 
 
@@ -259,20 +292,24 @@ def _bandwidth_source(bw: Mapping[str, Any] | None) -> str | None:
             f"kernel, median of {bw.get('repeats', '?')} repeats")
 
 
-def summary(result: Analysis, bandwidth_gbs: float | None, profile_dir: Path) -> dict[str, Any]:
-    """The JSON-able summary of a profiled run for metrics.json (``profile``)."""
+def summary(result: Analysis, bandwidth_gbs: float | None, profile_dir: Path,
+            window: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON-able summary of a profiled run for metrics.json (``profile``): the headline table's stage rows."""
     bd = result.breakdown
+    head = bd.tables[bd.headline]
     return {
         "dir": "profile",
         "mode": bd.mode,
-        "clock": bd.clocks["main"],
-        "device_clock": bd.clocks["device"],
+        "clock": bd.headline,
+        "clock_description": head.description,
+        "statistic": head.statistic,
         "window": bd.window,
-        "timestep_median_ms": {"host": bd.timestep.get("median_ms"), "device": bd.timestep.get("device_median_ms")},
-        "first_step_ms": bd.timestep.get("first_call_ms"),
-        "stages": {r["stage"]: {k: r.get(k) for k in ("status", "calls", "median_ms", "share", "device_median_ms",
-                                                      "device_share", "gbs", "roofline_pct") if k in r}
-                   for r in bd.rows if r["stage"] != bdm.STEP},
+        "profiled": dict(window) if window else None,
+        "timestep_mean_ms": {clock: (t.row(bdm.STEP) or {}).get("mean_ms") for clock, t in bd.tables.items()},
+        "compile": bd.compile,
+        "stages": {r["stage"]: {k: r.get(k) for k in ("status", "calls", "mean_ms", "median_ms", "share", "gbs",
+                                                      "roofline_pct") if k in r}
+                   for r in head.timed()},
         "bandwidth_gbs": bandwidth_gbs,
         "backend": result.backend,
         "trace": relative(result.trace.primary, profile_dir),

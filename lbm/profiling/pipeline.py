@@ -16,7 +16,14 @@ from typing import Any
 from lbm.profiling.breakdown import Breakdown, CompileInfo, compute
 from lbm.profiling.plots import breakdown_png, timeline_png
 from lbm.profiling.queries import DEVICE_EVENTS
-from lbm.profiling.report import enrich, terminal_table, write_breakdown_json, write_csv, write_kernels_csv
+from lbm.profiling.report import (
+    compile_record,
+    enrich,
+    render_tables,
+    write_breakdown_json,
+    write_csv,
+    write_kernels_csv,
+)
 from lbm.profiling.tracedb import TraceFiles, locate_trace, open_trace_db
 
 NO_BANDWIDTH = ("no measured bandwidth of the machine that made this trace: no roofline column (a trace is never "
@@ -36,7 +43,9 @@ class RunFacts:
     compile_report: Mapping[str, Any] | None = None
     """compile.json of :mod:`lbm.profiling.compile_report`: module names, kernels, stages, bytes."""
     compile_times_s: Mapping[str, float] | None = None
-    """The run's own compile times (s) by executable."""
+    """The run's own compile times (s) by executable, as the engine measured them (used without ``compile_phases``)."""
+    compile_phases: Mapping[str, Any] | None = None
+    """The run's compilation in parts (trace_ms, lower_ms, compile_ms, programs), from jax.monitoring."""
     bandwidth_gbs: float | None = None
     """Measured memory bandwidth of the machine that ran it (GB/s)."""
     warmup: int | None = None
@@ -53,6 +62,22 @@ class Analysis:
     backend_note: str
     written: dict[str, str]
     table: str
+    """The tables as breakdown.txt holds them: names in full, never cut."""
+    title: str = ""
+    bandwidth_gbs: float | None = None
+
+    def print(self) -> None:
+        """Print the tables: on a terminal with long names wrapped to its width, elsewhere as breakdown.txt."""
+        import sys
+
+        from rich.console import Console
+
+        if not sys.stdout.isatty():
+            print(self.table, end="")
+            return
+        console = Console()
+        for renderable in render_tables(self.breakdown, self.bandwidth_gbs, self.title, fold=True):
+            console.print(renderable, markup=False, highlight=False)
 
 
 def analyse(trace: TraceFiles, out_dir: Path, facts: RunFacts, *, backend: str = "auto",
@@ -65,13 +90,18 @@ def analyse(trace: TraceFiles, out_dir: Path, facts: RunFacts, *, backend: str =
                      compile_info=CompileInfo.of(facts.compile_report), warmup=facts.warmup)
     finally:
         db.close()
-    enrich(bd, facts.compile_report, facts.compile_times_s, facts.bandwidth_gbs)
+    enrich(bd, facts.compile_report, facts.bandwidth_gbs)
+    bd.compile = compile_record(facts.compile_phases, facts.compile_times_s, bd)
     if facts.bandwidth_gbs is None:
         bd.notes.append(NO_BANDWIDTH)
+    out_dir.mkdir(parents=True, exist_ok=True)
     title = title or f"{trace.primary.name} ({bd.mode} mode)"
     written = {"breakdown_csv": "breakdown.csv", "breakdown_json": "breakdown.json", "breakdown_png": "breakdown.png",
                "breakdown_txt": "breakdown.txt", "kernels_csv": "kernels.csv"}
-    write_csv(out_dir / "breakdown.csv", bd)
+    write_csv(out_dir / "breakdown.csv", bd.tables[bd.headline])
+    if bd.headline != "host":  # the host clock's table of its own
+        write_csv(out_dir / "breakdown_host.csv", bd.tables["host"])
+        written["breakdown_host_csv"] = "breakdown_host.csv"
     write_kernels_csv(out_dir / "kernels.csv", bd)
     breakdown_png(bd, out_dir / "breakdown.png", title)
     if timeline_png(bd, out_dir / "timeline.png", title=f"{title}: 3 steady timesteps") is not None:
@@ -87,19 +117,27 @@ def analyse(trace: TraceFiles, out_dir: Path, facts: RunFacts, *, backend: str =
         "files": written,
     }
     write_breakdown_json(out_dir / "breakdown.json", bd, record)
-    table = render(terminal_table(bd, facts.bandwidth_gbs, title=f"profile breakdown: {title}"))
+    heading = f"profile breakdown: {title}"
+    table = render(render_tables(bd, facts.bandwidth_gbs, heading, fold=False))
     (out_dir / "breakdown.txt").write_text(table)
-    return Analysis(bd, trace, db.backend, note, written, table)
+    return Analysis(bd, trace, db.backend, note, written, table, heading, facts.bandwidth_gbs)
 
 
-def render(renderable: Any, width: int = 170) -> str:
-    """A rich renderable (table) as plain text, ``width`` columns wide."""
+def render(renderables: Sequence[Any], width: int = 4000) -> str:
+    """Rich renderables (tables) as plain text, as wide as their contents (nothing cut), and plain strings as they
+    are; trailing blanks removed."""
     from rich.console import Console
 
-    console = Console(width=width)
-    with console.capture() as cap:
-        console.print(renderable)
-    return cap.get()
+    console = Console(width=width, no_color=True)
+    parts = []
+    for r in renderables:
+        if isinstance(r, str):
+            parts.append(r)
+            continue
+        with console.capture() as cap:
+            console.print(r)
+        parts += [line.rstrip() for line in cap.get().splitlines()]
+    return "\n".join(parts) + "\n"
 
 
 def device_events(trace_dir: Path) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.hlo import STAGE_COLORS
-from lbm.profiling.breakdown import STEP, Breakdown
+from lbm.profiling.breakdown import STATISTIC, STEP, Breakdown
 
 GROUP_COLORS = ["#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#17becf", "#bcbd22",
                 "#7f7f7f"]
@@ -35,20 +35,16 @@ def _pyplot() -> Any:
 
 
 def breakdown_png(bd: Breakdown, path: Path, title: str = "") -> Path:
-    """Stacked bars of each row's share of the step (host and device clocks) and its median time."""
+    """Stacked bars of each row's share of the stages' mean time per step (one bar per clock), and the means."""
     plt = _pyplot()
-    rows = bd.stage_rows()
-    colors = unit_colors([r["stage"] for r in rows])
+    tables = [(clock, t, t.timed()) for clock, t in bd.tables.items() if t.timed()]
+    names = list(dict.fromkeys(r["stage"] for _, _, rows in tables for r in rows))
+    colors = unit_colors(names)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
-    bars = []
-    if bd.mode == "instrumented":
-        bars.append(("host\n(annotation spans)", "share"))
-    if any(r.get("device_share") is not None for r in rows):
-        bars.append(("device\n(XLA events)", "device_share"))
-    for i, (_, key) in enumerate(bars):
+    for i, (_, _, rows) in enumerate(tables):
         left = 0.0
         for r in rows:
-            v = r.get(key) or 0.0
+            v = r.get("share") or 0.0
             if v <= 0:
                 continue
             ax1.barh(i, v * 100, left=left, color=colors[r["stage"]], edgecolor="black", linewidth=0.5,
@@ -57,26 +53,24 @@ def breakdown_png(bd: Breakdown, path: Path, title: str = "") -> Path:
                 ax1.text(left + v * 50, i, f"{r['stage'].replace('+', '+\n')}\n{v * 100:.0f}%", ha="center",
                          va="center", fontsize=7)
             left += v * 100
-    ax1.set_yticks(range(len(bars)), [b[0] for b in bars])
+    ax1.set_yticks(range(len(tables)), [f"{clock}\n({STATISTIC})" for clock, _, _ in tables])
     ax1.set_xlim(0, 100)
-    ax1.set_xlabel("share of the timestep's stage time (%)")
+    ax1.set_xlabel(f"share of the sum of the stages' {STATISTIC} per step (%)")
     ax1.set_title("where a timestep goes")
     handles, labels = ax1.get_legend_handles_labels()
     uniq = dict(zip(labels, handles, strict=True))
     ax1.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4)
-    names = [r["stage"] for r in rows]
-    y = list(range(len(rows)))
-    host = [r.get("host_median_ms") or 0.0 for r in rows]
-    dev = [r.get("device_median_ms") or 0.0 for r in rows]
-    h = 0.38
-    if any(host):
-        ax2.barh([v + h / 2 for v in y], host, height=h, color="#80b1d3", label="host median (annotation span)")
-    if any(dev):
-        ax2.barh([v - h / 2 for v in y], dev, height=h, color="#fb8072", label="device median (XLA events)")
+    y = list(range(len(names)))
+    h = 0.8 / max(1, len(tables))
+    palette = {"device": "#fb8072", "host": "#80b1d3"}
+    for i, (clock, _, rows) in enumerate(tables):
+        means = {r["stage"]: r.get("mean_ms") or 0.0 for r in rows}
+        ax2.barh([v - 0.4 + h * (i + 0.5) for v in y], [means.get(n, 0.0) for n in names], height=h,
+                 color=palette.get(clock, "#cccccc"), label=f"{clock} ({STATISTIC})")
     ax2.set_yticks(y, names, fontsize=8)
     ax2.invert_yaxis()
-    ax2.set_xlabel("median per step (ms)")
-    ax2.set_title("median time per stage per step")
+    ax2.set_xlabel("mean per step (ms)")
+    ax2.set_title("mean time per stage per step")
     ax2.legend(fontsize=7, loc="lower right")
     fig.suptitle(title or f"lbm profile ({bd.mode} mode)", fontsize=11)
     fig.tight_layout()

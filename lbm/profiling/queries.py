@@ -34,12 +34,13 @@ ORDER BY slices DESC
 NAMED_SLICES = """
 SELECT s.id AS id, s.ts AS ts, s.dur AS dur, s.name AS name, s.depth AS depth, s.track_id AS track_id,
        th.tid AS tid, th.name AS thread_name, p.name AS process_name,
-       EXTRACT_ARG(s.arg_set_id, 'args.step_num') AS step_num
+       EXTRACT_ARG(s.arg_set_id, 'args.step_num') AS step_num, EXTRACT_ARG(s.arg_set_id, 'args.steps') AS steps
 """ + _SLICE_THREAD + """
 WHERE s.name IN ({names})
 ORDER BY s.ts, s.depth
 """
-"""Host annotation spans with the given names (stages, ``timestep``, window markers), in time order."""
+"""Host annotation spans with the given names (stages, ``timestep``, window markers), in time order; ``steps``:
+the timesteps a fused chunk's span covers."""
 
 DEVICE_EVENTS = """
 SELECT s.id AS id, s.ts AS ts, s.dur AS dur, s.name AS name, s.track_id AS track_id,

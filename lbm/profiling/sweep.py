@@ -12,7 +12,10 @@ from lbm.errors import LbmError
 from lbm.stages import STAGES
 
 SWEEP_COLUMNS = ["job", "case", "mode", "lattice", "precision", "grid", "cells", "steps", "status", "mlups",
-                 "compile_time_s", "wall_time_s", "step_host_median_ms", "step_device_median_ms", "share_clock"]
+                 "profiled_steps", "compile_time_s", "wall_time_s", "step_host_mean_ms", "step_device_mean_ms",
+                 "share_clock", "share_of"]
+"""Columns of sweep.csv before the shares (``share_<row>``: a row's share of the stages' mean per step in the job's
+headline clock). ``mlups`` is the job's unprofiled throughput (metrics.json leaves its profiled steps out)."""
 
 
 def job_dirs(path: Path) -> list[Path]:
@@ -21,12 +24,6 @@ def job_dirs(path: Path) -> list[Path]:
         return []
     jobs = [d for d in path.iterdir() if d.is_dir() and (d / "metrics.json").is_file()]
     return sorted(jobs, key=lambda d: (0, int(d.name)) if d.name.isdigit() else (1, d.name))
-
-
-def _share(stage_info: dict[str, Any]) -> tuple[float | None, str]:
-    if stage_info.get("device_share") is not None:
-        return stage_info["device_share"], "device"
-    return stage_info.get("share"), "host"
 
 
 def sweep_rows(jobs: list[Path]) -> list[dict[str, Any]]:
@@ -42,26 +39,29 @@ def sweep_rows(jobs: list[Path]) -> list[dict[str, Any]]:
                                "precision": m.get("precision"), "grid": "x".join(map(str, grid)),
                                "cells": m.get("cells") or (math.prod(grid) if grid else None), "steps": m.get("steps"),
                                "status": m.get("status"), "mlups": m.get("mlups"),
+                               "profiled_steps": (m.get("profiled_steps") or {}).get("steps"),
                                "compile_time_s": m.get("compile_time_s"), "wall_time_s": m.get("wall_time_s")}
         prof = m.get("profile") or {}
-        step = prof.get("timestep_median_ms") or {}
-        row["step_host_median_ms"] = step.get("host")
-        row["step_device_median_ms"] = step.get("device")
-        clocks = set()
-        for name, info in (prof.get("stages") or {}).items():
-            share, clock = _share(info)
-            if share is not None:
-                row[f"share_{name}"] = share
-                clocks.add(clock)
-        row["share_clock"] = "/".join(sorted(clocks)) or None
+        step = prof.get("timestep_mean_ms") or {}
+        row["step_host_mean_ms"] = step.get("host")
+        row["step_device_mean_ms"] = step.get("device")
+        shares = {name: info.get("share") for name, info in (prof.get("stages") or {}).items()}
+        row.update({f"share_{name}": v for name, v in shares.items() if v is not None})
+        row["share_clock"] = prof.get("clock") if shares else None
+        row["share_of"] = prof.get("statistic") if shares else None
         rows.append(row)
     return rows
 
 
+def _share_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The ``share_<row>`` keys of the rows, stages in timestep order, then fused sets."""
+    keys = {k for r in rows for k in r if k.startswith("share_") and k not in ("share_clock", "share_of")}
+    return sorted(keys, key=lambda k: (STAGES.index(k[6:]) if k[6:] in STAGES else 99, k))
+
+
 def write_sweep(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path | None]:
     """sweep.csv and sweep.png in ``out_dir``."""
-    share_cols = sorted({k for r in rows for k in r if k.startswith("share_") and k != "share_clock"},
-                        key=lambda k: (STAGES.index(k[6:]) if k[6:] in STAGES else 99, k))
+    share_cols = _share_columns(rows)
     cols = SWEEP_COLUMNS + share_cols
     csv_path = out_dir / "sweep.csv"
     with csv_path.open("w", newline="") as fh:
@@ -91,7 +91,8 @@ def _plot(rows: list[dict[str, Any]], share_cols: list[str], path: Path) -> Path
     for label, g in groups.items():
         axes[0].plot([r["cells"] for r in g], [r.get("mlups") or math.nan for r in g], "o-", label=label)
         axes[1].plot([r["cells"] for r in g], [r.get("compile_time_s") or math.nan for r in g], "s-", label=label)
-    axes[0].set(xscale="log", xlabel="cells", ylabel="MLUPS (host wall clock)", title="throughput")
+    axes[0].set(xscale="log", xlabel="cells", ylabel="MLUPS (host wall clock, profiled steps left out)",
+                title="throughput (unprofiled)")
     axes[1].set(xscale="log", xlabel="cells", ylabel="compile time (s, host wall clock)", title="compilation")
     for ax in axes[:2]:
         ax.grid(True, alpha=0.3)
@@ -107,7 +108,8 @@ def _plot(rows: list[dict[str, Any]], share_cols: list[str], path: Path) -> Path
             bottom = [b + v * 100 for b, v in zip(bottom, vals, strict=True)]
         axes[2].set_xticks(range(len(pts)), [f"{r['grid']}\n{r.get('mode')}" for r in pts], fontsize=7)
         clock = "/".join(sorted({r.get("share_clock") or "" for r in pts} - {""}))
-        axes[2].set(ylabel=f"share of the step (%, {clock} clock)", title="stage shares vs grid size", ylim=(0, 100))
+        axes[2].set(ylabel=f"share of the stages' mean per step (%, {clock} clock)", title="stage shares vs grid size",
+                    ylim=(0, 100))
         axes[2].legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4)
     else:
         axes[2].text(0.5, 0.5, "no profiled jobs\n(run with profile.enabled=true)", ha="center", va="center")
@@ -120,15 +122,14 @@ def _plot(rows: list[dict[str, Any]], share_cols: list[str], path: Path) -> Path
 
 
 def sweep_table(rows: list[dict[str, Any]], title: str) -> Any:
-    """A rich Table of the sweep."""
+    """A rich Table of the sweep: unprofiled MLUPS, compile time, the step's mean per clock, the stage shares."""
     from rich.table import Table
 
-    share_cols = sorted({k for r in rows for k in r if k.startswith("share_") and k != "share_clock"},
-                        key=lambda k: (STAGES.index(k[6:]) if k[6:] in STAGES else 99, k))
+    share_cols = _share_columns(rows)
     t = Table(title=title, title_justify="left")
-    for col in ["job", "case", "mode", "grid", "cells", "steps", "MLUPS", "compile s", "step ms (host)",
-                "step ms (device)", *[c[6:] for c in share_cols]]:
-        t.add_column(col, justify="left" if col in ("job", "case", "mode", "grid") else "right")
+    for col in ["job", "case", "mode", "grid", "cells", "steps", "MLUPS (unprofiled)", "compile s",
+                "step mean ms (host)", "step mean ms (device)", *[f"{c[6:]} share" for c in share_cols]]:
+        t.add_column(col, justify="left" if col in ("job", "case", "mode", "grid") else "right", overflow="fold")
 
     def f(v: Any, fmt: str) -> str:
         return "—" if v is None else format(v, fmt)
@@ -136,9 +137,11 @@ def sweep_table(rows: list[dict[str, Any]], title: str) -> Any:
     for r in rows:
         t.add_row(str(r["job"]), str(r.get("case")), str(r.get("mode")), str(r.get("grid")), f(r.get("cells"), "d"),
                   f(r.get("steps"), "d"), f(r.get("mlups"), ".2f"), f(r.get("compile_time_s"), ".2f"),
-                  f(r.get("step_host_median_ms"), ".3f"), f(r.get("step_device_median_ms"), ".3f"),
+                  f(r.get("step_host_mean_ms"), ".3f"), f(r.get("step_device_mean_ms"), ".3f"),
                   *[f(None if r.get(c) is None else 100 * r[c], ".1f") for c in share_cols])
-    t.caption = ("MLUPS and compile time: host wall clock (metrics.json); step ms and shares: profile window "
-                 "(shares: device clock where device events were matched, else host)")
+    clocks = "/".join(sorted({str(r["share_clock"]) for r in rows if r.get("share_clock")})) or "—"
+    t.caption = ("MLUPS: host wall clock over the stepping loop (metrics.json), the profiled steps left out; compile: "
+                 f"host wall clock; step means and shares: the profile window, shares of the stages' mean per step on "
+                 f"the {clocks} clock (each job's shares add up to 100%)")
     t.caption_justify = "left"
     return t
