@@ -12,7 +12,6 @@ from lbm.errors import ConfigError
 from lbm.lattice import CS2
 from lbm.simulation import make_case
 
-
 LEGACY = ("collision=bgk", "case.outlet=zou_he", "case.wall=bfl", "flow.tau=null")
 """The settings these tests were written for (BGK, the pressure outlet, linear BFL, U_mean = flow.u_lattice 0.05),
 in place of the variants' validated defaults."""

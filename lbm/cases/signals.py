@@ -6,13 +6,17 @@ error rule, White 1997): the series is cut into batches (one shedding cycle each
 signal oscillates, else equal lengths), and the start is the batch that minimises the
 squared standard error of the mean of the batches after it. Statistics over that window come
 with their uncertainty (the standard error of the batch means). The start moves to later batches
-while the window is not stationary: its batch means drift (the two halves' means differ, or the
-means trend, by more than STATIONARY_Z standard errors and MEAN_TOLERANCE of the mean), or the
-oscillation amplitude drifts (the reference's cycles by DRIFT_TOLERANCE; without cycles, the batches'
-half range, beyond Z errors and DRIFT_TOLERANCE of the mean, or the halves' standard deviations, by more than
-SPREAD_RATIO), or, without cycles, successive batch means are correlated (von Neumann's ratio: the batches are
-shorter than the signal's slow changes, so their standard error would be too small). No window is found when fewer than MIN_BATCHES batches remain;
-:func:`nonstationary_reason` says why.
+while the window is not stationary:
+
+- its batch means drift: the two halves' means differ, or the means trend, by more than
+  STATIONARY_Z standard errors and MEAN_TOLERANCE of the mean;
+- the oscillation amplitude drifts: the reference's cycles by DRIFT_TOLERANCE; without cycles, the
+  batches' half range (beyond Z errors and DRIFT_TOLERANCE of the mean) or the halves' standard
+  deviations (by more than SPREAD_RATIO);
+- without cycles, successive batch means are correlated (von Neumann's ratio): the batches are
+  shorter than the signal's slow changes, and their standard error would be too small.
+
+No window is found when fewer than MIN_BATCHES batches remain; :func:`nonstationary_reason` says why.
 """
 
 from __future__ import annotations
