@@ -9,9 +9,12 @@ Lattice: ``case.cells_per_diameter`` = N cells across D (dx = D / N); ``flow.u_l
 in lattice units (the peak U_mean for 2D-3), or, with ``flow.tau`` set, U_mean follows from Re and
 tau (diffusive scaling). Grid: nx = 22 N + 1 columns (the inlet nodes at x = 0, the outlet nodes at
 x = 2.2), ny = round(4.1 N) + 2 rows (one wall row each side; half-way walls at y = 0 and 0.41, so
-fluid row j lies at y = (j - 1/2) dx). Conditions: Zou–He velocity inlet (lbm.boundaries.inlet),
-Zou–He pressure outlet at density 1 (lbm.boundaries.pressure), half-way bounce-back walls, linear
-BFL bounce-back on the exact circle (lbm.boundaries.interpolated), forces by momentum exchange.
+fluid row j lies at y = (j - 1/2) dx). Conditions: Zou–He velocity inlet (lbm.boundaries.inlet), the
+outlet of ``case.outlet`` (a Zou–He / NEBB pressure outlet at density 1, lbm.boundaries.pressure, or the
+characteristic one), half-way bounce-back walls, the wall rule of ``case.wall`` on the exact circle (linear
+BFL, lbm.boundaries.interpolated, or the parabolic one), forces by momentum exchange. The defaults
+(schafer_turek.yaml) are each variant's validated settings: TRT, tau 0.53, and ``case.validated``'s N,
+outlet and wall; :meth:`SchaferTurek.log_expectation` logs what lbm measured with them at the run's N.
 2D-1 and 2D-2 start from the developed Poiseuille flow (velocity and pressure) around the cylinder;
 2D-3 starts at rest, as the inflow does.
 
