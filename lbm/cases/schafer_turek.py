@@ -54,11 +54,12 @@ from lbm.config import RunConfig
 from lbm.errors import ConfigError
 from lbm.lattice import CS2, Lattice
 
+log = logging.getLogger("lbm")
+
 LENGTH, HEIGHT, DIAMETER, CENTER, NU = 2.2, 0.41, 0.1, (0.2, 0.2), 1e-3
 """Channel length and height, cylinder diameter and centre (m), kinematic viscosity (m²/s)."""
 VARIANTS = {"2D-1": 0.2, "2D-2": 1.0, "2D-3": 1.0, "3D-1Z": 0.2}
 """Variant -> U_mean (m/s) of the normalisation (2D-3: its peak)."""
-log = logging.getLogger("lbm")
 END_TIME_S = 8.0
 """2D-3 runs t in [0, 8] s; its inflow peaks at 4 s."""
 OUTLET_KINDS = (*PRESSURE_KINDS, "characteristic")
@@ -106,7 +107,7 @@ def distance_to_interval(value: float, interval: tuple[float, float]) -> str:
     if low <= value <= high:
         return "inside"
     bound = high if value > high else low
-    return f"{100 * abs(value - bound) / bound:.1f}% {'above' if value > high else 'below'}"
+    return f"{100 * abs(value - bound) / bound:.2g}% {'above' if value > high else 'below'}"
 
 
 def line_value(values: np.ndarray, x: float, side: int) -> float:
