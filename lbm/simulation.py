@@ -133,16 +133,28 @@ def first_bad_cell(f: np.ndarray, lattice: Lattice) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else ()
 
 
-def likely_cause(setup: Setup) -> str:
-    """The most probable reason a run diverged, with the fix to try."""
+def likely_cause(setup: Setup, cell: tuple[int, ...] = ()) -> str:
+    """The most probable reason a run diverged, with the fix to try; names the boundary conditions on ``cell``."""
     tau, mach = setup.tau, setup.derived["mach"]
     if tau < 0.52:
-        return (f"tau={tau:.4f} is too close to 0.5 for this resolution: raise the grid resolution, lower "
-                "flow.reynolds, or use collision=trt")
-    if mach > 0.2:
-        return f"Mach {mach:.2f} is too high: lower flow.u_lattice (<= 0.1)"
-    return (f"the resolution is probably too low for Re={setup.reynolds:g} (tau={tau:.4f}, Mach={mach:.3f}): "
-            "raise the grid resolution or lower flow.reynolds")
+        cause = (f"tau={tau:.4f} is too close to 0.5 for this resolution: raise the grid resolution, lower "
+                 "flow.reynolds, or use collision=trt")
+    elif mach > 0.2:
+        cause = f"Mach {mach:.2f} is too high: lower flow.u_lattice (<= 0.1)"
+    else:
+        cause = (f"the resolution is probably too low for Re={setup.reynolds:g} (tau={tau:.4f}, Mach={mach:.3f}): "
+                 "raise the grid resolution or lower flow.reynolds")
+    flat = int(np.ravel_multi_index(cell, setup.shape)) if len(cell) == len(setup.shape) else -1
+    names = []
+    for bc in setup.boundaries:
+        fp = bc.footprint(setup.shape, setup.lattice)
+        if flat in fp.face or flat in fp.cells:
+            kind = getattr(bc, "kind", None)
+            names.append(f"{bc.stage} ({type(bc).__name__}{f', kind {kind}' if isinstance(kind, str) else ''})")
+    if not names:
+        return cause
+    return (f"the cell lies on the boundary condition {' and '.join(names)}, the likely cause: try collision=trt or "
+            f"another kind of it (e.g. case.inlet=nebb for a velocity inlet); or {cause}")
 
 
 def log_engine_choice(engine: Engine, fallback_possible: bool = True) -> None:
@@ -411,7 +423,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                 if not healthy:
                     loc = first_bad_cell(parallel.to_host(f), setup.lattice)
                     raise DivergenceError(f"simulation diverged by step {step} (first bad cell {loc}): "
-                                          f"{likely_cause(setup)}")
+                                          f"{likely_cause(setup, loc)}")
                 snapshot = Snapshot(step, aux, lambda f=f, step=step: engine.fields(f, step))
                 case.observe(snapshot)
                 outputs.chunk_done(snapshot, mass, energy, k)

@@ -10,12 +10,14 @@ check passes, 1 when one fails, 2 on bad input.
 
 from __future__ import annotations
 
+import csv
 import datetime
 import json
 import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -59,19 +61,30 @@ class Check:
         return (f"case={self.case}", *self.overrides, *overrides, *self.forced)
 
 
-DFG_2D1_N20 = ("case.variant=2D-1", "case.cells_per_diameter=20", "flow.tau=0.6")
-DFG_2D1_N30 = ("case.variant=2D-1", "case.cells_per_diameter=30", "flow.tau=0.53", "collision=trt",
-               "case.outlet=characteristic", "case.wall=parabolic", "precision=float64")
-# 2D-2: TRT Lambda = 3/16 with diffusive scaling at the 2D-1 check's tau (0.53, u_lattice = 1/N), 7.5 s of flow. At a
-# fixed u_lattice 0.025 cd_max levels off at 3.242 (its compressibility error); with tau 0.53 cd_max, cl_max and St are
-# inside together from N = 70 (3.2398, 0.9908, 0.3019): docs/dfg.md "Session 5: 2D-2 resolution". cl_max is the raw
-# maximum of the lift, and float32's rounding noise lifts it about 0.003 above the smooth signal: without the noise
-# (a harmonic fit, scripts/dfg_lift.py) it is 0.9878 at N = 70 and converges on 0.984, below the interval; no cause
-# in lbm was found (docs/dfg.md "Session 6: the 2D-2 lift"). The report says so beside the check.
-DFG_2D2_N70 = ("case.variant=2D-2", "case.cells_per_diameter=70", "flow.tau=0.53", "steps=367500", "collision=trt",
-               "case.outlet=characteristic")
-"""The full level's DFG runs: the settings of docs/dfg.md (TRT, low Mach number, non-reflecting outlet; 2D-1 with the
-parabolic wall in float64: cd 5.5857, cl 0.01049, dp 0.11726 measured, docs/dfg.md Session 4)."""
+DFG_2D1_N20 = ("case.variant=2D-1", "case.cells_per_diameter=20", "flow.tau=0.6", "collision=bgk", "case.outlet=zou_he",
+               "case.wall=bfl")
+# The full level runs each variant with its defaults, which are its validated settings (schafer_turek.yaml: TRT,
+# tau 0.53, the characteristic outlet; 2D-1 at N = 30 with the parabolic wall, in float64 for the lift: cd 5.5857,
+# cl 0.01049, dp 0.11726 measured, docs/dfg.md Session 4; 2D-2 at N = 70, 7.5 s of flow). 2D-2: with tau 0.53 cd_max,
+# cl_max and St are inside together from N = 70 (3.2398, 0.9908, 0.3019): docs/dfg.md "Session 5: 2D-2 resolution".
+# cl_max is the raw maximum of the lift, and float32's rounding noise lifts it about 0.003 above the smooth signal:
+# without the noise (a harmonic fit, scripts/dfg_lift.py) it is 0.9878 at N = 70 and converges on 0.984, below the
+# interval; no cause in lbm was found (docs/dfg.md "Session 6: the 2D-2 lift"). The report says so beside the check.
+DFG_2D1_N30 = ("case.variant=2D-1", "precision=float64")
+DFG_2D2_N70 = ("case.variant=2D-2",)
+"""The full level's DFG runs: the variants' defaults (2D-1 in float64)."""
+
+
+def dfg_intervals() -> dict[str, dict[str, tuple[float, float]]]:
+    """variant -> quantity -> the published (low, high) of Schafer & Turek (1996) (package data, read without JAX)."""
+    text = resources.files("lbm.reference").joinpath("schafer_turek_1996_intervals.csv").read_text()
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for row in csv.DictReader(ln for ln in text.splitlines() if ln and not ln.startswith("#")):
+        out.setdefault(row["variant"], {})[row["quantity"]] = (float(row["low"]), float(row["high"]))
+    return out
+
+
+DFG = dfg_intervals()
 CAVITY_RE1000 = ("grid.nx=130", "grid.ny=130", "flow.u_lattice=0.1", "flow.reynolds=1000", "steps=100000")
 LEVELS = ("quick", "full")
 
@@ -99,14 +112,12 @@ CHECKS = (
       for metric, ref, tol in (("cd", 5.58, 0.03), ("cl", 0.0107, 0.15), ("dp", 0.1174, 0.04))),
     *(Check(f"dfg_2d1_{metric}_n30", "schafer_turek", DFG_2D1_N30, metric, 0.0,
             "Schafer & Turek (1996) 2D-1 interval", interval=interval, levels=("full",))
-      for metric, interval in (("cd", (5.57, 5.59)), ("cl", (0.0104, 0.0110)), ("dp", (0.1172, 0.1176)))),
+      for metric, interval in DFG["2D-1"].items()),
     *(Check(f"dfg_2d2_{metric}_n70", "schafer_turek", DFG_2D2_N70, metric, 0.0,
-            "Schafer & Turek (1996) 2D-2 interval" + caveat, interval=interval, levels=("full",))
-      for metric, interval, caveat in (
-          ("cd_max", (3.22, 3.24), ""),
-          ("cl_max", (0.99, 1.01), "; the raw maximum, lifted ~0.003 by float32 noise: noise-free 0.9878 at N = 70, "
-                                   "converging on 0.984, below it (docs/dfg.md Session 6)"),
-          ("strouhal", (0.295, 0.305), ""))),
+            "Schafer & Turek (1996) 2D-2 interval" + (
+                "; the raw maximum, lifted ~0.003 by float32 noise: noise-free 0.9878 at N = 70, converging on 0.984, "
+                "below it (docs/dfg.md Session 6)" if metric == "cl_max" else ""), interval=interval, levels=("full",))
+      for metric, interval in DFG["2D-2"].items()),
     Check("cavity_ghia_u_re1000", "cavity", CAVITY_RE1000, "ghia_u_max_abs_error", 0.03,
           "Ghia, Ghia & Shin (1982) Table I, Re 1000 (measured 0.013 at 130x130)", levels=("full",)),
     Check("cavity_ghia_v_re1000", "cavity", CAVITY_RE1000, "ghia_v_max_abs_error", 0.03,
@@ -117,9 +128,8 @@ CHECKS = (
 DUCT_16 = ("lattice=d3q19", "grid.ny=18", "grid.nz=18", "collision=trt")  # 16 x 16 fluid cells
 CAVITY_3D_RE1000 = ("lattice=d3q19", "grid.nx=58", "grid.ny=58", "grid.nz=58", "flow.u_lattice=0.1",
                     "flow.reynolds=1000", "collision=trt")
-DFG_3D1Z_N10 = ("case.variant=3D-1Z", "lattice=d3q19", "grid.nz=4", "case.cells_per_diameter=10", "flow.tau=0.53",
-                "collision=trt")
-DFG_3D1Z = {"cd": (6.05, 6.25, None), "cl": (0.008, 0.010, None), "dp": (0.165, 0.175, -0.030)}
+DFG_3D1Z_N10 = ("case.variant=3D-1Z", "lattice=d3q19", "grid.nz=4")  # the variant's defaults: N = 10, tau 0.53, TRT
+DFG_3D1Z = {q: (lo, hi, -0.030 if q == "dp" else None) for q, (lo, hi) in DFG["3D-1Z"].items()}
 """Published 3D-1Z intervals (Schafer & Turek 1996, as quoted in issue 13) and, where lbm at N = 10 is outside,
 its relative error from the interval's middle (docs/validation_3d.md: cd 6.230, cl 0.00957, dp 0.16495)."""
 CHECKS_3D = (

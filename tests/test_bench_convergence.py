@@ -61,7 +61,7 @@ def test_dfg_2d1_drag_converges_at_second_order(tmp_path):
     [1.6, 3.0] excludes a first-order scheme."""
     out = tmp_path / "conv"
     assert main(["study", "convergence", "case=schafer_turek", "grids=[8,16]", "flow.tau=0.55", "collision=trt",
-                 "case.outlet=characteristic", "--out", str(out)]) == 0
+                 "case.outlet=characteristic", "case.wall=bfl", "--out", str(out)]) == 0
     record = json.loads((out / "convergence.json").read_text())
     assert 1.6 < record["order"] < 3.0
     assert record["grids"][1]["error"] < 1e-2  # measured 4.5e-3

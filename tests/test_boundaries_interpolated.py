@@ -14,7 +14,6 @@ from lbm.boundaries import Forces, HalfwayBounceBack, Inlet, InterpolatedBounceB
 from lbm.boundaries.inlet import time_factor
 from lbm.boundaries.interpolated import bfl_weights, circle_intersect
 from lbm.engines import make_engine
-from lbm.engines.native import build as native
 from lbm.engines.xla import XlaEngine
 from lbm.lattice import D2Q9, D3Q19
 from lbm.stages import STAGES
@@ -144,7 +143,7 @@ def _dfg_like(lattice, shape):
     return channel_setup(np.asarray(bc.solid), boundaries, tau=0.7, lattice=lattice)
 
 
-@pytest.mark.skipif(not native.available(), reason="native kernels need the CPU backend and a C++ compiler")
+@pytest.mark.native
 @pytest.mark.parametrize("lattice,shape", [(D2Q9, (40, 22)), (D3Q19, (24, 15, 4))], ids=["d2q9", "d3q19"])
 @pytest.mark.slow
 def test_native_engine_runs_the_new_conditions_like_the_reference(lattice, shape):

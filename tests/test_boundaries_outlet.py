@@ -89,13 +89,14 @@ def _pulse_echo(outlet, nx=160, steps=300, amp=1e-3):
 
 @pytest.mark.slow
 def test_a_pressure_wave_leaves_through_the_characteristic_outlet_and_echoes_from_a_pressure_outlet():
-    """Echo of a plane pulse: whole from the fixed-density outlet, < 5% of it from the characteristic one."""
+    """Echo of a plane pulse: whole from the fixed-density outlet, < 0.45% of it from the characteristic one."""
     amp = 1e-3
     echo_pressure = _pulse_echo(PressureOutlet(rho=1.0), amp=amp)
     echo_characteristic = _pulse_echo(CharacteristicOutlet(rho=1.0, relax=0.0), amp=amp)
     assert echo_pressure > 0.7 * amp  # reflection coefficient -1, less the viscous loss over 300 steps
-    # measured: pressure outlet 8.8e-4 (88%), characteristic 1.5e-6 (0.15%), zero-gradient outflow 2.4e-4 (24%)
-    assert echo_characteristic < 0.05 * amp, (echo_characteristic, echo_pressure)
+    # measured: pressure outlet 8.8e-4 (88%), characteristic 1.55e-6 (0.155%), zero-gradient outflow 2.4e-4 (24%);
+    # bound 3x the characteristic echo
+    assert echo_characteristic < 4.5e-3 * amp, (echo_characteristic, echo_pressure)
 
 
 def test_its_mean_pressure_is_held_by_relax():

@@ -102,8 +102,8 @@ def test_pressure_driven_channel_matches_the_halfway_poiseuille_solution():
         nu, lam = setup.nu, (tau - 0.5) ** 2
         gradient = -2 * nu * flux.mean() / (height**3 / 6 + height * (16 * lam - 2) / 12)
         measured = np.polyfit(np.arange(5, nx - 5), rho[5:nx - 5].mean(axis=1), 1)[0] * CS2
-        # measured within 0.1% of the closed form (rho varies 1.5% along the channel); bound 1%
-        np.testing.assert_allclose(measured, gradient, rtol=1e-2)
+        # measured 0.085% from the closed form (rho varies 1.5% along the channel); bound 0.25% (3x)
+        np.testing.assert_allclose(measured, gradient, rtol=2.5e-3)
         # no cross flow at the outlet (zou_he imposes u_y = 0 there); measured 2e-3 u_max inside
         np.testing.assert_allclose(u[1, -1], 0.0, atol=1e-12)
         assert np.abs(u[1]).max() < 6e-3 * u_max

@@ -12,9 +12,19 @@ from lbm.errors import ConfigError
 from lbm.lattice import CS2
 from lbm.simulation import make_case
 
+LEGACY = ("collision=bgk", "case.outlet=zou_he", "case.wall=bfl", "flow.tau=null")
+"""The settings these tests were written for (BGK, the pressure outlet, linear BFL, U_mean = flow.u_lattice 0.05),
+in place of the variants' validated defaults."""
+
+
+def legacy(*overrides):
+    """``overrides`` after the LEGACY settings they do not set themselves."""
+    keys = {o.split("=", 1)[0] for o in overrides}
+    return (*(o for o in LEGACY if o.split("=", 1)[0] not in keys), *overrides)
+
 
 def case_of(*overrides):
-    return make_case(run_config("case=schafer_turek", *overrides))
+    return make_case(run_config("case=schafer_turek", *legacy(*overrides)))
 
 
 def test_geometry_follows_the_published_set_up():
@@ -93,12 +103,13 @@ def test_pressure_difference_and_recirculation_length_on_known_fields():
 
 @pytest.mark.slow
 def test_metrics_of_a_short_run_are_named_as_published():
-    case, setup, fields = advance(run_config("case=schafer_turek", "case.cells_per_diameter=6", "steps=40",
-                                             "output.every=20"))
+    case, setup, fields = advance(run_config("case=schafer_turek", *legacy("case.cells_per_diameter=6", "steps=40",
+                                                                           "output.every=20")))
     m = case.metrics(setup, fields, 40)
     assert {"cd", "cl", "dp", "la"} <= m.keys() and all(math.isfinite(m[k]) for k in ("cd", "cl", "dp", "la"))
-    case, setup, fields = advance(run_config("case=schafer_turek", "case.variant=2D-3", "case.cells_per_diameter=6",
-                                             "steps=40", "output.every=20"))
+    case, setup, fields = advance(run_config("case=schafer_turek", *legacy("case.variant=2D-3",
+                                                                           "case.cells_per_diameter=6", "steps=40",
+                                                                           "output.every=20")))
     m = case.metrics(setup, fields, 40)
     assert {"cd_max", "cl_max", "dp_t8"} <= m.keys() and "dp_t8_note" in m  # 40 steps is not t = 8 s
 
@@ -111,8 +122,8 @@ def test_coarse_2d1_run_is_near_the_published_values():
     0.0847; at 20 and 30 cells cd falls to 5.665 and 5.616 (second order, extrapolating to 5.577).
     Bounds about twice the measured error at this resolution.
     """
-    case, setup, fields = advance(run_config("case=schafer_turek", "case.cells_per_diameter=10", "flow.tau=0.6",
-                                             "output.every=300"))
+    case, setup, fields = advance(run_config("case=schafer_turek", *legacy("case.cells_per_diameter=10", "flow.tau=0.6",
+                                                                           "output.every=300")))
     m = case.metrics(setup, fields, case.run.steps)
     assert m["cd"] == pytest.approx(5.58, rel=0.13)
     assert m["dp"] == pytest.approx(0.1174, rel=0.15)
@@ -131,9 +142,9 @@ def test_characteristic_outlet_lets_the_start_up_wave_out_and_keeps_the_outlet_n
     """
     spreads = {}
     for outlet in ("zou_he", "characteristic"):
-        case, setup, fields = advance(run_config("case=schafer_turek", "case.cells_per_diameter=8", "flow.tau=0.53",
-                                                 "collision=trt", f"case.outlet={outlet}", "steps=3000",
-                                                 "output.every=1000"))
+        case, setup, fields = advance(run_config("case=schafer_turek", *legacy(
+            "case.cells_per_diameter=8", "flow.tau=0.53", "collision=trt", f"case.outlet={outlet}", "steps=3000",
+            "output.every=1000")))
         cd = case.coefficients()[-1000:, -2]
         spreads[outlet] = float(cd.max() - cd.min())
     outlet = next(b for b in setup.boundaries if isinstance(b, CharacteristicOutlet))
@@ -157,3 +168,48 @@ def test_parabolic_wall_option_uses_the_bfl_links_with_the_runs_antisymmetric_ra
     far_ok = np.asarray(wall.link_far) != np.asarray(wall.link_fluid)
     np.testing.assert_allclose(np.asarray(wall.weights), parabolic_weights(np.asarray(wall.q), far_ok, setup.omega_minus))
     assert setup.omega_minus != setup.omega_plus and setup.derived["wall"] == "parabolic"
+
+
+@pytest.mark.parametrize("variant,cells,outlet,wall", [
+    ("2D-1", 30, CharacteristicOutlet, "parabolic"), ("2D-2", 70, CharacteristicOutlet, "bfl"),
+    ("2D-3", 20, PressureOutlet, "bfl")])
+def test_each_variant_defaults_to_its_validated_settings(variant, cells, outlet, wall):
+    """case.variant alone: TRT (Lambda 3/16), tau 0.53, and the variant's resolution, outlet and wall (docs/dfg.md)."""
+    case = make_case(run_config("case=schafer_turek", f"case.variant={variant}"))
+    assert (case.run.collision, case.run.trt_magic, case.run.tau, case.cells) == ("trt", 0.1875, 0.53, cells)
+    assert case.params["outlet"] == ("characteristic" if outlet is CharacteristicOutlet else "zou_he")
+    assert case.params["wall"] == wall and case.differences_from_validated() == []
+    assert case.run.u_lattice == pytest.approx(case.run.reynolds * CS2 * 0.03 / cells)  # diffusive scaling
+    if variant == "2D-2":
+        assert case.run.steps * case.dt == pytest.approx(7.5)  # the saturated window of docs/dfg.md, Session 5
+    if variant == "2D-3":
+        assert type(next(bc for bc in case.setup().boundaries if isinstance(bc, (PressureOutlet, CharacteristicOutlet)))) \
+            is outlet
+    other = make_case(run_config("case=schafer_turek", f"case.variant={variant}", "collision=bgk", "case.wall=bfl"))
+    assert other.run.collision == "bgk" and other.differences_from_validated()[0] == "collision=bgk"
+
+
+def test_the_log_says_how_far_from_the_published_interval_the_resolution_is(caplog):
+    """The measured numbers at this N with the validated settings, and their distance to each published interval."""
+    with caplog.at_level("INFO", logger="lbm"):
+        case_default = make_case(run_config("case=schafer_turek", "case.variant=2D-2", "case.cells_per_diameter=30"))
+        case_default.log_expectation()
+        make_case(run_config("case=schafer_turek", "case.cells_per_diameter=30")).log_expectation()
+        make_case(run_config("case=schafer_turek", "case.cells_per_diameter=30", "collision=bgk")).log_expectation()
+        make_case(run_config("case=schafer_turek", "case.cells_per_diameter=25")).log_expectation()
+    text = caplog.text
+    assert "cd_max 3.2817 (1.3% above [3.22, 3.24]), cl_max 1.0085 (inside [0.99, 1.01])" in text
+    assert "cl 0.01026 (1.3% below [0.0104, 0.011])" in text and "precision=float64 measured cd 5.5857 (inside)" in text
+    assert "differ from the validated ones (collision=bgk)" in text
+    assert "not measured at this resolution" in text and "N = 30, 40" in text
+
+
+@pytest.mark.slow
+def test_2d2_with_the_default_rules_is_stable_where_bgk_and_the_pressure_outlet_diverge():
+    """2D-2 at N = 20, tau 0.53: BGK with the pressure outlet (the old defaults) diverged by step 750 (native engine);
+    TRT with the characteristic outlet (the validated rules) stays finite, with the lift already shedding."""
+    base = ("case=schafer_turek", "case.variant=2D-2", "case.cells_per_diameter=20", "steps=1000", "output.every=500")
+    _, _, fields = advance(run_config(*base))
+    assert np.isfinite(fields["f"]).all() and float(np.abs(fields["u"]).max()) < 0.2
+    _, _, old = advance(run_config(*base, "collision=bgk", "case.outlet=zou_he"))
+    assert not np.isfinite(old["f"]).all() or float(np.abs(old["u"]).max()) > 0.2

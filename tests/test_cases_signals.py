@@ -3,7 +3,16 @@
 import numpy as np
 import pytest
 
-from lbm.cases.signals import cycle_starts, dominant_frequency, mean_with_error, mser_start, stationary_window
+from lbm.cases.signals import (
+    Window,
+    cycle_starts,
+    dominant_frequency,
+    mean_with_error,
+    mser_start,
+    nonstationary_reason,
+    stationary_window,
+    window_problem,
+)
 
 
 def shedding(n=60000, period=4000.0, grow_until=30000, amplitude=1.1, seed=0):
@@ -83,3 +92,46 @@ def test_a_series_too_short_for_its_batches_has_no_window():
     assert stationary_window(np.linspace(1.0, 1.1, 10)) is None
     window = stationary_window(np.full(40, 2.0))  # 20 batches of two samples of a constant: stationary
     assert window is not None and window.batches >= 4 and np.all(np.diff(window.edges) >= 2)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_stationary_noise_is_accepted_from_its_start(seed):
+    """White noise about a mean, and a steady oscillation with cycles: stationary everywhere, the window is all of it."""
+    rng = np.random.default_rng(seed)
+    cd = 2.4 + 0.1 * rng.standard_normal(3000)
+    w = stationary_window(cd, reference=np.zeros_like(cd))
+    assert w is not None and w.stop - w.start >= 2500
+    mean, err = mean_with_error(w.batch_means(cd))
+    assert abs(mean - 2.4) < 4 * err
+    t = np.arange(40000.0)
+    cl = np.sin(2 * np.pi * t / 4000.0) + 1e-3 * rng.standard_normal(t.size)
+    w = stationary_window(1.5 + 0.1 * cl**2, reference=cl)
+    assert w is not None and w.periodic and w.batches >= 4
+
+
+def test_a_trend_is_rejected_with_its_reason():
+    """A drift of 5% over the run in noise of 1%: every window's batch means trend, so there is none."""
+    rng = np.random.default_rng(3)
+    t = np.arange(3000.0)
+    cd = 2.4 * (1 + 0.05 * t / 3000) + 0.024 * rng.standard_normal(t.size)
+    assert stationary_window(cd, reference=np.zeros_like(cd)) is None
+    assert "mean still drifts" in nonstationary_reason(cd, np.zeros_like(cd))
+
+
+def test_a_decaying_swing_is_left_out_of_the_window():
+    """The obstacle run of issue 21: MSER's start (step 600) keeps a decaying swing of the drag (-0.7 to 6.6),
+    while the mean settles; the swing's window is refused and the window starts where it has died out."""
+    rng = np.random.default_rng(4)
+    t = np.arange(3000.0)
+    cd = 2.4 + 15.0 * np.exp(-t / 500) * np.sin(2 * np.pi * t / 290) + 0.02 * rng.standard_normal(t.size)
+    edges = np.linspace(0, 3000, 21).astype(int)
+    swing = Window(600, 3000, edges[4:], False)
+    assert cd[600:900].min() < -0.5 and cd[600:900].max() > 5.5
+    assert window_problem(swing, cd, np.zeros_like(cd)) == "its fluctuations still grow or decay"
+    w = stationary_window(cd, reference=np.zeros_like(cd))
+    assert w is not None and w.start >= 1500
+    mean, err = mean_with_error(w.batch_means(cd))
+    assert abs(mean - 2.4) < 0.02 and err < 0.02
+    growing = 2.4 + 1e-3 * np.exp(t[:1200] / 200) * rng.standard_normal(1200)  # noise that grows to the end
+    assert stationary_window(growing, reference=np.zeros(1200)) is None
+    assert "grow or decay" in nonstationary_reason(growing, np.zeros(1200))

@@ -149,6 +149,11 @@ def test_sharded_pallas_with_boundary_conditions_equals_one_device_odd_steps():
     check_pallas_bc(worker("equality", {"steps": 5, "cases": cases}, timeout=1800), ROUNDING)
 
 
+# BGK, the Zou-He pressure outlet, linear BFL, U_mean 0.05 (the case's defaults are its validated settings)
+ST = ["case=schafer_turek", "case.cells_per_diameter=4", "collision=bgk", "case.outlet=zou_he", "case.wall=bfl",
+      "flow.tau=null"]
+
+
 @pytest.mark.slow
 def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
     """Even step counts on 8 blocks and in 3D (the cylinder on 2x2x2, the duct on 1x2x2, Schafer-Turek's
@@ -159,13 +164,12 @@ def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
                               "case.bounce_back=halfway"], [[2, 2, 2]], ["fused"], "pallas"],
              ["duct", ["case=duct", "lattice=d3q19", "grid.nx=4", "grid.ny=8", "grid.nz=8"], [[1, 2, 2]], ["fused"],
               "pallas"],
-             ["schafer_turek", ["case=schafer_turek", "case.cells_per_diameter=4"], [[1, 2]], ["fused"], "pallas"]]
+             ["schafer_turek", ST, [[1, 2]], ["fused"], "pallas"]]
     check_pallas_bc(worker("equality", {"steps": 6, "cases": cases}, timeout=1800), ROUNDING)
     cases = [["cylinder", PALLAS_BC["cylinder"], [[2, 2]], ["fused"], "pallas"]]
     check_pallas_bc(worker("equality", {"steps": 6, "cases": cases, "precision": "float32"}, timeout=1800), 2e-6)
 
 
-ST = ["case=schafer_turek", "case.cells_per_diameter=4"]
 DENSE_FORMS = {  # every condition that once had no dense block form (lbm.engines.sharded.block_forms)
     # Zou-He pressure outlet, inlet, half-way walls, linear BFL cylinder (straddling the seam at y = 9), forces
     "schafer_turek": (ST, [[1, 2]]),

@@ -21,7 +21,7 @@ import numpy as np
 from lbm.boundaries import INLET_KINDS, CharacteristicOutlet, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
-from lbm.cases.signals import Window, dominant_frequency, mean_with_error, stationary_window
+from lbm.cases.signals import Window, dominant_frequency, mean_with_error, nonstationary_reason, stationary_window
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
 
@@ -197,8 +197,8 @@ class Cylinder(Case):
         if window is None:
             freq, periods = dominant_frequency(cl[len(cl) // 2:])
             out["stationary_note"] = (
-                f"no statistically stationary window in {len(rows)} steps (the lift still changes, "
-                f"{periods:.1f} periods in the second half): run more steps")
+                f"no statistically stationary window in {len(rows)} steps ({nonstationary_reason(cd, cl, min_cycle=min_cycle)}; "
+                f"{periods:.1f} lift periods in the second half): run more steps")
             return out
         out["stationary_window_steps"] = [int(rows[window.start, 0]), int(rows[window.stop - 1, 0])]
         out["cd_mean"], out["cd_mean_error"] = mean_with_error(window.batch_means(cd))

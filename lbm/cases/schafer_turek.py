@@ -9,9 +9,12 @@ Lattice: ``case.cells_per_diameter`` = N cells across D (dx = D / N); ``flow.u_l
 in lattice units (the peak U_mean for 2D-3), or, with ``flow.tau`` set, U_mean follows from Re and
 tau (diffusive scaling). Grid: nx = 22 N + 1 columns (the inlet nodes at x = 0, the outlet nodes at
 x = 2.2), ny = round(4.1 N) + 2 rows (one wall row each side; half-way walls at y = 0 and 0.41, so
-fluid row j lies at y = (j - 1/2) dx). Conditions: Zou–He velocity inlet (lbm.boundaries.inlet),
-Zou–He pressure outlet at density 1 (lbm.boundaries.pressure), half-way bounce-back walls, linear
-BFL bounce-back on the exact circle (lbm.boundaries.interpolated), forces by momentum exchange.
+fluid row j lies at y = (j - 1/2) dx). Conditions: Zou–He velocity inlet (lbm.boundaries.inlet), the
+outlet of ``case.outlet`` (a Zou–He / NEBB pressure outlet at density 1, lbm.boundaries.pressure, or the
+characteristic one), half-way bounce-back walls, the wall rule of ``case.wall`` on the exact circle (linear
+BFL, lbm.boundaries.interpolated, or the parabolic one), forces by momentum exchange. The defaults
+(schafer_turek.yaml) are each variant's validated settings: TRT, tau 0.53, and ``case.validated``'s N,
+outlet and wall; :meth:`SchaferTurek.log_expectation` logs what lbm measured with them at the run's N.
 2D-1 and 2D-2 start from the developed Poiseuille flow (velocity and pressure) around the cylinder;
 2D-3 starts at rest, as the inflow does.
 
@@ -27,6 +30,7 @@ lift), La = x_r - 0.25 (x_r: where u_x on y = 0.2 turns positive behind the cyli
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from typing import Any
 
@@ -44,10 +48,13 @@ from lbm.boundaries import (
 from lbm.boundaries.inlet import INLET_KINDS
 from lbm.boundaries.pressure import PRESSURE_KINDS
 from lbm.cases.base import Setup, make_setup
+from lbm.cases.cavity import read_reference_csv
 from lbm.cases.cylinder import Cylinder, dominant_frequency
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
 from lbm.lattice import CS2, Lattice
+
+log = logging.getLogger("lbm")
 
 LENGTH, HEIGHT, DIAMETER, CENTER, NU = 2.2, 0.41, 0.1, (0.2, 0.2), 1e-3
 """Channel length and height, cylinder diameter and centre (m), kinematic viscosity (m²/s)."""
@@ -57,13 +64,50 @@ END_TIME_S = 8.0
 """2D-3 runs t in [0, 8] s; its inflow peaks at 4 s."""
 OUTLET_KINDS = (*PRESSURE_KINDS, "characteristic")
 """case.outlet: a Zou–He / NEBB pressure outlet at density 1, or the non-reflecting one (lbm.boundaries.characteristic)."""
-AUTO_TIME_S = {"2D-1": 30.0, "2D-2": 20.0, "2D-3": END_TIME_S, "3D-1Z": 30.0}
-"""steps=auto: physical time simulated (2D-1 and 3D-1Z stop earlier once steady, see ``converged``)."""
+AUTO_TIME_S = {"2D-1": 30.0, "2D-2": 7.5, "2D-3": END_TIME_S, "3D-1Z": 30.0}
+"""steps=auto: physical time simulated (2D-1 and 3D-1Z stop earlier once steady, see ``converged``; 2D-2's lift is
+saturated after 7.5 s: docs/dfg.md, Session 5)."""
 STEADY = ("2D-1", "3D-1Z")
 """The steady variants: run until the drag settles, reported as cd, cl, dp, la."""
 WALL_KINDS = ("bfl", "parabolic")
 """case.wall, the cylinder's wall rule: linear BFL (lbm.boundaries.interpolated) or the parabolic-exact CLI
 (lbm.boundaries.parabolic: exact for steady parabolic flow at any TRT Lambda; steady variants only)."""
+
+
+VALIDATED_TAU, VALIDATED_MAGIC = 0.53, 0.1875
+"""The relaxation time and TRT Lambda of every variant's validated settings (the case's defaults, schafer_turek.yaml)."""
+MEASURED = {
+    ("2D-1", 30, "float32"): {"cd": 5.5856, "cl": 0.01026, "dp": 0.11748},
+    ("2D-1", 40, "float32"): {"cd": 5.5854, "cl": 0.01117, "dp": 0.11730},
+    ("2D-1", 30, "float64"): {"cd": 5.5857, "cl": 0.01049, "dp": 0.11726},
+    ("2D-1", 40, "float64"): {"cd": 5.5822, "cl": 0.01056, "dp": 0.11734},
+    ("2D-2", 30, "float32"): {"cd_max": 3.2817, "cl_max": 1.0085, "strouhal": 0.3014},
+    ("2D-2", 40, "float32"): {"cd_max": 3.2523, "cl_max": 0.9964, "strouhal": 0.3016},
+    ("2D-2", 50, "float32"): {"cd_max": 3.2457, "cl_max": 0.9955, "strouhal": 0.3017},
+    ("2D-2", 60, "float32"): {"cd_max": 3.2406, "cl_max": 0.9913, "strouhal": 0.3018},
+    ("2D-2", 70, "float32"): {"cd_max": 3.2398, "cl_max": 0.9908, "strouhal": 0.3019},
+    ("2D-2", 80, "float32"): {"cd_max": 3.2361, "cl_max": 0.9909, "strouhal": 0.3019},
+    ("3D-1Z", 10, "float32"): {"cd": 6.230, "cl": 0.00957, "dp": 0.16495},
+}
+"""(variant, N, precision) -> what lbm measured with the variant's validated settings (docs/dfg.md: 2D-1 Session 4,
+the parabolic wall; 2D-2 Session 5 table 3, 7.5 s of flow; docs/validation_3d.md: 3D-1Z)."""
+
+
+def published_intervals() -> dict[str, dict[str, tuple[float, float]]]:
+    """variant -> quantity -> the published (low, high) (reference/schafer_turek_1996_intervals.csv)."""
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for row in read_reference_csv("schafer_turek_1996_intervals.csv"):
+        out.setdefault(row["variant"], {})[row["quantity"]] = (float(row["low"]), float(row["high"]))
+    return out
+
+
+def distance_to_interval(value: float, interval: tuple[float, float]) -> str:
+    """``inside`` the interval, or how far (relative, in %) above or below it ``value`` lies."""
+    low, high = interval
+    if low <= value <= high:
+        return "inside"
+    bound = high if value > high else low
+    return f"{100 * abs(value - bound) / bound:.2g}% {'above' if value > high else 'below'}"
 
 
 def line_value(values: np.ndarray, x: float, side: int) -> float:
@@ -232,7 +276,50 @@ class SchaferTurek(Cylinder):
             outlet = PressureOutlet(rho=1.0, kind=outlet_kind)
         boundaries = (outlet, inlet, HalfwayBounceBack.around(walls, self.lattice),
                       cylinder, Forces.on(np.asarray(cylinder.solid), self.lattice))
+        self.log_expectation()
         return make_setup(self, solid=solid, rho0=rho0, u0=u0, rel=rel, boundaries=boundaries, derived=derived)
+
+    def differences_from_validated(self) -> list[str]:
+        """The settings of this run that differ from the variant's validated ones (the defaults), as ``key=value``."""
+        run, params = self.run, self.params
+        validated = dict(params.get("validated", {}).get(self.variant, {}))
+        out = [f"collision={run.collision}"] if run.collision != "trt" else []
+        if run.collision == "trt" and run.trt_magic != VALIDATED_MAGIC:
+            out.append(f"collision.magic={run.trt_magic:g}")
+        if run.tau != VALIDATED_TAU:
+            out.append(f"flow.tau={run.tau}" if run.tau is not None else f"flow.u_lattice={run.u_lattice:g}")
+        out += [f"case.{k}={params.get(k)}" for k in ("outlet", "wall") if k in validated and params.get(k) != validated[k]]
+        if params.get("inlet", "zou_he") != "zou_he":
+            out.append(f"case.inlet={params.get('inlet')}")
+        if not run.steps_auto:
+            out.append(f"steps={run.steps}")
+        return out
+
+    def log_expectation(self) -> None:
+        """One log line: how far from the published intervals lbm measured this variant at this resolution."""
+        published = published_intervals().get(self.variant)
+        head = f"DFG {self.variant}, N = {self.cells}"
+        if published is None:
+            log.info("%s: lbm ships no published intervals for this variant, nothing to compare with", head)
+            return
+        differ = self.differences_from_validated()
+        if differ:
+            log.info("%s: the settings differ from the validated ones (%s): lbm has no measurement to compare "
+                     "with (docs/dfg.md)", head, " ".join(differ))
+            return
+        measured = MEASURED.get((self.variant, self.cells, self.run.precision))
+        if measured is None:
+            known = sorted(n for v, n, p in MEASURED if v == self.variant and p == self.run.precision)
+            log.info("%s, %s: not measured at this resolution with the validated settings (measured at N = %s: "
+                     "docs/dfg.md)", head, self.run.precision, ", ".join(map(str, known)) or "none")
+            return
+        parts = [f"{q} {measured[q]:.5g} ({distance_to_interval(measured[q], published[q])} [{lo:g}, {hi:g}])"
+                 for q, (lo, hi) in published.items()]
+        double = MEASURED.get((self.variant, self.cells, "float64")) if self.run.precision == "float32" else None
+        hint = "" if double is None else "; precision=float64 measured " + ", ".join(
+            f"{q} {double[q]:.5g} ({distance_to_interval(double[q], published[q])})" for q in published)
+        log.info("%s, %s, validated settings: expect %s (measured, docs/dfg.md)%s", head, self.run.precision,
+                 ", ".join(parts), hint)
 
     def wall(self, bfl: InterpolatedBounceBack, rel: dict[str, Any]) -> InterpolatedBounceBack:
         """The cylinder's wall rule of case.wall on the links of ``bfl`` (linear BFL: ``bfl`` itself)."""
@@ -410,6 +497,7 @@ class SchaferTurek3D(SchaferTurek):
                       Inlet(u=inflow.astype(self.dtype), kind=inlet_kind),
                       HalfwayBounceBack.around(walls, self.lattice), cylinder,
                       Forces(*boundary_links(disc, fluid, self.lattice)))
+        self.log_expectation()
         return make_setup(self, solid=solid, rho0=rho0, u0=u0, rel=rel, boundaries=boundaries, derived=derived)
 
     def mid_plane(self, values: np.ndarray) -> np.ndarray:

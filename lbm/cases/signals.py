@@ -5,8 +5,18 @@ shedding). :func:`stationary_window` finds where it ends with MSER (the marginal
 error rule, White 1997): the series is cut into batches (one shedding cycle each where the
 signal oscillates, else equal lengths), and the start is the batch that minimises the
 squared standard error of the mean of the batches after it. Statistics over that window come
-with their uncertainty (the standard error of the batch means), and the window is refused when
-too few batches remain or the oscillation amplitude still drifts.
+with their uncertainty (the standard error of the batch means). The start moves to later batches
+while the window is not stationary:
+
+- its batch means drift: the two halves' means differ, or the means trend, by more than
+  STATIONARY_Z standard errors and MEAN_TOLERANCE of the mean;
+- the oscillation amplitude drifts: the reference's cycles by DRIFT_TOLERANCE; without cycles, the
+  batches' half range (beyond Z errors and DRIFT_TOLERANCE of the mean) or the halves' standard
+  deviations (by more than SPREAD_RATIO);
+- without cycles, successive batch means are correlated (von Neumann's ratio): the batches are
+  shorter than the signal's slow changes, and their standard error would be too small.
+
+No window is found when fewer than MIN_BATCHES batches remain; :func:`nonstationary_reason` says why.
 """
 
 from __future__ import annotations
@@ -19,6 +29,12 @@ MIN_BATCHES = 4
 """Batches (cycles) a stationary window must hold."""
 DRIFT_TOLERANCE = 0.05
 """Largest relative change of the oscillation amplitude across the window that still counts as stationary."""
+STATIONARY_Z = 3.0
+"""Standard errors by which the two halves of a window may differ (in batch mean, or in batch amplitude) by chance."""
+SPREAD_RATIO = 1.5
+"""Without cycles, the two halves' standard deviations may differ by this factor (a decaying transient differs more)."""
+MEAN_TOLERANCE = 1e-3
+"""A difference of the halves' means below this fraction of the mean counts as stationary, however significant."""
 
 
 def dominant_frequency(signal: np.ndarray) -> tuple[float, float]:
@@ -125,10 +141,81 @@ def stationary_window(signal: np.ndarray, reference: np.ndarray | None = None, b
     k = mser_start(full.batch_means(x))
     while len(edges) - 1 - k >= MIN_BATCHES:  # the transient of the amplitude may outlast that of the mean
         window = Window(int(edges[k]), int(edges[-1]), edges[k:], periodic)
-        if not periodic or _steady_amplitude(window.batch_amplitudes(ref)):
+        if window_problem(window, x, ref) is None:
             return window
         k += 1
     return None
+
+
+def window_problem(window: Window, signal: np.ndarray, reference: np.ndarray) -> str | None:
+    """Why ``window`` of ``signal`` is not stationary (None if it is): its batch means or amplitudes drift."""
+    means = window.batch_means(signal)
+    level = abs(float(np.mean(means)))
+    if _drifts(means, MEAN_TOLERANCE * level):
+        return "its mean still drifts (beyond the batches' errors)"
+    if not window.periodic and np.std(means) > MEAN_TOLERANCE * level and _correlated(means):
+        return "its batches are shorter than the signal's slow changes (their means are correlated)"
+    if window.periodic and not _steady_amplitude(window.batch_amplitudes(reference)):
+        return "the oscillation amplitude still drifts"
+    if not window.periodic and (_drifts(window.batch_amplitudes(signal), DRIFT_TOLERANCE * level)
+                                or _spread_changes(signal[window.start:window.stop], DRIFT_TOLERANCE * level)):
+        return "its fluctuations still grow or decay"
+    return None
+
+
+def _correlated(values: np.ndarray) -> bool:
+    """von Neumann's ratio test: successive ``values`` are positively correlated beyond STATIONARY_Z (they are not
+    independent batch means: a slow oscillation or a trend spans several batches)."""
+    v = np.asarray(values, dtype=np.float64)
+    n = len(v)
+    spread = float(((v - v.mean()) ** 2).sum())
+    if n < 4 or spread == 0:
+        return False
+    ratio = float((np.diff(v) ** 2).sum()) / spread  # 2 for independent values
+    return (2.0 - ratio) / np.sqrt(4.0 * (n - 2) / (n * n - 1)) > STATIONARY_Z
+
+
+def _spread_changes(x: np.ndarray, floor: float) -> bool:
+    """The standard deviations of the two halves of ``x`` differ by more than SPREAD_RATIO times and by ``floor``."""
+    a, b = np.std(x[: len(x) // 2]), np.std(x[len(x) // 2:])
+    low, high = min(a, b), max(a, b)
+    return bool(high - low > floor and high > SPREAD_RATIO * low)
+
+
+def _drifts(values: np.ndarray, floor: float) -> bool:
+    """Batch values that change across the window by more than ``floor`` and beyond chance (STATIONARY_Z errors):
+    their halves' means differ, or their least-squares line has a significant slope."""
+    v = np.asarray(values, dtype=np.float64)
+    n = len(v)
+    a, b = v[: n // 2], v[n // 2:]
+    if len(a) < 2 or len(b) < 2:
+        return False
+    diff = abs(float(b.mean() - a.mean()))
+    error = float(np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)))
+    if diff > STATIONARY_Z * error and diff > floor:
+        return True
+    i = np.arange(n) - (n - 1) / 2
+    slope = float((i * v).sum() / (i * i).sum())
+    residual = v - v.mean() - slope * i
+    slope_error = float(np.sqrt((residual @ residual) / (n - 2) / (i @ i)))
+    return abs(slope) > STATIONARY_Z * slope_error and abs(slope) * (n - 1) > floor
+
+
+def nonstationary_reason(signal: np.ndarray, reference: np.ndarray | None = None, batches: int = 20,
+                         oscillation: float = 1e-3, min_cycle: int = 0) -> str:
+    """Why :func:`stationary_window` finds no window in ``signal`` (same arguments), as a phrase for a report."""
+    x = np.asarray(signal, dtype=np.float64)
+    ref = x if reference is None else np.asarray(reference, dtype=np.float64)
+    periodic = 0.5 * np.ptp(ref[len(ref) // 2:]) > oscillation
+    edges = cycle_starts(ref, min_cycle=min_cycle) if periodic else (
+        np.linspace(0, len(x), batches + 1).astype(int) if len(x) >= 2 * batches else np.zeros(0, np.int64))
+    if len(edges) - 1 < MIN_BATCHES:
+        kind = "oscillation cycles" if periodic else "batches"
+        return f"{max(len(edges) - 1, 0)} {kind}, fewer than the {MIN_BATCHES} a window needs"
+    last = Window(int(edges[-1 - MIN_BATCHES]), int(edges[-1]), edges[-1 - MIN_BATCHES:], periodic)
+    problem = window_problem(last, x, ref)
+    return f"even the last {MIN_BATCHES} {'cycles' if periodic else 'batches'}: {problem}" if problem else \
+        "no stationary window of enough batches"
 
 
 def _steady_amplitude(amplitudes: np.ndarray) -> bool:

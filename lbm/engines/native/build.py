@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from lbm.environment import cpu_id
 KERNELS = ("push", "aa_even", "aa_odd", "scatter")
 """The FFI handlers of a library (kernels.cc)."""
 
+log = logging.getLogger("lbm")
 _lock = threading.Lock()
 _registered: dict[str, str] = {}
 _failure: dict[str, str] = {}
@@ -82,6 +85,9 @@ def build(spec: KernelSpec) -> Path:
     if out.exists():
         return out
     cmd = [cxx, *flags, f"-I{jax.ffi.include_dir()}", "-I.", "kernels.cc", "-o", "kernel.so"]
+    log.info("building the native kernel %s with %s (once per kernel and machine; about half a minute) into %s",
+             spec.tag, Path(cxx).name, out)
+    t0 = time.perf_counter()
     for attempt in range(2):  # the cache directory may be removed under us by a cleaner: retry once
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +98,7 @@ def build(spec: KernelSpec) -> Path:
                 if proc.returncode != 0:
                     raise RuntimeError(f"kernel build failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
                 os.replace(Path(tmp) / "kernel.so", out)  # atomic: concurrent builders agree on the result
+            log.info("built the native kernel %s in %.1f s: %s", spec.tag, time.perf_counter() - t0, out)
             return out
         except FileNotFoundError:
             if attempt:

@@ -1,0 +1,51 @@
+"""``python -m lbm validate`` (lbm.validate): the report, the exit code by result, the quick level, the DFG checks."""
+
+import json
+
+import pytest
+
+from lbm import validate
+from lbm.validate import Check, main
+
+
+def test_a_passing_and_a_failing_check_share_a_run_and_set_the_exit_code(tmp_path, monkeypatch):
+    """The fast lane's validate: two checks of one tiny configuration (run once), one passes, one cannot."""
+    tiny = ("grid.nx=16", "grid.ny=16", "steps=100", "output.plots=false")
+    checks = (
+        Check("mass", "taylor_green", tiny, "mass_rel_drift", 1e-5, "mass is conserved",
+              quantity=lambda m: abs(m["mass_rel_drift"])),
+        Check("decay_exact", "taylor_green", tiny, "decay_rel_error_max", 1e-12, "an impossible bound"),
+        Check("full_only", "taylor_green", tiny, "mass_rel_drift", 1.0, "not in the quick level", levels=("full",)),
+    )
+    monkeypatch.setattr(validate, "CHECKS", checks)
+    out = tmp_path / "v"
+    assert main(["--quick", "--out", str(out)]) == 1
+    data = json.loads((out / "validation.json").read_text())
+    assert [(c["check"], c["passed"]) for c in data["checks"]] == [("mass", True), ("decay_exact", False)]
+    assert len(list(out.glob("*_taylor_green"))) == 1  # one run for both checks
+    report = (out / "validation.md").read_text()
+    assert "| mass | mass_rel_drift | <= 1e-05 |" in report and "**FAIL**" in report
+    assert "1/2 checks passed; failed: decay_exact" in report
+    with pytest.raises(Exception, match="already holds a validation report"):
+        main(["--quick", "--out", str(out)])
+
+
+def test_the_dfg_checks_read_the_published_intervals_and_run_the_variants_defaults():
+    intervals = validate.dfg_intervals()
+    assert intervals["2D-1"] == {"cd": (5.57, 5.59), "cl": (0.0104, 0.0110), "dp": (0.1172, 0.1176)}
+    assert intervals["2D-2"]["strouhal"] == (0.295, 0.305)
+    full = {c.name: c for c in validate.CHECKS if "full" in c.levels and c.case == "schafer_turek"}
+    assert full["dfg_2d1_cl_n30"].interval == (0.0104, 0.0110)
+    assert full["dfg_2d1_cl_n30"].overrides == ("case.variant=2D-1", "precision=float64")
+    assert full["dfg_2d2_cd_max_n70"].overrides == ("case.variant=2D-2",)
+
+
+@pytest.mark.slow
+def test_the_quick_level_passes(tmp_path):
+    """``validate --quick``: every check of the quick level passes (measured 51 s on a quiet 2-core box, docs/dfg.md)."""
+    out = tmp_path / "quick"
+    assert main(["--quick", "--out", str(out)]) == 0
+    data = json.loads((out / "validation.json").read_text())
+    quick = [c.name for c in validate.CHECKS if "quick" in c.levels]
+    assert [c["check"] for c in data["checks"]] == quick and all(c["passed"] for c in data["checks"])
+    assert f"{len(quick)}/{len(quick)} checks passed" in (out / "validation.md").read_text()
