@@ -21,7 +21,7 @@ from lbm.boundaries.bounce_back import PulledHalfway, bounce_back_fullway, bounc
 from lbm.boundaries.inlet import inlet
 from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.boundaries.outflow import outflow
-from lbm.engines.native.plan import Block
+from lbm.engines.plan import Block
 from lbm.kernels.collision import collide
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
@@ -211,7 +211,7 @@ def test_couette_halfway_moving_wall_is_exact():
 
 def _shuffled_block(lat, shape, boundaries, seed):
     """A block of every cell the conditions touch plus unrelated cells, in a scrambled order (faces kept contiguous)."""
-    from lbm.engines.native.plan import plan_block
+    from lbm.engines.plan import plan_block
 
     planned = plan_block(lat, shape, boundaries)
     n = int(np.prod(shape))

@@ -27,7 +27,7 @@ STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "bflo
 SHIFTED = ("bfloat16", "float16")
 """16-bit storages keep f_i - w_i (deviations from the rest state) to spend their few mantissa bits on the signal."""
 SCHEMES = {"PUSH": "push", "AA_EVEN": "aa_even", "AA_ODD": "aa_odd"}
-"""C names of the streaming schemes (lbm.engines.native.plan.SCHEMES)."""
+"""C names of the streaming schemes (lbm.engines.plan.SCHEMES)."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ every cell as periodic fluid, in place with the AA pattern (two steps per loop i
 an odd chunk starts with one two-buffer push step). Walls (half-way, moving and full-way
 bounce-back) it applies itself, row by row from link records, where no other condition writes
 their cells, and so the faces of a velocity inlet and a zero-gradient outflow
-(lbm.engines.native.plan.plan_kernel; its scope then names those stages too). The momentum
+(lbm.engines.plan.plan_kernel; its scope then names those stages too). The momentum
 exchange on an obstacle reads the post-step populations at its links from the kernel.
 The cells of the other boundary conditions are gathered by the kernel before it writes, run
 through the same stage functions as every other engine (lbm.engines.timestep, with each
@@ -28,7 +28,7 @@ from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable, decode, encode
 from lbm.engines.native import build
 from lbm.engines.native.codegen import KernelSpec
-from lbm.engines.native.plan import OBSERVING, plan_arrays, plan_kernel
+from lbm.engines.plan import OBSERVING, plan_arrays, plan_kernel
 from lbm.engines.timestep import CORE, outputs, run_stages
 from lbm.engines.xla import FusedEngine
 from lbm.kernels.forces import link_force
