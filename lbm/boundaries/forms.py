@@ -8,7 +8,6 @@ block (:class:`OnExtended`); the momentum exchange sums each block's links over 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -16,8 +15,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import BoundaryCondition, CellBlock, Footprint, StepState, pytree_dataclass, static
-from lbm.boundaries.forces import Forces
+from lbm.boundaries.base import (
+    BoundaryCondition,
+    CellBlock,
+    Footprint,
+    FormUnavailable,
+    MeshLayout,
+    StepState,
+    pytree_dataclass,
+    static,
+)
 from lbm.kernels.forces import momentum_exchange
 from lbm.lattice import Lattice
 
@@ -43,7 +50,7 @@ class OnEdge(BoundaryCondition):
         return jax.lax.axis_index("x") == (0 if self.side == 0 else self.blocks - 1)
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """The inner rule on the block's own face, kept only where the block holds the grid's face."""
+        """The inner rule, its changes kept only where this block holds the grid's face (:meth:`kept`)."""
         new = self.inner.apply(s, lattice)
         if self.blocks == 1:
             return new
@@ -51,13 +58,15 @@ class OnEdge(BoundaryCondition):
         changes = {}
         for name, ax in FACE_FIELDS.items():
             old, upd = getattr(s, name), getattr(new, name)
-            if upd is None or upd is old:
-                continue
-            i = 0 if self.side == 0 else old.shape[ax] - 1
-            face = jnp.where(edge, jax.lax.slice_in_dim(upd, i, i + 1, axis=ax),
-                             jax.lax.slice_in_dim(old, i, i + 1, axis=ax))
-            changes[name] = jax.lax.dynamic_update_slice_in_dim(upd, face, i, axis=ax)
+            if upd is not None and upd is not old:
+                changes[name] = self.kept(edge, old, upd, ax)
         return s.replace(**changes)
+
+    def kept(self, edge: jax.Array, old: jax.Array, upd: jax.Array, ax: int) -> jax.Array:
+        """``upd`` on the block's own face plane (grid axis x at array axis ``ax``) where ``edge``, else ``old``."""
+        i = 0 if self.side == 0 else old.shape[ax] - 1
+        face = jnp.where(edge, jax.lax.slice_in_dim(upd, i, i + 1, axis=ax), jax.lax.slice_in_dim(old, i, i + 1, axis=ax))
+        return jax.lax.dynamic_update_slice_in_dim(upd, face, i, axis=ax)
 
 
 @pytree_dataclass
@@ -66,7 +75,7 @@ class OnExtended(BoundaryCondition):
 
     ``own_reads``: state arrays besides ``post`` that the rule reads on the block's own cells only, given to it
     zero-padded to the extended block (``ghosts`` cells per side and grid axis); ``ghost_reads``: those it also
-    reads in the ghost layers, whose planes the ``halo`` exchanges (:func:`plane_extend`). ``per_block``: the
+    reads in the ghost layers, whose planes the ``halo`` exchanges (lbm.engines.sharded.halo.extend). ``per_block``: the
     inner condition's arrays carry a leading axis of one block per device (link lists re-mapped per block).
     """
 
@@ -75,6 +84,7 @@ class OnExtended(BoundaryCondition):
     ghost_reads: tuple[str, ...] = static(())
     ghosts: tuple[int, ...] = static(())
     per_block: bool = static(False)
+    after_halo = True
 
     @property
     def stage(self) -> str:  # type: ignore[override]
@@ -104,6 +114,7 @@ class BlockForces(BoundaryCondition):
     link_dst: Any
     axes: tuple[str, ...] = static(())
     stage = "forces"
+    after_halo = True
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The state with the obstacle's total force (shape ``(D,)``), the same on every block."""
@@ -116,15 +127,9 @@ class OwnerOnly(OnEdge):
     """A face condition's block form whose rule is kept only on the blocks holding the grid face x = 0 (``side`` 0)
     or x = nx - 1 (``side`` -1); elsewhere the cells keep what the other stages gave them."""
 
-    def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """The inner rule on the gathered cells, selected where this block holds the grid's face."""
-        new = self.inner.apply(s, lattice)
-        if self.blocks == 1:
-            return new
-        edge = self.holds_face()
-        changes = {name: jnp.where(edge, getattr(new, name), getattr(s, name)) for name in FACE_FIELDS
-                   if getattr(new, name) is not None and getattr(new, name) is not getattr(s, name)}
-        return s.replace(**changes)
+    def kept(self, edge: jax.Array, old: jax.Array, upd: jax.Array, ax: int) -> jax.Array:
+        """``upd`` on every gathered cell where ``edge``, else ``old``."""
+        return jnp.where(edge, upd, old)
 
 
 class ShiftedBlock:
@@ -179,19 +184,33 @@ class FacePlane(BoundaryCondition):
         return OwnerOnly(inner=self.inner.on_block(shifted), side=self.side, blocks=self.blocks)
 
 
-def padded_links(form: Any, length: int, spare: int) -> BoundaryCondition:
-    """A block form with links (forces, interpolated walls) padded to ``length`` links that change nothing: direction
-    0 (the rest population, c = 0: no force) on the padding cell at block position ``spare``, whose result is
-    not kept. Forces become :class:`BlockForces` over no mesh axis: the block's part, summed after the chunk."""
-    k = length - np.asarray(form.link_dir).size
+def pad_links(a: Any, length: int, value: int = 0) -> np.ndarray:
+    """A link array ``(..., L)`` padded to ``length`` links with ``value``."""
+    a = np.asarray(a)
+    return np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, length - a.shape[-1])], constant_values=value)
 
-    def pad(a: Any, value: int = 0) -> np.ndarray:
-        a = np.asarray(a)
-        return np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, k)], constant_values=value)
 
-    if isinstance(form, Forces):
-        return BlockForces(link_dir=pad(form.link_dir).astype(np.int32), link_src=pad(form.link_src, spare).astype(np.int32),
-                           link_dst=pad(form.link_dst, spare).astype(np.int32))
-    return dataclasses.replace(form, link_dir=pad(form.link_dir), link_solid=pad(form.link_solid, spare),
-                               link_fluid=pad(form.link_fluid, spare), link_far=pad(form.link_far, spare),
-                               weights=pad(form.weights), q=pad(form.q))
+class FaceCondition(BoundaryCondition):
+    """A condition of the grid face x = 0 or x = nx - 1 whose rule reads only planes near that face: on a mesh it
+    acts on the blocks that hold the face (:class:`OnEdge`; in a block's plan :class:`FacePlane`)."""
+
+    def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
+        """The rule on every block's own face planes, kept on the blocks holding the grid's face."""
+        return OnEdge(inner=mesh.on_face(self, dtype), side=mesh.owns_planes(self, lattice), blocks=mesh.shape[0])
+
+    def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
+        """The rule on the block's own x-range of planes (:class:`FacePlane`), kept on the face's blocks."""
+        return self.face_plane(mesh, lattice)
+
+    def face_plane(self, mesh: MeshLayout, lattice: Lattice) -> FacePlane:
+        """This condition (its arrays as the block sees them) as a :class:`FacePlane` of the block's own planes."""
+        face = self.footprint(mesh.grid_shape, lattice).face
+        x = np.unique(np.unravel_index(face, mesh.grid_shape)[0])
+        if x.size != 1 or x[0] not in (0, mesh.grid_shape[0] - 1):
+            raise FormUnavailable(f"{type(self).__name__}: a face that is not the grid face x = 0 or x = nx - 1")
+        return FacePlane(inner=self, lo=1 if mesh.shape[0] > 1 else 0, own=mesh.block[0],
+                         side=0 if x[0] == 0 else -1, blocks=mesh.shape[0])
+
+
+__all__ = ["FACE_FIELDS", "BlockForces", "FaceCondition", "FacePlane", "OnEdge", "OnExtended", "OwnerOnly",
+           "ShiftedBlock", "pad_links"]

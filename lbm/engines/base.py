@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbm.boundaries.base import FormUnavailable
 from lbm.cases.base import Setup
 from lbm.engines.timestep import as_arrays, moments, step_index
 from lbm.hlo import compiled_cost
@@ -28,8 +29,9 @@ from the rest weights (f - w), computed in float32."""
 STORAGE_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
-class EngineUnavailable(RuntimeError):
-    """An engine cannot run this setup here (the reason is the message)."""
+class EngineUnavailable(FormUnavailable):
+    """An engine cannot run this setup here (the reason is the message); a condition without a form an engine
+    needs is one such reason."""
 
 
 def rest(lattice: Lattice, dtype: Any, ndim: int) -> jnp.ndarray:

@@ -17,8 +17,6 @@ import jax
 import jax.numpy as jnp
 
 from lbm.boundaries.base import BoundaryCondition, StepState
-from lbm.boundaries.bounce_back import HalfwayBounceBack
-from lbm.boundaries.moving_wall import MovingWall
 from lbm.cases.base import Setup
 from lbm.kernels.collision import collide
 from lbm.kernels.equilibrium import equilibrium
@@ -111,16 +109,16 @@ def moments(f: jnp.ndarray, t: jnp.ndarray, boundaries: Boundaries, setup: Setup
 
 
 def fold_walls(boundaries: Boundaries, lattice: Lattice) -> Boundaries:
-    """``boundaries`` with a half-way wall applied while streaming (:class:`PulledHalfway`) where that gives the same step.
+    """``boundaries`` with a wall applied while streaming (its :meth:`~BoundaryCondition.folded` form, e.g. a half-way
+    wall's :class:`~lbm.boundaries.bounce_back.PulledHalfway`) where that gives the same step.
 
     It does when the wall is the only condition of ``bounce_back`` and none acts between it and
     ``stream``: nothing then reads the populations it writes into solid cells before they stream.
-    Exact types only: a subclass may change the rule. Otherwise ``boundaries`` unchanged.
+    Otherwise ``boundaries`` unchanged.
     """
     walls = [bc for bc in boundaries if bc.stage == "bounce_back"]
     between = STAGES[STAGES.index("bounce_back") + 1:]
-    if len(walls) != 1 or type(walls[0]) not in (HalfwayBounceBack, MovingWall) or any(
-            bc.stage in between for bc in boundaries):
+    if len(walls) != 1 or any(bc.stage in between for bc in boundaries):
         return boundaries
     form = walls[0].folded(lattice)
     if form is None:

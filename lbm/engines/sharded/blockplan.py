@@ -12,9 +12,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from lbm import parallel
-from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, InterpolatedBounceBack, MovingWall
-from lbm.boundaries.base import BoundaryCondition, StepState
-from lbm.boundaries.forms import FacePlane, padded_links
+from lbm.boundaries.base import BoundaryCondition, FormUnavailable, StepState
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable, program
 from lbm.engines.plan import Block, plan_block, slot_maps
@@ -28,53 +26,11 @@ from lbm.stages import FUSED_STEP, HALO
 def extended_boundaries(boundaries: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice,
                         coords: tuple[int, ...]) -> tuple[BoundaryCondition, ...]:
     """The boundary conditions as block ``coords`` sees them on its extended block (its own cells and one ghost
-    layer on each shared face); EngineUnavailable for a condition without such a form.
-
-    Walls: their masks on the extended block, minus the links that would leave it. Forces: the links whose fluid
-    cell the block owns. Inlet and outflow: :class:`FacePlane` on the block's first and last own plane.
-    """
-    lo = 1 if layout.shape[0] > 1 else 0
-    out: list[BoundaryCondition] = []
-    for bc in boundaries:
-        face = bc.footprint(layout.setup.shape, lattice).face
-        if face.size:
-            x = np.unique(np.unravel_index(face, layout.setup.shape)[0])
-            if x.size != 1 or x[0] not in (0, layout.setup.shape[0] - 1):
-                raise EngineUnavailable(f"{type(bc).__name__}: a face that is not the grid face x = 0 or x = nx - 1")
-            if isinstance(bc, Inlet):
-                bc = dataclasses.replace(bc, u=layout.own_extended(np.asarray(bc.u), coords, lead=1,
-                                                                   axes=slice(1, None)))
-            out.append(FacePlane(inner=bc, lo=lo, own=layout.block[0], side=0 if x[0] == 0 else -1,
-                                 blocks=layout.shape[0]))
-        elif type(bc) is FullwayBounceBack:
-            out.append(FullwayBounceBack(solid=layout.own_extended(np.asarray(bc.solid, bool), coords, lead=0)))
-        elif type(bc) in (HalfwayBounceBack, MovingWall):
-            links = layout.own_extended(np.asarray(bc.links, bool), coords).copy()
-            for j, c in enumerate(lattice.c):
-                for axis, m in enumerate(layout.shape):
-                    if m > 1 and c[axis]:  # a link from the outermost ghost layer leaves the extended block
-                        edge = -1 if c[axis] > 0 else 0
-                        links[(j,) + (slice(None),) * axis + (edge,)] = False
-            arrays = {"solid": layout.own_extended(np.asarray(bc.solid, bool), coords, lead=0), "links": links}
-            if type(bc) is MovingWall:
-                arrays["wall_term"] = layout.own_extended(np.asarray(bc.wall_term), coords)
-            out.append(type(bc)(**arrays))
-        elif isinstance(bc, InterpolatedBounceBack):  # linear BFL and its subclasses (the parabolic wall)
-            ends = [layout.to_extended(np.asarray(a, np.int64), coords) for a in (bc.link_solid, bc.link_fluid,
-                                                                                    bc.link_far)]
-            mine = ends[0][1] & ends[1][1] & ends[2][1]  # every link whose cells lie in the extended block
-            out.append(dataclasses.replace(
-                bc, solid=layout.own_extended(np.asarray(bc.solid, bool), coords, lead=0),
-                link_dir=np.asarray(bc.link_dir)[mine], link_solid=ends[0][0][mine], link_fluid=ends[1][0][mine],
-                link_far=ends[2][0][mine], weights=np.asarray(bc.weights)[:, mine], q=np.asarray(bc.q)[mine]))
-        elif type(bc) is Forces:
-            dirs, owner, _, dst = layout.links(bc, lattice)
-            mine = owner == np.ravel_multi_index(coords, layout.shape)
-            src, _ = layout.to_extended(np.asarray(bc.link_src, np.int64)[mine], coords)
-            out.append(Forces(link_dir=dirs[mine], link_src=src, link_dst=dst[mine]))
-        else:
-            raise EngineUnavailable(f"no per-block plan for {type(bc).__name__}")
-    return tuple(out)
+    layer on each shared face: :meth:`BoundaryCondition.on_extended`); EngineUnavailable for one without."""
+    try:
+        return tuple(bc.on_extended(layout, lattice, coords) for bc in boundaries)
+    except FormUnavailable as exc:
+        raise EngineUnavailable(str(exc)) from None
 
 
 def block_plan(setup: Setup, layout: Layout) -> tuple[dict[str, Any], list[tuple[int, ...]], int]:
@@ -93,7 +49,7 @@ def block_plan(setup: Setup, layout: Layout) -> tuple[dict[str, Any], list[tuple
         local = extended_boundaries(setup.boundaries, layout, lat, coords)
         blk = plan_block(lat, ext, local) or Block(lattice=lat, shape=ext, cells=np.zeros(0, np.int64), size=0)
         e = np.stack(np.unravel_index(blk.cells, ext))
-        if layout.shape[0] > 1 and any(isinstance(b, FacePlane) for b in local) and (
+        if layout.shape[0] > 1 and any(b.footprint(ext, lat).face.size for b in local) and (
                 coords[0] == 0 and np.any(e[0] == 0) or coords[0] == layout.shape[0] - 1 and np.any(e[0] == ext[0] - 1)):
             raise EngineUnavailable("a wall reads across the periodic wrap of a grid with an inlet or outflow face")
         plans.append((local, blk))
@@ -134,10 +90,10 @@ def block_plan(setup: Setup, layout: Layout) -> tuple[dict[str, Any], list[tuple
                           "after_slots": after[:, sent], "boundaries": [bc.on_block(padded) for bc in local]})
     for k in range(len(setup.boundaries)):
         forms = [p["boundaries"][k] for p in per_block]
-        if isinstance(forms[0], (Forces, InterpolatedBounceBack)):
-            length = max(1, max(np.asarray(f.link_dir).size for f in forms))
+        if forms[0].link_count() is not None:
+            length = max(1, max(f.link_count() for f in forms))
             for p, f in zip(per_block, forms, strict=True):
-                p["boundaries"][k] = padded_links(f, length, len(cells) - 1)
+                p["boundaries"][k] = f.padded(length, len(cells) - 1)
     # the ghost cells a block reads: each neighbour (offset) sends the populations of the cells the block asked
     # for, padded to one count per offset; the block's reads as flat positions into what it received
     offsets = sorted({o for p in per_block for o in p["requests"]})

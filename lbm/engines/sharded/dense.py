@@ -25,22 +25,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from lbm import parallel
-from lbm.boundaries import (
-    CharacteristicOutlet,
-    Forces,
-    FullwayBounceBack,
-    HalfwayBounceBack,
-    Inlet,
-    InterpolatedBounceBack,
-    Outflow,
-    PressureOutlet,
-)
-from lbm.boundaries.base import BoundaryCondition, StepState
-from lbm.boundaries.forms import FACE_FIELDS, BlockForces, OnEdge, OnExtended
+from lbm.boundaries.base import BoundaryCondition, FormUnavailable, StepState
+from lbm.boundaries.forms import FACE_FIELDS
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable, program
 from lbm.engines.instrumented import InstrumentedEngine
@@ -51,37 +40,15 @@ from lbm.engines.xla import FusedEngine
 from lbm.lattice import Lattice
 from lbm.stages import FUSED_STEP, HALO, TIMESTEP
 
-FACE_CONDITIONS = (Outflow, Inlet, PressureOutlet, CharacteristicOutlet)
-"""Conditions of the grid face x = 0 or x = nx - 1 whose rule reads only planes near that face (:class:`OnEdge`)."""
-
-
-EXTENDED = (OnExtended, BlockForces)
-"""Block forms that run on the extended block (after the halo)."""
-
 
 def block_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice,
                 dtype: Any) -> tuple[BoundaryCondition, ...]:
-    """Each boundary condition in its block form, its arrays placed on the mesh; EngineUnavailable if it has none."""
-    out: list[BoundaryCondition] = []
-    for bc in boundaries:
-        if isinstance(bc, FACE_CONDITIONS):
-            out.append(OnEdge(inner=layout.on_face(bc, dtype), side=layout.owns_planes(bc, lattice),
-                              blocks=layout.shape[0]))
-        elif isinstance(bc, FullwayBounceBack):
-            out.append(FullwayBounceBack(solid=layout.grid(np.asarray(bc.solid, bool), lead=0)))
-        elif isinstance(bc, HalfwayBounceBack):
-            arrays = {"solid": layout.extended(np.asarray(bc.solid, bool), lead=0),
-                      "links": layout.extended(np.asarray(bc.links, bool))}
-            if getattr(bc, "wall_term", None) is not None:
-                arrays["wall_term"] = layout.extended(np.asarray(bc.wall_term))
-            out.append(OnExtended(inner=type(bc)(**arrays)))
-        elif isinstance(bc, InterpolatedBounceBack):
-            out.append(layout.interpolated(bc, lattice))
-        elif isinstance(bc, Forces):
-            out.append(layout.forces(bc, lattice))
-        else:
-            raise EngineUnavailable(f"the sharded engine has no block form of {type(bc).__name__}")
-    return tuple(out)
+    """Each boundary condition in its block form on the mesh (:meth:`BoundaryCondition.on_mesh`), arrays placed;
+    EngineUnavailable if one has none."""
+    try:
+        return tuple(bc.on_mesh(layout, lattice, dtype) for bc in boundaries)
+    except FormUnavailable as exc:
+        raise EngineUnavailable(str(exc)) from None
 
 
 Piece = tuple[str, tuple[int, ...]]
@@ -94,8 +61,8 @@ def plan(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]:
     halo_done = False
     for name in setup.stages:
         mine = [i for i, bc in enumerate(forms) if bc.stage == name]
-        ext = tuple(i for i in mine if isinstance(forms[i], EXTENDED))
-        local = tuple(i for i in mine if not isinstance(forms[i], EXTENDED))
+        ext = tuple(i for i in mine if forms[i].after_halo)
+        local = tuple(i for i in mine if not forms[i].after_halo)
         if ext and local and min(ext) < max(local) or halo_done and local:
             raise EngineUnavailable(f"stage {name}: a block-local condition follows one that reads across blocks")
         if ext and name in CORE:
@@ -104,7 +71,7 @@ def plan(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]:
             if not halo_done:
                 if local:
                     pieces.append((name, local))
-                pieces.append((HALO, tuple(i for i, bc in enumerate(forms) if getattr(bc, "ghost_reads", ()))))
+                pieces.append((HALO, tuple(i for i, bc in enumerate(forms) if bc.ghost_reads)))
                 halo_done = True
             pieces.append((name, ext))
         else:

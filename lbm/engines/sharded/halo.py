@@ -33,7 +33,7 @@ def plane_extend(a: jnp.ndarray, shape: tuple[int, ...], lead: int) -> jnp.ndarr
 
 def plane_bytes(forms: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice, itemsize: int) -> int:
     """Bytes per device and step that the halo's plane exchanges (:func:`plane_extend`) send for ``forms``."""
-    fields = {r for bc in forms for r in getattr(bc, "ghost_reads", ())}
+    fields = {r for bc in forms for r in bc.ghost_reads}
     components = sum(lattice.d if FACE_FIELDS[r] else 1 for r in fields)
     ext, total = list(layout.block), 0
     for axis, m in enumerate(layout.shape):

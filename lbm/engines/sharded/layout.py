@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -13,9 +12,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from lbm import parallel
-from lbm.boundaries import Forces, InterpolatedBounceBack, ParabolicBounceBack
 from lbm.boundaries.base import BoundaryCondition, StepState
-from lbm.boundaries.forms import BlockForces, OnExtended, padded_links
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable
 from lbm.lattice import Lattice
@@ -36,6 +33,8 @@ class Layout:
         self.block = tuple(n // m for n, m in zip(setup.shape, self.shape, strict=True))
         self.ext = tuple(b + 2 if m > 1 else b for b, m in zip(self.block, self.shape, strict=True))
         self.sharded_axes = tuple(parallel.AXES[a] for a, m in enumerate(self.shape) if m > 1)
+        self.mesh_axes = parallel.AXES[: self.ndim]
+        self.grid_shape = tuple(setup.shape)
 
     def spec(self, lead: int = 1) -> P:
         """PartitionSpec of an array ``(*lead, *grid)``."""
@@ -71,33 +70,6 @@ class Layout:
             return self._place(host, self.mesh, P())
         return jax.tree_util.tree_map(put, bc)
 
-    def interpolated(self, bc: InterpolatedBounceBack, lattice: Lattice) -> OnExtended:
-        """An interpolated wall on every extended block: the links whose fluid cell the block owns, their cells as
-        extended-block positions, padded to one length (:func:`padded_links`, on ghost cell 0, never streamed into
-        the block) and stacked one block per device. The parabolic rule also reads f at the fluid cell (zero-padded)
-        and rho, u at the far cell, whose planes the halo exchanges."""
-        if not self.sharded_axes:
-            raise EngineUnavailable("an interpolated wall's block form needs a sharded axis (its padding ghost cell)")
-        fluid = np.asarray(bc.link_fluid, np.int64)
-        owner = np.stack(np.unravel_index(fluid, self.setup.shape)) // np.asarray(self.block)[:, None]
-        per_block = []
-        for coords in self.blocks():
-            mine = np.all(owner == np.asarray(coords)[:, None], axis=0)
-            ends = [self.to_extended(np.asarray(a, np.int64)[mine], coords)
-                    for a in (bc.link_solid, bc.link_fluid, bc.link_far)]
-            if not all(ok.all() for _, ok in ends):
-                raise EngineUnavailable(f"{type(bc).__name__}: a link reaching past a block's ghost layer")
-            per_block.append(dataclasses.replace(
-                bc, solid=self.own_extended(np.asarray(bc.solid, bool), coords, lead=0),
-                link_dir=np.asarray(bc.link_dir)[mine], link_solid=ends[0][0], link_fluid=ends[1][0],
-                link_far=ends[2][0], weights=np.asarray(bc.weights)[:, mine], q=np.asarray(bc.q)[mine]))
-        length = max(1, max(np.asarray(form.link_dir).size for form in per_block))
-        stacked = self.stacked([padded_links(form, length, 0) for form in per_block])
-        parabolic = isinstance(bc, ParabolicBounceBack)
-        return OnExtended(inner=stacked, own_reads=("f",) if parabolic else (),
-                          ghost_reads=("rho", "u") if parabolic else (),
-                          ghosts=tuple(1 if m > 1 else 0 for m in self.shape), per_block=True)
-
     def owns_planes(self, bc: BoundaryCondition, lattice: Lattice) -> int:
         """The side (0: x = 0, -1: x = nx - 1) of a face condition whose cells (written and read) lie in the first
         or last block along x; EngineUnavailable otherwise."""
@@ -111,7 +83,7 @@ class Layout:
         raise EngineUnavailable(f"{type(bc).__name__} reads planes beyond the first or last block along x "
                                 f"(blocks of {bx} planes)")
 
-    def links(self, bc: Forces, lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def links(self, bc: Any, lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The obstacle's links split by the block of their fluid cell: direction, owner block (flat), fluid
         cell in its block (flat) and solid cell in the owner's extended block (flat)."""
         dirs, src = np.asarray(bc.link_dir, np.int64), np.asarray(bc.link_src, np.int64)
@@ -127,22 +99,9 @@ class Layout:
         return (dirs, np.ravel_multi_index(tuple(owner), self.shape), np.ravel_multi_index(tuple(local), self.block),
                 np.ravel_multi_index(tuple(dst_local), self.ext))
 
-    def forces(self, bc: Forces, lattice: Lattice) -> BlockForces:
-        """The obstacle's links split by the block of their fluid cell, padded to one length."""
-        if np.any(lattice.c[0]):
-            raise EngineUnavailable("the sharded forces pad with population 0, which must be the rest population")
-        dirs, owner_flat, src_flat, dst_flat = self.links(bc, lattice)
-        count = math.prod(self.shape)
-        length = max(1, int(np.bincount(owner_flat, minlength=count).max()) if dirs.size else 1)
-        out = np.zeros((3, count, length), np.int32)
-        for b in range(count):
-            sel = owner_flat == b
-            k = int(sel.sum())
-            out[0, b, :k], out[1, b, :k], out[2, b, :k] = dirs[sel], src_flat[sel], dst_flat[sel]
-        spec = P(parallel.AXES[: self.ndim])
-        placed = [self._place(a.reshape(-1), self.mesh, spec) for a in out]
-        return BlockForces(link_dir=placed[0], link_src=placed[1], link_dst=placed[2],
-                           axes=parallel.AXES[: self.ndim])
+    def per_device(self, a: np.ndarray) -> jax.Array:
+        """A host array ``(blocks * k,)`` placed one slice of k per device (sharded over every mesh axis)."""
+        return self._place(a, self.mesh, P(self.mesh_axes))
 
     def blocks(self) -> list[tuple[int, ...]]:
         """Mesh coordinates of every block, in device order."""
@@ -172,7 +131,7 @@ class Layout:
         shapes = [tuple(np.shape(x) for x in leaves) for leaves, _ in flat]
         if any(t != tree for _, t in flat) or any(s != shapes[0] for s in shapes):
             raise EngineUnavailable("the blocks' boundary plans differ in form")
-        spec = P(parallel.AXES[: self.ndim])
+        spec = P(self.mesh_axes)
         leaves = [self._place(np.stack([np.asarray(leaves[k]) for leaves, _ in flat]), self.mesh, spec)
                   for k in range(len(flat[0][0]))]
         return jax.tree_util.tree_unflatten(tree, leaves)
