@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 
@@ -23,17 +24,18 @@ from lbm.engines.xla import XlaEngine
 
 def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage: str = "compute",
                 sync: bool = False, mesh: tuple[int, ...] | None = None, partitioner: str = "shard_map",
-                platform: str | None = None) -> Engine:
+                platform: str | None = None, devices: Any = None) -> Engine:
     """The engine for ``mode`` and ``engine`` (see ENGINES) on ``platform`` (default: JAX's default backend);
     EngineUnavailable if a named engine (native, pallas) cannot run this setup there.
 
     ``mesh`` (blocks per grid axis, lbm.parallel) with more than one block gives a sharded engine:
-    ``partitioner`` shard_map (lbm.engines.sharded, halo exchange) or gspmd (XLA partitions the xla step).
+    ``partitioner`` shard_map (lbm.engines.sharded, halo exchange) or gspmd (XLA partitions the xla step), over
+    ``devices`` (default JAX's; those of a deviceless topology to compile for it, lbm.bench.inspect).
     """
     if mesh is not None and math.prod(mesh) > 1:
         from lbm.engines.sharded import make_sharded
 
-        return make_sharded(setup, tuple(mesh), mode, engine, storage, sync, partitioner, platform)
+        return make_sharded(setup, tuple(mesh), mode, engine, storage, sync, partitioner, platform, devices)
     if mode == "instrumented":
         return InstrumentedEngine(setup, sync=sync)
     if mode != "fused":

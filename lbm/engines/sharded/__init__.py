@@ -7,22 +7,39 @@ periodic grid with the boundary cells by a plan per block (Pallas, or the xla st
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 
 from lbm.cases.base import Setup
-from lbm.engines.base import EngineUnavailable
-from lbm.engines.sharded.blockplan import ShardedPallasEngine, ShardedPlanEngine
-from lbm.engines.sharded.dense import ShardedEngine, ShardedInstrumentedEngine
+from lbm.engines.base import Engine, EngineUnavailable
+from lbm.engines.sharded.blockplan import BlockPlan, ShardedPallasEngine, ShardedPlanEngine, block_plan, plan_engine
+from lbm.engines.sharded.dense import DenseForms, ShardedEngine, ShardedInstrumentedEngine, dense_forms
 from lbm.engines.sharded.gspmd import GspmdEngine
 from lbm.engines.sharded.layout import Layout
-from lbm.engines.xla import FusedEngine
+from lbm.parallel import single_device_refusal
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why a form an engine needs cannot be built here."""
+
+    reason: str
+
+
+def attempt(build: Callable[..., Any], *args: Any) -> Any:
+    """``build(*args)``, or :class:`Unavailable` with the reason it cannot be built (EngineUnavailable)."""
+    try:
+        return build(*args)
+    except EngineUnavailable as exc:
+        return Unavailable(str(exc))
 
 
 def make_sharded(setup: Setup, shape: tuple[int, ...], mode: str = "fused", engine: str = "auto",
                  storage: str = "compute", sync: bool = False, partitioner: str = "shard_map",
-                 platform: str | None = None, devices: Any = None) -> Any:
+                 platform: str | None = None, devices: Any = None) -> Engine:
     """The engine on a mesh of ``shape`` blocks (over ``devices``, default JAX's); see lbm.engines.make_engine.
 
     ``pallas`` (and ``auto`` on a GPU or TPU) runs the Pallas kernel on each block with the boundary cells by a
@@ -33,37 +50,43 @@ def make_sharded(setup: Setup, shape: tuple[int, ...], mode: str = "fused", engi
     plan (:class:`ShardedPlanEngine`), and the note says why. Instrumented mode needs the dense block forms.
     """
     from lbm.engines.pallas import ACCELERATORS
+    from lbm.engines.pallas.engine import PallasKernel
 
-    if engine == "native":
-        raise EngineUnavailable("the native engine is single-device: use engine=xla or parallel.devices=1")
+    refused = single_device_refusal(engine)
+    if refused:
+        raise EngineUnavailable(refused)
     if mode == "instrumented":
-        try:
-            return ShardedInstrumentedEngine(setup, shape, sync=sync)
-        except EngineUnavailable as exc:
-            raise EngineUnavailable(f"mode=instrumented on several devices: {exc}; run mode=fused on several "
-                                    "devices, or mode=instrumented on one (parallel.devices=1)") from None
+        layout = Layout(setup, shape)
+        dense = attempt(dense_forms, setup, layout)
+        if isinstance(dense, Unavailable):
+            raise EngineUnavailable(f"mode=instrumented on several devices: {dense.reason}; run mode=fused on several "
+                                    "devices, or mode=instrumented on one (parallel.devices=1)")
+        return ShardedInstrumentedEngine(setup, layout, dense, sync=sync)
     if partitioner == "gspmd":
         return GspmdEngine(setup, shape, storage)
     platform = platform or jax.default_backend()
+    layout = Layout(setup, shape, devices)
     if engine == "pallas" or engine == "auto" and platform in ACCELERATORS:
-        try:
-            return ShardedPallasEngine(setup, shape, storage, platform, devices)
-        except EngineUnavailable as exc:
-            chosen = xla_on_blocks(setup, shape, storage, devices)
-            chosen.note = f"{chosen.note}; the xla step on each block ({exc})"
-            return chosen
-    return xla_on_blocks(setup, shape, storage, devices)
-
-
-def xla_on_blocks(setup: Setup, shape: tuple[int, ...], storage: str, devices: Any) -> FusedEngine:
-    """The xla engine on a mesh: the dense block forms, else the xla step with the per-block plan (the note says why)."""
-    try:
-        return ShardedEngine(setup, shape, storage, devices)
-    except EngineUnavailable as exc:
-        chosen = ShardedPlanEngine(setup, shape, storage, devices=devices)
-        chosen.note = f"{chosen.note}; not the dense block forms ({exc})"
+        kernel = attempt(PallasKernel, setup, layout.block, storage, platform, None)
+        plan = kernel if isinstance(kernel, Unavailable) else attempt(block_plan, setup, layout) if (
+            setup.boundaries) else None
+        if not isinstance(plan, Unavailable):
+            return ShardedPallasEngine(setup, layout, kernel, plan, storage)
+        chosen = xla_on_blocks(setup, layout, storage)
+        chosen.note = f"{chosen.note}; the xla step on each block ({plan.reason})"
         return chosen
+    return xla_on_blocks(setup, layout, storage)
 
 
-__all__ = ["GspmdEngine", "Layout", "ShardedEngine", "ShardedInstrumentedEngine", "ShardedPallasEngine",
-           "ShardedPlanEngine", "make_sharded"]
+def xla_on_blocks(setup: Setup, layout: Layout, storage: str) -> Engine:
+    """The xla engine on a mesh: the dense block forms, else the xla step with the per-block plan (the note says why)."""
+    dense = attempt(dense_forms, setup, layout)
+    if not isinstance(dense, Unavailable):
+        return ShardedEngine(setup, layout, dense, storage)
+    chosen = plan_engine(setup, layout, storage)
+    chosen.note = f"{chosen.note}; not the dense block forms ({dense.reason})"
+    return chosen
+
+
+__all__ = ["BlockPlan", "DenseForms", "GspmdEngine", "Layout", "ShardedEngine", "ShardedInstrumentedEngine",
+           "ShardedPallasEngine", "ShardedPlanEngine", "make_sharded", "plan_engine"]

@@ -21,24 +21,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from lbm import parallel
 from lbm.boundaries.base import BoundaryCondition, FormUnavailable, StepState
 from lbm.boundaries.forms import FACE_FIELDS
 from lbm.cases.base import Setup
-from lbm.engines.base import EngineUnavailable, program
+from lbm.engines.base import Engine, EngineUnavailable, program
 from lbm.engines.instrumented import InstrumentedEngine
-from lbm.engines.sharded.halo import plane_bytes, plane_extend
+from lbm.engines.sharded.halo import crop, extend, plane_bytes
 from lbm.engines.sharded.layout import Layout, OnMesh, param_specs, state_specs
-from lbm.engines.timestep import CORE, as_arrays, outputs, run_stage, step_index
+from lbm.engines.timestep import as_arrays, outputs, run_stage, step_index
 from lbm.engines.xla import FusedEngine
 from lbm.lattice import Lattice
-from lbm.stages import FUSED_STEP, HALO, TIMESTEP
+from lbm.stages import CORE_STAGES, FUSED_STEP, HALO, TIMESTEP
 
 
 def block_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice,
@@ -54,7 +54,22 @@ def block_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, latti
 Piece = tuple[str, tuple[int, ...]]
 
 
-def plan(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]:
+@dataclass(frozen=True)
+class DenseForms:
+    """The dense block forms of a setup's conditions on a layout (:func:`block_forms`), and the timestep as pieces
+    (:func:`pieces_of`)."""
+
+    forms: tuple[BoundaryCondition, ...]
+    pieces: tuple[Piece, ...]
+
+
+def dense_forms(setup: Setup, layout: Layout) -> DenseForms:
+    """The setup's dense block forms and pieces on ``layout``; EngineUnavailable where there are none."""
+    forms = block_forms(setup.boundaries, layout, setup.lattice, setup.dtype)
+    return DenseForms(forms=forms, pieces=tuple(pieces_of(setup, forms)))
+
+
+def pieces_of(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]:
     """The timestep as (stage, indices of its block-form conditions), with ``halo`` before the first stage that
     reads across a face; EngineUnavailable if a block-local condition would have to follow the halo."""
     pieces: list[Piece] = []
@@ -65,7 +80,7 @@ def plan(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]:
         local = tuple(i for i in mine if not forms[i].after_halo)
         if ext and local and min(ext) < max(local) or halo_done and local:
             raise EngineUnavailable(f"stage {name}: a block-local condition follows one that reads across blocks")
-        if ext and name in CORE:
+        if ext and name in CORE_STAGES:
             raise EngineUnavailable(f"stage {name}: a condition reading across blocks in a core stage")
         if halo_done or ext or name == "stream":
             if not halo_done:
@@ -87,14 +102,14 @@ def piece_function(piece: Piece, setup: Setup, shape: tuple[int, ...]) -> Callab
     if name == HALO:
         def halo(s: StepState, params: Any) -> StepState:
             fields = sorted({r for i in idx for r in params[i].ghost_reads})
-            return s.replace(post=parallel.halo_extend(s.post, c, shape),
-                             **{r: plane_extend(getattr(s, r), shape, FACE_FIELDS[r]) for r in fields})
+            return s.replace(post=extend(s.post, shape, lattice_c=c),
+                             **{r: extend(getattr(s, r), shape, FACE_FIELDS[r]) for r in fields})
         return halo
 
     def part(s: StepState, params: Any) -> StepState:
         s = run_stage(name, s, tuple(params[i] for i in idx), setup)
         if name == "stream":
-            s = s.replace(f=parallel.crop(s.f, shape), post=None)
+            s = s.replace(f=crop(s.f, shape), post=None)
         return s
 
     part.__name__ = f"stage_{name}"
@@ -106,15 +121,15 @@ class ShardedSupport(OnMesh):
 
     setup: Setup
 
-    def _shard(self, shape: tuple[int, ...], devices: Any = None) -> None:
+    def _shard(self, layout: Layout, dense: DenseForms) -> None:
         setup = self.setup
-        self.layout = Layout(setup, shape, devices)
-        self.forms = block_forms(setup.boundaries, self.layout, setup.lattice, setup.dtype)
-        self.pieces = plan(setup, self.forms)
+        self.layout = layout
+        self.forms, self.pieces = dense.forms, list(dense.pieces)
         self.functions = [piece_function(p, setup, self.layout.shape) for p in self.pieces]
         self.dense = as_arrays(setup.boundaries)
         self.params = self.forms
-        self.plan_halo_bytes = plane_bytes(self.forms, self.layout, setup.lattice, jnp.dtype(setup.dtype).itemsize)
+        self.plan_halo_bytes = plane_bytes(self.forms, self.layout.block, self.layout.shape, setup.lattice,
+                                           jnp.dtype(setup.dtype).itemsize)
 
     def _dense_params(self) -> Any:
         return self.dense
@@ -139,9 +154,9 @@ class ShardedEngine(ShardedSupport, FusedEngine):
 
     name = "sharded"
 
-    def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", devices: Any = None) -> None:
+    def __init__(self, setup: Setup, layout: Layout, dense: DenseForms, storage: str = "compute") -> None:
         FusedEngine.__init__(self, setup, storage)
-        self._shard(shape, devices)
+        self._shard(layout, dense)
         self.note = self.shard_note()
 
     def chunk_function(self, n: int) -> Any:
@@ -178,12 +193,10 @@ class ShardedInstrumentedEngine(ShardedSupport, InstrumentedEngine):
 
     name = "instrumented"
 
-    def __init__(self, setup: Setup, shape: tuple[int, ...], sync: bool = False) -> None:
-        from lbm.engines.base import Engine
-
+    def __init__(self, setup: Setup, layout: Layout, dense: DenseForms, sync: bool = False) -> None:
         Engine.__init__(self, setup)
         self.sync = sync
-        self._shard(shape)
+        self._shard(layout, dense)
         specs = state_specs(self.layout.ndim)
         pspecs = param_specs(self.params)
         self._jitted_pieces = [
