@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from lbm.boundaries.base import BoundaryCondition, neighbour
+from lbm.boundaries.base import BoundaryCondition, neighbour, pytree_dataclass
 from lbm.engines.base import EngineUnavailable
 from lbm.lattice import Lattice
 from lbm.stages import STAGES
@@ -73,6 +73,24 @@ def slot_maps(lattice: Lattice, shape: tuple[int, ...], cells: np.ndarray, schem
     return read.astype(dtype), write.astype(dtype)
 
 
+@pytree_dataclass
+class Slots:
+    """int32 slots ``(Q, n)`` of a block's cells in one streaming scheme: to gather before the kernel runs (every
+    block cell), to write after it (the written cells), and to read after it (``observe``: the observed cells)."""
+
+    gather: Any
+    observe: Any
+    write: Any
+
+
+@pytree_dataclass
+class BlockArrays:
+    """What a jitted step reads of the boundary-cell block: its slots per scheme and the conditions' block forms."""
+
+    boundaries: tuple[BoundaryCondition, ...]
+    slots: dict[str, Slots]
+
+
 @dataclass(frozen=True)
 class Block:
     """Gathered cells in block order: ``size`` written cells first, then the ghosts (read only).
@@ -104,13 +122,12 @@ class Block:
         flat = values.reshape(lead + (-1,))[..., self.cells]
         return flat.reshape(lead + (self.cells.size,) + (1,) * (len(self.shape) - 1))
 
-    def slots(self, scheme: str) -> dict[str, np.ndarray]:
-        """int32 slots to gather before the kernel runs (every block cell), to write after (written cells), and
-        to read after it (``observe``: the observed cells' write slots)."""
+    def slots(self, scheme: str) -> Slots:
+        """The block's slots in ``scheme`` (:class:`Slots`)."""
         read, _ = slot_maps(self.lattice, self.shape, self.cells, scheme)
         _, write = slot_maps(self.lattice, self.shape, self.cells[: self.size], scheme)
-        return {"gather": read.astype(np.int32), "write": write.astype(np.int32),
-                "observe": write[:, self.size - self.observed:].astype(np.int32)}
+        return Slots(gather=read.astype(np.int32), write=write.astype(np.int32),
+                     observe=write[:, self.size - self.observed:].astype(np.int32))
 
 
 def plan_block(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[BoundaryCondition, ...]) -> Block | None:
@@ -136,12 +153,13 @@ def plan_block(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[Bound
                  size=int(written.size))
 
 
-def plan_arrays(block: Block | None, boundaries: tuple[BoundaryCondition, ...]) -> dict[str, Any]:
-    """What the jitted step reads: gather and write slots per scheme, and the boundary conditions on the block."""
+def plan_arrays(block: Block | None, boundaries: tuple[BoundaryCondition, ...]) -> BlockArrays | None:
+    """What the jitted step reads of the block (None without one); ValueError where a block form needs a layout this
+    block does not have."""
     if block is None:
-        return {}
-    return {"slots": {s: block.slots(s) for s in SCHEMES},
-            "boundaries": tuple(bc.on_block(block) for bc in boundaries)}
+        return None
+    return BlockArrays(slots={s: block.slots(s) for s in SCHEMES},
+                       boundaries=tuple(bc.on_block(block) for bc in boundaries))
 
 
 OBSERVING = STAGES[STAGES.index("bounce_back") + 1:STAGES.index("stream")]

@@ -92,12 +92,12 @@ class PallasEngine(BulkKernelEngine):
         if self.block is None:
             return out, {}
         lat, setup = self.setup.lattice, self.setup
-        slots = params["block"]["slots"]["push"]
-        pre = f.reshape(-1)[slots["gather"]].reshape((lat.q, -1) + (1,) * (lat.d - 1))
-        s = run_stages(self._stages, StepState(f=pre, t=t), params["block"]["boundaries"], setup)
+        slots = params.block.slots["push"]
+        pre = f.reshape(-1)[slots.gather].reshape((lat.q, -1) + (1,) * (lat.d - 1))
+        s = run_stages(self._stages, StepState(f=pre, t=t), params.block.boundaries, setup)
         post = s.post.reshape(lat.q, -1)[:, : self.block.size]
         with jax.named_scope("stream"):
-            out = out.reshape(-1).at[slots["write"]].set(post, unique_indices=True, indices_are_sorted=False)
+            out = out.reshape(-1).at[slots.write].set(post, unique_indices=True, indices_are_sorted=False)
         return out.reshape(f.shape), outputs(s)
 
     def chunk_function(self, n: int) -> Any:
