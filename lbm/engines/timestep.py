@@ -23,7 +23,7 @@ from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
 from lbm.lattice import Lattice
-from lbm.stages import STAGES
+from lbm.stages import CORE_STAGES, STAGES
 
 Boundaries = tuple[BoundaryCondition, ...]
 
@@ -49,15 +49,14 @@ def _stream(s: StepState, setup: Setup) -> StepState:
     return s.replace(f=stream(s.post, setup.lattice))
 
 
-CORE: dict[str, Callable[[StepState, Setup], StepState]] = {
-    "macroscopic": _macroscopic, "equilibrium": _equilibrium, "collide": _collide, "stream": _stream,
-}
-"""The stages every timestep runs on every cell, whatever the case."""
+CORE: dict[str, Callable[[StepState, Setup], StepState]] = dict(
+    zip(CORE_STAGES, (_macroscopic, _equilibrium, _collide, _stream), strict=True))
+"""The work of the stages every timestep runs on every cell, whatever the case (lbm.stages.CORE_STAGES)."""
 
 
 def active_stages(setup: Setup) -> tuple[str, ...]:
     """The stages a setup's timestep runs, in timestep order."""
-    used = set(CORE) | {bc.stage for bc in setup.boundaries}
+    used = set(CORE_STAGES) | {bc.stage for bc in setup.boundaries}
     return tuple(s for s in STAGES if s in used)
 
 

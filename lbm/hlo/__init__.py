@@ -14,6 +14,8 @@ from lbm.hlo.parse import (
     TRIVIAL,
     HloModule,
     Instruction,
+    array_bytes,
+    by_name,
     compiled_cost,
     count_fusions,
     count_ops,
@@ -24,7 +26,6 @@ from lbm.hlo.parse import (
     loop_body,
     parse_hlo,
     program_facts,
-    shape_bytes,
     stages_in,
 )
 from lbm.hlo.traffic import (
@@ -32,7 +33,6 @@ from lbm.hlo.traffic import (
     CollectiveTraffic,
     KernelTraffic,
     LoopTraffic,
-    array_bytes,
     collective_kind,
     collectives,
     loop_traffic,
@@ -41,7 +41,7 @@ from lbm.hlo.traffic import (
 )
 
 __all__ = ["COLLECTIVES", "ITEMSIZE", "STAGE_COLORS", "TRIVIAL", "CollectiveTraffic", "HloModule", "Instruction",
-           "KernelTraffic", "LoopTraffic", "array_bytes", "collective_kind", "collectives", "compiled_cost",
+           "KernelTraffic", "LoopTraffic", "array_bytes", "by_name", "collective_kind", "collectives", "compiled_cost",
            "count_fusions", "count_ops", "fusion_inventory", "fusion_kind", "kernel_bytes", "kernel_stages",
-           "loop_body", "loop_traffic", "main_loop", "parse_hlo", "program_facts", "shape_bytes", "stages_in",
+           "loop_body", "loop_traffic", "main_loop", "parse_hlo", "program_facts", "stages_in",
            "to_dot", "tuple_elements"]

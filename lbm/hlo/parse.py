@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from lbm.stages import BULK_PREFIX, STAGES
+from lbm.stages import scope_names
 
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->.*\{\s*$|^(ENTRY\s+)?%?([\w.\-]+)\s*\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
@@ -23,7 +23,12 @@ _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _CALLED = re.compile(r"\b(calls|body|condition|to_apply|branch_computations)=\{?([^,}]*(?:,\s*%[\w.\-]+)*)\}?")
 _OPERAND = re.compile(r"%([\w.\-]+)")
 _MODULE = re.compile(r"^HloModule\s+([\w.\-]+)")
-_SHAPE = re.compile(r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f8\w*|bf16|f16|f32|f64|c64|c128)\[([\d,]*)\]")
+_ARRAY = re.compile(r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f8\w*|bf16|f16|f32|f64|c64|c128)\[([\d,]*)\]"
+                    r"(?:\{([^}]*)\})?")
+"""An array in a shape text: dtype, dimensions, layout (with tiling ``T(..)`` and memory space ``S(..)``)."""
+_TILE = re.compile(r"T\(([\d,]+)\)")
+_SPACE = re.compile(r"S\((\d+)\)")
+_TARGET = re.compile(r'custom_call_target="([^"]+)"')
 
 ITEMSIZE = {"pred": 1, "s4": 1, "s8": 1, "s16": 2, "s32": 4, "s64": 8, "u4": 1, "u8": 1, "u16": 2, "u32": 4,
             "u64": 8, "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
@@ -44,6 +49,11 @@ class Instruction:
     called: list[str]
     attrs: str = ""
     """The instruction's text after its operands (kind, backend_config, custom_call_target, metadata, ...)."""
+    shape: str = ""
+    """The result's shape text (layout included)."""
+    root: bool = False
+    literal: str = ""
+    """A parameter's number or a constant's literal (they have no operands)."""
 
 
 @dataclass
@@ -77,15 +87,31 @@ class HloModule:
         return out
 
 
-def shape_bytes(text: str) -> int:
-    """Bytes of all array shapes in an HLO shape text (tuples summed)."""
+def array_bytes(shape_text: str, space: int | None = 0, tiled: bool = True) -> int:
+    """Bytes of the arrays of an HLO shape text (tuples summed) in memory space ``space`` (None: all), the layout's
+    tiling included where ``tiled`` (the one byte counter of HLO shapes in lbm)."""
     total = 0
-    for dtype, dims in _SHAPE.findall(text):
+    for dtype, dims_text, layout in _ARRAY.findall(shape_text):
+        dims = [int(d) for d in dims_text.split(",") if d]
+        found = _SPACE.search(layout or "")
+        if space is not None and (int(found.group(1)) if found else 0) != space:
+            continue
+        if layout and tiled:
+            tile = _TILE.search(layout)
+            order = [int(d) for d in layout.split(":")[0].split(",") if d.strip().isdigit()]
+            if tile and len(order) == len(dims):
+                sizes = [int(t) for t in tile.group(1).split(",")]
+                physical = [dims[d] for d in reversed(order)]  # major to minor
+                physical = [1] * max(0, len(sizes) - len(physical)) + physical
+                for k, t in enumerate(sizes, start=len(physical) - len(sizes)):
+                    physical[k] = -(-physical[k] // t) * t
+                dims = physical
         n = 1
-        for d in filter(None, dims.split(",")):
-            n *= int(d)
+        for d in dims:
+            n *= d
         total += n * ITEMSIZE.get(dtype, 1)
     return total
+
 
 
 @dataclass(frozen=True)
@@ -148,10 +174,17 @@ def parse_hlo(text: str) -> HloModule:
         for _, group in _CALLED.findall(raw.attrs):
             called += _OPERAND.findall(group) or [g.strip() for g in group.split(",") if g.strip()]
         opn = _OP_NAME.search(raw.attrs)
+        plain = raw.opcode in ("parameter", "constant")  # their "operand" is a number or literal
         module.computations[raw.computation].append(
-            Instruction(raw.name, raw.opcode, shape_bytes(raw.shape), _OPERAND.findall(raw.args),
-                        opn.group(1) if opn else "", called, raw.attrs))
+            Instruction(raw.name, raw.opcode, array_bytes(raw.shape, None, tiled=False), _OPERAND.findall(raw.args),
+                        opn.group(1) if opn else "", called, raw.attrs, raw.shape, raw.root,
+                        raw.args.strip() if plain else ""))
     return module
+
+
+def by_name(module: HloModule) -> dict[str, dict[str, Instruction]]:
+    """Computation name -> instruction name -> instruction, in text order."""
+    return {comp: {ins.name: ins for ins in body} for comp, body in module.computations.items()}
 
 
 def stages_in(op_name: str, stages: Iterable[str]) -> list[str]:
@@ -161,18 +194,7 @@ def stages_in(op_name: str, stages: Iterable[str]) -> list[str]:
     e.g. the native bulk kernel's ``fused_bulk+macroscopic+equilibrium+collide+stream``).
     """
     wanted = set(stages)
-    return [name for part in op_name.split("/") for name in _scope_components(part) if name in wanted]
-
-
-_STAGE_WORDS = re.compile("|".join(sorted(map(re.escape, STAGES), key=len, reverse=True)))
-
-
-def _scope_components(part: str) -> list[str]:
-    """A scope component's names: split at ``+``; a bulk kernel's name whose ``+`` became ``_`` (Triton kernel
-    names are identifiers: ``fused_bulk_macroscopic_equilibrium_collide_stream``) gives the stages it names."""
-    if "+" in part or not part.startswith(BULK_PREFIX) or part == BULK_PREFIX:
-        return part.split("+")
-    return _STAGE_WORDS.findall(part[len(BULK_PREFIX):])
+    return [name for part in op_name.split("/") for name in scope_names(part) if name in wanted]
 
 
 def kernel_stages(module: HloModule, stages: Iterable[str]) -> dict[str, list[str]]:
@@ -229,7 +251,6 @@ def count_ops(module: HloModule) -> dict[str, int]:
 _BACKEND_KIND = re.compile(r'"kind":"([^"]+)"')
 _XLA_KIND = re.compile(r"\bkind=(k\w+)")
 _BODY = re.compile(r"\bbody=%?([\w.\-]+)")
-_TARGET = re.compile(r'custom_call_target="([^"]+)"')
 
 
 def fusion_kind(ins: Instruction) -> str:

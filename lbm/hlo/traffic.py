@@ -6,7 +6,18 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lbm.hlo.parse import _OPERAND, ITEMSIZE, TRIVIAL, HloModule, _scan, kernel_stages, parse_hlo
+from lbm.hlo.parse import (
+    _ARRAY,
+    _SPACE,
+    _TARGET,
+    TRIVIAL,
+    HloModule,
+    Instruction,
+    array_bytes,
+    by_name,
+    kernel_stages,
+    parse_hlo,
+)
 
 # --- memory traffic of a compiled loop body (inspect) ------------------------------------------------------------
 #
@@ -29,43 +40,13 @@ from lbm.hlo.parse import _OPERAND, ITEMSIZE, TRIVIAL, HloModule, _scan, kernel_
 # - sizes follow the layout: a TPU tiling ``T(8,128)`` pads the minor dimensions; a buffer in a memory space other
 #   than 0 (``S(1)``: TPU VMEM, on chip) is not memory traffic; its bytes are counted apart as on-chip traffic.
 
-_ARRAY = re.compile(r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f8\w*|bf16|f16|f32|f64|c64|c128)\[([\d,]*)\]"
-                    r"(?:\{([^}]*)\})?")
-_TILE = re.compile(r"T\(([\d,]+)\)")
-_SPACE = re.compile(r"S\((\d+)\)")
 _FUSION_KIND = re.compile(r"\bkind=(\w+)")
-_CC_TARGET = re.compile(r'custom_call_target="([^"]+)"')
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 _CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
 _IN_PLACE = ("dynamic-update-slice", "scatter")
 _SELECT = ("slice", "dynamic-slice", "gather")
 _PASS = ("concatenate", "pad", "reverse", "transpose", "reshape", "bitcast", "copy", "dynamic-update-slice",
          "reduce", "reduce-window")
-
-
-def array_bytes(shape_text: str, space: int | None = 0) -> int:
-    """Bytes of the arrays of an HLO shape text (tuples summed) in memory space ``space`` (None: all), tiling included."""
-    total = 0
-    for dtype, dims_text, layout in _ARRAY.findall(shape_text):
-        dims = [int(d) for d in dims_text.split(",") if d]
-        found = _SPACE.search(layout or "")
-        if space is not None and (int(found.group(1)) if found else 0) != space:
-            continue
-        if layout:
-            tile = _TILE.search(layout)
-            order = [int(d) for d in layout.split(":")[0].split(",") if d.strip().isdigit()]
-            if tile and len(order) == len(dims):
-                sizes = [int(t) for t in tile.group(1).split(",")]
-                physical = [dims[d] for d in reversed(order)]  # major to minor
-                physical = [1] * max(0, len(sizes) - len(physical)) + physical
-                for k, t in enumerate(sizes, start=len(physical) - len(sizes)):
-                    physical[k] = -(-physical[k] // t) * t
-                dims = physical
-        n = 1
-        for d in dims:
-            n *= d
-        total += n * ITEMSIZE.get(dtype, 1)
-    return total
 
 
 def _elements(shape_text: str) -> int:
@@ -92,31 +73,6 @@ def tuple_elements(shape_text: str) -> list[str]:
             if depth == 0:
                 break
     return [p for p in parts if p]
-
-
-@dataclass
-class _Line:
-    """One instruction's raw text: its shape, opcode, operands in order, the attributes after them, ROOT or not."""
-
-    name: str
-    shape: str
-    opcode: str
-    operands: list[str]
-    attrs: str
-    root: bool
-
-
-def _lines(text: str) -> dict[str, dict[str, _Line]]:
-    """Computation name → instruction name → raw instruction, in text order."""
-    out: dict[str, dict[str, _Line]] = {}
-    for raw in _scan(text):
-        if not raw.name:
-            out[raw.computation] = {}
-            continue
-        plain = raw.opcode in ("parameter", "constant")  # their "operand" is a number or literal
-        operands = [raw.args.strip()] if plain else _OPERAND.findall(raw.args)
-        out[raw.computation][raw.name] = _Line(raw.name, raw.shape, raw.opcode, operands, raw.attrs, raw.root)
-    return out
 
 
 @dataclass
@@ -163,7 +119,7 @@ def main_loop(text: str) -> tuple[str, int]:
     """Body computation and trip count of the outermost while loop with the most iterations (in the entry or a
     computation it calls); (entry, 1) without one."""
     module = parse_hlo(text)
-    lines = _lines(text)
+    lines = by_name(module)
     outer = [module.entry] if module.entry in lines else []
     for comp in outer:  # the entry and what it calls (the CPU backend may wrap the loop in a call)
         for ln in lines[comp].values():
@@ -180,8 +136,8 @@ def main_loop(text: str) -> tuple[str, int]:
             n = int(trip.group(1))
         else:  # a loop counted from 0: the largest integer constant its condition compares with
             cond = re.search(r"\bcondition=%?([\w.\-]+)", ln.attrs)
-            consts = [int(c.operands[0]) for comp in _reachable(lines, cond.group(1) if cond else "")
-                      for c in lines[comp].values() if c.opcode == "constant" and c.operands[0].isdigit()]
+            consts = [int(c.literal) for comp in _reachable(lines, cond.group(1) if cond else "")
+                      for c in lines[comp].values() if c.opcode == "constant" and c.literal.isdigit()]
             n = max(consts, default=1)
         size = sum(array_bytes(x.shape, None) for x in lines.get(body.group(1), {}).values())
         if best is None or (n, size) > best[:2]:
@@ -189,7 +145,7 @@ def main_loop(text: str) -> tuple[str, int]:
     return (best[2], best[0]) if best else (module.entry, 1)
 
 
-def _reachable(lines: dict[str, dict[str, _Line]], comp: str) -> list[str]:
+def _reachable(lines: dict[str, dict[str, Instruction]], comp: str) -> list[str]:
     """``comp`` and the computations its instructions call (fusions, calls), transitively."""
     seen = [comp] if comp in lines else []
     for c in seen:
@@ -200,7 +156,7 @@ def _reachable(lines: dict[str, dict[str, _Line]], comp: str) -> list[str]:
     return seen
 
 
-def _through_bitcasts(comp: dict[str, _Line], name: str) -> str:
+def _through_bitcasts(comp: dict[str, Instruction], name: str) -> str:
     """The instruction a chain of bitcasts ends at, walking towards the operand."""
     for _ in range(64):
         if name not in comp or comp[name].opcode != "bitcast":
@@ -209,7 +165,7 @@ def _through_bitcasts(comp: dict[str, _Line], name: str) -> str:
     return name
 
 
-def _update_bytes(comp: dict[str, _Line], ln: _Line, target_shape: str, space: int | None) -> int:
+def _update_bytes(comp: dict[str, Instruction], ln: Instruction, target_shape: str, space: int | None) -> int:
     """Bytes an in-place dynamic-update-slice or scatter writes into a buffer of ``target_shape``: its update
     operand, if that buffer is in memory space ``space`` (None: any)."""
     found = _SPACE.search(_ARRAY.search(target_shape).group(3) or "") if _ARRAY.search(target_shape) else None
@@ -219,7 +175,7 @@ def _update_bytes(comp: dict[str, _Line], ln: _Line, target_shape: str, space: i
     return array_bytes(comp[update].shape, None) if update in comp else 0
 
 
-def _overwrites(lines: dict[str, dict[str, _Line]], scatter: _Line) -> bool:
+def _overwrites(lines: dict[str, dict[str, Instruction]], scatter: Instruction) -> bool:
     """Whether a scatter's combiner returns the update unchanged (a set, which reads nothing of the target)."""
     combiner = re.search(r"\bto_apply=%?([\w.\-]+)", scatter.attrs)
     body = lines.get(combiner.group(1), {}) if combiner else {}
@@ -227,7 +183,7 @@ def _overwrites(lines: dict[str, dict[str, _Line]], scatter: _Line) -> bool:
     return root is not None and root.opcode == "parameter"
 
 
-def _fusion_traffic(lines: dict[str, dict[str, _Line]], comp: dict[str, _Line], ln: _Line, output: str,
+def _fusion_traffic(lines: dict[str, dict[str, Instruction]], comp: dict[str, Instruction], ln: Instruction, output: str,
                     space: int | None) -> tuple[int, int]:
     """(bytes read, bytes written) of a fusion ``ln`` whose outputs have the shape text ``output``."""
     called = _CALLS.search(ln.attrs)
@@ -268,7 +224,7 @@ def _fusion_traffic(lines: dict[str, dict[str, _Line]], comp: dict[str, _Line], 
             else:
                 frac = 1.0
             demand[o] = demand.get(o, 0.0) + frac
-    params = {int(p.operands[0]): p.name for p in fused.values() if p.opcode == "parameter" and p.operands[0].isdigit()}
+    params = {int(p.literal): p.name for p in fused.values() if p.opcode == "parameter" and p.literal.isdigit()}
     read = extra_read
     for k, o in enumerate(ln.operands):
         if o in ln.operands[:k] or o not in comp:
@@ -277,7 +233,7 @@ def _fusion_traffic(lines: dict[str, dict[str, _Line]], comp: dict[str, _Line], 
     return read, written
 
 
-def _kernel_traffic(lines: dict[str, dict[str, _Line]], comp: dict[str, _Line], ln: _Line, space: int | None = 0
+def _kernel_traffic(lines: dict[str, dict[str, Instruction]], comp: dict[str, Instruction], ln: Instruction, space: int | None = 0
                     ) -> tuple[int, int]:
     """(bytes read, bytes written) in memory space ``space`` (None: all) of one top-level instruction ``ln``."""
     size = {o: array_bytes(comp[o].shape, space) if o in comp else 0 for o in ln.operands}
@@ -304,7 +260,7 @@ def _kernel_traffic(lines: dict[str, dict[str, _Line]], comp: dict[str, _Line], 
 def loop_traffic(text: str, stages: Iterable[str]) -> LoopTraffic:
     """Kernels of the main loop body of compiled HLO text, with their stages and the bytes each moves per iteration."""
     module = parse_hlo(text)
-    lines = _lines(text)
+    lines = by_name(module)
     body, trip = main_loop(text)
     kstages = kernel_stages(module, list(stages))
     rows: list[KernelTraffic] = []
@@ -325,7 +281,7 @@ def loop_traffic(text: str, stages: Iterable[str]) -> LoopTraffic:
             output = parts[0] if ln.opcode == "copy-start" else parts[1] if ln.opcode.endswith("-start") else ln.shape
             upper = array_bytes(output) + sum(array_bytes(comp[o].shape) for o in dict.fromkeys(ln.operands) if o in comp)
             found = _FUSION_KIND.search(ln.attrs) if ln.opcode in ("fusion", "fusion-start") else (
-                _CC_TARGET.search(ln.attrs) if ln.opcode == "custom-call" else None)
+                _TARGET.search(ln.attrs) if ln.opcode == "custom-call" else None)
             kind = found.group(1) if found else ln.opcode
             rows.append(KernelTraffic(ln.name, kind, ln.opcode, kstages.get(ln.name, []), read, written,
                                       read_all - read, written_all - written, upper))
