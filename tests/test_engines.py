@@ -107,11 +107,13 @@ def test_chunks_compose_like_one_dispatch():
 def test_physics_validations_hold_on_the_native_engine():
     """Taylor-Green decay within 1% of the analytic rate, the mass of a periodic box conserved to round-off."""
     run = run_config("case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=2000", "output.every=500")
-    case, setup, fields = advance(run)  # fused mode: auto engine = native here
+    case, setup, fields = advance(run, engine="native")
+    assert fields["engine"] == "native"
     for step, amp in case.samples[1:]:
         assert amp == pytest.approx(run.u_lattice * math.exp(-2 * setup.nu * (2 * math.pi / 64) ** 2 * step), rel=0.01)
     run = run_config("case=taylor_green", "grid.nx=32", "grid.ny=24", "steps=501", "precision=float64")
-    _, setup, fields = advance(run)
+    _, setup, fields = advance(run, engine="native")
+    assert fields["engine"] == "native"
     assert fields["f"].sum() == pytest.approx(np.asarray(setup.initial_populations()).sum(), rel=1e-13)
 
 

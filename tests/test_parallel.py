@@ -332,13 +332,18 @@ def test_two_processes_equal_one_device(tmp_path):
     """jax.distributed on localhost: 2 processes with 2 CPU devices each run one 2x2 mesh; process 0 writes."""
     base = ["case=cylinder", "grid.nx=64", "grid.ny=32", "steps=40", "precision=float64", "output.progress=none",
             "engine=xla"]
-    port = free_port()
-    procs = [lbm_run(base + ["parallel.devices=4", "parallel.mesh=[2,2]", f"parallel.coordinator=localhost:{port}",
-                             "parallel.num_processes=2", f"parallel.process_id={i}",
-                             f"hydra.run.dir={tmp_path / 'multi'}"], devices=2) for i in range(2)]
-    procs.append(lbm_run(base + [f"hydra.run.dir={tmp_path / 'one'}"], devices=1))
-    logs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(log[-2000:] for log in logs)
+    one = lbm_run(base + [f"hydra.run.dir={tmp_path / 'one'}"], devices=1)
+    for attempt in range(3):  # the free port may be taken before the coordinator binds it: then a new one
+        port = free_port()
+        procs = [lbm_run(base + ["parallel.devices=4", "parallel.mesh=[2,2]", f"parallel.coordinator=localhost:{port}",
+                                 "parallel.num_processes=2", f"parallel.process_id={i}",
+                                 f"hydra.run.dir={tmp_path / f'multi{attempt}'}"], devices=2) for i in range(2)]
+        logs = [p.communicate(timeout=600)[0] for p in procs]
+        if not any(p.returncode and "already in use" in log.lower() for p, log in zip(procs, logs, strict=True)):
+            break
+    (tmp_path / f"multi{attempt}").rename(tmp_path / "multi")
+    logs.append(one.communicate(timeout=600)[0])
+    assert [p.returncode for p in (*procs, one)] == [0, 0, 0], "\n".join(log[-2000:] for log in logs)
     multi = json.loads((tmp_path / "multi" / "metrics.json").read_text())
     assert multi["parallel"] == {"devices": 4, "mesh": [2, 2], "block": [32, 16], "partitioner": "shard_map",
                                  "processes": 2}
