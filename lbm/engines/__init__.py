@@ -16,7 +16,7 @@ import jax
 
 from lbm.cases.base import Setup
 from lbm.config.run import ENGINES, MODES  # the choices of the config keys engine and mode
-from lbm.engines.base import STORAGES, Engine, EngineUnavailable
+from lbm.engines.base import STORAGES, Engine, EngineUnavailable, Unavailable, attempt
 from lbm.engines.instrumented import InstrumentedEngine
 from lbm.engines.pallas import ACCELERATORS
 from lbm.engines.xla import XlaEngine
@@ -43,15 +43,15 @@ def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     platform = platform or jax.default_backend()
-    if engine == "auto":
-        engine = "native" if platform == "cpu" else "pallas" if platform in ACCELERATORS else "xla"
-        try:
-            return _named(engine, setup, storage, platform)
-        except EngineUnavailable as exc:
-            fallback = XlaEngine(setup, storage)
-            fallback.note = str(exc)
-            return fallback
-    return _named(engine, setup, storage, platform)
+    if engine != "auto":
+        return _named(engine, setup, storage, platform)
+    engine = "native" if platform == "cpu" else "pallas" if platform in ACCELERATORS else "xla"
+    chosen = attempt(_named, engine, setup, storage, platform)
+    if not isinstance(chosen, Unavailable):
+        return chosen
+    fallback = XlaEngine(setup, storage)
+    fallback.note = chosen.reason
+    return fallback
 
 
 def _named(engine: str, setup: Setup, storage: str, platform: str) -> Engine:

@@ -13,6 +13,8 @@ single-device defaults here that the engines on a mesh (lbm.engines.sharded) ove
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -34,6 +36,22 @@ STORAGE_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16}
 class EngineUnavailable(FormUnavailable):
     """An engine cannot run this setup here (the reason is the message); a condition without a form an engine
     needs is one such reason."""
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why an engine, or a form it needs, cannot be built here (the value :func:`attempt` returns instead)."""
+
+    reason: str
+
+
+def attempt(build: Callable[..., Any], *args: Any) -> Any:
+    """``build(*args)``, or :class:`Unavailable` with the reason it cannot be built: how engines are chosen from
+    what can be built, without a chain of fallbacks on exceptions."""
+    try:
+        return build(*args)
+    except EngineUnavailable as exc:
+        return Unavailable(str(exc))
 
 
 def rest(lattice: Lattice, dtype: Any, ndim: int) -> jnp.ndarray:

@@ -7,34 +7,17 @@ periodic grid with the boundary cells by a plan per block (Pallas, or the xla st
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax
 
 from lbm.cases.base import Setup
-from lbm.engines.base import Engine, EngineUnavailable
+from lbm.engines.base import Engine, EngineUnavailable, Unavailable, attempt
 from lbm.engines.sharded.blockplan import BlockPlan, ShardedPallasEngine, ShardedPlanEngine, block_plan, plan_engine
 from lbm.engines.sharded.dense import DenseForms, ShardedEngine, ShardedInstrumentedEngine, dense_forms
 from lbm.engines.sharded.gspmd import GspmdEngine
 from lbm.engines.sharded.layout import Layout
 from lbm.parallel import single_device_refusal
-
-
-@dataclass(frozen=True)
-class Unavailable:
-    """Why a form an engine needs cannot be built here."""
-
-    reason: str
-
-
-def attempt(build: Callable[..., Any], *args: Any) -> Any:
-    """``build(*args)``, or :class:`Unavailable` with the reason it cannot be built (EngineUnavailable)."""
-    try:
-        return build(*args)
-    except EngineUnavailable as exc:
-        return Unavailable(str(exc))
 
 
 def make_sharded(setup: Setup, shape: tuple[int, ...], mode: str = "fused", engine: str = "auto",
