@@ -6,15 +6,12 @@ the block itself; then the ``halo`` stage gives the post-collision populations a
 the populations that enter the block (``ppermute``, only those crossing each face; with a parabolic
 wall also the planes of rho and u); the stages that read across a face (half-way, moving and
 interpolated walls, forces, stream) run on the extended block, and streaming crops it back.
-Boundary conditions get a block form here (:func:`block_forms`): face conditions act only on the
-edge blocks, masks and link arrays are laid out per block, forces are summed over the blocks with
-``psum``. ``fused``: n steps under ``lax.scan`` in one jit, each stage
-(``halo`` too) in ``jax.named_scope``; ``instrumented``: each stage its own jit, annotated.
-
-The ``pallas`` engine on a mesh (:class:`ShardedPallasEngine`) runs the Pallas bulk kernel on each
-block as a periodic grid of its own, and the boundary cells by the native engine's plan
-(lbm.engines.plan.plan_block) built per block on the block's extended index space
-(:func:`block_plan`), padded to one form for all blocks.
+Each boundary condition gives its block form (:func:`block_forms`, its
+:meth:`~lbm.boundaries.base.BoundaryCondition.on_mesh`): face conditions act only on the edge blocks,
+masks and link arrays are laid out per block, forces are summed over the blocks with ``psum``.
+``fused``: n steps under ``lax.scan`` in one jit, each stage (``halo`` too) in ``jax.named_scope``;
+``instrumented``: each stage its own jit, annotated. The other design, a bulk step per block with a
+boundary-cell plan per block, is lbm.engines.sharded.blockplan.
 """
 
 from __future__ import annotations
@@ -117,7 +114,7 @@ def piece_function(piece: Piece, setup: Setup, shape: tuple[int, ...]) -> Callab
 
 
 class ShardedSupport(OnMesh):
-    """What the shard_map engines share: the layout, the block-form conditions, the plan."""
+    """What the shard_map engines share: the layout, the block-form conditions, the pieces of the timestep."""
 
     setup: Setup
 
@@ -145,7 +142,7 @@ class ShardedSupport(OnMesh):
         return tuple(dict.fromkeys(p[0] for p in self.pieces))
 
     def halo_at(self) -> int:
-        """Position of the halo piece in the plan."""
+        """Position of the halo piece among the pieces."""
         return [p[0] for p in self.pieces].index(HALO)
 
 
