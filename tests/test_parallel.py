@@ -168,7 +168,7 @@ def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
 
 
 ST = ["case=schafer_turek", "case.cells_per_diameter=4"]
-DENSE_FORMS = {  # every condition that once had no dense block form (lbm.engines.sharded.block_forms)
+DENSE_FORMS = {  # the conditions whose mesh forms read beyond a plain mask (their on_mesh)
     # Zou-He pressure outlet, inlet, half-way walls, linear BFL cylinder (straddling the seam at y = 9), forces
     "schafer_turek": (ST, [[1, 2]]),
     # the parabolic wall: 4 of its links read rho, u at a far cell in the other block (exchanged by the halo)
