@@ -232,7 +232,7 @@ def test_fast_lane_sharded_run_with_boundary_conditions():
 
 def test_a_vortex_crosses_block_faces_without_a_seam():
     r = worker("vortex", {"steps": 500}, devices=4)
-    assert r["f"] <= 1e-13 and r["u"] <= 1e-13, r  # 500 steps of float64 rounding (measured ~1e-16)
+    assert r["f"] <= 3e-15 and r["u"] <= 3e-15, r  # 500 steps of float64 rounding (measured 1.3e-15, 1.2e-15)
     # the vortex started at x = 12 in block 0 and is carried at u = 0.05 across the face at x = 15.5
     assert 30 <= r["centre_x"] <= 45, r
     # vorticity changes no faster across the block faces than anywhere else
