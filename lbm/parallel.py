@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -174,104 +173,12 @@ def extended(a: np.ndarray, shape: Sequence[int], lead: int = 1) -> np.ndarray:
     return out
 
 
-def entering(lattice_c: np.ndarray, axis: int, sign: int) -> np.ndarray:
-    """Population indices with c_axis of ``sign``: those crossing a face normal to ``axis`` in that direction."""
-    return np.flatnonzero(np.sign(lattice_c[:, axis]) == sign)
+SINGLE_DEVICE_ENGINES = ("native",)
+"""Engines that run on one device only."""
 
 
-def halo_extend(post: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:
-    """A block ``(Q, *b)`` with ghost layers on its sharded faces holding the populations that enter it (ppermute).
-
-    Axes are exchanged one after another, each including the ghosts of the axes before, so the
-    diagonal populations reach the corner ghosts. Ghost entries of other populations are zero.
-    """
-    e = post
-    for axis, m in enumerate(shape):
-        if m == 1:
-            continue
-        ax = 1 + axis
-        up, down = entering(lattice_c, axis, 1), entering(lattice_c, axis, -1)
-        high = jax.lax.slice_in_dim(e, e.shape[ax] - 1, e.shape[ax], axis=ax)[up]
-        low = jax.lax.slice_in_dim(e, 0, 1, axis=ax)[down]
-        from_below = jax.lax.ppermute(high, AXES[axis], [(i, (i + 1) % m) for i in range(m)])
-        from_above = jax.lax.ppermute(low, AXES[axis], [(i, (i - 1) % m) for i in range(m)])
-        ghost = jnp.zeros_like(jax.lax.slice_in_dim(e, 0, 1, axis=ax))
-        e = jnp.concatenate([ghost.at[up].set(from_below), e, ghost.at[down].set(from_above)], axis=ax)
-    return e
-
-
-def ghost_owners(cells: np.ndarray, block: Sequence[int], shape: Sequence[int]
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For cells of a block's extended block (coordinates ``(D, n)``, ghost layers of width 1 on the sharded axes):
-    whether each lies in a ghost layer, the offset ``(D, n)`` of the neighbouring block that owns it (-1, 0, 1 per
-    axis), and its flat index in that block (own cells: their own)."""
-    cells = np.asarray(cells, np.int64)
-    offset = np.zeros_like(cells)
-    local = cells.copy()
-    for a, (b, m) in enumerate(zip(block, shape, strict=True)):
-        if m == 1:
-            continue
-        offset[a] = np.where(cells[a] == 0, -1, np.where(cells[a] == b + 1, 1, 0))
-        local[a] = np.where(cells[a] == 0, b - 1, np.where(cells[a] == b + 1, 0, cells[a] - 1))
-    return np.any(offset != 0, axis=0), offset, np.ravel_multi_index(tuple(local), tuple(block))
-
-
-def send_to(offset: Sequence[int], shape: Sequence[int]) -> list[tuple[int, int]]:
-    """``ppermute`` pairs over all mesh axes (linear block indices) from each block to the block at ``-offset``
-    from it (periodic): what each block sends to the neighbour that reads its cells at ``offset``."""
-    pairs = []
-    for b in range(math.prod(shape)):
-        coords = np.unravel_index(b, tuple(shape))
-        to = tuple((c - o) % m for c, o, m in zip(coords, offset, shape, strict=True))
-        pairs.append((b, int(np.ravel_multi_index(to, tuple(shape)))))
-    return pairs
-
-
-def return_wrapped(f: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:
-    """A block ``(Q, *b)`` after a push step that was periodic on the block, with the populations that wrapped
-    around a shared face sent to the neighbour they entered (ppermute) and the neighbour's taking their place.
-
-    A population leaving through the high face (c_a > 0) wrapped onto the block's own low face: it belongs on
-    the low face of the next block, which sends its own wrapped ones the same way; likewise through the low
-    face. The same populations cross each face as in :func:`halo_extend` (3 of 9 for D2Q9, 5 of 19 for
-    D3Q19). Axes one after another, so a diagonal population reaches the block across a corner.
-    """
-    for axis, m in enumerate(shape):
-        if m == 1:
-            continue
-        ax = 1 + axis
-        for sign, at, step in ((1, 0, 1), (-1, f.shape[ax] - 1, -1)):
-            moving = entering(lattice_c, axis, sign)
-            face = jax.lax.slice_in_dim(f, at, at + 1, axis=ax)
-            arrived = jax.lax.ppermute(face[moving], AXES[axis], [(i, (i + step) % m) for i in range(m)])
-            # the face slab whole, updated in place (a scatter into f itself would copy f)
-            f = jax.lax.dynamic_update_slice_in_dim(f, face.at[moving].set(arrived), at, axis=ax)
-    return f
-
-
-def crop(e: jnp.ndarray, shape: Sequence[int], lead: int = 1) -> jnp.ndarray:
-    """The interior of an extended block (ghost layers removed)."""
-    for axis, m in enumerate(shape):
-        if m > 1:
-            ax = lead + axis
-            e = jax.lax.slice_in_dim(e, 1, e.shape[ax] - 1, axis=ax)
-    return e
-
-
-def halo_bytes(lattice_c: np.ndarray, grid: Sequence[int], shape: Sequence[int], itemsize: int,
-               corners: bool = True) -> int:
-    """Bytes every block sends per step, summed over all blocks (the populations crossing each shared face).
-
-    ``corners``: the faces of each axis include the ghost cells of the axes before (:func:`halo_extend`);
-    without, the block's own faces only (:func:`return_wrapped`).
-    """
-    total, ext = 0, [n // m for n, m in zip(grid, shape, strict=True)]
-    for axis, m in enumerate(shape):
-        if m == 1:
-            continue
-        face = math.prod(ext[:axis] + ext[axis + 1:])
-        total += 2 * m * math.prod(s for a, s in enumerate(shape) if a != axis) * face * \
-            entering(lattice_c, axis, 1).size * itemsize
-        ext[axis] += 2 if corners else 0
-    return total
-
+def single_device_refusal(engine: str) -> str | None:
+    """Why ``engine`` cannot run on several devices (and what to do), or None where it can."""
+    if engine in SINGLE_DEVICE_ENGINES:
+        return f"the {engine} engine is single-device: use engine=xla, or parallel.devices=1"
+    return None

@@ -100,8 +100,3 @@ def measure_bandwidth(
 def lbm_bytes_per_cell(q: int, itemsize: int) -> int:
     """Minimum bytes moved per cell update: read and write every population once."""
     return 2 * q * itemsize
-
-
-def roofline_mlups(bandwidth_gbs: float, q: int, itemsize: int) -> float:
-    """Upper bound on million lattice updates per second for a memory-bound step."""
-    return bandwidth_gbs * 1e9 / lbm_bytes_per_cell(q, itemsize) / 1e6

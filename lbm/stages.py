@@ -7,6 +7,8 @@ prefix (``fused_bulk+macroscopic+equilibrium+collide+stream``) and the profiler 
 
 from __future__ import annotations
 
+import re
+
 STAGES = ("outflow", "macroscopic", "equilibrium", "inlet", "collide", "bounce_back", "forces", "stream")
 """Canonical stage names in timestep order."""
 
@@ -22,18 +24,25 @@ FUSED_STEP = "fused_step"
 BULK_PREFIX = "fused_bulk"
 """Prefix of the scope of a kernel that does several stages on every cell at once."""
 
-BULK_STAGES = ("macroscopic", "equilibrium", "collide", "stream")
-"""The stages a bulk kernel (native, Pallas) does on every cell."""
+CORE_STAGES = ("macroscopic", "equilibrium", "collide", "stream")
+"""Stages every timestep runs on every cell (the ones a bulk kernel, native or Pallas, does on every cell); the
+others come from the case's boundary conditions."""
 
-BULK_SCOPE = "+".join((BULK_PREFIX, *BULK_STAGES))
+BULK_SCOPE = "+".join((BULK_PREFIX, *CORE_STAGES))
 """named_scope of a bulk kernel: ``fused_bulk+macroscopic+equilibrium+collide+stream``."""
+
+_STAGE_WORDS = re.compile("|".join(sorted(map(re.escape, STAGES), key=len, reverse=True)))
+
+
+def scope_names(part: str) -> tuple[str, ...]:
+    """The names one scope component stands for: its ``+``-joined parts, or, for a bulk kernel's name whose ``+``
+    became ``_`` (Triton kernel names are identifiers: ``fused_bulk_macroscopic_equilibrium_collide_stream``),
+    the stages it names; otherwise the component itself."""
+    if "+" in part or not part.startswith(BULK_PREFIX) or part == BULK_PREFIX:
+        return tuple(part.split("+"))
+    return tuple(_STAGE_WORDS.findall(part[len(BULK_PREFIX):]))
 
 
 def split_scope(name: str) -> tuple[str, ...]:
-    """The stage names a scope component stands for: itself, or the ``+``-joined stages after a bulk prefix."""
-    if "+" in name:
-        return tuple(p for p in name.split("+")[1:] if p in STAGES)
-    return (name,) if name in STAGES or name == HALO else ()
-
-CORE_STAGES = ("macroscopic", "equilibrium", "collide", "stream")
-"""Stages every timestep runs on every cell; the others come from the case's boundary conditions."""
+    """The stage names (``halo`` included) a scope component stands for (:func:`scope_names`)."""
+    return tuple(n for n in scope_names(name) if n in STAGES or n == HALO)

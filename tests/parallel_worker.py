@@ -31,9 +31,9 @@ def advance(overrides: list[str], mesh: tuple[int, ...] | None, steps: int, mode
     if setup_change is not None:
         setup = setup_change(setup)
     if engine == "plan" and mesh is not None:
-        from lbm.engines.sharded import ShardedPlanEngine
+        from lbm.engines.sharded import Layout, plan_engine
 
-        engine = ShardedPlanEngine(setup, mesh)
+        engine = plan_engine(setup, Layout(setup, mesh))
     else:
         engine = make_engine(setup, mode, engine="xla" if engine == "plan" else engine, mesh=mesh,
                              partitioner=partitioner)

@@ -7,6 +7,7 @@ import pytest
 from conftest import lattice_params, random_state, shape_for, slow_except
 
 from lbm.boundaries import (
+    BoundaryCondition,
     Forces,
     FullwayBounceBack,
     HalfwayBounceBack,
@@ -21,7 +22,7 @@ from lbm.boundaries.bounce_back import PulledHalfway, bounce_back_fullway, bounc
 from lbm.boundaries.inlet import inlet
 from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.boundaries.outflow import outflow
-from lbm.engines.native.plan import Block
+from lbm.engines.plan import Block
 from lbm.kernels.collision import collide
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
@@ -211,7 +212,7 @@ def test_couette_halfway_moving_wall_is_exact():
 
 def _shuffled_block(lat, shape, boundaries, seed):
     """A block of every cell the conditions touch plus unrelated cells, in a scrambled order (faces kept contiguous)."""
-    from lbm.engines.native.plan import plan_block
+    from lbm.engines.plan import plan_block
 
     planned = plan_block(lat, shape, boundaries)
     n = int(np.prod(shape))
@@ -304,3 +305,48 @@ def test_a_block_without_a_needed_cell_is_refused():
     with pytest.raises(ValueError):
         for bc in bcs:
             bc.on_block(partial)
+
+
+def test_a_subclass_of_a_condition_keeps_the_fast_paths():
+    """A subclass that keeps the rule (here: only a new name) is asked for its forms, not dropped by a type check:
+    the native kernel applies its walls, inlet, outflow and forces, the xla engine folds its half-way wall into
+    streaming, and it has its block forms on a mesh."""
+    from lbm.boundaries.base import pytree_dataclass
+    from lbm.engines.plan import plan_kernel
+    from lbm.engines.timestep import fold_walls
+
+    @pytree_dataclass
+    class Wall(HalfwayBounceBack):
+        pass
+
+    @pytree_dataclass
+    class Face(Inlet):
+        pass
+
+    @pytree_dataclass
+    class Exit(Outflow):
+        pass
+
+    @pytree_dataclass
+    class Drag(Forces):
+        pass
+
+    shape = (12, 8)
+    solid = np.zeros(shape, bool)
+    solid[5:7, 3:5] = True
+    wall = Wall.around(solid, D2Q9)
+    face, exit_, drag = Face(u=np.full((2, shape[1]), 0.01) * [[1], [0]]), Exit(), Drag.on(solid, D2Q9)
+    plan = plan_kernel(D2Q9, shape, (face, exit_, wall, drag))
+    assert plan.walls == (wall,) and plan.faces == (face, exit_) and plan.forces is drag and plan.block is None
+    assert plan.inlet is face and plan.outflow
+    assert isinstance(fold_walls((wall,), D2Q9)[0], PulledHalfway)
+    from types import SimpleNamespace
+
+    from lbm.boundaries.forms import BlockForces, OnEdge, OnExtended
+    from lbm.engines.sharded import Layout
+
+    layout = Layout(SimpleNamespace(shape=shape), (1, 1))
+    forms = [bc.on_mesh(layout, D2Q9, np.float64) for bc in (wall, face, exit_, drag)]
+    assert [type(f) for f in forms] == [OnExtended, OnEdge, OnEdge, BlockForces]
+    assert isinstance(forms[0].inner, Wall) and isinstance(forms[1].inner, Face)
+    assert BoundaryCondition.bulk_rule(wall) is None  # what a condition without a kernel rule answers

@@ -7,7 +7,7 @@ import pytest
 
 from lbm.engines.native import build as native
 from lbm.engines.native.codegen import KernelSpec
-from lbm.engines.native.plan import slot_maps
+from lbm.engines.plan import slot_maps
 from lbm.kernels.collision import collide, trt_omega_minus
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
@@ -128,7 +128,7 @@ def _wall_setups(lat):
 def test_kernel_walls_equal_the_dense_bounce_back(lat):
     """The step kernels with wall records = collide, the dense bounce-back rule, stream: push and an AA pair."""
     from lbm.boundaries.base import StepState
-    from lbm.engines.native.plan import wall_records
+    from lbm.engines.plan import wall_records
 
     op = om = 1 / 0.7
     spec = KernelSpec(lat, "float64", False, False)
@@ -155,7 +155,7 @@ def test_kernel_walls_equal_the_dense_bounce_back(lat):
 @needs_native
 def test_kernel_walls_observe_slots_after_the_walls():
     """The observe slots return the step's result, walls applied (what forces read)."""
-    from lbm.engines.native.plan import wall_records
+    from lbm.engines.plan import wall_records
 
     lat = D2Q9
     shape, (wall, *_) = _wall_setups(lat)
@@ -170,7 +170,7 @@ def test_kernel_walls_observe_slots_after_the_walls():
 def test_walls_go_to_the_kernel_unless_a_writer_touches_them():
     """plan_kernel: walls, inlet, outflow and forces in the kernel; a wall on the inlet face falls back to the block."""
     from lbm.boundaries import Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
-    from lbm.engines.native.plan import plan_kernel, wall_records
+    from lbm.engines.plan import plan_kernel, wall_records
 
     lat, shape = D2Q9, (12, 9)
     obstacle = np.zeros(shape, bool)

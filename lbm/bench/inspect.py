@@ -19,7 +19,7 @@ sharded chunk (lbm.engines.sharded, shard_map over a mesh of the topology's chip
 chooses the blocks, default the TPU's chip grid or all GPUs along x). The HLO is one device's: per-cell
 figures are per cell of its block, and ``parallel`` in inspect.json lists the collectives per step
 (kind, stages, in the loop body or once per chunk, bytes each device sends) and the halo bytes counted
-there against those the lattice calls for (lbm.parallel.halo_bytes).
+there against those the lattice calls for (lbm.engines.sharded.halo.halo_bytes).
 
 The CUDA and TPU compilers live in a separate environment (an installed CUDA plugin prints an
 initialisation error at every start on a machine without a GPU): ``bash scripts/accel_env.sh``,
@@ -282,17 +282,15 @@ def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mes
     from lbm.engines.timestep import step_index
 
     if mesh is not None and mesh.size > 1:
-        from lbm.engines.sharded import make_sharded
-
         try:
-            eng = make_sharded(setup, tuple(mesh.devices.shape), engine=engine, platform=platform,
-                               devices=list(mesh.devices.flat))
+            eng = make_engine(setup, mode="fused", engine=engine, platform=platform, mesh=tuple(mesh.devices.shape),
+                              devices=list(mesh.devices.flat))
         except EngineUnavailable as exc:
             raise LbmError(f"engine={engine} cannot run sharded on {platform}: {exc}") from None
         f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype, sharding=eng.layout.sharding())
         t = jax.ShapeDtypeStruct((), step_index(0).dtype,
                                  sharding=jax.sharding.NamedSharding(eng.layout.mesh, jax.sharding.PartitionSpec()))
-        return eng.chunk_function(n), (f, eng.params, t), eng.name, eng.note, getattr(eng, "plan_halo_bytes", 0)
+        return eng.chunk_function(n), (f, eng.params, t), eng.name, eng.note, eng.plan_halo_bytes
     try:
         eng = make_engine(setup, mode="fused", engine=engine, platform=platform)
     except EngineUnavailable as exc:
@@ -428,7 +426,7 @@ def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n:
     plan (``plan_bytes`` per block) call for."""
     import numpy as np
 
-    from lbm import parallel
+    from lbm.engines.sharded import halo
     from lbm.hlo import collectives
     from lbm.stages import HALO, STAGES
 
@@ -447,10 +445,10 @@ def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n:
         # the xla step's halo extends the block axis by axis (later faces include earlier ghost cells); the pallas
         # kernel's returns the wrapped populations on the block's own faces, and with boundary conditions the
         # neighbours send the Q populations of the ghost cells its boundary plan reads (lbm.engines.sharded)
-        "halo_bytes_per_step_expected": parallel.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize,
+        "halo_bytes_per_step_expected": halo.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize,
                                                             corners=engine != "pallas") / devices + plan_bytes,
         "halo_plan_bytes_per_step": plan_bytes,
-        "halo_populations_per_face": int(parallel.entering(setup.lattice.c, 0, 1).size),
+        "halo_populations_per_face": int(halo.entering(setup.lattice.c, 0, 1).size),
         "collective_model": "per device and step: the logical bytes of each collective's operands in the compiled "
                             "chunk (what a device sends or contributes); those of the loop body per step, those XLA "
                             "moved out of the loop per chunk divided by its steps. Expected halo: the populations "

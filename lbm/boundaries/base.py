@@ -1,12 +1,21 @@
 """What every boundary condition is: a frozen pytree dataclass acting in one stage of the timestep.
 
-A boundary condition (BC) owns its dense stage function (:meth:`BoundaryCondition.apply`, on
-arrays shaped ``(Q, *grid)``), says which cells it touches (:meth:`footprint`), and gives the
-same rule restricted to a block of gathered cells (:meth:`on_block`), so that an engine whose
-bulk kernel treats every cell as fluid (native, Pallas) runs it on those cells only. Arrays
-(masks, velocities, link lists) are pytree leaves and reach jitted code as arguments; options
-are static fields (``field(metadata={"static": True})``). Adding a boundary condition is one
-module in this package.
+A boundary condition (BC) answers everything an engine asks of it, so that no engine switches on
+its class:
+
+- its dense stage rule (:meth:`BoundaryCondition.apply`, on arrays shaped ``(Q, *grid)``) and the
+  cells it touches (:meth:`~BoundaryCondition.footprint`);
+- its block form (:meth:`~BoundaryCondition.on_block`): the same rule on a block of gathered cells,
+  which engines whose bulk kernel treats every cell as fluid (native, Pallas) run on those cells;
+- its rule for the bulk kernels (:meth:`~BoundaryCondition.bulk_rule`): what the native kernel needs
+  to apply it itself, or None; and its form applied while streaming (:meth:`~BoundaryCondition.folded`);
+- its forms on a device mesh (:meth:`~BoundaryCondition.on_mesh` for the dense block forms,
+  :meth:`~BoundaryCondition.on_extended` for a block's plan), from a :class:`MeshLayout`.
+
+A subclass inherits all of them: one that changes the rule overrides the forms that no longer hold.
+Arrays (masks, velocities, link lists) are pytree leaves and reach jitted code as arguments; options
+are static fields (``field(metadata={"static": True})``). Adding a boundary condition is one module
+in this package; lbm.boundaries.forms holds the block forms several conditions share on a mesh.
 
 :class:`StepState` carries what the stages of one timestep produce (lbm.stages order):
 ``f`` (populations before collision), ``rho``, ``u``, ``feq``, ``collided`` (after collision),
@@ -85,10 +94,85 @@ class CellBlock(Protocol):
         ...
 
 
+class FormUnavailable(RuntimeError):
+    """A boundary condition has no form for what an engine asks (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class BulkRule:
+    """What a bulk kernel (native) needs to apply a boundary condition itself, row by row after its bulk pass.
+
+    ``wall``: (solid mask, half-way links or None for full-way, moving-wall term or None) of a bounce-back wall;
+    ``inflow``: a velocity inlet on the face x = 0 (``velocity(t)`` and ``kind`` as lbm.boundaries.inlet.Inlet);
+    ``outflow``: a zero-gradient outflow on x = nx - 1; ``links``: a momentum exchange over the links
+    (``link_dir``, ``link_src``, ``link_dst``) read from the kernel's post-step populations.
+    """
+
+    wall: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None = None
+    inflow: bool = False
+    outflow: bool = False
+    links: bool = False
+
+
+class MeshLayout(Protocol):
+    """A grid split into blocks over a device mesh (lbm.engines.sharded.layout.Layout), as the conditions use it."""
+
+    grid_shape: tuple[int, ...]
+    shape: tuple[int, ...]
+    block: tuple[int, ...]
+    ext: tuple[int, ...]
+    sharded_axes: tuple[str, ...]
+    mesh_axes: tuple[str, ...]
+
+    def grid(self, a: Any, lead: int = 1) -> Any:
+        """A per-cell array ``(*lead, *grid)`` sharded like the grid."""
+        ...
+
+    def extended(self, a: Any, lead: int = 1) -> Any:
+        """A per-cell array laid out as extended blocks (periodic ghost layers), one block per device."""
+        ...
+
+    def on_face(self, bc: Any, dtype: Any) -> Any:
+        """A face condition with its arrays placed along the face's grid axes."""
+        ...
+
+    def owns_planes(self, bc: Any, lattice: Lattice) -> int:
+        """The side (0 or -1) of a face condition whose cells lie in the first or last block along x."""
+        ...
+
+    def blocks(self) -> list[tuple[int, ...]]:
+        """Mesh coordinates of every block, in device order."""
+        ...
+
+    def own_extended(self, a: Any, coords: tuple[int, ...], lead: int = 1, axes: slice = slice(None)) -> np.ndarray:
+        """Block ``coords``'s extended block of a per-cell array ``(*lead, *grid[axes])``."""
+        ...
+
+    def to_extended(self, flat: np.ndarray, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Grid cells ``flat`` as cells of block ``coords``'s extended block, and whether each lies in it."""
+        ...
+
+    def links(self, bc: Any, lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """An obstacle's links split by the block of their fluid cell."""
+        ...
+
+    def stacked(self, per_block: list[Any]) -> Any:
+        """Per-block pytrees of one form stacked along a leading device axis, sharded over the mesh."""
+        ...
+
+    def per_device(self, a: np.ndarray) -> Any:
+        """A host array ``(blocks * k,)`` placed one slice of k per device."""
+        ...
+
+
 class BoundaryCondition:
-    """Base of the boundary conditions: the stage it acts in, its dense rule, its cells, its block form."""
+    """Base of the boundary conditions: the stage it acts in, its dense rule, its cells, its forms for the engines."""
 
     stage: ClassVar[str]
+    after_halo: ClassVar[bool] = False
+    """Block forms on a mesh: whether the rule runs on the extended block, after the halo."""
+    ghost_reads: tuple[str, ...] = ()
+    """Block forms on a mesh: StepState arrays the rule reads in the ghost layers (the halo exchanges their planes)."""
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The stage's state after this boundary condition (dense arrays ``(Q, *grid)``)."""
@@ -101,6 +185,31 @@ class BoundaryCondition:
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The same rule on the cells of ``block`` (which holds this condition's footprint)."""
         raise NotImplementedError
+
+    def bulk_rule(self) -> BulkRule | None:
+        """What a bulk kernel needs to apply this condition itself; None: it runs on the boundary-cell block."""
+        return None
+
+    def folded(self, lattice: Lattice) -> BoundaryCondition | None:
+        """The same step applied while streaming (stage ``stream``) where nothing reads it before; None: no such form."""
+        return None
+
+    def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
+        """The block form on every block of ``mesh`` (inside shard_map), its arrays placed; FormUnavailable if none."""
+        raise FormUnavailable(f"the sharded engine has no block form of {type(self).__name__}")
+
+    def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
+        """The condition as block ``coords`` sees it on its extended block (host arrays); FormUnavailable if none."""
+        raise FormUnavailable(f"no per-block plan for {type(self).__name__}")
+
+    def link_count(self) -> int | None:
+        """How many links a link condition (forces, interpolated walls) holds; None for the others."""
+        return None
+
+    def padded(self, length: int, spare: int) -> BoundaryCondition:
+        """A link condition's block form padded to ``length`` links that change nothing (on the padding cell at
+        block position ``spare``); the others unchanged."""
+        return self
 
 
 def face_cells(shape: tuple[int, ...], x: int) -> np.ndarray:

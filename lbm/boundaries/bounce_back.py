@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -10,14 +12,17 @@ import numpy as np
 
 from lbm.boundaries.base import (
     BoundaryCondition,
+    BulkRule,
     CellBlock,
     Footprint,
+    MeshLayout,
     StepState,
     flat_block,
     neighbour,
     pytree_dataclass,
     static,
 )
+from lbm.boundaries.forms import OnExtended
 from lbm.lattice import Lattice
 
 BOUNCE_BACK_KINDS = ("fullway", "halfway")
@@ -170,6 +175,18 @@ class FullwayBounceBack(BoundaryCondition):
         """The same rule with the mask gathered (the rule is local)."""
         return FullwayBounceBack(solid=block.gathered(np.asarray(self.solid, bool)))
 
+    def bulk_rule(self) -> BulkRule:
+        """A full-way wall: its solid cells."""
+        return BulkRule(wall=(np.asarray(self.solid, bool), None, None))
+
+    def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
+        """The same rule with the mask sharded like the grid (the rule is local)."""
+        return dataclasses.replace(self, solid=mesh.grid(np.asarray(self.solid, bool), lead=0))
+
+    def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
+        """The same rule with the mask on the extended block."""
+        return dataclasses.replace(self, solid=mesh.own_extended(np.asarray(self.solid, bool), coords, lead=0))
+
 
 @pytree_dataclass
 class HalfwayBounceBack(BoundaryCondition):
@@ -202,6 +219,31 @@ class HalfwayBounceBack(BoundaryCondition):
         links = np.asarray(self.links, bool).reshape(lattice.q, -1)
         across = [neighbour(np.flatnonzero(links[j]), shape, lattice.c[j]) for j in range(lattice.q)]
         return Footprint(cells=np.union1d(solid, np.concatenate(across)).astype(np.int64))
+
+    def bulk_rule(self) -> BulkRule:
+        """A half-way wall: its solid cells, links and wall term."""
+        wall = None if self.wall is None else np.asarray(self.wall)
+        return BulkRule(wall=(np.asarray(self.solid, bool), np.asarray(self.links, bool), wall))
+
+    def laid_out(self, place: Callable[[np.ndarray, int], Any]) -> HalfwayBounceBack:
+        """The same walls with each per-cell array ``a`` (``lead`` leading axes) replaced by ``place(a, lead)``."""
+        return dataclasses.replace(self, solid=place(np.asarray(self.solid, bool), 0),
+                                   links=place(np.asarray(self.links, bool), 1))
+
+    def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
+        """The dense rule on the extended block after the halo (it reads the fluid cells across a face)."""
+        return OnExtended(inner=self.laid_out(lambda a, lead: mesh.extended(a, lead=lead)))
+
+    def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
+        """The walls on the extended block, minus the links that would leave it."""
+        form = self.laid_out(lambda a, lead: mesh.own_extended(a, coords, lead=lead))
+        links = np.array(form.links)
+        for j, c in enumerate(lattice.c):
+            for axis, m in enumerate(mesh.shape):
+                if m > 1 and c[axis]:  # a link from the outermost ghost layer leaves the extended block
+                    edge = -1 if c[axis] > 0 else 0
+                    links[(j,) + (slice(None),) * axis + (edge,)] = False
+        return dataclasses.replace(form, links=links)
 
     def folded(self, lattice: Lattice) -> PulledHalfway | None:
         """The same walls applied while streaming (:class:`PulledHalfway`); None if ``links`` are not those of ``solid``."""

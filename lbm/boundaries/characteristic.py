@@ -59,6 +59,7 @@ from lbm.boundaries.base import (
     pytree_dataclass,
     static,
 )
+from lbm.boundaries.forms import FaceCondition
 from lbm.boundaries.inlet import face_unknowns, known_sum, put_face, take_face
 from lbm.boundaries.pressure import PRESSURE_KINDS, mirror_x
 from lbm.kernels.equilibrium import equilibrium
@@ -95,7 +96,7 @@ def characteristic_outlet(f: jnp.ndarray, rho_out: Any, relax: Any, lattice: Lat
 
 
 @pytree_dataclass
-class CharacteristicOutlet(BoundaryCondition):
+class CharacteristicOutlet(FaceCondition):
     """Non-reflecting outlet at x = nx - 1, weakly held at density ``rho`` (see the module doc)."""
 
     rho: Any = 1.0

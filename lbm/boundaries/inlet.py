@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax.numpy as jnp
@@ -9,8 +10,10 @@ import numpy as np
 
 from lbm.boundaries.base import (
     BoundaryCondition,
+    BulkRule,
     CellBlock,
     Footprint,
+    MeshLayout,
     StepState,
     contiguous,
     face_cells,
@@ -18,6 +21,7 @@ from lbm.boundaries.base import (
     pytree_dataclass,
     static,
 )
+from lbm.boundaries.forms import FaceCondition
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import Lattice
 
@@ -119,7 +123,7 @@ def put_face(a: jnp.ndarray, cells: tuple[int, int], v: jnp.ndarray) -> jnp.ndar
 
 
 @pytree_dataclass
-class Inlet(BoundaryCondition):
+class Inlet(FaceCondition):
     """Velocity ``u`` (shape ``(D, *face)``) imposed on the face x = 0 by the scheme ``kind`` (INLET_KINDS).
 
     ``profile`` (TIME_PROFILES) and ``ramp_steps`` make it change in time: at step t the face
@@ -156,6 +160,15 @@ class Inlet(BoundaryCondition):
         """The same inflow on the gathered face cells."""
         return InletOnBlock(u=self.u, kind=self.kind, profile=self.profile, ramp_steps=self.ramp_steps,
                             cells=contiguous(block.index_of(face_cells(block.shape, 0))))
+
+    def bulk_rule(self) -> BulkRule:
+        """A velocity inlet the kernel applies on its first rows."""
+        return BulkRule(inflow=True)
+
+    def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
+        """The inflow on the block's own face cells (:class:`~lbm.boundaries.forms.FacePlane`)."""
+        u = mesh.own_extended(np.asarray(self.u), coords, lead=1, axes=slice(1, None))
+        return dataclasses.replace(self, u=u).face_plane(mesh, lattice)
 
 
 @pytree_dataclass

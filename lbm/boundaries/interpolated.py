@@ -28,12 +28,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import BoundaryCondition, CellBlock, Footprint, StepState, pytree_dataclass
+from lbm.boundaries.base import (
+    BoundaryCondition,
+    CellBlock,
+    Footprint,
+    FormUnavailable,
+    MeshLayout,
+    StepState,
+    pytree_dataclass,
+)
+from lbm.boundaries.forms import OnExtended, pad_links
 from lbm.kernels.forces import boundary_links
 from lbm.lattice import Lattice
 
@@ -95,6 +104,8 @@ class InterpolatedBounceBack(BoundaryCondition):
     weights: Any
     q: Any
     stage = "bounce_back"
+    reads: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
+    """StepState arrays besides ``post`` the rule reads: at a link's fluid cell only, and also at its far cell."""
 
     @classmethod
     def from_shape(cls, solid: np.ndarray, intersect: Intersect, lattice: Lattice) -> InterpolatedBounceBack:
@@ -142,3 +153,52 @@ class InterpolatedBounceBack(BoundaryCondition):
         return dataclasses.replace(self, solid=block.gathered(np.asarray(self.solid, bool)),
                                    link_solid=pos(self.link_solid), link_fluid=pos(self.link_fluid),
                                    link_far=pos(self.link_far))
+
+    def on_links(self, mine: np.ndarray, ends: list[np.ndarray], solid: np.ndarray) -> InterpolatedBounceBack:
+        """The links selected by ``mine`` with their (solid, fluid, far) cells ``ends`` and the mask ``solid``."""
+        return dataclasses.replace(self, solid=solid, link_dir=np.asarray(self.link_dir)[mine], link_solid=ends[0],
+                                   link_fluid=ends[1], link_far=ends[2], weights=np.asarray(self.weights)[:, mine],
+                                   q=np.asarray(self.q)[mine])
+
+    def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
+        """The wall on every extended block: the links whose fluid cell the block owns, their cells as extended-block
+        positions, padded to one length (on ghost cell 0, never streamed into the block) and stacked one block per
+        device; what else the rule reads (:attr:`reads`) zero-padded, or exchanged by the halo at the far cell."""
+        if not mesh.sharded_axes:
+            raise FormUnavailable("an interpolated wall's block form needs a sharded axis (its padding ghost cell)")
+        fluid = np.asarray(self.link_fluid, np.int64)
+        owner = np.stack(np.unravel_index(fluid, mesh.grid_shape)) // np.asarray(mesh.block)[:, None]
+        per_block = []
+        for coords in mesh.blocks():
+            mine = np.all(owner == np.asarray(coords)[:, None], axis=0)
+            ends = [mesh.to_extended(np.asarray(a, np.int64)[mine], coords)
+                    for a in (self.link_solid, self.link_fluid, self.link_far)]
+            if not all(ok.all() for _, ok in ends):
+                raise FormUnavailable(f"{type(self).__name__}: a link reaching past a block's ghost layer")
+            solid = mesh.own_extended(np.asarray(self.solid, bool), coords, lead=0)
+            per_block.append(self.on_links(mine, [e for e, _ in ends], solid))
+        length = max(1, max(form.link_count() for form in per_block))
+        stacked = mesh.stacked([form.padded(length, 0) for form in per_block])
+        own, far = self.reads
+        return OnExtended(inner=stacked, own_reads=own, ghost_reads=far,
+                          ghosts=tuple(1 if m > 1 else 0 for m in mesh.shape), per_block=True)
+
+    def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
+        """The links whose cells all lie in block ``coords``'s extended block."""
+        ends = [mesh.to_extended(np.asarray(a, np.int64), coords) for a in (self.link_solid, self.link_fluid,
+                                                                             self.link_far)]
+        mine = ends[0][1] & ends[1][1] & ends[2][1]
+        solid = mesh.own_extended(np.asarray(self.solid, bool), coords, lead=0)
+        return self.on_links(mine, [e[mine] for e, _ in ends], solid)
+
+    def link_count(self) -> int:
+        """The number of links."""
+        return int(np.asarray(self.link_dir).size)
+
+    def padded(self, length: int, spare: int) -> BoundaryCondition:
+        """Padded with direction 0 (the rest population) on the padding cell, weights zero."""
+        return dataclasses.replace(self, link_dir=pad_links(self.link_dir, length),
+                                   link_solid=pad_links(self.link_solid, length, spare),
+                                   link_fluid=pad_links(self.link_fluid, length, spare),
+                                   link_far=pad_links(self.link_far, length, spare),
+                                   weights=pad_links(self.weights, length), q=pad_links(self.q, length))

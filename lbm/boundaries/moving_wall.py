@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,3 +36,10 @@ class MovingWall(HalfwayBounceBack):
     def wall(self) -> Any:
         """The wall's momentum term per link."""
         return self.wall_term
+
+    def laid_out(self, place: Callable[[np.ndarray, int], Any]) -> MovingWall:
+        """The same walls with each per-cell array laid out by ``place`` (the wall term too)."""
+        form = super().laid_out(place)
+        if self.wall_term is None:
+            return form  # type: ignore[return-value]
+        return dataclasses.replace(form, wall_term=place(np.asarray(self.wall_term), 1))  # type: ignore[return-value]

@@ -7,6 +7,7 @@ import numpy as np
 
 from lbm.boundaries.base import (
     BoundaryCondition,
+    BulkRule,
     CellBlock,
     Footprint,
     StepState,
@@ -16,6 +17,7 @@ from lbm.boundaries.base import (
     pytree_dataclass,
     static,
 )
+from lbm.boundaries.forms import FaceCondition
 from lbm.lattice import Lattice
 
 
@@ -26,7 +28,7 @@ def outflow(f: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
 
 
 @pytree_dataclass
-class Outflow(BoundaryCondition):
+class Outflow(FaceCondition):
     """Zero-gradient outlet at x = nx - 1 (populations entering from outside copy the upstream column)."""
 
     stage = "outflow"
@@ -43,6 +45,10 @@ class Outflow(BoundaryCondition):
         """The copy between the gathered outlet cells and their upstream neighbours."""
         return OutflowOnBlock(dst=contiguous(block.index_of(face_cells(block.shape, -1))),
                               src=contiguous(block.index_of(face_cells(block.shape, -2))))
+
+    def bulk_rule(self) -> BulkRule:
+        """A zero-gradient outflow the kernel applies on its last rows."""
+        return BulkRule(outflow=True)
 
 
 @pytree_dataclass

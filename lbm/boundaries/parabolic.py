@@ -87,6 +87,8 @@ class ParabolicBounceBack(InterpolatedBounceBack):
     The links, footprint and block form are linear BFL's; ``weights`` holds :func:`parabolic_weights`.
     """
 
+    reads = (("f",), ("rho", "u"))
+
     @classmethod
     def like(cls, wall: InterpolatedBounceBack, omega_minus: float) -> ParabolicBounceBack:
         """The links and wall fractions of ``wall`` (linear BFL), for the antisymmetric relaxation rate ``omega_minus``."""

@@ -36,6 +36,7 @@ from lbm.boundaries.base import (
     pytree_dataclass,
     static,
 )
+from lbm.boundaries.forms import FaceCondition
 from lbm.boundaries.inlet import face_unknowns, known_sum, put_face, take_face
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import Lattice
@@ -66,7 +67,7 @@ def pressure_outlet(f: jnp.ndarray, rho_out: Any, lattice: Lattice, kind: str = 
 
 
 @pytree_dataclass
-class PressureOutlet(BoundaryCondition):
+class PressureOutlet(FaceCondition):
     """Density ``rho`` (scalar or shape ``(*face)``; pressure c_s² rho) imposed on the face x = nx - 1 (Zou & He)."""
 
     rho: Any = 1.0

@@ -10,12 +10,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 
 from lbm.cases.base import Setup
 from lbm.config.run import ENGINES, MODES  # the choices of the config keys engine and mode
-from lbm.engines.base import STORAGES, Engine, EngineUnavailable
+from lbm.engines.base import STORAGES, Engine, EngineUnavailable, Unavailable, attempt
 from lbm.engines.instrumented import InstrumentedEngine
 from lbm.engines.pallas import ACCELERATORS
 from lbm.engines.xla import XlaEngine
@@ -23,17 +24,18 @@ from lbm.engines.xla import XlaEngine
 
 def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage: str = "compute",
                 sync: bool = False, mesh: tuple[int, ...] | None = None, partitioner: str = "shard_map",
-                platform: str | None = None) -> Engine:
+                platform: str | None = None, devices: Any = None) -> Engine:
     """The engine for ``mode`` and ``engine`` (see ENGINES) on ``platform`` (default: JAX's default backend);
     EngineUnavailable if a named engine (native, pallas) cannot run this setup there.
 
     ``mesh`` (blocks per grid axis, lbm.parallel) with more than one block gives a sharded engine:
-    ``partitioner`` shard_map (lbm.engines.sharded, halo exchange) or gspmd (XLA partitions the xla step).
+    ``partitioner`` shard_map (lbm.engines.sharded, halo exchange) or gspmd (XLA partitions the xla step), over
+    ``devices`` (default JAX's; those of a deviceless topology to compile for it, lbm.bench.inspect).
     """
     if mesh is not None and math.prod(mesh) > 1:
         from lbm.engines.sharded import make_sharded
 
-        return make_sharded(setup, tuple(mesh), mode, engine, storage, sync, partitioner, platform)
+        return make_sharded(setup, tuple(mesh), mode, engine, storage, sync, partitioner, platform, devices)
     if mode == "instrumented":
         return InstrumentedEngine(setup, sync=sync)
     if mode != "fused":
@@ -41,15 +43,15 @@ def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     platform = platform or jax.default_backend()
-    if engine == "auto":
-        engine = "native" if platform == "cpu" else "pallas" if platform in ACCELERATORS else "xla"
-        try:
-            return _named(engine, setup, storage, platform)
-        except EngineUnavailable as exc:
-            fallback = XlaEngine(setup, storage)
-            fallback.note = str(exc)
-            return fallback
-    return _named(engine, setup, storage, platform)
+    if engine != "auto":
+        return _named(engine, setup, storage, platform)
+    engine = "native" if platform == "cpu" else "pallas" if platform in ACCELERATORS else "xla"
+    chosen = attempt(_named, engine, setup, storage, platform)
+    if not isinstance(chosen, Unavailable):
+        return chosen
+    fallback = XlaEngine(setup, storage)
+    fallback.note = chosen.reason
+    return fallback
 
 
 def _named(engine: str, setup: Setup, storage: str, platform: str) -> Engine:

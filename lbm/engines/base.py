@@ -5,18 +5,23 @@ returns them with the per-step outputs stacked along a leading axis of length n.
 ``describe`` gives the programs it runs as plain data (texts of the jaxpr and of the HLO
 before and after optimisation, XLA's cost analysis, lowering and compile times), which
 ``inspect``, ``bench`` and the profiler read without knowing the engine. ``fields`` gives
-host copies of the moments a step sees, compiled once per engine.
+host copies of the moments a step sees, compiled once per engine. What a caller needs besides
+(``place``, ``place_cells``, ``layout``, ``stage_names``, ``plan_halo_bytes``) every engine has, with
+single-device defaults here that the engines on a mesh (lbm.engines.sharded) override.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbm.boundaries.base import FormUnavailable
 from lbm.cases.base import Setup
 from lbm.engines.timestep import as_arrays, moments, step_index
 from lbm.hlo import compiled_cost
@@ -28,8 +33,25 @@ from the rest weights (f - w), computed in float32."""
 STORAGE_DTYPES = {"bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
-class EngineUnavailable(RuntimeError):
-    """An engine cannot run this setup here (the reason is the message)."""
+class EngineUnavailable(FormUnavailable):
+    """An engine cannot run this setup here (the reason is the message); a condition without a form an engine
+    needs is one such reason."""
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why an engine, or a form it needs, cannot be built here (the value :func:`attempt` returns instead)."""
+
+    reason: str
+
+
+def attempt(build: Callable[..., Any], *args: Any) -> Any:
+    """``build(*args)``, or :class:`Unavailable` with the reason it cannot be built: how engines are chosen from
+    what can be built, without a chain of fallbacks on exceptions."""
+    try:
+        return build(*args)
+    except EngineUnavailable as exc:
+        return Unavailable(str(exc))
 
 
 def rest(lattice: Lattice, dtype: Any, ndim: int) -> jnp.ndarray:
@@ -80,6 +102,10 @@ class Engine:
 
     name = "engine"
     mode = "fused"
+    layout: Any = None
+    """How the grid is split over a device mesh (lbm.engines.sharded.layout.Layout); None on one device."""
+    plan_halo_bytes = 0
+    """Bytes a block sends per step for its boundary plan's ghost cells (0 on one device)."""
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
@@ -87,6 +113,19 @@ class Engine:
         self.compile_times: dict[str, float] = {}
         self.note = ""
         self._moments = jax.jit(lambda f, t, bcs: moments(f, t, bcs, setup))
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        """The stages of this engine's timestep in order (the setup's; on a mesh, ``halo`` too)."""
+        return self.setup.stages
+
+    def place(self, f: Any) -> Any:
+        """Populations where this engine's step takes them (one device: as they are)."""
+        return f
+
+    def place_cells(self, a: Any) -> jnp.ndarray:
+        """A per-cell array ``(*grid)`` (a mask) placed like the populations."""
+        return jnp.asarray(a)
 
     def step_boundaries(self, setup: Setup) -> tuple[Any, ...]:
         """The boundary conditions this engine's step receives: the setup's own (an engine may use an equivalent form)."""

@@ -17,15 +17,13 @@ import jax
 import jax.numpy as jnp
 
 from lbm.boundaries.base import BoundaryCondition, StepState
-from lbm.boundaries.bounce_back import HalfwayBounceBack
-from lbm.boundaries.moving_wall import MovingWall
 from lbm.cases.base import Setup
 from lbm.kernels.collision import collide
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
 from lbm.lattice import Lattice
-from lbm.stages import STAGES
+from lbm.stages import CORE_STAGES, STAGES
 
 Boundaries = tuple[BoundaryCondition, ...]
 
@@ -51,15 +49,14 @@ def _stream(s: StepState, setup: Setup) -> StepState:
     return s.replace(f=stream(s.post, setup.lattice))
 
 
-CORE: dict[str, Callable[[StepState, Setup], StepState]] = {
-    "macroscopic": _macroscopic, "equilibrium": _equilibrium, "collide": _collide, "stream": _stream,
-}
-"""The stages every timestep runs on every cell, whatever the case."""
+CORE: dict[str, Callable[[StepState, Setup], StepState]] = dict(
+    zip(CORE_STAGES, (_macroscopic, _equilibrium, _collide, _stream), strict=True))
+"""The work of the stages every timestep runs on every cell, whatever the case (lbm.stages.CORE_STAGES)."""
 
 
 def active_stages(setup: Setup) -> tuple[str, ...]:
     """The stages a setup's timestep runs, in timestep order."""
-    used = set(CORE) | {bc.stage for bc in setup.boundaries}
+    used = set(CORE_STAGES) | {bc.stage for bc in setup.boundaries}
     return tuple(s for s in STAGES if s in used)
 
 
@@ -111,16 +108,16 @@ def moments(f: jnp.ndarray, t: jnp.ndarray, boundaries: Boundaries, setup: Setup
 
 
 def fold_walls(boundaries: Boundaries, lattice: Lattice) -> Boundaries:
-    """``boundaries`` with a half-way wall applied while streaming (:class:`PulledHalfway`) where that gives the same step.
+    """``boundaries`` with a wall applied while streaming (its :meth:`~BoundaryCondition.folded` form, e.g. a half-way
+    wall's :class:`~lbm.boundaries.bounce_back.PulledHalfway`) where that gives the same step.
 
     It does when the wall is the only condition of ``bounce_back`` and none acts between it and
     ``stream``: nothing then reads the populations it writes into solid cells before they stream.
-    Exact types only: a subclass may change the rule. Otherwise ``boundaries`` unchanged.
+    Otherwise ``boundaries`` unchanged.
     """
     walls = [bc for bc in boundaries if bc.stage == "bounce_back"]
     between = STAGES[STAGES.index("bounce_back") + 1:]
-    if len(walls) != 1 or type(walls[0]) not in (HalfwayBounceBack, MovingWall) or any(
-            bc.stage in between for bc in boundaries):
+    if len(walls) != 1 or any(bc.stage in between for bc in boundaries):
         return boundaries
     form = walls[0].folded(lattice)
     if form is None:

@@ -111,23 +111,6 @@ class FusedEngine(Engine):
         return [program(FUSED_STEP, None, self.chunk_function(n), f, spec_of(self.params), spec_of(step_index(0)))]
 
 
-class BulkKernelEngine(FusedEngine):
-    """Base of the engines whose bulk kernel treats every cell as fluid (native, pallas): the boundary-cell plan."""
-
-    def plan_boundaries(self) -> None:
-        """The block of boundary cells (lbm.engines.native.plan), its slots and block-form conditions in params."""
-        from lbm.engines.native.plan import plan_arrays, plan_block
-
-        setup = self.setup
-        self.block = plan_block(setup.lattice, setup.shape, setup.boundaries)
-        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params,
-                                                           "block": plan_arrays(self.block, setup.boundaries)})
-        self._stages = tuple(s for s in setup.stages if s != "stream")
-
-    def _dense_params(self) -> Any:
-        return self.params["dense"]
-
-
 class XlaEngine(FusedEngine):
     """The stage functions composed in one jit; XLA fuses them (the reference, any device)."""
 

@@ -6,7 +6,10 @@ storage types, the velocity set (offsets, opposites, rest-weight shifts of 16-bi
 the lattice weights (``LBM_WEIGHTS``, the rest state that walls restore), the collision of one cell
 unrolled over directions as the macro ``LBM_COLLIDE`` (emitted once,
 used by the scalar edge cells and by the vectorised row loops), and the per-direction row
-loads and stores of each streaming scheme. The formulas are those of lbm.kernels; where a velocity
+loads and stores of each streaming scheme. The formulas are those of lbm.kernels, the reference physics
+(the xla engine runs it), generated from the lattice rather than written by hand; tests/test_engines_native.py
+(``test_native_kernels_equal_collide_then_stream``) and tests/test_engines.py
+(``test_native_engine_equals_the_reference``) pin the native engine to the xla engine. Where a velocity
 inlet runs in the kernel (``KernelSpec.inlet``), ``LBM_COLLIDE_INLET`` is the same collision of an
 inlet cell, with the rule of lbm.boundaries.inlet applied first. Guo's forcing term uses per-direction
 constants (``LBM_FORCE_CONSTANTS``, from a table the kernel fills once per call: ``LBM_FORCE_TABLE``)
@@ -27,7 +30,7 @@ STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "bflo
 SHIFTED = ("bfloat16", "float16")
 """16-bit storages keep f_i - w_i (deviations from the rest state) to spend their few mantissa bits on the signal."""
 SCHEMES = {"PUSH": "push", "AA_EVEN": "aa_even", "AA_ODD": "aa_odd"}
-"""C names of the streaming schemes (lbm.engines.native.plan.SCHEMES)."""
+"""C names of the streaming schemes (lbm.engines.plan.SCHEMES)."""
 
 
 @dataclass(frozen=True)

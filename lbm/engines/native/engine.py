@@ -5,7 +5,7 @@ every cell as periodic fluid, in place with the AA pattern (two steps per loop i
 an odd chunk starts with one two-buffer push step). Walls (half-way, moving and full-way
 bounce-back) it applies itself, row by row from link records, where no other condition writes
 their cells, and so the faces of a velocity inlet and a zero-gradient outflow
-(lbm.engines.native.plan.plan_kernel; its scope then names those stages too). The momentum
+(lbm.engines.plan.plan_kernel; its scope then names those stages too). The momentum
 exchange on an obstacle reads the post-step populations at its links from the kernel.
 The cells of the other boundary conditions are gathered by the kernel before it writes, run
 through the same stage functions as every other engine (lbm.engines.timestep, with each
@@ -23,19 +23,34 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import StepState
+from lbm.boundaries.base import StepState, pytree_dataclass
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable, decode, encode
+from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.native import build
 from lbm.engines.native.codegen import KernelSpec
-from lbm.engines.native.plan import OBSERVING, plan_arrays, plan_kernel
-from lbm.engines.timestep import CORE, outputs, run_stages
-from lbm.engines.xla import FusedEngine
+from lbm.engines.plan import OBSERVING, BlockArrays, plan_kernel
+from lbm.engines.timestep import outputs, run_stages
 from lbm.kernels.forces import link_force
-from lbm.stages import BULK_PREFIX, BULK_STAGES, STAGES
+from lbm.stages import BULK_PREFIX, CORE_STAGES, STAGES
 
 
-class NativeEngine(FusedEngine):
+@pytree_dataclass
+class NativeParams:
+    """The params of the native step: the boundary-cell block's arrays, the dense conditions, and what the kernel
+    applies itself (per scheme: wall records ``walls`` and force slots ``forces``; the velocity ``inlet``; per
+    link: ``force_c`` = c_i and ``force_w`` = w_i, the rest weight 16-bit storage leaves out)."""
+
+    block: BlockArrays | None
+    dense: Any
+    force_c: Any
+    force_w: Any
+    forces: dict[str, Any] | None
+    inlet: Any
+    walls: dict[str, dict[str, Any]]
+
+
+class NativeEngine(BulkKernelEngine):
     """Bulk cells by the generated kernel, boundary cells by the case's stage functions (see the module doc)."""
 
     name = "native"
@@ -62,46 +77,39 @@ class NativeEngine(FusedEngine):
         except Exception as exc:
             raise EngineUnavailable(f"native kernel build failed: {str(exc).splitlines()[0]}") from None
         self.build_time_s = time.perf_counter() - t0
-        self.block = self.plan.block
         real = np.float64 if store == "float64" else np.float32
         walls = {scheme: dict(rec, copy_add=rec["copy_add"].astype(real)) for scheme, rec in self.plan.records.items()}
-        try:
-            block_arrays = plan_arrays(self.block, self.plan.general)
-        except ValueError as exc:  # a condition whose block form needs a layout this block does not have
-            raise EngineUnavailable(f"boundary plan: {exc}") from None
-        kernel = {"walls": walls, "inlet": inlet, "forces": self.plan.force_slots}
-        if self.plan.forces is not None:  # per link: c_i, and the rest weight 16-bit storage leaves out
-            dirs = np.asarray(self.plan.forces.link_dir, np.int64)
-            kernel["force_c"] = setup.lattice.c[dirs].astype(dtype)
-            kernel["force_w"] = setup.lattice.w[dirs].astype(dtype)
-        self.params = jax.tree_util.tree_map(jnp.asarray, {"dense": self.params, "block": block_arrays, **kernel})
+        block_arrays = self.block_arrays(self.plan.block, self.plan.general)
+        dirs = None if self.plan.forces is None else np.asarray(self.plan.forces.link_dir, np.int64)
+        self.params = jax.tree_util.tree_map(jnp.asarray, NativeParams(
+            block=block_arrays, dense=self.params, walls=walls, inlet=inlet, forces=self.plan.force_slots,
+            force_c=None if dirs is None else setup.lattice.c[dirs].astype(dtype),
+            force_w=None if dirs is None else setup.lattice.w[dirs].astype(dtype)))
         # the kernel's scope names the stages it does: bounce-back and the faces' stages too where it applies them
-        done = set(BULK_STAGES) | {bc.stage for bc in self.plan.walls + self.plan.faces}
+        done = set(CORE_STAGES) | {bc.stage for bc in self.plan.walls + self.plan.faces}
         self.bulk_scope = "+".join((BULK_PREFIX, *(st for st in STAGES if st in done)))
-        acting = set(CORE) | {bc.stage for bc in self.plan.general}
+        acting = set(CORE_STAGES) | {bc.stage for bc in self.plan.general}
         names = [st for st in setup.stages if st != "stream" and st in acting]
         self._stages = tuple(st for st in names if st not in OBSERVING)
         self._observing = tuple(st for st in names if st in OBSERVING)
 
-    def _dense_params(self) -> Any:
-        return self.params["dense"]
-
     def step(self, a: jnp.ndarray, t: jnp.ndarray, params: Any, scheme: str) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` of ``scheme`` (push | aa_even | aa_odd) on stored populations ``a``."""
         setup, spec, block, plan = self.setup, self.spec, self.block, self.plan
-        slots = params["block"]["slots"][scheme] if block is not None else {}
-        observe = slots.get("observe")
+        slots = params.block.slots[scheme] if block is not None else None
+        observe = slots.observe if slots is not None else None
         links = 0
         if plan.forces is not None:  # the links' populations after the kernel's observe slots of the block
-            fslots = params["forces"][scheme]
+            fslots = params.forces[scheme]
             links = fslots.shape[1]
             observe = jnp.concatenate([fslots.reshape(-1)] if observe is None else
                                       [observe.reshape(-1), fslots.reshape(-1)])
         u_in = None
         if plan.inlet is not None:
             with jax.named_scope("inlet"):
-                u_in = params["inlet"].velocity(t)
-        args = (setup.omega_plus, setup.omega_minus, setup.force_array, slots.get("gather"), params["walls"].get(scheme),
+                u_in = params.inlet.velocity(t)
+        gather = slots.gather if slots is not None else None
+        args = (setup.omega_plus, setup.omega_minus, setup.force_array, gather, params.walls.get(scheme),
                 observe, u_in, plan.outflow)
         with jax.named_scope(self.bulk_scope):  # names the stages the kernel does, for traces and the profiler
             if scheme == "push":
@@ -113,13 +121,13 @@ class NativeEngine(FusedEngine):
             with jax.named_scope("forces"):  # the momentum exchange on the kernel's link populations
                 pair = seen.reshape(-1)[seen.size - 2 * links:].reshape(2, links).astype(setup.dtype)
                 if self.storage != "compute":
-                    pair = pair + params["force_w"]
-                aux["force"] = link_force(params["force_c"], pair[0], pair[1])
+                    pair = pair + params.force_w
+                aux["force"] = link_force(params.force_c, pair[0], pair[1])
             seen = seen.reshape(-1)[: seen.size - 2 * links]
         if block is None:
             return out, aux
         lat = setup.lattice
-        bcs = params["block"]["boundaries"]
+        bcs = params.block.boundaries
         f = decode(old, self.storage, lat, setup.dtype).reshape((lat.q, -1) + (1,) * (lat.d - 1))
         s = run_stages(self._stages, StepState(f=f, t=t), bcs, setup)
         if block.observed:  # observing conditions see the kernel's post-step populations (walls applied) of their cells
@@ -130,7 +138,7 @@ class NativeEngine(FusedEngine):
         s = run_stages(self._observing, s, bcs, setup)
         post = s.post.reshape(lat.q, -1)[:, : block.size]
         with jax.named_scope("stream"):
-            out = build.scatter(spec, out, slots["write"], encode(post, self.storage, lat))
+            out = build.scatter(spec, out, slots.write, encode(post, self.storage, lat))
         return out, {**outputs(s), **aux}
 
     def chunk_function(self, n: int) -> Any:

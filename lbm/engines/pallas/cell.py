@@ -3,8 +3,11 @@
 Pallas kernels hold the populations as a list of Q arrays (a cell block per direction), not as
 one ``(Q, ...)`` array: Triton needs power-of-two tensor shapes and TPU vector registers hold a
 tile of cells per direction. The formulas and their order of operations are those of
-lbm.kernels (macroscopic, equilibrium, collision: BGK, TRT, Guo forcing), so a Pallas step
-equals the xla step to rounding (tests/test_engines_pallas.py).
+lbm.kernels (macroscopic, equilibrium, collision: BGK, TRT, Guo forcing), which is the reference
+physics (the xla engine runs it); it reuses lbm.kernels.equilibrium.velocity_dot where a list of
+arrays allows. tests/test_engines_pallas.py pins a Pallas step to the xla step to rounding
+(``test_kernels_equal_collide_then_stream`` on one periodic step, ``test_flat_kernel_engine_equals_the_reference``
+on whole cases).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ chunk runs two steps per loop iteration, so the loop carries one buffer and XLA 
 copy of it: the first step's result is a new buffer, the second's goes back into the loop's
 own (checked by tests/test_engines_pallas.py on the compiled HLO). An odd chunk starts with
 one step before the loop. The boundary cells come from the plan the native engine uses
-(lbm.engines.native.plan): their pre-step populations are gathered from the input buffer, run
+(lbm.engines.plan): their pre-step populations are gathered from the input buffer, run
 through the same stage functions as every other engine (lbm.engines.timestep, each boundary
 condition's block form), and scattered into the ``push`` slots the kernel wrote.
 
@@ -27,9 +27,9 @@ import numpy as np
 from lbm.boundaries.base import StepState
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable
+from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.pallas import ACCELERATORS, kernels
 from lbm.engines.timestep import outputs, run_stages
-from lbm.engines.xla import BulkKernelEngine
 
 log = logging.getLogger("lbm")
 
@@ -92,12 +92,12 @@ class PallasEngine(BulkKernelEngine):
         if self.block is None:
             return out, {}
         lat, setup = self.setup.lattice, self.setup
-        slots = params["block"]["slots"]["push"]
-        pre = f.reshape(-1)[slots["gather"]].reshape((lat.q, -1) + (1,) * (lat.d - 1))
-        s = run_stages(self._stages, StepState(f=pre, t=t), params["block"]["boundaries"], setup)
+        slots = params.block.slots["push"]
+        pre = f.reshape(-1)[slots.gather].reshape((lat.q, -1) + (1,) * (lat.d - 1))
+        s = run_stages(self._stages, StepState(f=pre, t=t), params.block.boundaries, setup)
         post = s.post.reshape(lat.q, -1)[:, : self.block.size]
         with jax.named_scope("stream"):
-            out = out.reshape(-1).at[slots["write"]].set(post, unique_indices=True, indices_are_sorted=False)
+            out = out.reshape(-1).at[slots.write].set(post, unique_indices=True, indices_are_sorted=False)
         return out.reshape(f.shape), outputs(s)
 
     def chunk_function(self, n: int) -> Any:

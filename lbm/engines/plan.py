@@ -1,25 +1,26 @@
 """The boundary-cell plan of a bulk-kernel engine: which cells leave the bulk kernel's answer, and where they live.
 
-A bulk kernel (native here, Pallas to come) updates every cell as if it were periodic bulk
-fluid. The cells where a boundary condition acts, and the cells it reads, form a *block*:
-their pre-collision populations are gathered from the slots the kernel reads, the case's own
-stage functions run on the gathered ``(Q, n)`` arrays (each boundary condition's
-``on_block`` form), and the results are stored into the slots the kernel wrote for those
-cells, replacing its bulk answer. Every cell owns fixed read and write slots in each
-streaming scheme, so this reproduces the dense timestep (up to rounding) at a cost that
-scales with the number of boundary cells.
+A bulk kernel (native, Pallas) updates every cell as if it were periodic bulk fluid. The
+cells where a boundary condition acts, and the cells it reads, form a *block*: their
+pre-collision populations are gathered from the slots the kernel reads, the case's own stage
+functions run on the gathered ``(Q, n)`` arrays (each boundary condition's ``on_block``
+form), and the results are stored into the slots the kernel wrote for those cells, replacing
+its bulk answer. Every cell owns fixed read and write slots in each streaming scheme, so this
+reproduces the dense timestep (up to rounding) at a cost that scales with the number of
+boundary cells.
 
 Block order: the face cells of each boundary condition that needs a face (inlet, outlet),
 in face order; then the other written cells, sorted; then the ghosts (cells only read).
 Slot maps are flat indices into the population array viewed as ``(Q * N,)``.
 
-Walls in the kernel (:func:`plan_kernel`): resting and moving half-way bounce-back and full-way
-bounce-back are link rules simple enough for a bulk kernel to apply itself, from link records
-(:func:`wall_records`) after its bulk pass, so that wall-bounded flows need no block at all.
-So are the faces of a velocity inlet (x = 0) and a zero-gradient outflow (x = nx - 1): whole rows of
-the kernel, whose cells load or collide by the face's rule (:func:`kernel_faces`). The momentum
-exchange on an obstacle (forces) needs only the post-step populations at both ends of its links,
-which the kernel reads for it after the step (:func:`force_slots`). The other boundary conditions
+Conditions in the kernel (:func:`plan_kernel`, native only): a condition whose
+:meth:`~lbm.boundaries.base.BoundaryCondition.bulk_rule` names a wall (resting and moving half-way,
+full-way bounce-back) is a link rule the kernel applies itself, from link records (:func:`wall_records`)
+after its bulk pass, so that wall-bounded flows need no block at all. So are the faces of a velocity
+inlet (x = 0) and a zero-gradient outflow (x = nx - 1): whole rows of the kernel, whose cells load or
+collide by the face's rule (:func:`kernel_faces`). The momentum exchange on an obstacle (forces) needs
+only the post-step populations at both ends of its links, which the kernel reads for it after the step
+(:func:`force_slots`). The other boundary conditions
 keep the general path above; those acting after ``bounce_back`` only observe the step, and read
 the post-step populations of their cells from the kernel (the ``observed`` cells of the block),
 walls included.
@@ -27,17 +28,13 @@ walls included.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lbm.boundaries.base import BoundaryCondition, neighbour
-from lbm.boundaries.bounce_back import FullwayBounceBack, HalfwayBounceBack
-from lbm.boundaries.forces import Forces
-from lbm.boundaries.inlet import Inlet
-from lbm.boundaries.moving_wall import MovingWall
-from lbm.boundaries.outflow import Outflow
+from lbm.boundaries.base import BoundaryCondition, neighbour, pytree_dataclass
 from lbm.engines.base import EngineUnavailable
 from lbm.lattice import Lattice
 from lbm.stages import STAGES
@@ -76,6 +73,24 @@ def slot_maps(lattice: Lattice, shape: tuple[int, ...], cells: np.ndarray, schem
     return read.astype(dtype), write.astype(dtype)
 
 
+@pytree_dataclass
+class Slots:
+    """int32 slots ``(Q, n)`` of a block's cells in one streaming scheme: to gather before the kernel runs (every
+    block cell), to write after it (the written cells), and to read after it (``observe``: the observed cells)."""
+
+    gather: Any
+    observe: Any
+    write: Any
+
+
+@pytree_dataclass
+class BlockArrays:
+    """What a jitted step reads of the boundary-cell block: its slots per scheme and the conditions' block forms."""
+
+    boundaries: tuple[BoundaryCondition, ...]
+    slots: dict[str, Slots]
+
+
 @dataclass(frozen=True)
 class Block:
     """Gathered cells in block order: ``size`` written cells first, then the ghosts (read only).
@@ -107,13 +122,12 @@ class Block:
         flat = values.reshape(lead + (-1,))[..., self.cells]
         return flat.reshape(lead + (self.cells.size,) + (1,) * (len(self.shape) - 1))
 
-    def slots(self, scheme: str) -> dict[str, np.ndarray]:
-        """int32 slots to gather before the kernel runs (every block cell), to write after (written cells), and
-        to read after it (``observe``: the observed cells' write slots)."""
+    def slots(self, scheme: str) -> Slots:
+        """The block's slots in ``scheme`` (:class:`Slots`)."""
         read, _ = slot_maps(self.lattice, self.shape, self.cells, scheme)
         _, write = slot_maps(self.lattice, self.shape, self.cells[: self.size], scheme)
-        return {"gather": read.astype(np.int32), "write": write.astype(np.int32),
-                "observe": write[:, self.size - self.observed:].astype(np.int32)}
+        return Slots(gather=read.astype(np.int32), write=write.astype(np.int32),
+                     observe=write[:, self.size - self.observed:].astype(np.int32))
 
 
 def plan_block(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[BoundaryCondition, ...]) -> Block | None:
@@ -139,12 +153,13 @@ def plan_block(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[Bound
                  size=int(written.size))
 
 
-def plan_arrays(block: Block | None, boundaries: tuple[BoundaryCondition, ...]) -> dict[str, Any]:
-    """What the jitted step reads: gather and write slots per scheme, and the boundary conditions on the block."""
+def plan_arrays(block: Block | None, boundaries: tuple[BoundaryCondition, ...]) -> BlockArrays | None:
+    """What the jitted step reads of the block (None without one); ValueError where a block form needs a layout this
+    block does not have."""
     if block is None:
-        return {}
-    return {"slots": {s: block.slots(s) for s in SCHEMES},
-            "boundaries": tuple(bc.on_block(block) for bc in boundaries)}
+        return None
+    return BlockArrays(slots={s: block.slots(s) for s in SCHEMES},
+                       boundaries=tuple(bc.on_block(block) for bc in boundaries))
 
 
 OBSERVING = STAGES[STAGES.index("bounce_back") + 1:STAGES.index("stream")]
@@ -153,12 +168,14 @@ OBSERVING = STAGES[STAGES.index("bounce_back") + 1:STAGES.index("stream")]
 
 def wall_rule(bc: BoundaryCondition) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None:
     """(solid, half-way links or None for full-way, moving-wall term or None) of a wall a kernel applies, else None."""
-    if type(bc) in (HalfwayBounceBack, MovingWall):  # exact types: a subclass may change the rule
-        wall = None if bc.wall is None else np.asarray(bc.wall)
-        return np.asarray(bc.solid, bool), np.asarray(bc.links, bool), wall
-    if type(bc) is FullwayBounceBack:
-        return np.asarray(bc.solid, bool), None, None
-    return None
+    rule = bc.bulk_rule()
+    return None if rule is None else rule.wall
+
+
+def face_rule(bc: BoundaryCondition, which: str) -> bool:
+    """Whether the kernel applies ``bc`` as its velocity inlet (``which`` "inflow") or zero-gradient outflow."""
+    rule = bc.bulk_rule()
+    return rule is not None and (rule.inflow if which == "inflow" else rule.outflow)
 
 
 def _by_row(rows: list[np.ndarray], columns: dict[str, list[np.ndarray]], n_outer: int, dtypes: dict[str, Any]
@@ -244,16 +261,7 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
     return out
 
 
-def wall_cells(lattice: Lattice, shape: tuple[int, ...], walls: tuple[BoundaryCondition, ...]) -> np.ndarray:
-    """Cells whose post-step populations kernel walls write or read (solid cells and their fluid neighbours)."""
-    cells = [np.zeros(0, np.int64)]
-    for bc in walls:
-        fp = bc.footprint(shape, lattice)
-        cells += [fp.face, fp.cells, fp.ghosts]
-    return np.unique(np.concatenate(cells)).astype(np.int64)
-
-
-def _touched(bcs: Any, shape: tuple[int, ...], lattice: Lattice) -> np.ndarray:
+def touched(bcs: Any, shape: tuple[int, ...], lattice: Lattice) -> np.ndarray:
     """Every cell the conditions ``bcs`` write or read (their footprints' faces, cells and ghosts)."""
     cells = [np.zeros(0, np.int64)]
     for bc in bcs:
@@ -266,7 +274,7 @@ def kernel_faces(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[Bou
                  ) -> tuple[BoundaryCondition, ...]:
     """The velocity inlet and the zero-gradient outflow a bulk kernel applies itself (kernels.cc, RowFaces).
 
-    An inlet (exact type :class:`Inlet`) or an outflow (:class:`Outflow`), the only one of its kind, whose
+    An inlet or an outflow (its :meth:`~lbm.boundaries.base.BoundaryCondition.bulk_rule`), the only one of its kind, whose
     cells (face, and the outflow's upstream column) no other condition writes or reads, on a grid with
     nx >= 3 and D >= 2 (its face is then whole rows of the kernel). Its rule, as dense: the outflow's cells
     load their populations with c_x < 0 from the column upstream (the pre-step values); the inlet's cells
@@ -275,19 +283,19 @@ def kernel_faces(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[Bou
     if lattice.d < 2 or shape[0] < 3:
         return ()
     faces = []
-    for kind in (Inlet, Outflow):
-        same = [bc for bc in boundaries if type(bc) is kind]
+    for which in ("inflow", "outflow"):
+        same = [bc for bc in boundaries if face_rule(bc, which)]
         if len(same) == 1:
             faces.append(same[0])
     out = []
     for bc in faces:
         others = [o for o in boundaries if o is not bc]
-        if np.intersect1d(_touched([bc], shape, lattice), _touched(others, shape, lattice)).size == 0:
+        if np.intersect1d(touched([bc], shape, lattice), touched(others, shape, lattice)).size == 0:
             out.append(bc)
     return tuple(out)
 
 
-def force_slots(lattice: Lattice, shape: tuple[int, ...], forces: Forces, scheme: str) -> np.ndarray:
+def force_slots(lattice: Lattice, shape: tuple[int, ...], forces: Any, scheme: str) -> np.ndarray:
     """int32 ``(2, L)``: per link of ``forces``, the write slots of f*_i at its fluid cell and of f_opp(i) at its solid cell.
 
     The momentum exchange (lbm.kernels.forces.momentum_exchange) is the sum over links of c_i times the sum of
@@ -311,19 +319,19 @@ class KernelPlan:
     general: tuple[BoundaryCondition, ...]
     block: Block | None
     records: dict[str, dict[str, np.ndarray]]  # scheme -> wall records (empty without walls)
-    faces: tuple[BoundaryCondition, ...] = ()  # an Inlet and/or an Outflow (kernel_faces)
-    forces: Forces | None = None  # momentum exchange from the kernel's post-step populations (force_slots)
+    faces: tuple[BoundaryCondition, ...] = ()  # a velocity inlet and/or a zero-gradient outflow (kernel_faces)
+    forces: BoundaryCondition | None = None  # momentum exchange from the kernel's post-step populations (force_slots)
     force_slots: dict[str, np.ndarray] | None = None  # scheme -> (2, L) slots
 
     @property
-    def inlet(self) -> Inlet | None:
+    def inlet(self) -> Any:
         """The velocity inlet the kernel applies, if any."""
-        return next((bc for bc in self.faces if type(bc) is Inlet), None)
+        return next((bc for bc in self.faces if face_rule(bc, "inflow")), None)
 
     @property
     def outflow(self) -> bool:
         """Whether the kernel applies a zero-gradient outflow."""
-        return any(type(bc) is Outflow for bc in self.faces)
+        return any(face_rule(bc, "outflow") for bc in self.faces)
 
 
 def plan_kernel(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[BoundaryCondition, ...]) -> KernelPlan:
@@ -344,7 +352,7 @@ def plan_kernel(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[Boun
     observers = [bc for bc in general if bc.stage in OBSERVING]
     block = plan_block(lattice, shape, tuple(writers))
     written = np.zeros(0, np.int64) if block is None else block.cells[: block.size]
-    if np.intersect1d(written, wall_cells(lattice, shape, walls)).size:
+    if np.intersect1d(written, touched(walls, shape, lattice)).size:
         return fallback
     records = {}
     for scheme in SCHEMES:
@@ -355,23 +363,23 @@ def plan_kernel(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[Boun
     if not walls:
         records = {}
     forces, slots = None, None
-    if len(observers) == 1 and type(observers[0]) is Forces:
+    rule = observers[0].bulk_rule() if len(observers) == 1 else None
+    if rule is not None and rule.links:
         solid = np.concatenate([np.flatnonzero(np.asarray(wall_rule(w)[0])) for w in walls] + [np.zeros(0, np.int64)])
         fc = observers[0]
-        if (not np.intersect1d(written, _touched([fc], shape, lattice)).size
+        if (not np.intersect1d(written, touched([fc], shape, lattice)).size
                 and not np.isin(np.asarray(fc.link_src, np.int64), solid).any()):
             forces, observers = fc, []
             slots = {scheme: force_slots(lattice, shape, fc, scheme) for scheme in SCHEMES}
     general = tuple(bc for bc in general if bc is not forces)
-    observed = np.setdiff1d(_touched(observers, shape, lattice), written)
+    observed = np.setdiff1d(touched(observers, shape, lattice), written)
     ghosts = np.zeros(0, np.int64) if block is None else block.cells[block.size:]
     if np.intersect1d(observed, ghosts).size:
         return fallback  # a cell both observed after the step and read before it by a writer: not supported
-    plan = {"walls": walls, "general": general, "records": records, "faces": faces, "forces": forces,
-            "force_slots": slots}
+    plan = KernelPlan(walls=walls, general=general, block=None, records=records, faces=faces, forces=forces,
+                      force_slots=slots)
     if block is None and observed.size == 0:
-        return KernelPlan(block=None, **plan)
+        return plan
     cells = np.concatenate([written, observed.astype(np.int64), ghosts])
-    block = Block(lattice=lattice, shape=shape, cells=cells, size=int(written.size + observed.size),
-                  observed=int(observed.size))
-    return KernelPlan(block=block, **plan)
+    return dataclasses.replace(plan, block=Block(lattice=lattice, shape=shape, cells=cells,
+                                                 size=int(written.size + observed.size), observed=int(observed.size)))
