@@ -16,8 +16,12 @@ from typing import Any
 
 from lbm.config import compose
 from lbm.config.command_line import (
+    HELP_FLAGS,
+    check_launcher,
     check_writable,
     expand_jobs,
+    fresh_run_dir,
+    hydra_value,
     output_root,
     run_hydra,
     split_hydra_args,
@@ -52,25 +56,61 @@ def fail(message: str, code: int = 2) -> int:
 
 
 def prevalidate(overrides: list[str], multirun: bool, output: bool = True) -> None:
-    """Validate every job's config (and, with ``output``, the output location); raise LbmError on the first problem."""
+    """Validate every job's config; with ``output`` (a run, not ``--cfg``) also the output location, the launcher,
+    each job's devices and checkpoint, and that no job's directory holds results. Raises LbmError on the first
+    problem, before Hydra creates or touches any directory."""
     from lbm.config import load
-    from lbm.simulation import make_case
 
-    if output and not any("${" in o for o in overrides):
-        check_writable(output_root(overrides, multirun))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for job in expand_jobs(overrides, multirun):
-            make_case(load(job))
+        jobs = expand_jobs(overrides, multirun)
+        runs = [load(job) for job in jobs]
+        if not output:
+            return
+        from lbm.api import preflight  # a run: the checks below import the run loop (and JAX), which it needs next
+        from lbm.simulation import check_run_dir
+
+        if not any("${" in o for o in overrides):
+            check_writable(output_root(overrides, multirun))
+        launcher = hydra_value(overrides, "hydra/launcher") if multirun else None
+        check_launcher(launcher)
+        for run_dir in job_dirs(overrides, multirun, len(jobs)):
+            check_run_dir(run_dir)
+        for run in runs:
+            preflight(run, here=launcher in (None, "basic"))
 
 
-def _task(cfg: Any) -> None:
-    """Hydra task: validate the composed config and simulate into Hydra's run directory."""
+def job_dirs(overrides: list[str], multirun: bool, jobs: int) -> list[Path]:
+    """The run directories the user named (``hydra.run.dir``, or ``hydra.sweep.dir`` with its numbered jobs)."""
+    if multirun:
+        sweep = hydra_value(overrides, "hydra.sweep.dir")
+        if sweep is None or "${" in sweep or hydra_value(overrides, "hydra.sweep.subdir") is not None:
+            return []
+        return [Path(sweep).expanduser() / str(i) for i in range(jobs)]
+    given = hydra_value(overrides, "hydra.run.dir")
+    return [] if given is None or "${" in given else [Path(given).expanduser()]
+
+
+def pin_output(args: list[str], overrides: list[str], multirun: bool) -> list[str]:
+    """``args`` with a fresh, reserved directory for Hydra's default ``outputs/<date>/<time>`` (two runs started in
+    the same second get two directories)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if hydra_value(overrides, key) is not None:
+        return args
+    root = Path("outputs") / "multirun" if multirun else Path("outputs")
+    return [*args, f"{key}={fresh_run_dir(root)}"]
+
+
+def _task(cfg: Any, named_run_dir: bool = False) -> None:
+    """Hydra task: validate the composed config and simulate into Hydra's run directory.
+
+    ``named_run_dir``: the user chose the directory (hydra.run.dir), so a resume needs another one.
+    """
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     from lbm.config import LbmWarning, from_composed
-    from lbm.simulation import simulate
+    from lbm.simulation import Interrupted, simulate
 
     log = logging.getLogger("lbm")
     for noisy in ("jax", "matplotlib"):
@@ -88,17 +128,30 @@ def _task(cfg: Any) -> None:
         run = from_composed(OmegaConf.to_container(cfg, resolve=True), HydraConfig.get().runtime.choices)
         simulate(run, run_dir)
     except LbmError as exc:
-        log.error("%s", exc)
-        sys.exit(fail(str(exc), exc.exit_code))
+        message = str(exc)
+        if isinstance(exc, Interrupted) and named_run_dir:
+            message += " and another hydra.run.dir (this one holds the interrupted run)"
+        log.error("%s", message)
+        sys.exit(fail(message, exc.exit_code))
     except KeyboardInterrupt:
         sys.exit(fail(f"interrupted; partial results kept in {run_dir}", 130))
 
 
 def cmd_run(args: Sequence[str]) -> int:
     """``run``: validate all jobs, then hand over to Hydra (single run or multirun)."""
+    args = list(args)
     overrides, multirun, info = split_hydra_args(args)
+    if any(a in HELP_FLAGS for a in args):  # Hydra prints the help and runs nothing: nothing to check
+        return run_hydra(_task, "config", "run", args)
     prevalidate(overrides, multirun, output=not info)
-    return run_hydra(_task, "config", "run", args)
+    if info:
+        return run_hydra(_task, "config", "run", args)
+    named = not multirun and hydra_value(overrides, "hydra.run.dir") is not None
+
+    def task(cfg: Any) -> None:
+        _task(cfg, named_run_dir=named)
+
+    return run_hydra(task, "config", "run", pin_output(args, overrides, multirun))
 
 
 def lazy_command(module: str) -> Any:
