@@ -99,11 +99,11 @@ def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Res
     record.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.create(config.raw), record / "config.yaml")
     OmegaConf.save(OmegaConf.create(overrides), record / "overrides.yaml")
+    console = console_log()
     handler = logging.FileHandler(path / "lbm.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     logger = logging.getLogger("lbm")
     logger.addHandler(handler)
-    console = console_log()
     level = logger.level
     if logger.getEffectiveLevel() > logging.INFO:
         logger.setLevel(logging.INFO)

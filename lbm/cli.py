@@ -26,6 +26,7 @@ from lbm.config.command_line import (
     run_hydra,
     split_hydra_args,
 )
+from lbm.config.run import did_you_mean
 
 __all__ = ["compose", "main", "prevalidate", "run_hydra", "split_hydra_args", "expand_jobs"]
 from lbm.errors import LbmError
@@ -172,27 +173,43 @@ def lazy_command(module: str) -> Any:
     return command
 
 
-COMMANDS = {
-    "run": cmd_run,
-    "bench": lazy_command("lbm.bench.cli"),
-    "analyze": lazy_command("lbm.profiling.analyze"),
-    "compare": lazy_command("lbm.bench.compare"),
-    "inspect": lazy_command("lbm.bench.inspect"),
-    "validate": lazy_command("lbm.validate"),
-    "study": None,  # filled below
-}
+def cmd_bench(args: Sequence[str]) -> int:
+    """``bench``: its help from Hydra without loading the benchmark (nor JAX); else :mod:`lbm.bench.cli`."""
+    if any(a in HELP_FLAGS for a in args):
+        return run_hydra(None, "bench", "bench", list(args))
+    return lazy_command("lbm.bench.cli")(args)
+
+
+STUDIES = {"batching": ("lbm.bench.batching", "B vortices in one jit: Python loop, lax.map and vmap against B"),
+           "compile": ("lbm.bench.compile_study", "compile time against grid and steps per dispatch; AOT; caches"),
+           "export": ("lbm.bench.export", "a jax.export reproduction bundle of every stage and a fused chunk"),
+           "convergence": ("lbm.bench.convergence", "the order of accuracy over a list of grids")}
+"""Each study's module and what it measures."""
+
+STUDY_USAGE = "usage: python -m lbm study NAME [options]   (python -m lbm study NAME --help for its options)\n\n" + \
+    "studies:\n" + "".join(f"  {name:<12} {what}\n" for name, (_, what) in STUDIES.items())
 
 
 def cmd_study(args: Sequence[str]) -> int:
     """``study NAME [options]``: the studies (batching, compile, export, convergence)."""
-    studies = {"batching": "lbm.bench.batching", "compile": "lbm.bench.compile_study", "export": "lbm.bench.export",
-               "convergence": "lbm.bench.convergence"}
-    if not args or args[0] not in studies:
-        raise LbmError(f"study: name one of {', '.join(studies)} (python -m lbm study NAME --help)")
-    return lazy_command(studies[args[0]])(args[1:])
+    if args and args[0] in ("-h", "--help", "help"):
+        print(STUDY_USAGE, end="")
+        return 0
+    if not args or args[0] not in STUDIES:
+        given = f"unknown study {args[0]!r}{did_you_mean(args[0], list(STUDIES))}: " if args else ""
+        raise LbmError(f"study: {given}name one of {', '.join(STUDIES)} (python -m lbm study --help)")
+    return lazy_command(STUDIES[args[0]][0])(args[1:])
 
 
-COMMANDS["study"] = cmd_study
+COMMANDS = {
+    "run": cmd_run,
+    "bench": cmd_bench,
+    "analyze": lazy_command("lbm.profiling.analyze"),
+    "compare": lazy_command("lbm.bench.compare"),
+    "inspect": lazy_command("lbm.bench.inspect"),
+    "validate": lazy_command("lbm.validate"),
+    "study": cmd_study,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -203,10 +220,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = args[0], args[1:]
     if command not in COMMANDS:
-        return fail(f"unknown command {command!r}: choose one of {', '.join(COMMANDS)} (python -m lbm --help)")
+        return fail(f"unknown command {command!r}{did_you_mean(command, list(COMMANDS))}: choose one of "
+                    f"{', '.join(COMMANDS)} (python -m lbm --help)")
     try:
         return COMMANDS[command](rest)
     except LbmError as exc:
         return fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         return fail("interrupted", 130)
+    except SystemExit as exc:  # argparse's and Hydra's help, and a Hydra job's error (already reported)
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)

@@ -135,13 +135,16 @@ def check_writable(path: Path) -> None:
 
 
 def run_hydra(task: Any, config_name: str, command: str, args: Sequence[str]) -> int:
-    """Hand ``args`` to a Hydra main around ``task`` with the config ``config_name`` (single run or multirun)."""
+    """Hand ``args`` to a Hydra main around ``task`` with the config ``config_name`` (single run or multirun).
+
+    ``task`` None: only for Hydra's own output (``--help``, ``--cfg``), where it runs no job.
+    """
     import hydra
 
     from lbm.config.schema import register
 
     register()
-    main = hydra.main(config_path=str(CONFIG_DIR), config_name=config_name, version_base="1.3")(task)
+    main = hydra.main(config_path=str(CONFIG_DIR), config_name=config_name, version_base="1.3")(task or _no_job)
     argv = sys.argv
     sys.argv = [f"lbm {command}", *args]
     try:
@@ -149,6 +152,11 @@ def run_hydra(task: Any, config_name: str, command: str, args: Sequence[str]) ->
     finally:
         sys.argv = argv
     return 0
+
+
+def _no_job(cfg: Any) -> None:
+    """The task of a Hydra call that must not run a job."""
+    raise LbmError("internal: a help or --cfg call of Hydra started a job")
 
 
 def take_option(args: Sequence[str], name: str) -> tuple[str | None, list[str]]:
