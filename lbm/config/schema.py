@@ -246,7 +246,7 @@ def check_keys(cfg: Mapping[str, Any], config_name: str, choices: Mapping[str, s
         known = option_keys(group, name)
         for key in node:
             if key not in known:
-                mean = did_you_mean(f"{group}.{key}", [f"{group}.{k}" for k in known])
+                mean = did_you_mean(key, known).replace("mean ", f"mean {group}.")
                 raise LbmError(f"{group}.{key} is not a key of {group} {name}{mean}: its keys are {', '.join(known)}")
 
     walk(cfg, schema, "")
