@@ -201,14 +201,11 @@ def report(results: list[dict[str, Any]], overrides: list[str]) -> str:
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # noqa: D102 (argparse's hook)
-        raise LbmError(f"validate: {message} (python -m lbm validate --help)")
-
-
 def parser() -> argparse.ArgumentParser:
     """The options of ``python -m lbm validate``; every other argument is a run override."""
-    p = _Parser(prog="python -m lbm validate", usage="%(prog)s [--quick] [--case NAME]... [--out DIR] [overrides]",
+    from lbm.config.command_line import ArgumentParser
+
+    p = ArgumentParser(prog="python -m lbm validate", usage="%(prog)s [--quick] [--case NAME]... [--out DIR] [overrides]",
                 description="Run the physics checks (analytic solutions, Ghia et al., the DFG benchmark, ...) and "
                 "write validation.md and validation.json, with one run directory per configuration. Overrides "
                 "(key=value, as for run) apply to every check, e.g. precision=float64 mode=instrumented. Exit code 0 "

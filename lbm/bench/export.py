@@ -72,17 +72,11 @@ def write_bundle(setup: Setup, out_dir: Path, fused_steps: int = 10, context: di
 
 def main(args: list[str]) -> int:
     """``python -m lbm study export [hydra overrides] [--out DIR]``: write the reproduction bundle of a case."""
-    import argparse
-
-    from lbm.config.command_line import split_hydra_args
+    from lbm.config.command_line import ArgumentParser, split_hydra_args
     from lbm.errors import LbmError
     from lbm.simulation import prepare
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> Any:  # noqa: D102 (argparse's hook)
-            raise LbmError(f"study export: {message} (python -m lbm study export --help)")
-
-    parser = Parser(prog="python -m lbm study export", usage="%(prog)s [--out DIR] [overrides]",
+    parser = ArgumentParser(prog="python -m lbm study export", usage="%(prog)s [--out DIR] [overrides]",
                     description="Export every stage and a 10-step fused chunk of one configuration with jax.export "
                     "(CPU and CUDA), with their input shapes and a manifest.json; overrides (key=value, as for run) "
                     "choose the configuration. python scripts/rerun_export.py DIR re-times the bundle without lbm.")

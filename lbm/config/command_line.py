@@ -5,6 +5,7 @@ Used by every command that takes Hydra overrides (run, bench, inspect, validate,
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import sys
 from collections.abc import Sequence
@@ -152,6 +153,14 @@ def run_hydra(task: Any, config_name: str, command: str, args: Sequence[str]) ->
     finally:
         sys.argv = argv
     return 0
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for a command's own options: a bad option is one LbmError line (exit 2), not argparse's usage text."""
+
+    def error(self, message: str) -> Any:
+        """Raise LbmError naming the command and where its options are listed."""
+        raise LbmError(f"{self.prog.removeprefix('python -m lbm ')}: {message} ({self.prog} --help)")
 
 
 def _no_job(cfg: Any) -> None:
