@@ -286,7 +286,7 @@ def test_the_slurm_launcher_off_a_cluster_gives_one_line(tmp_path, capsys, monke
 
 HELP = [
     (["--help"], "study batching"), (["run", "--help"], "grid:"), (["bench", "--help"], "variants:"),
-    (["validate", "--help"], "--quick"), (["analyze", "--help"], "--sql"), (["compare", "--help"], "--threshold"),
+    (["validate", "--help"], "--case NAME"), (["analyze", "--help"], "--sql"), (["compare", "--help"], "--threshold"),
     (["inspect", "--help"], "target="), (["study", "--help"], "convergence"), (["study", "batching", "--help"], "--members"),
     (["study", "compile", "--help"], "--grids"), (["study", "export", "--help"], "--out"),
     (["study", "convergence", "--help"], "grids="),

@@ -48,7 +48,7 @@ def did_you_mean(word: str, candidates: Sequence[str]) -> str:
     """`` (did you mean X?)`` for the candidate closest to a misspelt ``word``, else an empty string."""
     import difflib
 
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.7)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
