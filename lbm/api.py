@@ -42,7 +42,8 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
     """Everything about ``run`` that can be refused before its directory exists: the case and its parameters, and
     (``here``: the run starts in this process) the devices, float64 support and the checkpoint it resumes.
 
-    A multi-process run (jax.distributed) checks its devices where it starts: a backend must not start first.
+    A multi-process run (jax.distributed) checks its devices and checkpoint where it starts: no backend may start
+    before jax.distributed.
     """
     from lbm import parallel
     from lbm.config import resolve_parallel
@@ -50,7 +51,8 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
 
     p = run.parallel
     single = p.get("coordinator") is None and (p.get("num_processes") or 1) == 1 and parallel.cluster_processes() == 1
-    if here and single:
+    here = here and single
+    if here:
         run = resolve_parallel(run)
     case = make_case(run)
     if here and run.checkpoint.get("resume"):
