@@ -138,11 +138,40 @@ def _task(cfg: Any, named_run_dir: bool = False) -> None:
         sys.exit(fail(f"interrupted; partial results kept in {run_dir}", 130))
 
 
+CONFIG_HELP = """usage: python -m lbm {command} [-m] [key=value ...]
+
+Overrides set any key below (key=value) or choose an option of a group (group=option); with -m a comma-separated
+value (grid.nx=64,128) runs one job per value. Hydra's flags: --cfg job|hydra|all (print the composed config),
+-m/--multirun, --info, --hydra-help; hydra.run.dir=DIR (hydra.sweep.dir=DIR with -m) names the run directory.
+
+Config groups (group=option):
+{groups}
+
+Keys and their values{given} (the comments in lbm/configs/ say what each means):
+{config}"""
+
+
+def config_help(command: str, config_name: str, overrides: list[str]) -> int:
+    """``run --help``, ``bench --help``: the groups and the composed config, printed without JAX or Hydra's app help
+    (which composes every group of Hydra's own once more)."""
+    from omegaconf import OmegaConf
+
+    from lbm.config import compose, group_options
+
+    cfg = compose(overrides, config_name, command)
+    groups = "\n".join(f"  {g}: {', '.join(group_options(g))}" for g in ("case", "lattice", "collision") if g in cfg)
+    given = f" with {' '.join(overrides)}" if overrides else ""
+    print(CONFIG_HELP.format(command=command, groups=groups, given=given, config=OmegaConf.to_yaml(cfg)), end="")
+    return 0
+
+
 def cmd_run(args: Sequence[str]) -> int:
     """``run``: validate all jobs, then hand over to Hydra (single run or multirun)."""
     args = list(args)
     overrides, multirun, info = split_hydra_args(args)
-    if any(a in HELP_FLAGS for a in args):  # Hydra prints the help and runs nothing: nothing to check
+    if any(a in ("-h", "--help") for a in args):
+        return config_help("run", "config", overrides)
+    if any(a in HELP_FLAGS for a in args):  # Hydra prints its own help or version and runs nothing
         return run_hydra(_task, "config", "run", args)
     prevalidate(overrides, multirun, output=not info)
     if info:
@@ -174,7 +203,9 @@ def lazy_command(module: str) -> Any:
 
 
 def cmd_bench(args: Sequence[str]) -> int:
-    """``bench``: its help from Hydra without loading the benchmark (nor JAX); else :mod:`lbm.bench.cli`."""
+    """``bench``: its help without loading the benchmark (nor JAX); else :mod:`lbm.bench.cli`."""
+    if any(a in ("-h", "--help") for a in args):
+        return config_help("bench", "bench", split_hydra_args(args)[0])
     if any(a in HELP_FLAGS for a in args):
         return run_hydra(None, "bench", "bench", list(args))
     return lazy_command("lbm.bench.cli")(args)
