@@ -1,8 +1,11 @@
 """Command line: ``python -m lbm run [hydra overrides]``.
 
 Every configuration (each job of a sweep too) is composed and validated (:func:`lbm.config.load`)
-before Hydra starts, so bad input gives one line and exit code 2 and writes nothing. The Hydra
-task then finds its job's validated config in the process (:func:`lbm.config.from_composed`).
+before Hydra starts, and so is what only the machine and the disk can tell (:func:`prevalidate`: a
+run directory holding results, the devices, the checkpoint to resume, the launcher), so that bad
+input gives one line and exit code 2 and Hydra never creates or rewrites a directory for a run that
+is refused. The Hydra task then finds its job's validated config in the process
+(:func:`lbm.config.from_composed`). ``--help`` and ``--cfg`` compose and print; they import no JAX.
 """
 
 from __future__ import annotations
@@ -156,7 +159,7 @@ def config_help(command: str, config_name: str, overrides: list[str]) -> int:
     (which composes every group of Hydra's own once more)."""
     from omegaconf import OmegaConf
 
-    from lbm.config import compose, group_options
+    from lbm.config import group_options
 
     cfg = compose(overrides, config_name, command)
     groups = "\n".join(f"  {g}: {', '.join(group_options(g))}" for g in ("case", "lattice", "collision") if g in cfg)
