@@ -8,15 +8,19 @@ The overrides are those of ``python -m lbm run`` and go through the same validat
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lbm.errors import LbmError
+
+if TYPE_CHECKING:
+    from lbm.cases import Case
+    from lbm.config import RunConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,16 +35,45 @@ class Result:
     solid: np.ndarray = dataclasses.field(repr=False)
     """Solid cells (bool), shape = grid."""
     run_dir: Path
+    """Absolute path of the run directory."""
 
 
-def default_run_dir(root: Path = Path("outputs")) -> Path:
-    """A fresh run directory named as Hydra names it (``outputs/<date>/<time>``; ``-1``, ``-2``... if taken)."""
-    base = root / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
-    path, k = base, 0
-    while path.exists():
-        k += 1
-        path = base.with_name(f"{base.name}-{k}")
-    return path
+def preflight(run: RunConfig, here: bool = True) -> Case:
+    """Everything about ``run`` that can be refused before its directory exists: the case and its parameters, and
+    (``here``: the run starts in this process) the devices, float64 support and the checkpoint it resumes.
+
+    A multi-process run (jax.distributed) checks its devices and checkpoint where it starts: no backend may start
+    before jax.distributed.
+    """
+    from lbm import parallel
+    from lbm.config import resolve_parallel
+    from lbm.simulation import check_resume, make_case
+
+    p = run.parallel
+    single = p.get("coordinator") is None and (p.get("num_processes") or 1) == 1 and parallel.cluster_processes() == 1
+    here = here and single
+    if here:
+        run = resolve_parallel(run)
+    case = make_case(run)
+    if here and run.checkpoint.get("resume"):
+        if run.precision == "float64":
+            import jax
+
+            jax.config.update("jax_enable_x64", True)
+        check_resume(case.run, case.setup())
+    return case
+
+
+def console_log() -> logging.Handler | None:
+    """A handler that shows lbm's log (the progress lines among it) on stderr when nothing else would show it."""
+    if logging.getLogger("lbm").handlers or logging.getLogger().handlers:
+        return None
+    handler = logging.StreamHandler(sys.stderr)  # on the root logger, as Hydra's: the progress bar hides its lines
+    handler.setLevel(logging.INFO)
+    handler.addFilter(logging.Filter("lbm"))
+    handler.setFormatter(logging.Formatter("lbm: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
 
 
 def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Result:
@@ -48,6 +81,7 @@ def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Res
     from omegaconf import OmegaConf
 
     from lbm.config import load
+    from lbm.config.command_line import fresh_run_dir
     from lbm.simulation import check_run_dir, simulate
 
     if isinstance(overrides, str):
@@ -57,12 +91,17 @@ def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Res
     if hydra_keys:
         raise LbmError(f"{hydra_keys[0]}: Hydra settings do not apply to lbm.run; pass run_dir= for the directory")
     config = load(overrides)
-    path = Path(run_dir) if run_dir is not None else default_run_dir()
-    check_run_dir(path)
+    preflight(config)
+    if run_dir is not None:
+        path = Path(run_dir).expanduser().absolute()
+        check_run_dir(path, "run_dir")
+    else:
+        path = fresh_run_dir(Path("outputs")).absolute()
     record = path / ".hydra"
     record.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.create(config.raw), record / "config.yaml")
     OmegaConf.save(OmegaConf.create(overrides), record / "overrides.yaml")
+    console = console_log()
     handler = logging.FileHandler(path / "lbm.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     logger = logging.getLogger("lbm")
@@ -74,6 +113,8 @@ def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Res
         metrics = simulate(config, path)
     finally:
         logger.removeHandler(handler)
+        if console is not None:
+            logging.getLogger().removeHandler(console)
         logger.setLevel(level)
         handler.close()
     with np.load(path / "fields.npz") as fields:

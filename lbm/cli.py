@@ -1,8 +1,11 @@
 """Command line: ``python -m lbm run [hydra overrides]``.
 
 Every configuration (each job of a sweep too) is composed and validated (:func:`lbm.config.load`)
-before Hydra starts, so bad input gives one line and exit code 2 and writes nothing. The Hydra
-task then finds its job's validated config in the process (:func:`lbm.config.from_composed`).
+before Hydra starts, and so is what only the machine and the disk can tell (:func:`prevalidate`: a
+run directory holding results, the devices, the checkpoint to resume, the launcher), so that bad
+input gives one line and exit code 2 and Hydra never creates or rewrites a directory for a run that
+is refused. The Hydra task then finds its job's validated config in the process
+(:func:`lbm.config.from_composed`). ``--help`` and ``--cfg`` compose and print; they import no JAX.
 """
 
 from __future__ import annotations
@@ -16,12 +19,17 @@ from typing import Any
 
 from lbm.config import compose
 from lbm.config.command_line import (
+    HELP_FLAGS,
+    check_launcher,
     check_writable,
     expand_jobs,
+    fresh_run_dir,
+    hydra_value,
     output_root,
     run_hydra,
     split_hydra_args,
 )
+from lbm.config.run import did_you_mean
 
 __all__ = ["compose", "main", "prevalidate", "run_hydra", "split_hydra_args", "expand_jobs"]
 from lbm.errors import LbmError
@@ -52,25 +60,61 @@ def fail(message: str, code: int = 2) -> int:
 
 
 def prevalidate(overrides: list[str], multirun: bool, output: bool = True) -> None:
-    """Validate every job's config (and, with ``output``, the output location); raise LbmError on the first problem."""
+    """Validate every job's config; with ``output`` (a run, not ``--cfg``) also the output location, the launcher,
+    each job's devices and checkpoint, and that no job's directory holds results. Raises LbmError on the first
+    problem, before Hydra creates or touches any directory."""
     from lbm.config import load
-    from lbm.simulation import make_case
 
-    if output and not any("${" in o for o in overrides):
-        check_writable(output_root(overrides, multirun))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for job in expand_jobs(overrides, multirun):
-            make_case(load(job))
+        jobs = expand_jobs(overrides, multirun)
+        runs = [load(job) for job in jobs]
+        if not output:
+            return
+        from lbm.api import preflight  # a run: the checks below import the run loop (and JAX), which it needs next
+        from lbm.simulation import check_run_dir
+
+        if not any("${" in o for o in overrides):
+            check_writable(output_root(overrides, multirun))
+        launcher = hydra_value(overrides, "hydra/launcher") if multirun else None
+        check_launcher(launcher)
+        for run_dir in job_dirs(overrides, multirun, len(jobs)):
+            check_run_dir(run_dir)
+        for run in runs:
+            preflight(run, here=launcher in (None, "basic"))
 
 
-def _task(cfg: Any) -> None:
-    """Hydra task: validate the composed config and simulate into Hydra's run directory."""
+def job_dirs(overrides: list[str], multirun: bool, jobs: int) -> list[Path]:
+    """The run directories the user named (``hydra.run.dir``, or ``hydra.sweep.dir`` with its numbered jobs)."""
+    if multirun:
+        sweep = hydra_value(overrides, "hydra.sweep.dir")
+        if sweep is None or "${" in sweep or hydra_value(overrides, "hydra.sweep.subdir") is not None:
+            return []
+        return [Path(sweep).expanduser() / str(i) for i in range(jobs)]
+    given = hydra_value(overrides, "hydra.run.dir")
+    return [] if given is None or "${" in given else [Path(given).expanduser()]
+
+
+def pin_output(args: list[str], overrides: list[str], multirun: bool) -> list[str]:
+    """``args`` with a fresh, reserved directory for Hydra's default ``outputs/<date>/<time>`` (two runs started in
+    the same second get two directories)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if hydra_value(overrides, key) is not None:
+        return args
+    root = Path("outputs") / "multirun" if multirun else Path("outputs")
+    return [*args, f"{key}={fresh_run_dir(root)}"]
+
+
+def _task(cfg: Any, named_run_dir: bool = False) -> None:
+    """Hydra task: validate the composed config and simulate into Hydra's run directory.
+
+    ``named_run_dir``: the user chose the directory (hydra.run.dir), so a resume needs another one.
+    """
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     from lbm.config import LbmWarning, from_composed
-    from lbm.simulation import simulate
+    from lbm.simulation import Interrupted, simulate
 
     log = logging.getLogger("lbm")
     for noisy in ("jax", "matplotlib"):
@@ -88,17 +132,59 @@ def _task(cfg: Any) -> None:
         run = from_composed(OmegaConf.to_container(cfg, resolve=True), HydraConfig.get().runtime.choices)
         simulate(run, run_dir)
     except LbmError as exc:
-        log.error("%s", exc)
-        sys.exit(fail(str(exc), exc.exit_code))
+        message = str(exc)
+        if isinstance(exc, Interrupted) and named_run_dir:
+            message += " and another hydra.run.dir (this one holds the interrupted run)"
+        log.error("%s", message)
+        sys.exit(fail(message, exc.exit_code))
     except KeyboardInterrupt:
         sys.exit(fail(f"interrupted; partial results kept in {run_dir}", 130))
 
 
+CONFIG_HELP = """usage: python -m lbm {command} [-m] [key=value ...]
+
+Overrides set any key below (key=value) or choose an option of a group (group=option); with -m a comma-separated
+value (grid.nx=64,128) runs one job per value. Hydra's flags: --cfg job|hydra|all (print the composed config),
+-m/--multirun, --info, --hydra-help; hydra.run.dir=DIR (hydra.sweep.dir=DIR with -m) names the run directory.
+
+Config groups (group=option):
+{groups}
+
+Keys and their values{given} (the comments in lbm/configs/ say what each means):
+{config}"""
+
+
+def config_help(command: str, config_name: str, overrides: list[str]) -> int:
+    """``run --help``, ``bench --help``: the groups and the composed config, printed without JAX or Hydra's app help
+    (which composes every group of Hydra's own once more)."""
+    from omegaconf import OmegaConf
+
+    from lbm.config import group_options
+
+    cfg = compose(overrides, config_name, command)
+    groups = "\n".join(f"  {g}: {', '.join(group_options(g))}" for g in ("case", "lattice", "collision") if g in cfg)
+    given = f" with {' '.join(overrides)}" if overrides else ""
+    print(CONFIG_HELP.format(command=command, groups=groups, given=given, config=OmegaConf.to_yaml(cfg)), end="")
+    return 0
+
+
 def cmd_run(args: Sequence[str]) -> int:
     """``run``: validate all jobs, then hand over to Hydra (single run or multirun)."""
+    args = list(args)
     overrides, multirun, info = split_hydra_args(args)
+    if any(a in ("-h", "--help") for a in args):
+        return config_help("run", "config", overrides)
+    if any(a in HELP_FLAGS for a in args):  # Hydra prints its own help or version and runs nothing
+        return run_hydra(_task, "config", "run", args)
     prevalidate(overrides, multirun, output=not info)
-    return run_hydra(_task, "config", "run", args)
+    if info:
+        return run_hydra(_task, "config", "run", args)
+    named = not multirun and hydra_value(overrides, "hydra.run.dir") is not None
+
+    def task(cfg: Any) -> None:
+        _task(cfg, named_run_dir=named)
+
+    return run_hydra(task, "config", "run", pin_output(args, overrides, multirun))
 
 
 def lazy_command(module: str) -> Any:
@@ -119,27 +205,45 @@ def lazy_command(module: str) -> Any:
     return command
 
 
-COMMANDS = {
-    "run": cmd_run,
-    "bench": lazy_command("lbm.bench.cli"),
-    "analyze": lazy_command("lbm.profiling.analyze"),
-    "compare": lazy_command("lbm.bench.compare"),
-    "inspect": lazy_command("lbm.bench.inspect"),
-    "validate": lazy_command("lbm.validate"),
-    "study": None,  # filled below
-}
+def cmd_bench(args: Sequence[str]) -> int:
+    """``bench``: its help without loading the benchmark (nor JAX); else :mod:`lbm.bench.cli`."""
+    if any(a in ("-h", "--help") for a in args):
+        return config_help("bench", "bench", split_hydra_args(args)[0])
+    if any(a in HELP_FLAGS for a in args):
+        return run_hydra(None, "bench", "bench", list(args))
+    return lazy_command("lbm.bench.cli")(args)
+
+
+STUDIES = {"batching": ("lbm.bench.batching", "B vortices in one jit: Python loop, lax.map and vmap against B"),
+           "compile": ("lbm.bench.compile_study", "compile time against grid and steps per dispatch; AOT; caches"),
+           "export": ("lbm.bench.export", "a jax.export reproduction bundle of every stage and a fused chunk"),
+           "convergence": ("lbm.bench.convergence", "the order of accuracy over a list of grids")}
+"""Each study's module and what it measures."""
+
+STUDY_USAGE = "usage: python -m lbm study NAME [options]   (python -m lbm study NAME --help for its options)\n\n" + \
+    "studies:\n" + "".join(f"  {name:<12} {what}\n" for name, (_, what) in STUDIES.items())
 
 
 def cmd_study(args: Sequence[str]) -> int:
     """``study NAME [options]``: the studies (batching, compile, export, convergence)."""
-    studies = {"batching": "lbm.bench.batching", "compile": "lbm.bench.compile_study", "export": "lbm.bench.export",
-               "convergence": "lbm.bench.convergence"}
-    if not args or args[0] not in studies:
-        raise LbmError(f"study: name one of {', '.join(studies)} (python -m lbm study NAME --help)")
-    return lazy_command(studies[args[0]])(args[1:])
+    if args and args[0] in ("-h", "--help", "help"):
+        print(STUDY_USAGE, end="")
+        return 0
+    if not args or args[0] not in STUDIES:
+        given = f"unknown study {args[0]!r}{did_you_mean(args[0], list(STUDIES))}: " if args else ""
+        raise LbmError(f"study: {given}name one of {', '.join(STUDIES)} (python -m lbm study --help)")
+    return lazy_command(STUDIES[args[0]][0])(args[1:])
 
 
-COMMANDS["study"] = cmd_study
+COMMANDS = {
+    "run": cmd_run,
+    "bench": cmd_bench,
+    "analyze": lazy_command("lbm.profiling.analyze"),
+    "compare": lazy_command("lbm.bench.compare"),
+    "inspect": lazy_command("lbm.bench.inspect"),
+    "validate": lazy_command("lbm.validate"),
+    "study": cmd_study,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -150,10 +254,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = args[0], args[1:]
     if command not in COMMANDS:
-        return fail(f"unknown command {command!r}: choose one of {', '.join(COMMANDS)} (python -m lbm --help)")
+        return fail(f"unknown command {command!r}{did_you_mean(command, list(COMMANDS))}: choose one of "
+                    f"{', '.join(COMMANDS)} (python -m lbm --help)")
     try:
         return COMMANDS[command](rest)
     except LbmError as exc:
         return fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         return fail("interrupted", 130)
+    except SystemExit as exc:  # argparse's and Hydra's help, and a Hydra job's error (already reported)
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)

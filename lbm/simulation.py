@@ -25,7 +25,7 @@ from lbm.config import RunConfig, check_output_every, load, resolve_parallel
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, DivergenceError, LbmError
 from lbm.io.checkpoint import GLOB as CHECKPOINT_GLOB
-from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
+from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, read_header, save_checkpoint
 from lbm.io.fields import write_fields, write_json
 from lbm.kernels.macroscopic import macroscopic
 from lbm.lattice import Lattice
@@ -175,13 +175,13 @@ def log_engine_choice(engine: Engine, fallback_possible: bool = True) -> None:
                 engine.note, fix)
 
 
-def check_run_dir(run_dir: Path) -> None:
-    """Refuse to write into a directory that already holds results."""
+def check_run_dir(run_dir: Path, setting: str = "hydra.run.dir") -> None:
+    """Refuse to write into a directory that already holds results (``setting``: the key that chooses it)."""
     existing = [name for name in RESULT_FILES if (run_dir / name).exists()]
     if existing:
         raise LbmError(
             f"run directory {run_dir} already holds results ({', '.join(existing)}); "
-            "refusing to overwrite: choose another hydra.run.dir"
+            f"refusing to overwrite: choose another {setting}"
         )
 
 
@@ -311,21 +311,32 @@ def engine_for(run: RunConfig, setup: Setup) -> Engine:
     return engine
 
 
+def check_resume(run: RunConfig, setup: Setup) -> dict[str, Any] | None:
+    """The header of the checkpoint ``checkpoint.resume`` names (None without one), read without its arrays;
+    LbmError when it cannot continue this run (another identity, population layout, or no step left to run)."""
+    path = run.checkpoint.get("resume")
+    if not path:
+        return None
+    header = read_header(find_checkpoint(Path(path)))
+    check_compatible(header["identity"], identity(run, setup), header["path"])
+    shape, dtype = (setup.lattice.q, *setup.shape), np.dtype(run.precision)
+    if header["shape"] != shape or header["dtype"] != dtype:
+        raise LbmError(f"cannot resume from {header['path']}: populations {header['shape']} {header['dtype']} "
+                       f"do not fit this run's {shape} {dtype}")
+    if header["step"] >= run.steps:
+        raise LbmError(f"cannot resume from {header['path']}: it is at step {header['step']} and steps={run.steps}; "
+                       f"set steps above {header['step']}")
+    return header
+
+
 def resume(run: RunConfig, case: Case, setup: Setup, outputs: Outputs, place: Any, f: jnp.ndarray, mass0: float
            ) -> tuple[int, jnp.ndarray, float]:
     """(step, populations, initial mass) to start from: a checkpoint's when ``checkpoint.resume`` is set."""
-    path = run.checkpoint.get("resume")
-    if not path:
+    header = check_resume(run, setup)
+    if header is None:
         return 0, f, mass0
-    ckpt = load_checkpoint(find_checkpoint(Path(path)))
-    check_compatible(ckpt["identity"], identity(run, setup), ckpt["path"])
-    if ckpt["f"].shape != tuple(f.shape) or ckpt["f"].dtype != f.dtype:
-        raise LbmError(f"cannot resume from {ckpt['path']}: populations {ckpt['f'].shape} {ckpt['f'].dtype} "
-                       f"do not fit this run's {tuple(f.shape)} {f.dtype}")
+    ckpt = load_checkpoint(header["path"])
     step = ckpt["step"]
-    if step >= run.steps:
-        raise LbmError(f"cannot resume from {ckpt['path']}: it is at step {step} and steps={run.steps}; "
-                       f"set steps above {step}")
     state = ckpt["state"]
     mass0 = float(state.pop("run/mass0"))
     outputs.monitor = [(int(s), float(m), float(e)) for s, m, e in state.pop("run/monitor")]

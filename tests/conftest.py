@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from lbm.cases.base import Snapshot
 from lbm.config import RunConfig, load
@@ -28,6 +29,12 @@ the suite at XLA's default level, set the level in XLA_FLAGS (``XLA_FLAGS=--xla_
 a level already named there is kept."""
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAG}".strip()
+
+settings.register_profile("lbm", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lbm"))
+"""Hypothesis draws the same examples on every run (``derandomize``: a failure replays, CI cannot pass by luck);
+``HYPOTHESIS_PROFILE=explore`` draws new ones, to hunt for failures while editing."""
 
 DATA = Path(__file__).parent / "data"
 REQUIRE_NATIVE = os.environ.get("LBM_REQUIRE_NATIVE", "") not in ("", "0")

@@ -37,13 +37,34 @@ def test_run_gives_the_command_lines_answer(tmp_path):
         np.testing.assert_array_equal(api.rho, z["rho"])
 
 
-def test_default_run_directories_are_fresh_and_under_outputs(tmp_path, monkeypatch):
+def test_default_run_directories_are_fresh_absolute_and_under_outputs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     first = lbm.run(SMALL).run_dir
     second = lbm.run(SMALL).run_dir
     assert first != second
     for d in (first, second):
-        assert d.parts[0] == "outputs" and (tmp_path / d / "metrics.json").exists()
+        assert d.is_absolute() and d.parents[1] == tmp_path / "outputs" and (d / "metrics.json").exists()
+
+
+def test_a_relative_run_dir_comes_back_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert lbm.run(SMALL, run_dir="here").run_dir == tmp_path / "here"
+
+
+def test_run_shows_progress_on_stderr(tmp_path):
+    """In a plain script or notebook (no logging configured) the run's log, progress lines among it, is shown."""
+    code = f"import lbm; lbm.run({SMALL!r} + ['output.progress=log'], run_dir='r')"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "lbm: step 5/5" in proc.stderr and "lbm: derived: Re=" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_resume_mismatch_is_refused_before_the_run_directory_exists(tmp_path):
+    lbm.run([*SMALL, "checkpoint.every=5"], run_dir=tmp_path / "a")
+    with pytest.raises(LbmError, match="it has collision=bgk but this run has collision=trt"):
+        lbm.run([*SMALL, "steps=10", "collision=trt", f"checkpoint.resume={tmp_path / 'a'}"], run_dir=tmp_path / "b")
+    assert not (tmp_path / "b").exists()
 
 
 @pytest.mark.parametrize("overrides,error,text", [
@@ -63,7 +84,7 @@ def test_bad_input_raises_and_writes_nothing(overrides, error, text, tmp_path, m
 def test_run_refuses_a_directory_with_results(tmp_path):
     lbm.run(SMALL, run_dir=tmp_path / "run")
     before = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
-    with pytest.raises(LbmError, match="refusing to overwrite"):
+    with pytest.raises(LbmError, match="refusing to overwrite: choose another run_dir$"):
         lbm.run([*SMALL, "steps=6"], run_dir=tmp_path / "run")
     assert (tmp_path / "run" / ".hydra" / "config.yaml").read_text() == before
 

@@ -56,6 +56,12 @@ BAD_INPUTS = [
     (["--cfg", "job", "grid.nx=abc"], "grid.nx=abc"),
     (["--cfg", "job", "case.radus=3"], "case.radus"),
     (["-m", "case=taylor_green", "grid.nx=16,1.5", "steps=5"], "grid.nx=1.5"),
+    (["grid.nw=3"], "(did you mean grid.n"),
+    (["flow.reynold=3"], "(did you mean flow.reynolds?)"),
+    (["nx=30"], "(did you mean grid.nx?)"),
+    (["case.radus=3"], "(did you mean case.radius?)"),
+    (["case=cavty"], "(did you mean cavity?)"),
+    (["--multrun"], "(did you mean --multirun?)"),
 ]
 
 
@@ -144,17 +150,169 @@ def test_cylinder_run_writes_the_contract_files(tmp_path):
     assert "tau=" in log and "Mach=" in log and "cells=" in log
 
 
+def tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` (its path relative to root) and the SHA-256 of its bytes."""
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+TG = ["case=taylor_green", "grid.nx=16", "grid.ny=16", "output.plots=false"]
+
+
 def test_run_refuses_to_overwrite_results(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    args = ["run", "case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=5", "output.plots=false",
-            f"hydra.run.dir={run_dir}"]
+    args = ["run", *TG, "steps=5", f"hydra.run.dir={run_dir}"]
     assert main(args) == 0
-    before = (run_dir / "metrics.json").read_bytes()
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    assert exc.value.code == 2
+    before = tree(tmp_path)
+    assert main(args) == 2
     assert "refusing to overwrite" in capsys.readouterr().err
-    assert (run_dir / "metrics.json").read_bytes() == before
+    assert tree(tmp_path) == before
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory) -> Path:
+    """A finished 16x16 Taylor-Green run of 20 steps with checkpoints at 10 and 20, in its own hydra.run.dir."""
+    run_dir = tmp_path_factory.mktemp("ckpt") / "X"
+    assert main(["run", *TG, "steps=20", "checkpoint.every=10", f"hydra.run.dir={run_dir}"]) == 0
+    return run_dir
+
+
+def test_a_refused_run_leaves_every_file_byte_identical(checkpointed, capsys):
+    """Another case into the same hydra.run.dir, and the Ctrl-C hint followed literally (the same overrides plus
+    checkpoint.resume), are refused without rewriting .hydra/ or the log."""
+    root = checkpointed.parent
+    before = tree(root)
+    assert main(["run", "case=cavity", "grid.nx=18", "grid.ny=18", "steps=20", f"hydra.run.dir={checkpointed}"]) == 2
+    assert main(["run", *TG, "steps=40", f"hydra.run.dir={checkpointed}", f"checkpoint.resume={checkpointed}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("refusing to overwrite: choose another hydra.run.dir" in line for line in err)
+    assert tree(root) == before
+
+
+REFUSED_BEFORE_HYDRA = [
+    (["parallel.devices=64", "grid.nx=128"], "parallel.devices=64"),
+    (["precision=float64"], "precision=float32 but this run has precision=float64"),
+    (["case=cavity"], "case=taylor_green but this run has case=cavity"),
+    (["grid.nx=20"], "grid=16x16 but this run has grid=20x16"),
+    (["steps=20"], "it is at step 20 and steps=20"),
+    (["lattice=d3q19", "grid.nz=4"], "lattice=d2q9 but this run has lattice=d3q19"),
+    (["collision=trt"], "collision=bgk but this run has collision=trt"),
+]
+
+
+@pytest.mark.parametrize("extra,message", REFUSED_BEFORE_HYDRA, ids=[" ".join(e) for e, _ in REFUSED_BEFORE_HYDRA])
+def test_devices_and_resume_mismatches_are_refused_before_hydra(checkpointed, extra, message, tmp_path, capsys,
+                                                               monkeypatch):
+    def hydra_started(*args):
+        raise AssertionError("Hydra started: the run directory would exist")
+
+    monkeypatch.setattr("lbm.cli.run_hydra", hydra_started)
+    monkeypatch.setattr("lbm.simulation.engine_for", hydra_started)
+    monkeypatch.chdir(tmp_path)
+    resume = [] if extra[0].startswith("parallel") else [f"checkpoint.resume={checkpointed}"]
+    code = main(["run", *TG, "steps=40", *extra, *resume, f"hydra.run.dir={tmp_path / 'new'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_into_a_sweep_with_results_is_refused_before_hydra(tmp_path, capsys):
+    """The fast lane's multirun: two jobs in hydra.sweep.dir/<job>; the same sweep again changes no file."""
+    args = ["run", "-m", *TG, "grid.nx=12,16", "steps=5", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    assert main(args) == 0
+    grids = [json.loads((tmp_path / "sweep" / str(job) / "metrics.json").read_text())["grid"] for job in (0, 1)]
+    assert grids == [[12, 16], [16, 16]]
+    before = tree(tmp_path)
+    assert main(args) == 2
+    assert f"run directory {tmp_path / 'sweep' / '0'} already holds results" in capsys.readouterr().err
+    assert tree(tmp_path) == before
+
+
+def test_default_run_directories_are_fresh_within_one_second(tmp_path, monkeypatch):
+    """Hydra names a run directory by the second; two runs started in the same second get two directories."""
+    import datetime
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime(2030, 1, 2, 3, 4, 5)
+
+    monkeypatch.setattr(datetime, "datetime", Frozen)
+    monkeypatch.chdir(tmp_path)
+    first = tmp_path / "outputs" / "2030-01-02" / "03-04-05"
+    first.mkdir(parents=True)  # a run that started in this second and has not written its results yet
+    assert main(["run", *TG, "steps=5"]) == 0
+    assert list(first.iterdir()) == []
+    assert json.loads((first.with_name("03-04-05-1") / "metrics.json").read_text())["steps"] == 5
+
+
+def _write_npy_object(path: Path) -> None:
+    np.save(path, np.array([{"not": "a mask"}], dtype=object), allow_pickle=True)
+
+
+BAD_FILES = [
+    ("case.mask", "text.png", lambda p: p.write_text("not an image")),
+    ("case.mask", "truncated.png", lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 20)),
+    ("case.mask", "text.npy", lambda p: p.write_text("not an array")),
+    ("case.mask", "pickled.npy", _write_npy_object),
+    ("checkpoint.resume", "garbage.npz", lambda p: p.write_text("not a checkpoint")),
+    ("checkpoint.resume", "pickled.npz", lambda p: np.savez(p, f=np.zeros(3), meta=np.array([{}], dtype=object))),
+]
+
+
+@pytest.mark.parametrize("key,name,write", BAD_FILES, ids=[n for _, n, _ in BAD_FILES])
+def test_an_unreadable_file_gives_one_line(key, name, write, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / name)
+    case = ["case=obstacle", "grid.nx=64", "grid.ny=32"] if key == "case.mask" else TG
+    before = tree(tmp_path)
+    assert main(["run", *case, "steps=10", f"{key}={tmp_path / name}"]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"lbm: error: {key}="), err
+    assert "Traceback" not in out + err and "allow_pickle" not in err
+    assert tree(tmp_path) == before
+
+
+def test_the_slurm_launcher_off_a_cluster_gives_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-m", "hydra/launcher=slurm", *TG, "grid.nx=16,24", "steps=5"]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and "sbatch, which is not on PATH" in err, err
+    assert "Traceback" not in out + err and list(tmp_path.iterdir()) == []
+
+
+HELP = [
+    (["--help"], "study batching"), (["run", "--help"], "grid:"), (["bench", "--help"], "variants:"),
+    (["validate", "--help"], "--case NAME"), (["analyze", "--help"], "--sql"), (["compare", "--help"], "--threshold"),
+    (["inspect", "--help"], "target="), (["study", "--help"], "convergence"), (["study", "batching", "--help"], "--members"),
+    (["study", "compile", "--help"], "--grids"), (["study", "export", "--help"], "--out"),
+    (["study", "convergence", "--help"], "grids="),
+]
+
+
+@pytest.mark.parametrize("args,option", HELP, ids=[" ".join(a) for a, _ in HELP])
+def test_every_command_answers_help_with_its_options_and_writes_nothing(args, option, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 0
+    assert option in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_and_cfg_do_not_import_jax(tmp_path):
+    """In a process where ``import jax`` fails, the help of run, bench, validate and study, and --cfg job, work."""
+    commands = [["run", "--help"], ["run", "--cfg", "job", "case=cavity"], ["run", "--cfg", "job", "precision=float64"],
+                ["bench", "--help"], ["validate", "--help"], ["study", "--help"], ["study", "convergence", "--help"]]
+    code = ("import sys; sys.modules['jax'] = None\nfrom lbm.cli import main\n"
+            f"codes = [main(a) for a in {commands!r}]\nprint('codes', codes, file=sys.stderr)\n"
+            "sys.exit(max(codes))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0 and f"codes {[0] * len(commands)}" in proc.stderr, proc.stderr[-3000:]
+    assert "name: cavity" in proc.stdout and "--quick" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("case,files", [

@@ -55,6 +55,13 @@ def test_resume_taylor_green_keeps_the_decay_history(tmp_path):
     assert np.array_equal(fields(tmp_path / "a")["u"], fields(tmp_path / "c")["u"])
 
 
+def test_checkpoint_keep_defaults_to_three(tmp_path):
+    simulate(run_config("case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=50", "checkpoint.every=10",
+                        "output.plots=false"), tmp_path / "r")
+    names = sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir())
+    assert names == [f"checkpoint_{s:010d}.npz" for s in (30, 40, 50)]
+
+
 def test_checkpoints_are_pruned_to_keep(tmp_path):
     simulate(run_config("case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=100", "output.every=10",
                         "checkpoint.every=10", "checkpoint.keep=2", "output.plots=false"), tmp_path / "r")
@@ -200,25 +207,27 @@ def killed_at_exit():
             p.communicate()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig,code", slow_except([(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                                                 fast={(signal.SIGTERM, 143)}))
 def test_signal_writes_checkpoint_and_results_then_resume_is_exact(tmp_path, killed_at_exit, sig, code):
-    # the signal arrives after the checkpoint at step 400 exists: the run then stops at the next chunk end (> 400);
-    # all checkpoints are kept, else a fast machine prunes step 400's before the poll sees it
-    proc = start_long_run(tmp_path / "r", "output.every=200", "checkpoint.every=200", "checkpoint.keep=100000000",
-                          until="checkpoints/checkpoint_0000000400.npz")
+    # no periodic checkpoints: the only checkpoint the run can hold is the one the signal asks for (at the end of
+    # the chunk it arrived in, a multiple of output.every after at least one chunk)
+    proc = start_long_run(tmp_path / "r", "output.every=200")
     killed_at_exit(proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
     assert "Traceback" not in err
-    assert "checkpoint.resume=" in err
     metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
     assert metrics["status"] == "interrupted"
     stopped = metrics["step_reached"]
-    assert 400 <= stopped < 10000000 and stopped % 200 == 0
+    assert 200 <= stopped < 10000000 and stopped % 200 == 0
     assert (tmp_path / "r" / "fields.npz").exists()
-    assert (tmp_path / "r" / "checkpoints" / f"checkpoint_{stopped:010d}.npz").exists()
+    written = sorted((tmp_path / "r" / "checkpoints").glob(ckpt_io.GLOB))
+    assert [p.name for p in written] == [f"checkpoint_{stopped:010d}.npz"]
+    assert f"checkpoint.resume={written[0]}" in err
+    assert "and another hydra.run.dir" in err  # the hint taken literally, with this hydra.run.dir, would be refused
+    assert ckpt_io.load_checkpoint(written[0])["step"] == stopped
     if sig == signal.SIGTERM:
         return
     # continuing to a later step equals a run that was never interrupted

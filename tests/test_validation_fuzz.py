@@ -1,6 +1,7 @@
 """Property-based: random and hostile configs give a clean error or a valid run, never anything else."""
 
 import json
+import math
 import warnings
 
 import pytest
@@ -12,17 +13,55 @@ from lbm.config import RunConfig, load, validate
 from lbm.errors import LbmError
 from lbm.simulation import make_case
 
-hostile_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-10**12, max_value=10**12),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
-    st.sampled_from(["nan", "inf", "-1", "1e400", "auto", "float16", "bf16", "null", "[]", "{}", "[1,2]", "''"]),
-)
+NAN, INF = float("nan"), float("inf")
+POOLS = {  # key: (valid values, invalid values), each valid whatever the other keys hold (see cross_checks)
+    "steps": ([1, 7, 300, 300.0, "auto"], [0, -3, 1.5, "soon", None, True, NAN]),
+    "grid.nx": ([48, 64, 96.0], [3, 0, -5, 48.5, "abc", None, True]),
+    "grid.ny": ([48, 64, 96], [2, -1, 64.5, "x", None, False]),
+    "grid.nz": ([None], [8, "x"]),
+    "flow.reynolds": ([1.0, 100, 1000.5], [0, -10.0, NAN, INF, "abc", None, True]),
+    "flow.u_lattice": ([0.01, 0.05, 0.2], [0, -0.1, 0.3, 1.0, NAN, "x", None, True]),
+    "flow.tau": ([None, 0.6, 1, 2.5], [0.5, 0.3, -1, NAN, INF, "a", True]),
+    "precision": (["float32", "float64"], ["float16", "bf16", 1, None]),
+    "mode": (["fused", "instrumented"], ["turbo", 3, None]),
+    "output.every": ([0, 1, 5], [-1, 2.5, "x", None, True]),
+    "output.plots": ([True, False], [0, 1, "yes", None]),
+    "output.vtk": ([True, False], ["no", 2, None]),
+    "checkpoint.every": ([0, 5], [-1, "x", None, 1.5]),
+    "checkpoint.keep": ([1, 3, 2.0], [0, -1, "x", 1.5, None]),
+    "steps_per_dispatch": ([0, 4], [-1, "x", None, 2.5]),
+    "profile.steps": ([1, 20], [0, -2, "x", None]),
+    "collision.magic": ([0.1875, 0.25, 1], [0, -1, NAN, "x", None, True]),
+    "parallel.devices": ([1, -1, 2], [0, -2, "x", 1.5, True, None]),
+}
+AUTO_STEPS = {"cavity", "poiseuille", "taylor_green"}
+"""The cases with a rule for ``steps=auto``; the cylinder has none (README, "Running")."""
+CASES = ["cylinder", "cavity", "poiseuille", "taylor_green"]
+BASE = ["grid.nx=64", "grid.ny=64"]
+"""Every drawn config starts from a 64x64 grid: the cylinder (radius ny/9 at nx/4) fits any grid of the pools."""
+edit = st.sampled_from(sorted(POOLS)).flatmap(
+    lambda key: st.tuples(st.just(key), st.sampled_from([(v, True) for v in POOLS[key][0]]
+                                                        + [(v, False) for v in POOLS[key][1]])))
 
-KEYS = ["steps", "grid.nx", "grid.ny", "grid.nz", "flow.reynolds", "flow.u_lattice", "flow.tau", "output.every",
-        "output.plots", "output.vtk", "mode", "precision", "case.radius", "case.center", "checkpoint.every",
-        "checkpoint.keep", "parallel.devices", "profile.steps", "collision.magic", "steps_per_dispatch"]
-GROUPS = {"case": ["cylinder", "cavity", "poiseuille", "taylor_green", "nope", ""],
-          "lattice": ["d2q9", "d3q19", "d3q27", "d1q3"], "collision": ["bgk", "trt", "mrt"]}
+
+def expected_refusals(case: str, edits: list) -> set[str]:
+    """The keys an independent reading of the README's rules refuses (empty: the config is valid)."""
+    final = {key: (value, ok) for key, (value, ok) in edits}  # the last edit of a key wins
+    bad = {key for key, (_, ok) in final.items() if not ok}
+    steps_value, steps_ok = final.get("steps", ("auto" if case in AUTO_STEPS else 60000, True))
+    if steps_ok and steps_value == "auto" and case not in AUTO_STEPS:
+        bad.add("steps")
+    if steps_ok and steps_value != "auto":  # output.every and checkpoint.every at most steps
+        for key in ("output.every", "checkpoint.every"):
+            value, ok = final.get(key, (0, True))
+            if ok and value > steps_value:
+                bad.add(key)
+    return bad
+
+
+def refused_key(message: str, keys: set[str]) -> bool:
+    """Whether a one-line refusal names one of ``keys`` as the culprit (``key=value is invalid`` or ``key ...``)."""
+    return any(message.startswith((f"{k}=", f"{k} ")) for k in keys)
 
 
 def mutate(cfg: dict, key: str, value) -> dict:
@@ -34,47 +73,78 @@ def mutate(cfg: dict, key: str, value) -> dict:
     return cfg
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=st.sampled_from(["cylinder", "cavity", "poiseuille", "taylor_green"]),
-       edits=st.lists(st.tuples(st.sampled_from(KEYS), hostile_scalars), max_size=4))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(CASES), edits=st.lists(edit, max_size=4))
 @pytest.mark.slow
-def test_validator_gives_config_error_or_a_valid_config(case, edits):
-    cfg = compose([f"case={case}"])
-    for key, value in edits:
+def test_validator_accepts_valid_configs_and_refuses_invalid_ones_by_key(case, edits):
+    cfg = compose([f"case={case}", *BASE])
+    for key, (value, _) in edits:
         mutate(cfg, key, value)
+    bad = expected_refusals(case, edits)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            run = validate(cfg)
-            made = make_case(run)
+            made = make_case(validate(cfg))
         except LbmError as exc:
             msg = str(exc)
-            assert msg and "\n" not in msg
+            assert bad, f"a valid config was refused: {msg}"
+            assert "\n" not in msg and refused_key(msg, bad), f"refused for the wrong key (expected {bad}): {msg}"
             return
-    assert isinstance(run, RunConfig)
-    assert made.run.steps >= 1 and all(n >= 4 for n in run.grid)
+    assert not bad, f"an invalid config was accepted (expected a refusal naming {bad})"
+    assert isinstance(made.run, RunConfig) and made.run.steps >= 1
 
 
-override_keys = st.tuples(st.sampled_from(["", "+"]),
-                          st.sampled_from([*KEYS, "case.radus", "grid.nw", "foo", "flow", "case", "lattice"]))
-override_texts = st.one_of(st.text(alphabet=st.characters(codec="ascii", exclude_categories=["Cc"]), max_size=8),
-                           hostile_scalars.map(str))
+def render(value) -> str:
+    """A value as override text (Hydra's grammar)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return str(value)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=st.sampled_from(["cylinder", "cavity", "poiseuille", "taylor_green"]),
-       edits=st.lists(st.tuples(override_keys, override_texts), max_size=3))
-def test_load_gives_one_clean_line_or_a_valid_config(case, edits):
-    """The one path the command line and the API share, fed hostile override text (any key, any value)."""
-    overrides = [f"case={case}", *(f"{prefix}{key}={value}" for (prefix, key), value in edits)]
+UNKNOWN_KEYS = ["case.radus", "grid.nw", "foo", "flow.reynold", "output.evry"]
+NOT_KEYS_OF_BGK = {"collision.magic"}
+"""As override text a key must exist: bgk (every case's default collision) has no ``magic``, a dict may hold one."""
+INT_KEYS = {"grid.nx", "grid.ny", "grid.nz", "output.every", "checkpoint.every", "checkpoint.keep", "steps_per_dispatch",
+            "profile.steps", "parallel.devices"}
+"""Keys typed int in the schema: as override text, ``96.0`` is a float there, refused (a dict may hold 96.0)."""
+
+
+def as_text(key: str, value, ok: bool) -> tuple[str, bool]:
+    """The override of an edit and whether the text is valid."""
+    if key in NOT_KEYS_OF_BGK:
+        ok = False
+    return f"{key}={render(value)}", ok and not (key in INT_KEYS and isinstance(value, float))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from(CASES), edits=st.lists(edit, max_size=3),
+       unknown=st.one_of(st.none(), st.tuples(st.sampled_from(["", "+"]), st.sampled_from(UNKNOWN_KEYS))))
+def test_load_accepts_valid_overrides_and_refuses_invalid_ones_by_key(case, edits, unknown):
+    """The one path the command line and the API share, fed override text: valid text runs, invalid text is refused
+    in one line that names the bad key (an unknown key, or a known key with a bad value)."""
+    texts = [as_text(key, value, ok) for key, (value, ok) in edits]
+    overrides = [f"case={case}", *BASE, *(text for text, _ in texts)]
+    bad = expected_refusals(case, [(key, (value, ok)) for (key, (value, _)), (_, ok) in zip(edits, texts, strict=True)])
+    bad |= {key for (key, _), (_, ok) in zip(edits, texts, strict=True) if not ok}  # Hydra merges every override
+    if unknown is not None:
+        overrides.append(f"{unknown[0]}{unknown[1]}=1")
+        bad.add(unknown[1])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            run = load(overrides)
+            made = make_case(load(overrides))
         except LbmError as exc:
-            assert str(exc) and "\n" not in str(exc) and exc.exit_code == 2
+            msg = str(exc)
+            assert bad, f"valid overrides were refused: {overrides}: {msg}"
+            assert "\n" not in msg and exc.exit_code == 2
+            assert refused_key(msg, bad), f"refused for the wrong key (expected {bad}): {msg}"
             return
-    assert isinstance(run, RunConfig) and all(n >= 4 for n in run.grid)
+    assert not bad, f"invalid overrides were accepted: {overrides} (expected a refusal naming {bad})"
+    assert isinstance(made.run, RunConfig) and made.run.steps >= 1
 
 
 override_values = st.one_of(

@@ -133,10 +133,19 @@ def plot(record: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+OPTIONS = f"""
+Options:
+  case=NAME          the recipe: {', '.join(RECIPES)} (required)
+  grids=[N1,N2,...]  two or more resolutions N, each >= 4 (required)
+  --out DIR          where the study is written (default outputs/studies/convergence/<date>/<time>)
+  key=value          any run override, applied at every resolution (e.g. precision=float64 collision=trt)
+"""
+
+
 def main(args: list[str]) -> int:
     """Entry point of ``python -m lbm study convergence``."""
     if any(a in ("-h", "--help") for a in args):
-        print(__doc__)
+        print(__doc__ + OPTIONS, end="")
         return 0
     grids, out_arg, overrides = parse(args)
     case = next((o.split("=", 1)[1] for o in overrides if o.startswith("case=")), None)

@@ -35,7 +35,13 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
 def read_mask(path: Path, dims: int) -> np.ndarray:
     """The solid mask of a file: dark pixels of an image (2D), or a boolean ``.npy`` array of ``dims`` axes."""
     if path.suffix.lower() == ".npy":
-        array = np.load(path, allow_pickle=False)
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError):  # not .npy, truncated, or pickled objects
+            raise ConfigError("case.mask", str(path), "a .npy array as numpy.save writes it (this file is not one, "
+                              "or it is damaged)") from None
+        if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+            raise ConfigError("case.mask", str(path), "a .npy array of booleans or numbers")
         if array.ndim != dims:
             raise ConfigError("case.mask", str(path), f"a {dims}D array for this lattice (the file holds {array.ndim}D)")
         return np.asarray(array, dtype=bool)
@@ -46,7 +52,13 @@ def read_mask(path: Path, dims: int) -> np.ndarray:
         raise ConfigError("case.mask", str(path), "a .npy voxel array on 3D lattices (an image is 2D)")
     from matplotlib import image
 
-    img = np.asarray(image.imread(path), dtype=np.float64)
+    try:
+        img = np.asarray(image.imread(path), dtype=np.float64)
+    except (OSError, ValueError, SyntaxError):  # PIL: UnidentifiedImageError (an OSError); SyntaxError: a bad PNG
+        raise ConfigError("case.mask", str(path), "an image file Pillow can read (this file is not one, "
+                          "or it is damaged)") from None
+    if img.ndim not in (2, 3) or img.size == 0:
+        raise ConfigError("case.mask", str(path), "an image with rows and columns of pixels")
     if img.max() > 1.0:  # 8-bit images read as integers
         img = img / 255.0
     lum = img[..., :3].mean(axis=-1) if img.ndim == 3 else img

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lbm.config.run import CONFIG_DIR, LbmWarning, RunConfig, group_options, validate
+from lbm.config.run import CONFIG_DIR, LbmWarning, RunConfig, did_you_mean, group_options, validate
 from lbm.errors import ConfigError, LbmError
 
 CACHE_SIZE = 8192
@@ -122,7 +122,8 @@ def translate(exc: Exception, config_name: str = "config") -> LbmError:
     if isinstance(exc, MissingConfigException) and missing:
         group, option = missing.groups()
         if group_options(group):
-            return LbmError(f"{group}={option} is not known: choose one of {', '.join(group_options(group))}")
+            mean = did_you_mean(option, group_options(group))
+            return LbmError(f"{group}={option} is not known{mean}: choose one of {', '.join(group_options(group))}")
     if first.startswith("Could not override 'hydra."):
         return LbmError(f"{first.split(chr(39))[1]} is not a Hydra setting (--cfg hydra lists them)")
     return LbmError(f"bad override: {first}")

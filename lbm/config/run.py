@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,14 @@ class LbmWarning(UserWarning):
 def group_options(group: str) -> tuple[str, ...]:
     """The option names of a Hydra config group (the file names in configs/<group>/)."""
     return tuple(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
+
+
+def did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    """`` (did you mean X?)`` for the candidate closest to a misspelt ``word``, else an empty string."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _get(cfg: Mapping[str, Any], dotted: str, default: Any = ...) -> Any:
@@ -202,8 +210,6 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     checkpoint = validate_checkpoint(_get(cfg, "checkpoint", {}) or {}, steps)
     spd = check_int("steps_per_dispatch", _get(cfg, "steps_per_dispatch", 0), 0)
     devices, mesh, par = validate_parallel(_get(cfg, "parallel", {}) or {}, grid, engine)
-    if precision == "float64":  # after validate_parallel: it may start jax.distributed, which must come first
-        check_float64_supported()
 
     profile = validate_profile(_get(cfg, "profile", {}) or {})
     case_params = {k: v for k, v in dict(_get(cfg, "case")).items() if k != "name"}
@@ -240,13 +246,10 @@ def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
                       engine: str) -> tuple[int, tuple[int, ...] | None, dict[str, Any]]:
     """The ``parallel`` section: (devices, blocks per grid axis if known, the other keys).
 
-    Starts jax.distributed when the keys ask for several processes (or Slurm/Open MPI started
-    several); otherwise touches no device: the device count is checked, and ``-1`` resolved, where
-    the job runs (:func:`resolve_parallel`), so that a launcher can validate a cluster job on a
-    machine without its devices.
+    Touches no device and imports no JAX: jax.distributed is started, the device count checked and
+    ``-1`` resolved where the job runs (:func:`resolve_parallel`), so that a launcher can validate a
+    cluster job on a machine without its devices.
     """
-    from lbm import parallel
-
     devices = check_int("parallel.devices", section.get("devices", 1), -1,
                         words="an integer >= 1, or -1 for all devices")
     if devices == 0:
@@ -262,12 +265,13 @@ def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
     if (nproc or 1) > 1 and (coordinator is None or pid is None):
         raise ConfigError("parallel.coordinator", coordinator,
                           "host:port together with parallel.process_id when parallel.num_processes > 1")
-    parallel.initialize(coordinator, nproc, pid)  # before anything touches a backend (a no-op on one process)
     mesh = section.get("mesh")
     if mesh is not None and not isinstance(mesh, (list, tuple)):
         raise ConfigError("parallel.mesh", mesh, f"a list of at most {len(grid)} positive integers, or null")
     shape = None
-    if devices != -1 or mesh:
+    if devices > 1 or mesh:
+        from lbm import parallel  # the mesh check (it imports JAX: only for runs on several devices)
+
         shape = parallel.mesh_shape(devices if devices != -1 else math.prod(mesh or [1]), list(mesh or []), grid)
         devices = math.prod(shape)
     if engine == "native" and devices != 1:
@@ -279,7 +283,8 @@ def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
 
 
 def resolve_parallel(run: RunConfig) -> RunConfig:
-    """Where the job runs: start jax.distributed if asked (or detected), check the device count, resolve -1.
+    """Where the job runs: start jax.distributed if asked (or detected), check the device count, resolve -1, and
+    check that the devices compute float64 when the run asks for it.
 
     Must run before JAX touches a backend in a multi-process job; returns the run with its mesh.
     """
@@ -287,6 +292,8 @@ def resolve_parallel(run: RunConfig) -> RunConfig:
 
     p = run.parallel
     parallel.initialize(p.get("coordinator"), p.get("num_processes"), p.get("process_id"))
+    if run.precision == "float64":  # after jax.distributed: it touches the backend
+        check_float64_supported()
     if run.parallel_devices == 1:
         return run
     devices = parallel.resolve_devices(run.parallel_devices)

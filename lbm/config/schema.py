@@ -10,6 +10,7 @@ keys a ``+key=value`` override adds to a closed node (Hydra adds those without c
 """
 
 import dataclasses
+import difflib
 import functools
 import typing
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from lbm.config.run import CONFIG_DIR, group_options
+from lbm.config.run import CONFIG_DIR, did_you_mean, group_options
 from lbm.errors import LbmError
 
 OPEN_GROUP = {"group": True}
@@ -198,6 +199,27 @@ def field_type(schema: type, dotted: str) -> Any:
     return tp
 
 
+def dotted_keys(schema: type, prefix: str = "") -> list[str]:
+    """Every key of ``schema``, dotted (``grid.nx``), groups and sections included."""
+    keys = []
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        keys.append(prefix + f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys += dotted_keys(hints[f.name], prefix + f.name + ".")
+    return keys
+
+
+def close_key(dotted: str, schema: type) -> str:
+    """`` (did you mean K?)`` for the key of ``schema`` closest to a misspelt ``dotted`` key, else ''."""
+    known = dotted_keys(schema)
+    if mean := did_you_mean(dotted, known):
+        return mean
+    by_name = {k.rsplit(".", 1)[-1]: k for k in reversed(known)}  # nx -> grid.nx (the first section that has it)
+    close = difflib.get_close_matches(dotted.rsplit(".", 1)[-1], list(by_name), n=1, cutoff=0.75)
+    return f" (did you mean {by_name[close[0]]}?)" if close else ""
+
+
 def check_keys(cfg: Mapping[str, Any], config_name: str, choices: Mapping[str, str] | None = None,
                command: str = "run") -> None:
     """Refuse keys the schema (or, for ``case``/``collision``, the chosen option's YAML) does not have."""
@@ -210,7 +232,7 @@ def check_keys(cfg: Mapping[str, Any], config_name: str, choices: Mapping[str, s
         for key, value in node.items():
             dotted = prefix + key
             if key not in fields:
-                raise LbmError(f"{dotted} is not a {command} config key ({hint})")
+                raise LbmError(f"{dotted} is not a {command} config key{close_key(dotted, schema)} ({hint})")
             if fields[key].metadata.get("group"):
                 check_option(key, value, (choices or {}).get(key))
             elif dataclasses.is_dataclass(hints[key]) and isinstance(value, Mapping):
@@ -225,6 +247,7 @@ def check_keys(cfg: Mapping[str, Any], config_name: str, choices: Mapping[str, s
         known = option_keys(group, name)
         for key in node:
             if key not in known:
-                raise LbmError(f"{group}.{key} is not a key of {group} {name}: its keys are {', '.join(known)}")
+                mean = did_you_mean(key, known).replace("mean ", f"mean {group}.")
+                raise LbmError(f"{group}.{key} is not a key of {group} {name}{mean}: its keys are {', '.join(known)}")
 
     walk(cfg, schema, "")

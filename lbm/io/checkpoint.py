@@ -72,17 +72,60 @@ def find_checkpoint(path: Path) -> Path:
     raise LbmError(f"checkpoint.resume={path}: no checkpoint_*.npz found there (nor in its checkpoints/)")
 
 
+READ_ERRORS = (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, EOFError, UnicodeDecodeError)
+"""What numpy, zipfile and json raise for a file that is not a readable checkpoint."""
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint: f, step, identity and state arrays; a clear LbmError if it is not a readable one."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(bytes(z["meta"]).decode())
-            if meta.get("format") != FORMAT:
-                raise ValueError(f"unknown format {meta.get('format')!r}")
+            meta = _meta(z)
             state = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith("state/")}
             return {"f": z["f"], "step": int(meta["step"]), "identity": meta["identity"], "state": state, "path": path}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, EOFError) as exc:
-        raise LbmError(f"checkpoint.resume={path}: not a readable lbm checkpoint ({exc})") from None
+    except READ_ERRORS as exc:
+        raise unreadable(path, exc) from None
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """A checkpoint's step, identity and the shape and dtype of its populations, without reading the arrays."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = _meta(z)
+        with zipfile.ZipFile(path) as archive, archive.open("f.npy") as fh:
+            major, _ = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(fh)
+        return {"step": int(meta["step"]), "identity": meta["identity"], "shape": tuple(shape), "dtype": np.dtype(dtype),
+                "path": path}
+    except READ_ERRORS as exc:
+        raise unreadable(path, exc) from None
+
+
+def _meta(z: Any) -> dict[str, Any]:
+    """The metadata record of an open checkpoint archive (ValueError when it is not lbm's)."""
+    if "meta" not in z.files or "f" not in z.files:
+        raise ValueError("it holds no populations and metadata")
+    meta = json.loads(bytes(z["meta"]).decode())
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"unknown format {meta.get('format') if isinstance(meta, dict) else meta!r}")
+    if not isinstance(meta.get("identity"), dict) or not isinstance(meta.get("step"), int):
+        raise ValueError("its metadata has no step and run identity")
+    return meta
+
+
+def unreadable(path: Path, exc: BaseException) -> LbmError:
+    """The one-line error for a file that is not a readable checkpoint (numpy's own advice left out)."""
+    if isinstance(exc, ValueError) and ("format" in str(exc) or "holds no" in str(exc) or "metadata" in str(exc)):
+        why = str(exc)
+    elif isinstance(exc, (zipfile.BadZipFile, EOFError)) or "pickle" in str(exc):
+        why = "it is not an .npz archive of arrays, or it is truncated"
+    elif isinstance(exc, OSError) and exc.strerror:
+        why = exc.strerror.lower()
+    else:
+        why = "its contents are damaged"
+    return LbmError(f"checkpoint.resume={path}: not a readable lbm checkpoint ({why}); give a checkpoint_*.npz that "
+                    "lbm wrote, or its run directory")
 
 
 def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
