@@ -20,6 +20,7 @@ import numpy as np
 
 from lbm.boundaries import INLET_KINDS, CharacteristicOutlet, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
+from lbm.boundaries.interpolated import InterpolatedBounceBack, circle_intersect
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
 from lbm.cases.signals import Window, dominant_frequency, mean_with_error, stationary_window
 from lbm.config import RunConfig
@@ -86,7 +87,9 @@ class Cylinder(Case):
     def options(self) -> tuple[str, str]:
         """Inlet kind and bounce-back kind, validated with the averaging window and the perturbation."""
         inlet_kind = self.choice("inlet", "nebb", INLET_KINDS)
-        bb = self.choice("bounce_back", "fullway", BOUNCE_BACK_KINDS)
+        bb = self.choice("bounce_back", "fullway", (*BOUNCE_BACK_KINDS, "interpolated"))
+        if bb == "interpolated" and type(self).obstacle is not Cylinder.obstacle:
+            raise ConfigError("case.bounce_back", bb, "fullway or halfway (interpolated walls need the exact circle)")
         window = self.params.get("average_from")
         if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))
                                    or not 0 <= window < 1):
@@ -124,11 +127,17 @@ class Cylinder(Case):
         derived = self.base_derived(length, rel)
         derived.update(geometry, reynolds_diameter=rel["reynolds"] * self.diameter / length,
                        shedding_period_estimate_steps=self.diameter / (0.2 * self.run.u_lattice))
-        walls = FullwayBounceBack(solid=obstacle) if bb == "fullway" else HalfwayBounceBack.around(obstacle, self.lattice)
+        walls = (FullwayBounceBack(solid=obstacle) if bb == "fullway" else HalfwayBounceBack.around(obstacle, self.lattice)
+                 if bb == "halfway" else self.curved_wall(obstacle))
         boundaries = (self.outlet(), Inlet(u=u[:, 0].astype(self.dtype), kind=inlet_kind), walls,
                       Forces.on(obstacle, self.lattice))
         return make_setup(self, solid=obstacle, rho0=np.ones(shape), u0=u, rel=rel, boundaries=boundaries,
                           derived=derived)
+
+    def curved_wall(self, obstacle: np.ndarray) -> InterpolatedBounceBack:
+        """case.bounce_back=interpolated: linear BFL on the exact circle (the obstacle mask's own circle)."""
+        cx, cy, r = self.geometry()
+        return InterpolatedBounceBack.from_shape(obstacle, circle_intersect((cx, cy), r), self.lattice)
 
     def outlet(self) -> Outflow | CharacteristicOutlet:
         """The outlet of case.outlet; the characteristic one held at density 1 (uniform inflow: no mean gradient)."""
