@@ -133,7 +133,7 @@ COMMANDS = {
 def cmd_study(args: Sequence[str]) -> int:
     """``study NAME [options]``: the studies (batching, compile, export, convergence)."""
     studies = {"batching": "lbm.bench.batching", "compile": "lbm.bench.compile_study", "export": "lbm.bench.export",
-               "convergence": "lbm.bench.convergence"}
+               "convergence": "lbm.bench.convergence", "gradient": "lbm.bench.gradient_study"}
     if not args or args[0] not in studies:
         raise LbmError(f"study: name one of {', '.join(studies)} (python -m lbm study NAME --help)")
     return lazy_command(studies[args[0]])(args[1:])

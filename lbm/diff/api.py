@@ -104,7 +104,7 @@ def finite_difference(overrides: Sequence[str], key: str, objective: Objective, 
                       window: int | None = None, points: int = 2) -> float:
     """The central finite difference of the objective of ``lbm.run`` by ``key`` (2 or 4 points, step ``step``).
 
-    Default step: 1e-4 of the key's value (2 points) or 1e-2 (4 points: forces.csv holds 10 digits).
+    Default step: 1e-4 of the key's value (2 points) or 1e-3 (4 points, for forces.csv's 10 digits).
     LbmError where a perturbed run's solid mask differs (the step moved a node across the wall).
     """
     param = prepare_gradient(overrides, [key])
@@ -114,7 +114,7 @@ def finite_difference(overrides: Sequence[str], key: str, objective: Objective, 
     if points not in (2, 4):
         raise LbmError(f"points={points!r}: a central difference of 2 or 4 points")
     x = param.base[key]
-    h = step if step is not None else (1e-4 if points == 2 else 1e-2) * max(abs(x), 1e-3)
+    h = step if step is not None else (1e-4 if points == 2 else 1e-3) * max(abs(x), 1e-3)
     stencil = {2: ((1, 0.5), (-1, -0.5)), 4: ((2, -1 / 12), (1, 2 / 3), (-1, -2 / 3), (-2, 1 / 12))}[points]
     total, base_solid = 0.0, np.asarray(param.setup.solid, bool)
     for k, weight in stencil:
