@@ -13,7 +13,8 @@ Three measurements of lbm.value_and_grad (lbm.diff), in one process:
   ``memory_steps``, cavity ``memory_grid``², float32.
 
 Options (defaults): timing_grid=256 timing_steps=1000 timing_policy=sqrt memory_grid=32
-memory_steps=[1000,10000] repeats=3 records=true; ``--out DIR`` (default outputs/studies/gradient/<date>/<time>).
+memory_steps=[1000,10000] policies=[none,every,sqrt,binomial] repeats=3 records=true;
+``--out DIR`` (default outputs/studies/gradient/<date>/<time>).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ RECORDS: list[tuple[str, list[str], str, str, dict[str, Any]]] = [
 """(case, overrides, key, objective, finite-difference options) of the agreement records."""
 POLICIES = ("none", "every", "sqrt", "binomial")
 DEFAULTS = {"timing_grid": 256, "timing_steps": 1000, "timing_policy": "sqrt", "memory_grid": 32,
-            "memory_steps": [1000, 10000], "repeats": 3, "records": True}
+            "memory_steps": [1000, 10000], "policies": list(POLICIES), "repeats": 3, "records": True}
 
 
 def parse(args: list[str]) -> tuple[dict[str, Any], str | None]:
@@ -61,6 +62,10 @@ def parse(args: list[str]) -> tuple[dict[str, Any], str | None]:
         try:
             if key == "memory_steps":
                 value: Any = [int(v) for v in text.strip("[]() ").split(",") if v.strip()]
+            elif key == "policies":
+                value = [v.strip() for v in text.strip("[]() ").split(",") if v.strip()]
+                if not value or set(value) - set(POLICIES):
+                    raise ValueError
             elif key == "records":
                 value = {"true": True, "false": False}[text.lower()]
             elif key == "timing_policy":
@@ -151,11 +156,11 @@ def timing(grid: int, steps: int, policy: str, repeats: int) -> dict[str, Any]:
             "mlups_forward": grid * grid * steps / forward_s / 1e6}
 
 
-def memory(grid: int, steps_list: list[int]) -> list[dict[str, Any]]:
+def memory(grid: int, steps_list: list[int], policies: list[str]) -> list[dict[str, Any]]:
     """Planned peak bytes of the forward chunk and of the gradient program per policy and step count."""
     rows = []
     for steps in steps_list:
-        for policy in POLICIES:
+        for policy in policies:
             forward, _, grad, _, param = programs(grid, steps, policy)
             rows.append({"policy": policy, "steps": steps, "grid": [grid, grid], "precision": "float32",
                          "forward_bytes": planned_bytes(forward), "gradient_bytes": planned_bytes(grad),
@@ -211,7 +216,7 @@ def main(args: list[str]) -> int:
     record = {"environment": environment(), "load_average": list(os.getloadavg()), "options": opts,
               "records": records,
               "timing": timing(opts["timing_grid"], opts["timing_steps"], opts["timing_policy"], opts["repeats"]),
-              "memory": memory(opts["memory_grid"], opts["memory_steps"]),
+              "memory": memory(opts["memory_grid"], opts["memory_steps"], opts["policies"]),
               "memory_source": "XLA memory_analysis of the compiled programs: arguments + outputs - aliased + "
                                "temporaries (planned, before running)"}
     record["load_average_after"] = list(os.getloadavg())
