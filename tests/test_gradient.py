@@ -28,8 +28,10 @@ def rel(a: float, b: float) -> float:
     return abs(a - b) / abs(b)
 
 
-def test_cavity_lid_speed_gradient_equals_finite_differences():
-    value, grads = lbm.value_and_grad(CAVITY, ["flow.u_lattice"], "kinetic_energy")
+def test_cavity_lid_speed_gradient_equals_finite_differences(caplog):
+    with caplog.at_level("INFO", logger="lbm"):
+        value, grads = lbm.value_and_grad(CAVITY, ["flow.u_lattice"], "kinetic_energy")
+    assert "differentiable run: engine xla (engine=auto picks xla" in caplog.text
     assert value > 0
     assert rel(grads["flow.u_lattice"], finite_difference(CAVITY, "flow.u_lattice", "kinetic_energy")) < TOL
 
