@@ -48,7 +48,8 @@ commands:
                           compile for a target without the device (cpu, h100, h200, a100, v5e, v6e): kernels
                           of the loop body, bytes per cell and step, projected MLUPS; writes inspect.json
   validate [overrides]    physics against analytic solutions and Ghia et al.; writes a report
-  study batching|compile|export|convergence  ensembles; compile vs run; jax.export bundle; order of accuracy
+  study batching|compile|export|convergence|gradient
+                          ensembles; compile vs run; jax.export bundle; order of accuracy; gradients
 """
 
 
@@ -217,7 +218,8 @@ def cmd_bench(args: Sequence[str]) -> int:
 STUDIES = {"batching": ("lbm.bench.batching", "B vortices in one jit: Python loop, lax.map and vmap against B"),
            "compile": ("lbm.bench.compile_study", "compile time against grid and steps per dispatch; AOT; caches"),
            "export": ("lbm.bench.export", "a jax.export reproduction bundle of every stage and a fused chunk"),
-           "convergence": ("lbm.bench.convergence", "the order of accuracy over a list of grids")}
+           "convergence": ("lbm.bench.convergence", "the order of accuracy over a list of grids"),
+           "gradient": ("lbm.bench.gradient_study", "gradients against finite differences; their time and memory")}
 """Each study's module and what it measures."""
 
 STUDY_USAGE = "usage: python -m lbm study NAME [options]   (python -m lbm study NAME --help for its options)\n\n" + \
@@ -225,7 +227,7 @@ STUDY_USAGE = "usage: python -m lbm study NAME [options]   (python -m lbm study 
 
 
 def cmd_study(args: Sequence[str]) -> int:
-    """``study NAME [options]``: the studies (batching, compile, export, convergence)."""
+    """``study NAME [options]``: the studies (python -m lbm study --help lists them)."""
     if args and args[0] in ("-h", "--help", "help"):
         print(STUDY_USAGE, end="")
         return 0

@@ -20,6 +20,7 @@ import numpy as np
 
 from lbm.boundaries import INLET_KINDS, CharacteristicOutlet, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
+from lbm.boundaries.interpolated import InterpolatedBounceBack, circle_intersect
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
 from lbm.cases.signals import Window, dominant_frequency, mean_with_error, nonstationary_reason, stationary_window
 from lbm.config import RunConfig
@@ -98,11 +99,13 @@ class Cylinder(Case):
         return inlet_kind, bb
 
     def bounce_back_kind(self) -> str:
-        """``case.bounce_back``: the obstacle's wall rule."""
-        return self.choice("bounce_back", "fullway", BOUNCE_BACK_KINDS)
+        """``case.bounce_back``: the obstacle's wall rule (interpolated: linear BFL on the exact circle)."""
+        return self.choice("bounce_back", "fullway", (*BOUNCE_BACK_KINDS, "interpolated"))
 
     def walls(self, obstacle: np.ndarray, kind: str) -> Any:
         """The obstacle's walls by the bounce-back rule ``kind``."""
+        if kind == "interpolated":
+            return self.curved_wall(obstacle)
         return FullwayBounceBack(solid=obstacle) if kind == "fullway" else HalfwayBounceBack.around(obstacle, self.lattice)
 
     @property
@@ -142,6 +145,11 @@ class Cylinder(Case):
                       Forces.on(obstacle, self.lattice))
         return make_setup(self, solid=obstacle, rho0=np.ones(shape), u0=u, rel=rel, boundaries=boundaries,
                           derived=derived)
+
+    def curved_wall(self, obstacle: np.ndarray) -> InterpolatedBounceBack:
+        """case.bounce_back=interpolated: linear BFL on the exact circle (the obstacle mask's own circle)."""
+        cx, cy, r = self.geometry()
+        return InterpolatedBounceBack.from_shape(obstacle, circle_intersect((cx, cy), r), self.lattice)
 
     def outlet(self) -> Outflow | CharacteristicOutlet:
         """The outlet of case.outlet; the characteristic one held at density 1 (uniform inflow: no mean gradient)."""

@@ -1,0 +1,229 @@
+"""Gradient study: ``python -m lbm study gradient [key=value ...] [--out DIR]``; writes gradient.json and gradient.png.
+
+Three measurements of lbm.value_and_grad (lbm.diff), in one process:
+- ``records``: the gradient against central finite differences of ``lbm.run`` in float64 for each kind
+  of parameter (cavity: viscosity through flow.reynolds, lid speed; taylor_green: the initial amplitude;
+  poiseuille: the body force through flow.u_lattice; cylinder with interpolated walls: radius and centre,
+  objective the mean drag), with the float32 gradient's error against the float64 one;
+- ``timing``: value-and-gradient against the forward run of the xla engine, cavity D2Q9 ``timing_grid``²,
+  ``timing_steps`` steps, float32, checkpoint ``timing_policy``; ``forward_auto_s`` is the forward run of
+  the engine ``engine=auto`` picks (native on a CPU with a compiler);
+- ``memory``: the peak memory XLA plans for the compiled forward chunk and gradient program
+  (memory_analysis: arguments + outputs - aliased + temporaries) per checkpointing policy at each of
+  ``memory_steps``, cavity ``memory_grid``², float32.
+
+Options (defaults): timing_grid=256 timing_steps=1000 timing_policy=sqrt memory_grid=32
+memory_steps=[1000,10000] policies=[none,every,sqrt,binomial] repeats=3 records=true;
+``--out DIR`` (default outputs/studies/gradient/<date>/<time>).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from lbm.errors import LbmError
+
+CYLINDER = ["case=cylinder", "grid.nx=40", "grid.ny=20", "steps=100", "flow.reynolds=5", "case.radius=3.3",
+            "case.center=[10.0,10.0]", "case.bounce_back=interpolated"]
+RECORDS: list[tuple[str, list[str], str, str, dict[str, Any]]] = [
+    ("cavity", ["case=cavity", "grid.nx=12", "grid.ny=12", "steps=100", "flow.reynolds=20"], "flow.reynolds",
+     "kinetic_energy", {}),
+    ("cavity", ["case=cavity", "grid.nx=12", "grid.ny=12", "steps=100", "flow.reynolds=20"], "flow.u_lattice",
+     "kinetic_energy", {}),
+    ("taylor_green", ["case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=100", "flow.reynolds=10"],
+     "flow.u_lattice", "kinetic_energy", {}),
+    ("poiseuille", ["case=poiseuille", "grid.nx=4", "grid.ny=10", "steps=100", "flow.reynolds=5"], "flow.u_lattice",
+     "kinetic_energy", {}),
+    ("cylinder", CYLINDER, "case.radius", "drag", {"window": 50, "points": 4, "step": 3e-3}),
+    ("cylinder", CYLINDER, "case.center.x", "drag", {"window": 50, "points": 4, "step": 3e-3}),
+]
+"""(case, overrides, key, objective, finite-difference options) of the agreement records."""
+POLICIES = ("none", "every", "sqrt", "binomial")
+DEFAULTS = {"timing_grid": 256, "timing_steps": 1000, "timing_policy": "sqrt", "memory_grid": 32,
+            "memory_steps": [1000, 10000], "policies": list(POLICIES), "repeats": 3, "records": True}
+
+
+def parse(args: list[str]) -> tuple[dict[str, Any], str | None]:
+    """(options, --out) from ``key=value`` arguments; LbmError for an unknown key or a bad value."""
+    from lbm.config.command_line import take_option
+
+    out, args = take_option(args, "--out")
+    opts = dict(DEFAULTS)
+    for a in args:
+        key, sep, text = a.partition("=")
+        if not sep or key not in DEFAULTS:
+            raise LbmError(f"{a}: study gradient takes {', '.join(f'{k}=' for k in DEFAULTS)} and --out DIR")
+        try:
+            if key == "memory_steps":
+                value: Any = [int(v) for v in text.strip("[]() ").split(",") if v.strip()]
+            elif key == "policies":
+                value = [v.strip() for v in text.strip("[]() ").split(",") if v.strip()]
+                if not value or set(value) - set(POLICIES):
+                    raise ValueError
+            elif key == "records":
+                value = {"true": True, "false": False}[text.lower()]
+            elif key == "timing_policy":
+                value = text
+            else:
+                value = int(text)
+        except (ValueError, KeyError):
+            raise LbmError(f"{a}: expected {key}={DEFAULTS[key]!r}-like value") from None
+        opts[key] = value
+    if opts["timing_policy"] not in POLICIES:
+        raise LbmError(f"timing_policy={opts['timing_policy']}: one of {', '.join(POLICIES)}")
+    return opts, out
+
+
+def agreement(case: str, overrides: list[str], key: str, objective: str, fd: dict[str, Any]) -> dict[str, Any]:
+    """One record: the float64 gradient, the finite difference of lbm.run, and the float32 gradient's error."""
+    from lbm.diff import finite_difference, value_and_grad
+
+    opts = {"window": fd["window"]} if "window" in fd else {}
+    _, g64 = value_and_grad([*overrides, "precision=float64"], [key], objective, **opts)
+    diff = finite_difference([*overrides, "precision=float64"], key, objective, **fd)
+    _, g32 = value_and_grad([*overrides, "precision=float32"], [key], objective, **opts)
+    return {"case": case, "parameter": key, "objective": objective, "overrides": overrides,
+            "gradient": g64[key], "finite_difference": diff, "rel_error": abs(g64[key] - diff) / abs(diff),
+            "finite_difference_points": fd.get("points", 2), "gradient_float32": g32[key],
+            "float32_rel_error": abs(g32[key] - g64[key]) / abs(g64[key])}
+
+
+def planned_bytes(compiled: Any) -> int:
+    """Peak memory XLA plans for a compiled program: arguments + outputs - aliased + temporaries."""
+    mem = compiled.memory_analysis()
+    return int(mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
+               + mem.temp_size_in_bytes)
+
+
+def cavity(grid: int, steps: int, precision: str = "float32") -> list[str]:
+    """Overrides of the cavity the timing and memory use."""
+    return ["case=cavity", f"grid.nx={grid}", f"grid.ny={grid}", f"steps={steps}", "flow.reynolds=100",
+            f"precision={precision}", "engine=xla"]
+
+
+def programs(grid: int, steps: int, policy: str) -> tuple[Any, Any, Any, Any, Any]:
+    """(compiled forward chunk, its input, compiled value-and-grad, its input, the parameterisation)."""
+    import jax.numpy as jnp
+
+    from lbm.diff.api import gradient_function, prepare_gradient
+    from lbm.engines.timestep import step_index
+    from lbm.engines.xla import XlaEngine
+
+    param = prepare_gradient(cavity(grid, steps), ["flow.u_lattice"])
+    engine = XlaEngine(param.setup)
+    f0 = param.setup.initial_populations()
+    forward = engine.chunk_function(steps).lower(f0, engine.params, step_index(0)).compile()
+    every = max(1, steps // 10) if policy == "every" else None
+    fn = gradient_function(param, ["flow.u_lattice"], "kinetic_energy", policy, every)
+    values = {"flow.u_lattice": jnp.asarray(param.base["flow.u_lattice"], jnp.float32)}
+    return forward, (f0, engine, step_index(0)), fn.lower(values).compile(), values, param
+
+
+def best_time(call: Any, repeats: int) -> float:
+    """Median wall time of ``call()`` (which blocks until its result is ready) over ``repeats`` calls, in s."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def timing(grid: int, steps: int, policy: str, repeats: int) -> dict[str, Any]:
+    """Forward (xla engine, and the auto engine) and value-and-grad wall times, measured here one after another."""
+    import jax
+    import jax.numpy as jnp
+
+    from lbm.engines import make_engine
+
+    forward, (f0, engine, t0), grad, values, param = programs(grid, steps, policy)
+    forward_s = best_time(lambda: jax.block_until_ready(forward(jnp.array(f0), engine.params, t0)), repeats)
+    vg_s = best_time(lambda: jax.block_until_ready(grad(values)), repeats)
+    auto = make_engine(param.setup, engine="auto")
+    auto.compile(f0, steps)
+    auto_s = best_time(lambda: jax.block_until_ready(auto.advance(jnp.array(f0), steps)[0]), repeats)
+    return {"case": "cavity", "lattice": "d2q9", "grid": [grid, grid], "steps": steps, "precision": "float32",
+            "policy": policy, "parameter": "flow.u_lattice", "objective": "kinetic_energy",
+            "forward_s": forward_s, "value_and_grad_s": vg_s, "ratio": vg_s / forward_s,
+            "forward_auto_engine": auto.name, "forward_auto_s": auto_s, "ratio_to_auto": vg_s / auto_s,
+            "repeats": repeats, "clock": "host wall clock, median of repeats, compiled programs, inputs on the device",
+            "mlups_forward": grid * grid * steps / forward_s / 1e6}
+
+
+def memory(grid: int, steps_list: list[int], policies: list[str]) -> list[dict[str, Any]]:
+    """Planned peak bytes of the forward chunk and of the gradient program per policy and step count."""
+    rows = []
+    for steps in steps_list:
+        for policy in policies:
+            forward, _, grad, _, param = programs(grid, steps, policy)
+            rows.append({"policy": policy, "steps": steps, "grid": [grid, grid], "precision": "float32",
+                         "forward_bytes": planned_bytes(forward), "gradient_bytes": planned_bytes(grad),
+                         "population_bytes": int(param.setup.initial_populations().nbytes)})
+            rows[-1]["ratio"] = rows[-1]["gradient_bytes"] / rows[-1]["forward_bytes"]
+    return rows
+
+
+def plot(record: dict[str, Any], path: Path) -> None:
+    """gradient.png: planned peak memory against steps per policy; finite-difference agreement per record."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
+    rows = record["memory"]
+    for policy in POLICIES:
+        pts = sorted((r["steps"], r["gradient_bytes"]) for r in rows if r["policy"] == policy)
+        if pts:
+            ax0.loglog(*zip(*pts, strict=True), "o-", label=f"gradient, {policy}")
+    fwd = sorted({(r["steps"], r["forward_bytes"]) for r in rows})
+    if fwd:
+        ax0.loglog(*zip(*fwd, strict=True), "k--", label="forward")
+    ax0.set(xlabel="steps", ylabel="planned peak memory (bytes)", title="memory (XLA memory_analysis)")
+    ax0.legend(fontsize=8)
+    recs = record["records"]
+    if recs:
+        ax1.bar(range(len(recs)), [max(r["rel_error"], 1e-16) for r in recs], color="tab:blue", label="float64 vs FD")
+        ax1.set_yscale("log")
+        ax1.set_xticks(range(len(recs)), [f"{r['case']}\n{r['parameter']}" for r in recs], fontsize=7)
+        ax1.axhline(1e-6, color="k", ls="--", lw=1, label="1e-6")
+        ax1.legend(fontsize=8)
+    ax1.set(ylabel="relative error", title="gradient against finite differences of lbm.run")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(args: list[str]) -> int:
+    """Entry point of ``python -m lbm study gradient``."""
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__)
+        return 0
+    opts, out_arg = parse(args)
+    out = Path(out_arg) if out_arg else Path("outputs/studies/gradient") / datetime.datetime.now().strftime(
+        "%Y-%m-%d/%H-%M-%S")
+    if (out / "gradient.json").exists():
+        raise LbmError(f"{out} already holds a study (gradient.json); choose another --out")
+    from lbm.environment import environment
+
+    records = [agreement(*r) for r in RECORDS] if opts["records"] else []
+    record = {"environment": environment(), "load_average": list(os.getloadavg()), "options": opts,
+              "records": records,
+              "timing": timing(opts["timing_grid"], opts["timing_steps"], opts["timing_policy"], opts["repeats"]),
+              "memory": memory(opts["memory_grid"], opts["memory_steps"], opts["policies"]),
+              "memory_source": "XLA memory_analysis of the compiled programs: arguments + outputs - aliased + "
+                               "temporaries (planned, before running)"}
+    record["load_average_after"] = list(os.getloadavg())
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gradient.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    plot(record, out / "gradient.png")
+    t = record["timing"]
+    print(f"value_and_grad {t['value_and_grad_s']:.3f} s over forward {t['forward_s']:.3f} s: ratio {t['ratio']:.2f} "
+          f"({t['grid'][0]}^2, {t['steps']} steps); wrote {out / 'gradient.json'} and gradient.png")
+    return 0

@@ -1,0 +1,15 @@
+"""Differentiable runs: exact derivatives of a run's observables by its continuous config keys (docs/differentiable.md).
+
+- :func:`lbm.diff.run.differentiable_run`: parameter values -> final populations, fields and force
+  observables, a jax function built on the stage functions of lbm.engines.timestep;
+- :func:`lbm.diff.api.value_and_grad` (``lbm.value_and_grad``): overrides, keys, objective -> value and
+  derivatives; :func:`lbm.diff.api.finite_difference`: the same derivative from ``lbm.run`` itself;
+- lbm.diff.parameters (the keys of each case and how they enter the Setup), lbm.diff.geometry (wall
+  fractions as smooth functions of a circle), lbm.diff.checkpointing (none, every, sqrt, binomial),
+  lbm.diff.objectives (named objectives per case).
+"""
+
+from lbm.diff.api import finite_difference, value_and_grad
+from lbm.diff.run import differentiable_run
+
+__all__ = ["differentiable_run", "finite_difference", "value_and_grad"]

@@ -1,0 +1,67 @@
+"""The scalars a differentiable run can be differentiated for: named per case, or a callable on the final fields.
+
+Named objectives (lattice units):
+- ``kinetic_energy`` (every case): sum over fluid cells of rho |u|^2 / 2 in the final fields;
+- ``drag``, ``lift`` (cylinder): the mean of cd (cl) over the last ``window`` steps (default: all),
+  cd = 2 F_x / (u_lattice^2 D), D = 2 r, as ``forces.csv`` gives it per step.
+
+A callable takes the final fields ``{"rho": (grid), "u": (D, *grid), "solid": (grid) bool}`` (jax
+arrays, the moments ``fields.npz`` holds) and returns a scalar. :func:`from_result` evaluates the
+same objective on a finished run (its fields.npz and forces.csv), for finite differences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.errors import LbmError
+
+Objective = str | Callable[[Mapping[str, Any]], Any]
+
+FIELD_OBJECTIVES = ("kinetic_energy",)
+FORCE_OBJECTIVES = ("drag", "lift")
+
+
+def kinetic_energy(fields: Mapping[str, Any]) -> Any:
+    """Sum over fluid cells of rho |u|^2 / 2 (lattice units)."""
+    rho, u = jnp.asarray(fields["rho"]), jnp.asarray(fields["u"])
+    fluid = ~jnp.asarray(fields["solid"], bool)
+    return jnp.sum(jnp.where(fluid, 0.5 * rho * jnp.sum(u * u, axis=0), 0.0))
+
+
+def names(case: str) -> tuple[str, ...]:
+    """The named objectives of ``case``."""
+    return FIELD_OBJECTIVES + (FORCE_OBJECTIVES if case == "cylinder" else ())
+
+
+def check(objective: Objective, case: str) -> None:
+    """LbmError (one line) unless ``objective`` is a callable or one of the case's names."""
+    if callable(objective):
+        return
+    if objective not in names(case):
+        raise LbmError(f"objective={objective!r} is not defined for case={case}: use one of {', '.join(names(case))} "
+                       "or a callable on the final fields {rho, u, solid}")
+
+
+def evaluate(objective: Objective, out: Mapping[str, Any], solid: np.ndarray) -> Any:
+    """The objective's value from a differentiable run's output (lbm.diff.run.differentiable_run)."""
+    if isinstance(objective, str) and objective in FORCE_OBJECTIVES:
+        return out[objective]
+    fields = {"rho": out["rho"], "u": out["u"], "solid": jnp.asarray(solid)}
+    return kinetic_energy(fields) if objective == "kinetic_energy" else objective(fields)  # type: ignore[operator]
+
+
+def from_result(objective: Objective, fields: Mapping[str, np.ndarray], run_dir: Path, window: int) -> float:
+    """The objective's value on a finished run: its final ``fields`` (fields.npz), and forces.csv for drag and lift."""
+    if isinstance(objective, str) and objective in FORCE_OBJECTIVES:
+        rows = np.loadtxt(run_dir / "forces.csv", delimiter=",", skiprows=1, ndmin=2)
+        column = -2 if objective == "drag" else -1
+        return float(rows[-window:, column].mean())
+    fields = {name: jnp.asarray(fields[name]) for name in ("rho", "u", "solid")}
+    value = kinetic_energy(fields) if objective == "kinetic_energy" else objective(fields)  # type: ignore[operator]
+    return float(value)

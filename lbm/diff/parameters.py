@@ -1,0 +1,221 @@
+"""How a case's continuous config keys enter its Setup, written in jax so that a run can be differentiated by them.
+
+A case builds its Setup once, in numpy, from its config (lbm.cases). For a differentiable run the
+discrete structure of that Setup stays (masks, link lists, which stages run) and the continuous
+quantities are rebuilt here from traced parameter values: the relaxation rates (from
+``flow.reynolds``, or ``flow.tau``, and ``flow.u_lattice`` through the case's reference length),
+the lid's momentum term, the inflow, the initial state, the body force, and the wall fractions of
+a curved wall (lbm.diff.geometry). The timestep is still lbm.engines.timestep's composition of the
+stage functions; the collision gets its rates through ``Setup.collision`` (:class:`Relaxation`)
+and a traced body force shifts the velocity in the ``macroscopic`` stage (:class:`HalfForce`),
+since the kernels take their rates and force as static values.
+
+Keys per case (:data:`KEYS`; ``flow.tau`` replaces ``flow.reynolds`` where the run sets it):
+- cavity: ``flow.reynolds``, ``flow.u_lattice`` (the lid speed; at fixed Re it also sets nu);
+- taylor_green: ``flow.reynolds``, ``flow.u_lattice`` (the initial amplitude: the initial state);
+- poiseuille: ``flow.reynolds``, ``flow.u_lattice`` (both through the body force F = 8 nu u / H²);
+- cylinder: ``flow.reynolds``, ``flow.u_lattice`` (the inflow), ``case.radius``, ``case.center.x``,
+  ``case.center.y`` (the geometry keys need ``case.bounce_back=interpolated``: a binary mask has no
+  shape gradient). Its Reynolds number uses the radius, so the radius also sets nu.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.boundaries import Inlet, InterpolatedBounceBack, MovingWall
+from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
+from lbm.cases.base import Case, Setup
+from lbm.diff.geometry import moved_circle
+from lbm.errors import LbmError
+from lbm.kernels.collision import bgk, guo_source, trt
+from lbm.kernels.equilibrium import equilibrium
+from lbm.lattice import CS2, Lattice
+
+FLOW_KEYS = ("flow.reynolds", "flow.u_lattice")
+GEOMETRY_KEYS = ("case.radius", "case.center.x", "case.center.y")
+KEYS: dict[str, tuple[str, ...]] = {
+    "cavity": FLOW_KEYS, "taylor_green": FLOW_KEYS, "poiseuille": FLOW_KEYS, "cylinder": FLOW_KEYS + GEOMETRY_KEYS,
+}
+"""The continuous config keys a differentiable run of each case takes (``flow.tau`` for ``flow.reynolds`` where set)."""
+COLLISIONS = ("bgk", "trt")
+
+
+class Relaxation:
+    """BGK or TRT collision with traced rates and an optional traced body force (Guo), used as ``Setup.collision``."""
+
+    def __init__(self, omega_plus: Any, omega_minus: Any, two_rates: bool, force: Any = None) -> None:
+        self.omega_plus, self.omega_minus, self.two_rates, self.force = omega_plus, omega_minus, two_rates, force
+
+    def __call__(self, f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, force: Any = None
+                 ) -> jnp.ndarray:
+        """Post-collision populations (lbm.kernels.collision.bgk / trt, plus Guo's term for the traced force)."""
+        if self.two_rates:
+            out = trt(f, feq, lattice, self.omega_plus, self.omega_minus)
+        else:
+            out = bgk(f, feq, self.omega_plus)
+        if self.force is not None:  # Guo's source is linear in the force: one term per axis, unit forces static
+            for a in range(lattice.d):
+                unit = np.eye(lattice.d)[a]
+                out = out + self.force[a] * guo_source(u, unit, lattice, self.omega_plus, self.omega_minus).astype(
+                    out.dtype)
+        return out
+
+
+@pytree_dataclass
+class HalfForce(BoundaryCondition):
+    """The half-force velocity shift u += F / (2 rho) of a traced body force ``force`` (D,), in stage ``macroscopic``."""
+
+    force: Any
+    stage = "macroscopic"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The state with the force-shifted velocity."""
+        shift = jnp.stack([0.5 * self.force[a] / s.rho for a in range(lattice.d)])
+        return s.replace(u=s.u + shift.astype(s.u.dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class Traced:
+    """A Setup rebuilt from traced parameter values: what a differentiable run steps."""
+
+    setup: Setup
+    boundaries: tuple[BoundaryCondition, ...]
+    f0: jnp.ndarray
+    scales: dict[str, Any]
+    """Quantities the objectives need (``force_norm``: the force giving cd = 1, where the case has one)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameterisation:
+    """A case made differentiable: its keys, their values in the run, and the traced Setup for other values."""
+
+    case: Case
+    setup: Setup
+    base: dict[str, float]
+    """Every key this case takes -> its value in the run's config."""
+    build: Callable[[dict[str, Any]], Traced]
+    """Parameter values (traced; keys not given keep their base value) -> :class:`Traced`."""
+
+    def overrides(self, values: dict[str, float]) -> list[str]:
+        """Config overrides that set ``values`` (what ``lbm.run`` takes to run them)."""
+        out = [f"{k}={v!r}" for k, v in values.items() if not k.startswith("case.center.")]
+        if any(k.startswith("case.center.") for k in values):
+            x = values.get("case.center.x", self.base["case.center.x"])
+            y = values.get("case.center.y", self.base["case.center.y"])
+            out.append(f"case.center=[{x!r},{y!r}]")
+        return out
+
+
+def relaxation(case: Case, length: Any, v: dict[str, Any]) -> tuple[Any, Any]:
+    """(omega+, omega-) from the traced values, as lbm.config.viscosity and Case.relaxation derive them."""
+    run = case.run
+    if run.tau is not None:
+        tau = v["flow.tau"]
+    else:
+        tau = v["flow.u_lattice"] * length / v["flow.reynolds"] / CS2 + 0.5
+    omega_plus = 1.0 / tau
+    if run.collision == "trt":
+        omega_minus = 1.0 / (0.5 + run.trt_magic / (tau - 0.5))
+    else:
+        omega_minus = omega_plus
+    return omega_plus, omega_minus
+
+
+def traced_setup(case: Case, setup: Setup, omegas: tuple[Any, Any], force: Any = None) -> Setup:
+    """``setup`` with the traced rates (and body force) in its collision: the stages read them from there."""
+    return dataclasses.replace(setup, collision=Relaxation(*omegas, case.run.collision == "trt", force), force=None)
+
+
+def replaced(boundaries: tuple[BoundaryCondition, ...], kind: type, change: Callable[[Any], Any]
+             ) -> tuple[BoundaryCondition, ...]:
+    """``boundaries`` with each condition of type ``kind`` replaced by ``change(condition)``."""
+    return tuple(change(bc) if type(bc) is kind else bc for bc in boundaries)
+
+
+def _cavity(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
+    omegas = relaxation(case, float(case.run.grid[0] - 2), v)
+    ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # the lid's momentum term is linear in its speed
+    bcs = replaced(setup.boundaries, MovingWall, lambda w: dataclasses.replace(w, wall_term=w.wall_term * ratio))
+    return Traced(traced_setup(case, setup, omegas), bcs, setup.initial_populations(), {})
+
+
+def _taylor_green(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
+    omegas = relaxation(case, float(case.run.grid[0]), v)
+    ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # u0 ~ U, rho0 - 1 ~ U^2 (the vortex's pressure)
+    u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
+    rho0 = 1.0 + (jnp.asarray(setup.rho0, setup.dtype) - 1.0) * ratio**2
+    return Traced(traced_setup(case, setup, omegas), setup.boundaries, equilibrium(rho0, u0, setup.lattice), {})
+
+
+def _poiseuille(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
+    height = case.height  # type: ignore[attr-defined]
+    omegas = relaxation(case, height, v)
+    nu = CS2 * (1.0 / omegas[0] - 0.5)
+    force = jnp.stack([8.0 * nu * v["flow.u_lattice"] / height**2] + [0.0 * nu] * (setup.lattice.d - 1))
+    return Traced(traced_setup(case, setup, omegas, force), (HalfForce(force=force), *setup.boundaries),
+                  setup.initial_populations(), {})
+
+
+def _cylinder(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
+    radius = v["case.radius"]
+    omegas = relaxation(case, radius, v)
+    ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # inflow and initial flow are linear in u_lattice
+    bcs = replaced(setup.boundaries, Inlet, lambda bc: dataclasses.replace(bc, u=bc.u * ratio))
+    center = (v["case.center.x"], v["case.center.y"])
+    bcs = replaced(bcs, InterpolatedBounceBack,
+                   lambda w: moved_circle(w, setup.shape, setup.lattice, center, radius))
+    u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
+    f0 = equilibrium(jnp.asarray(setup.rho0, setup.dtype), u0, setup.lattice)
+    depth = float(setup.shape[2]) if len(setup.shape) == 3 else 1.0
+    norm = 0.5 * v["flow.u_lattice"] ** 2 * 2 * radius * depth
+    return Traced(traced_setup(case, setup, omegas), bcs, f0, {"force_norm": norm})
+
+
+BUILDERS = {"cavity": _cavity, "taylor_green": _taylor_green, "poiseuille": _poiseuille, "cylinder": _cylinder}
+
+
+def case_keys(case: Case) -> tuple[str, ...]:
+    """The continuous keys of ``case`` (flow.tau for flow.reynolds where the run prescribes tau)."""
+    keys = KEYS[case.name]
+    return tuple("flow.tau" if k == "flow.reynolds" and case.run.tau is not None else k for k in keys)
+
+
+def base_values(case: Case) -> dict[str, float]:
+    """Each key's value in the run's config."""
+    run = case.run
+    out = {"flow.u_lattice": float(run.u_lattice)}
+    out["flow.tau" if run.tau is not None else "flow.reynolds"] = float(run.tau if run.tau is not None else run.reynolds)
+    if case.name == "cylinder":
+        cx, cy, r = case.geometry()  # type: ignore[attr-defined]
+        out.update({"case.radius": r, "case.center.x": cx, "case.center.y": cy})
+    return out
+
+
+def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisation:
+    """The differentiable form of a prepared case; LbmError (one line) for a key or setting it cannot differentiate."""
+    if case.name not in BUILDERS:
+        raise LbmError(f"case={case.name} has no differentiable form yet: use one of {', '.join(BUILDERS)}")
+    if case.run.collision not in COLLISIONS:
+        raise LbmError(f"collision={case.run.collision} is not differentiable yet: use collision=bgk or collision=trt")
+    keys = case_keys(case)
+    for key in wrt:
+        if key not in keys:
+            hint = " (flow.tau is set: differentiate by flow.tau)" if key == "flow.reynolds" else ""
+            raise LbmError(f"cannot differentiate case={case.name} by {key!r}{hint}: choose from {', '.join(keys)}")
+    if set(wrt) & set(GEOMETRY_KEYS) and not any(isinstance(bc, InterpolatedBounceBack) for bc in setup.boundaries):
+        raise LbmError(f"{sorted(set(wrt) & set(GEOMETRY_KEYS))[0]}: a wall on a binary mask has no shape gradient; "
+                       "set case.bounce_back=interpolated (the wall fraction then moves with the shape)")
+    base = base_values(case)
+    builder = BUILDERS[case.name]
+
+    def build(values: dict[str, Any]) -> Traced:
+        v = {k: jnp.asarray(values.get(k, base[k]), setup.dtype) for k in base}
+        return builder(case, setup, v, base)
+
+    return Parameterisation(case=case, setup=setup, base=base, build=build)
