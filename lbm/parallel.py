@@ -173,12 +173,3 @@ def extended(a: np.ndarray, shape: Sequence[int], lead: int = 1) -> np.ndarray:
     return out
 
 
-SINGLE_DEVICE_ENGINES = ("native",)
-"""Engines that run on one device only."""
-
-
-def single_device_refusal(engine: str) -> str | None:
-    """Why ``engine`` cannot run on several devices (and what to do), or None where it can."""
-    if engine in SINGLE_DEVICE_ENGINES:
-        return f"the {engine} engine is single-device: use engine=xla, or parallel.devices=1"
-    return None

@@ -359,7 +359,7 @@ def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) ->
     setup = engine.setup
     profiler = Profiler(
         run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps,
-        stages=list(getattr(engine, "stage_names", setup.stages)),
+        stages=list(engine.stage_names),
         run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
         programs=engine.describe, compile_times=lambda: engine.compile_times, bandwidth=measure_bandwidth)
     profiler.start()
@@ -490,10 +490,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
 
 def sharded_placement(engine: Engine, setup: Setup) -> tuple[Any, jnp.ndarray]:
     """How populations reach the engine (sharded over its mesh, or as they are) and the fluid mask placed alike."""
-    place = getattr(engine, "place", None)
-    if place is None:
-        return (lambda a: a), jnp.asarray(setup.fluid)
-    return place, engine.place_cells(setup.fluid)  # type: ignore[attr-defined]
+    return engine.place, engine.place_cells(setup.fluid)
 
 
 def chunk_lengths(start: int, steps: int, k: int) -> set[int]:
@@ -610,7 +607,7 @@ def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int
 
 def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
     """Devices, mesh, partitioner and processes of the run."""
-    layout = getattr(engine, "layout", None)
+    layout = engine.layout
     return {"devices": run.parallel_devices, "mesh": list(layout.shape) if layout is not None else None,
             "block": list(layout.block) if layout is not None else None,
             "partitioner": run.parallel.get("partitioner") if layout is not None else None,

@@ -116,3 +116,13 @@ def test_engines_ask_boundary_conditions_and_never_switch_on_their_type():
              if (hits := _type_switches(ast.parse(p.read_text()), classes))}
     assert found == {}
     assert _type_switches(ast.parse("type(bc) is Inlet\nisinstance(bc, Forces)\nbc.kind == 'zou_he'"), classes)
+
+
+def test_no_caller_outside_the_engines_probes_an_engine_with_getattr() -> None:
+    """Callers use the Engine interface; ``getattr``/``hasattr`` on an engine is for lbm/engines/ alone."""
+    import re
+
+    probe = re.compile(r"\b(?:getattr|hasattr)\(\s*(?:self\.)?eng(?:ine)?\b")
+    found = [f"{path.relative_to(ROOT.parent)}:{n}" for path in ROOT.rglob("*.py") if "engines" not in path.parts
+             for n, line in enumerate(path.read_text().splitlines(), 1) if probe.search(line)]
+    assert found == []

@@ -44,6 +44,17 @@ def group_options(group: str) -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
 
 
+SINGLE_DEVICE_ENGINES = ("native",)
+"""Engines that run on one device only."""
+
+
+def single_device_refusal(engine: str) -> str | None:
+    """Why ``engine`` cannot run on several devices (and what to do), or None where it can."""
+    if engine in SINGLE_DEVICE_ENGINES:
+        return f"the {engine} engine is single-device: use engine=xla, or parallel.devices=1"
+    return None
+
+
 def did_you_mean(word: str, candidates: Sequence[str]) -> str:
     """`` (did you mean X?)`` for the candidate closest to a misspelt ``word``, else an empty string."""
     import difflib
@@ -274,9 +285,8 @@ def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
 
         shape = parallel.mesh_shape(devices if devices != -1 else math.prod(mesh or [1]), list(mesh or []), grid)
         devices = math.prod(shape)
-    if engine == "native" and devices != 1:
-        raise ConfigError("engine", engine, "xla or auto with parallel.devices > 1",
-                          "the native engine is single-device: use engine=xla, or parallel.devices=1")
+    if devices != 1 and (refused := single_device_refusal(engine)):
+        raise ConfigError("engine", engine, "xla or auto with parallel.devices > 1", refused)
     info = {"partitioner": partitioner, "coordinator": coordinator, "num_processes": nproc, "process_id": pid,
             "mesh": list(mesh) if mesh else None}
     return devices, (shape if shape is not None and devices > 1 else None), info
@@ -298,9 +308,8 @@ def resolve_parallel(run: RunConfig) -> RunConfig:
         return run
     devices = parallel.resolve_devices(run.parallel_devices)
     shape = parallel.mesh_shape(devices, p.get("mesh"), run.grid)
-    if run.engine == "native" and devices > 1:
-        raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1",
-                          "the native engine is single-device: use engine=xla, or parallel.devices=1")
+    if devices > 1 and (refused := single_device_refusal(run.engine)):
+        raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1", refused)
     return dataclasses.replace(run, parallel_devices=devices, parallel_mesh=shape if devices > 1 else None)
 
 

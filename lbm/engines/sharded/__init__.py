@@ -12,12 +12,12 @@ from typing import Any
 import jax
 
 from lbm.cases.base import Setup
+from lbm.config.run import single_device_refusal
 from lbm.engines.base import Engine, EngineUnavailable, Unavailable, attempt
 from lbm.engines.sharded.blockplan import BlockPlan, ShardedPallasEngine, ShardedPlanEngine, block_plan, plan_engine
 from lbm.engines.sharded.dense import DenseForms, ShardedEngine, ShardedInstrumentedEngine, dense_forms
 from lbm.engines.sharded.gspmd import GspmdEngine
 from lbm.engines.sharded.layout import Layout
-from lbm.parallel import single_device_refusal
 
 
 def make_sharded(setup: Setup, shape: tuple[int, ...], mode: str = "fused", engine: str = "auto",
