@@ -352,7 +352,7 @@ def regularized(
                             for a, x in enumerate(_project(c.T, neq))])
         out = out + _project(c * (w / CS2)[:, None], big_a1)
     if recursive:
-        triples, h3, norms3 = hermite3(lattice)
+        triples, _, rec3 = hermite3(lattice)
         rho = _project(np.ones((1, lattice.q)), feq)[0]
         index = {pair: k for k, pair in enumerate(pairs)}
 
@@ -361,29 +361,37 @@ def regularized(
 
         third = jnp.stack([rho * u[a] * u[b] * u[g] + u[a] * a2_of(b, g) + u[b] * a2_of(a, g) + u[g] * a2_of(a, b)
                            for a, b, g in triples])
-        out = out + _project((h3 / norms3[:, None]).T * w[:, None], third)
+        out = out + _project(rec3, third)
     return out
 
 
+@functools.cache
 def hermite3(lattice: Lattice) -> tuple[list[tuple[int, int, int]], np.ndarray, np.ndarray]:
-    """Third-order Hermite polynomials the lattice resolves: (index triples a <= b <= c, values (T, Q), norms (T,)).
+    """Third-order Hermite polynomials the lattice resolves: (index triples a <= b <= c, values H (T, Q), R (Q, T)).
 
     H_abc = c_a c_b c_c - cs2 (delta_ab c_c + delta_ac c_b + delta_bc c_a); a triple is kept where its
     lattice norm sum_i w_i H_abc^2 equals the continuous one, cs2^3 n_x! n_y! n_z! (D2Q9: xxy, xyy; D3Q19: the
-    six aab; D3Q27: those and xyz). ``norms`` are those values: H_i : A / (6 cs2^3) = sum over triples of
-    H_abc,i A_abc / norm_abc.
+    six aab; D3Q27: those and xyz). R = w H^T G^-1 (G = H diag(w) H^T) gives the populations R a whose
+    third moments sum_i H_t,i (R a)_i are the coefficients a_t, with nothing of order <= 2: where the
+    kept polynomials are orthogonal (D2Q9, D3Q27) it is w_i H_t,i / norm_t, the Hermite series term; on
+    D3Q19, where H_xxy and H_yzz (and the like) are not, it is the sum-and-difference form of
+    Jacob, Malaspinas & Sagaut (2018).
     """
     c = lattice.c.astype(np.float64)
-    triples, rows, norms = [], [], []
+    w = lattice.w.astype(np.float64)
+    triples, rows = [], []
     for t in itertools.combinations_with_replacement(range(lattice.d), 3):
         a, b, g = t
         h = c[:, a] * c[:, b] * c[:, g] - CS2 * ((a == b) * c[:, g] + (a == g) * c[:, b] + (b == g) * c[:, a])
         norm = CS2**3 * math.prod(math.factorial(t.count(k)) for k in range(lattice.d))
-        if abs(float(lattice.w @ (h * h)) - norm) < 1e-12:
+        if abs(float(w @ (h * h)) - norm) < 1e-12:
             triples.append(t)
             rows.append(h)
-            norms.append(norm)
-    return triples, np.array(rows), np.array(norms)
+    h3 = np.array(rows)
+    rec = (w[:, None] * h3.T) @ np.linalg.inv((h3 * w) @ h3.T)
+    for arr in (h3, rec):
+        arr.setflags(write=False)
+    return triples, h3, rec
 
 
 @functools.cache
@@ -443,7 +451,7 @@ def kbc(
     f* = f - omega dk - beta (2 ds + gamma dh), beta = omega/2 (:func:`kbc_matrices`): the shear part relaxes
     at omega (it sets nu), the higher-order part dh at the rate beta gamma that minimises the entropy
     functional's second-order estimate: gamma = 1/beta - (2 - 1/beta) <ds|dh> / <dh|dh>, <x|y> =
-    sum_i x_i y_i / feq_i. gamma = 2 (BGK) where dh vanishes or at omega = 1.
+    sum_i x_i y_i / feq_i. gamma = 2 (BGK) where dh vanishes (to rounding) or at omega = 1.
     """
     b_mat, k_mat, s_mat = kbc_matrices(lattice)
     neq = f - feq
@@ -454,9 +462,13 @@ def kbc(
     weighted = dh / feq
     sh = jnp.sum(ds * weighted, axis=0)
     hh = jnp.sum(dh * weighted, axis=0)
+    ss = jnp.sum(ds * ds / feq, axis=0)
+    # gamma's correction is the projection of ds on dh's direction, whatever dh's size: where dh is rounding
+    # noise (|dh| < 1e3 eps |ds|) that direction is noise too, and gamma = 2 (BGK) is taken
+    resolved = hh > (1e3 * jnp.finfo(f.dtype).eps) ** 2 * (ss + hh)
+    ratio = sh / jnp.where(resolved, hh, 1.0)
     beta = 0.5 * omega
-    ratio = jnp.where(hh > 0, sh / jnp.where(hh > 0, hh, 1.0), 0.0)
-    beta_gamma = 1.0 - (2.0 * beta - 1.0) * ratio  # beta * gamma
+    beta_gamma = jnp.where(resolved, 1.0 - (2.0 * beta - 1.0) * ratio, omega)  # beta * gamma
     # f - omega dk - 2 beta ds - beta gamma dh, with dh = neq - dk - ds
     out = f - beta_gamma * neq - (omega - beta_gamma) * kept
     if force is not None:
