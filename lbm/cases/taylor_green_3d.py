@@ -187,7 +187,10 @@ class TaylorGreen3D(Case):
         s, ref = self.series(setup), self.reference
         t = s["t"]
         ref_peak, ref_time = peak(ref["t"], ref["dissipation"])
-        out: dict[str, Any] = {"kinetic_energy_initial": float(s["kinetic_energy"][0]), "t_final": float(t[-1]),
+        energy = s["kinetic_energy"]
+        out: dict[str, Any] = {"kinetic_energy_initial": float(energy[0]), "kinetic_energy_final": float(energy[-1]),
+                               "kinetic_energy_max_rise": float(max(0.0, np.diff(energy).max(initial=0.0))),
+                               "t_final": float(t[-1]),
                                "reference_dissipation_peak": ref_peak, "reference_dissipation_peak_time": ref_time}
         window = t <= T_END + 1e-9
         eps_ref = np.interp(t[window], ref["t"], ref["dissipation"])
