@@ -508,10 +508,11 @@ def tgv_energy_decay(lat, spec, n, u0, steps):
     return np.asarray(go(f0))
 
 
+@pytest.mark.slow  # 6-18 s each on the loaded 2-core machine (two scans of up to 650 steps on 16^3)
 @pytest.mark.parametrize("kind", ["kbc", "recursive_regularized"])
 @pytest.mark.parametrize("lat", [LATTICES["d3q19"], LATTICES["d3q27"]], ids=lambda lat: lat.name)
 def test_tgv_energy_decays_at_the_viscous_rate(lat, kind):
-    """Low-Re 3D Taylor-Green vortex (u0 = 1e-3, 16^3, tau 0.6 and 0.51): K ~ exp(-6 nu k^2 t), as BGK."""
+    """Low-Re 3D Taylor-Green vortex (u0 = 1e-3, 16^3, tau 0.6 and 0.51): K ~ exp(-6 nu k^2 t), as with BGK."""
     n, u0 = 16, 1e-3
     k2 = (2 * np.pi / n) ** 2
     for tau in (0.6, 0.51):
@@ -521,9 +522,5 @@ def test_tgv_energy_decays_at_the_viscous_rate(lat, kind):
         t = np.arange(steps)
         late = (t >= steps // 4) & (t % 2 == 0)  # after the start from a bare equilibrium; even steps
         rate = -np.polyfit(t[late], np.log(energy[late]), 1)[0]
-        bgk = tgv_energy_decay(lat, Collision("bgk", 1 / tau), n, u0, steps)
-        rate_bgk = -np.polyfit(t[late], np.log(bgk[late]), 1)[0]
-        # measured: 2.6-5.4% above 6 nu k^2 (BGK: 3.9-4.1%, the lattice's error at 16 cells a wavelength),
-        # within 1.3% of BGK's rate
+        # measured: 2.6-5.4% above 6 nu k^2, BGK 3.9-4.1% (the lattice's error at 16 cells a wavelength)
         assert rate == pytest.approx(6 * nu * k2, rel=0.1), (tau, rate / (6 * nu * k2))
-        assert rate == pytest.approx(rate_bgk, rel=0.03), (tau, rate / rate_bgk)
