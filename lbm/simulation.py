@@ -435,7 +435,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                     loc = first_bad_cell(parallel.to_host(f), setup.lattice)
                     raise DivergenceError(f"simulation diverged by step {step} (first bad cell {loc}): "
                                           f"{likely_cause(setup, loc)}")
-                snapshot = Snapshot(step, aux, lambda f=f, step=step: engine.fields(f, step))
+                snapshot = Snapshot(step, aux, lambda f=f, step=step: engine.fields(f, step), populations=f)
                 case.observe(snapshot)
                 outputs.chunk_done(snapshot, mass, energy, k)
                 if profiler is not None:

@@ -146,7 +146,7 @@ def advance(run: RunConfig, steps: int | None = None, mode: str | None = None,
         k = min(chunk, n - done)
         f, aux = stepper.advance(f, k, first_step=done)
         done += k
-        case.observe(Snapshot(done, aux, lambda f=f, done=done: stepper.fields(f, done)))
+        case.observe(Snapshot(done, aux, lambda f=f, done=done: stepper.fields(f, done), populations=f))
     return case, setup, stepper.fields(f, n) | {"f": np.asarray(f), "engine": stepper.name}
 
 

@@ -10,7 +10,9 @@ from lbm.cases.obstacle import Obstacle
 from lbm.cases.poiseuille import Poiseuille
 from lbm.cases.schafer_turek import SchaferTurek
 from lbm.cases.taylor_green import TaylorGreen
+from lbm.cases.taylor_green_3d import TaylorGreen3D
 
-CASES: dict[str, type[Case]] = {c.name: c for c in (Cylinder, Cavity, Poiseuille, TaylorGreen, SchaferTurek, Obstacle, Duct)}
+CASES: dict[str, type[Case]] = {c.name: c for c in (Cylinder, Cavity, Poiseuille, TaylorGreen, SchaferTurek, Obstacle, Duct,
+                                                   TaylorGreen3D)}
 
 __all__ = ["CASES", "Case", "Setup"]

@@ -50,6 +50,8 @@ class Setup:
     derived: Mapping[str, Any] = static(MappingProxyType({}))
     wall_velocity: Any = None
     """The walls' own velocity ``(D, *grid)``, read in solid cells (None: every wall at rest)."""
+    f_neq0: np.ndarray | None = None
+    """Non-equilibrium part of the initial populations (Q, *grid), added to the equilibrium (None: none)."""
 
     @property
     def fluid(self) -> np.ndarray:
@@ -93,22 +95,24 @@ class Setup:
         return with_wall_velocity(fields, self.wall_velocity, self.periodic)
 
     def initial_populations(self) -> jnp.ndarray:
-        """Equilibrium populations of the initial density and velocity, in the run's dtype."""
+        """Equilibrium populations of the initial density and velocity (plus ``f_neq0``), in the run's dtype."""
         rho = jnp.asarray(self.rho0, self.dtype)
         u = jnp.asarray(self.u0, self.dtype)
-        return equilibrium(rho, u, self.lattice)
+        feq = equilibrium(rho, u, self.lattice)
+        return feq if self.f_neq0 is None else feq + jnp.asarray(self.f_neq0, self.dtype)
 
 
 def make_setup(case: Case, *, solid: np.ndarray, rho0: np.ndarray, u0: np.ndarray, rel: dict[str, float],
                boundaries: tuple[BoundaryCondition, ...] = (), force: np.ndarray | None = None,
-               derived: dict[str, Any] | None = None, wall_velocity: np.ndarray | None = None) -> Setup:
+               derived: dict[str, Any] | None = None, wall_velocity: np.ndarray | None = None,
+               f_neq0: np.ndarray | None = None) -> Setup:
     """A Setup of ``case`` from its arrays, its relaxation parameters (:meth:`Case.relaxation`) and derived values."""
     return Setup(
         solid=solid, rho0=rho0, u0=u0, boundaries=tuple(boundaries), lattice=case.lattice, shape=tuple(case.run.grid),
         dtype=case.dtype, tau=rel["tau"], nu=rel["nu"], reynolds=rel["reynolds"], omega_plus=rel["omega_plus"],
         omega_minus=rel["omega_minus"], force=None if force is None else tuple(float(v) for v in force),
         collision=rel.get("collision"),
-        derived=MappingProxyType(dict(derived or {})), wall_velocity=wall_velocity,
+        derived=MappingProxyType(dict(derived or {})), wall_velocity=wall_velocity, f_neq0=f_neq0,
     )
 
 
@@ -172,10 +176,13 @@ def result_checks(case: Case, setup: Setup, metrics: Mapping[str, Any], steps: i
 class Snapshot:
     """What a case may look at after a chunk: its last step, the per-step outputs, and the fields on demand."""
 
-    def __init__(self, step: int, aux: dict[str, np.ndarray], fields: Callable[[], dict[str, np.ndarray]]) -> None:
+    def __init__(self, step: int, aux: dict[str, np.ndarray], fields: Callable[[], dict[str, np.ndarray]],
+                 populations: jnp.ndarray | None = None) -> None:
         self.step = step
         self.aux = aux
         self._fields = fields
+        self.populations = populations
+        """The populations (Q, *grid) on the device after the chunk, for reductions a case runs there."""
 
     @cached_property
     def fields(self) -> dict[str, np.ndarray]:
@@ -225,8 +232,8 @@ class Case:
             omega_minus = rates.get("odd") or omega_minus
             collision = Collision("mrt", omega_plus, omega_minus, rates.get("bulk"), rates.get("ghost"),
                                   rates.get("smagorinsky", 0.0))
-        elif kind == "regularized":
-            collision = Collision("regularized", omega_plus, bulk=rates.get("bulk"),
+        elif kind in ("regularized", "recursive_regularized", "kbc"):
+            collision = Collision(kind, omega_plus, bulk=rates.get("bulk"),
                                   smagorinsky=rates.get("smagorinsky", 0.0))
         return dict(nu=nu, tau=tau, reynolds=reynolds, omega_plus=omega_plus, omega_minus=omega_minus,
                     collision=collision)

@@ -165,9 +165,9 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     collision_rates: dict[str, Any] = {}
     for key in ("bulk", "ghost", "odd"):
         value = _get(cfg, f"collision.{key}", None)
-        if value is not None and (collision == "mrt" or (collision == "regularized" and key == "bulk")):
+        if value is not None and (collision == "mrt" or (key == "bulk" and collision.endswith("regularized"))):
             collision_rates[key] = check_float(f"collision.{key}", value, 0.0, 2.0)
-    if collision in ("mrt", "regularized"):
+    if collision in ("mrt", "regularized", "recursive_regularized"):
         collision_rates["smagorinsky"] = check_float(
             "collision.smagorinsky", _get(cfg, "collision.smagorinsky", 0.0), 0.0, low_open=False)
     mode = check_choice("mode", _get(cfg, "mode"), MODES)

@@ -1,4 +1,4 @@
-"""Stage ``collide``: BGK, TRT, MRT and regularized relaxation, with Guo's forcing term.
+"""Stage ``collide``: BGK, TRT, MRT, regularized, recursive regularized and KBC relaxation, with Guo's forcing term.
 
 Every operator takes populations ``f`` and their equilibrium ``feq`` (shape ``(Q, *grid)``),
 the velocity ``u`` (shape ``(D, *grid)``, half-force shifted when a body force acts) and
@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -26,7 +27,7 @@ from lbm.lattice import CS2, Lattice
 Rate = float | jnp.ndarray
 """A relaxation rate: a constant, or one per cell (Smagorinsky)."""
 
-COLLISION_KINDS = ("bgk", "trt", "mrt", "regularized")
+COLLISION_KINDS = ("bgk", "trt", "mrt", "regularized", "recursive_regularized", "kbc")
 """Collision operators :class:`Collision` implements."""
 
 MOMENT_CLASSES = ("density", "momentum", "bulk", "shear", "odd", "even")
@@ -170,14 +171,14 @@ def hermite2(lattice: Lattice) -> tuple[list[tuple[int, int]], np.ndarray]:
 class Collision:
     """A collision operator and its relaxation rates (static, hashable: closed over by jit).
 
-    kind         bgk | trt | mrt | regularized
+    kind         bgk | trt | mrt | regularized | recursive_regularized | kbc
     omega        shear rate 1/tau (sets the viscosity nu = cs2 (1/omega - 1/2))
     omega_minus  trt: the antisymmetric rate; mrt: the rate of the odd ghost moments (energy flux q, ...);
                  None = omega
     bulk         mrt: rate of the trace of the second moment (bulk viscosity); None = omega
     ghost        mrt: rate of the even ghost moments (degree >= 4, e.g. eps); None = omega
     smagorinsky  Smagorinsky constant C_s (0 = off): omega is lowered per cell from the local
-                 non-equilibrium stress (bgk, mrt's shear moments, regularized)
+                 non-equilibrium stress (bgk, mrt's shear moments, regularized, recursive_regularized)
     """
 
     kind: str = "bgk"
@@ -196,8 +197,8 @@ class Collision:
                 raise ValueError(f"collision rate {name}={rate!r} must lie in (0, 2)")
         if not self.smagorinsky >= 0.0:
             raise ValueError(f"smagorinsky constant must be >= 0, not {self.smagorinsky!r}")
-        if self.smagorinsky and self.kind == "trt":
-            raise ValueError("the Smagorinsky model applies to bgk, mrt and regularized, not trt")
+        if self.smagorinsky and self.kind in ("trt", "kbc"):
+            raise ValueError(f"the Smagorinsky model applies to bgk, mrt and the regularized kinds, not {self.kind}")
 
     @classmethod
     def bgk_trt(cls, omega_plus: float, omega_minus: float) -> Collision:
@@ -221,8 +222,11 @@ class Collision:
         """Post-collision populations, with Guo's forcing term when ``force`` is given."""
         if self.kind == "mrt":
             return mrt(f, feq, u, lattice, self, force)
-        if self.kind == "regularized":
-            return regularized(f, feq, u, lattice, self.omega, force, self.smagorinsky, self.bulk)
+        if self.kind in ("regularized", "recursive_regularized"):
+            return regularized(f, feq, u, lattice, self.omega, force, self.smagorinsky, self.bulk,
+                               recursive=self.kind == "recursive_regularized")
+        if self.kind == "kbc":
+            return kbc(f, feq, u, lattice, self.omega, force)
         if self.smagorinsky:
             omega = smagorinsky_omega(f, feq, u, lattice, self.omega, self.smagorinsky, force)
             out = f - omega * (f - feq)
@@ -293,9 +297,19 @@ def mrt(
     return f + jnp.stack([_combine(m_inv[i], dm) for i in range(lattice.q)])
 
 
+def _project(matrix: np.ndarray, x: jnp.ndarray) -> jnp.ndarray:
+    """sum_j matrix[k, j] x[j] along the leading axis, as one dot.
+
+    XLA keeps a dot's result instead of re-computing its inputs inside each consumer's fusion, which
+    elementwise sums of many populations made it do (KBC and the regularized kinds ran ~50x slower
+    than BGK on the CPU that way).
+    """
+    return jnp.einsum("kq,q...->k...", jnp.asarray(matrix, x.dtype), x, precision=jax.lax.Precision.HIGHEST)
+
+
 def regularized(
     f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, omega: float,
-    force: np.ndarray | None = None, smagorinsky: float = 0.0, bulk: float | None = None,
+    force: np.ndarray | None = None, smagorinsky: float = 0.0, bulk: float | None = None, recursive: bool = False,
 ) -> jnp.ndarray:
     """Regularized BGK (Latt & Chopard 2006), collision and Guo forcing in Hermite space.
 
@@ -304,48 +318,159 @@ def regularized(
     A1 = (1 - omega) a1 + (1 - omega/2) b1, A2 = R(a2) + R'(b2), where R relaxes the traceless part
     at 1 - omega and the trace at 1 - bulk (R' at 1 - omega/2, 1 - bulk/2): f* - feq has no Hermite
     component above second order. a1 = -F/2 with a force (0 without), so the momentum gains exactly F.
+
+    ``recursive`` (Malaspinas 2015; Coreixas et al. 2017): the third-order Hermite terms the lattice
+    resolves (:func:`hermite3`) are added, to the equilibrium (a0_abc = rho u_a u_b u_c) and to the
+    non-equilibrium part, built from the relaxed second order by the recursion
+    A3_abc = u_a A2_bc + u_b A2_ac + u_c A2_ab. They carry no mass, momentum or second moment.
     """
     d = lattice.d
-    neq = list(f - feq)
+    neq = f - feq
     pairs, h = hermite2(lattice)
     c = lattice.c.astype(np.float64)
+    w = lattice.w.astype(np.float64)
     if smagorinsky:
         omega = smagorinsky_omega(f, feq, u, lattice, omega, smagorinsky, force)
-    a2 = {pair: _combine(row, neq) for pair, row in zip(pairs, h, strict=True)}
-    b2 = {}
+    diag = np.array([float(a == b) for a, b in pairs])
+    a2 = _project(h, neq)
     if force is not None:
-        b2 = {(a, b): float(force[b]) * u[a] + float(force[a]) * u[b] for a, b in pairs if force[a] or force[b]}
+        b2 = jnp.stack([float(force[b]) * u[a] + float(force[a]) * u[b] for a, b in pairs])
+    grid = (slice(None),) + (None,) * d
 
-    def relax(t: dict[tuple[int, int], jnp.ndarray], rate: Rate, rate_bulk: Rate | None, factor: float
-              ) -> dict[tuple[int, int], jnp.ndarray]:
-        """1 - factor*rate times the traceless part of a symmetric tensor, 1 - factor*rate_bulk times its trace part."""
-        keep = 1.0 - factor * rate
-        if rate_bulk is None:
-            return {pair: keep * x for pair, x in t.items()}
-        diag = [t[(a, a)] for a in range(d) if (a, a) in t]
-        if not diag:
-            return {pair: keep * x for pair, x in t.items()}
-        trace_part = sum(diag[1:], diag[0]) / d
-        out = {pair: keep * x for pair, x in t.items() if pair[0] != pair[1]}
-        for a in range(d):
-            out[(a, a)] = keep * (t[(a, a)] - trace_part) if (a, a) in t else -keep * trace_part
-            out[(a, a)] = out[(a, a)] + (1.0 - factor * rate_bulk) * trace_part
-        return out
+    def relax(t: jnp.ndarray, factor: float) -> jnp.ndarray:
+        """1 - factor*omega times the traceless part of a tensor (P, *grid), 1 - factor*bulk times its trace part."""
+        if bulk is None:
+            return (1.0 - factor * omega) * t
+        trace_part = jnp.asarray(diag[grid], t.dtype) * (jnp.sum(t * jnp.asarray(diag[grid], t.dtype), axis=0) / d)
+        return (1.0 - factor * omega) * (t - trace_part) + (1.0 - factor * bulk) * trace_part
 
-    big_a2 = relax(a2, omega, bulk, 1.0)
-    for pair, x in relax(b2, omega, bulk, 0.5).items():
-        big_a2[pair] = big_a2[pair] + x
-    big_a1 = []
+    big_a2 = relax(a2, 1.0) if force is None else relax(a2, 1.0) + relax(b2, 0.5)
+    # H_i : A2 counts each off-diagonal pair twice.
+    out = feq + _project((h * (2.0 - diag)[:, None]).T * (w / (2 * CS2**2))[:, None], big_a2)
     if force is not None:
-        big_a1 = [(1.0 - omega) * _combine(c[:, a], neq) + (1.0 - 0.5 * omega) * float(force[a]) for a in range(d)]
-    keys = list(big_a2)
-    out = []
-    for i in range(lattice.q):
-        w = float(lattice.w[i])
-        # H_i : A2 counts each off-diagonal pair twice.
-        coef = np.array([(1.0 if a == b else 2.0) * h[pairs.index((a, b)), i] for a, b in keys]) * w / (2 * CS2**2)
-        p = _combine(coef, [big_a2[k] for k in keys])
-        if big_a1:
-            p = p + _combine(c[i] * w / CS2, big_a1)
-        out.append(feq[i] + p)
-    return jnp.stack(out)
+        big_a1 = jnp.stack([(1.0 - omega) * x + (1.0 - 0.5 * omega) * float(force[a])
+                            for a, x in enumerate(_project(c.T, neq))])
+        out = out + _project(c * (w / CS2)[:, None], big_a1)
+    if recursive:
+        triples, _, rec3 = hermite3(lattice)
+        rho = _project(np.ones((1, lattice.q)), feq)[0]
+        index = {pair: k for k, pair in enumerate(pairs)}
+
+        def a2_of(x: int, y: int) -> jnp.ndarray:
+            return big_a2[index[(min(x, y), max(x, y))]]
+
+        third = jnp.stack([rho * u[a] * u[b] * u[g] + u[a] * a2_of(b, g) + u[b] * a2_of(a, g) + u[g] * a2_of(a, b)
+                           for a, b, g in triples])
+        out = out + _project(rec3, third)
+    return out
+
+
+@functools.cache
+def hermite3(lattice: Lattice) -> tuple[list[tuple[int, int, int]], np.ndarray, np.ndarray]:
+    """Third-order Hermite polynomials the lattice resolves: (index triples a <= b <= c, values H (T, Q), R (Q, T)).
+
+    H_abc = c_a c_b c_c - cs2 (delta_ab c_c + delta_ac c_b + delta_bc c_a); a triple is kept where its
+    lattice norm sum_i w_i H_abc^2 equals the continuous one, cs2^3 n_x! n_y! n_z! (D2Q9: xxy, xyy; D3Q19: the
+    six aab; D3Q27: those and xyz). R = w H^T G^-1 (G = H diag(w) H^T) gives the populations R a whose
+    third moments sum_i H_t,i (R a)_i are the coefficients a_t, with nothing of order <= 2: where the
+    kept polynomials are orthogonal (D2Q9, D3Q27) it is w_i H_t,i / norm_t, the Hermite series term; on
+    D3Q19, where H_xxy and H_yzz (and the like) are not, it is the sum-and-difference form of
+    Jacob, Malaspinas & Sagaut (2018).
+    """
+    c = lattice.c.astype(np.float64)
+    w = lattice.w.astype(np.float64)
+    triples, rows = [], []
+    for t in itertools.combinations_with_replacement(range(lattice.d), 3):
+        a, b, g = t
+        h = c[:, a] * c[:, b] * c[:, g] - CS2 * ((a == b) * c[:, g] + (a == g) * c[:, b] + (b == g) * c[:, a])
+        norm = CS2**3 * math.prod(math.factorial(t.count(k)) for k in range(lattice.d))
+        if abs(float(w @ (h * h)) - norm) < 1e-12:
+            triples.append(t)
+            rows.append(h)
+    h3 = np.array(rows)
+    rec = (w[:, None] * h3.T) @ np.linalg.inv((h3 * w) @ h3.T)
+    for arr in (h3, rec):
+        arr.setflags(write=False)
+    return triples, h3, rec
+
+
+@functools.cache
+def raw_moment_basis(lattice: Lattice) -> tuple[np.ndarray, tuple[tuple[int, ...], ...]]:
+    """Raw ("natural") moment matrix V (Q x Q, V f = the moments sum_i c_i^e f_i) and the exponent tuple e of each row.
+
+    Monomials with exponents <= 2 (c_a^3 = c_a on these lattices), lowest degree first, each kept where
+    it is independent of those before: on D2Q9 and D3Q27 the tensor-product moments M_pq(r), on D3Q19
+    its usual 19 (no c_x c_y c_z, no degree above four).
+    """
+    c = lattice.c.astype(np.float64)
+    exps = sorted(itertools.product((0, 1, 2), repeat=lattice.d), key=lambda e: (sum(e), [-x for x in e]))
+    rows: list[np.ndarray] = []
+    kept: list[tuple[int, ...]] = []
+    for e in exps:
+        v = np.prod(c ** np.array(e, dtype=np.float64), axis=1)
+        if np.linalg.matrix_rank(np.array(rows + [v])) > len(rows):
+            rows.append(v)
+            kept.append(tuple(int(x) for x in e))
+    if len(rows) != lattice.q:
+        raise AssertionError(f"{lattice.name}: {len(rows)} independent raw moments, expected {lattice.q}")
+    m = np.array(rows)
+    m.setflags(write=False)
+    return m, tuple(kept)
+
+
+def kbc_matrices(lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """KBC's split as static matrices (B, K, S): moments m = B neq, conserved part dk = K m, shear part ds = S m.
+
+    m holds the mass, momentum and second raw moments of the non-equilibrium populations; dk carries
+    the mass and momentum (nonzero only with a force), ds the deviatoric second moments (Karlin, Bosch &
+    Chikatamarla 2014; the "KBC-D" shear part of Bosch et al. 2015), each as the population vector with
+    those raw moments and zero for every other row of :func:`raw_moment_basis`. dh = neq - dk - ds.
+    """
+    v, exps = raw_moment_basis(lattice)
+    v_inv = np.linalg.inv(v)
+    d = lattice.d
+    unit = [tuple(int(a == b) for b in range(d)) for a in range(d)]
+    pairs = list(itertools.combinations_with_replacement(range(d), 2))
+    second = [tuple(unit[a][k] + unit[b][k] for k in range(d)) for a, b in pairs]
+    rows = [exps.index(e) for e in [(0,) * d, *unit, *second]]
+    n_cons = 1 + d
+    k_mat = np.zeros((lattice.q, len(rows)))
+    k_mat[:, :n_cons] = v_inv[:, rows[:n_cons]]
+    deviator = np.eye(len(pairs)) - np.outer([a == b for a, b in pairs], [a == b for a, b in pairs]) / d
+    s_mat = np.zeros_like(k_mat)
+    s_mat[:, n_cons:] = v_inv[:, rows[n_cons:]] @ deviator
+    return v[rows], k_mat, s_mat
+
+
+def kbc(
+    f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, omega: float,
+    force: np.ndarray | None = None,
+) -> jnp.ndarray:
+    """Entropic multi-relaxation KBC collision (Karlin, Bosch & Chikatamarla 2014), Guo forcing as BGK.
+
+    f* = f - omega dk - beta (2 ds + gamma dh), beta = omega/2 (:func:`kbc_matrices`): the shear part relaxes
+    at omega (it sets nu), the higher-order part dh at the rate beta gamma that minimises the entropy
+    functional's second-order estimate: gamma = 1/beta - (2 - 1/beta) <ds|dh> / <dh|dh>, <x|y> =
+    sum_i x_i y_i / feq_i. gamma = 2 (BGK) where dh vanishes (to rounding) or at omega = 1.
+    """
+    b_mat, k_mat, s_mat = kbc_matrices(lattice)
+    neq = f - feq
+    m = _project(b_mat, neq)
+    ds = _project(s_mat, m)
+    kept = _project(k_mat + s_mat, m)  # dk + ds
+    dh = neq - kept
+    weighted = dh / feq
+    sh = jnp.sum(ds * weighted, axis=0)
+    hh = jnp.sum(dh * weighted, axis=0)
+    ss = jnp.sum(ds * ds / feq, axis=0)
+    # gamma's correction is the projection of ds on dh's direction, whatever dh's size: where dh is rounding
+    # noise (|dh| < 1e3 eps |ds|) that direction is noise too, and gamma = 2 (BGK) is taken
+    resolved = hh > (1e3 * jnp.finfo(f.dtype).eps) ** 2 * (ss + hh)
+    ratio = sh / jnp.where(resolved, hh, 1.0)
+    beta = 0.5 * omega
+    beta_gamma = jnp.where(resolved, 1.0 - (2.0 * beta - 1.0) * ratio, omega)  # beta * gamma
+    # f - omega dk - 2 beta ds - beta gamma dh, with dh = neq - dk - ds
+    out = f - beta_gamma * neq - (omega - beta_gamma) * kept
+    if force is not None:
+        out = out + (1.0 - 0.5 * omega) * _guo_raw(u, force, lattice).astype(out.dtype)
+    return out
