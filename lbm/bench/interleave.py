@@ -88,8 +88,13 @@ class Side:
         env = dict(os.environ)
         env["XLA_FLAGS"] = self.xla_flags
         self.log = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen([self.python, "-m", "lbm.bench.interleave", json.dumps(config)], cwd=cwd,
-                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        try:
+            self.proc = subprocess.Popen([self.python, "-m", "lbm.bench.interleave", json.dumps(config)], cwd=cwd,
+                                         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                         text=True)
+        except OSError as exc:
+            raise LbmError(f"--remeasure: the worker {self.python} -m lbm.bench.interleave stopped: cannot start "
+                           f"it ({exc.strerror})") from None
 
     def answer(self) -> dict[str, Any]:
         """The worker's next protocol line (LbmError with its last error line if it stopped)."""
