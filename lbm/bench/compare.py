@@ -220,8 +220,18 @@ def _pct(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x * 100:+.1f}%"
 
 
+def busy_note(base: dict[str, Any], new: dict[str, Any]) -> str:
+    """Why the two runs' machine was not quiet ('' when it was): the highest 1-minute load average of either run
+    above its core count, where other processes share the cores and a run's speed moves between moments."""
+    cores = (new.get("environment") or {}).get("cpu_count") or os.cpu_count() or 1
+    loads = [d.get(k)[0] for d in (base, new) for k in ("load_average_start", "load_average_end") if d.get(k)]
+    if loads and max(loads) > cores:
+        return f"a load average of up to {max(loads):.1f} on {cores} cores"
+    return ""
+
+
 def decide(structural: Structural, timing: dict[str, Any], paired: Interleaved | None, threshold: float,
-           env_note: str) -> Verdict:
+           env_note: str, busy: str = "") -> Verdict:
     """The verdict of one configuration: structure first, then interleaved timing, then the two files' timing."""
     more = f"--remeasure {max(20, rounds_needed())}"
     if structural.kind == "more_work":
@@ -255,6 +265,10 @@ def decide(structural: Structural, timing: dict[str, Any], paired: Interleaved |
     if timing["limit"] > threshold:
         return Verdict("INCONCLUSIVE", f"{what}; {two}: the noise exceeds the threshold ±{threshold * 100:.0f}%, so a "
                                        "slowdown of that size could hide in it", step)
+    if busy:
+        return Verdict("INCONCLUSIVE", f"{what}; {two}, measured at different moments at {busy}: there a run's speed "
+                                       "moves between moments by more than the threshold, which the repeats of one "
+                                       "run do not show", step)
     return Verdict("OK", f"{what}; {two}")
 
 
@@ -277,7 +291,8 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
     env_note = "".join(f"; environment: {k} {a!r} -> {b!r}" for k, a, b in flags)
     bw_a, bw_b = ((d.get("bandwidth") or {}).get("bandwidth_gbs") for d in (base, new))
     lines += ["", "## Load and noise", "", f"Load average (1, 5, 15 min) during the bench: base {_load_text(base)}, "
-              f"new {_load_text(new)}. Threshold applied: {threshold * 100:.0f}% (--threshold)."]
+              f"new {_load_text(new)}, on {(new.get('environment') or {}).get('cpu_count', '?')} cores. "
+              f"Threshold applied: {threshold * 100:.0f}% (--threshold)."]
     if bw_a and bw_b:
         lines.append(f"Measured memory bandwidth: base {bw_a:.1f} GB/s, new {bw_b:.1f} GB/s "
                      f"({(bw_b / bw_a - 1) * 100:+.1f}%: a change here is the machine, not the code).")
@@ -296,12 +311,13 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
               "p (permutation) | interleaved | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     verdicts: dict[tuple[Any, ...], Verdict] = {}
     details: list[str] = []
+    busy = busy_note(base, new)
     for k in common:
         a, b = recs_a[k], recs_b[k]
         st = diff(a.get("evidence"), b.get("evidence"), threshold)
         j = judge(a, b, threshold)
         pr = paired.get(k)
-        v = verdicts[k] = decide(st, j, pr, threshold, env_note)
+        v = verdicts[k] = decide(st, j, pr, threshold, env_note, busy)
         ptext = "n/a" if math.isnan(j["p"]) else f"{j['p']:.3f}" + ("" if j["testable"] else " (too few repeats)")
         cpu, (ma, mb), (sa, sb) = j["cpu"], j["medians"], j["spreads"]
         clock = " (CPU time)" if cpu else ""

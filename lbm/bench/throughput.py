@@ -11,7 +11,13 @@ precision, a collision and a variant:
 ``instrumented``  instrumented mode: one jit per stage, a Python loop over steps
 
 Clock: host wall clock around each dispatch, synchronised with block_until_ready, so a
-repeat's time is device execution plus dispatch; compilation is never inside it.
+repeat's time is device execution plus dispatch; compilation is never inside it. Each repeat's
+process CPU time is recorded beside it (``mlups.cpu_values``).
+
+Steps per repeat (``steps=auto``): enough for ``min_time_s``, rounded up to a power of two. The
+compiled-program facts of a fused record (fusions, memory, and the per-cell-and-step ``evidence``
+of lbm.bench.evidence) come from a chunk of a fixed EVIDENCE_STEPS steps, never from the timed
+chunk, so two runs of the same code record the same facts whatever the machine's speed.
 """
 
 from __future__ import annotations
