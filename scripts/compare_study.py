@@ -3,6 +3,7 @@
     python scripts/compare_study.py run OUT --pairs 20 --load quiet      # collect and judge the trials
     python scripts/compare_study.py run OUT --pairs 20 --load loaded     # the same under a concurrent bench load
     python scripts/compare_study.py score OUT                            # the table of verdicts
+    python scripts/compare_study.py rejudge OUT                          # the two-file verdicts again (this code)
 
 Trials (each pair: a base bench ``a`` and a new bench ``b`` back to back, then ``compare a b`` and
 ``compare a b --remeasure ROUNDS --base-python <the unchanged interpreter>``, whose interleaved workers time both
@@ -179,6 +180,14 @@ def score(root: Path) -> None:
     print(f"\nfusion trials whose two-file report names the flag: {flagged}/{len(named)}")
 
 
+def rejudge(root: Path) -> None:
+    """Judge every pair's two files again with this checkout's compare (deterministic: no measuring)."""
+    for pair in sorted(root.glob("*/*_[0-9][0-9]")):
+        if (pair / "b" / "bench.json").exists():
+            (pair / "two_files.rc").unlink(missing_ok=True)
+            judge(pair, env_for("", ""), "two_files", [])
+
+
 def main() -> None:
     """Command line of the study."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -190,11 +199,13 @@ def main() -> None:
     r.add_argument("--load-procs", type=int, default=2, help="concurrent bench loops for --load loaded")
     r.add_argument("--rounds", type=int, default=12, help="interleaved rounds (compare --remeasure)")
     r.add_argument("--trials", default=",".join(TRIALS))
-    s = sub.add_parser("score")
-    s.add_argument("out", type=Path)
+    for name in ("score", "rejudge"):
+        sub.add_parser(name).add_argument("out", type=Path)
     ns = p.parse_args()
     if ns.what == "run":
         collect(ns.out, ns.pairs, ns.load, ns.load_procs, ns.rounds, ns.trials.split(","))
+    elif ns.what == "rejudge":
+        rejudge(ns.out)
     else:
         score(ns.out)
 
