@@ -4,9 +4,9 @@
 # Makes .venv-jax-<version> for each (the Python >= 3.12 that install.sh finds), installs lbm's
 # dependencies with that jax/jaxlib, runs `python -m lbm bench` in each with the same overrides
 # (default: the periodic 1024^2 box, variants naive and xla, the pure-JAX paths), then
-# `python -m lbm compare --remeasure 2 --base-python` (suspect configurations measured again in both
+# `python -m lbm compare --remeasure 20 --base-python` (20 interleaved rounds of both
 # environments, in turn), and writes docs/jax-<A>-vs-<B>.md.
-# Exit code: that of compare (0 no regression of B against A, 1 a regression, 2 bad input).
+# Exit code: that of compare (0 OK, 1 a regression of B against A, 3 inconclusive, 2 bad input).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 2 ]]; then
@@ -34,7 +34,7 @@ report="docs/jax-$A-vs-$B.md"
 set +e
 # suspect configurations are measured again in both environments, in turn (compare --base-python)
 ".venv-jax-$B/bin/python" -m lbm compare "outputs/jax-compare/$stamp/$A/bench.json" \
-  "outputs/jax-compare/$stamp/$B/bench.json" --remeasure 2 --base-python ".venv-jax-$A/bin/python" --out "$report"
+  "outputs/jax-compare/$stamp/$B/bench.json" --remeasure 20 --base-python ".venv-jax-$A/bin/python" --out "$report"
 code=$?
 set -e
 echo "wrote $report (bench files in outputs/jax-compare/$stamp)"

@@ -1,17 +1,24 @@
-"""How well ``python -m lbm compare`` separates noise from regressions, measured on this machine.
+"""How often ``python -m lbm compare`` gives the right verdict, for four known changes, quiet and under load.
 
-    python scripts/compare_study.py run OUT --pairs 20 --fusion 5 --inject 10   # collect bench.json files
-    python scripts/compare_study.py score OUT                                     # compare every pair, tabulate
-    python scripts/compare_study.py stats OUT                                     # which statistic separates them
+    python scripts/compare_study.py run OUT --pairs 20 --load quiet      # collect and judge the trials
+    python scripts/compare_study.py run OUT --pairs 20 --load loaded     # the same under a concurrent bench load
+    python scripts/compare_study.py score OUT                            # the table of verdicts
+    python scripts/compare_study.py rejudge OUT                          # the two-file verdicts again (this code)
 
-``run`` writes, per trial, four bench.json files measured back to back with small configurations (BENCH), in
-the order ``compare --remeasure 1 --base-python ...`` measures them: ``a`` (base), ``b`` (new), then ``a2`` (base
-again) and ``b2`` (new again). Trials: ``same`` (identical code), ``fusion`` (new runs with
-XLA_FLAGS=--xla_disable_hlo_passes=fusion) and ``inject`` (new runs with the collide stage made about 25% slower
-per step by extra elementwise work, see ``inject_bench``). ``score`` judges each trial three ways, as compare
-does: ``single`` (``a`` against ``b``), ``remeasure`` (``compare --remeasure 1``: ``b2`` merged into ``b`` for the
-suspect configurations) and ``both`` (``compare --remeasure 1 --base-python``: ``a2`` merged into ``a`` as well),
-and prints the verdicts. bench records every repeat in the process's CPU time too, and compare judges those.
+Trials (each pair: a base bench ``a`` and a new bench ``b`` back to back, then ``compare a b`` and
+``compare a b --remeasure ROUNDS --base-python <the unchanged interpreter>``, whose interleaved workers time both
+sides in turn):
+
+``same``           identical code (native and xla engines)
+``fusion``         the new side under XLA_FLAGS=--xla_disable_hlo_passes=fusion (native and xla engines)
+``inject_xla``     +25% arithmetic in collide on the xla engine: extra multiplications per population, as many
+                   as make XLA's flops per cell and step of the base about 25% larger (+23% on the 96x48 cylinder)
+``inject_native``  +25% arithmetic in the native kernel's collision: extra operations, 25% of the generated
+                   collision's binary operations per cell (scripts/compare_study_site/sitecustomize.py)
+
+``--load loaded`` runs ``--load-procs`` concurrent bench processes in a loop during the trials (a load average
+of about three times the core count on a 2-core machine), started and stopped by the script. Each trial
+records the 1-minute load average at its start. Every file stays in OUT (bench.json, the reports, exit codes).
 """
 
 from __future__ import annotations
@@ -19,179 +26,188 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-BENCH = ["grid.nx=128", "grid.ny=128", "cases=[cylinder]", "variants=[auto,xla]", "bandwidth.enabled=false",
-         "kernel_profile=0"]
-"""Small, quick configurations: bench's cylinder (420x180 D2Q9; the grid overrides size only the periodic box) on
-the native kernel (auto) and on the xla engine (about 10 s per bench run on a quiet 2-core machine). The
-cylinder, not the periodic box: since the xla engine computes rho and u in one kernel, disabling XLA's fusion
-pass barely slows the box (40.3 -> 37.8 MLUPS in CPU time, quiet machine) but slows the cylinder threefold
-(49.5 -> 14.4). ``--repeats`` repeats of ``--min-time`` seconds each."""
-INJECT_ROUNDS = int(os.environ.get("LBM_STUDY_INJECT_ROUNDS", "20"))
-"""Extra multiply-adds per population in collide. On the xla cylinder 420x180 (main at 42f0f41, quiet machine,
-one bench run each): 0 rounds 51.4 MLUPS, 20 rounds 40.4 in CPU time (87.3 -> 70.4 wall), i.e. +27% step time.
-(The periodic box, same day: 0, 10, 40 rounds 45.8, 43.0, 24.8 MLUPS in CPU time.)"""
+REPO = Path(__file__).resolve().parents[1]
+SITE = REPO / "scripts" / "compare_study_site"
+BENCH = ["cases=[cylinder]", "cylinder_grid.nx=96", "cylinder_grid.ny=48", "bandwidth.enabled=false",
+         "kernel_profile=0", "repeats=5", "min_time_s=0.1"]
+"""Small, quick configurations: the cylinder (inlet, outflow, bounce-back, forces) on a 96x48 D2Q9 grid, where
+disabling XLA's fusion pass changes the xla program most (the periodic box barely changes)."""
+VARIANTS = {"same": "[native,xla]", "fusion": "[native,xla]", "inject_xla": "[xla]", "inject_native": "[native]"}
+TRIALS = tuple(VARIANTS)
+LOAD_BENCH = ["cases=[periodic]", "variants=[xla]", "grid.nx=256", "grid.ny=256", "bandwidth.enabled=false",
+              "kernel_profile=0", "repeats=20", "min_time_s=0.5"]
+"""What the concurrent load runs, in a loop."""
 
 
-def inject_bench(rounds: int, overrides: list[str]) -> int:
-    """``python -m lbm bench`` with the collide stage doing ``rounds`` extra elementwise passes (a known slowdown)."""
+def native_ops() -> int:
+    """Binary arithmetic operations per cell in the native kernel's generated collision (D2Q9, BGK)."""
+    from lbm.engines.native.codegen import KernelSpec, collide_body
+    from lbm.lattice import LATTICES
 
-    from lbm.cli import main
-    from lbm.engines import timestep
-
-    core = timestep.CORE["collide"]
-
-    def slow_collide(s, setup):  # noqa: ANN001, ANN202
-        s = core(s, setup)
-        extra = s.post
-        for _ in range(rounds):
-            extra = extra * 1.0001 + 1e-7
-        post = s.post + 0.0 * extra  # 0*x is not simplified away for floats (NaN semantics)
-        return s.replace(collided=post, post=post)
-
-    if rounds:
-        timestep.CORE["collide"] = slow_collide
-    return main(["bench", *overrides])
+    text = "\n".join(collide_body(KernelSpec(LATTICES["d2q9"], "float32", False, False, "")))
+    return len(re.findall(r" [-+*/] ", text))
 
 
-def bench(out: Path, env_extra: dict[str, str], inject: int = 0, timing: tuple[str, ...] = ()) -> None:
-    """One bench run into ``out`` (skipped when its bench.json exists)."""
+def injection(trial: str, base_doc: dict | None) -> str:
+    """The LBM_STUDY_INJECT value of a trial's new side ('' for none)."""
+    if trial == "inject_native":
+        return f"native:{round(0.25 * native_ops() / 2) * 2}"
+    if trial == "inject_xla":
+        rec = next(r for r in base_doc["records"] if r["variant"] == "xla")
+        flops, q = rec["evidence"]["cost_flops_per_cell_step"], rec["q"]
+        # 1 flop per round and 2 to fold them in, per population, counted in both consumers of the populations
+        return f"xla:{max(0, round(0.25 * flops / (2 * q)) - 2)}"
+    return ""
+
+
+def env_for(inject: str, xla_flags: str) -> dict[str, str]:
+    """The environment of one side: the study's sitecustomize on the path, the injection, XLA_FLAGS."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LBM_STUDY_INJECT", "XLA_FLAGS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(SITE), str(REPO)])
+    if inject:
+        env["LBM_STUDY_INJECT"] = inject
+    if xla_flags:
+        env["XLA_FLAGS"] = xla_flags
+    return env
+
+
+def bench(out: Path, trial: str, env: dict[str, str]) -> None:
+    """One bench run of a trial into ``out`` (skipped when its bench.json exists)."""
     if (out / "bench.json").exists():
         return
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env_extra}
-    args = [*BENCH, *timing, f"hydra.run.dir={out}"]
-    cmd = [sys.executable, __file__, "inject", str(inject), *args]  # 0 rounds: plain bench
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "lbm", "bench", *BENCH, f"variants={VARIANTS[trial]}", f"hydra.run.dir={out}"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
         raise SystemExit(f"bench failed in {out}:\n{proc.stderr[-2000:]}")
 
 
-def collect(root: Path, pairs: int, fusion: int, inject: int, timing: tuple[str, ...]) -> None:
-    """Collect the trials, each as a, b, a2, b2 run back to back."""
-    plan = [("same", i, {}, 0) for i in range(pairs)]
-    plan += [("fusion", i, {"XLA_FLAGS": "--xla_disable_hlo_passes=fusion"}, 0) for i in range(fusion)]
-    plan += [("inject", i, {}, INJECT_ROUNDS) for i in range(inject)]
-    plan.sort(key=lambda t: t[1] / {"same": pairs, "fusion": fusion, "inject": inject}[t[0]])  # interleave the kinds
-    for kind, i, env, rounds in plan:
-        t0 = time.time()
-        trial = root / f"{kind}_{i:02d}"
-        bench(trial / "a", {}, 0, timing)
-        bench(trial / "b", env, rounds, timing)
-        bench(trial / "a2", {}, 0, timing)
-        bench(trial / "b2", env, rounds, timing)
-        print(f"{trial.name}: {time.time() - t0:.0f} s, load {os.getloadavg()[0]:.1f} "
-              f"(1-minute load average at the end of the trial)", flush=True)
+def judge(pair: Path, env: dict[str, str], name: str, extra: list[str]) -> None:
+    """``compare a b [extra]`` in the new side's environment; its report and exit code into ``pair``."""
+    if (pair / f"{name}.rc").exists():
+        return
+    cmd = [sys.executable, "-m", "lbm", "compare", str(pair / "a" / "bench.json"), str(pair / "b" / "bench.json"),
+           "--out", str(pair / f"{name}.md"), *extra]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode == 2:
+        raise SystemExit(f"compare failed in {pair}:\n{proc.stderr[-2000:]}")
+    (pair / f"{name}.rc").write_text(str(proc.returncode))
 
 
-def best_by_variant(doc: dict) -> dict[str, float]:
-    """Fastest judged repeat (CPU time where recorded) of each variant of a bench.json."""
-    from lbm.bench.compare import best
-
-    return {r["variant"]: best(r, bool(r["mlups"].get("cpu_values"))) for r in doc["records"]}
-
-
-def again(doc: dict, more: dict, keys: list) -> dict:
-    """``doc`` with the repeats of ``more`` merged into the records ``keys`` (what compare --remeasure measures again)."""
-    from lbm.bench.compare import key_of, merge_remeasured
-
-    return merge_remeasured(doc, {**more, "records": [r for r in more["records"] if key_of(r) in keys]})
+def base_python(root: Path) -> str:
+    """An interpreter that runs the unchanged code (the injection removed from its environment)."""
+    path = root / "base-python"
+    path.write_text(f"#!/bin/sh\nunset LBM_STUDY_INJECT\nexec {sys.executable} \"$@\"\n")
+    path.chmod(0o755)
+    return str(path)
 
 
-def score(root: Path, threshold: float | None) -> None:
-    """Judge every trial as compare does (single, re-measured new, re-measured both) and print one line each plus totals."""
-    import statistics
-
-    from lbm.bench.compare import DEFAULT_THRESHOLD, compare, load, suspects
-
-    limit = DEFAULT_THRESHOLD if threshold is None else threshold
-    totals: dict[tuple[str, str], list[int]] = {}
-    ratios: dict[tuple[str, str], list[float]] = {}
-    loads: list[float] = []
-    for trial in sorted(p for p in root.iterdir() if (p / "b2" / "bench.json").exists()):
-        kind = trial.name.rsplit("_", 1)[0]
-        a, b, a2, b2 = (load(str(trial / x / "bench.json")) for x in ("a", "b", "a2", "b2"))
-        loads += [d["load_average_start"][0] for d in (a, b, a2, b2) if d.get("load_average_start")]
-        ba, bb = best_by_variant(a), best_by_variant(b)
-        for v in ba:
-            ratios.setdefault((kind, v), []).append(bb[v] / ba[v])
-        keys = suspects(a, b, limit)  # what compare --remeasure measures again: only these records are merged
-
-        verdicts = {"single": compare(a, b, limit)[1]}
-        verdicts["remeasure"] = compare(a, again(b, b2, keys), limit)[1]
-        verdicts["both"] = compare(again(a, a2, keys), again(b, b2, keys), limit)[1]
-        print(f"{trial.name}: " + "; ".join(f"{m} {sorted(g) or 'clean'}" for m, g in verdicts.items()))
-        for mode, got in verdicts.items():
-            totals.setdefault((kind, mode), []).append(bool(got))
-            if kind != "same":  # the change slows the xla engine only: caught = its configuration called slower
-                totals.setdefault((kind, mode + ", xla"), []).append(any(" xla " in g for g in got))
-    for (kind, mode), flags in sorted(totals.items()):
-        print(f"{kind:7s} {mode:14s}: {sum(flags)}/{len(flags)} flagged")
-    for (kind, v), r in sorted(ratios.items()):
-        print(f"{kind:7s} {v:5s}: fastest repeat new/base median {statistics.median(r):.3f}, range {min(r):.3f}-{max(r):.3f}")
-    if loads:
-        print(f"load average (1 min) at the start of the {len(loads)} bench runs: median {statistics.median(loads):.1f}, "
-              f"range {min(loads):.1f}-{max(loads):.1f}")
+def start_load(procs: int, root: Path) -> list[subprocess.Popen]:
+    """``procs`` shell loops, each running bench again and again (the concurrent load)."""
+    cmd = " ".join([sys.executable, "-m", "lbm", "bench", *LOAD_BENCH, f"hydra.run.dir={root}/load/$$"])
+    return [subprocess.Popen(["nice", "-n", "5", "sh", "-c", f"while true; do {cmd} >/dev/null 2>&1; done"],
+                             start_new_session=True) for _ in range(procs)]
 
 
-STATISTICS = {"max": lambda v: max(v), "2nd": lambda v: sorted(v)[-2], "3rd": lambda v: sorted(v)[-3],
-              "p90": lambda v: float(np.percentile(v, 90)), "p75": lambda v: float(np.percentile(v, 75)),
-              "median": lambda v: float(np.median(v))}
-"""Statistics of a run's repeats that ``stats`` tries as the verdict's measure of a run."""
+def stop_load(loops: list[subprocess.Popen]) -> None:
+    """End the load loops this script started (each its own process group)."""
+    for p in loops:
+        try:
+            os.killpg(p.pid, 15)
+        except ProcessLookupError:
+            pass
+        p.wait()
 
 
-def stats(root: Path, variant: str) -> None:
-    """For each statistic of the repeats: the range of new/base over the trials of each kind (do they separate?)."""
-    def repeats(trial: Path, run: str, key: str) -> list[float]:
-        doc = json.loads((trial / run / "bench.json").read_text())
-        return next(r["mlups"][key] for r in doc["records"] if r["variant"] == variant)
+def collect(root: Path, pairs: int, load: str, procs: int, rounds: int, trials: list[str]) -> None:
+    """Run ``pairs`` pairs of every trial at one load, interleaving the trials in time."""
+    top = root / load
+    top.mkdir(parents=True, exist_ok=True)
+    py = base_python(root)
+    loops = start_load(procs, root) if load == "loaded" else []
+    try:
+        if loops:
+            time.sleep(60)  # let the load average climb
+        for i in range(pairs):
+            for trial in trials:
+                t0 = time.time()
+                pair = top / f"{trial}_{i:02d}"
+                pair.mkdir(exist_ok=True)
+                if not (pair / "load.json").exists():
+                    (pair / "load.json").write_text(json.dumps(os.getloadavg()))
+                bench(pair / "a", trial, env_for("", ""))
+                inject = injection(trial, json.loads((pair / "a" / "bench.json").read_text()))
+                flags = "--xla_disable_hlo_passes=fusion" if trial == "fusion" else ""
+                new_env = env_for(inject, flags)
+                bench(pair / "b", trial, new_env)
+                judge(pair, new_env, "two_files", [])
+                judge(pair, new_env, "interleaved", ["--remeasure", str(rounds), "--base-python", py])
+                print(f"{load} {pair.name}: {time.time() - t0:.0f} s, load {os.getloadavg()[0]:.1f}, exit codes "
+                      f"{(pair / 'two_files.rc').read_text()} / {(pair / 'interleaved.rc').read_text()}", flush=True)
+    finally:
+        stop_load(loops)
 
-    trials = sorted(p for p in root.iterdir() if (p / "b2" / "bench.json").exists())
-    for key in ("cpu_values", "values"):
-        for merged in (False, True):
-            print(f"{variant}, {key}, {'a+a2 against b+b2' if merged else 'a against b'}:")
-            for name, fn in STATISTICS.items():
-                got: dict[str, list[float]] = {}
-                for trial in trials:
-                    a, b = repeats(trial, "a", key), repeats(trial, "b", key)
-                    if merged:
-                        a, b = a + repeats(trial, "a2", key), b + repeats(trial, "b2", key)
-                    got.setdefault(trial.name.rsplit("_", 1)[0], []).append(fn(b) / fn(a))
-                print(f"  {name:6s} " + "  ".join(f"{k}: {min(v):.3f}-{max(v):.3f} (median {np.median(v):.3f})"
-                                                   for k, v in sorted(got.items())))
+
+WORDS = {"0": "OK", "1": "REGRESSION", "3": "INCONCLUSIVE"}
+
+
+def score(root: Path) -> None:
+    """The table: per trial and load, the verdicts of the two files alone and with the interleaved rounds."""
+    print("| trial | load | pairs | 1-min load average (median, range) | two files: REGRESSION / INCONCLUSIVE / OK "
+          "| interleaved: REGRESSION / INCONCLUSIVE / OK |")
+    print("|---|---|---|---|---|---|")
+    for load in ("quiet", "loaded"):
+        for trial in TRIALS:
+            done = sorted(p for p in (root / load).glob(f"{trial}_*") if (p / "interleaved.rc").exists())
+            if not done:
+                continue
+            loads = [json.loads((p / "load.json").read_text())[0] for p in done]
+            cells = []
+            for name in ("two_files", "interleaved"):
+                got = [WORDS[(p / f"{name}.rc").read_text().strip()] for p in done]
+                cells.append(" / ".join(str(got.count(w)) for w in ("REGRESSION", "INCONCLUSIVE", "OK")))
+            print(f"| {trial} | {load} | {len(done)} | {statistics.median(loads):.1f} ({min(loads):.1f}-"
+                  f"{max(loads):.1f}) | {cells[0]} | {cells[1]} |")
+    named = [p for p in (root / "quiet").glob("fusion_*")] + [p for p in (root / "loaded").glob("fusion_*")]
+    flagged = sum("--xla_disable_hlo_passes=fusion" in (p / "two_files.md").read_text() for p in named
+                  if (p / "two_files.md").exists())
+    print(f"\nfusion trials whose two-file report names the flag: {flagged}/{len(named)}")
+
+
+def rejudge(root: Path) -> None:
+    """Judge every pair's two files again with this checkout's compare (deterministic: no measuring)."""
+    for pair in sorted(root.glob("*/*_[0-9][0-9]")):
+        if (pair / "b" / "bench.json").exists():
+            (pair / "two_files.rc").unlink(missing_ok=True)
+            judge(pair, env_for("", ""), "two_files", [])
 
 
 def main() -> None:
     """Command line of the study."""
-    if len(sys.argv) > 1 and sys.argv[1] == "inject":
-        raise SystemExit(inject_bench(int(sys.argv[2]), sys.argv[3:]))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
     r = sub.add_parser("run")
     r.add_argument("out", type=Path)
     r.add_argument("--pairs", type=int, default=20)
-    r.add_argument("--fusion", type=int, default=5)
-    r.add_argument("--inject", type=int, default=10)
-    r.add_argument("--repeats", type=int, default=30, help="timed repeats per configuration")
-    r.add_argument("--min-time", type=float, default=0.03, help="seconds per repeat")
-    s = sub.add_parser("score")
-    s.add_argument("out", type=Path)
-    s.add_argument("--threshold", type=float, default=None)
-    st = sub.add_parser("stats", help="how well each statistic of the repeats separates the kinds of trial")
-    st.add_argument("out", type=Path)
-    st.add_argument("--variant", default="xla")
+    r.add_argument("--load", choices=("quiet", "loaded"), default="quiet")
+    r.add_argument("--load-procs", type=int, default=2, help="concurrent bench loops for --load loaded")
+    r.add_argument("--rounds", type=int, default=12, help="interleaved rounds (compare --remeasure)")
+    r.add_argument("--trials", default=",".join(TRIALS))
+    for name in ("score", "rejudge"):
+        sub.add_parser(name).add_argument("out", type=Path)
     ns = p.parse_args()
     if ns.what == "run":
-        collect(ns.out, ns.pairs, ns.fusion, ns.inject, (f"repeats={ns.repeats}", f"min_time_s={ns.min_time}"))
-    elif ns.what == "stats":
-        stats(ns.out, ns.variant)
+        collect(ns.out, ns.pairs, ns.load, ns.load_procs, ns.rounds, ns.trials.split(","))
+    elif ns.what == "rejudge":
+        rejudge(ns.out)
     else:
-        score(ns.out, ns.threshold)
+        score(ns.out)
 
 
 if __name__ == "__main__":

@@ -59,10 +59,12 @@ def test_bench_json_holds_every_contract_field(bench_doc):
         assert m["spread_pct"] == pytest.approx(100 * (m["max"] - m["min"]) / m["median"])
         cells = math.prod(r["grid"])
         assert r["cells"] == cells
-        # effective GB/s, roofline and fraction are consistent with each other and the measured bandwidth
-        assert r["effective_gbs"] == pytest.approx(m["median"] * 1e6 * r["bytes_per_cell_update"] / 1e9)
-        assert r["fraction_of_roofline"] == pytest.approx(r["effective_gbs"] / bw["bandwidth_gbs"])
-        assert r["roofline_mlups"] == pytest.approx(bw["bandwidth_gbs"] * 1e9 / r["bytes_per_cell_update"] / 1e6)
+        # effective GB/s, roofline and fraction against the minimum traffic of a D2Q9 float32 update, counted here:
+        # each of the 9 populations read once and written once, 4 bytes each
+        assert r["bytes_per_cell_update"] == 2 * 9 * 4
+        assert r["effective_gbs"] == pytest.approx(m["median"] * 1e6 * 72 / 1e9)
+        assert r["fraction_of_roofline"] == pytest.approx(m["median"] * 1e6 * 72 / 1e9 / bw["bandwidth_gbs"])
+        assert r["roofline_mlups"] == pytest.approx(bw["bandwidth_gbs"] * 1e9 / 72 / 1e6)
         assert r["compile_s"] > 0
         if r["mode"] in ("fused", "naive"):
             assert FUSED_KEYS <= r.keys()
@@ -80,6 +82,40 @@ def test_bench_json_holds_every_contract_field(bench_doc):
     assert rows["periodic"]["speedup_vs_naive"] == pytest.approx(
         rows["periodic"]["mlups"][rows["periodic"]["fused_variant"]] / rows["periodic"]["mlups"]["naive"])
     assert (run_dir / ".hydra" / "config.yaml").exists()
+
+
+EVIDENCE_KEYS = {"chunk_steps", "steps_per_loop_body", "kernels_per_step", "bytes_per_cell_step",
+                 "cost_bytes_per_cell_step", "cost_flops_per_cell_step", "custom_call_targets", "kernels"}
+
+
+def test_bench_json_contract_fast(tmp_path):
+    """The fast lane's representative of bench.json (DESIGN.md): environment, measured bandwidth, one record with
+    MLUPS, GB/s, roofline fraction, compile seconds, and the structural evidence that identical code reproduces."""
+    from lbm.bench.evidence import EVIDENCE_STEPS
+    from lbm.bench.throughput import BenchConfig, Timing, measure
+
+    run_dir = tmp_path / "run"
+    assert main(["bench", "cases=[periodic]", "variants=[xla]", "grid.nx=16", "grid.ny=16", "repeats=2",
+                 "min_time_s=0.001", "kernel_profile=0", "bandwidth.bytes=1048576", "bandwidth.repeats=1",
+                 f"hydra.run.dir={run_dir}"]) == 0
+    doc = json.loads((run_dir / "bench.json").read_text())
+    assert {"jax", "jaxlib", "python", "device", "cpu_model", "XLA_FLAGS"} <= doc["environment"].keys()
+    assert len(doc["load_average_start"]) == len(doc["load_average_end"]) == 3
+    bw = doc["bandwidth"]["bandwidth_gbs"]
+    (r,) = doc["records"]
+    assert RECORD_KEYS <= r.keys() and r["mode"] == "fused" and r["grid"] == [16, 16]
+    n = r["steps_per_repeat"]
+    assert n >= 2 and n & (n - 1) == 0  # steps=auto: a power of two
+    assert r["fraction_of_roofline"] == pytest.approx(r["mlups"]["median"] * 1e6 * 72 / 1e9 / bw)
+    ev = r["evidence"]
+    assert EVIDENCE_KEYS <= ev.keys() and ev["chunk_steps"] == EVIDENCE_STEPS
+    assert ev["kernels_per_step"] == len(ev["kernels"]) / ev["steps_per_loop_body"] > 0
+    assert ev["bytes_per_cell_step"] >= 72 and ev["cost_flops_per_cell_step"] > 0
+    assert ev["bytes_per_cell_step"] == pytest.approx(sum(k["bytes_per_cell_step"] for k in ev["kernels"]))
+    # the same configuration timed for another number of steps: the same evidence
+    again = measure(BenchConfig("periodic", "d2q9", (16, 16), "xla"), Timing(repeats=1, warmup=0, steps=2 * n,
+                                                                            kernel_profile=0), None)
+    assert again["steps_per_repeat"] != n and again["evidence"] == ev
 
 
 def test_bench_prints_a_table_with_units(tmp_path):

@@ -388,8 +388,22 @@ def _task(cfg: Any) -> None:
         sys.exit(exc.exit_code)
 
 
+def usage() -> str:
+    """The help of ``bench``: the usage line and every option with its default (lbm/configs/bench.yaml)."""
+    config = Path(__file__).resolve().parents[1] / "configs" / "bench.yaml"
+    options = "\n".join(line for line in config.read_text().splitlines() if not line.startswith("#"))
+    return ("usage: python -m lbm bench [key=value ...] [-m key=a,b (a sweep)]\n\n"
+            "Measures the memory bandwidth, then the throughput of each configuration (MLUPS, GB/s, fraction of the "
+            "roofline,\ncompile seconds, the compiled program's evidence per cell and step); writes bench.json into "
+            "the run directory.\nCompare two with python -m lbm compare BASE.json NEW.json.\n\n"
+            "options (key: default  # meaning), lattice and collision as in python -m lbm run:\n\n" + options + "\n")
+
+
 def main(args: Sequence[str]) -> int:
     """Entry point of ``python -m lbm bench``; returns the exit code."""
+    if any(a in ("-h", "--help") for a in args):
+        print(usage(), end="")
+        return 0
 
     from lbm.config.command_line import expand_jobs, run_hydra, split_hydra_args
 

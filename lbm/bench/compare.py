@@ -1,46 +1,43 @@
-"""``python -m lbm compare BASE.json NEW.json``: what got slower or faster beyond the noise, and why.
+"""``python -m lbm compare BASE.json NEW.json``: did the new code regress, and on what evidence.
 
-Records are matched by configuration (case, lattice, grid, variant, precision, collision).
-On a shared machine, other work only ever slows a repeat down, so a configuration is judged by its
-fastest repeat (what the code reaches when the machine lets it); the median is shown beside it.
-A record regressed when its fastest repeat fell by more than the noise threshold: the larger of
-``--threshold`` (default 15%: identical code on a 2-core machine at a load average of about 13 stayed
-within it in 19 of 20 back-to-back pairs with a re-measurement, docs/studies.md) and the two runs'
-own uncertainty of their fastest repeat (the relative gap to the second fastest, added), and, where
-the repeats allow it, a permutation test on the repeats gives p <= 0.05. ``--remeasure N`` runs
-``python -m lbm bench`` again N times for each suspect configuration (called slower, or slower by more than
-half the threshold) in this checkout and environment, i.e. the new code, and judges the fastest of all its
-repeats: a run that was slowed by a busy machine recovers, a real regression stays slow. With
-``--base-python PY`` (the interpreter of the base's environment, e.g. another virtual environment) the base is
-measured again as well, alternating with the new code (base, new, base, new, ...), so both sides sample the
-machine at the same times: a base that was measured at a good moment can no longer hide a regression, nor
-one measured at a bad moment invent one.
-Where both records also carry ``mlups.cpu_values`` (repeats timed with the process CPU time), the verdict
-judges those: on a shared machine the CPU time counts only the time the benchmark itself ran, where the
-wall clock also counts the time other processes held the cores (docs/studies.md: on 2 cores at a load
-average of 2-13 the fastest wall-clock repeat of the same native kernel ranged 66-272 MLUPS over 12 runs).
-Records timed with different clocks (their ``clock`` texts differ) are not compared.
-The report also shows per-stage times, the compiled structure (fusions, custom calls, fusion
-kinds, bytes accessed), the measured bandwidth of both runs, and the environment that differs.
-Exit code 0: nothing regressed; 1: something did; 2: bad input.
+Records are matched by configuration (case, lattice, grid, variant, precision, collision). Each is judged on
+three kinds of evidence, in this order:
+
+1. **Structure** (deterministic): what the compiled program does per cell and step (lbm.bench.evidence: kernels
+   per step, bytes of the lbm.hlo traffic model, XLA's flops and bytes accessed, the kernels by kind and stage,
+   the custom-call targets). Identical code gives identical evidence. A work measure that grows by more than
+   ``--threshold`` is a REGRESSION from the structure alone, at any load (e.g.
+   ``XLA_FLAGS=--xla_disable_hlo_passes=fusion``: the verdict names the flag and the kernels that appeared).
+2. **Interleaved timing** (``--remeasure N``): both sides measured in turn in one time window
+   (lbm.bench.interleave; ``--base-python`` runs the base in its own environment). REGRESSION when the
+   95% interval of the paired slowdown is above 0 and its median above the threshold; OK when the interval
+   lies below the threshold; INCONCLUSIVE otherwise.
+3. **The two files' timing**: on a shared machine other work only slows a repeat down, so each file is read by
+   its fastest repeat (CPU-timed where both files have ``mlups.cpu_values``), against a noise limit (the larger
+   of ``--threshold`` and the two runs' gaps between fastest and second fastest repeat) with a rank permutation
+   test. Two files measured at different moments never make a REGRESSION: a slowdown beyond their noise, or a
+   changed program whose noise exceeds the threshold, is INCONCLUSIVE, with what to do next.
+
+Exit code 0: OK; 1: REGRESSION; 3: INCONCLUSIVE; 2: bad input (records timed with different clocks included).
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import itertools
 import json
 import math
 import os
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lbm.bench.evidence import WORK_FIELDS, Structural, diff
+from lbm.bench.interleave import Interleaved, rounds_needed
+from lbm.bench.interleave import measure as measure_interleaved
 from lbm.errors import LbmError
 
 KEY_FIELDS = ("case", "lattice", "grid", "variant", "precision", "collision")
@@ -120,9 +117,9 @@ def ranks(values: list[float]) -> list[float]:
 
 P_MAX = 0.05
 """A difference counts as significant when the permutation p-value is at most this (where the repeats can reach it)."""
-DEFAULT_THRESHOLD = 0.15
-"""Default smallest change called: at 10% identical code was called slower in 3 of 20 re-measured pairs on a busy
-2-core machine, at 15% in 1 of 20 (docs/studies.md, "The regression guard on a shared machine")."""
+DEFAULT_THRESHOLD = 0.10
+"""Default smallest change that matters: of a work measure of the structural evidence, of the interleaved
+slowdown, of the two files' fastest repeats (docs/studies.md, "The regression guard on a shared machine")."""
 
 
 def values(record: dict[str, Any], cpu: bool = False) -> list[float]:
@@ -171,110 +168,22 @@ def judge(a: dict[str, Any], b: dict[str, Any], threshold: float) -> dict[str, A
     beyond = abs(change) > limit
     significant = beyond and (p <= P_MAX if testable else True)
     if significant:
-        verdict = "**SLOWER**" if change < 0 else "faster"
+        verdict = "slower beyond noise" if change < 0 else "faster beyond noise"
     elif beyond:
         verdict = "within noise (not significant)"
     else:
         verdict = "unchanged"
     ma, mb = statistics.median(va), statistics.median(vb)
     return {"change": change, "median_change": ma and mb / ma - 1.0, "medians": (ma, mb),
+            "spreads": (spread(va), spread(vb)),
             "limit": limit, "p": p, "testable": testable, "verdict": verdict, "cpu": cpu,
             "slower": significant and change < 0, "faster": significant and change > 0}
 
 
-def merge_remeasured(new: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
-    """``new`` with the repeats of ``again`` added to the records both hold (a re-measurement of the same code)."""
-    out = copy.deepcopy(new)
-    extra = {key_of(r): r for r in again["records"]}
-    for r in out["records"]:
-        more = extra.get(key_of(r))
-        if more is None:
-            continue
-        if None not in (r.get("clock"), more.get("clock")) and r["clock"] != more["clock"]:
-            raise LbmError(f"{label(key_of(r))}: the re-measurement was timed with another clock ({more['clock']}) "
-                           f"than the file ({r['clock']})")
-        v = values(r) + values(more)
-        r["mlups"] = {**r["mlups"], "values": v, "median": statistics.median(v), "min": min(v), "max": max(v),
-                      "remeasured": r["mlups"].get("remeasured", 0) + len(values(more))}
-        if cpu_timed(r, more):
-            r["mlups"]["cpu_values"] = values(r, True) + values(more, True)
-        else:
-            r["mlups"].pop("cpu_values", None)
-    return out
-
-
-def remeasure_overrides(doc: dict[str, Any], record: dict[str, Any], run_dir: Path) -> list[str]:
-    """``python -m lbm bench`` overrides that measure one record of ``doc`` again (same timing, one configuration)."""
-    cfg = doc.get("config") or {}
-    grid = record["grid"]
-    node = "cylinder_grid" if record["case"] == "cylinder" else "grid"
-    over = [f"lattice={record['lattice']}", f"collision={record.get('collision') or 'bgk'}",
-            f"cases=[{record['case']}]", f"variants=[{record['variant']}]", f"precision={record['precision']}",
-            f"{node}.nx={grid[0]}", f"{node}.ny={grid[1]}", f"{node}.nz={grid[2] if len(grid) > 2 else 'null'}",
-            "bandwidth.enabled=false", "kernel_profile=0", f"hydra.run.dir={run_dir}"]
-    if node == "cylinder_grid" and len(grid) > 2:
-        over.append(f"grid.nz={grid[2]}")
-    for k in ("repeats", "warmup", "min_time_s", "steps", "max_steps", "steps_per_dispatch"):
-        if cfg.get(k) is not None:
-            over.append(f"{k}={cfg[k]}")
-    return over
-
-
-def bench_again(doc: dict[str, Any], record: dict[str, Any], python: str) -> dict[str, Any]:
-    """One ``python -m lbm bench`` run of ``record``'s configuration with interpreter ``python``: its bench.json."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (doc.get("environment") or {}).get("XLA_FLAGS") or ""
-    with tempfile.TemporaryDirectory(prefix="lbm-remeasure-") as tmp:
-        run_dir = Path(tmp) / "run"
-        proc = subprocess.run([python, "-m", "lbm", "bench", *remeasure_overrides(doc, record, run_dir)],
-                              capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise LbmError(f"--remeasure: {python} -m lbm bench failed for {label(key_of(record))}: {tail}")
-        return json.loads((run_dir / "bench.json").read_text())
-
-
-def remeasure(doc: dict[str, Any], keys: list[tuple[Any, ...]], times: int,
-              python: str = sys.executable) -> dict[str, Any]:
-    """Measure the configurations ``keys`` of ``doc`` again ``times`` times; returns ``doc`` with the repeats added."""
-    records = {key_of(r): r for r in doc["records"]}
-    for _ in range(times):
-        for k in keys:
-            doc = merge_remeasured(doc, bench_again(doc, records[k], python))
-    return doc
-
-
-def suspects(base: dict[str, Any], new: dict[str, Any], threshold: float) -> list[tuple[Any, ...]]:
-    """Configurations whose fastest repeat fell by more than half the threshold (what ``--remeasure`` measures again)."""
-    recs_a = {key_of(r): r for r in base["records"]}
-    return [key_of(r) for r in new["records"]
-            if key_of(r) in recs_a and best_change(recs_a[key_of(r)], r) < -threshold / 2]
-
-
-def remeasure_both(base: dict[str, Any], new: dict[str, Any], keys: list[tuple[Any, ...]], times: int,
-                   base_python: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``times`` rounds of re-measuring ``keys``: the base (where ``base_python`` is given) then the new code, in turn."""
-    for _ in range(times):
-        if base_python:
-            base = remeasure(base, keys, 1, base_python)
-        new = remeasure(new, keys, 1)
-    return base, new
-
-
-STRUCTURE_FIELDS = ("engine", "fusions", "fusions_in_loop_body", "custom_calls", "cost_analysis_bytes_accessed")
-"""Compiled-structure facts of a bench record (optimised HLO of the fused chunk)."""
-
-
-def structure(record: dict[str, Any]) -> dict[str, Any]:
-    """Compiled-structure facts of a record, flattened: counts, fusion kinds, custom-call targets, memory."""
-    out: dict[str, Any] = {k: record[k] for k in STRUCTURE_FIELDS if k in record}
-    for group in ("fusion_kinds", "custom_call_targets"):
-        for name, count in (record.get(group) or {}).items():
-            out[f"{group}[{name}]"] = count
-    memory = record.get("memory") or {}
-    if "planned_peak_bytes" in memory:
-        out["planned_peak_bytes"] = memory["planned_peak_bytes"]
-    return out
+def spread(repeats: list[float]) -> float:
+    """Relative spread of a run's repeats: (fastest - slowest) / median (0 with one repeat)."""
+    med = statistics.median(repeats)
+    return (max(repeats) - min(repeats)) / med if len(repeats) > 1 and med > 0 else 0.0
 
 
 def short_op(op_name: str) -> str:
@@ -289,21 +198,104 @@ def special_signature(fusion: dict[str, str]) -> tuple[str, str]:
     return fusion.get("kind", ""), short_op(fusion.get("op_name", ""))
 
 
-def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAULT_THRESHOLD) -> tuple[str, list[str]]:
-    """The markdown report and the configurations that regressed (labels; empty when none did)."""
-    lines = ["# lbm bench comparison", ""]
+
+
+@dataclass
+class Verdict:
+    """The verdict on one configuration: REGRESSION, INCONCLUSIVE or OK, what it rests on and what to do next."""
+
+    verdict: str
+    basis: str
+    next_step: str = ""
+
+
+def environment_diff(base: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, base, new) of every environment entry (versions, XLA_FLAGS, device, compiler) that differs."""
     env_a, env_b = base.get("environment", {}), new.get("environment", {})
-    env_diff = [(k, env_a.get(k), env_b.get(k)) for k in sorted(set(env_a) | set(env_b))
-                if k not in ENV_SKIP and env_a.get(k) != env_b.get(k)]
-    lines += ["## Environment", ""]
+    return [(k, env_a.get(k), env_b.get(k)) for k in sorted(set(env_a) | set(env_b))
+            if k not in ENV_SKIP and env_a.get(k) != env_b.get(k)]
+
+
+def _pct(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x * 100:+.1f}%"
+
+
+def busy_note(base: dict[str, Any], new: dict[str, Any]) -> str:
+    """Why the two runs' machine was not quiet ('' when it was): the highest 1-minute load average of either run
+    above its core count, where other processes share the cores and a run's speed moves between moments."""
+    cores = (new.get("environment") or {}).get("cpu_count") or os.cpu_count() or 1
+    loads = [d.get(k)[0] for d in (base, new) for k in ("load_average_start", "load_average_end") if d.get(k)]
+    if loads and max(loads) > cores:
+        return f"a load average of up to {max(loads):.1f} on {cores} cores"
+    return ""
+
+
+def decide(structural: Structural, timing: dict[str, Any], paired: Interleaved | None, threshold: float,
+           env_note: str, busy: str = "") -> Verdict:
+    """The verdict of one configuration: structure first, then interleaved timing, then the two files' timing."""
+    more = f"--remeasure {max(20, rounds_needed())}"
+    if structural.kind == "more_work":
+        return Verdict("REGRESSION", f"structural: more work per cell and step ({structural.summary()})" + env_note)
+    if paired is not None and not paired.mismatch:
+        med, lo, hi = paired.slowdown
+        text = (f"interleaved, {paired.rounds} rounds: new/base - 1 = {_pct(med)} (95% interval {_pct(lo)} .. "
+                f"{_pct(hi)}, process CPU time)")
+        if lo > 0 and med > threshold:
+            return Verdict("REGRESSION", f"timing {text}")
+        if hi < threshold:
+            return Verdict("OK", f"timing {text}" + (": faster" if hi < 0 and med < -threshold else ""))
+        return Verdict("INCONCLUSIVE", f"timing {text}: the interval holds both no change and the threshold",
+                       f"more rounds ({'--remeasure ' + str(2 * paired.rounds)}) or a quieter machine")
+    slower = timing["change"] < -timing["limit"]
+    two = (f"two files: fastest repeat {_pct(timing['change'])} against a noise limit of ±{timing['limit'] * 100:.1f}%")
+    step = (f"measure both interleaved: {more} (with --base-python PY where the base is another checkout or "
+            "environment), or a quieter machine")
+    if paired is not None:
+        step = "; ".join(paired.mismatch) + ": give --base-python with the base's environment"
+    if structural.kind == "identical":
+        if slower:
+            return Verdict("INCONCLUSIVE", f"identical programs, but {two}: two runs measured at different moments "
+                                           "cannot tell the code from the machine", step)
+        return Verdict("OK", f"identical programs; {two}")
+    what = {"less_work": f"less work per cell and step ({structural.summary()})",
+            "changed": f"another program ({structural.summary()})",
+            "unknown": structural.summary()}[structural.kind]
+    if slower:
+        return Verdict("INCONCLUSIVE", f"{what}; {two}: measured at different moments, so not a verdict", step)
+    if timing["limit"] > threshold:
+        return Verdict("INCONCLUSIVE", f"{what}; {two}: the noise exceeds the threshold ±{threshold * 100:.0f}%, so a "
+                                       "slowdown of that size could hide in it", step)
+    if busy:
+        return Verdict("INCONCLUSIVE", f"{what}; {two}, measured at different moments at {busy}: there a run's speed "
+                                       "moves between moments by more than the threshold, which the repeats of one "
+                                       "run do not show", step)
+    return Verdict("OK", f"{what}; {two}")
+
+
+def _load_text(doc: dict[str, Any]) -> str:
+    a, b = doc.get("load_average_start"), doc.get("load_average_end")
+    return f"{a or '?'} -> {b or '?'}"
+
+
+def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAULT_THRESHOLD,
+            paired: dict[tuple[Any, ...], Interleaved] | None = None) -> tuple[str, dict[tuple[Any, ...], Verdict]]:
+    """The markdown report and the verdict of each configuration both files hold."""
+    paired = paired or {}
+    env_diff = environment_diff(base, new)
+    lines = ["# lbm bench comparison", "", "## Environment", ""]
     if env_diff:
         lines += ["| | base | new |", "|---|---|---|"] + [f"| {k} | {a} | {b} |" for k, a, b in env_diff]
     else:
         lines.append("identical (versions, flags, device)")
+    flags = [(k, a, b) for k, a, b in env_diff if k in ("XLA_FLAGS", "jax", "jaxlib", "native_cxxflags")]
+    env_note = "".join(f"; environment: {k} {a!r} -> {b!r}" for k, a, b in flags)
     bw_a, bw_b = ((d.get("bandwidth") or {}).get("bandwidth_gbs") for d in (base, new))
+    lines += ["", "## Load and noise", "", f"Load average (1, 5, 15 min) during the bench: base {_load_text(base)}, "
+              f"new {_load_text(new)}, on {(new.get('environment') or {}).get('cpu_count', '?')} cores. "
+              f"Threshold applied: {threshold * 100:.0f}% (--threshold)."]
     if bw_a and bw_b:
-        lines += ["", f"Measured memory bandwidth: base {bw_a:.1f} GB/s, new {bw_b:.1f} GB/s "
-                      f"({(bw_b / bw_a - 1) * 100:+.1f}%: a change here is the machine, not the code)."]
+        lines.append(f"Measured memory bandwidth: base {bw_a:.1f} GB/s, new {bw_b:.1f} GB/s "
+                     f"({(bw_b / bw_a - 1) * 100:+.1f}%: a change here is the machine, not the code).")
     recs_a = {key_of(r): r for r in base["records"]}
     recs_b = {key_of(r): r for r in new["records"]}
     common = [k for k in recs_a if k in recs_b]
@@ -312,136 +304,168 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
         if None not in clocks and clocks[0] != clocks[1]:
             raise LbmError(f"{label(k)}: timed with different clocks (base: {clocks[0]}; new: {clocks[1]}); "
                            "measure both with the same bench")
-    lines += ["", "## Throughput", "",
-              "MLUPS of the fastest repeat (median in brackets); the verdict judges the fastest repeats.", "",
-              "| configuration | base MLUPS | new MLUPS | change | noise threshold | p (permutation) | verdict |",
-              "|---|---|---|---|---|---|---|"]
-    regressed: list[tuple[Any, ...]] = []
-    changed: list[tuple[Any, ...]] = []
+    lines += ["", "## Verdicts", "",
+              "Structure: the compiled program's evidence per cell and step (identical for identical code). Timing: "
+              "MLUPS of the fastest repeat (median in brackets) and the spread of the repeats, (max - min) / median.",
+              "", "| configuration | structure | base MLUPS (spread) | new MLUPS (spread) | change | noise limit | "
+              "p (permutation) | interleaved | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    verdicts: dict[tuple[Any, ...], Verdict] = {}
+    details: list[str] = []
+    busy = busy_note(base, new)
     for k in common:
         a, b = recs_a[k], recs_b[k]
+        st = diff(a.get("evidence"), b.get("evidence"), threshold)
         j = judge(a, b, threshold)
-        if j["slower"]:
-            regressed.append(k)
-        elif j["faster"]:
-            changed.append(k)
+        pr = paired.get(k)
+        v = verdicts[k] = decide(st, j, pr, threshold, env_note, busy)
         ptext = "n/a" if math.isnan(j["p"]) else f"{j['p']:.3f}" + ("" if j["testable"] else " (too few repeats)")
-        again_a, again = a["mlups"].get("remeasured"), b["mlups"].get("remeasured")
-        note_a = f" (incl. {again_a} re-measured)" if again_a else ""
-        note = (f" (incl. {again} re-measured)" if again else "") + (" (CPU time)" if j["cpu"] else "")
-        cpu = j["cpu"]
-        ma, mb = j["medians"]
-        lines.append(f"| {label(k)} | {best(a, cpu):.1f} ({ma:.1f}){note_a} | {best(b, cpu):.1f} "
-                     f"({mb:.1f}){note} | {j['change'] * 100:+.1f}% ({j['median_change'] * 100:+.1f}%) | "
-                     f"±{j['limit'] * 100:.1f}% | {ptext} | {j['verdict']} |")
+        cpu, (ma, mb), (sa, sb) = j["cpu"], j["medians"], j["spreads"]
+        clock = " (CPU time)" if cpu else ""
+        itext = "-"
+        if pr is not None:
+            med, lo, hi = pr.slowdown
+            itext = (f"{_pct(med)} [{_pct(lo)}, {_pct(hi)}] in {pr.rounds} rounds, IQR {pr.spread * 100:.0f}%, "
+                     f"load {pr.load[0]} -> {pr.load[1]}" + ("; side mismatch" if pr.mismatch else ""))
+        lines.append(f"| {label(k)} | {st.kind.replace('_', ' ')} | {best(a, cpu):.1f} ({ma:.1f}), {sa * 100:.0f}% | "
+                     f"{best(b, cpu):.1f} ({mb:.1f}){clock}, {sb * 100:.0f}% | {_pct(j['change'])} "
+                     f"({_pct(j['median_change'])}) | ±{j['limit'] * 100:.1f}% | {ptext} | {itext} | "
+                     f"**{v.verdict}** |")
+        details += detail(k, a, b, st, v)
     only_a = [label(k) for k in recs_a if k not in recs_b]
     only_b = [label(k) for k in recs_b if k not in recs_a]
     if only_a or only_b:
         lines += ["", f"Not compared (in one file only): base {only_a or '-'}; new {only_b or '-'}"]
-    for k in regressed + changed:
-        a, b = recs_a[k], recs_b[k]
-        lines += ["", f"## {label(k)}: what changed", ""]
-        stages_a, stages_b = a.get("stages") or {}, b.get("stages") or {}
-        if stages_a and stages_b:
-            lines += ["| stage | base ms | new ms | change |", "|---|---|---|---|"]
-            rows = []
-            for s in stages_a:
-                if s in stages_b:
-                    ta, tb = stages_a[s]["median_ms"], stages_b[s]["median_ms"]
-                    rows.append((tb / ta - 1.0 if ta else 0.0, s, ta, tb))
-            for ch, s, ta, tb in sorted(rows, key=lambda r: -abs(r[0])):
-                lines.append(f"| {s} | {ta:.3f} | {tb:.3f} | {ch * 100:+.1f}% |")
-            lines.append("")
-        sa, sb = structure(a), structure(b)
-        diffs = [(f, sa.get(f), sb.get(f)) for f in sorted(set(sa) | set(sb)) if sa.get(f) != sb.get(f)]
-        if diffs:
-            lines += ["Compiled structure (optimised HLO of the fused step):", "", "| fact | base | new |",
-                      "|---|---|---|"] + [f"| {f} | {x} | {y} |" for f, x, y in diffs]
-        else:
-            lines.append("Compiled structure: identical fusion counts and kinds.")
-        ka, kb = (r.get("kernel_times", {}).get("kernels", {}) for r in (a, b))
-        if ka and kb:
-            both = [n for n in ka if n in kb]
-            if both:
-                worst = max(both, key=lambda n: abs(kb[n]["us_per_step"] - ka[n]["us_per_step"]))
-                delta = kb[worst]["us_per_step"] - ka[worst]["us_per_step"]
-                special = {f["fusion"]: f for f in (b.get("special_fusions") or [])}
-                origin = f", {special[worst]['kind']} from `{short_op(special[worst]['op_name'])}`" if worst in special else ""
-                lines += ["", f"Largest change of one kernel: `{worst}`{origin}: "
-                              f"{ka[worst]['us_per_step']:.1f} -> {kb[worst]['us_per_step']:.1f} µs per step "
-                              f"({delta:+.1f} µs).", ""]
-            lines += ["", "Costliest kernels (device clock, µs per step; a kernel name present in both runs is the same "
-                          "HLO instruction only if the programs match):", "",
-                      "| kernel | base µs/step | base share | new µs/step | new share |", "|---|---|---|---|---|"]
-            names = sorted(set(list(ka)[:8]) | set(list(kb)[:8]),
-                           key=lambda n: -max(ka.get(n, {}).get("us_per_step", 0), kb.get(n, {}).get("us_per_step", 0)))
-            for name in names:
-                x, y = ka.get(name), kb.get(name)
-                fx = f"{x['us_per_step']:.1f} | {x['share'] * 100:.0f}%" if x else "- | -"
-                fy = f"{y['us_per_step']:.1f} | {y['share'] * 100:.0f}%" if y else "- | -"
-                lines.append(f"| `{name}` | {fx} | {fy} |")
-        sig_a = {special_signature(f) for f in a.get("special_fusions") or []}
-        sig_b = {special_signature(f) for f in b.get("special_fusions") or []}
-        new_special = [f for f in b.get("special_fusions") or [] if special_signature(f) not in sig_a]
-        gone_special = [f for f in a.get("special_fusions") or [] if special_signature(f) not in sig_b]
-        kept = [f for f in b.get("special_fusions") or [] if special_signature(f) in sig_a]
-        if kept:
-            lines += ["", "Fusions of a special kind in both runs: " + ", ".join(
-                f"`{f['fusion']}` ({f['kind']}, from `{short_op(f['op_name'])}`)" for f in kept)]
-        for title, items in (("Fusions of a special kind only in new", new_special),
-                             ("Fusions of a special kind only in base", gone_special)):
+    lines += details + ["", summary_line(verdicts), ""]
+    return "\n".join(lines), verdicts
+
+
+def detail(k: tuple[Any, ...], a: dict[str, Any], b: dict[str, Any], st: Structural, v: Verdict) -> list[str]:
+    """The section of one configuration: its verdict's basis, the structural change, stages and kernels."""
+    lines = ["", f"## {label(k)}: {v.verdict}", "", f"- {v.basis}"] + ([f"- next: {v.next_step}"] if v.next_step else [])
+    if st.kind not in ("identical", "unknown"):
+        lines += ["", "Structural change (per cell and step):", "", "| measure | base | new | change |", "|---|---|---|---|"]
+        lines += [f"| {WORK_FIELDS[f]} | {x:.4g} | {y:.4g} | {_pct(rel)} |" for f, x, y, rel in st.fields]
+        for title, items in (("Kernels only in new", st.added), ("Kernels only in base", st.removed)):
             if items:
-                lines += ["", f"{title} (look here first):", ""] + [
-                    f"- `{f['fusion']}` kind `{f['kind']}` from `{f['op_name']}`" for f in items]
-        if a.get("compile_s") and b.get("compile_s"):
-            lines.append(f"\nCompile time: {a['compile_s']:.3f} s -> {b['compile_s']:.3f} s")
-    verdict = (f"REGRESSION: {len(regressed)} configuration(s) slower beyond noise: "
-               + ", ".join(label(k) for k in regressed)) if regressed else "no regression beyond noise"
-    lines += ["", f"**Verdict: {verdict}.**", ""]
-    return "\n".join(lines), [label(k) for k in regressed]
+                ranked = sorted(items, key=lambda x: -x["bytes_per_cell_step"])
+                lines += ["", f"{title} ({len(items)}; kind, stages, bytes per cell and step):", ""]
+                lines += [f"- `{x['name']}` {x['kind']} {'+'.join(x['stages']) or '(no stage)'} "
+                          f"{x['bytes_per_cell_step']:.1f} B" for x in ranked[:12]]
+                if len(items) > 12:
+                    lines.append(f"- ... and {len(items) - 12} more")
+        if st.targets[0] != st.targets[1]:
+            lines += ["", f"Custom-call targets (a native kernel's name carries its source hash): {st.targets[0]} -> "
+                          f"{st.targets[1]}"]
+    if v.verdict == "OK":
+        return lines
+    stages_a, stages_b = a.get("stages") or {}, b.get("stages") or {}
+    rows = [(stages_b[s]["median_ms"] / stages_a[s]["median_ms"] - 1.0 if stages_a[s]["median_ms"] else 0.0, s,
+             stages_a[s]["median_ms"], stages_b[s]["median_ms"]) for s in stages_a if s in stages_b]
+    if rows:
+        lines += ["", "| stage | base ms | new ms | change |", "|---|---|---|---|"]
+        lines += [f"| {s} | {ta:.3f} | {tb:.3f} | {ch * 100:+.1f}% |" for ch, s, ta, tb in sorted(rows, key=lambda r: -abs(r[0]))]
+    ka, kb = (r.get("kernel_times", {}).get("kernels", {}) for r in (a, b))
+    both = [n for n in ka if n in kb]
+    if both:
+        worst = max(both, key=lambda n: abs(kb[n]["us_per_step"] - ka[n]["us_per_step"]))
+        special = {f["fusion"]: f for f in (b.get("special_fusions") or [])}
+        origin = f", {special[worst]['kind']} from `{short_op(special[worst]['op_name'])}`" if worst in special else ""
+        lines += ["", f"Largest change of one kernel (device clock): `{worst}`{origin}: {ka[worst]['us_per_step']:.1f} "
+                      f"-> {kb[worst]['us_per_step']:.1f} µs per step."]
+    sig_a = {special_signature(f) for f in a.get("special_fusions") or []}
+    new_special = [f for f in b.get("special_fusions") or [] if special_signature(f) not in sig_a]
+    if new_special:
+        lines += ["", "Fusions of a special kind only in new (look here first):", ""] + [
+            f"- `{f['fusion']}` kind `{f['kind']}` from `{f['op_name']}`" for f in new_special]
+    return lines
+
+
+NEXT = {"INCONCLUSIVE": "the noise is larger than the change: run on a quieter machine, or measure both sides "
+                        "interleaved with --remeasure N (--base-python PY for a base in another environment)"}
+
+
+def overall(verdicts: dict[tuple[Any, ...], Verdict]) -> str:
+    """REGRESSION if any configuration regressed, else INCONCLUSIVE if any is, else OK."""
+    got = {v.verdict for v in verdicts.values()}
+    return next((x for x in ("REGRESSION", "INCONCLUSIVE") if x in got), "OK")
+
+
+def summary_line(verdicts: dict[tuple[Any, ...], Verdict]) -> str:
+    """The closing verdict line of the report."""
+    word = overall(verdicts)
+    which = [label(k) for k, v in verdicts.items() if v.verdict == word]
+    if word == "OK":
+        return f"**Verdict: OK** ({len(verdicts)} configuration(s); nothing slower beyond the noise)."
+    return f"**Verdict: {word}**: {', '.join(which)}." + (f" Next: {NEXT[word]}." if word in NEXT else "")
+
+
+EXIT = {"OK": 0, "REGRESSION": 1, "INCONCLUSIVE": 3}
+EPILOG = """verdicts and exit codes:
+  0  OK            nothing regressed beyond the noise (identical programs, or a change the timing rules out)
+  1  REGRESSION    a structural change that adds work per cell and step (kernels, bytes, flops; e.g. an XLA
+                   flag that disables fusion), or an interleaved (--remeasure) slowdown beyond the threshold
+  3  INCONCLUSIVE  the measured noise is larger than the change: two files measured at different moments cannot
+                   separate code from machine; run on a quieter machine or with --remeasure N [--base-python PY]
+  2  bad input
+Every verdict prints the load average and the repeat spread of both runs, and the threshold applied."""
 
 
 def main(args: list[str]) -> int:
-    """Entry point of ``python -m lbm compare``: prints the report; exit 1 when something regressed."""
-    parser = argparse.ArgumentParser(prog="python -m lbm compare", description=__doc__.splitlines()[0])
-    parser.add_argument("base")
-    parser.add_argument("new")
+    """Entry point of ``python -m lbm compare``: prints the report; exit 0 OK, 1 REGRESSION, 3 INCONCLUSIVE."""
+    parser = argparse.ArgumentParser(prog="python -m lbm compare", description=__doc__.splitlines()[0],
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", help="the base bench.json")
+    parser.add_argument("new", help="the new bench.json")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help="smallest relative change called (default 0.15 = 15%%)")
-    parser.add_argument("--remeasure", type=int, default=0,
-                        help="re-run bench N times here for each suspect configuration (called slower, or slower by "
-                             "more than half the threshold), then judge again")
-    parser.add_argument("--base-python", default=None,
-                        help="with --remeasure: the base environment's python; re-measures the base too, in turn "
-                             "with the new code")
+                        help="smallest relative change that matters (default 0.10 = 10%%)")
+    parser.add_argument("--remeasure", type=int, default=0, metavar="N",
+                        help=f"time N interleaved rounds (base, new, new, base, ...) of each configuration not "
+                             f"decided by its structure, in one time window; {rounds_needed()} or more for a 95%% "
+                             "interval, 20 recommended")
+    parser.add_argument("--base-python", default=None, metavar="PY",
+                        help="with --remeasure: the interpreter of the base's environment (another checkout or "
+                             "virtual environment); default: this one, under the base file's XLA_FLAGS")
     parser.add_argument("--out", default=None, help="also write the markdown report to this file")
     try:
         ns = parser.parse_args(args)
     except SystemExit as exc:
         if exc.code == 0:
             return 0
-        raise LbmError("usage: python -m lbm compare BASE.json NEW.json [--threshold 0.15] [--remeasure N] "
+        raise LbmError("usage: python -m lbm compare BASE.json NEW.json [--threshold 0.10] [--remeasure N] "
                        "[--base-python PY] [--out report.md]") from None
     if not 0 <= ns.threshold < 1:
         raise LbmError(f"--threshold={ns.threshold}: expected a fraction in [0, 1)")
-    if not 0 <= ns.remeasure <= 20:
-        raise LbmError(f"--remeasure={ns.remeasure}: expected an integer in [0, 20]")
+    if not 0 <= ns.remeasure <= 1000:
+        raise LbmError(f"--remeasure={ns.remeasure}: expected a number of rounds in [0, 1000]")
     if ns.base_python is not None:
         if not ns.remeasure:
-            raise LbmError("--base-python re-measures the base: give it with --remeasure N (N >= 1)")
+            raise LbmError("--base-python measures the base interleaved with the new code: give it with "
+                           "--remeasure N (N >= 1)")
         if not (os.path.isfile(ns.base_python) and os.access(ns.base_python, os.X_OK)):
             raise LbmError(f"--base-python={ns.base_python}: not an executable file (give the base environment's "
                            "python, e.g. /path/to/venv/bin/python)")
     base, new = load(ns.base), load(ns.new)
-    text, regressed = compare(base, new, ns.threshold)
-    keys = suspects(base, new, ns.threshold) if ns.remeasure else []
+    text, verdicts = compare(base, new, ns.threshold)
+    keys = [k for k, v in verdicts.items() if not v.basis.startswith("structural")] if ns.remeasure else []
     if keys:
-        sides = "the base and the new code in turn" if ns.base_python else "the new code"
-        print(f"re-measuring {len(keys)} suspect configuration(s), {ns.remeasure} time(s), {sides}: "
-              + ", ".join(label(k) for k in keys), file=sys.stderr)
-        base, new = remeasure_both(base, new, keys, ns.remeasure, ns.base_python)
-        text, regressed = compare(base, new, ns.threshold)
+        paired = remeasure(base, new, keys, ns.remeasure, ns.base_python)
+        text, verdicts = compare(base, new, ns.threshold, paired)
     print(text)
     if ns.out:
         Path(ns.out).write_text(text)
-    return 1 if regressed else 0
+    return EXIT[overall(verdicts)]
+
+
+def remeasure(base: dict[str, Any], new: dict[str, Any], keys: list[tuple[Any, ...]], rounds: int,
+              base_python: str | None) -> dict[tuple[Any, ...], Interleaved]:
+    """Interleaved rounds of each configuration ``keys`` (lbm.bench.interleave), base and new in turn."""
+    recs_a = {key_of(r): r for r in base["records"]}
+    recs_b = {key_of(r): r for r in new["records"]}
+    flags = [(d.get("environment") or {}).get("XLA_FLAGS") or "" for d in (base, new)]
+    out = {}
+    for i, k in enumerate(keys, 1):
+        def say(text: str, i: int = i, k: tuple[Any, ...] = k) -> None:
+            print(f"compare: [{i}/{len(keys)}] {label(k)}: interleaved {text}", file=sys.stderr, flush=True)
+        say(f"{rounds} rounds, starting both sides")
+        out[k] = measure_interleaved(recs_a[k], recs_b[k], flags[0], flags[1], rounds, base_python, say)
+    return out

@@ -89,9 +89,11 @@ def cache_probe(overrides: list[str], steps: int, cache_dir: str | None) -> dict
 
 
 def persistent_cache(overrides: list[str], steps: int) -> dict[str, Any]:
-    """Compile seconds in fresh processes: cache off, cache cold (empty dir), cache warm (second process)."""
+    """Compile seconds in fresh processes: cache off, cache cold (empty dir), cache warm (second process), and the
+    cache files each wrote (the warm process writes none: every executable came from the cache)."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as cache:
+        files = 0
         for label, directory in (("off", None), ("cold", cache), ("warm", cache)):
             code = ("import json,sys; from lbm.bench.compile_study import cache_probe; "
                     f"print(json.dumps(cache_probe({overrides!r}, {steps}, {directory!r})))")
@@ -100,6 +102,8 @@ def persistent_cache(overrides: list[str], steps: int) -> dict[str, Any]:
             if proc.returncode != 0:
                 raise LbmError(f"persistent-cache probe failed: {proc.stderr.strip().splitlines()[-1:]}")
             out[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+            now = sum(1 for _ in Path(cache).rglob("*") if _.is_file())
+            out[label]["new_cache_files"], files = now - files, now
         out["cache_files"] = sum(1 for _ in Path(cache).rglob("*") if _.is_file())
     return out
 

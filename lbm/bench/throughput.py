@@ -11,7 +11,13 @@ precision, a collision and a variant:
 ``instrumented``  instrumented mode: one jit per stage, a Python loop over steps
 
 Clock: host wall clock around each dispatch, synchronised with block_until_ready, so a
-repeat's time is device execution plus dispatch; compilation is never inside it.
+repeat's time is device execution plus dispatch; compilation is never inside it. Each repeat's
+process CPU time is recorded beside it (``mlups.cpu_values``).
+
+Steps per repeat (``steps=auto``): enough for ``min_time_s``, rounded up to a power of two. The
+compiled-program facts of a fused record (fusions, memory, and the per-cell-and-step ``evidence``
+of lbm.bench.evidence) come from a chunk of a fixed EVIDENCE_STEPS steps, never from the timed
+chunk, so two runs of the same code record the same facts whatever the machine's speed.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from lbm.bench.evidence import EVIDENCE_STEPS, program_evidence
 from lbm.roofline import lbm_bytes_per_cell
 
 CASES = {"periodic": "taylor_green", "cylinder": "cylinder"}
@@ -137,8 +144,8 @@ class _FusedRunner(_Runner):
         return f
 
     def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
-        compiled = self.stepper.compile(f, self._chunk(n))
-        info = hlo_facts(compiled, self._chunk(n), f.nbytes)
+        compiled = self.stepper.compile(f, EVIDENCE_STEPS)
+        info = hlo_facts(compiled, EVIDENCE_STEPS, f.nbytes, math.prod(f.shape[1:]))
         if self.stepper.name == "native":
             info["kernel_build_or_load_s"] = self.stepper.build_time_s
             info["boundary_cells"] = 0 if self.stepper.block is None else self.stepper.block.size
@@ -169,7 +176,8 @@ class _NaiveRunner(_Runner):
         return self._compiled[n](f)
 
     def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
-        return hlo_facts(self._compiled[n], n, f.nbytes)
+        self.compile(f, EVIDENCE_STEPS)
+        return hlo_facts(self._compiled[EVIDENCE_STEPS], EVIDENCE_STEPS, f.nbytes, math.prod(f.shape[1:]))
 
 
 class _InstrumentedRunner(_Runner):
@@ -224,12 +232,15 @@ def stage_times(setup: Any, f: jnp.ndarray, steps: int) -> dict[str, dict[str, f
             for name, v in spans.items() if v}
 
 
-def hlo_facts(compiled: Any, steps: int, population_bytes: int) -> dict[str, Any]:
-    """Fusions, custom calls, XLA's bytes-accessed estimate and planned memory of a compiled chunk."""
+def hlo_facts(compiled: Any, steps: int, population_bytes: int, cells: int) -> dict[str, Any]:
+    """Fusions, custom calls, XLA's bytes-accessed estimate, planned memory and the per-step evidence of a chunk."""
     from lbm.hlo import compiled_cost, parse_hlo, program_facts
 
-    facts: dict[str, Any] = {**program_facts(parse_hlo(compiled.as_text())), "steps_in_chunk": steps}
-    nbytes = compiled_cost(compiled)["bytes_accessed"]
+    text = compiled.as_text()
+    cost = compiled_cost(compiled)
+    facts: dict[str, Any] = {**program_facts(parse_hlo(text)), "steps_in_chunk": steps,
+                             "evidence": program_evidence(text, cost, cells, steps)}
+    nbytes = cost["bytes_accessed"]
     if nbytes is not None:
         facts["cost_analysis_bytes_accessed"] = float(nbytes)
         facts["cost_analysis_note"] = ("XLA's estimate for the compiled chunk; a while loop's body is counted once "
@@ -285,7 +296,8 @@ def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progr
     q = setup.lattice.q
     f0 = setup.initial_populations()
 
-    # steps per repeat: given, or enough for min_time_s (even: the AA pattern runs in pairs)
+    # steps per repeat: given, or enough for min_time_s, rounded up to a power of two (even: the AA pattern runs
+    # in pairs; and two runs of the same code at different loads mostly time the same program)
     if timing.steps is not None:
         n = timing.steps
     else:
@@ -296,7 +308,7 @@ def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progr
         t0 = time.perf_counter()
         jax.block_until_ready(runner.run(f, probe))
         per_step = max((time.perf_counter() - t0) / probe, 1e-7)
-        n = int(min(timing.max_steps, max(2, math.ceil(timing.min_time_s / per_step))))
+        n = int(min(timing.max_steps, 2 ** math.ceil(math.log2(max(2, math.ceil(timing.min_time_s / per_step))))))
         n += n % 2
     say(f"{cfg.label}: compiling {n} steps")
     compile_s = runner.compile(f0, n)

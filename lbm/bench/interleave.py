@@ -1,0 +1,256 @@
+"""The interleaved timing design of ``compare --remeasure N``: base and new measured in turn, in one time window.
+
+Two worker processes (``python -m lbm.bench.interleave CONFIG``), one per side, each set up and compile one
+configuration once: the base with ``--base-python`` (another environment) or this interpreter, under the BASE
+file's XLA_FLAGS; the new one with this interpreter under the NEW file's XLA_FLAGS. Then N rounds, each one
+timed repeat of both sides back to back, in the order base-new, new-base, base-new, ... (so a drift of the
+machine within a round does not favour one side). Each round gives one paired ratio t_new / t_base of the
+process CPU time of the repeat; both sides of a pair saw the same moment of the machine. The slowdown is the
+median of the pairs' log ratios, with the distribution-free 95% confidence interval of a median (order
+statistics, binomial coverage): heavy-tailed repeats move it no more than one pair each.
+
+Before timing, each worker reports the structural evidence (lbm.bench.evidence) of what it compiled: a side
+whose program differs from the one its file records (e.g. the base re-measured in this checkout after the code
+changed) is named, and its rounds do not decide the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from lbm.errors import LbmError
+
+TAG = "LBM-INTERLEAVE "
+"""Prefix of the worker's protocol lines on stdout (anything else a library prints there is ignored)."""
+COVERAGE = 0.95
+WAIT_S = 900.0
+"""Longest wait for one answer of a worker (set-up and compilation included)."""
+
+
+# --- the worker -----------------------------------------------------------------------------
+
+def _say(obj: dict[str, Any]) -> None:
+    print(TAG + json.dumps(obj), flush=True)
+
+
+def worker(config: dict[str, Any]) -> None:
+    """Set up and compile one configuration, report its evidence, then time one repeat per ``run`` line on stdin."""
+    import jax
+
+    from lbm.bench.throughput import BenchConfig, Timing, make_runner, make_setup
+
+    if config["precision"] == "float64":
+        jax.config.update("jax_enable_x64", True)
+    cfg = BenchConfig(case=config["case"], lattice=config["lattice"], grid=tuple(config["grid"]),
+                      variant=config["variant"], precision=config["precision"], collision=config["collision"])
+    n = int(config["steps"])
+    setup = make_setup(cfg)
+    runner = make_runner(cfg, setup, Timing(steps=n, steps_per_dispatch=int(config["steps_per_dispatch"])))
+    f = setup.initial_populations()
+    runner.compile(f, n)
+    info = runner.describe(f, n)
+    f = jax.block_until_ready(runner.run(f + 0, n))  # warm-up
+    _say({"ready": True, "evidence": info.get("evidence"), "engine": runner.engine})
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        c0, t0 = time.process_time(), time.perf_counter()
+        f = jax.block_until_ready(runner.run(f, n))
+        _say({"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0})
+
+
+# --- the driver -----------------------------------------------------------------------------
+
+@dataclass
+class Side:
+    """One worker process: its interpreter, its XLA_FLAGS and what it told us."""
+
+    python: str
+    xla_flags: str
+    proc: subprocess.Popen[str] | None = None
+    log: IO[str] | None = None
+    ready: dict[str, Any] = field(default_factory=dict)
+    cpu_s: list[float] = field(default_factory=list)
+    wall_s: list[float] = field(default_factory=list)
+
+    def start(self, config: dict[str, Any], cwd: str) -> None:
+        """Start the worker for ``config`` (working directory ``cwd``, so the interpreter's own lbm is imported)."""
+        env = dict(os.environ)
+        env["XLA_FLAGS"] = self.xla_flags
+        self.log = tempfile.TemporaryFile("w+")
+        try:
+            self.proc = subprocess.Popen([self.python, "-m", "lbm.bench.interleave", json.dumps(config)], cwd=cwd,
+                                         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                         text=True)
+        except OSError as exc:
+            raise LbmError(f"--remeasure: the worker {self.python} -m lbm.bench.interleave stopped: cannot start "
+                           f"it ({exc.strerror})") from None
+
+    def answer(self) -> dict[str, Any]:
+        """The worker's next protocol line (LbmError with its last error line if it stopped)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 5.0)
+            if not ready:
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith(TAG):
+                return json.loads(line[len(TAG):])
+        raise LbmError(f"--remeasure: the worker {self.python} -m lbm.bench.interleave stopped: {self.error()}")
+
+    def error(self) -> str:
+        """The last line the worker wrote to stderr."""
+        if self.log is None:
+            return "(not started)"
+        self.log.seek(0)
+        lines = [ln for ln in self.log.read().strip().splitlines() if ln.strip()]
+        hint = (" (does that environment's lbm have lbm.bench.interleave? --base-python needs a base with this "
+                "compare)") if any("No module named lbm.bench.interleave" in ln for ln in lines) else ""
+        return (lines[-1] if lines else "(no output)") + hint
+
+    def time_one(self) -> None:
+        """Time one repeat."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        got = self.answer()
+        self.cpu_s.append(got["cpu_s"])
+        self.wall_s.append(got["wall_s"])
+
+    def stop(self) -> None:
+        """End the worker."""
+        if self.proc is not None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
+                self.proc.kill()
+                self.proc.wait()
+        if self.log is not None:
+            self.log.close()
+
+
+def worker_config(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """What both workers measure: the configuration and the base record's steps per repeat and per dispatch."""
+    n = int(base.get("steps_per_repeat") or new.get("steps_per_repeat") or 2)
+    k = int(base.get("steps_per_dispatch") or n)
+    return {"case": base["case"], "lattice": base["lattice"], "grid": list(base["grid"]), "variant": base["variant"],
+            "precision": base["precision"], "collision": base.get("collision") or "bgk", "steps": n,
+            "steps_per_dispatch": 0 if k >= n else k}
+
+
+@dataclass
+class Interleaved:
+    """The paired rounds of one configuration and what they say."""
+
+    rounds: int
+    log_ratios: list[float]
+    """log(t_new / t_base) per round, process CPU time (positive: new is slower)."""
+    wall_ratio_median: float
+    load: tuple[list[float] | None, list[float] | None]
+    mismatch: list[str]
+    """Sides whose compiled program differs from the one their file records (then the rounds decide nothing)."""
+
+    @property
+    def slowdown(self) -> tuple[float, float, float]:
+        """(median, lower, upper 95% bound) of the relative slowdown t_new / t_base - 1 (inf bounds: too few rounds)."""
+        lo, hi = median_interval(self.log_ratios)
+        return math.expm1(statistics.median(self.log_ratios)), math.expm1(lo), math.expm1(hi)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the paired ratios (relative): the noise the rounds saw."""
+        if len(self.log_ratios) < 4:
+            return float("nan")
+        q = statistics.quantiles([math.exp(x) for x in self.log_ratios], n=4)
+        return q[2] - q[0]
+
+
+def median_interval(values: list[float], coverage: float = COVERAGE) -> tuple[float, float]:
+    """The distribution-free interval of a median: order statistics k and n+1-k with binomial coverage >= coverage
+    (``(-inf, inf)`` when n is too small to reach it: below 6 values for 95%)."""
+    n = len(values)
+    xs = sorted(values)
+    best = None
+    for k in range(1, n // 2 + 1):
+        outside = 2 * sum(math.comb(n, j) for j in range(k)) / 2 ** n
+        if 1 - outside >= coverage:
+            best = k
+    if best is None:
+        return -math.inf, math.inf
+    return xs[best - 1], xs[n - best]
+
+
+def rounds_needed(coverage: float = COVERAGE) -> int:
+    """The fewest rounds whose median interval reaches ``coverage``."""
+    n = 1
+    while math.isinf(median_interval([0.0] * n, coverage)[0]):
+        n += 1
+    return n
+
+
+def load_now() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages now (None where the OS has none)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def measure(base: dict[str, Any], new: dict[str, Any], base_flags: str, new_flags: str, rounds: int,
+            base_python: str | None, say: Any = None) -> Interleaved:
+    """Time ``rounds`` interleaved pairs of the configuration of records ``base`` and ``new``."""
+    from lbm.bench.evidence import diff
+
+    config = worker_config(base, new)
+    sides = {"base": Side(base_python or sys.executable, base_flags), "new": Side(sys.executable, new_flags)}
+    load_start = load_now()
+    with tempfile.TemporaryDirectory(prefix="lbm-interleave-") as cwd:
+        try:
+            for s in sides.values():
+                s.start(config, cwd)
+            for s in sides.values():
+                s.ready = s.answer()
+            mismatch = []
+            for name, rec in (("base", base), ("new", new)):
+                got = diff(rec.get("evidence"), sides[name].ready.get("evidence"), 0.0)
+                if got.kind not in ("identical", "unknown"):
+                    mismatch.append(f"the {name} side ({sides[name].python}, XLA_FLAGS={sides[name].xla_flags!r}) "
+                                    f"compiles another program than the {name} file records ({got.summary()})")
+            for r in range(rounds):
+                if say:
+                    say(f"round {r + 1}/{rounds}")
+                for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
+                    sides[name].time_one()
+        finally:
+            for s in sides.values():
+                s.stop()
+    b, n = sides["base"], sides["new"]
+    logs = [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b.cpu_s, n.cpu_s, strict=True)]
+    walls = [y / x for x, y in zip(b.wall_s, n.wall_s, strict=True) if x > 0]
+    return Interleaved(rounds, logs, statistics.median(walls) if walls else float("nan"), (load_start, load_now()),
+                       mismatch)
+
+
+def main(args: list[str]) -> int:
+    """``python -m lbm.bench.interleave CONFIG_JSON``: the worker (see the module doc)."""
+    worker(json.loads(args[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
