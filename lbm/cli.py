@@ -222,6 +222,9 @@ STUDIES = {"batching": ("lbm.bench.batching", "B vortices in one jit: Python loo
            "gradient": ("lbm.bench.gradient_study", "gradients against finite differences; their time and memory")}
 """Each study's module and what it measures."""
 
+STUDY_PARSERS = ("batching", "compile", "export")
+"""Studies whose --help lbm.bench.study_args prints without importing them (they import JAX)."""
+
 STUDY_USAGE = "usage: python -m lbm study NAME [options]   (python -m lbm study NAME --help for its options)\n\n" + \
     "studies:\n" + "".join(f"  {name:<12} {what}\n" for name, (_, what) in STUDIES.items())
 
@@ -234,6 +237,11 @@ def cmd_study(args: Sequence[str]) -> int:
     if not args or args[0] not in STUDIES:
         given = f"unknown study {args[0]!r}{did_you_mean(args[0], list(STUDIES))}: " if args else ""
         raise LbmError(f"study: {given}name one of {', '.join(STUDIES)} (python -m lbm study --help)")
+    if args[0] in STUDY_PARSERS and any(a in ("-h", "--help") for a in args[1:]):  # help without importing JAX
+        from lbm.bench.study_args import PARSERS
+
+        PARSERS[args[0]]().print_help()
+        return 0
     return lazy_command(STUDIES[args[0]][0])(args[1:])
 
 

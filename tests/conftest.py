@@ -14,6 +14,7 @@ from hypothesis import settings
 from lbm.cases.base import Snapshot
 from lbm.config import RunConfig, load
 from lbm.engines import make_engine
+from lbm.lattice import LATTICES
 from lbm.profiling.breakdown import STEADY_MARK, WARMUP_MARK
 from lbm.simulation import prepare, simulate
 
@@ -120,6 +121,26 @@ def random_state(lat: Any, shape: tuple[int, ...], seed: int = 0) -> tuple[Any, 
     rho = 1.0 + 0.05 * rng.standard_normal(shape)
     u = 0.05 * rng.standard_normal((lat.d,) + shape)
     return jnp.asarray(rho), jnp.asarray(u)
+
+
+ALL_LATTICES = sorted(LATTICES.values(), key=lambda lat: lat.name)
+"""Every lattice, by name: the list the parametrised tests run over."""
+
+
+@pytest.fixture
+def x64():
+    """float64 for the test that asks for it; a module asks for every test with ``pytestmark = usefixtures("x64")``."""
+    with jax.enable_x64(True):
+        yield
+
+
+def setup_for(overrides: Any, precision: str) -> Any:
+    """The Setup of a case from ``overrides`` in ``precision`` (float64 switched on for the test when asked)."""
+    from lbm.simulation import make_case
+
+    if precision == "float64":
+        jax.config.update("jax_enable_x64", True)
+    return make_case(run_config(*overrides, f"precision={precision}")).setup()
 
 
 def shape_for(lat: Any) -> tuple[int, ...]:

@@ -4,7 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import lattice_params, random_state, shape_for, slow_except
+from conftest import ALL_LATTICES, lattice_params, random_state, shape_for, slow_except
+from helpers.boundaries import dense_and_block, shuffled_block
 
 from lbm.boundaries import (
     BoundaryCondition,
@@ -27,22 +28,13 @@ from lbm.kernels.collision import collide
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
-from lbm.lattice import D2Q9, LATTICES
+from lbm.lattice import D2Q9
 
-ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
-
-
-@pytest.fixture(autouse=True)
-def _x64():
-    """Closed forms checked to 1e-13: float64 for this module's tests only."""
-    with jax.enable_x64(True):
-        yield
+ALL = ALL_LATTICES
 
 
-def random_populations(lat, shape, seed):
-    rng = np.random.default_rng(seed)
-    w = lat.w.reshape((-1,) + (1,) * lat.d)
-    return jnp.asarray(w * (1.0 + 0.1 * rng.standard_normal((lat.q,) + shape)))
+pytestmark = pytest.mark.usefixtures("x64")
+"""Closed forms checked to 1e-13: float64 for this module's tests only."""
 
 
 def test_outflow_copies_unknowns_only():
@@ -210,21 +202,6 @@ def test_couette_halfway_moving_wall_is_exact():
         np.testing.assert_allclose(ux, uw * y / n, atol=1e-11 * uw / 1e-3)
 
 
-def _shuffled_block(lat, shape, boundaries, seed):
-    """A block of every cell the conditions touch plus unrelated cells, in a scrambled order (faces kept contiguous)."""
-    from lbm.engines.plan import plan_block
-
-    planned = plan_block(lat, shape, boundaries)
-    n = int(np.prod(shape))
-    extra = np.setdiff1d(np.arange(n), planned.cells)
-    rng = np.random.default_rng(seed)
-    extra = rng.permutation(extra)[: max(1, extra.size // 3)]
-    written = planned.cells[: planned.size]
-    ghosts = planned.cells[planned.size:]
-    cells = np.concatenate([written, extra, ghosts])
-    return Block(lattice=lat, shape=shape, cells=cells, size=written.size + extra.size)
-
-
 def _cylinder_conditions(lat, shape, halfway):
     coords = np.meshgrid(*[np.arange(n) for n in shape], indexing="ij")
     obstacle = (coords[0] - shape[0] // 2) ** 2 + (coords[1] - shape[1] // 2) ** 2 < 2.0**2
@@ -252,27 +229,6 @@ def _moving_wall(lat, shape):
     return (MovingWall.with_velocity(solid, wall_u, lat, np.float64),)
 
 
-def _dense_and_block(lat, shape, boundaries, seed):
-    """One pre-streaming step (every stage but stream) on the whole lattice and on a block of it."""
-    from lbm.engines.timestep import run_stages
-
-    names = ("outflow", "macroscopic", "equilibrium", "inlet", "collide", "bounce_back", "forces")
-
-    class _Setup:  # what the core stages read
-        lattice = lat
-        force_array = None
-        omega_plus = omega_minus = 1 / 0.7
-        collision = None
-
-    f = random_populations(lat, shape, seed)
-    dense = run_stages(names, StepState(f=f), boundaries, _Setup)
-    block = _shuffled_block(lat, shape, boundaries, seed)
-    gathered = jnp.asarray(block.gathered(np.asarray(f)))
-    on_block = tuple(bc.on_block(block) for bc in boundaries)
-    sparse = run_stages(names, StepState(f=gathered), on_block, _Setup)
-    return dense, sparse, block
-
-
 @pytest.mark.parametrize("lat", lattice_params(fast=("d2q9",)))
 @pytest.mark.parametrize("conditions", slow_except(
     ["cylinder_fullway", "cylinder_halfway", "moving_wall", "pressure_interpolated"],
@@ -286,7 +242,7 @@ def test_block_forms_equal_the_dense_rules(lat, conditions):
         bcs = _pressure_and_interpolated(lat, shape)
     else:
         bcs = _cylinder_conditions(lat, shape, conditions.endswith("halfway"))
-    dense, sparse, block = _dense_and_block(lat, shape, bcs, seed=len(conditions))
+    dense, sparse, block = dense_and_block(lat, shape, bcs, seed=len(conditions))
     written = block.cells[: block.size]
     for field in ("post", "rho", "u"):
         d = np.asarray(getattr(dense, field)).reshape(getattr(dense, field).shape[: -lat.d] + (-1,))[..., written]
@@ -300,7 +256,7 @@ def test_a_block_without_a_needed_cell_is_refused():
     lat = D2Q9
     shape = (12, 9)
     bcs = _cylinder_conditions(lat, shape, halfway=True)
-    full = _shuffled_block(lat, shape, bcs, 0)
+    full = shuffled_block(lat, shape, bcs, 0)
     partial = Block(lattice=lat, shape=shape, cells=full.cells[1:], size=full.size - 1)
     with pytest.raises(ValueError):
         for bc in bcs:

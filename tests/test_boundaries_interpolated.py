@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_boundaries_pressure import channel_setup
+from helpers.boundaries import channel_setup, dfg_like, force_driven_channel_error, planes
 
 from lbm.boundaries import Forces, HalfwayBounceBack, Inlet, InterpolatedBounceBack, PressureOutlet, StepState
 from lbm.boundaries.inlet import time_factor
@@ -19,32 +19,14 @@ from lbm.lattice import D2Q9, D3Q19
 from lbm.stages import STAGES
 
 
-def planes(lo, hi):
-    """Walls y = lo and y = hi: where they cut each link (a fraction of it)."""
-    def intersect(points, links):
-        c = links[:, 1].astype(np.float64)
-        y_wall = np.where(c < 0, lo, hi)
-        return (y_wall - points[:, 1]) / np.where(c != 0, c, 1.0)
-    return intersect
-
-
 def poiseuille_error(ny, q, tau, interpolated=True):
-    """Max |u - exact| / u_max of a body-force channel whose walls cut the wall links at fraction q."""
-    lo, hi = 1 - q, ny - 2 + q
-    height = hi - lo
-    solid = np.zeros((3, ny), bool)
-    solid[:, 0] = solid[:, -1] = True
-    u_max, nu = 0.02, (tau - 0.5) / 3
-    force = 8 * nu * u_max / height**2
-    walls = (InterpolatedBounceBack.from_shape(solid, planes(lo, hi), D2Q9) if interpolated
-             else HalfwayBounceBack.around(solid, D2Q9))
-    setup = channel_setup(solid, (walls,), tau=tau, force=(force, 0.0))
-    engine = XlaEngine(setup)
-    steps = int(4 * height**2 / nu)  # four diffusion times: the slowest mode has decayed by exp(-4 pi^2)
-    f, _ = engine.advance(setup.initial_populations(), steps)
-    u = engine.fields(f, steps)["u"][0, 1, 1:-1]
-    y = np.arange(1, ny - 1)
-    return np.abs(u - force / (2 * nu) * (y - lo) * (hi - y)).max() / u_max
+    """Max |u - exact| / u_max of a body-force channel whose walls cut the wall links at fraction q (BFL or half-way)."""
+    def walls(solid, lo, hi):
+        if interpolated:
+            return InterpolatedBounceBack.from_shape(solid, planes(lo, hi), D2Q9)
+        return HalfwayBounceBack.around(solid, D2Q9)
+
+    return force_driven_channel_error(ny, q, tau, walls, u_max=0.02, diffusion_times=4)
 
 
 def test_bfl_weights_are_consistent():
@@ -133,23 +115,13 @@ def test_ramped_inlet_imposes_the_velocity_of_its_step():
             np.testing.assert_allclose(engine.fields(f, t)["u"][0, 0], 0.05 * np.sin(np.pi * t / 20), atol=1e-15)
 
 
-def _dfg_like(lattice, shape):
-    """A channel periodic across (so every engine applies): ramped inlet, pressure outlet, interpolated cylinder."""
-    u_in = np.zeros((lattice.d,) + shape[1:])
-    u_in[0] = 0.05
-    bc = InterpolatedBounceBack.circle((shape[0] / 3 + 0.3, shape[1] / 2 - 0.2), shape[1] / 5 + 0.1, shape, lattice)
-    boundaries = (PressureOutlet(rho=1.0), Inlet(u=u_in, profile="ramp", ramp_steps=6.0), bc,
-                  Forces.on(np.asarray(bc.solid), lattice))
-    return channel_setup(np.asarray(bc.solid), boundaries, tau=0.7, lattice=lattice)
-
-
 @pytest.mark.native
 @pytest.mark.parametrize("lattice,shape", [(D2Q9, (40, 22)), (D3Q19, (24, 15, 4))], ids=["d2q9", "d3q19"])
 @pytest.mark.slow
 def test_native_engine_runs_the_new_conditions_like_the_reference(lattice, shape):
     """Engine equality (as tests/test_engines.py): float64 agrees to rounding, forces too, odd step count."""
     with jax.enable_x64(True):
-        setup = _dfg_like(lattice, shape)
+        setup = dfg_like(lattice, shape)
         assert {"outflow", "inlet", "bounce_back", "forces"} <= set(setup.stages) <= set(STAGES)
         fast = make_engine(setup, engine="native")
         assert fast.name == "native"

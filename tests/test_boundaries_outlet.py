@@ -11,18 +11,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import lattice_params, random_state, shape_for
-from test_boundaries import _dense_and_block
-from test_boundaries_pressure import channel_setup
+from conftest import ALL_LATTICES, lattice_params, random_state, shape_for
+from helpers.boundaries import channel_setup, dense_and_block
 
 from lbm.boundaries import CharacteristicOutlet, HalfwayBounceBack, Inlet, PressureOutlet
 from lbm.boundaries.characteristic import CS, characteristic_outlet
 from lbm.engines.xla import XlaEngine
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
-from lbm.lattice import LATTICES
 
-ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
+ALL = ALL_LATTICES
 
 
 @pytest.mark.parametrize("kind", ["zou_he", "nebb"])
@@ -61,7 +59,7 @@ def test_block_form_equals_the_dense_rule(lat):
         u_in = np.zeros((lat.d,) + shape[1:])
         u_in[0] = 0.04
         bcs = (CharacteristicOutlet(rho=1.0, relax=0.01, gradient=1e-4), Inlet(u=u_in), HalfwayBounceBack.around(walls, lat))
-        dense, sparse, block = _dense_and_block(lat, shape, bcs, seed=7)
+        dense, sparse, block = dense_and_block(lat, shape, bcs, seed=7)
         written = block.cells[: block.size]
         for field in ("post", "rho", "u"):
             d = np.asarray(getattr(dense, field)).reshape(getattr(dense, field).shape[: -lat.d] + (-1,))[..., written]

@@ -3,42 +3,27 @@
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_boundaries_interpolated import _dfg_like, planes
+from helpers.boundaries import dfg_like, force_driven_channel_error, planes
 
 from lbm.boundaries import InterpolatedBounceBack, ParabolicBounceBack
 from lbm.boundaries.parabolic import parabolic_weights
-from lbm.cases.base import Setup
 from lbm.engines import make_engine
 from lbm.engines.xla import XlaEngine
 from lbm.kernels.collision import trt_omega_minus
-from lbm.lattice import CS2, D2Q9
+from lbm.lattice import D2Q9
 
 
 def poiseuille_error(ny: int, q: float, tau: float, magic: float, parabolic: bool = True) -> float:
     """Max |u - exact| / u_max of a body-force channel (TRT, Lambda = magic) whose walls cut the wall links at q."""
-    lo, hi = 1 - q, ny - 2 + q
-    height = hi - lo
-    solid = np.zeros((3, ny), bool)
-    solid[:, 0] = solid[:, -1] = True
-    u_max, nu = 0.01, CS2 * (tau - 0.5)
-    force = 8 * nu * u_max / height**2
     omega_minus = trt_omega_minus(1 / tau, magic)
-    wall = InterpolatedBounceBack.from_shape(solid, planes(lo, hi), D2Q9)
-    if parabolic:
-        wall = ParabolicBounceBack.like(wall, omega_minus)
-    shape = solid.shape
-    setup = Setup(solid=solid, rho0=np.ones(shape), u0=np.zeros((2,) + shape), boundaries=(wall,), lattice=D2Q9,
-                  shape=shape, dtype=jnp.float64, tau=tau, nu=nu, reynolds=1.0, omega_plus=1 / tau,
-                  omega_minus=omega_minus, force=(force, 0.0))
-    engine = XlaEngine(setup)
-    steps = int(6 * height**2 / nu)  # six diffusion times: the slowest start-up mode is down by exp(-6 pi^2)
-    f, _ = engine.advance(setup.initial_populations(), steps)
-    u = engine.fields(f, steps)["u"][0, 1, 1:-1]
-    y = np.arange(1, ny - 1)
-    return float(np.abs(u - force / (2 * nu) * (y - lo) * (hi - y)).max() / u_max)
+
+    def walls(solid, lo, hi):
+        wall = InterpolatedBounceBack.from_shape(solid, planes(lo, hi), D2Q9)
+        return ParabolicBounceBack.like(wall, omega_minus) if parabolic else wall
+
+    return force_driven_channel_error(ny, q, tau, walls, u_max=0.01, diffusion_times=6, omega_minus=omega_minus)
 
 
 def test_weights_reduce_to_half_way_bounce_back_and_fall_back_in_gaps():
@@ -71,7 +56,7 @@ def test_poiseuille_is_exact_for_any_lambda_where_linear_bfl_is_not(q, magic):
 def test_native_engine_runs_the_parabolic_wall_like_the_reference():
     """Engine equality (as tests/test_engines.py): float64 agrees to rounding, forces too, odd step count."""
     with jax.enable_x64(True):
-        setup = _dfg_like(D2Q9, (40, 22))
+        setup = dfg_like(D2Q9, (40, 22))
         bfl = next(bc for bc in setup.boundaries if isinstance(bc, InterpolatedBounceBack))
         wall = ParabolicBounceBack.like(bfl, omega_minus=1.3)
         setup = dataclasses.replace(setup, boundaries=tuple(wall if bc is bfl else bc for bc in setup.boundaries))

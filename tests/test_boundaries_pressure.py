@@ -12,25 +12,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import ALL_LATTICES
+from helpers.boundaries import channel_setup
 
 from lbm.boundaries import HalfwayBounceBack, Inlet, Outflow, PressureOutlet
 from lbm.boundaries.pressure import mirror_x, pressure_outlet
-from lbm.cases.base import Setup
 from lbm.engines.xla import XlaEngine
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
-from lbm.lattice import CS2, D2Q9, LATTICES
+from lbm.lattice import CS2, D2Q9
 
-ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
-
-
-def channel_setup(solid, boundaries, tau=0.8, force=None, lattice=D2Q9):
-    """A float64 Setup of given walls and boundary conditions, fluid at rest."""
-    shape = solid.shape
-    nu = CS2 * (tau - 0.5)
-    return Setup(solid=solid, rho0=np.ones(shape), u0=np.zeros((lattice.d,) + shape), boundaries=tuple(boundaries),
-                 lattice=lattice, shape=shape, dtype=jnp.float64, tau=tau, nu=nu, reynolds=1.0, omega_plus=1 / tau,
-                 omega_minus=1 / tau, force=None if force is None else tuple(force))
+ALL = ALL_LATTICES
 
 
 def parabolic_channel(nx, height, u_max):

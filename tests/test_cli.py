@@ -304,7 +304,9 @@ def test_every_command_answers_help_with_its_options_and_writes_nothing(args, op
 def test_help_and_cfg_do_not_import_jax(tmp_path):
     """In a process where ``import jax`` fails, the help of run, bench, validate and study, and --cfg job, work."""
     commands = [["run", "--help"], ["run", "--cfg", "job", "case=cavity"], ["run", "--cfg", "job", "precision=float64"],
-                ["bench", "--help"], ["validate", "--help"], ["study", "--help"], ["study", "convergence", "--help"]]
+                ["bench", "--help"], ["validate", "--help"], ["study", "--help"], ["study", "convergence", "--help"],
+                ["study", "batching", "--help"], ["study", "compile", "--help"], ["study", "export", "--help"],
+                ["compare", "--help"]]
     code = ("import sys; sys.modules['jax'] = None\nfrom lbm.cli import main\n"
             f"codes = [main(a) for a in {commands!r}]\nprint('codes', codes, file=sys.stderr)\n"
             "sys.exit(max(codes))")
@@ -312,6 +314,7 @@ def test_help_and_cfg_do_not_import_jax(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0 and f"codes {[0] * len(commands)}" in proc.stderr, proc.stderr[-3000:]
     assert "name: cavity" in proc.stdout and "--quick" in proc.stdout
+    assert "--members" in proc.stdout and "--grids" in proc.stdout and "--out DIR" in proc.stdout
     assert list(tmp_path.iterdir()) == []
 
 

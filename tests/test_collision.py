@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_state
+from conftest import ALL_LATTICES, random_state, shape_for
 
 from lbm.boundaries.bounce_back import bounce_back_halfway, halfway_links
 from lbm.kernels.collision import (
@@ -26,18 +26,10 @@ from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
 from lbm.lattice import D2Q9, LATTICES
 
-
-@pytest.fixture(autouse=True)
-def _x64():
-    """Closed forms checked to rounding: float64 for this module's tests only."""
-    with jax.enable_x64(True):
-        yield
-ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
+pytestmark = pytest.mark.usefixtures("x64")
+"""Closed forms checked to rounding: float64 for this module's tests only."""
+ALL = ALL_LATTICES
 OMEGA = 1 / 0.53
-
-
-def shape_for(lat):
-    return (6, 5) if lat.d == 2 else (5, 4, 3)
 
 
 def force_for(lat):

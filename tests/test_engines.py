@@ -14,7 +14,7 @@ import re
 import jax
 import numpy as np
 import pytest
-from conftest import advance, run_config, slow_except
+from conftest import advance, run_config, setup_for, slow_except
 
 from lbm.engines import EngineUnavailable, make_engine
 from lbm.engines.instrumented import InstrumentedEngine
@@ -39,12 +39,6 @@ CASES = {
 }
 
 
-def _setup(overrides, precision):
-    if precision == "float64":
-        jax.config.update("jax_enable_x64", True)
-    return make_case(run_config(*overrides, f"precision={precision}")).setup()
-
-
 def _run(stepper, setup, n):
     f, aux = stepper.advance(setup.initial_populations(), n)
     return np.asarray(f), {k: np.asarray(v) for k, v in aux.items()}
@@ -67,7 +61,7 @@ F64, F32 = 7e-15, 4e-6
     + [(n, "float64", F64, 30) for n in LONG],
     fast={("cylinder", "float32", F32, 7), ("taylor_green", "float64", F64, 7)}))
 def test_native_engine_equals_the_reference(name, precision, tol, steps):
-    setup = _setup(CASES[name], precision)
+    setup = setup_for(CASES[name], precision)
     fast = make_engine(setup, engine="native")
     assert fast.name == "native"
     f_ref, aux_ref = _run(XlaEngine(setup), setup, steps)
@@ -85,7 +79,7 @@ def test_native_engine_equals_the_reference(name, precision, tol, steps):
 @needs_native
 @pytest.mark.slow
 def test_native_agrees_with_instrumented_mode():
-    setup = _setup(CASES["cylinder"], "float64")
+    setup = setup_for(CASES["cylinder"], "float64")
     f_fast, aux_fast = _run(make_engine(setup, engine="native"), setup, 12)
     f_inst, aux_inst = _run(InstrumentedEngine(setup), setup, 12)
     np.testing.assert_allclose(f_fast, f_inst, rtol=1e-12, atol=0)
@@ -96,7 +90,7 @@ def test_native_agrees_with_instrumented_mode():
 @pytest.mark.slow
 def test_chunks_compose_like_one_dispatch():
     """Odd chunks (a two-buffer step then in-place pairs) and even chunks chain to the same state."""
-    setup = _setup(CASES["cylinder"], "float64")
+    setup = setup_for(CASES["cylinder"], "float64")
     stepper = make_engine(setup, engine="native")
     f = setup.initial_populations()
     forces = []
@@ -124,7 +118,7 @@ def test_physics_validations_hold_on_the_native_engine():
 
 @needs_native
 def test_fused_scopes_name_every_stage_of_the_native_step():
-    setup = _setup(CASES["cylinder"], "float32")
+    setup = setup_for(CASES["cylinder"], "float32")
     stepper = make_engine(setup, engine="native")
     hlo = stepper.lower(setup.initial_populations(), 2).as_text(debug_info=True)
     # scope components of the ops' names; the kernel's (fused_bulk+outflow+macroscopic+...) names several stages
@@ -139,7 +133,7 @@ def test_native_memory_is_one_population_array_plus_boundary_data():
     """In-place AA pairs: XLA plans no second population buffer (memory_analysis, not timing)."""
     grids = {"taylor_green": ["case=taylor_green", "grid.nx=128", "grid.ny=96"], "cylinder": ["grid.nx=420", "grid.ny=180"]}
     for name, limit in (("taylor_green", 1.01), ("cylinder", 1.25)):
-        setup = _setup(grids[name], "float32")
+        setup = setup_for(grids[name], "float32")
         stepper = make_engine(setup, engine="native")
         f = setup.initial_populations()
         mem = stepper.compile(f, 10).memory_analysis()
@@ -150,7 +144,7 @@ def test_native_memory_is_one_population_array_plus_boundary_data():
 
 
 def test_auto_falls_back_to_xla_when_no_compiler(monkeypatch):
-    setup = _setup(CASES["taylor_green"], "float32")
+    setup = setup_for(CASES["taylor_green"], "float32")
     monkeypatch.setattr(native, "compiler", lambda: None)
     stepper = make_engine(setup)
     assert stepper.name == "xla" and "compiler" in stepper.note
@@ -190,7 +184,7 @@ def test_16bit_storage_accuracy_on_taylor_green(storage, bound):
 
 @needs_native
 def test_threads_do_not_change_the_result(monkeypatch):
-    setup = _setup(["case=taylor_green", "grid.nx=96", "grid.ny=200"], "float64")
+    setup = setup_for(["case=taylor_green", "grid.nx=96", "grid.ny=200"], "float64")
     results = []
     for threads in ("1", "3"):
         monkeypatch.setenv("LBM_NATIVE_THREADS", threads)
@@ -205,7 +199,7 @@ def test_threads_do_not_change_the_result(monkeypatch):
 def test_threaded_native_equals_xla(overrides, monkeypatch):
     """Above 16384 cells per plane the native kernel splits rows among threads: compared with xla there too."""
     monkeypatch.setenv("LBM_NATIVE_THREADS", "2")
-    setup = _setup(overrides, "float64")
+    setup = setup_for(overrides, "float64")
     assert int(np.prod(setup.shape)) >= 16384
     f_ref, aux_ref = _run(XlaEngine(setup), setup, 7)
     f_nat, aux_nat = _run(make_engine(setup, engine="native"), setup, 7)
@@ -294,7 +288,7 @@ WALL_CASES = {
 @pytest.mark.parametrize("steps", [9, 12])
 def test_native_walls_in_the_kernel_equal_the_reference(name, steps):
     """Walls applied by the native kernel (no block for them): float64 equal to the xla engine to 1e-13."""
-    setup = _setup(WALL_CASES[name], "float64")
+    setup = setup_for(WALL_CASES[name], "float64")
     fast = make_engine(setup, engine="native")
     assert fast.plan.walls, "the walls of this case run in the kernel"
     f_ref, aux_ref = _run(XlaEngine(setup), setup, steps)
@@ -308,7 +302,7 @@ def test_native_walls_in_the_kernel_equal_the_reference(name, steps):
 @pytest.mark.slow
 def test_native_walls_with_16bit_storage_follow_the_xla_engine():
     """float16 storage on the cavity (moving walls in the kernel) stays within 16-bit rounding of the xla engine."""
-    setup = _setup(CASES["cavity"], "float32")
+    setup = setup_for(CASES["cavity"], "float32")
     f_ref = np.asarray(XlaEngine(setup, "float16").advance(setup.initial_populations(), 20)[0])
     f_fast = np.asarray(make_engine(setup, engine="native", storage="float16").advance(setup.initial_populations(), 20)[0])
     # stored f - w in float16 (11-bit mantissa, |f - w| < 0.1 here): 20 steps of rounding stay far below 1e-3

@@ -4,6 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import ALL_LATTICES
+from helpers.boundaries import random_populations
 
 from lbm.engines.native import build as native
 from lbm.engines.native.codegen import KernelSpec
@@ -14,14 +16,11 @@ from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
 from lbm.lattice import D2Q9, LATTICES
 
-ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
+ALL = ALL_LATTICES
 
 
-@pytest.fixture(autouse=True)
-def _x64():
-    """Kernels compared to 1e-14 in float64."""
-    with jax.enable_x64(True):
-        yield
+pytestmark = pytest.mark.usefixtures("x64")
+"""Kernels compared to 1e-14 in float64."""
 
 
 needs_native = pytest.mark.native  # skips without a compiler; fails instead under LBM_REQUIRE_NATIVE=1 (conftest)
@@ -31,12 +30,6 @@ NATIVE_SHAPES = {2: [(7, 5), (3, 2), (16, 33)], 3: [(5, 4, 3), (3, 6, 2)]}
 def _reference_step(f, lat, op, om, force):
     rho, u = macroscopic(f, lat, force)
     return stream(collide(f, equilibrium(rho, u, lat), u, lat, op, om, force), lat)
-
-
-def _random_populations(lat, shape, seed):
-    rng = np.random.default_rng(seed)
-    w = lat.w.reshape((-1,) + (1,) * lat.d)
-    return jnp.asarray(w * (1.0 + 0.1 * rng.standard_normal((lat.q,) + shape)))
 
 
 @needs_native
@@ -49,7 +42,7 @@ def test_native_kernels_equal_collide_then_stream(lat, collision):
     force = np.array([2e-4, -1e-4, 5e-5][: lat.d]) if collision == "trt_force" else None
     spec = KernelSpec(lat, "float64", collision != "bgk", force is not None)
     for k, shape in enumerate(NATIVE_SHAPES[lat.d]):
-        f = _random_populations(lat, shape, k)
+        f = random_populations(lat, shape, k)
         one = _reference_step(f, lat, op, om, force)
         two = _reference_step(one, lat, op, om, force)
         pushed, *_ = native.push(spec, f, jnp.zeros_like(f), op, om, force)
@@ -65,7 +58,7 @@ def test_native_kernels_read_their_slots_before_writing():
     lat = D2Q9
     shape = (6, 5)
     spec = KernelSpec(lat, "float64", False, False)
-    f = _random_populations(lat, shape, 3)
+    f = random_populations(lat, shape, 3)
     cells = np.array([0, 7, 29])
     for scheme in ("push", "aa_even", "aa_odd"):
         read, write = slot_maps(lat, shape, cells, scheme)
@@ -134,7 +127,7 @@ def test_kernel_walls_equal_the_dense_bounce_back(lat):
     spec = KernelSpec(lat, "float64", False, False)
     shape, walls = _wall_setups(lat)[0], _wall_setups(lat)[1][:3]
     for k, wall in enumerate(walls):
-        f = _random_populations(lat, shape, 20 + k)
+        f = random_populations(lat, shape, 20 + k)
 
         def reference(f, wall=wall):
             rho, u = macroscopic(f, lat, None)
@@ -160,7 +153,7 @@ def test_kernel_walls_observe_slots_after_the_walls():
     lat = D2Q9
     shape, (wall, *_) = _wall_setups(lat)
     spec = KernelSpec(lat, "float64", False, False)
-    f = _random_populations(lat, shape, 5)
+    f = random_populations(lat, shape, 5)
     rec = {key: jnp.asarray(v) for key, v in wall_records(lat, shape, (wall,), "aa_even").items()}
     observe = jnp.asarray(np.array([0, 17, 5 * 72 + 3, 8 * 72 + 71], np.int32))
     out, _, seen = native.aa_step(spec, f + 0, 0, 1.3, 1.3, None, None, rec, observe)
@@ -225,7 +218,7 @@ def test_kernel_faces_equal_the_dense_inlet_and_outflow(lat, kind, collision):
         s = inlet.apply(s.replace(rho=rho, u=u, feq=equilibrium(rho, u, lat)), lat)
         return stream(collide(s.f, s.feq, s.u, lat, op, om, force), lat)
 
-    f = _random_populations(lat, shape, 9)
+    f = random_populations(lat, shape, 9)
     one, two = reference(f), reference(reference(f))
     faces = {"u_in": jnp.asarray(u_in), "outflow": True}
     pushed, *_ = native.push(spec, f, jnp.zeros_like(f), op, om, force, **faces)

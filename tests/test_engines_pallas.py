@@ -10,18 +10,15 @@ and ``rows`` (what a TPU runs). The deviceless compiles (marked ``accel``) need
 ``bash scripts/accel_env.sh`` and run in ``.venv-accel``.
 """
 
-import json
 import logging
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_config, slow_except
+from conftest import run_config, setup_for, slow_except
+from helpers.inspect_cli import inspect_json, installed
 
 from lbm.bench.inspect import cuda_plugin
 from lbm.engines import EngineUnavailable, make_engine
@@ -33,9 +30,7 @@ from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
 from lbm.lattice import LATTICES
-from lbm.simulation import make_case
 
-ROOT = Path(__file__).resolve().parents[1]
 TOL = {"float32": 2e-6, "float64": 1e-14}
 
 CASES = {
@@ -47,12 +42,6 @@ CASES = {
     "taylor_green": ["case=taylor_green", "grid.nx=16", "grid.ny=8"],
     "cavity_d3q19": ["case=cavity", "lattice=d3q19", "grid.nx=8", "grid.ny=8", "grid.nz=6"],
 }
-
-
-def _setup(overrides, precision):
-    if precision == "float64":
-        jax.config.update("jax_enable_x64", True)
-    return make_case(run_config(*overrides, f"precision={precision}")).setup()
 
 
 def _compare(setup, engine, steps, tol, aux_tol=None):
@@ -73,7 +62,7 @@ def _compare(setup, engine, steps, tol, aux_tol=None):
     fast={("cavity", "float32", 3)}))
 def test_flat_kernel_engine_equals_the_reference(name, precision, steps):
     """float32 over an odd step count on every case, float64 over an even one on two (the suite's time budget)."""
-    setup = _setup(CASES[name], precision)
+    setup = setup_for(CASES[name], precision)
     engine = make_engine(setup, engine="pallas")
     assert isinstance(engine, PallasEngine) and engine.form == "flat" and engine.interpret
     _compare(setup, engine, steps, TOL[precision])
@@ -82,7 +71,7 @@ def test_flat_kernel_engine_equals_the_reference(name, precision, steps):
 @pytest.mark.slow
 @pytest.mark.parametrize("name,steps", [("cylinder", 2), ("taylor_green", 3), ("cavity_d3q19", 3)])
 def test_rows_kernel_engine_equals_the_reference(name, steps):
-    setup = _setup(CASES[name], "float32")
+    setup = setup_for(CASES[name], "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=True)
     assert engine.form == "rows"
     _compare(setup, engine, steps, TOL["float32"])
@@ -116,13 +105,13 @@ def test_rows_block_divides_the_first_axis():
 
 
 def test_auto_picks_pallas_on_accelerators_and_falls_back_where_it_cannot(caplog):
-    setup = _setup(CASES["taylor_green"], "float32")
+    setup = setup_for(CASES["taylor_green"], "float32")
     for platform in ("gpu", "tpu"):
         engine = make_engine(setup, platform=platform)
         assert engine.name == "pallas" and not engine.interpret
         assert engine.form == ("rows" if platform == "tpu" else "flat")
     assert make_engine(setup, platform="cpu").name in ("native", "xla")
-    setup64 = _setup(CASES["taylor_green"], "float64")
+    setup64 = setup_for(CASES["taylor_green"], "float64")
     fallback = make_engine(setup64, platform="tpu")  # TPUs compute in float32 at most
     assert fallback.name == "xla" and "float32" in fallback.note
     with caplog.at_level(logging.WARNING, logger="lbm"):
@@ -134,7 +123,7 @@ def test_auto_picks_pallas_on_accelerators_and_falls_back_where_it_cannot(caplog
 def test_collisions_the_kernel_does_not_compute_are_refused_and_auto_falls_back_to_xla(kind):
     """The kernel's cell body is BGK or TRT: an MRT or regularized run must not get it (it once did, silently: the
     populations then differed from xla by 2e-4 (MRT cavity) to 1e-2 (regularized cylinder) after 4 steps)."""
-    setup = _setup(CASES["cavity"] + [f"collision={kind}"], "float32")
+    setup = setup_for(CASES["cavity"] + [f"collision={kind}"], "float32")
     with pytest.raises(EngineUnavailable, match=f"bgk and trt only, not {kind}"):
         make_engine(setup, engine="pallas")
     for platform in ("gpu", "tpu"):
@@ -155,23 +144,6 @@ def test_a_run_with_engine_pallas_writes_its_metrics(tmp_path):
 # --- deviceless compiles (bash scripts/accel_env.sh; .venv-accel/bin/python -m pytest -m accel) ----------------
 
 
-def _installed(module):
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def _inspect(tmp_path, *args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-m", "lbm", "inspect", *args, "--out", str(tmp_path)], capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return json.loads((tmp_path / "inspect.json").read_text())
-
-
 BOX = ["case=taylor_green", "grid.nx=1024", "grid.ny=1024", "steps=100"]
 BOX3 = ["case=taylor_green", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=64", "steps=100"]
 CYLINDER = ["steps=100"]  # the default case: cylinder 420x180
@@ -184,7 +156,7 @@ def test_h100_loop_body_is_one_pallas_kernel_per_step(tmp_path, case, args, max_
     """Issue 10's targets: traffic_ratio <= 1.15 (box), <= 1.3 (cylinder); no whole-array copy or scatter."""
     if cuda_plugin() is None:
         pytest.skip("the CUDA plugin is not installed (bash scripts/accel_env.sh)")
-    rec = _inspect(tmp_path, "target=h100", *args)
+    rec = inspect_json(tmp_path, "target=h100", *args)
     assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
     bulk = [k for k in rec["kernels"] if k["kind"] == "__gpu$xla.gpu.triton"]
     assert len(bulk) == 2  # one per step
@@ -204,9 +176,9 @@ def test_h100_loop_body_is_one_pallas_kernel_per_step(tmp_path, case, args, max_
 @pytest.mark.parametrize("case,args", [("box", ["case=taylor_green", "grid.nx=2048", "grid.ny=2048", "steps=100"]),
                                        ("cylinder", CYLINDER)])
 def test_v5e_loop_body_is_one_mosaic_kernel_per_step(tmp_path, case, args):
-    if not _installed("libtpu"):
+    if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
-    rec = _inspect(tmp_path, "target=v5e", *args)
+    rec = inspect_json(tmp_path, "target=v5e", *args)
     assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
     bulk = [k for k in rec["kernels"] if k["kind"] == "tpu_custom_call"]
     assert len(bulk) == 2 and all(k["stages"] == ["macroscopic", "equilibrium", "collide", "stream"] for k in bulk)
@@ -235,7 +207,7 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name):
     differences are 6.9e-7 (populations, cylinder) and 7.6e-7 (the cylinder's force, of magnitude 0.29); the
     bound, 1e-5 for both, is 5x the GPU estimate.
     """
-    setup = _setup(CASES[name], "float32")
+    setup = setup_for(CASES[name], "float32")
     engine = make_engine(setup, engine="pallas" if REHEARSAL else "auto")
     assert engine.name == "pallas", engine.note
     assert engine.interpret == (jax.default_backend() == "cpu")  # compiled wherever there is an accelerator

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_inspect import CUDA, _installed, consistent, run_cli
+from helpers.inspect_cli import CUDA, consistent, installed, run_cli
 
 CASES = {"box": ["case=taylor_green", "grid.nx=256", "grid.ny=256", "steps=40"], "cylinder": ["steps=100"]}
 
@@ -24,7 +24,7 @@ def test_xla_engine_on_h100_reads_the_populations_twice_per_step(tmp_path, case)
     when rho and u were two kernels that each read every population. A third pass over the populations adds
     at least 32 B (8 of the 9 populations) and breaks the 2.0 bound.
     """
-    if not _installed(CUDA):
+    if not installed(CUDA):
         pytest.skip(f"{CUDA} is not installed (bash scripts/accel_env.sh)")
     res = run_cli("target=h100", "engine=xla", *CASES[case], "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr[-2000:]

@@ -4,18 +4,12 @@ compiles for GPU and TPU targets (marked ``accel``; they need the compilers from
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers.inspect_cli import CUDA, consistent, installed, run_cli
 
-from lbm.bench.inspect import cuda_plugin
 from lbm.hlo import array_bytes, loop_traffic, main_loop, tuple_elements
 from lbm.stages import STAGES
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # A scan-like loop over f32[9,4,8] populations (32 cells, 1152 B): a counter, a reduction (rho), an elementwise
 # update that broadcasts rho, and the copy of the loop state. Bytes below are counted by hand.
@@ -231,15 +225,6 @@ def inspect(tmp_path, *args):
     return record
 
 
-def consistent(record, q, itemsize):
-    assert record["min_bytes_per_cell_step"] == 2 * q * itemsize
-    assert record["kernels_per_step"] >= 1 and record["steps_per_loop_body"] >= 1
-    rows_sum = sum(k["read_bytes_per_cell_step"] + k["written_bytes_per_cell_step"] for k in record["kernels"])
-    assert rows_sum == pytest.approx(record["bytes_per_cell_step"], rel=1e-9)
-    assert record["bytes_per_cell_step"] <= record["bytes_per_cell_step_upper_bound"] + 1e-9
-    assert record["traffic_ratio"] == pytest.approx(record["bytes_per_cell_step"] / record["min_bytes_per_cell_step"])
-
-
 @pytest.mark.native
 def test_cpu_inspect_of_a_periodic_box(tmp_path):
     rec = inspect(tmp_path, "target=cpu", "case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40")
@@ -274,26 +259,9 @@ def test_bad_targets_are_one_line_errors(tmp_path):
     assert not (tmp_path / "inspect.json").exists()
 
 
-def _installed(module):
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
-CUDA = cuda_plugin() or "jax_plugins.xla_cuda12"
-"""The CUDA plugin's module: jax-cuda12-plugin's or jax-cuda13-plugin's, whichever is installed."""
-
-
-def run_cli(*args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "lbm", "inspect", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
-
-
-@pytest.mark.skipif(_installed(CUDA), reason="the CUDA plugin is installed here")
+@pytest.mark.skipif(installed(CUDA), reason="the CUDA plugin is installed here")
 def test_without_the_cuda_plugin_one_line_says_how_to_get_it(tmp_path):
     res = run_cli("target=h100", "--out", str(tmp_path))
     assert res.returncode == 2
@@ -310,7 +278,7 @@ CASES = {"box": ["case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=40"], "
 @pytest.mark.parametrize("target,module", [("h100", CUDA), ("v5e", "libtpu")])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_deviceless_compile(tmp_path, target, module, case):
-    if not _installed(module):
+    if not installed(module):
         pytest.skip(f"{module} is not installed (bash scripts/accel_env.sh)")
     res = run_cli(f"target={target}", *CASES[case], "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr[-2000:]
@@ -346,7 +314,7 @@ def test_a_mesh_that_does_not_divide_the_cases_own_grid_is_a_one_line_error(tmp_
     """schafer_turek derives its grid from its diameter (89 x 18 at 4 cells): the mesh is checked against that grid."""
     from lbm.cli import main
 
-    if not _installed("libtpu"):
+    if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
 
     args = ["inspect", "target=v5e:2x2", "case=schafer_turek", "case.cells_per_diameter=4", "parallel.mesh=[1,4]"]
@@ -384,7 +352,7 @@ SHARDED = {
 def test_sharded_deviceless_compile_halo_bytes_and_collectives(tmp_path, name):
     args, mesh, engine, halo = SHARDED[name]
     module = "libtpu" if name.startswith("v5e") else CUDA
-    if not _installed(module):
+    if not installed(module):
         pytest.skip(f"{module} is not installed (bash scripts/accel_env.sh)")
     res = run_cli(*args, "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr[-2000:]

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_state, shape_for
+from conftest import ALL_LATTICES, random_state, shape_for
 
 from lbm.boundaries.bounce_back import bounce_back_halfway, halfway_links
 from lbm.kernels.collision import collide
@@ -12,16 +12,13 @@ from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.forces import boundary_links, momentum_exchange
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
-from lbm.lattice import CS2, D2Q9, LATTICES
+from lbm.lattice import CS2, D2Q9
 
-ALL = sorted(LATTICES.values(), key=lambda lat: lat.name)
+ALL = ALL_LATTICES
 
 
-@pytest.fixture(autouse=True)
-def _x64():
-    """These closed forms are checked to 1e-13: float64 for this module's tests only."""
-    with jax.enable_x64(True):
-        yield
+pytestmark = pytest.mark.usefixtures("x64")
+"""These closed forms are checked to 1e-13: float64 for this module's tests only."""
 
 
 @pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)

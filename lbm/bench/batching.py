@@ -22,14 +22,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbm.bench.study_args import STRATEGIES, batching_parser
 from lbm.hlo import count_fusions
 from lbm.kernels.collision import bgk
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
 from lbm.lattice import D2Q9
-
-STRATEGIES = ("loop", "map", "vmap")
 
 
 def member_initial(n: int, u0: float = 0.04) -> np.ndarray:
@@ -236,19 +235,11 @@ def findings(records: list[dict[str, Any]]) -> list[str]:
 
 def main(args: list[str]) -> int:
     """``python -m lbm study batching [--members 1,2,4] [--grid N] [--steps N] [--repeats N] [--out DIR]``."""
-    import argparse
     import datetime
 
     from lbm.errors import LbmError
 
-    parser = argparse.ArgumentParser(prog="python -m lbm study batching", description=__doc__.splitlines()[0])
-    parser.add_argument("--members", default="1,2,4,8,16,32,64", help="ensemble sizes B, comma-separated")
-    parser.add_argument("--grid", type=int, default=64, help="cells per side of each member's periodic box")
-    parser.add_argument("--steps", type=int, default=100, help="steps per member in one call")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement")
-    parser.add_argument("--map-batch", type=int, default=None, help="lax.map batch_size (default: none)")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="subset of loop,map,vmap")
-    parser.add_argument("--out", default=None, help="output directory (default outputs/studies/batching/<time>)")
+    parser = batching_parser()
     try:
         ns = parser.parse_args(args)
     except SystemExit as exc:

@@ -110,14 +110,11 @@ def persistent_cache(overrides: list[str], steps: int) -> dict[str, Any]:
 
 def main(args: list[str]) -> int:
     """``python -m lbm study compile [--grids 64,128,256,512] [--steps 1,10,100,1000] [--out DIR] [overrides]``."""
-    import argparse
     import datetime
 
-    parser = argparse.ArgumentParser(prog="python -m lbm study compile", description=__doc__.splitlines()[0])
-    parser.add_argument("--grids", default="64,128,256,512", help="square grid sizes (periodic Taylor-Green box)")
-    parser.add_argument("--steps", default="1,10,100,1000", help="steps per dispatch to compare")
-    parser.add_argument("--out", default=None)
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (e.g. lattice=d3q19 grid.nz=32)")
+    from lbm.bench.study_args import compile_parser
+
+    parser = compile_parser()
     try:
         ns = parser.parse_args(args)
         grids = [int(v) for v in ns.grids.split(",") if v]

@@ -72,16 +72,12 @@ def write_bundle(setup: Setup, out_dir: Path, fused_steps: int = 10, context: di
 
 def main(args: list[str]) -> int:
     """``python -m lbm study export [hydra overrides] [--out DIR]``: write the reproduction bundle of a case."""
-    from lbm.config.command_line import ArgumentParser, split_hydra_args
+    from lbm.bench.study_args import export_parser
+    from lbm.config.command_line import split_hydra_args
     from lbm.errors import LbmError
     from lbm.simulation import prepare
 
-    parser = ArgumentParser(prog="python -m lbm study export", usage="%(prog)s [--out DIR] [overrides]",
-                    description="Export every stage and a 10-step fused chunk of one configuration with jax.export "
-                    "(CPU and CUDA), with their input shapes and a manifest.json; overrides (key=value, as for run) "
-                    "choose the configuration. python scripts/rerun_export.py DIR re-times the bundle without lbm.")
-    parser.add_argument("--out", default=None, metavar="DIR",
-                        help="directory of the bundle (default outputs/export/<case>_<grid>)")
+    parser = export_parser()
     ns, rest = parser.parse_known_args(args)
     out = ns.out
     overrides, multirun, _ = split_hydra_args(rest)
