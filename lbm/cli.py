@@ -115,7 +115,8 @@ def _task(cfg: Any, named_run_dir: bool = False) -> None:
     from omegaconf import OmegaConf
 
     from lbm.config import LbmWarning, from_composed
-    from lbm.simulation import Interrupted, simulate
+    from lbm.simulation import simulate
+    from lbm.stopping import Interrupted
 
     log = logging.getLogger("lbm")
     for noisy in ("jax", "matplotlib"):
