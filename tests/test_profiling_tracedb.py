@@ -244,17 +244,21 @@ def test_both_backends_get_the_same_sql_text():
     assert bd_perf.rows == bd_lite.rows
 
 
-def test_perfetto_unavailable_falls_back_and_says_so(tmp_path, monkeypatch):
+def test_perfetto_asked_for_without_a_binary_is_refused_and_auto_says_what_it_uses(tmp_path, monkeypatch):
     data, _ = instrumented_trace()
     f = tmp_path / "x.trace.json.gz"
     f.write_bytes(gzip.compress(json.dumps(data).encode()))
     monkeypatch.delenv("LBM_TRACE_PROCESSOR", raising=False)
     monkeypatch.setattr("shutil.which", lambda name: None)
-    db, note = open_trace_db(locate_trace(f), "perfetto")
-    assert db.backend == "sqlite" and "unavailable" in note and "trace_processor" in note
+    with pytest.raises(LbmError, match="--backend perfetto: no trace_processor binary"):
+        open_trace_db(locate_trace(f), "perfetto")
+    db, note = open_trace_db(locate_trace(f), "auto")  # nothing asked for: the embedded backend, said so
+    assert db.backend == "sqlite" and "embedded sqlite" in note and "trace_processor" in note
+    with pytest.raises(LbmError, match="not an executable file"):
+        open_trace_db(locate_trace(f), "auto", str(tmp_path / "nonexistent"))
     monkeypatch.setenv("LBM_TRACE_PROCESSOR", str(tmp_path / "missing"))
-    db, note = open_trace_db(locate_trace(f), "auto")
-    assert db.backend == "sqlite" and "not an executable file" in note
+    with pytest.raises(LbmError, match="not an executable file"):
+        open_trace_db(locate_trace(f), "auto")
     # with a binary, the perfetto backend is used (here a fake one, never a download)
     exe = tmp_path / "trace_processor"
     exe.write_text("#!/bin/sh\n")

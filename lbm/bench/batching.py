@@ -202,9 +202,16 @@ def table(records: list[dict[str, Any]]) -> str:
             "| max diff vs single |\n|---|---|---|---|---|---|---|---|---|---|\n")
     rows = "".join(
         f"| {r['strategy']} | {r['members']} | {r['compile_s']:.2f} | {r['run_s_median'] * 1e3:.1f} | "
-        f"{r['member_step_us']:.1f} | {r['mlups']:.1f} | {r['peak_memory_bytes'] / 2**20:.1f} | {r['jaxpr_eqns']} | "
+        f"{r['member_step_us']:.1f} | {r['mlups']:.1f} | {r['peak_memory_bytes'] / 2**20:.3f} | {r['jaxpr_eqns']} | "
         f"{r['hlo_fusions']} | {r['max_abs_diff_vs_single']:.1e} |\n" for r in records)
     return head + rows
+
+
+
+def mebibytes(n: int) -> str:
+    """``n`` bytes in MiB, with the digits a small value needs (never a bare 0.0)."""
+    mib = n / 2**20
+    return f"{mib:.1f} MiB" if mib >= 0.1 else f"{mib:.3g} MiB"
 
 
 def findings(records: list[dict[str, Any]]) -> list[str]:
@@ -224,8 +231,9 @@ def findings(records: list[dict[str, Any]]) -> list[str]:
     if at_hi:
         fastest = max(at_hi, key=lambda r: r["mlups"])
         biggest = max(at_hi, key=lambda r: r["peak_memory_bytes"])
-        out.append(f"at B={hi}: fastest {fastest['strategy']} ({fastest['mlups']:.1f} MLUPS), most memory "
-                   f"{biggest['strategy']} ({biggest['peak_memory_bytes'] / 2**20:.1f} MiB)")
+        memory = (f"most memory {biggest['strategy']} ({mebibytes(biggest['peak_memory_bytes'])})"
+                  if biggest["peak_memory_bytes"] > 0 else "compiled peak memory not reported by XLA here")
+        out.append(f"at B={hi}: fastest {fastest['strategy']} ({fastest['mlups']:.1f} MLUPS), {memory}")
     worst = max(records, key=lambda r: r["max_abs_diff_vs_single"])
     out.append(f"largest difference of a member from its single run: {worst['max_abs_diff_vs_single']:.2e} "
                f"({worst['strategy']}, B={worst['members']}); bitwise equal in "

@@ -79,6 +79,14 @@ def breakdown_png(bd: Breakdown, path: Path, title: str = "") -> Path:
     return path
 
 
+def device_lane(event: dict[str, Any]) -> str:
+    """The timeline track of a device event: its device plane, or the host thread XLA:CPU ran it on."""
+    process, thread = str(event.get("process_name") or ""), str(event.get("thread_name") or "")
+    if process.startswith("/device"):
+        return f"device: {process}" + (f" / {thread}" if thread and thread != "python" else "")
+    return f"XLA:CPU kernels (host thread {thread or 'unnamed'})"
+
+
 def timeline_png(bd: Breakdown, path: Path, n_steps: int = 3, title: str = "") -> Path | None:
     """A timeline of ``n_steps`` steady timesteps: host spans and the device kernels they launched."""
     steady = bd.timeline.get("steady") or []
@@ -101,7 +109,7 @@ def timeline_png(bd: Breakdown, path: Path, n_steps: int = 3, title: str = "") -
             continue
         for e in ex.events:
             unit = d.name if d.name != STEP else unit_of.get(str(e["hlo_op"]), "(unscoped)")
-            lane = f"device: {str(e.get('thread_name') or e.get('process_name'))[:28]}"
+            lane = device_lane(e)
             lanes.setdefault(lane, []).append((int(e["ts"]), int(e["dur"]), unit))
     fig, ax = plt.subplots(figsize=(15, 0.6 * len(lanes) + 1.8))
     colors = unit_colors(sorted({u for items in lanes.values() for _, _, u in items}))

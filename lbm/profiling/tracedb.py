@@ -458,18 +458,26 @@ def open_trace_db(files: TraceFiles, backend: str = "auto", trace_processor: str
     note = "embedded sqlite backend"
     if backend in ("auto", "perfetto"):
         bin_path, why = resolve_trace_processor(trace_processor)
+        named = bool(trace_processor or os.environ.get(TRACE_PROCESSOR_ENV))
+        if bin_path is None and (backend == "perfetto" or named):  # asked for explicitly: refuse, never fall back
+            raise LbmError(f"--backend {backend}: {why}; give an executable trace_processor "
+                           f"(--trace-processor BIN, profile.trace_processor or {TRACE_PROCESSOR_ENV}), "
+                           "or use --backend sqlite")
         json_path = files.perfetto_json or files.trace_json
-        if bin_path is None:
-            note = f"perfetto backend unavailable: {why}; using the embedded sqlite backend"
-        elif json_path is None:
-            note = "perfetto backend needs a JSON trace (only an .xplane.pb was found); using the embedded sqlite backend"
-        else:
+        if bin_path is not None and json_path is None:
+            if backend == "perfetto":
+                raise LbmError("--backend perfetto needs a JSON trace (only an .xplane.pb was found): "
+                               "use --backend sqlite")
+            note = "embedded sqlite backend (perfetto needs a JSON trace; only an .xplane.pb was found)"
+        elif bin_path is not None:
             try:
                 return PerfettoTraceDB(open_perfetto(json_path, bin_path), str(json_path)), f"perfetto backend ({why})"
             except Exception as exc:
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                note = f"perfetto backend failed to start ({msg}); using the embedded sqlite backend"
-        if backend == "auto" and bin_path is None:
+                if backend == "perfetto":
+                    raise LbmError(f"--backend perfetto: trace_processor {bin_path} failed to start ({msg})") from None
+                note = f"WARNING: the perfetto backend failed to start ({msg}); using the embedded sqlite backend"
+        else:
             note = "embedded sqlite backend (perfetto: " + why + ")"
     return SqliteTraceDB(load_tables(files)), note
 
