@@ -31,3 +31,18 @@ def test_a_build_logs_its_start_its_time_and_the_cache_path(tmp_path, monkeypatc
     with caplog.at_level("INFO", logger="lbm"):
         assert build.build(spec) == out  # cached: no build, nothing logged
     assert len(calls) == 1 and not caplog.records
+
+
+def test_a_build_shows_a_live_status_on_a_terminal_and_nothing_on_a_pipe(monkeypatch):
+    import contextlib
+    import sys
+
+    from rich.status import Status
+
+    from lbm.engines.native.build import build_status
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert isinstance(build_status("building"), contextlib.nullcontext)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    status = build_status("building the native kernel x")
+    assert isinstance(status, Status) and "building the native kernel x" in str(status.status)

@@ -72,6 +72,17 @@ def cxxflags() -> list[str]:
     return [*CXXFLAGS, *os.environ.get("LBM_NATIVE_EXTRA_FLAGS", "").split()]
 
 
+def build_status(message: str) -> Any:
+    """A live spinner with ``message`` and the elapsed time on a terminal (rich), else nothing: the log says it."""
+    import contextlib
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(message)
+
+
 def build(spec: KernelSpec) -> Path:
     """Compile the library for ``spec`` into the cache (once; keyed by sources, flags and jaxlib); return its path."""
     cxx = compiler()
@@ -94,7 +105,8 @@ def build(spec: KernelSpec) -> Path:
             with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
                 (Path(tmp) / "lbm_generated.h").write_text(gen)
                 (Path(tmp) / "kernels.cc").write_text(src)
-                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+                with build_status(f"building the native kernel {spec.tag} (once per kernel and machine)"):
+                    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
                 if proc.returncode != 0:
                     raise RuntimeError(f"kernel build failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
                 os.replace(Path(tmp) / "kernel.so", out)  # atomic: concurrent builders agree on the result
