@@ -124,9 +124,8 @@ def test_the_stl_spheres_drag_equals_the_analytic_spheres(tmp_path: Path) -> Non
     assert abs(drag[0] - drag[1]) / drag[1] < 3e-3
 
 
-def test_surface_obstacles_are_refused_in_one_line_before_anything_is_written(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def test_surface_obstacles_are_refused_in_one_line_before_anything_is_written(tmp_path: Path, capsys) -> None:
+    from lbm.cli import main
 
     box = trimesh.creation.box()
     trimesh.Trimesh(box.vertices, box.faces[:-2]).export(tmp_path / "open.stl")
@@ -137,8 +136,7 @@ def test_surface_obstacles_are_refused_in_one_line_before_anything_is_written(tm
     }
     for name, overrides in cases.items():
         out = tmp_path / f"run-{name.replace(' ', '_')}"
-        done = subprocess.run([sys.executable, "-m", "lbm", "run", *overrides, f"hydra.run.dir={out}"],
-                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
-        assert done.returncode == 2, (name, done.stderr)
-        assert len(done.stderr.strip().splitlines()) == 1 and "case.mask" in done.stderr, (name, done.stderr)
+        assert main(["run", *overrides, f"hydra.run.dir={out}"]) == 2, name
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "case.mask" in err, (name, err)
         assert not out.exists()
