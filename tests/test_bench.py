@@ -118,6 +118,7 @@ def test_bench_json_contract_fast(tmp_path):
     assert again["steps_per_repeat"] != n and again["evidence"] == ev
 
 
+@pytest.mark.slow
 def test_bench_prints_a_table_with_units(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "lbm", "bench", *TINY, "cases=[periodic]", "variants=[xla,naive]", "repeats=1",

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import ALL_LATTICES
+from conftest import ALL_LATTICES, slow_except
 from helpers.boundaries import random_populations
 
 from lbm.engines.native import build as native
@@ -33,8 +33,9 @@ def _reference_step(f, lat, op, om, force):
 
 
 @needs_native
-@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
-@pytest.mark.parametrize("collision", ["bgk", "trt", "trt_force"])
+@pytest.mark.parametrize("lat,collision", slow_except(
+    [(lat, c) for c in ("bgk", "trt", "trt_force") for lat in ALL],
+    fast={(ALL_LATTICES[0], "trt_force"), (ALL_LATTICES[1], "bgk")}), ids=lambda v: getattr(v, "name", v))
 def test_native_kernels_equal_collide_then_stream(lat, collision):
     """push = one reference step; an AA pair (even, odd, in place) = two reference steps; any grid shape."""
     op = 1 / 0.8
