@@ -3,9 +3,10 @@
 Forced host devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``) must be set before JAX
 starts, so the sharded work runs in subprocesses (tests/parallel_worker.py), each printing one JSON line.
 
-Bounds: float64 populations after a few steps differ from the 1-device run by rounding only (measured
-<= 6e-16 for populations and <= 1.6e-15 for forces, whose sum over blocks is reordered); 1e-14 is a few
-times that. A wrong halo, a seam or a boundary condition on the wrong block shows at 1e-5 and above
+Bounds: float64 populations after a few steps differ from the 1-device run by rounding only (measured over
+every slow case here: <= 7.8e-16 for populations, 8.9e-16 on the sharded pallas engine, and <= 3.8e-15 for
+forces, whose sum over blocks is reordered); ROUNDING (2e-15) and FORCE_ROUNDING (1e-14) are 2-3x that, and a
+resumed or re-placed run is bitwise equal. A wrong halo, a seam or a boundary condition on the wrong block shows at 1e-5 and above
 (populations deviate from their rest weights by ~u_lattice * w_i).
 """
 
@@ -23,7 +24,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).with_name("parallel_worker.py")
-ROUNDING = 1e-14
+ROUNDING = 2e-15
+"""Populations, sharded against one device (float64; measured <= 8.9e-16)."""
+FORCE_ROUNDING = 1e-14
+"""Forces, summed over blocks in another order (float64; measured <= 3.8e-15)."""
 FAST_ROUNDING = 1.5e-16
 """The bound of the fast-lane representative (3 float64 steps; measured: populations 0, forces 5.6e-17)."""
 
@@ -60,7 +64,7 @@ def check_equal(result: dict) -> None:
     assert result, "no comparisons ran"
     for key, r in result.items():
         assert r["f"] <= ROUNDING, (key, r)
-        assert r["force"] <= ROUNDING, (key, r)
+        assert r["force"] <= FORCE_ROUNDING, (key, r)
         assert "halo" in r["pieces"], key
 
 
@@ -116,7 +120,7 @@ def test_sharded_pallas_equals_the_one_device_pallas_run_bitwise():
     for key, r in result.items():
         assert r["engine"] == "ShardedPallasEngine", (key, r)
         if key.startswith("cavity"):  # boundary cells by the stage functions, bulk by the kernel: rounding
-            assert r["same"] <= ROUNDING, (key, r)
+            assert r["same"] == 0, (key, r)  # bitwise (measured 0)
         else:
             assert r["same"] == 0.0, (key, r)
 
@@ -135,11 +139,11 @@ PALLAS_BC = {
 }
 
 
-def check_pallas_bc(result: dict, bound: float) -> None:
+def check_pallas_bc(result: dict, bound: float, force_bound: float) -> None:
     assert result, "no comparisons ran"
     for key, r in result.items():
         assert r["engine"] == "ShardedPallasEngine", (key, r)
-        assert r["f"] <= bound and r["force"] <= bound, (key, r)
+        assert r["f"] <= bound and r["force"] <= force_bound, (key, r)
 
 
 @pytest.mark.slow
@@ -148,7 +152,7 @@ def test_sharded_pallas_with_boundary_conditions_equals_one_device_odd_steps():
     meshes = {"cylinder": [[4]], "cylinder-halfway-characteristic": [[2, 2]], "cavity": [[2, 2]],
               "poiseuille-interpolated": [[1, 4]]}  # the cylinder on 8 blocks and 2x2 in the next test
     cases = [[name, ov, meshes[name], ["fused"], "pallas"] for name, ov in PALLAS_BC.items()]
-    check_pallas_bc(worker("equality", {"steps": 5, "cases": cases}, timeout=1800), ROUNDING)
+    check_pallas_bc(worker("equality", {"steps": 5, "cases": cases}, timeout=1800), ROUNDING, FORCE_ROUNDING)
 
 
 # BGK, the Zou-He pressure outlet, linear BFL, U_mean 0.05 (the case's defaults are its validated settings)
@@ -167,9 +171,10 @@ def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
              ["duct", ["case=duct", "lattice=d3q19", "grid.nx=4", "grid.ny=8", "grid.nz=8"], [[1, 2, 2]], ["fused"],
               "pallas"],
              ["schafer_turek", ST, [[1, 2]], ["fused"], "pallas"]]
-    check_pallas_bc(worker("equality", {"steps": 6, "cases": cases}, timeout=1800), ROUNDING)
+    check_pallas_bc(worker("equality", {"steps": 6, "cases": cases}, timeout=1800), ROUNDING, FORCE_ROUNDING)
     cases = [["cylinder", PALLAS_BC["cylinder"], [[2, 2]], ["fused"], "pallas"]]
-    check_pallas_bc(worker("equality", {"steps": 6, "cases": cases, "precision": "float32"}, timeout=1800), 2e-6)
+    check_pallas_bc(worker("equality", {"steps": 6, "cases": cases, "precision": "float32"}, timeout=1800), 2e-6,
+                    1e-6)  # float32 forces: measured 3.2e-7
 
 
 DENSE_FORMS = {  # the conditions whose mesh forms read beyond a plain mask (their on_mesh)
@@ -220,7 +225,7 @@ def test_xla_per_block_plan_equals_one_device():
     assert len(result) == 1
     for key, r in result.items():
         assert r["engine"] == "ShardedPlanEngine", (key, r)
-        assert r["f"] <= ROUNDING and r["force"] <= ROUNDING, (key, r)
+        assert r["f"] <= ROUNDING and r["force"] <= FORCE_ROUNDING, (key, r)
 
 
 def test_fast_lane_sharded_run_with_boundary_conditions():
@@ -320,8 +325,8 @@ def test_run_directory_checkpoints_and_resume(tmp_path):
     load = {name: np.load(tmp_path / name / "fields.npz") for name, _ in runs}
     for key in ("rho", "u", "solid"):
         assert np.array_equal(load["same"][key], load["full"][key]), key  # same mesh: bitwise
-        assert np.abs(load["other"][key].astype(float) - load["full"][key]).max() <= ROUNDING, key
-        assert np.abs(load["one"][key].astype(float) - load["full"][key]).max() <= ROUNDING, key
+        assert np.abs(load["other"][key].astype(float) - load["full"][key]).max() == 0, key  # bitwise (measured 0)
+        assert np.abs(load["one"][key].astype(float) - load["full"][key]).max() == 0, key
     for name in ("one", "full"):
         assert sorted(p.name for p in (tmp_path / name / "vtk").iterdir()) == \
             ["fields_0000000020.vti", "fields_0000000040.vti"]

@@ -155,12 +155,21 @@ SCHEMAS: dict[str, type] = {"config": RunSchema, "bench": BenchSchema}
 
 
 @functools.cache
+def cells_across(n: Any, length: Any, cell: Any, extra: Any) -> int:
+    """``round(length / cell * n) + extra``: a grid size derived from cells per length (the YAML resolver lbm.cells)."""
+    return round(float(length) / float(cell) * int(n)) + int(extra)
+
+
 def register() -> None:
-    """Store the schemas in Hydra's ConfigStore (once per process), as the YAML defaults lists name them."""
+    """Store the schemas in Hydra's ConfigStore (once per process), as the YAML defaults lists name them, and the
+    resolver ``lbm.cells`` with which a case's YAML derives its grid from its resolution (schafer_turek)."""
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
     for config_name, schema in SCHEMAS.items():
         ConfigStore.instance().store(name=f"{config_name}_schema", node=schema)
+    if not OmegaConf.has_resolver("lbm.cells"):
+        OmegaConf.register_new_resolver("lbm.cells", cells_across)
 
 
 @functools.cache
