@@ -66,11 +66,12 @@ DFG_2D1_N20 = ("case.variant=2D-1", "case.cells_per_diameter=20", "flow.tau=0.6"
                "case.wall=bfl")
 # The full level runs each variant with its defaults, which are its validated settings (schafer_turek.yaml: TRT,
 # tau 0.53, the characteristic outlet; 2D-1 at N = 30 with the parabolic wall, in float64 for the lift: cd 5.5857,
-# cl 0.01049, dp 0.11726 measured, docs/dfg.md Session 4; 2D-2 at N = 70, 7.5 s of flow). 2D-2: with tau 0.53 cd_max,
-# cl_max and St are inside together from N = 70 (3.2398, 0.9908, 0.3019): docs/dfg.md "Session 5: 2D-2 resolution".
+# cl 0.01049, dp 0.11726 measured, docs/dfg.md "the wall location under TRT"; 2D-2 at N = 70, 7.5 s of flow).
+# 2D-2: with tau 0.53 cd_max,
+# cl_max and St are inside together from N = 70 (3.2398, 0.9908, 0.3019): docs/dfg.md "2D-2 resolution".
 # cl_max is the raw maximum of the lift, and float32's rounding noise lifts it about 0.003 above the smooth signal:
 # without the noise (a harmonic fit, scripts/dfg_lift.py) it is 0.9878 at N = 70 and converges on 0.984, below the
-# interval; no cause in lbm was found (docs/dfg.md "Session 6: the 2D-2 lift"). The report says so beside the check.
+# interval; no cause in lbm was found (docs/dfg.md "the 2D-2 lift"). The report says so beside the check.
 DFG_2D1_N30 = ("case.variant=2D-1", "precision=float64")
 DFG_2D2_N70 = ("case.variant=2D-2",)
 """The full level's DFG runs: the variants' defaults (2D-1 in float64)."""
@@ -117,7 +118,7 @@ CHECKS = (
     *(Check(f"dfg_2d2_{metric}_n70", "schafer_turek", DFG_2D2_N70, metric, 0.0,
             "Schafer & Turek (1996) 2D-2 interval" + (
                 "; the raw maximum, lifted ~0.003 by float32 noise: noise-free 0.9878 at N = 70, converging on 0.984, "
-                "below it (docs/dfg.md Session 6)" if metric == "cl_max" else ""), interval=interval, levels=("full",))
+                "below it (docs/dfg.md, 'The 2D-2 lift')" if metric == "cl_max" else ""), interval=interval, levels=("full",))
       for metric, interval in DFG["2D-2"].items()),
     Check("cavity_ghia_u_re1000", "cavity", CAVITY_RE1000, "ghia_u_max_abs_error", 0.03,
           "Ghia, Ghia & Shin (1982) Table I, Re 1000 (measured 0.013 at 130x130)", levels=("full",)),

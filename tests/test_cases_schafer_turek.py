@@ -181,7 +181,7 @@ def test_each_variant_defaults_to_its_validated_settings(variant, cells, outlet,
     assert case.params["wall"] == wall and case.differences_from_validated() == []
     assert case.run.u_lattice == pytest.approx(case.run.reynolds * CS2 * 0.03 / cells)  # diffusive scaling
     if variant == "2D-2":
-        assert case.run.steps * case.dt == pytest.approx(7.5)  # the saturated window of docs/dfg.md, Session 5
+        assert case.run.steps * case.dt == pytest.approx(7.5)  # the saturated window of docs/dfg.md, "2D-2 resolution"
     if variant == "2D-3":
         assert type(next(bc for bc in case.setup().boundaries if isinstance(bc, (PressureOutlet, CharacteristicOutlet)))) \
             is outlet

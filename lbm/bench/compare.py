@@ -76,7 +76,7 @@ def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int
     """Two-sided p-value that a and b differ in location: a permutation test on their ranks (nan with < 3 each).
 
     Ranks, not values (the Wilcoxon-Mann-Whitney statistic): timed repeats are heavy-tailed (a repeat or a whole
-    process slowed 4x by the machine, docs/studies.md "Session 4"), and one such repeat moves a mean of the values
+    process slowed 4x by the machine, docs/studies.md), and one such repeat moves a mean of the values
     past any real change.
     """
     if len(a) < 3 or len(b) < 3:

@@ -13,7 +13,7 @@ fraction q of the link, ī the opposite direction, f* post-collision, f pre-coll
     E = 2 [e⁻(x_f - c_i) / (1 + q) - e⁻(x_f) / q],   e⁻ = w_i ρ c_i·u / c_s²  (u as the collision sees it),
     m = (f_i - f_ī) / 2 - w_i c_i·j / c_s²  at x_f   (j = Σ_k c_k f_k).
 
-Derivation (docs/dfg.md, "Session 4"): the steady TRT solution of Stokes flow with a linear
+Derivation (docs/dfg.md, "the wall location under TRT"): the steady TRT solution of Stokes flow with a linear
 pressure and a parabolic velocity is, along a link, e⁻ = e₀ + E₁ s + E₂ s²/2, n⁺ = -(Λ⁺ + ½)(E₁ + E₂ s)
 and n⁻ = (Λ⁻ + ½)(Λ⁺E₂ - P₁ + F) (P₁ = c_i·∇e⁺, F the Guo force term w_i c_i·F/c_s²; n = f - e,
 e the equilibrium). Inserting it into CLI leaves the residual
@@ -26,7 +26,7 @@ n⁻ with the equilibrium of the unshifted momentum (= (Λ⁻ + ½)(Λ⁺E₂ - 
 
 Steady flow only: in unsteady flow the local n⁻ carries the memory of the slowly relaxed
 antisymmetric modes (1/ω⁻ = Λ⁻ + ½ steps), and the correction built on it is wrong when Λ⁻ ≫ 1
-(DFG 2D-2 at Λ⁻ = 12.5: cd_max 3.54 against 3.26 with linear BFL; docs/dfg.md, Session 4).
+(DFG 2D-2 at Λ⁻ = 12.5: cd_max 3.54 against 3.26 with linear BFL; docs/dfg.md, "the wall location under TRT").
 
 Where x_f - c_i is not fluid (a gap one cell wide) the link falls back to half-way bounce-back.
 The rule reads cells up to two links from the wall (x_f and x_f - c_i), like linear BFL, and

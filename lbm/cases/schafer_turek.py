@@ -66,7 +66,7 @@ OUTLET_KINDS = (*PRESSURE_KINDS, "characteristic")
 """case.outlet: a Zou–He / NEBB pressure outlet at density 1, or the non-reflecting one (lbm.boundaries.characteristic)."""
 AUTO_TIME_S = {"2D-1": 30.0, "2D-2": 7.5, "2D-3": END_TIME_S, "3D-1Z": 30.0}
 """steps=auto: physical time simulated (2D-1 and 3D-1Z stop earlier once steady, see ``converged``; 2D-2's lift is
-saturated after 7.5 s: docs/dfg.md, Session 5)."""
+saturated after 7.5 s: docs/dfg.md, "2D-2 resolution")."""
 STEADY = ("2D-1", "3D-1Z")
 """The steady variants: run until the drag settles, reported as cd, cl, dp, la."""
 WALL_KINDS = ("bfl", "parabolic")
@@ -89,8 +89,9 @@ MEASURED = {
     ("2D-2", 80, "float32"): {"cd_max": 3.2361, "cl_max": 0.9909, "strouhal": 0.3019},
     ("3D-1Z", 10, "float32"): {"cd": 6.230, "cl": 0.00957, "dp": 0.16495},
 }
-"""(variant, N, precision) -> what lbm measured with the variant's validated settings (docs/dfg.md: 2D-1 Session 4,
-the parabolic wall; 2D-2 Session 5 table 3, 7.5 s of flow; docs/validation_3d.md: 3D-1Z)."""
+"""(variant, N, precision) -> what lbm measured with the variant's validated settings (docs/dfg.md: 2D-1
+"the wall location under TRT", the parabolic wall; 2D-2 "2D-2 resolution" table 3, 7.5 s of flow;
+ docs/validation_3d.md: 3D-1Z)."""
 
 
 def published_intervals() -> dict[str, dict[str, tuple[float, float]]]:
