@@ -310,22 +310,8 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     every_ckpt = run.checkpoint.get("every", 0)
     profiler = start_profiler(run, run_dir, engine, place)
 
-    # Compile before timing: the fused chunks ahead of time, the instrumented stages on a throw-away step.
-    for n in chunk_lengths(start, run.steps, k) if run.mode == "fused" else (1,):
-        engine.compile(f, n)
-    log.info("compiled in %.2f s (%s)", engine.compile_time_s,
-             ", ".join(f"{n}: {t * 1e3:.0f} ms" for n, t in engine.compile_times.items()))
-
-    def checkpoint(at: int, pops: Any) -> Path:
-        state = {**case.state(), "run/mass0": np.float64(mass0),
-                 "run/monitor": np.array(outputs.monitor, dtype=np.float64).reshape(-1, 3)}
-        host = parallel.to_host(pops)  # every process takes part in the gather; process 0 writes
-        if not parallel.is_writer():
-            return run_dir / "checkpoints"
-        path = save_checkpoint(run_dir / "checkpoints", at, host, identity(run, setup), state,
-                               run.checkpoint.get("keep", 3))
-        log.info("checkpoint %s", path.relative_to(run_dir))
-        return path
+    compile_ahead(engine, f, run, start, k)
+    checkpoint = functools.partial(write_checkpoint, run, run_dir, case, setup, outputs, mass0)
 
     t_run = 0.0
     last_good: tuple[int, np.ndarray] | None = None
@@ -356,9 +342,7 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                 t_run += time.perf_counter() - t0
                 step += n
                 if not healthy:
-                    loc = first_bad_cell(parallel.to_host(f), setup.lattice)
-                    raise DivergenceError(f"simulation diverged by step {step} (first bad cell {loc}): "
-                                          f"{likely_cause(setup, loc)}")
+                    raise diverged(f, step, setup)
                 snapshot = Snapshot(step, aux, lambda f=f, step=step: engine.fields(f, step), populations=f)
                 case.observe(snapshot)
                 outputs.chunk_done(snapshot, mass, energy, k)
@@ -372,24 +356,14 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
                     stopped_early = step
                     break
                 if signals.signum is not None and step < run.steps:
-                    path = checkpoint(step, f)
-                    status = "interrupted"
-                    error = Interrupted(
-                        f"stopped by {signal.Signals(signals.signum).name} at step {step}/{run.steps}; results and "
-                        f"checkpoint in {run_dir}; resume with the same overrides plus checkpoint.resume={path}",
-                        signals.signum)
+                    status, error = "interrupted", interrupted_by(signals.signum, step, run, run_dir, checkpoint(step, f))
                     break
     except DivergenceError as exc:
         progress.close()
-        status, error = "diverged", exc
-        last_good = latest_good_state(run_dir, last_good)
-        metrics = build_metrics(run, setup, engine, step - start, t_run, status)
-        metrics.update(diverged_at_step=step, error=str(exc))
-        if last_good is not None:
-            metrics["fields_from_step"] = last_good[0]
-            finish(run, run_dir, case, engine, place(jnp.asarray(last_good[1])), metrics, outputs, mass0, profiler)
-        elif parallel.is_writer():
-            write_json(run_dir / "metrics.json", metrics)
+        metrics = build_metrics(run, setup, engine, step - start, t_run, "diverged") | {
+            "diverged_at_step": step, "error": str(exc)}
+        write_diverged(run, run_dir, case, engine, place, metrics, outputs, mass0, profiler,
+                       latest_good_state(run_dir, last_good))
         raise
     except BaseException:
         progress.close()
@@ -400,16 +374,65 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     progress.close()
     metrics = build_metrics(run, setup, engine, step - start, t_run, status,
                             profiled=profiler.window if profiler is not None else None)
-    metrics["step_reached"] = step
-    if stopped_early is not None:
-        metrics["steps"] = step
-        metrics["stopped_early"] = f"steady after {step} steps (case tolerance reached; steps=auto allowed {run.steps})"
-    if start:
-        metrics["resumed_from_step"] = start
+    metrics.update(run_extent(run, start, step, stopped_early))
     finish(run, run_dir, case, engine, f, metrics, outputs, mass0, profiler)
     if error is not None:
         raise error
     return metrics
+
+
+def diverged(f: jnp.ndarray, step: int, setup: Setup) -> DivergenceError:
+    """The error of a run whose populations left the healthy range by ``step``, naming the first bad cell."""
+    loc = first_bad_cell(parallel.to_host(f), setup.lattice)
+    return DivergenceError(f"simulation diverged by step {step} (first bad cell {loc}): {likely_cause(setup, loc)}")
+
+
+def write_diverged(run: RunConfig, run_dir: Path, case: Case, engine: Engine, place: Any, metrics: dict[str, Any],
+                   outputs: Outputs, mass0: float, profiler: Any, last_good: tuple[int, np.ndarray] | None) -> None:
+    """A diverged run's results: the fields of the last good state where one is kept, else metrics.json alone."""
+    if last_good is not None:
+        metrics["fields_from_step"] = last_good[0]
+        finish(run, run_dir, case, engine, place(jnp.asarray(last_good[1])), metrics, outputs, mass0, profiler)
+    elif parallel.is_writer():
+        write_json(run_dir / "metrics.json", metrics)
+
+
+def compile_ahead(engine: Engine, f: jnp.ndarray, run: RunConfig, start: int, k: int) -> None:
+    """Compile before timing: the fused chunks of every length the run needs, the instrumented stages once."""
+    for n in chunk_lengths(start, run.steps, k) if run.mode == "fused" else (1,):
+        engine.compile(f, n)
+    log.info("compiled in %.2f s (%s)", engine.compile_time_s,
+             ", ".join(f"{n}: {t * 1e3:.0f} ms" for n, t in engine.compile_times.items()))
+
+
+def write_checkpoint(run: RunConfig, run_dir: Path, case: Case, setup: Setup, outputs: Outputs, mass0: float,
+                     at: int, pops: Any) -> Path:
+    """Write the checkpoint of step ``at`` (populations, identity, the case's series), keeping the newest ones."""
+    state = {**case.state(), "run/mass0": np.float64(mass0),
+             "run/monitor": np.array(outputs.monitor, dtype=np.float64).reshape(-1, 3)}
+    host = parallel.to_host(pops)  # every process takes part in the gather; process 0 writes
+    if not parallel.is_writer():
+        return run_dir / "checkpoints"
+    path = save_checkpoint(run_dir / "checkpoints", at, host, identity(run, setup), state, run.checkpoint.get("keep", 3))
+    log.info("checkpoint %s", path.relative_to(run_dir))
+    return path
+
+
+def interrupted_by(signum: int, step: int, run: RunConfig, run_dir: Path, path: Path) -> Interrupted:
+    """The error a run stopped by ``signum`` after writing checkpoint ``path`` ends with."""
+    return Interrupted(f"stopped by {signal.Signals(signum).name} at step {step}/{run.steps}; results and checkpoint "
+                       f"in {run_dir}; resume with the same overrides plus checkpoint.resume={path}", signum)
+
+
+def run_extent(run: RunConfig, start: int, step: int, stopped_early: int | None) -> dict[str, Any]:
+    """Where the run started and stopped: ``step_reached``, and why it stopped early or where it resumed."""
+    out: dict[str, Any] = {"step_reached": step}
+    if stopped_early is not None:
+        out["steps"] = step
+        out["stopped_early"] = f"steady after {step} steps (case tolerance reached; steps=auto allowed {run.steps})"
+    if start:
+        out["resumed_from_step"] = start
+    return out
 
 
 def sharded_placement(engine: Engine, setup: Setup) -> tuple[Any, jnp.ndarray]:

@@ -341,8 +341,7 @@ def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progr
         "precision": cfg.precision, "compute_dtype": str(jnp.dtype(setup.dtype)),
         "storage": storage if runner.mode == "fused" and storage != "compute" else str(jnp.dtype(setup.dtype)),
         "collision": cfg.collision, "steps_per_repeat": n,
-        "steps_per_dispatch": (timing.steps_per_dispatch or n) if runner.mode == "fused" else
-        (n if runner.mode == "naive" else 1),
+        "steps_per_dispatch": {"fused": timing.steps_per_dispatch or n, "naive": n}.get(runner.mode, 1),
         "repeats": timing.repeats, "warmup": timing.warmup,
         "mlups": {"median": med, "min": min(mlups), "max": max(mlups),
                   "spread_pct": 100.0 * (max(mlups) - min(mlups)) / med, "values": mlups,
