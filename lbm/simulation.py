@@ -298,27 +298,20 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     parallel.own_log_file(run_dir)  # after prepare: jax.distributed knows this process's index
     run = case.run
     log_parameters(run, setup)
-
     engine = engine_for(run, setup)
     place, fluid = sharded_placement(engine, setup)
     f = place(setup.initial_populations())
     outputs = Outputs(run, run_dir, engine)
     mass0 = float(chunk_stats(f, fluid, setup.lattice)[1])
     step, f, mass0 = resume(run, case, setup, outputs, place, f, mass0)
-    start = step
-    k = chunk_size(run)
-    every_ckpt = run.checkpoint.get("every", 0)
+    start, k, every_ckpt = step, chunk_size(run), run.checkpoint.get("every", 0)
     profiler = start_profiler(run, run_dir, engine, place)
-
     compile_ahead(engine, f, run, start, k)
     checkpoint = functools.partial(write_checkpoint, run, run_dir, case, setup, outputs, mass0)
-
-    t_run = 0.0
-    last_good: tuple[int, np.ndarray] | None = None
+    t_run, last_good, stopped_early = 0.0, None, None
+    status, error = "completed", None
     keep_host_copy = not every_ckpt and f.nbytes <= LAST_GOOD_MAX_BYTES
     progress = Progress(run.steps, start, math.prod(setup.shape), run.progress)
-    status, error = "completed", None
-    stopped_early = None
     interrupted = build_metrics(run, setup, engine, 0, 0.0, "interrupted")
 
     def record_hard_exit() -> None:  # from the signal watcher thread: no device access, one small file
@@ -367,14 +360,12 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
         raise
     except BaseException:
         progress.close()
-        if parallel.is_writer():
-            write_json(run_dir / "metrics.json", build_metrics(run, setup, engine, step - start, t_run,
-                                                               "interrupted") | {"step_reached": step})
+        write_metrics(run_dir, build_metrics(run, setup, engine, step - start, t_run, "interrupted") | {
+            "step_reached": step})
         raise
     progress.close()
-    metrics = build_metrics(run, setup, engine, step - start, t_run, status,
-                            profiled=profiler.window if profiler is not None else None)
-    metrics.update(run_extent(run, start, step, stopped_early))
+    metrics = build_metrics(run, setup, engine, step - start, t_run, status, profiled=profiler.window if profiler
+                            is not None else None) | run_extent(run, start, step, stopped_early)
     finish(run, run_dir, case, engine, f, metrics, outputs, mass0, profiler)
     if error is not None:
         raise error
@@ -393,7 +384,13 @@ def write_diverged(run: RunConfig, run_dir: Path, case: Case, engine: Engine, pl
     if last_good is not None:
         metrics["fields_from_step"] = last_good[0]
         finish(run, run_dir, case, engine, place(jnp.asarray(last_good[1])), metrics, outputs, mass0, profiler)
-    elif parallel.is_writer():
+    else:
+        write_metrics(run_dir, metrics)
+
+
+def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> None:
+    """metrics.json, written by the writing process alone."""
+    if parallel.is_writer():
         write_json(run_dir / "metrics.json", metrics)
 
 
