@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from lbm.boundaries.interpolated import InterpolatedBounceBack
-from lbm.cases.surface import ball, placed, read_surface, solid_nodes, sphere_intersect, surface_intersect
+from lbm.boundaries.interpolated import ball_intersect as sphere_intersect
+from lbm.cases.surface import ball, placed, read_surface, solid_nodes, surface_intersect
 from lbm.errors import ConfigError
 from lbm.lattice import D3Q19
 

@@ -62,13 +62,13 @@ def bfl_weights(q: np.ndarray, far_is_fluid: np.ndarray) -> np.ndarray:
     return w
 
 
-def circle_intersect(center: tuple[float, ...], radius: float) -> Intersect:
-    """Ray–circle intersection in the (x, y) plane (a cylinder along z in 3D): the entering root."""
-    cx = np.asarray(center[:2], np.float64)
+def ball_intersect(center: tuple[float, ...], radius: float) -> Intersect:
+    """Ray–ball intersection over the first ``len(center)`` axes (a disc, a cylinder along z, a sphere): the entering root."""
+    c0 = np.asarray(center, np.float64)
 
     def intersect(points: np.ndarray, links: np.ndarray) -> np.ndarray:
-        p = points[:, :2] - cx
-        c = links[:, :2].astype(np.float64)
+        p = np.asarray(points, np.float64)[:, : c0.size] - c0
+        c = np.asarray(links, np.float64)[:, : c0.size]
         a = np.sum(c * c, axis=1)
         b = 2 * np.sum(p * c, axis=1)
         k = np.sum(p * p, axis=1) - radius**2
@@ -76,6 +76,11 @@ def circle_intersect(center: tuple[float, ...], radius: float) -> Intersect:
         return (-b - disc) / (2 * np.where(a > 0, a, 1.0))
 
     return intersect
+
+
+def circle_intersect(center: tuple[float, ...], radius: float) -> Intersect:
+    """Ray–circle intersection in the (x, y) plane (a cylinder along z in 3D): the entering root."""
+    return ball_intersect(tuple(center[:2]), radius)
 
 
 def interpolated_bounce_back(post: jnp.ndarray, solid: jnp.ndarray, link_dir: jnp.ndarray, link_solid: jnp.ndarray,

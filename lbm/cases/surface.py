@@ -7,7 +7,7 @@ point-in-mesh test (:func:`solid_nodes`). The interpolated (Bouzidi) walls take 
 from the exact distance along each fluid-to-solid link to the first triangle it crosses
 (:func:`surface_intersect`): trimesh's ray engine finds the triangle (Embree, in single precision,
 where embreex is installed), and q is then computed in double precision from that triangle's
-plane, so the wall position is exact for the surface as given. :func:`sphere_intersect` is the
+plane, so the wall position is exact for the surface as given. :func:`lbm.boundaries.interpolated.ball_intersect` is the
 analytic sphere, the reference a triangulated sphere is validated against.
 """
 
@@ -96,22 +96,6 @@ def surface_intersect(mesh: Any) -> Any:
         ok = hits >= 0
         q[ok] = plane_fraction(triangles[hits[ok]], points[ok], links[ok])
         return q
-
-    return intersect
-
-
-def sphere_intersect(center: tuple[float, ...], radius: float) -> Any:
-    """The wall fractions q of links from outside towards inside the ball of ``radius`` about ``center`` (any D)."""
-    c0 = np.asarray(center, np.float64)
-
-    def intersect(points: np.ndarray, links: np.ndarray) -> np.ndarray:
-        p = np.asarray(points, np.float64)[:, : c0.size] - c0
-        c = np.asarray(links, np.float64)[:, : c0.size]
-        a = np.sum(c * c, axis=1)
-        b = 2 * np.sum(p * c, axis=1)
-        k = np.sum(p * p, axis=1) - radius**2
-        disc = np.sqrt(np.maximum(b * b - 4 * a * k, 0.0))
-        return (-b - disc) / (2 * np.where(a > 0, a, 1.0))
 
     return intersect
 
