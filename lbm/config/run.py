@@ -1,4 +1,4 @@
-"""The validated run configuration: :class:`RunConfig` and the checks that build it from a composed config.
+"""The validated run configuration: :class:`RunConfig` and the validation that builds it from a composed config.
 
 Every value is checked here, before anything is compiled; a bad value raises
 :class:`lbm.errors.ConfigError` naming the key, the value and the valid range. Nothing here
@@ -8,19 +8,23 @@ imports Hydra or the cases: the case and collision names are the files of the co
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lbm.config.checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    group_options,
+)
 from lbm.errors import ConfigError
 from lbm.lattice import CS2, LATTICES
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-"""The Hydra config directory: config.yaml (run), bench.yaml and the groups case/, lattice/, collision/."""
 MODES = ("fused", "instrumented")
 ENGINES = ("auto", "native", "pallas", "xla")
 """Fused-mode engines: auto (pallas on GPU/TPU, native on CPU where it builds, else xla), native (hand-fused C++
@@ -38,12 +42,6 @@ class LbmWarning(UserWarning):
     """A risky but allowed configuration (e.g. Mach number above 0.1)."""
 
 
-@functools.cache
-def group_options(group: str) -> tuple[str, ...]:
-    """The option names of a Hydra config group (the file names in configs/<group>/)."""
-    return tuple(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
-
-
 SINGLE_DEVICE_ENGINES = ("native",)
 """Engines that run on one device only."""
 
@@ -55,14 +53,6 @@ def single_device_refusal(engine: str) -> str | None:
     return None
 
 
-def did_you_mean(word: str, candidates: Sequence[str]) -> str:
-    """`` (did you mean X?)`` for the candidate closest to a misspelt ``word``, else an empty string."""
-    import difflib
-
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.7)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
 def _get(cfg: Mapping[str, Any], dotted: str, default: Any = ...) -> Any:
     node: Any = cfg
     for part in dotted.split("."):
@@ -72,45 +62,6 @@ def _get(cfg: Mapping[str, Any], dotted: str, default: Any = ...) -> Any:
             return default
         node = node[part]
     return node
-
-
-def check_int(key: str, value: Any, minimum: int, maximum: int | None = None, words: str = "") -> int:
-    """``value`` as an int within [minimum, maximum], else a ConfigError naming ``key`` (and ``words``, the range)."""
-    rng = words or f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ConfigError(key, value, rng)
-    if value < minimum or (maximum is not None and value > maximum):
-        raise ConfigError(key, value, rng)
-    return value
-
-
-def check_float(key: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = True) -> float:
-    """``value`` as a finite float in (low, high), else a ConfigError naming ``key``."""
-    bracket = "(" if low_open else "["
-    rng = f"a number in {bracket}{low:g}, {high:g})" if high != math.inf else f"a number {'>' if low_open else '>='} {low:g}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(key, value, rng)
-    value = float(value)
-    if not math.isfinite(value) or value >= high or value < low or (low_open and value == low):
-        raise ConfigError(key, value, rng)
-    return value
-
-
-def check_bool(key: str, value: Any) -> bool:
-    """``value`` if it is a boolean, else a ConfigError naming ``key``."""
-    if not isinstance(value, bool):
-        raise ConfigError(key, value, "true or false")
-    return value
-
-
-def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
-    """``value`` if it is one of ``choices``, else a ConfigError naming ``key``."""
-    if not isinstance(value, str) or value not in choices:
-        raise ConfigError(key, value, f"one of {', '.join(choices)}")
-    return value
 
 
 @dataclass(frozen=True)

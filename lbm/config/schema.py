@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from lbm.config.run import CONFIG_DIR, did_you_mean, group_options
+from lbm.config.checks import CONFIG_DIR, did_you_mean, group_options
 from lbm.errors import LbmError
 
 OPEN_GROUP = {"group": True}
