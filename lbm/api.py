@@ -46,8 +46,7 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
     before jax.distributed.
     """
     from lbm import parallel
-    from lbm.config import resolve_parallel
-    from lbm.simulation import check_resume, make_case
+    from lbm.simulation import check_resume, make_case, resolve_parallel
 
     p = run.parallel
     single = p.get("coordinator") is None and (p.get("num_processes") or 1) == 1 and parallel.cluster_processes() == 1

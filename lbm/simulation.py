@@ -19,7 +19,8 @@ import numpy as np
 from lbm import parallel
 from lbm.cases import CASES, Case, Setup
 from lbm.cases.base import Snapshot
-from lbm.config import RunConfig, check_output_every, load, resolve_parallel
+from lbm.config import RunConfig, check_output_every, load
+from lbm.config.run import single_device_refusal
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, DivergenceError, LbmError
 from lbm.io.checkpoint import GLOB as CHECKPOINT_GLOB
@@ -50,6 +51,32 @@ def make_case(run: RunConfig) -> Case:
         if every > case.run.steps:
             raise ConfigError("checkpoint.every", every, f"an integer in [0, steps={case.run.steps}] (steps=auto)")
     return case
+
+
+def resolve_parallel(run: RunConfig) -> RunConfig:
+    """Where the job runs: start jax.distributed if asked (or detected), check the device count, resolve -1, and
+    check that the devices compute float64 when the run asks for it.
+
+    Must run before JAX touches a backend in a multi-process job; returns the run with its mesh.
+    """
+    p = run.parallel
+    parallel.initialize(p.get("coordinator"), p.get("num_processes"), p.get("process_id"))
+    if run.precision == "float64":  # after jax.distributed: it touches the backend
+        check_float64_supported()
+    if run.parallel_devices == 1:
+        return run
+    devices = parallel.resolve_devices(run.parallel_devices)
+    shape = parallel.mesh_shape(devices, p.get("mesh"), run.grid)
+    if devices > 1 and (refused := single_device_refusal(run.engine)):
+        raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1", refused)
+    return dataclasses.replace(run, parallel_devices=devices, parallel_mesh=shape if devices > 1 else None)
+
+
+def check_float64_supported() -> None:
+    """float64 needs a backend with double precision (not TPU)."""
+    platform = jax.devices()[0].platform
+    if platform == "tpu":
+        raise ConfigError("precision", "float64", "float32 on TPU (it has no float64 arithmetic)")
 
 
 def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:

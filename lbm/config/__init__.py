@@ -21,9 +21,7 @@ from lbm.config.run import (
     TAU_WARN,
     LbmWarning,
     RunConfig,
-    check_float64_supported,
     check_output_every,
-    resolve_parallel,
     validate,
     validate_checkpoint,
     validate_profile,
@@ -32,7 +30,7 @@ from lbm.config.run import (
 
 __all__ = [
     "CONFIG_DIR", "ENGINES", "MACH_MAX", "MACH_WARN", "MODES", "PRECISIONS", "PROFILE_BACKENDS", "TAU_WARN",
-    "LbmWarning", "RunConfig", "check_bool", "check_choice", "check_float", "check_float64_supported", "check_int",
-    "check_output_every", "compose", "from_composed", "group_options", "load", "resolve_parallel", "validate",
+    "LbmWarning", "RunConfig", "check_bool", "check_choice", "check_float", "check_int",
+    "check_output_every", "compose", "from_composed", "group_options", "load", "validate",
     "validate_checkpoint", "validate_profile", "viscosity",
 ]

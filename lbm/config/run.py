@@ -7,7 +7,6 @@ imports Hydra or the cases: the case and collision names are the files of the co
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from collections.abc import Mapping
@@ -209,7 +208,7 @@ def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
     """The ``parallel`` section: (devices, blocks per grid axis if known, the other keys).
 
     Touches no device and imports no JAX: jax.distributed is started, the device count checked and
-    ``-1`` resolved where the job runs (:func:`resolve_parallel`), so that a launcher can validate a
+    ``-1`` resolved where the job runs (:func:`lbm.simulation.resolve_parallel`), so that a launcher can validate a
     cluster job on a machine without its devices.
     """
     devices = check_int("parallel.devices", section.get("devices", 1), -1,
@@ -241,36 +240,6 @@ def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
     info = {"partitioner": partitioner, "coordinator": coordinator, "num_processes": nproc, "process_id": pid,
             "mesh": list(mesh) if mesh else None}
     return devices, (shape if shape is not None and devices > 1 else None), info
-
-
-def resolve_parallel(run: RunConfig) -> RunConfig:
-    """Where the job runs: start jax.distributed if asked (or detected), check the device count, resolve -1, and
-    check that the devices compute float64 when the run asks for it.
-
-    Must run before JAX touches a backend in a multi-process job; returns the run with its mesh.
-    """
-    from lbm import parallel
-
-    p = run.parallel
-    parallel.initialize(p.get("coordinator"), p.get("num_processes"), p.get("process_id"))
-    if run.precision == "float64":  # after jax.distributed: it touches the backend
-        check_float64_supported()
-    if run.parallel_devices == 1:
-        return run
-    devices = parallel.resolve_devices(run.parallel_devices)
-    shape = parallel.mesh_shape(devices, p.get("mesh"), run.grid)
-    if devices > 1 and (refused := single_device_refusal(run.engine)):
-        raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1", refused)
-    return dataclasses.replace(run, parallel_devices=devices, parallel_mesh=shape if devices > 1 else None)
-
-
-def check_float64_supported() -> None:
-    """float64 needs a backend with double precision (not TPU)."""
-    import jax
-
-    platform = jax.devices()[0].platform
-    if platform == "tpu":
-        raise ConfigError("precision", "float64", "float32 on TPU (it has no float64 arithmetic)")
 
 
 PROFILE_BACKENDS = ("auto", "sqlite", "perfetto")
