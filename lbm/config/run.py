@@ -175,7 +175,8 @@ def validate_collision(node: Mapping[str, Any]) -> Collision:
     """The ``collision`` group: its kind, and the rates that kind reads (the others None)."""
     section = read_section(Collision, node, "collision")
     name = check_choice("collision", section.name, group_options("collision"))
-    magic = check_float("collision.magic", section.magic, 0.0) if name in ("trt", "mrt") else None
+    given = None if section.magic is None else check_float("collision.magic", section.magic, 0.0)  # checked for every kind
+    magic = given if name in ("trt", "mrt") else None
     rates: dict[str, float | None] = {}
     for key in ("bulk", "ghost", "odd"):
         value = getattr(section, key)
