@@ -1,0 +1,138 @@
+"""The chunks of a run: the health check after each, the per-chunk outputs, checkpoints, and what a divergence says."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbm import parallel
+from lbm.cases import Case, Setup
+from lbm.cases.base import Snapshot
+from lbm.config import RunConfig
+from lbm.engines import Engine
+from lbm.errors import DivergenceError
+from lbm.io.checkpoint import save_checkpoint
+from lbm.kernels.macroscopic import macroscopic
+from lbm.lattice import Lattice
+from lbm.simulation.start import identity
+from lbm.stopping import Interrupted
+
+log = logging.getLogger("lbm")
+
+
+LAST_GOOD_MAX_BYTES = 256 * 2**20
+"""Without checkpoints, a host copy of the populations is kept per chunk (for divergence) up to this size."""
+
+
+RHO_BOUNDS = (0.0, 5.0)
+"""Densities outside this open interval count as diverged."""
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def chunk_stats(f: jnp.ndarray, fluid: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """One reduction on the device: (healthy, fluid mass, fluid kinetic energy)."""
+    rho, u = macroscopic(f, lattice)
+    usq = jnp.sum(u * u, axis=0)
+    healthy = jnp.all(jnp.isfinite(rho) & (rho > RHO_BOUNDS[0]) & (rho < RHO_BOUNDS[1]) & (usq < 1.0))
+    mass = jnp.sum(jnp.where(fluid, rho, 0.0))
+    energy = jnp.sum(jnp.where(fluid, 0.5 * rho * usq, 0.0))
+    return healthy, mass, energy
+
+
+def first_bad_cell(f: np.ndarray, lattice: Lattice) -> tuple[int, ...]:
+    """Index of the first cell with a non-finite or out-of-bounds density or velocity."""
+    rho, u = (np.asarray(a) for a in macroscopic(jnp.asarray(f), lattice))
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(rho) | (rho <= RHO_BOUNDS[0]) | (rho >= RHO_BOUNDS[1]) | ~((u * u).sum(0) < 1.0)
+    return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else ()
+
+
+def likely_cause(setup: Setup, cell: tuple[int, ...] = ()) -> str:
+    """The most probable reason a run diverged, with the fix to try; names the boundary conditions on ``cell``."""
+    tau, mach = setup.tau, setup.derived["mach"]
+    if tau < 0.52:
+        cause = (f"tau={tau:.4f} is too close to 0.5 for this resolution: raise the grid resolution, lower "
+                 "flow.reynolds, or use collision=trt")
+    elif mach > 0.2:
+        cause = f"Mach {mach:.2f} is too high: lower flow.u_lattice (<= 0.1)"
+    else:
+        cause = (f"the resolution is probably too low for Re={setup.reynolds:g} (tau={tau:.4f}, Mach={mach:.3f}): "
+                 "raise the grid resolution or lower flow.reynolds")
+    flat = int(np.ravel_multi_index(cell, setup.shape)) if len(cell) == len(setup.shape) else -1
+    names = []
+    for bc in setup.boundaries:
+        fp = bc.footprint(setup.shape, setup.lattice)
+        if flat in fp.face or flat in fp.cells:
+            kind = getattr(bc, "kind", None)
+            names.append(f"{bc.stage} ({type(bc).__name__}{f', kind {kind}' if isinstance(kind, str) else ''})")
+    if not names:
+        return cause
+    return (f"the cell lies on the boundary condition {' and '.join(names)}, the likely cause: try collision=trt or "
+            f"another kind of it (e.g. case.inlet=nebb for a velocity inlet); or {cause}")
+
+
+class Outputs:
+    """Per-chunk outputs: monitor rows, VTK files and PNG frames at output intervals."""
+
+    def __init__(self, run: RunConfig, run_dir: Path, engine: Engine) -> None:
+        self.run, self.run_dir, self.engine = run, run_dir, engine
+        self.monitor: list[tuple[int, float, float]] = []
+        self.files: list[str] = []
+        self.frames: list[Path] = []
+        self.frame_limit: float | None = run.output.frame_limit
+        """The colour limit of every vorticity frame: output.frame_limit, else the first frame's (set by it)."""
+
+    def chunk_done(self, snapshot: Snapshot, mass: float, energy: float, every: int) -> None:
+        """Record the monitored quantities; write VTK and frames when the chunk ends on the output interval."""
+        step = snapshot.step
+        self.monitor.append((step, mass, energy))
+        on_interval = step % every == 0 or step == self.run.steps
+        if not (self.run.output.vtk or self.run.output.frames) or not on_interval:
+            return
+        if not parallel.is_writer():
+            snapshot.fields  # noqa: B018 (gathered on every process; process 0 writes)
+            return
+        fields = self.engine.setup.written_fields(snapshot.fields)
+        if self.run.output.vtk:
+            from lbm.io.vtk import write_vti
+
+            path = write_vti(self.run_dir / "vtk" / f"fields_{step:010d}.vti", fields)
+            self.files.append(str(path.relative_to(self.run_dir)))
+        if self.run.output.frames:
+            from lbm.io.plots import frame
+
+            path = self.run_dir / "frames" / f"vorticity_{step:010d}.png"
+            self.frame_limit = frame(path, fields, step, self.frame_limit)
+            self.frames.append(path)
+
+
+def diverged(f: jnp.ndarray, step: int, setup: Setup) -> DivergenceError:
+    """The error of a run whose populations left the healthy range by ``step``, naming the first bad cell."""
+    loc = first_bad_cell(parallel.to_host(f), setup.lattice)
+    return DivergenceError(f"simulation diverged by step {step} (first bad cell {loc}): {likely_cause(setup, loc)}")
+
+
+def write_checkpoint(run: RunConfig, run_dir: Path, case: Case, setup: Setup, outputs: Outputs, mass0: float,
+                     at: int, pops: Any) -> Path:
+    """Write the checkpoint of step ``at`` (populations, identity, the case's series), keeping the newest ones."""
+    state = {**case.state(), "run/mass0": np.float64(mass0),
+             "run/monitor": np.array(outputs.monitor, dtype=np.float64).reshape(-1, 3)}
+    host = parallel.to_host(pops)  # every process takes part in the gather; process 0 writes
+    if not parallel.is_writer():
+        return run_dir / "checkpoints"
+    path = save_checkpoint(run_dir / "checkpoints", at, host, identity(run, setup), state, run.checkpoint.keep)
+    log.info("checkpoint %s", path.relative_to(run_dir))
+    return path
+
+
+def interrupted_by(signum: int, step: int, run: RunConfig, run_dir: Path, path: Path) -> Interrupted:
+    """The error a run stopped by ``signum`` after writing checkpoint ``path`` ends with."""
+    return Interrupted(f"stopped by {signal.Signals(signum).name} at step {step}/{run.steps}; results and checkpoint "
+                       f"in {run_dir}; resume with the same overrides plus checkpoint.resume={path}", signum)

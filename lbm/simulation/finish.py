@@ -1,0 +1,171 @@
+"""The finish of a run: fields, the case's files, plots, the monitor and metrics.json."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbm import parallel
+from lbm.cases import Case, Setup
+from lbm.config import RunConfig
+from lbm.engines import Engine
+from lbm.io.checkpoint import GLOB as CHECKPOINT_GLOB
+from lbm.io.checkpoint import load_checkpoint
+from lbm.io.fields import write_fields, write_json
+from lbm.simulation.chunks import Outputs, chunk_stats
+from lbm.simulation.start import chunk_size, device_description, sharded_placement
+
+log = logging.getLogger("lbm")
+
+
+def write_diverged(run: RunConfig, run_dir: Path, case: Case, engine: Engine, place: Any, metrics: dict[str, Any],
+                   outputs: Outputs, mass0: float, profiler: Any, last_good: tuple[int, np.ndarray] | None) -> None:
+    """A diverged run's results: the fields of the last good state where one is kept, else metrics.json alone."""
+    if last_good is not None:
+        metrics["fields_from_step"] = last_good[0]
+        finish(run, run_dir, case, engine, place(jnp.asarray(last_good[1])), metrics, outputs, mass0, profiler)
+    else:
+        write_metrics(run_dir, metrics)
+
+
+def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> None:
+    """metrics.json, written by the writing process alone."""
+    if parallel.is_writer():
+        write_json(run_dir / "metrics.json", metrics)
+
+
+def run_extent(run: RunConfig, start: int, step: int, stopped_early: int | None) -> dict[str, Any]:
+    """Where the run started and stopped: ``step_reached``, and why it stopped early or where it resumed."""
+    out: dict[str, Any] = {"step_reached": step}
+    if stopped_early is not None:
+        out["steps"] = step
+        out["stopped_early"] = f"steady after {step} steps (case tolerance reached; steps=auto allowed {run.steps})"
+    if start:
+        out["resumed_from_step"] = start
+    return out
+
+
+def latest_good_state(run_dir: Path, in_memory: tuple[int, np.ndarray] | None) -> tuple[int, np.ndarray] | None:
+    """The newest healthy state: the in-memory copy of the last chunk, else the newest checkpoint."""
+    if in_memory is not None:
+        return in_memory
+    found = sorted((run_dir / "checkpoints").glob(CHECKPOINT_GLOB))
+    if not found:
+        return None
+    ckpt = load_checkpoint(found[-1])
+    return ckpt["step"], ckpt["f"]
+
+
+def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.ndarray, metrics: dict[str, Any],
+           outputs: Outputs, mass0: float, profiler: Any) -> None:
+    """Write fields, the case's files, plots, the monitor and metrics.json (last, with the list of outputs)."""
+    from lbm.cases.base import result_checks
+
+    setup = engine.setup
+    if profiler is not None:
+        metrics["profile"] = profiler.finish()
+    reached = int(metrics.get("step_reached", run.steps))
+    at = int(metrics.get("fields_from_step", reached))  # the step of the populations f
+    fields = setup.written_fields(engine.fields(f, at))
+    mass = float(chunk_stats(f, sharded_placement(engine, setup)[1], setup.lattice)[1])
+    metrics["mass_rel_drift"] = mass / mass0 - 1.0
+    metrics.update(case.metrics(setup, fields, reached))
+    own = [k for k in case_summary_keys(metrics) if k not in ("mlups", "compile_time_s", "mass_rel_drift")]
+    metrics.update(result_checks(case, setup, metrics, at, own))
+    if not parallel.is_writer():  # the shared files of the run directory come from process 0
+        return
+    write_fields(run_dir / "fields.npz", fields)
+    written = ["fields.npz"] + case.write_outputs(run_dir, setup, fields, metrics)
+    written.append(write_monitor(run_dir, outputs.monitor, mass0))
+    written += outputs.files
+    if run.output.plots:
+        from lbm.io.plots import field_plots, monitor_plot
+
+        written += field_plots(run_dir, fields, f"{run.case} Re={setup.reynolds:g}")
+        if len(outputs.monitor) >= 2:
+            written.append(monitor_plot(run_dir, outputs.monitor, mass0, case, metrics))
+    if run.output.frames and run.output.animation and len(outputs.frames) >= 2:
+        from lbm.io.plots import animation
+
+        written += animation(run_dir, outputs.frames)
+    metrics["outputs"] = written + ["metrics.json"]
+    write_json(run_dir / "metrics.json", metrics)
+    log.info("wrote %s: %s", run_dir, ", ".join(metrics["outputs"]))
+    summary = {key: metrics[key] for key in case_summary_keys(metrics)}
+    log.info("result (%s): %s", metrics["status"],
+             ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    for warning in metrics["warnings"]:
+        log.warning(warning)
+
+
+def write_monitor(run_dir: Path, rows: list[tuple[int, float, float]], mass0: float) -> str:
+    """monitor.csv: step, fluid mass, relative mass drift, kinetic energy (lattice units) per chunk."""
+    with (run_dir / "monitor.csv").open("w") as fh:
+        fh.write("step,mass,mass_rel_drift,kinetic_energy\n")
+        for s, m, e in rows:
+            fh.write(f"{s},{m:.12e},{m / mass0 - 1.0:.6e},{e:.9e}\n")
+    return "monitor.csv"
+
+
+def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int, t_run: float,
+                  status: str, profiled: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The contract fields of metrics.json common to all cases; ``profiled``: the profile window (its steps and
+    loop seconds), which ``mlups`` leaves out."""
+    cells = math.prod(setup.shape)
+    n_prof, t_prof = (profiled["steps"], profiled["loop_seconds"]) if profiled else (0, 0.0)
+    unprofiled_s = t_run - t_prof
+    return {
+        "status": status,
+        "case": run.case,
+        "lattice": run.lattice,
+        "collision": run.collision,
+        "mode": run.mode,
+        "engine": engine.name,
+        "engine_note": engine.note,
+        "precision": run.precision,
+        "grid": list(setup.shape),
+        "cells": cells,
+        "fluid_cells": int(setup.fluid.sum()),
+        "steps": run.steps,
+        "chunk_steps": chunk_size(run),
+        **device_description(),
+        "compile_time_s": engine.compile_time_s,
+        "compile_times_s": dict(engine.compile_times),
+        "wall_time_s": t_run,
+        "mlups": cells * (steps_timed - n_prof) / unprofiled_s / 1e6 if unprofiled_s > 0 and steps_timed > n_prof
+        else None,
+        "mlups_clock": "host wall clock over the stepping loop, compilation excluded, one device sync per chunk"
+        + (", the profiled steps left out" if profiled else ""),
+        **({"profiled_steps": profiled} if profiled else {}),
+        "parallel": parallel_description(run, engine),
+        "tau": setup.tau,
+        "nu": setup.nu,
+        "u_lattice": run.u_lattice,
+        "reynolds": setup.reynolds,
+        "mach": setup.derived["mach"],
+        "derived": dict(setup.derived),
+    }
+
+
+def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
+    """Devices, mesh, partitioner and processes of the run."""
+    layout = engine.layout
+    return {"devices": run.parallel_devices, "mesh": list(layout.shape) if layout is not None else None,
+            "block": list(layout.block) if layout is not None else None,
+            "partitioner": run.parallel.partitioner if layout is not None else None,
+            "processes": jax.process_count()}
+
+
+def case_summary_keys(metrics: dict[str, Any]) -> list[str]:
+    """Keys worth one log line at the end of a run."""
+    keys = ["mlups", "compile_time_s", "mass_rel_drift", "converged", "cd_mean", "cl_amplitude", "strouhal",
+            "cd", "cl", "dp", "la", "cd_max", "cl_max", "dp_t8",
+            "ghia_u_max_abs_error", "ghia_v_max_abs_error", "albensoeder_u_max_abs_error",
+            "albensoeder_v_max_abs_error", "profile_l2_rel_error", "duct_max_error_over_umax", "decay_rel_error_max"]
+    return [k for k in keys if k in metrics]

@@ -1,0 +1,253 @@
+"""The start of a run: the case and its Setup, the engine, the run directory, resume, the profiler, compilation."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbm import parallel
+from lbm.cases import CASES, Case, Setup
+from lbm.config import RunConfig, check_output_every, load
+from lbm.config.run import single_device_refusal
+from lbm.config.sections import mapping_of
+from lbm.engines import Engine, EngineUnavailable, make_engine
+from lbm.errors import ConfigError, LbmError
+from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, read_header
+
+if TYPE_CHECKING:
+    from lbm.simulation.chunks import Outputs
+
+log = logging.getLogger("lbm")
+
+
+RESULT_FILES = ("metrics.json", "fields.npz")
+
+
+def make_case(run: RunConfig) -> Case:
+    """Instantiate the configured case, check its parameters and resolve ``steps=auto`` (case.run is final)."""
+    case = CASES[run.case](run)
+    case.check()
+    if run.steps is None:
+        case.run = dataclasses.replace(case.run, steps=case.auto_steps())
+        check_output_every(run.output.every, case.run.steps)
+        every = run.checkpoint.every
+        if every > case.run.steps:
+            raise ConfigError("checkpoint.every", every, f"an integer in [0, steps={case.run.steps}] (steps=auto)")
+    return case
+
+
+def resolve_parallel(run: RunConfig) -> RunConfig:
+    """Where the job runs: start jax.distributed if asked (or detected), check the device count, resolve -1, and
+    check that the devices compute float64 when the run asks for it.
+
+    Must run before JAX touches a backend in a multi-process job; returns the run with its mesh.
+    """
+    p = run.parallel
+    parallel.initialize(p.coordinator, p.num_processes, p.process_id)
+    if run.precision == "float64":  # after jax.distributed: it touches the backend
+        check_float64_supported()
+    if run.parallel_devices == 1:
+        return run
+    devices = parallel.resolve_devices(run.parallel_devices)
+    shape = parallel.mesh_shape(devices, p.mesh, run.grid)
+    if devices > 1 and (refused := single_device_refusal(run.engine)):
+        raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1", refused)
+    return dataclasses.replace(run, parallel_devices=devices, parallel_mesh=shape if devices > 1 else None)
+
+
+def check_float64_supported() -> None:
+    """float64 needs a backend with double precision (not TPU)."""
+    platform = jax.devices()[0].platform
+    if platform == "tpu":
+        raise ConfigError("precision", "float64", "float32 on TPU (it has no float64 arithmetic)")
+
+
+def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:
+    """The one path from overrides (or a validated config) to a case and its Setup, used by every command.
+
+    Overrides are validated once (lbm.config.load); ``steps=auto`` is resolved (``case.run`` is final);
+    float64 is switched on when the run asks for it.
+    """
+    run = resolve_parallel(config if isinstance(config, RunConfig) else load(list(config)))
+    if run.precision == "float64":
+        jax.config.update("jax_enable_x64", True)
+    case = make_case(run)
+    return case, case.setup()
+
+
+def chunk_size(run: RunConfig) -> int:
+    """Steps per chunk: output.every, else steps_per_dispatch, else about a tenth of the run (at most 1000).
+
+    With checkpoints the chunk also divides checkpoint.every, so chunks end on checkpoint steps.
+    """
+    if run.output.every:
+        k = run.output.every
+    elif run.steps_per_dispatch:
+        k = min(run.steps_per_dispatch, run.steps)
+    else:
+        k = max(1, min(1000, run.steps // 10))
+    every = run.checkpoint.every
+    return math.gcd(k, every) if every else k
+
+
+def device_description() -> dict[str, Any]:
+    """The default device and the software that drives it."""
+    from lbm.environment import device_label, environment
+
+    env = environment()
+    return {"device": device_label(), "device_count": env["device_count"], "jax": env["jax"], "jaxlib": env["jaxlib"],
+            "python": env["python"], "host": env["host_machine"]}
+
+
+def log_parameters(run: RunConfig, setup: Setup) -> None:
+    """One block of derived parameters at the start of a run."""
+    d = setup.derived
+    cells = math.prod(setup.shape)
+    log.info(
+        "case=%s lattice=%s collision=%s mode=%s precision=%s grid=%s cells=%d (fluid %d) steps=%d",
+        run.case, run.lattice, run.collision, run.mode, run.precision, "x".join(map(str, setup.shape)),
+        cells, int(setup.fluid.sum()), run.steps,
+    )
+    log.info(
+        "derived: Re=%.6g tau=%.6f nu=%.6g (lattice units) omega=%.6f u_lattice=%.4g Mach=%.4f L=%g cells",
+        d["reynolds"], d["tau"], d["nu"], d["omega"], d["u_lattice"], d["mach"], d["reference_length"],
+    )
+
+
+def log_engine_choice(engine: Engine, fallback_possible: bool = True) -> None:
+    """One line naming the fused engine; a warning saying what is lost, and how to get it, when native fell back.
+
+    ``fallback_possible``: engine=auto on one device, the only request that can fall back from native to xla.
+    """
+    from lbm.engines.native import build
+
+    if not fallback_possible or engine.name != "xla" or not engine.note or jax.default_backend() != "cpu":
+        log.info("%s engine: %s%s", engine.mode, engine.name, f" ({engine.note})" if engine.note else "")
+        return
+    fix = ("install a C++ compiler (e.g. apt install g++, or set CXX) and rerun: kernels build on first use"
+           if build.compiler() is None else "engine=xla silences this note")
+    # 3-5x: python -m lbm bench grid.nx=128 grid.ny=128 cylinder_grid.nx=168 cylinder_grid.ny=72 variants=[auto,xla]
+    # on a 2-core laptop: periodic 250 vs 57 MLUPS (4.4x), cylinder 130 vs 42 MLUPS (3.1x)
+    log.warning("fused engine: xla, not the native C++ engine (%s): CPU runs are about 3-5x slower; %s",
+                engine.note, fix)
+
+
+def check_run_dir(run_dir: Path, setting: str = "hydra.run.dir") -> None:
+    """Refuse to write into a directory that already holds results (``setting``: the key that chooses it)."""
+    existing = [name for name in RESULT_FILES if (run_dir / name).exists()]
+    if existing:
+        raise LbmError(
+            f"run directory {run_dir} already holds results ({', '.join(existing)}); "
+            f"refusing to overwrite: choose another {setting}"
+        )
+
+
+def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
+    """What a checkpoint records about its run, to refuse resuming an incompatible one."""
+    return {
+        "case": run.case, "lattice": run.lattice, "grid": list(setup.shape), "precision": run.precision,
+        "collision": run.collision, "trt_magic": run.trt_magic if run.collision == "trt" else None,
+        "tau": setup.tau, "u_lattice": run.u_lattice, "case_params": mapping_of(run.case_params),
+    }
+
+
+def engine_for(run: RunConfig, setup: Setup) -> Engine:
+    """The run's engine (one line naming it); LbmError when the engine asked for cannot run here."""
+    try:
+        engine = make_engine(setup, run.mode, engine=run.engine, sync=run.profile.sync,
+                             mesh=run.parallel_mesh, partitioner=run.parallel.partitioner)
+    except EngineUnavailable as exc:
+        hint = "" if run.parallel_mesh else "; engine=auto falls back to the xla engine"
+        raise LbmError(f"engine={run.engine} is not available here: {exc}{hint}") from None
+    if run.mode == "fused" or run.parallel_mesh:
+        log_engine_choice(engine, fallback_possible=run.engine == "auto" and not run.parallel_mesh)
+    elif run.engine != "auto":  # one device, instrumented: the engine setting has nothing to choose
+        log.info("engine=%s is not used: it chooses how mode=fused computes a step; mode=instrumented runs each stage "
+                 "as its own jit", run.engine)
+    return engine
+
+
+def check_resume(run: RunConfig, setup: Setup) -> dict[str, Any] | None:
+    """The header of the checkpoint ``checkpoint.resume`` names (None without one), read without its arrays;
+    LbmError when it cannot continue this run (another identity, population layout, or no step left to run)."""
+    path = run.checkpoint.resume
+    if not path:
+        return None
+    header = read_header(find_checkpoint(Path(path)))
+    check_compatible(header["identity"], identity(run, setup), header["path"])
+    shape, dtype = (setup.lattice.q, *setup.shape), np.dtype(run.precision)
+    if header["shape"] != shape or header["dtype"] != dtype:
+        raise LbmError(f"cannot resume from {header['path']}: populations {header['shape']} {header['dtype']} "
+                       f"do not fit this run's {shape} {dtype}")
+    if header["step"] >= run.steps:
+        raise LbmError(f"cannot resume from {header['path']}: it is at step {header['step']} and steps={run.steps}; "
+                       f"set steps above {header['step']}")
+    return header
+
+
+def resume(run: RunConfig, case: Case, setup: Setup, outputs: Outputs, place: Any, f: jnp.ndarray, mass0: float
+           ) -> tuple[int, jnp.ndarray, float]:
+    """(step, populations, initial mass) to start from: a checkpoint's when ``checkpoint.resume`` is set."""
+    header = check_resume(run, setup)
+    if header is None:
+        return 0, f, mass0
+    ckpt = load_checkpoint(header["path"])
+    step = ckpt["step"]
+    state = ckpt["state"]
+    mass0 = float(state.pop("run/mass0"))
+    outputs.monitor = [(int(s), float(m), float(e)) for s, m, e in state.pop("run/monitor")]
+    case.load_state(state)
+    log.info("resumed from %s at step %d", ckpt["path"], step)
+    return step, place(jnp.asarray(ckpt["f"])), mass0
+
+
+def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) -> Any:
+    """The started profiler when ``profile.enabled`` (None otherwise).
+
+    Started before compilation so that the trace holds it; the loop tells it about each chunk (the run's own
+    chunks: profiling changes no chunk, so a profiled run observes and reports the same steps).
+    """
+    if not run.profile.enabled:
+        return None
+    from lbm.profiling.capture import Profiler
+    from lbm.roofline import measure_bandwidth
+
+    setup = engine.setup
+    profiler = Profiler(
+        run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps,
+        stages=list(engine.stage_names),
+        run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
+        programs=engine.describe, compile_times=lambda: engine.compile_times, bandwidth=measure_bandwidth)
+    profiler.start()
+    return profiler
+
+
+def compile_ahead(engine: Engine, f: jnp.ndarray, run: RunConfig, start: int, k: int) -> None:
+    """Compile before timing: the fused chunks of every length the run needs, the instrumented stages once."""
+    for n in chunk_lengths(start, run.steps, k) if run.mode == "fused" else (1,):
+        engine.compile(f, n)
+    log.info("compiled in %.2f s (%s)", engine.compile_time_s,
+             ", ".join(f"{n}: {t * 1e3:.0f} ms" for n, t in engine.compile_times.items()))
+
+
+def sharded_placement(engine: Engine, setup: Setup) -> tuple[Any, jnp.ndarray]:
+    """How populations reach the engine (sharded over its mesh, or as they are) and the fluid mask placed alike."""
+    return engine.place, engine.place_cells(setup.fluid)
+
+
+def chunk_lengths(start: int, steps: int, k: int) -> set[int]:
+    """Distinct chunk lengths of a run from ``start`` to ``steps`` whose chunks end on multiples of k."""
+    lengths, s = set(), start
+    while s < steps:
+        n = min(k - s % k, steps - s)
+        lengths.add(n)
+        s += n
+    return lengths
