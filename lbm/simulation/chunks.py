@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import logging
 import signal
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -16,13 +18,18 @@ from lbm import parallel
 from lbm.cases import Case, Setup
 from lbm.cases.base import Snapshot
 from lbm.config import RunConfig
+from lbm.config.sections import mapping_of
 from lbm.engines import Engine
 from lbm.errors import DivergenceError
 from lbm.io.checkpoint import save_checkpoint
 from lbm.kernels.macroscopic import macroscopic
 from lbm.lattice import Lattice
-from lbm.simulation.start import identity
 from lbm.stopping import Interrupted
+
+if TYPE_CHECKING:
+    from lbm.progress import Progress
+    from lbm.simulation.start import Started
+    from lbm.stopping import StopSignals
 
 log = logging.getLogger("lbm")
 
@@ -76,6 +83,14 @@ def likely_cause(setup: Setup, cell: tuple[int, ...] = ()) -> str:
         return cause
     return (f"the cell lies on the boundary condition {' and '.join(names)}, the likely cause: try collision=trt or "
             f"another kind of it (e.g. case.inlet=nebb for a velocity inlet); or {cause}")
+
+def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
+    """What a checkpoint records about its run, to refuse resuming an incompatible one."""
+    return {
+        "case": run.case, "lattice": run.lattice, "grid": list(setup.shape), "precision": run.precision,
+        "collision": run.collision, "trt_magic": run.trt_magic if run.collision == "trt" else None,
+        "tau": setup.tau, "u_lattice": run.u_lattice, "case_params": mapping_of(run.case_params),
+    }
 
 
 class Outputs:
@@ -136,3 +151,81 @@ def interrupted_by(signum: int, step: int, run: RunConfig, run_dir: Path, path: 
     """The error a run stopped by ``signum`` after writing checkpoint ``path`` ends with."""
     return Interrupted(f"stopped by {signal.Signals(signum).name} at step {step}/{run.steps}; results and checkpoint "
                        f"in {run_dir}; resume with the same overrides plus checkpoint.resume={path}", signum)
+
+
+@dataclass
+class Position:
+    """Where the stepping loop stands (it changes after every chunk): what its end and its errors are written from."""
+
+    step: int
+    f: jnp.ndarray
+    t_run: float = 0.0
+    """Seconds in the stepping loop so far (compilation excluded)."""
+    last_good: tuple[int, np.ndarray] | None = None
+    """A host copy of the last healthy populations and its step (kept without checkpoints, for divergence)."""
+    stopped_early: int | None = None
+    """The step a ``steps=auto`` run found its steady state at (None: it did not stop early)."""
+    status: str = "completed"
+    error: Interrupted | None = None
+    """The error an interrupted run ends with, once its results are written."""
+
+
+def run_chunks(s: Started, at: Position, signals: StopSignals, progress: Progress) -> None:
+    """Advance ``at`` chunk by chunk to the run's last step: check health, observe, write outputs and checkpoints;
+    stop early at a steady state (``steps=auto``) or after a signal (with a checkpoint).
+
+    Raises DivergenceError on the first unhealthy chunk.
+    """
+    run = s.run
+    keep_host_copy = not run.checkpoint.every and at.f.nbytes <= LAST_GOOD_MAX_BYTES
+    log.info("stepping from step %d to %d (Ctrl-C or SIGTERM: stop after this chunk with a checkpoint; "
+             "twice: stop at once)", at.step, run.steps)
+    while at.step < run.steps:
+        n = min(s.chunk - at.step % s.chunk, run.steps - at.step)
+        if s.profiler is not None:
+            n = s.profiler.chunk_limit(at.step, n, at.t_run)
+        if keep_host_copy:
+            at.last_good = (at.step, np.array(parallel.to_host(at.f), copy=True))
+        mass, energy, aux = advance_chunk(s, at, n)
+        f, step = at.f, at.step
+        snapshot = Snapshot(step, aux, lambda f=f, step=step: s.engine.fields(f, step), populations=f)
+        s.case.observe(snapshot)
+        s.outputs.chunk_done(snapshot, mass, energy, s.chunk)
+        if s.profiler is not None:
+            s.profiler.after_chunk(step, f, at.t_run)
+        progress.update(step, at.t_run)
+        if run.checkpoint.every and step % run.checkpoint.every == 0:
+            s.checkpoint(step, f)
+        if stop_early(s, at, signals.signum):
+            break
+
+
+def advance_chunk(s: Started, at: Position, n: int) -> tuple[float, float, dict[str, Any]]:
+    """Advance ``at`` by ``n`` steps (timed, with the health reduction); (fluid mass, kinetic energy, per-step outputs).
+
+    Raises DivergenceError when the populations left the healthy range.
+    """
+    t0 = time.perf_counter()
+    at.f, aux = s.engine.advance(at.f, n, first_step=at.step)
+    healthy, mass, energy = (np.asarray(v).item() for v in chunk_stats(at.f, s.fluid, s.setup.lattice))
+    at.t_run += time.perf_counter() - t0
+    at.step += n
+    if not healthy:
+        raise diverged(at.f, at.step, s.setup)
+    return mass, energy, aux
+
+
+def stop_early(s: Started, at: Position, signum: int | None) -> bool:
+    """Whether the loop stops before the run's last step: a steady state under ``steps=auto``, or a signal (which
+    writes a checkpoint and records the error the run ends with)."""
+    if at.step >= s.run.steps:
+        return False
+    if s.run.steps_auto and s.case.converged(at.step):
+        log.info("steady state reached after %d steps (steps=auto): stopping", at.step)
+        at.stopped_early = at.step
+        return True
+    if signum is not None:
+        at.status = "interrupted"
+        at.error = interrupted_by(signum, at.step, s.run, s.run_dir, s.checkpoint(at.step, at.f))
+        return True
+    return False

@@ -12,27 +12,48 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm import parallel
-from lbm.cases import Case, Setup
+from lbm.cases import Setup
 from lbm.config import RunConfig
 from lbm.engines import Engine
+from lbm.errors import DivergenceError
 from lbm.io.checkpoint import GLOB as CHECKPOINT_GLOB
 from lbm.io.checkpoint import load_checkpoint
 from lbm.io.fields import write_fields, write_json
-from lbm.simulation.chunks import Outputs, chunk_stats
-from lbm.simulation.start import chunk_size, device_description, sharded_placement
+from lbm.simulation.chunks import Position, chunk_stats
+from lbm.simulation.start import Started, chunk_size, device_description
 
 log = logging.getLogger("lbm")
 
 
-def write_diverged(run: RunConfig, run_dir: Path, case: Case, engine: Engine, place: Any, metrics: dict[str, Any],
-                   outputs: Outputs, mass0: float, profiler: Any, last_good: tuple[int, np.ndarray] | None) -> None:
+def write_diverged(s: Started, metrics: dict[str, Any], last_good: tuple[int, np.ndarray] | None) -> None:
     """A diverged run's results: the fields of the last good state where one is kept, else metrics.json alone."""
     if last_good is not None:
         metrics["fields_from_step"] = last_good[0]
-        finish(run, run_dir, case, engine, place(jnp.asarray(last_good[1])), metrics, outputs, mass0, profiler)
+        finish(s, s.place(jnp.asarray(last_good[1])), metrics)
     else:
-        write_metrics(run_dir, metrics)
+        write_metrics(s.run_dir, metrics)
 
+
+def finish_diverged(s: Started, at: Position, exc: DivergenceError) -> None:
+    """What a diverged run leaves: metrics.json with the error, and the fields of the newest healthy state."""
+    metrics = build_metrics(s.run, s.setup, s.engine, at.step - s.start, at.t_run, "diverged") | {
+        "diverged_at_step": at.step, "error": str(exc)}
+    write_diverged(s, metrics, latest_good_state(s.run_dir, at.last_good))
+
+
+def finish_interrupted(s: Started, at: Position) -> None:
+    """What a run stopped by an exception leaves: metrics.json with the step it reached."""
+    write_metrics(s.run_dir, build_metrics(s.run, s.setup, s.engine, at.step - s.start, at.t_run, "interrupted") | {
+        "step_reached": at.step})
+
+
+def finish_run(s: Started, at: Position) -> dict[str, Any]:
+    """The results of a run that stepped to its end (or stopped early, or after a signal): its metrics, written."""
+    profiled = s.profiler.window if s.profiler is not None else None
+    metrics = build_metrics(s.run, s.setup, s.engine, at.step - s.start, at.t_run, at.status, profiled=profiled)
+    metrics |= run_extent(s.run, s.start, at.step, at.stopped_early)
+    finish(s, at.f, metrics)
+    return metrics
 
 def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> None:
     """metrics.json, written by the writing process alone."""
@@ -62,19 +83,18 @@ def latest_good_state(run_dir: Path, in_memory: tuple[int, np.ndarray] | None) -
     return ckpt["step"], ckpt["f"]
 
 
-def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.ndarray, metrics: dict[str, Any],
-           outputs: Outputs, mass0: float, profiler: Any) -> None:
+def finish(s: Started, f: jnp.ndarray, metrics: dict[str, Any]) -> None:
     """Write fields, the case's files, plots, the monitor and metrics.json (last, with the list of outputs)."""
     from lbm.cases.base import result_checks
 
-    setup = engine.setup
-    if profiler is not None:
-        metrics["profile"] = profiler.finish()
+    run, case, setup, engine, outputs, run_dir = s.run, s.case, s.setup, s.engine, s.outputs, s.run_dir
+    if s.profiler is not None:
+        metrics["profile"] = s.profiler.finish()
     reached = int(metrics.get("step_reached", run.steps))
     at = int(metrics.get("fields_from_step", reached))  # the step of the populations f
     fields = setup.written_fields(engine.fields(f, at))
-    mass = float(chunk_stats(f, sharded_placement(engine, setup)[1], setup.lattice)[1])
-    metrics["mass_rel_drift"] = mass / mass0 - 1.0
+    mass = float(chunk_stats(f, s.fluid, setup.lattice)[1])
+    metrics["mass_rel_drift"] = mass / s.mass0 - 1.0
     metrics.update(case.metrics(setup, fields, reached))
     own = [k for k in case_summary_keys(metrics) if k not in ("mlups", "compile_time_s", "mass_rel_drift")]
     metrics.update(result_checks(case, setup, metrics, at, own))
@@ -82,14 +102,14 @@ def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.nda
         return
     write_fields(run_dir / "fields.npz", fields)
     written = ["fields.npz"] + case.write_outputs(run_dir, setup, fields, metrics)
-    written.append(write_monitor(run_dir, outputs.monitor, mass0))
+    written.append(write_monitor(run_dir, outputs.monitor, s.mass0))
     written += outputs.files
     if run.output.plots:
         from lbm.io.plots import field_plots, monitor_plot
 
         written += field_plots(run_dir, fields, f"{run.case} Re={setup.reynolds:g}")
         if len(outputs.monitor) >= 2:
-            written.append(monitor_plot(run_dir, outputs.monitor, mass0, case, metrics))
+            written.append(monitor_plot(run_dir, outputs.monitor, s.mass0, case, metrics))
     if run.output.frames and run.output.animation and len(outputs.frames) >= 2:
         from lbm.io.plots import animation
 
@@ -102,7 +122,6 @@ def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.nda
              ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     for warning in metrics["warnings"]:
         log.warning(warning)
-
 
 def write_monitor(run_dir: Path, rows: list[tuple[int, float, float]], mass0: float) -> str:
     """monitor.csv: step, fluid mass, relative mass drift, kinetic energy (lattice units) per chunk."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,13 +18,10 @@ from lbm import parallel
 from lbm.cases import CASES, Case, Setup
 from lbm.config import RunConfig, check_output_every, load
 from lbm.config.run import single_device_refusal
-from lbm.config.sections import mapping_of
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, LbmError
 from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, read_header
-
-if TYPE_CHECKING:
-    from lbm.simulation.chunks import Outputs
+from lbm.simulation.chunks import Outputs, chunk_stats, identity, write_checkpoint
 
 log = logging.getLogger("lbm")
 
@@ -150,14 +148,6 @@ def check_run_dir(run_dir: Path, setting: str = "hydra.run.dir") -> None:
         )
 
 
-def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
-    """What a checkpoint records about its run, to refuse resuming an incompatible one."""
-    return {
-        "case": run.case, "lattice": run.lattice, "grid": list(setup.shape), "precision": run.precision,
-        "collision": run.collision, "trt_magic": run.trt_magic if run.collision == "trt" else None,
-        "tau": setup.tau, "u_lattice": run.u_lattice, "case_params": mapping_of(run.case_params),
-    }
-
 
 def engine_for(run: RunConfig, setup: Setup) -> Engine:
     """The run's engine (one line naming it); LbmError when the engine asked for cannot run here."""
@@ -251,3 +241,56 @@ def chunk_lengths(start: int, steps: int, k: int) -> set[int]:
         lengths.add(n)
         s += n
     return lengths
+
+
+@dataclass(frozen=True)
+class Started:
+    """A run ready to step: its final config, case, Setup and engine, the populations to start from and where."""
+
+    run: RunConfig
+    """As the case resolved it (``steps=auto`` final)."""
+    run_dir: Path
+    case: Case
+    setup: Setup
+    engine: Engine
+    place: Callable[[Any], jnp.ndarray]
+    """Populations onto the engine's devices (sharded over its mesh, or as they are)."""
+    fluid: jnp.ndarray
+    """The fluid mask, placed as the populations are."""
+    f: jnp.ndarray
+    """The populations at step ``start``."""
+    start: int
+    """The step the run starts from (a checkpoint's when resuming, else 0)."""
+    mass0: float
+    """The fluid mass at step 0 (the reference of the mass drift)."""
+    chunk: int
+    """Steps per chunk (:func:`chunk_size`)."""
+    outputs: Outputs
+    profiler: Any
+    """The started lbm.profiling.capture.Profiler, None without ``profile.enabled``."""
+
+    def checkpoint(self, step: int, f: Any) -> Path:
+        """Write the checkpoint of ``step`` (populations ``f``, the case's and the monitor's series)."""
+        return write_checkpoint(self.run, self.run_dir, self.case, self.setup, self.outputs, self.mass0, step, f)
+
+
+def start(run: RunConfig, run_dir: Path) -> Started:
+    """Everything before the first chunk: the run directory, case, engine, initial or resumed state, the profiler
+    (started before compilation, so that its trace holds it), and the compiled chunks."""
+    check_run_dir(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    case, setup = prepare(run)
+    parallel.own_log_file(run_dir)  # after prepare: jax.distributed knows this process's index
+    run = case.run
+    log_parameters(run, setup)
+    engine = engine_for(run, setup)
+    place, fluid = sharded_placement(engine, setup)
+    f = place(setup.initial_populations())
+    outputs = Outputs(run, run_dir, engine)
+    mass0 = float(chunk_stats(f, fluid, setup.lattice)[1])
+    step, f, mass0 = resume(run, case, setup, outputs, place, f, mass0)
+    k = chunk_size(run)
+    profiler = start_profiler(run, run_dir, engine, place)
+    compile_ahead(engine, f, run, step, k)
+    return Started(run=run, run_dir=run_dir, case=case, setup=setup, engine=engine, place=place, fluid=fluid, f=f,
+                   start=step, mass0=mass0, chunk=k, outputs=outputs, profiler=profiler)
