@@ -68,7 +68,7 @@ def test_force_title_gives_each_value_the_decimals_of_its_error():
 
 
 class FakeCylinder:
-    """What monitor_plot asks a case with forces: per-step rows [step, fx, fy, cd, cl]."""
+    """A case with forces: per-step rows [step, fx, fy, cd, cl]."""
 
     def coefficients(self) -> np.ndarray:
         steps = np.arange(1, 601, dtype=float)
@@ -99,8 +99,9 @@ def test_legends_stay_off_the_data(tmp_path, monkeypatch):
     monkeypatch.setattr(plots, "_save", checking_save)
     rows = [(s, 1000.0, 0.5) for s in range(100, 601, 100)]
     window = {"stationary_window_steps": [300, 600]}
-    plots.monitor_plot(tmp_path, rows, 1000.0, FakeCylinder(), window)
     forces = FakeCylinder().coefficients()
+    series = {"cd": (forces[:, 0], forces[:, -2]), "cl": (forces[:, 0], forces[:, -1])}
+    plots.monitor_plot(tmp_path, rows, 1000.0, series, "force coefficients", window["stationary_window_steps"])
     plots.forces_plot(tmp_path, forces[:, 0], forces[:, -2], forces[:, -1],
                       window | {"cd_mean": 1.6, "cd_mean_error": 0.01})
     assert seen == [[False], [False]]

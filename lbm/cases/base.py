@@ -279,6 +279,17 @@ class Case:
         """Write case-specific files (CSV, plots); return their paths relative to ``run_dir``."""
         return []
 
+    def summary_keys(self) -> tuple[str, ...]:
+        """The keys of :meth:`metrics` that a run's last log line shows (those the case computed), in that order."""
+        return ()
+
+    monitor_label = ""
+    """The y label of the panel the monitor plot gives :meth:`monitor_series` (with units)."""
+
+    def monitor_series(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per-step series the monitor plot shows in a panel of their own: name -> (steps, values); none by default."""
+        return {}
+
 
 # --- geometry helpers shared by cases --------------------------------------------------
 

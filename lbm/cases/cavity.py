@@ -200,6 +200,11 @@ class Cavity(Case):
             return ghia_reference(setup.reynolds)
         return albensoeder_reference(setup.reynolds) if self.is_cube else None
 
+    def summary_keys(self) -> tuple[str, ...]:
+        """The largest centre-line deviations from the reference (Ghia et al. in 2D, Albensoeder & Kuhlmann in 3D)."""
+        key = "ghia" if self.lattice.d == 2 else "albensoeder"
+        return (f"{key}_u_max_abs_error", f"{key}_v_max_abs_error")
+
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Steadiness, and the deviation from Ghia et al. where they tabulate this Reynolds number."""
         out: dict[str, Any] = {}

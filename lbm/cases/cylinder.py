@@ -168,6 +168,17 @@ class Cylinder(Case):
         steps = np.arange(1, len(forces) + 1, dtype=np.float64)[:, None]
         return np.hstack([steps, forces, forces[:, :1] / norm, forces[:, 1:2] / norm])
 
+    monitor_label = "force coefficients"
+
+    def monitor_series(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The drag and lift coefficients against the step (none before the first step)."""
+        rows = self.coefficients()
+        return {"cd": (rows[:, 0], rows[:, -2]), "cl": (rows[:, 0], rows[:, -1])} if len(rows) else {}
+
+    def summary_keys(self) -> tuple[str, ...]:
+        """Mean drag, lift amplitude and Strouhal number over the stationary window."""
+        return ("cd_mean", "cl_amplitude", "strouhal")
+
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Drag, lift and Strouhal number over the statistically stationary window, with their standard errors.
 

@@ -113,6 +113,10 @@ class Duct(Case):
         """Simulated u_x on the fluid cross-section, averaged over x, shape (H, W)."""
         return fields["u"][0].mean(axis=0)[1:-1, 1:-1]
 
+    def summary_keys(self) -> tuple[str, ...]:
+        """The cross-section's largest error against the series solution, over its peak velocity."""
+        return ("duct_max_error_over_umax",)
+
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Errors of the cross-section against the series solution, and the flow rate."""
         _, _, exact = self.analytic(setup)

@@ -111,6 +111,10 @@ class Poiseuille(Case):
         axes = tuple(a for a in range(ux.ndim) if a != 1)
         return ux.mean(axis=axes)[1:-1]
 
+    def summary_keys(self) -> tuple[str, ...]:
+        """The profile's relative L2 error against the analytic parabola."""
+        return ("profile_l2_rel_error",)
+
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Errors of the profile against the analytic parabola, and against the exact half-way bounce-back solution."""
         y, exact = self.analytic(setup)

@@ -358,6 +358,14 @@ class SchaferTurek(Cylinder):
         x_r = i + row[i] / (row[i] - row[i + 1])  # linear zero crossing between i and i + 1
         return float((x_r - rear) * self.dx)
 
+    def summary_keys(self) -> tuple[str, ...]:
+        """The variant's published quantities (cd_mean beside them where the variant has a mean drag)."""
+        if self.variant in STEADY:
+            return ("cd_mean", "cd", "cl", "dp", "la")
+        if self.variant == "2D-2":
+            return ("cd_mean", "cl_amplitude", "strouhal", "cd_max", "cl_max")
+        return ("cd_max", "cl_max", "dp_t8")
+
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """The variant's published quantities (see the module doc), plus where they were taken."""
         rows = self.coefficients()

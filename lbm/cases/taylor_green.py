@@ -90,6 +90,10 @@ class TaylorGreen(Case):
         kx, ky = self.wavenumbers
         return self.run.u_lattice * math.exp(-setup.nu * (kx**2 + ky**2) * step)
 
+    def summary_keys(self) -> tuple[str, ...]:
+        """The largest relative error of the decaying amplitude against the analytic exponential."""
+        return ("decay_rel_error_max",)
+
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Decay of the mode amplitude against the analytic exponential."""
         t = np.array([s for s, _ in self.samples], dtype=np.float64)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -264,27 +264,28 @@ def animation(run_dir: Path, frames: list[Path]) -> list[str]:
     return written
 
 
-def monitor_plot(run_dir: Path, rows: list[tuple[int, float, float]], mass0: float, case: Any,
-                 metrics: dict[str, Any] | None = None) -> str:
-    """Mass drift, kinetic energy and (for obstacles) drag and lift against the step, scaled to the settled flow."""
+def monitor_plot(run_dir: Path, rows: list[tuple[int, float, float]], mass0: float,
+                 series: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None, series_label: str = "",
+                 window: Sequence[int] | None = None) -> str:
+    """Mass drift, kinetic energy and the case's ``series`` (name -> (steps, values); e.g. drag and lift, labelled
+    ``series_label``) against the step, the series scaled to the settled flow (``window``: the stationary steps)."""
     plt = _pyplot()
     arr = np.array(rows, dtype=np.float64)
-    forces = case.coefficients() if hasattr(case, "coefficients") else None
-    n = 3 if forces is not None and len(forces) else 2
+    n = 3 if series else 2
     fig, axes = plt.subplots(n, 1, figsize=(8, 2.3 * n + 0.6), sharex=True)
     axes[0].plot(arr[:, 0], arr[:, 1] / mass0 - 1.0, ".-")
     axes[0].set_ylabel("relative mass drift")
     axes[1].plot(arr[:, 0], arr[:, 2], ".-", color="C2")
     axes[1].set_ylabel("kinetic energy\n(lattice units)")
-    if n == 3:
-        axes[2].plot(forces[:, 0], forces[:, -2], lw=0.8, label="cd")
-        axes[2].plot(forces[:, 0], forces[:, -1], lw=0.8, label="cl")
-        axes[2].set_ylabel("force coefficients")
-        window = (metrics or {}).get("stationary_window_steps")
-        if window:
-            axes[2].axvspan(window[0], window[1], color="0.9", zorder=0, label="stationary window")
-        (lo_d, hi_d), (lo_l, hi_l) = (settled_limits(forces[:, 0], forces[:, k], window) for k in (-2, -1))
-        axes[2].set_ylim(min(lo_d, lo_l), max(hi_d, hi_l))
+    if series:
+        for name, (steps, values) in series.items():
+            axes[2].plot(steps, values, lw=0.8, label=name)
+        axes[2].set_ylabel(series_label)
+        win = list(window) if window else None
+        if win:
+            axes[2].axvspan(win[0], win[1], color="0.9", zorder=0, label="stationary window")
+        limits = [settled_limits(steps, values, win) for steps, values in series.values()]
+        axes[2].set_ylim(min(lo for lo, _ in limits), max(hi for _, hi in limits))
         axes[2].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     axes[-1].set_xlabel("step")
     for a in axes:

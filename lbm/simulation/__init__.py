@@ -33,7 +33,6 @@ from lbm.simulation.chunks import (
 )
 from lbm.simulation.finish import (
     build_metrics,
-    case_summary_keys,
     finish,
     finish_diverged,
     finish_interrupted,
@@ -41,6 +40,8 @@ from lbm.simulation.finish import (
     latest_good_state,
     parallel_description,
     run_extent,
+    summary_keys,
+    summary_line,
     write_diverged,
     write_metrics,
     write_monitor,
@@ -72,12 +73,13 @@ log = logging.getLogger("lbm")
 
 __all__ = [
     "LAST_GOOD_MAX_BYTES", "RESULT_FILES", "RHO_BOUNDS", "Outputs", "Position", "Started", "advance_chunk",
-    "build_metrics", "case_summary_keys", "check_float64_supported", "check_resume", "check_run_dir", "chunk_lengths",
+    "build_metrics", "check_float64_supported", "check_resume", "check_run_dir", "chunk_lengths",
     "chunk_size", "chunk_stats", "compile_ahead", "device_description", "diverged", "engine_for", "finish",
     "finish_diverged", "finish_interrupted", "finish_run", "first_bad_cell", "identity", "interrupted_by",
     "latest_good_state", "likely_cause", "log_engine_choice", "log_parameters", "make_case", "parallel_description",
     "prepare", "resolve_parallel", "resume", "run_chunks", "run_extent", "sharded_placement", "simulate", "start",
-    "start_profiler", "stop_early", "write_checkpoint", "write_diverged", "write_metrics", "write_monitor",
+    "start_profiler", "stop_early", "summary_keys", "summary_line", "write_checkpoint", "write_diverged",
+    "write_metrics", "write_monitor",
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm import parallel
-from lbm.cases import Setup
+from lbm.cases import Case, Setup
 from lbm.config import RunConfig
 from lbm.engines import Engine
 from lbm.errors import DivergenceError
@@ -96,7 +97,7 @@ def finish(s: Started, f: jnp.ndarray, metrics: dict[str, Any]) -> None:
     mass = float(chunk_stats(f, s.fluid, setup.lattice)[1])
     metrics["mass_rel_drift"] = mass / s.mass0 - 1.0
     metrics.update(case.metrics(setup, fields, reached))
-    own = [k for k in case_summary_keys(metrics) if k not in ("mlups", "compile_time_s", "mass_rel_drift")]
+    own = [k for k in case.summary_keys() if k in metrics]
     metrics.update(result_checks(case, setup, metrics, at, own))
     if not parallel.is_writer():  # the shared files of the run directory come from process 0
         return
@@ -109,7 +110,8 @@ def finish(s: Started, f: jnp.ndarray, metrics: dict[str, Any]) -> None:
 
         written += field_plots(run_dir, fields, f"{run.case} Re={setup.reynolds:g}")
         if len(outputs.monitor) >= 2:
-            written.append(monitor_plot(run_dir, outputs.monitor, s.mass0, case, metrics))
+            written.append(monitor_plot(run_dir, outputs.monitor, s.mass0, case.monitor_series(), case.monitor_label,
+                                        metrics.get("stationary_window_steps")))
     if run.output.frames and run.output.animation and len(outputs.frames) >= 2:
         from lbm.io.plots import animation
 
@@ -117,9 +119,7 @@ def finish(s: Started, f: jnp.ndarray, metrics: dict[str, Any]) -> None:
     metrics["outputs"] = written + ["metrics.json"]
     write_json(run_dir / "metrics.json", metrics)
     log.info("wrote %s: %s", run_dir, ", ".join(metrics["outputs"]))
-    summary = {key: metrics[key] for key in case_summary_keys(metrics)}
-    log.info("result (%s): %s", metrics["status"],
-             ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    log.info("result (%s): %s", metrics["status"], summary_line(case, metrics))
     for warning in metrics["warnings"]:
         log.warning(warning)
 
@@ -181,10 +181,16 @@ def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
             "processes": jax.process_count()}
 
 
-def case_summary_keys(metrics: dict[str, Any]) -> list[str]:
-    """Keys worth one log line at the end of a run."""
-    keys = ["mlups", "compile_time_s", "mass_rel_drift", "converged", "cd_mean", "cl_amplitude", "strouhal",
-            "cd", "cl", "dp", "la", "cd_max", "cl_max", "dp_t8",
-            "ghia_u_max_abs_error", "ghia_v_max_abs_error", "albensoeder_u_max_abs_error",
-            "albensoeder_v_max_abs_error", "profile_l2_rel_error", "duct_max_error_over_umax", "decay_rel_error_max"]
-    return [k for k in keys if k in metrics]
+RUN_SUMMARY_KEYS = ("mlups", "compile_time_s", "mass_rel_drift", "converged")
+"""What the last log line shows of every run, before the case's own keys (:meth:`lbm.cases.Case.summary_keys`)."""
+
+
+def summary_keys(case: Case, metrics: Mapping[str, Any]) -> list[str]:
+    """The keys of ``metrics`` worth one log line at the end of a run: the run's, then the case's own."""
+    return [k for k in (*RUN_SUMMARY_KEYS, *case.summary_keys()) if k in metrics]
+
+
+def summary_line(case: Case, metrics: Mapping[str, Any]) -> str:
+    """``key=value, ...`` of :func:`summary_keys` (floats to 6 significant digits)."""
+    summary = {key: metrics[key] for key in summary_keys(case, metrics)}
+    return ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items())
