@@ -92,8 +92,8 @@ def run_study(case: str, grids: list[int], overrides: list[str], out: Path) -> d
     u0 = base.u_lattice
     rows = []
     for n in grids:
-        ov = [f"case={case}", *overrides, *recipe.overrides(n), f"flow.u_lattice={u0 * grids[0] / n!r}",
-              "output.plots=false"]
+        scaled = [] if u0 is None else [f"flow.u_lattice={u0 * grids[0] / n!r}"]  # None: the case scales u by tau
+        ov = [f"case={case}", *overrides, *recipe.overrides(n), *scaled, "output.plots=false"]
         run_dir = out / f"N{n}"
         metrics = simulate(load(ov), run_dir)
         rows.append({"n": n, "error": recipe.error(metrics), "u_lattice": metrics["u_lattice"], "tau": metrics["tau"],

@@ -199,6 +199,9 @@ class Case:
 
     def __init__(self, run: RunConfig) -> None:
         self.run = run
+        if self.run.u_lattice is None:
+            raise ConfigError("flow.u_lattice", None, f"a number > 0 (case={self.name} does not derive the velocity "
+                              "from flow.tau)")
         self.lattice = get_lattice(run.lattice)
         self.params: CaseParams = run.case_params
         """The case's own parameters (typed, checked by their dataclass: lbm.config.cases)."""

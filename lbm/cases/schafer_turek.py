@@ -53,7 +53,7 @@ from lbm.cases.cavity import read_reference_csv
 from lbm.cases.cylinder import Cylinder, dominant_frequency
 from lbm.config import RunConfig
 from lbm.config.schema import option_file
-from lbm.errors import ConfigError
+from lbm.errors import ConfigError, LbmError
 from lbm.lattice import CS2, Lattice
 
 log = logging.getLogger("lbm")
@@ -132,6 +132,8 @@ def reynolds_and_velocity(run: RunConfig, variant: str, n: int, peak: float) -> 
     """The variant's Reynolds number and U_mean in lattice units (from flow.tau when given); ConfigError if the inflow
     peak (``peak`` U_mean) reaches Mach 0.5."""
     reynolds = round(VARIANTS[variant] * DIAMETER / NU, 9)
+    if run.tau is None and run.u_lattice is None:
+        raise ConfigError("flow.u_lattice", None, "a number > 0 (U_mean in lattice units) with flow.tau=null")
     u = run.u_lattice if run.tau is None else reynolds * CS2 * (run.tau - 0.5) / n
     if not u * peak / math.sqrt(CS2) < 0.5:
         raise ConfigError("flow.tau", run.tau, f"a relaxation time giving an inflow Mach number < 0.5 at Re {reynolds:g}")
@@ -167,6 +169,10 @@ class SchaferTurek(Cylinder):
         return super().__new__(cls)
 
     def __init__(self, run: RunConfig) -> None:
+        if run.tau is not None and run.u_lattice is not None:
+            raise LbmError(f"flow.u_lattice={run.u_lattice:g} and flow.tau={run.tau:g} over-determine the flow: "
+                           "case=schafer_turek derives U_mean from the variant's Reynolds number and flow.tau; add "
+                           "flow.tau=null to set U_mean with flow.u_lattice, or leave flow.u_lattice out to keep tau")
         super().__init__(run)
         self.variant = self.run.case_params.variant
         self.cells = int(self.run.case_params.cells_per_diameter)

@@ -81,7 +81,8 @@ class RunConfig:
     grid: tuple[int, ...]
     reynolds: float
     tau: float | None
-    u_lattice: float
+    u_lattice: float | None
+    """None: derived from ``flow.tau`` by the case (schafer_turek); final in the case's ``run``."""
     steps_per_dispatch: int
     output: Output
     checkpoint: Checkpoint
@@ -207,10 +208,15 @@ def validate_grid(section: Grid, lattice: str, key: str = "grid") -> tuple[int, 
     return grid
 
 
-def validate_flow(section: Flow) -> tuple[float, float | None, float]:
-    """The ``flow`` section: (reynolds, tau or None, u_lattice); a warning above Mach 0.1, refused from Mach 0.5."""
+def validate_flow(section: Flow) -> tuple[float, float | None, float | None]:
+    """The ``flow`` section: (reynolds, tau or None, u_lattice); a warning above Mach 0.1, refused from Mach 0.5.
+
+    ``u_lattice`` is None only with ``flow.tau`` set: for a case that derives it from tau (it refuses None otherwise).
+    """
     reynolds = check_float("flow.reynolds", section.reynolds, 0.0)
     tau = None if section.tau is None else check_float("flow.tau", section.tau, 0.5)
+    if section.u_lattice is None and tau is not None:
+        return reynolds, tau, None
     u_lat = check_float("flow.u_lattice", section.u_lattice, 0.0, math.inf)
     mach = u_lat / math.sqrt(CS2)
     if mach >= MACH_MAX:

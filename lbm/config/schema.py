@@ -84,11 +84,17 @@ def cells_across(n: Any, length: Any, cell: Any, extra: Any) -> int:
     return round(float(length) / float(cell) * int(n)) + int(extra)
 
 
+def if_null(given: Any, value: Any) -> Any:
+    """``value`` where ``given`` is null, else null (the YAML resolver lbm.if_null): a default that yields to the key
+    that over-determines it (schafer_turek: flow.u_lattice, unless flow.tau sets U_mean)."""
+    return value if given is None else None
+
+
 @functools.cache
 def register() -> None:
     """Store the schemas in Hydra's ConfigStore (once per process), as the YAML defaults lists name them (each case's
     parameters in the group ``case`` as ``<case>_schema``), and the resolver ``lbm.cells`` with which a case's YAML
-    derives its grid from its resolution (schafer_turek)."""
+    derives its grid from its resolution and ``lbm.if_null`` (schafer_turek)."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
@@ -99,6 +105,8 @@ def register() -> None:
         store.store(group="case", name=f"{case}_schema", node=thawed(params))
     if not OmegaConf.has_resolver("lbm.cells"):
         OmegaConf.register_new_resolver("lbm.cells", cells_across)
+    if not OmegaConf.has_resolver("lbm.if_null"):
+        OmegaConf.register_new_resolver("lbm.if_null", if_null)
 
 
 @functools.cache

@@ -45,10 +45,13 @@ class Grid(Section):
 
 @dataclasses.dataclass(frozen=True)
 class Flow(Section):
-    """Dimensionless flow parameters (``flow.tau`` prescribes the relaxation time instead)."""
+    """Dimensionless flow parameters (``flow.tau`` prescribes the relaxation time instead).
+
+    ``u_lattice`` may be null only with ``flow.tau`` set, for a case that derives it from tau (schafer_turek).
+    """
 
     reynolds: float = MISSING
-    u_lattice: float = MISSING
+    u_lattice: float | None = MISSING
     tau: float | None = MISSING
 
 
