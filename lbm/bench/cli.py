@@ -298,7 +298,7 @@ def run_scaling(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
            "environment": environment(), "scaling": rows,
            "clock": "host wall clock per chunk of steps (MLUPS); halo share: synchronised instrumented pieces",
            "note": "forced host devices share the machine's cores: read the halo share, not the absolute speed"}
-    write_json(run_dir / cfg.get("output", "bench.json"), doc)
+    write_json(run_dir / cfg["output"], doc)
     print(scaling_table(rows))
     return doc
 

@@ -353,11 +353,12 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
 
     shape = None
     if target.devices > 1:
-        run = dataclasses.replace(run, parallel_devices=1, parallel_mesh=None)  # the mesh is the target's, not here
+        # the mesh is the target's, not here: prepare places nothing
+        run = dataclasses.replace(run, mesh_shape=None, parallel=dataclasses.replace(run.parallel, devices=1))
     case, setup = prepare(run)
     run = case.run
     if target.devices > 1:  # checked against the case's own grid (schafer_turek derives it from its diameter)
-        wanted = run.parallel.get("mesh") or (list(target.mesh) if len(target.mesh) <= len(setup.shape) else None)
+        wanted = run.parallel.mesh or (list(target.mesh) if len(target.mesh) <= len(setup.shape) else None)
         shape = parallel.mesh_shape(target.devices, wanted, setup.shape)
     n = max(MIN_CHUNK_STEPS, chunk_size(run))
     mesh = target_mesh(target, shape) if shape is not None else None
@@ -558,7 +559,7 @@ def main(args: list[str]) -> int:
     if target.devices > 1 and not any(o.lstrip("+~").startswith("parallel.devices=") for o in overrides):
         overrides = [*overrides, f"parallel.devices={target.devices}"]  # the target's chips (parallel.mesh checks)
     run = load(overrides)
-    target = target_for_run(target, run.parallel_devices)
+    target = target_for_run(target, run.devices)
     out = out or Path("outputs/inspect") / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     if (out / "inspect.json").exists():
         raise LbmError(f"{out} already holds an inspect.json; choose another --out")

@@ -299,8 +299,8 @@ class SchaferTurek(Cylinder):
         validated = dict(params.validated.get(self.variant, {}))
         out = [f"collision={run.collision}"] if run.collision != "trt" else []
         tau, magic, inlet = validated_settings()
-        if run.collision == "trt" and run.trt_magic != magic:
-            out.append(f"collision.magic={run.trt_magic:g}")
+        if run.collision == "trt" and run.collision_params.magic != magic:
+            out.append(f"collision.magic={run.collision_params.magic:g}")
         if run.tau != tau:
             out.append(f"flow.tau={run.tau}" if run.tau is not None else f"flow.u_lattice={run.u_lattice:g}")
         out += [f"case.{k}={params[k]}" for k in ("outlet", "wall") if k in validated and params[k] != validated[k]]

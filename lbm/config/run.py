@@ -87,11 +87,11 @@ class RunConfig:
     output: Output
     checkpoint: Checkpoint
     parallel: Parallel
-    """As configured; ``parallel_devices`` and ``parallel_mesh`` are what the run uses."""
+    """As configured (``parallel.devices`` -1: every device; ``parallel.mesh`` null: all along x)."""
     profile: Profile
-    parallel_devices: int
-    parallel_mesh: tuple[int, ...] | None
-    """Blocks per grid axis (lbm.parallel), None on one device."""
+    mesh_shape: tuple[int, ...] | None
+    """The blocks per grid axis the run uses (lbm.parallel), None on one device; with ``parallel.devices=-1`` and no
+    ``parallel.mesh`` known where the job runs (:func:`lbm.simulation.resolve_parallel`)."""
     source: RunSchema = field(repr=False, compare=False)
 
     @property
@@ -100,13 +100,25 @@ class RunConfig:
         return LATTICES[self.lattice].d
 
     @property
+    def devices(self) -> int:
+        """Devices the run uses: the mesh's blocks, 1 without a mesh; -1 (every device) until the job resolves it."""
+        if self.mesh_shape is not None:
+            return math.prod(self.mesh_shape)
+        return -1 if self.parallel.devices == -1 else 1
+
+    @property
+    def parallel_mesh(self) -> tuple[int, ...] | None:
+        """``mesh_shape`` under its former name, for lbm/diff/api.py."""
+        return self.mesh_shape
+
+    @property
     def trt_magic(self) -> float | None:
-        """``collision.magic`` (trt and mrt; None for the kinds without it)."""
+        """``collision_params.magic`` under its former name, for lbm/diff/parameters.py and the tests that read it."""
         return self.collision_params.magic
 
     @property
     def output_every(self) -> int:
-        """``output.every`` (the chunk length; 0 = automatic)."""
+        """``output.every`` under its former name, for tests/conftest.py."""
         return self.output.every
 
 
@@ -161,14 +173,13 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     output = validate_output(tree.output, steps)
     checkpoint = validate_checkpoint(tree.checkpoint, steps)
     spd = check_int("steps_per_dispatch", tree.steps_per_dispatch, 0)
-    devices, mesh, par = validate_parallel(tree.parallel, grid, engine)
+    mesh, par = validate_parallel(tree.parallel, grid, engine)
     profile = validate_profile(tree.profile)
     return RunConfig(
         case=tree.case.name, case_params=tree.case, lattice=lattice, collision=collision.name,
         collision_params=collision, mode=mode, engine=engine, precision=precision, steps=steps,
         steps_auto=steps is None, grid=grid, reynolds=reynolds, tau=tau, u_lattice=u_lat, steps_per_dispatch=spd,
-        output=output, checkpoint=checkpoint, parallel=par, profile=profile, parallel_devices=devices,
-        parallel_mesh=mesh, source=tree,
+        output=output, checkpoint=checkpoint, parallel=par, profile=profile, mesh_shape=mesh, source=tree,
     )
 
 
@@ -269,8 +280,8 @@ PARTITIONERS = ("shard_map", "gspmd")
 
 
 def validate_parallel(section: Parallel, grid: tuple[int, ...],
-                      engine: str) -> tuple[int, tuple[int, ...] | None, Parallel]:
-    """The ``parallel`` section: (devices, blocks per grid axis if known, the section).
+                      engine: str) -> tuple[tuple[int, ...] | None, Parallel]:
+    """The ``parallel`` section: (blocks per grid axis where known and more than one, the section).
 
     Touches no device and imports no JAX: jax.distributed is started, the device count checked and
     ``-1`` resolved where the job runs (:func:`lbm.simulation.resolve_parallel`), so that a launcher can validate a
@@ -302,7 +313,7 @@ def validate_parallel(section: Parallel, grid: tuple[int, ...],
         raise ConfigError("engine", engine, "xla or auto with parallel.devices > 1", refused)
     checked = Parallel(devices=section.devices, mesh=list(mesh) if mesh else None, partitioner=partitioner,
                        coordinator=coordinator, num_processes=nproc, process_id=pid)
-    return devices, (shape if shape is not None and devices > 1 else None), checked
+    return (shape if shape is not None and devices > 1 else None), checked
 
 
 PROFILE_BACKENDS = ("auto", "sqlite", "perfetto")

@@ -110,9 +110,9 @@ class Profiler:
     def __init__(self, out_dir: Path, settings: Mapping[str, Any], *, mode: str, steps: int, stages: Sequence[str],
                  run_info: Mapping[str, Any], programs: Callable[[int], Sequence[Mapping[str, Any]]],
                  compile_times: Callable[[], Mapping[str, float]], bandwidth: Callable[[], Mapping[str, Any]]) -> None:
-        """``out_dir``: the ``profile/`` directory; ``settings``: the ``profile.*`` config (warmup_steps, steps,
-        sync, backend, trace_processor); ``mode``: fused | instrumented; ``steps``: the run's steps; ``stages``: the
-        case's active stages; ``run_info``: case, grid, lattice, precision (for titles and breakdown.json);
+        """``out_dir``: the ``profile/`` directory; ``settings``: the validated ``profile.*`` section (warmup_steps,
+        steps, sync, backend, trace_processor; every key present: the defaults are the config's); ``mode``: fused |
+        instrumented; ``steps``: the run's steps; ``stages``: the case's active stages; ``run_info``: case, grid, lattice, precision (for titles and breakdown.json);
         ``programs(n)``: the engine's programs for chunks of n steps (see :mod:`lbm.profiling.compile_report`), read
         after the trace; ``compile_times()``: the run's compile times (s); ``bandwidth()``: a bandwidth measurement
         with ``bandwidth_gbs`` (GB/s)."""
@@ -125,7 +125,7 @@ class Profiler:
         self.programs = programs
         self.compile_times = compile_times
         self.bandwidth = bandwidth
-        self.want_warmup, self.want_steady = int(self.cfg.get("warmup_steps", 5)), int(self.cfg.get("steps", 20))
+        self.want_warmup, self.want_steady = int(self.cfg["warmup_steps"]), int(self.cfg["steps"])
         self.session: Any = None
         self.running = False
         self.done = False
@@ -251,7 +251,7 @@ class Profiler:
         bw = measured_bandwidth(self.bandwidth)
         bw_gbs = bw["bandwidth_gbs"] if bw else None
         dev = jax.devices()[0]
-        sync = bool(self.cfg.get("sync"))
+        sync = bool(self.cfg["sync"])
         info = self.run_info
         title = (f"{info.get('case')} {'x'.join(map(str, info.get('grid', [])))} {info.get('lattice')} "
                  f"{info.get('precision')}, {self.mode} mode, {dev.platform}")
@@ -269,10 +269,10 @@ class Profiler:
         facts = RunFacts(stages=self.stages, mode=self.mode, sync=sync, compile_report=creport,
                          compile_times_s=dict(self.compile_times()), compile_phases=compile_phases().record(),
                          bandwidth_gbs=bw_gbs)
-        result = analyse(files, self.dir, facts, backend=self.cfg.get("backend", "auto"),
-                         trace_processor=self.cfg.get("trace_processor"), title=title, extra=extra)
+        result = analyse(files, self.dir, facts, backend=self.cfg["backend"],
+                         trace_processor=self.cfg["trace_processor"], title=title, extra=extra)
         log.info("profile: trace %s; queries on the %s", files.primary, result.backend_note)
-        if self.cfg.get("backend") == "perfetto" and result.backend != "perfetto":
+        if self.cfg["backend"] == "perfetto" and result.backend != "perfetto":
             log.warning("profile: %s", result.backend_note)
         result.print()
         for line in how:

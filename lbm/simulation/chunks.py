@@ -88,7 +88,7 @@ def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
     """What a checkpoint records about its run, to refuse resuming an incompatible one."""
     return {
         "case": run.case, "lattice": run.lattice, "grid": list(setup.shape), "precision": run.precision,
-        "collision": run.collision, "trt_magic": run.trt_magic if run.collision == "trt" else None,
+        "collision": run.collision, "trt_magic": run.collision_params.magic if run.collision == "trt" else None,
         "tau": setup.tau, "u_lattice": run.u_lattice, "case_params": mapping_of(run.case_params),
     }
 

@@ -175,7 +175,7 @@ def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int
 def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
     """Devices, mesh, partitioner and processes of the run."""
     layout = engine.layout
-    return {"devices": run.parallel_devices, "mesh": list(layout.shape) if layout is not None else None,
+    return {"devices": run.devices, "mesh": list(layout.shape) if layout is not None else None,
             "block": list(layout.block) if layout is not None else None,
             "partitioner": run.parallel.partitioner if layout is not None else None,
             "processes": jax.process_count()}

@@ -52,13 +52,13 @@ def resolve_parallel(run: RunConfig) -> RunConfig:
     parallel.initialize(p.coordinator, p.num_processes, p.process_id)
     if run.precision == "float64":  # after jax.distributed: it touches the backend
         check_float64_supported()
-    if run.parallel_devices == 1:
+    if run.devices == 1:
         return run
-    devices = parallel.resolve_devices(run.parallel_devices)
+    devices = parallel.resolve_devices(run.devices)
     shape = parallel.mesh_shape(devices, p.mesh, run.grid)
     if devices > 1 and (refused := single_device_refusal(run.engine)):
         raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1", refused)
-    return dataclasses.replace(run, parallel_devices=devices, parallel_mesh=shape if devices > 1 else None)
+    return dataclasses.replace(run, mesh_shape=shape if devices > 1 else None)
 
 
 def check_float64_supported() -> None:
@@ -153,12 +153,12 @@ def engine_for(run: RunConfig, setup: Setup) -> Engine:
     """The run's engine (one line naming it); LbmError when the engine asked for cannot run here."""
     try:
         engine = make_engine(setup, run.mode, engine=run.engine, sync=run.profile.sync,
-                             mesh=run.parallel_mesh, partitioner=run.parallel.partitioner)
+                             mesh=run.mesh_shape, partitioner=run.parallel.partitioner)
     except EngineUnavailable as exc:
-        hint = "" if run.parallel_mesh else "; engine=auto falls back to the xla engine"
+        hint = "" if run.mesh_shape else "; engine=auto falls back to the xla engine"
         raise LbmError(f"engine={run.engine} is not available here: {exc}{hint}") from None
-    if run.mode == "fused" or run.parallel_mesh:
-        log_engine_choice(engine, fallback_possible=run.engine == "auto" and not run.parallel_mesh)
+    if run.mode == "fused" or run.mesh_shape:
+        log_engine_choice(engine, fallback_possible=run.engine == "auto" and not run.mesh_shape)
     elif run.engine != "auto":  # one device, instrumented: the engine setting has nothing to choose
         log.info("engine=%s is not used: it chooses how mode=fused computes a step; mode=instrumented runs each stage "
                  "as its own jit", run.engine)
