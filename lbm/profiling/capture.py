@@ -112,7 +112,8 @@ class Profiler:
                  compile_times: Callable[[], Mapping[str, float]], bandwidth: Callable[[], Mapping[str, Any]]) -> None:
         """``out_dir``: the ``profile/`` directory; ``settings``: the validated ``profile.*`` section (warmup_steps,
         steps, sync, backend, trace_processor; every key present: the defaults are the config's); ``mode``: fused |
-        instrumented; ``steps``: the run's steps; ``stages``: the case's active stages; ``run_info``: case, grid, lattice, precision (for titles and breakdown.json);
+        instrumented; ``steps``: the run's steps; ``stages``: the case's active stages; ``run_info``: case, grid,
+        lattice, precision (for titles and breakdown.json);
         ``programs(n)``: the engine's programs for chunks of n steps (see :mod:`lbm.profiling.compile_report`), read
         after the trace; ``compile_times()``: the run's compile times (s); ``bandwidth()``: a bandwidth measurement
         with ``bandwidth_gbs`` (GB/s)."""
