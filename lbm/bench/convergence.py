@@ -89,7 +89,7 @@ def run_study(case: str, grids: list[int], overrides: list[str], out: Path) -> d
 
     recipe = RECIPES[case]
     base = load([f"case={case}", *overrides])
-    u0 = base.u_lattice
+    u0 = base.flow.u_lattice
     rows = []
     for n in grids:
         scaled = [] if u0 is None else [f"flow.u_lattice={u0 * grids[0] / n!r}"]  # None: the case scales u by tau

@@ -199,7 +199,7 @@ class Case:
 
     def __init__(self, run: RunConfig) -> None:
         self.run = run
-        if self.run.u_lattice is None:
+        if self.run.flow.u_lattice is None:
             raise ConfigError("flow.u_lattice", None, f"a number > 0 (case={self.name} does not derive the velocity "
                               "from flow.tau)")
         self.lattice = get_lattice(run.lattice)
@@ -248,8 +248,8 @@ class Case:
         return {
             "tau": rel["tau"],
             "nu": rel["nu"],
-            "u_lattice": self.run.u_lattice,
-            "mach": self.run.u_lattice / math.sqrt(CS2),
+            "u_lattice": self.run.flow.u_lattice,
+            "mach": self.run.flow.u_lattice / math.sqrt(CS2),
             "reynolds": rel["reynolds"],
             "reference_length": length,
             "omega": rel["omega_plus"],

@@ -101,14 +101,14 @@ class Cavity(Case):
 
     def auto_steps(self) -> int:
         """At most 100 lid passages L/U; with steps=auto the run stops earlier once steady (see converged)."""
-        return int(math.ceil(100 * (self.run.grid[0] - 2) / self.run.u_lattice))
+        return int(math.ceil(100 * (self.run.grid[0] - 2) / self.run.flow.u_lattice))
 
     def steady_change(self) -> float | None:
         """Largest velocity change between the last two samples, over U, per 1000 steps."""
         if self.previous is None or self.latest is None:
             return None
         (s0, u0), (s1, u1) = self.previous, self.latest
-        return float(np.abs(u1 - u0).max() / self.run.u_lattice * 1000 / (s1 - s0))
+        return float(np.abs(u1 - u0).max() / self.run.flow.u_lattice * 1000 / (s1 - s0))
 
     @property
     def steady_tolerance(self) -> float:
@@ -118,7 +118,7 @@ class Cavity(Case):
     def converged(self, step: int) -> bool:
         """Steady: after 10 lid passages, the velocity changes less than case.steady_tolerance per 1000 steps."""
         change = self.steady_change()
-        return (change is not None and step >= 10 * (self.run.grid[0] - 2) / self.run.u_lattice
+        return (change is not None and step >= 10 * (self.run.grid[0] - 2) / self.run.flow.u_lattice
                 and change < self.steady_tolerance)
 
     def convergence(self, setup: Setup, steps: int) -> Convergence:
@@ -146,9 +146,9 @@ class Cavity(Case):
         wall_u = np.zeros((d,) + shape)
         lid = [slice(None)] * d
         lid[1] = -1
-        wall_u[(0, *lid)] = self.run.u_lattice
+        wall_u[(0, *lid)] = self.run.flow.u_lattice
         derived = self.base_derived(length, rel)
-        derived["flow_through_steps"] = length / self.run.u_lattice
+        derived["flow_through_steps"] = length / self.run.flow.u_lattice
         walls = MovingWall.with_velocity(solid, wall_u, self.lattice, self.dtype)
         return make_setup(self, solid=solid, rho0=np.ones(shape), u0=np.zeros((d,) + shape), rel=rel,
                           boundaries=(walls,), derived=derived, wall_velocity=wall_u)
@@ -182,7 +182,7 @@ class Cavity(Case):
         if u.shape[0] == 3:
             u = centreline(np.moveaxis(u[:2], 3, 0), u.shape[3])  # the mid-plane z = 1/2
         nx, ny = u.shape[1], u.shape[2]
-        lid = self.run.u_lattice
+        lid = self.run.flow.u_lattice
         y = np.concatenate([[0.0], (np.arange(1, ny - 1) - 0.5) / (ny - 2), [1.0]])
         x = np.concatenate([[0.0], (np.arange(1, nx - 1) - 0.5) / (nx - 2), [1.0]])
         u_c = centreline(u[0], nx)[1:-1] / lid

@@ -126,11 +126,11 @@ class Cylinder(Case):
         ly = shape[1] - 1
         amp = float(self.params.perturbation)
         u = np.zeros((d,) + shape)
-        u[0] = self.run.u_lattice * (1.0 + amp * np.sin(y / ly * 2 * math.pi))
+        u[0] = self.run.flow.u_lattice * (1.0 + amp * np.sin(y / ly * 2 * math.pi))
         inlet_kind, bb = self.options()
         derived = self.base_derived(length, rel)
         derived.update(geometry, reynolds_diameter=rel["reynolds"] * self.diameter / length,
-                       shedding_period_estimate_steps=self.diameter / (0.2 * self.run.u_lattice))
+                       shedding_period_estimate_steps=self.diameter / (0.2 * self.run.flow.u_lattice))
         walls = self.walls(obstacle, bb)
         boundaries = (self.outlet(), Inlet(u=u[:, 0].astype(self.dtype), kind=inlet_kind), walls,
                       Forces.on(obstacle, self.lattice))
@@ -164,7 +164,7 @@ class Cylinder(Case):
     def coefficients(self) -> np.ndarray:
         """Per-step [step, F..., cd, cl] rows."""
         forces = np.concatenate(self.force_rows) if self.force_rows else np.zeros((0, self.lattice.d))
-        norm = 0.5 * self.run.u_lattice**2 * self.reference_area
+        norm = 0.5 * self.run.flow.u_lattice**2 * self.reference_area
         steps = np.arange(1, len(forces) + 1, dtype=np.float64)[:, None]
         return np.hstack([steps, forces, forces[:, :1] / norm, forces[:, 1:2] / norm])
 
@@ -218,7 +218,7 @@ class Cylinder(Case):
             out["stationary_cycles"] = window.batches
             out["cl_amplitude"], out["cl_amplitude_error"] = mean_with_error(window.batch_amplitudes(cl))
             period, period_error = mean_with_error(np.diff(window.edges).astype(np.float64))
-            out["strouhal"] = self.diameter / (period * self.run.u_lattice)
+            out["strouhal"] = self.diameter / (period * self.run.flow.u_lattice)
             out["strouhal_error"] = out["strouhal"] * period_error / period
         else:
             out["cl_amplitude"], out["cl_amplitude_error"] = mean_with_error(window.batch_amplitudes(cl))

@@ -94,7 +94,7 @@ class Duct(Case):
         solid = np.zeros(shape, bool)
         solid[:, 0] = solid[:, -1] = True
         solid[:, :, 0] = solid[:, :, -1] = True
-        force = np.array([rel["nu"] * self.run.u_lattice / self.axis_factor(), 0.0, 0.0])
+        force = np.array([rel["nu"] * self.run.flow.u_lattice / self.axis_factor(), 0.0, 0.0])
         derived = self.base_derived(height, rel)
         derived.update(body_force=float(force[0]), duct_height=height, duct_width=width,
                        diffusion_time_steps=max(height, width) ** 2 / rel["nu"], series_terms=SERIES_TERMS)

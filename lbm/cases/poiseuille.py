@@ -87,7 +87,7 @@ class Poiseuille(Case):
 
     def body_force(self, height: float, nu: float) -> float:
         """The force along x that drives a centre-line speed of u_lattice between walls ``height`` apart."""
-        return 8.0 * nu * self.run.u_lattice / height**2
+        return 8.0 * nu * self.run.flow.u_lattice / height**2
 
     @property
     def height(self) -> float:

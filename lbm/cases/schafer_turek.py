@@ -132,11 +132,11 @@ def reynolds_and_velocity(run: RunConfig, variant: str, n: int, peak: float) -> 
     """The variant's Reynolds number and U_mean in lattice units (from flow.tau when given); ConfigError if the inflow
     peak (``peak`` U_mean) reaches Mach 0.5."""
     reynolds = round(VARIANTS[variant] * DIAMETER / NU, 9)
-    if run.tau is None and run.u_lattice is None:
+    if run.flow.tau is None and run.flow.u_lattice is None:
         raise ConfigError("flow.u_lattice", None, "a number > 0 (U_mean in lattice units) with flow.tau=null")
-    u = run.u_lattice if run.tau is None else reynolds * CS2 * (run.tau - 0.5) / n
+    u = run.flow.u_lattice if run.flow.tau is None else reynolds * CS2 * (run.flow.tau - 0.5) / n
     if not u * peak / math.sqrt(CS2) < 0.5:
-        raise ConfigError("flow.tau", run.tau, f"a relaxation time giving an inflow Mach number < 0.5 at Re {reynolds:g}")
+        raise ConfigError("flow.tau", run.flow.tau, f"a relaxation time giving an inflow Mach number < 0.5 at Re {reynolds:g}")
     return reynolds, u
 
 
@@ -153,7 +153,7 @@ def resolve(run: RunConfig) -> RunConfig:
         raise ConfigError("case.cells_per_diameter", n, "an integer in [4, 400] (cells across the cylinder)")
     reynolds, u = reynolds_and_velocity(run, variant, n, peak=1.5)
     grid = (22 * n + 1, round(HEIGHT / DIAMETER * n) + 2)
-    return dataclasses.replace(run, grid=grid, reynolds=reynolds, u_lattice=u)
+    return dataclasses.replace(run, grid=grid, flow=dataclasses.replace(run.flow, reynolds=reynolds, u_lattice=u))
 
 
 class SchaferTurek(Cylinder):
@@ -169,8 +169,8 @@ class SchaferTurek(Cylinder):
         return super().__new__(cls)
 
     def __init__(self, run: RunConfig) -> None:
-        if run.tau is not None and run.u_lattice is not None:
-            raise LbmError(f"flow.u_lattice={run.u_lattice:g} and flow.tau={run.tau:g} over-determine the flow: "
+        if run.flow.tau is not None and run.flow.u_lattice is not None:
+            raise LbmError(f"flow.u_lattice={run.flow.u_lattice:g} and flow.tau={run.flow.tau:g} over-determine the flow: "
                            "case=schafer_turek derives U_mean from the variant's Reynolds number and flow.tau; add "
                            "flow.tau=null to set U_mean with flow.u_lattice, or leave flow.u_lattice out to keep tau")
         super().__init__(run)
@@ -198,7 +198,7 @@ class SchaferTurek(Cylinder):
     @property
     def dt(self) -> float:
         """Time step (s): dx u_lattice / U_mean."""
-        return self.dx * self.run.u_lattice / VARIANTS[self.variant]
+        return self.dx * self.run.flow.u_lattice / VARIANTS[self.variant]
 
     @property
     def diameter(self) -> float:
@@ -261,7 +261,7 @@ class SchaferTurek(Cylinder):
         nx, ny = shape
         rel = self.relaxation(float(self.cells))
         inlet_kind, outlet_kind = self.options()
-        u_max = 1.5 * self.run.u_lattice
+        u_max = 1.5 * self.run.flow.u_lattice
         cx, cy, r = self.geometry()
         cylinder = self.wall(InterpolatedBounceBack.circle((cx, cy), r, shape, self.lattice), rel)
         walls = np.zeros(shape, bool)
@@ -301,8 +301,8 @@ class SchaferTurek(Cylinder):
         tau, magic, inlet = validated_settings()
         if run.collision == "trt" and run.collision_params.magic != magic:
             out.append(f"collision.magic={run.collision_params.magic:g}")
-        if run.tau != tau:
-            out.append(f"flow.tau={run.tau}" if run.tau is not None else f"flow.u_lattice={run.u_lattice:g}")
+        if run.flow.tau != tau:
+            out.append(f"flow.tau={run.flow.tau}" if run.flow.tau is not None else f"flow.u_lattice={run.flow.u_lattice:g}")
         out += [f"case.{k}={params[k]}" for k in ("outlet", "wall") if k in validated and params[k] != validated[k]]
         if params.inlet != inlet:
             out.append(f"case.inlet={params.inlet}")
@@ -347,7 +347,7 @@ class SchaferTurek(Cylinder):
         cx, cy, r = self.geometry()
         row = 0.5 * (rho[:, int(math.floor(cy))] + rho[:, int(math.ceil(cy))])
         drho = line_value(row, cx - r, -1) - line_value(row, cx + r, +1)
-        return CS2 * drho * (VARIANTS[self.variant] / self.run.u_lattice) ** 2
+        return CS2 * drho * (VARIANTS[self.variant] / self.run.flow.u_lattice) ** 2
 
     def recirculation_length(self, ux: np.ndarray) -> float:
         """La = x_r - 0.25 (m): where u_x on y = 0.2 turns positive behind the cylinder (0 without a wake)."""
@@ -391,7 +391,7 @@ class SchaferTurek(Cylinder):
             freq, periods = dominant_frequency(cl[start:])
             half = start + (len(rows) - start) // 2
             out.update(cd_max=float(cd[start:].max()), cl_max=float(cl[start:].max()),
-                       strouhal=freq * self.diameter / self.run.u_lattice if periods >= 2 else None,
+                       strouhal=freq * self.diameter / self.run.flow.u_lattice if periods >= 2 else None,
                        periods_in_window=periods, cl_max_first_half_of_window=float(cl[start:half].max()),
                        cd_mean=float(cd[start:].mean()), cl_amplitude=float(0.5 * (cl[start:].max() - cl[start:].min())),
                        average_window_steps=[start + 1, len(rows)])
@@ -422,8 +422,8 @@ def resolve_3d(run: RunConfig) -> RunConfig:
         raise ConfigError("case.cells_per_diameter", n, "an integer in [4, 100] (cells across the cylinder)")
     reynolds, u = reynolds_and_velocity(run, variant, n, peak=2.25)
     side = round(HEIGHT / DIAMETER * n) + 2
-    return dataclasses.replace(run, grid=(round(LENGTH_3D / DIAMETER) * n + 1, side, side), reynolds=reynolds,
-                               u_lattice=u)
+    return dataclasses.replace(run, grid=(round(LENGTH_3D / DIAMETER) * n + 1, side, side),
+                               flow=dataclasses.replace(run.flow, reynolds=reynolds, u_lattice=u))
 
 
 def links_from(wall: InterpolatedBounceBack, fluid: np.ndarray, lattice: Lattice) -> InterpolatedBounceBack:
@@ -487,7 +487,7 @@ class SchaferTurek3D(SchaferTurek):
         nx, ny, nz = shape
         rel = self.relaxation(float(self.cells))
         inlet_kind, outlet_kind = self.options()
-        u_max = 2.25 * self.run.u_lattice
+        u_max = 2.25 * self.run.flow.u_lattice
         cx, cy, r = self.geometry()
         walls = np.zeros(shape, bool)
         walls[:, 0] = walls[:, -1] = True

@@ -34,7 +34,7 @@ class TaylorGreen(Case):
 
     def __init__(self, run: RunConfig) -> None:
         super().__init__(run)
-        self.samples: list[tuple[int, float]] = [(0, run.u_lattice)]
+        self.samples: list[tuple[int, float]] = [(0, run.flow.u_lattice)]
         """(step, amplitude of the initial velocity mode) after each chunk; the mode starts at u_lattice."""
 
     @property
@@ -49,7 +49,7 @@ class TaylorGreen(Case):
         kx, ky = self.wavenumbers
         coords = coordinates(shape)
         x, y = coords[0].astype(np.float64), coords[1].astype(np.float64)
-        u0 = self.run.u_lattice
+        u0 = self.run.flow.u_lattice
         u = np.zeros((len(shape),) + shape)
         u[0] = -u0 * math.sqrt(ky / kx) * np.cos(kx * x) * np.sin(ky * y)
         u[1] = u0 * math.sqrt(kx / ky) * np.sin(kx * x) * np.cos(ky * y)
@@ -62,7 +62,7 @@ class TaylorGreen(Case):
         kx, ky = self.wavenumbers
         coords = coordinates(shape)
         x, y = coords[0].astype(np.float64), coords[1].astype(np.float64)
-        u0 = self.run.u_lattice
+        u0 = self.run.flow.u_lattice
         p = -u0**2 / 4 * ((ky / kx) * np.cos(2 * kx * x) + (kx / ky) * np.cos(2 * ky * y))
         derived = self.base_derived(float(shape[0]), rel)
         derived["decay_time_steps"] = 1.0 / (rel["nu"] * (kx**2 + ky**2))
@@ -71,7 +71,7 @@ class TaylorGreen(Case):
 
     def amplitude(self, u: np.ndarray) -> float:
         """Amplitude of the velocity field ``u`` along the initial mode."""
-        return float(np.sum(u * self.mode) / np.sum(self.mode * self.mode)) * self.run.u_lattice
+        return float(np.sum(u * self.mode) / np.sum(self.mode * self.mode)) * self.run.flow.u_lattice
 
     def observe(self, snapshot: Snapshot) -> None:
         """Project the velocity on the initial mode to get the current amplitude."""
@@ -88,7 +88,7 @@ class TaylorGreen(Case):
     def analytic_amplitude(self, setup: Setup, step: float) -> float:
         """U exp(-nu (kx^2 + ky^2) t)."""
         kx, ky = self.wavenumbers
-        return self.run.u_lattice * math.exp(-setup.nu * (kx**2 + ky**2) * step)
+        return self.run.flow.u_lattice * math.exp(-setup.nu * (kx**2 + ky**2) * step)
 
     def summary_keys(self) -> tuple[str, ...]:
         """The largest relative error of the decaying amplitude against the analytic exponential."""
@@ -113,7 +113,7 @@ class TaylorGreen(Case):
             out["nu_measured"] = float(nu_measured)
             out["nu_rel_error"] = float(nu_measured / setup.nu - 1.0)
         # pointwise error of the final velocity field against the analytic one
-        u_exact = self.mode * (exact[-1] / self.run.u_lattice)
+        u_exact = self.mode * (exact[-1] / self.run.flow.u_lattice)
         out["velocity_l2_rel_error"] = float(np.linalg.norm(fields["u"] - u_exact) / np.linalg.norm(u_exact))
         return out
 

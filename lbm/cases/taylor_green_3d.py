@@ -132,15 +132,15 @@ class TaylorGreen3D(Case):
 
     def auto_steps(self) -> int:
         """t = 20 L / V0."""
-        return int(math.ceil(T_END * self.length / self.run.u_lattice))
+        return int(math.ceil(T_END * self.length / self.run.flow.u_lattice))
 
     def setup(self) -> Setup:
         """The periodic cube at rest density plus the vortex's pressure field."""
         rel = self.relaxation(self.length)
-        rho0, u0 = initial_fields(self.n, self.run.u_lattice)
+        rho0, u0 = initial_fields(self.n, self.run.flow.u_lattice)
         derived = self.base_derived(self.length, rel)
-        derived["steps_per_time_unit"] = self.length / self.run.u_lattice
-        f_neq0 = initial_non_equilibrium(self.n, self.run.u_lattice, rel["tau"], rho0, self.lattice)
+        derived["steps_per_time_unit"] = self.length / self.run.flow.u_lattice
+        f_neq0 = initial_non_equilibrium(self.n, self.run.flow.u_lattice, rel["tau"], rho0, self.lattice)
         self._setup = make_setup(self, solid=np.zeros(self.run.grid, bool), rho0=rho0, u0=u0, rel=rel, derived=derived,
                                  f_neq0=f_neq0)
         return self._setup
@@ -167,7 +167,7 @@ class TaylorGreen3D(Case):
     # --- results -------------------------------------------------------------------------
     def series(self, setup: Setup) -> dict[str, np.ndarray]:
         """t, kinetic_energy, dissipation and enstrophy_dissipation in the reference's units (L, V0)."""
-        v0, length = self.run.u_lattice, self.length
+        v0, length = self.run.flow.u_lattice, self.length
         s = np.array(self.samples, dtype=np.float64)
         t = s[:, 0] * v0 / length
         energy = s[:, 1] / v0**2

@@ -62,9 +62,10 @@ def single_device_refusal(engine: str) -> str | None:
 class RunConfig:
     """Everything a run needs, validated; derived physics lives in the case setup.
 
-    The sections (``case_params``, ``collision_params``, ``output``, ``checkpoint``, ``parallel``, ``profile``) are
-    the classes of the Hydra schema with every value checked; the identity of the run (case, lattice, collision,
-    grid, flow) is resolved to plain values, and ``source`` is the typed config as composed.
+    The sections (``case_params``, ``collision_params``, ``flow``, ``output``, ``checkpoint``, ``parallel``,
+    ``profile``) are the classes of the Hydra schema with every value checked; the names of the case, lattice and
+    collision, the grid's shape and the mesh the run uses are plain values, and ``source`` is the typed config as
+    composed.
     """
 
     case: str
@@ -79,10 +80,8 @@ class RunConfig:
     """None for ``steps=auto`` until the case resolves it (:func:`lbm.simulation.make_case`)."""
     steps_auto: bool
     grid: tuple[int, ...]
-    reynolds: float
-    tau: float | None
-    u_lattice: float | None
-    """None: derived from ``flow.tau`` by the case (schafer_turek); final in the case's ``run``."""
+    flow: Flow
+    """``flow.u_lattice`` None: derived from ``flow.tau`` by the case (schafer_turek), final in the case's ``run``."""
     steps_per_dispatch: int
     output: Output
     checkpoint: Checkpoint
@@ -105,6 +104,21 @@ class RunConfig:
         if self.mesh_shape is not None:
             return math.prod(self.mesh_shape)
         return -1 if self.parallel.devices == -1 else 1
+
+    @property
+    def reynolds(self) -> float:
+        """``flow.reynolds`` under its former name, for lbm/diff and the tests that read it."""
+        return self.flow.reynolds
+
+    @property
+    def tau(self) -> float | None:
+        """``flow.tau`` under its former name, for lbm/diff and the tests that read it."""
+        return self.flow.tau
+
+    @property
+    def u_lattice(self) -> float | None:
+        """``flow.u_lattice`` under its former name, for lbm/diff and the tests that read it."""
+        return self.flow.u_lattice
 
     @property
     def parallel_mesh(self) -> tuple[int, ...] | None:
@@ -169,7 +183,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     precision = check_choice("precision", tree.precision, PRECISIONS)
     steps = None if tree.steps == "auto" else check_int("steps", tree.steps, 1, words="an integer >= 1 or auto")
     grid = validate_grid(tree.grid, lattice)
-    reynolds, tau, u_lat = validate_flow(tree.flow)
+    flow = validate_flow(tree.flow)
     output = validate_output(tree.output, steps)
     checkpoint = validate_checkpoint(tree.checkpoint, steps)
     spd = check_int("steps_per_dispatch", tree.steps_per_dispatch, 0)
@@ -178,7 +192,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     return RunConfig(
         case=tree.case.name, case_params=tree.case, lattice=lattice, collision=collision.name,
         collision_params=collision, mode=mode, engine=engine, precision=precision, steps=steps,
-        steps_auto=steps is None, grid=grid, reynolds=reynolds, tau=tau, u_lattice=u_lat, steps_per_dispatch=spd,
+        steps_auto=steps is None, grid=grid, flow=flow, steps_per_dispatch=spd,
         output=output, checkpoint=checkpoint, parallel=par, profile=profile, mesh_shape=mesh, source=tree,
     )
 
@@ -219,15 +233,15 @@ def validate_grid(section: Grid, lattice: str, key: str = "grid") -> tuple[int, 
     return grid
 
 
-def validate_flow(section: Flow) -> tuple[float, float | None, float | None]:
-    """The ``flow`` section: (reynolds, tau or None, u_lattice); a warning above Mach 0.1, refused from Mach 0.5.
+def validate_flow(section: Flow) -> Flow:
+    """The ``flow`` section: reynolds, tau (or None), u_lattice; a warning above Mach 0.1, refused from Mach 0.5.
 
     ``u_lattice`` is None only with ``flow.tau`` set: for a case that derives it from tau (it refuses None otherwise).
     """
     reynolds = check_float("flow.reynolds", section.reynolds, 0.0)
     tau = None if section.tau is None else check_float("flow.tau", section.tau, 0.5)
     if section.u_lattice is None and tau is not None:
-        return reynolds, tau, None
+        return Flow(reynolds=reynolds, u_lattice=None, tau=tau)
     u_lat = check_float("flow.u_lattice", section.u_lattice, 0.0, math.inf)
     mach = u_lat / math.sqrt(CS2)
     if mach >= MACH_MAX:
@@ -240,7 +254,7 @@ def validate_flow(section: Flow) -> tuple[float, float | None, float | None]:
             f"flow.u_lattice={u_lat:g} gives Mach {mach:.3f} > {MACH_WARN}: expect compressibility errors ~Ma^2",
             LbmWarning, stacklevel=3,
         )
-    return reynolds, tau, u_lat
+    return Flow(reynolds=reynolds, u_lattice=u_lat, tau=tau)
 
 
 PROGRESS = ("auto", "bar", "log", "none")
@@ -345,13 +359,13 @@ def viscosity(run: RunConfig, length: float) -> tuple[float, float, float]:
 
     From ``flow.tau`` when it is set, else nu = u_lattice * length / reynolds.
     """
-    if run.tau is not None:
-        tau = run.tau
+    if run.flow.tau is not None:
+        tau = run.flow.tau
         nu = CS2 * (tau - 0.5)
-        reynolds = run.u_lattice * length / nu
+        reynolds = run.flow.u_lattice * length / nu
     else:
-        reynolds = run.reynolds
-        nu = run.u_lattice * length / reynolds
+        reynolds = run.flow.reynolds
+        nu = run.flow.u_lattice * length / reynolds
         tau = nu / CS2 + 0.5
         if not tau > 0.5:
             raise ConfigError("flow.reynolds", reynolds, "a value giving tau > 0.5", f"it gives tau={tau!r}")

@@ -89,7 +89,7 @@ def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
     return {
         "case": run.case, "lattice": run.lattice, "grid": list(setup.shape), "precision": run.precision,
         "collision": run.collision, "trt_magic": run.collision_params.magic if run.collision == "trt" else None,
-        "tau": setup.tau, "u_lattice": run.u_lattice, "case_params": mapping_of(run.case_params),
+        "tau": setup.tau, "u_lattice": run.flow.u_lattice, "case_params": mapping_of(run.case_params),
     }
 
 

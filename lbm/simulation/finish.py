@@ -165,7 +165,7 @@ def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int
         "parallel": parallel_description(run, engine),
         "tau": setup.tau,
         "nu": setup.nu,
-        "u_lattice": run.u_lattice,
+        "u_lattice": run.flow.u_lattice,
         "reynolds": setup.reynolds,
         "mach": setup.derived["mach"],
         "derived": dict(setup.derived),
