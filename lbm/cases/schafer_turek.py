@@ -53,6 +53,7 @@ from lbm.cases.cavity import read_reference_csv
 from lbm.cases.cylinder import Cylinder, dominant_frequency
 from lbm.config import RunConfig
 from lbm.config.schema import option_file
+from lbm.config.sections import TrtRates
 from lbm.errors import ConfigError, LbmError
 from lbm.lattice import CS2, Lattice
 
@@ -81,9 +82,9 @@ WALL_KINDS = ("bfl", "parabolic")
 @functools.cache
 def validated_settings() -> tuple[float, float, str]:
     """The relaxation time, TRT Lambda and inlet of every variant's validated settings: the defaults that
-    schafer_turek.yaml (flow.tau, case.inlet) and collision/trt.yaml (magic) set."""
+    schafer_turek.yaml (flow.tau, case.inlet) and the trt schema (magic) set."""
     own = option_file("case", "schafer_turek")
-    return own["flow"]["tau"], option_file("collision", "trt")["magic"], own["case"]["inlet"]
+    return own["flow"]["tau"], TrtRates.magic, own["case"]["inlet"]
 
 
 MEASURED = {

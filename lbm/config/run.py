@@ -26,7 +26,7 @@ from lbm.config.checks import (
     group_options,
 )
 from lbm.config.schema import RunSchema
-from lbm.config.sections import Checkpoint, Collision, Flow, Grid, Output, Parallel, Profile
+from lbm.config.sections import Checkpoint, Collision, CollisionKind, Flow, Grid, Output, Parallel, Profile
 from lbm.errors import ConfigError
 from lbm.lattice import CS2, LATTICES
 
@@ -166,6 +166,8 @@ def read_tree[T](cfg: Mapping[str, Any], schema: type[T] = RunSchema) -> T:  # t
             node = cfg.get(f.name)
             name = check_choice("case", node.get("name") if isinstance(node, Mapping) else None, group_options("case"))
             sections[f.name] = read_section(CASE_PARAMS[name], node, "case")
+        elif tp is CollisionKind:  # every kind's rates, None where the kind has none (validate_collision checks them)
+            sections[f.name] = read_section(Collision, cfg.get(f.name), f.name)
         elif f.name not in cfg:
             raise ConfigError(f.name, None, "a value (the key is missing from the config)")
         else:
@@ -199,7 +201,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
 
 def validate_collision(node: Mapping[str, Any]) -> Collision:
     """The ``collision`` group: its kind, and the rates that kind reads (the others None)."""
-    section = read_section(Collision, node, "collision")
+    section = node if isinstance(node, Collision) else read_section(Collision, node, "collision")
     name = check_choice("collision", section.name, group_options("collision"))
     given = None if section.magic is None else check_float("collision.magic", section.magic, 0.0)  # checked for every kind
     magic = given if name in ("trt", "mrt") else None

@@ -1,14 +1,15 @@
 """Hydra structured-config schemas of ``configs/config.yaml`` (run) and ``configs/bench.yaml``.
 
-The sections (:mod:`lbm.config.sections`) and each case's parameters (:mod:`lbm.config.cases`)
-give every key its type; registered in Hydra's ConfigStore and named first in the YAML defaults
-lists, they make Hydra refuse wrong types while composing. The values and their comments stay in
-the YAML files (``MISSING`` here means: set there).
+The sections (:mod:`lbm.config.sections`), each case's parameters (:mod:`lbm.config.cases`) and
+each collision kind's rates (:data:`lbm.config.sections.COLLISION_KINDS`) give every key its type;
+registered in Hydra's ConfigStore and named first in the YAML defaults lists, they make Hydra refuse
+wrong types while composing. The values and their comments stay in the YAML files (``MISSING`` here
+means: set there); a default several options share is written once, in their schema (``magic``).
 
-The keys of the groups ``case`` and ``collision`` are checked against the option's own YAML file
-by :func:`check_keys`, which also refuses the keys a ``+key=value`` override adds to a closed node
-(Hydra adds those without checking); ``collision`` is an open mapping in the schema, its value
-the section :class:`lbm.config.sections.Collision`.
+The keys of the groups ``case`` and ``collision`` are checked against the chosen option's schema and
+YAML file by :func:`check_keys`, which also refuses the keys a ``+key=value`` override adds to a
+closed node (Hydra adds those without checking). A collision validates to the one section
+:class:`lbm.config.sections.Collision` (every kind's rates, None where the kind has none).
 """
 
 import dataclasses
@@ -22,7 +23,20 @@ from omegaconf import MISSING
 
 from lbm.config.cases import CASE_PARAMS, CaseParams
 from lbm.config.checks import CONFIG_DIR, did_you_mean, group_options
-from lbm.config.sections import Bandwidth, Checkpoint, Flow, Grid, Lattice, Output, Parallel, Profile, Scaling, thawed
+from lbm.config.sections import (
+    COLLISION_KINDS,
+    Bandwidth,
+    Checkpoint,
+    CollisionKind,
+    Flow,
+    Grid,
+    Lattice,
+    Output,
+    Parallel,
+    Profile,
+    Scaling,
+    thawed,
+)
 from lbm.errors import LbmError
 
 OPEN_GROUP = {"group": True}
@@ -35,7 +49,7 @@ class RunSchema:
 
     case: CaseParams = dataclasses.field(default=MISSING, metadata=OPEN_GROUP)  # typed by the case's own schema
     lattice: Lattice = dataclasses.field(default_factory=Lattice)
-    collision: dict[str, Any] = dataclasses.field(default_factory=dict, metadata=OPEN_GROUP)
+    collision: CollisionKind = dataclasses.field(default=MISSING, metadata=OPEN_GROUP)  # typed by the kind's schema
     mode: str = MISSING
     engine: str = MISSING
     precision: str = MISSING
@@ -54,7 +68,7 @@ class BenchSchema:
     """``configs/bench.yaml``: the configuration of ``python -m lbm bench`` (its grids and lattice are run's)."""
 
     lattice: Lattice = dataclasses.field(default_factory=Lattice)
-    collision: dict[str, Any] = dataclasses.field(default_factory=dict, metadata=OPEN_GROUP)
+    collision: CollisionKind = dataclasses.field(default=MISSING, metadata=OPEN_GROUP)  # typed by the kind's schema
     cases: list[str] = MISSING
     variants: list[str] = MISSING
     precision: Any = MISSING  # one precision or a list of them
@@ -103,20 +117,29 @@ def register() -> None:
         store.store(name=f"{config_name}_schema", node=thawed(schema))
     for case, params in CASE_PARAMS.items():
         store.store(group="case", name=f"{case}_schema", node=thawed(params))
+    for kind, rates in COLLISION_KINDS.items():
+        store.store(group="collision", name=f"{kind}_schema", node=thawed(rates))
     if not OmegaConf.has_resolver("lbm.cells"):
         OmegaConf.register_new_resolver("lbm.cells", cells_across)
     if not OmegaConf.has_resolver("lbm.if_null"):
         OmegaConf.register_new_resolver("lbm.if_null", if_null)
 
 
+GROUP_SCHEMAS: dict[Any, dict[str, Any]] = {CaseParams: CASE_PARAMS, CollisionKind: COLLISION_KINDS}
+"""The base schema of each typed config group -> its options' schemas (their keys and types)."""
+
+
 @functools.cache
 def option_keys(group: str, option: str) -> tuple[str, ...]:
-    """The keys an option of an open group sets (its YAML file; a ``_global_`` file under ``<group>:``)."""
+    """The keys an option of an open group has: its schema's and its YAML file's (a ``_global_`` file: under
+    ``<group>:``)."""
     path = CONFIG_DIR / group / f"{option}.yaml"
     node = option_file(group, option)
     if "@package _global_" in path.read_text().split("\n", 1)[0]:
         node = node.get(group) or {}
-    return tuple(k for k in node if k != "defaults")
+    schemas = {"case": CASE_PARAMS, "collision": COLLISION_KINDS}.get(group, {})
+    typed = [f.name for f in dataclasses.fields(schemas[option])] if option in schemas else []
+    return tuple(dict.fromkeys(k for k in [*node, *typed] if k != "defaults"))
 
 
 @functools.cache
@@ -144,7 +167,7 @@ def field_type(schema: type, dotted: str) -> Any:
     """The declared type of the key ``dotted`` in ``schema`` (None where it has none)."""
     tp: Any = schema
     for part in dotted.split("."):
-        options = list(CASE_PARAMS.values()) if tp is CaseParams else [tp]  # a case key: the case that has it
+        options = list(GROUP_SCHEMAS.get(tp, {tp: tp}).values())  # a key of a group: the option that has it
         hints = next((h for h in map(_hints, options) if part in h), {})
         if part not in hints:
             return None

@@ -109,19 +109,58 @@ class Lattice(Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class Collision(Section):
-    """The collision (the group ``collision``): its kind and the rates of that kind (None: the kind has none).
-
-    magic: trt and mrt (Lambda); bulk: mrt and the regularized kinds; ghost, odd: mrt;
-    smagorinsky: mrt and the regularized kinds. Each option's YAML file sets the keys of its kind.
-    """
+class CollisionKind(Section):
+    """A collision of the group ``collision``: its kind; each kind's options are a subclass (its Hydra schema)."""
 
     name: str = MISSING
+
+
+@dataclasses.dataclass(frozen=True)
+class Collision(CollisionKind):
+    """The validated collision: its kind and the rates of that kind (None: the kind has none).
+
+    magic: trt and mrt (Lambda); bulk: mrt and the regularized kinds; ghost, odd: mrt;
+    smagorinsky: mrt and the regularized kinds.
+    """
+
     magic: float | None = None
     bulk: float | None = None
     ghost: float | None = None
     odd: float | None = None
     smagorinsky: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrtRates(CollisionKind):
+    """``collision=trt``: omega- from the magic parameter Lambda = (1/omega+ - 1/2)(1/omega- - 1/2)."""
+
+    magic: float = 0.1875
+    """Lambda: 3/16 puts half-way bounce-back walls exactly half-way (the default of trt and mrt, written once)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RegularizedRates(CollisionKind):
+    """``collision=regularized`` and ``recursive_regularized``: the bulk rate and the Smagorinsky constant."""
+
+    bulk: float | None = MISSING
+    smagorinsky: float = MISSING
+
+
+@dataclasses.dataclass(frozen=True)
+class MrtRates(TrtRates):
+    """``collision=mrt``: the rates of the moment classes (null: from 1/tau, or from ``magic`` for ``odd``)."""
+
+    bulk: float | None = MISSING
+    ghost: float | None = MISSING
+    odd: float | None = MISSING
+    smagorinsky: float = MISSING
+
+
+COLLISION_KINDS: dict[str, type[CollisionKind]] = {
+    "bgk": CollisionKind, "kbc": CollisionKind, "mrt": MrtRates, "recursive_regularized": RegularizedRates,
+    "regularized": RegularizedRates, "trt": TrtRates,
+}
+"""Each collision kind's keys, stored in Hydra's ``collision`` group as ``<kind>_schema``."""
 
 
 @dataclasses.dataclass(frozen=True)
