@@ -133,9 +133,17 @@ def reynolds_and_velocity(run: RunConfig, variant: str, n: int, peak: float) -> 
     """The variant's Reynolds number and U_mean in lattice units (from flow.tau when given); ConfigError if the inflow
     peak (``peak`` U_mean) reaches Mach 0.5."""
     reynolds = round(VARIANTS[variant] * DIAMETER / NU, 9)
-    if run.flow.tau is None and run.flow.u_lattice is None:
-        raise ConfigError("flow.u_lattice", None, "a number > 0 (U_mean in lattice units) with flow.tau=null")
-    u = run.flow.u_lattice if run.flow.tau is None else reynolds * CS2 * (run.flow.tau - 0.5) / n
+    tau, given = run.flow.tau, run.flow.u_lattice
+    if tau is None:
+        if given is None:
+            raise ConfigError("flow.u_lattice", None, "a number > 0 (U_mean in lattice units) with flow.tau=null")
+        u = given
+    else:
+        u = reynolds * CS2 * (tau - 0.5) / n
+        if given is not None and not math.isclose(given, u, rel_tol=1e-9):
+            raise LbmError(f"flow.u_lattice={given:g} and flow.tau={tau:g} over-determine the flow: at Re {reynolds:g} "
+                           f"and case.cells_per_diameter={n} this tau gives U_mean {u:.6g}; add flow.tau=null to set "
+                           "U_mean with flow.u_lattice, or leave flow.u_lattice out to keep tau")
     if not u * peak / math.sqrt(CS2) < 0.5:
         raise ConfigError("flow.tau", run.flow.tau, f"a relaxation time giving an inflow Mach number < 0.5 at Re {reynolds:g}")
     return reynolds, u
@@ -170,10 +178,6 @@ class SchaferTurek(Cylinder):
         return super().__new__(cls)
 
     def __init__(self, run: RunConfig) -> None:
-        if run.flow.tau is not None and run.flow.u_lattice is not None:
-            raise LbmError(f"flow.u_lattice={run.flow.u_lattice:g} and flow.tau={run.flow.tau:g} over-determine the flow: "
-                           "case=schafer_turek derives U_mean from the variant's Reynolds number and flow.tau; add "
-                           "flow.tau=null to set U_mean with flow.u_lattice, or leave flow.u_lattice out to keep tau")
         super().__init__(run)
         self.variant = self.run.case_params.variant
         self.cells = int(self.run.case_params.cells_per_diameter)
