@@ -63,15 +63,13 @@ class RunConfig:
     """Everything a run needs, validated; derived physics lives in the case setup.
 
     The sections (``case_params``, ``collision_params``, ``flow``, ``output``, ``checkpoint``, ``parallel``,
-    ``profile``) are the classes of the Hydra schema with every value checked; the names of the case, lattice and
-    collision, the grid's shape and the mesh the run uses are plain values, and ``source`` is the typed config as
-    composed.
+    ``profile``) are the classes of the Hydra schema with every value checked (``case`` and ``collision``: their
+    names); the lattice's name, the grid's shape and the mesh the run uses are plain values, and ``source`` is the
+    typed config as composed.
     """
 
-    case: str
     case_params: CaseParams
     lattice: str
-    collision: str
     collision_params: Collision
     mode: str
     engine: str
@@ -92,6 +90,16 @@ class RunConfig:
     """The blocks per grid axis the run uses (lbm.parallel), None on one device; with ``parallel.devices=-1`` and no
     ``parallel.mesh`` known where the job runs (:func:`lbm.simulation.resolve_parallel`)."""
     source: RunSchema = field(repr=False, compare=False)
+
+    @property
+    def case(self) -> str:
+        """The case's name (``case_params.name``)."""
+        return self.case_params.name
+
+    @property
+    def collision(self) -> str:
+        """The collision's kind (``collision_params.name``)."""
+        return self.collision_params.name
 
     @property
     def dim(self) -> int:
@@ -192,9 +200,8 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     mesh, par = validate_parallel(tree.parallel, grid, engine)
     profile = validate_profile(tree.profile)
     return RunConfig(
-        case=tree.case.name, case_params=tree.case, lattice=lattice, collision=collision.name,
-        collision_params=collision, mode=mode, engine=engine, precision=precision, steps=steps,
-        steps_auto=steps is None, grid=grid, flow=flow, steps_per_dispatch=spd,
+        case_params=tree.case, lattice=lattice, collision_params=collision, mode=mode, engine=engine,
+        precision=precision, steps=steps, steps_auto=steps is None, grid=grid, flow=flow, steps_per_dispatch=spd,
         output=output, checkpoint=checkpoint, parallel=par, profile=profile, mesh_shape=mesh, source=tree,
     )
 
