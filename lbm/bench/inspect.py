@@ -353,7 +353,7 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
 
     shape = None
     if target.devices > 1:
-        run = dataclasses.replace(run, mesh_shape=None, parallel=dataclasses.replace(run.parallel, devices=1))  # the target's mesh
+        run = dataclasses.replace(run, mesh_shape=None, parallel=dataclasses.replace(run.parallel, devices=1))
     case, setup = prepare(run)
     run = case.run
     if target.devices > 1:  # checked against the case's own grid (schafer_turek derives it from its diameter)
