@@ -161,7 +161,7 @@ def advance(run: RunConfig, steps: int | None = None, mode: str | None = None,
     stepper = make_engine(setup, mode or run.mode, engine=engine)
     f = setup.initial_populations()
     n = steps or run.steps
-    chunk = run.output_every or n
+    chunk = run.output.every or n
     done = 0
     while done < n:
         k = min(chunk, n - done)

@@ -19,13 +19,13 @@ def test_taylor_green_decay_matches_analytic_at_64(engine):
     k = 2 * math.pi / 64
     # bounds ~2-3x the measured errors (xla and native alike, float32): amplitude 1.44e-3, nu -2.9e-4, L2 1.03e-3
     for step, amp in case.samples[1:]:
-        expected = run.u_lattice * math.exp(-2 * setup.nu * k**2 * step)
+        expected = run.flow.u_lattice * math.exp(-2 * setup.nu * k**2 * step)
         assert amp == pytest.approx(expected, rel=3e-3), f"step {step}"
     m = case.metrics(setup, fields, run.steps)
     assert abs(m["nu_rel_error"]) < 7e-4  # a 0.1% viscosity error fails
     assert m["velocity_l2_rel_error"] < 2.5e-3
     # the vortex actually decayed noticeably over the run (the test is not trivially satisfied)
-    assert case.samples[-1][1] < 0.75 * run.u_lattice
+    assert case.samples[-1][1] < 0.75 * run.flow.u_lattice
 
 
 def test_mass_is_conserved_to_round_off_in_a_periodic_box():
@@ -54,7 +54,7 @@ def test_poiseuille_profile_matches_the_parabola(engine):
     assert np.abs(sim - exact).max() < 5e-4 * exact.max()
     assert m["profile_l2_rel_error"] < 5e-4
     assert m["cross_velocity_max_over_umax"] < 2e-5
-    assert m["u_max_simulated"] == pytest.approx(run.u_lattice, rel=2e-3)
+    assert m["u_max_simulated"] == pytest.approx(run.flow.u_lattice, rel=2e-3)
 
 
 def reference_offsets():

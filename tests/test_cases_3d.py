@@ -55,7 +55,7 @@ def test_coarse_lbm_duct_matches_the_series():
     assert abs(m["flow_rate_rel_error"]) < 1e-2
     assert m["cross_velocity_max_over_umax"] < 2e-3
     # the case's body force drives the requested axis speed (the axis lies between nodes for even H)
-    assert case.axis_factor() * setup.force_array[0] / setup.nu == pytest.approx(run.u_lattice, rel=1e-12)
+    assert case.axis_factor() * setup.force_array[0] / setup.nu == pytest.approx(run.flow.u_lattice, rel=1e-12)
 
 
 def test_duct_needs_a_3d_lattice():
@@ -94,7 +94,7 @@ def test_cube_cavity_metrics_against_albensoeder():
     ref = albensoeder_reference(1000.0)
     pos = (np.arange(n) - 0.5) / (n - 2)  # cell centres of the fluid nodes, walls at 0 and 1
     u = np.zeros((3, n, n, n))
-    lid = case.run.u_lattice
+    lid = case.run.flow.u_lattice
     u[0] = lid * np.interp(pos, ref["y"], ref["u"])[None, :, None]  # u(y), the same on every x and z
     u[1] = lid * np.interp(pos, ref["x"], ref["v"])[:, None, None]
     m = case.metrics(setup, {"u": u, "rho": np.ones((n,) * 3)}, 10)
@@ -119,7 +119,7 @@ def dfg3d(*overrides):
 def test_dfg_3d1z_geometry_follows_the_published_set_up():
     case = dfg3d("case.cells_per_diameter=10", "flow.tau=0.6")
     assert case.run.grid == (251, 43, 43)  # 2.5 m / 0.01 m + 1 nodes; 0.41 m = 41 cells between half-way walls
-    assert case.run.reynolds == 20.0 and case.depth == 41.0 and case.diameter == 10.0
+    assert case.run.flow.reynolds == 20.0 and case.depth == 41.0 and case.diameter == 10.0
     assert case.geometry() == (50.0, 20.5, 5.0)  # axis at (0.5, 0.2) m
     setup = case.setup()
     cylinder = next(bc for bc in setup.boundaries if isinstance(bc, InterpolatedBounceBack))
@@ -135,8 +135,8 @@ def test_dfg_3d1z_geometry_follows_the_published_set_up():
     assert np.asarray(cylinder.solid)[50, 20, 1:-1].all() and not np.asarray(cylinder.solid)[:, :, [0, -1]].any()
     inflow = np.asarray(next(bc for bc in setup.boundaries if isinstance(bc, Inlet)).u)[0]
     # U_mean = 4 U_m / 9 = u_lattice: the midpoint rule overshoots each factor's integral by 1/(2 * 41^2)
-    assert inflow[1:-1, 1:-1].mean() == pytest.approx(case.run.u_lattice * (1 + 1 / (2 * 41**2)) ** 2, rel=1e-6)  # float32
-    assert inflow.max() == pytest.approx(2.25 * case.run.u_lattice, rel=1e-6)  # U_m on the centre node (41 cells)
+    assert inflow[1:-1, 1:-1].mean() == pytest.approx(case.run.flow.u_lattice * (1 + 1 / (2 * 41**2)) ** 2, rel=1e-6)  # float32
+    assert inflow.max() == pytest.approx(2.25 * case.run.flow.u_lattice, rel=1e-6)  # U_m on the centre node (41 cells)
 
 
 def test_dfg_3d1z_metrics_on_known_fields():
@@ -144,7 +144,7 @@ def test_dfg_3d1z_metrics_on_known_fields():
     case = dfg3d("case.cells_per_diameter=4", "flow.u_lattice=0.05", "steps=10")
     setup = case.setup()
     nx, ny, nz = case.run.grid
-    u = case.run.u_lattice
+    u = case.run.flow.u_lattice
     case.force_rows = [np.tile([0.5 * u**2 * 4 * 16 * 6.1, 0.5 * u**2 * 4 * 16 * 0.009, 0.0], (10, 1))]
     x = np.arange(nx, dtype=np.float64)[:, None, None] * np.ones((nx, ny, nz))
     rho = 1.0 - 2e-4 * x

@@ -31,7 +31,7 @@ def test_geometry_follows_the_published_set_up():
     case = case_of("case.cells_per_diameter=10")
     nx, ny = case.run.grid
     assert (nx, ny) == (221, 43)  # 2.2 m / 0.01 m + 1 nodes; 0.41 m = 41 rows between the half-way walls
-    assert case.run.reynolds == 20.0 and case.diameter == 10.0
+    assert case.run.flow.reynolds == 20.0 and case.diameter == 10.0
     setup = case.setup()
     cx, cy, r = case.geometry()
     assert (cx, cy, r) == (20.0, 20.5, 5.0)  # (0.2, 0.2) m: fluid row j lies at y = (j - 1/2) dx
@@ -53,13 +53,13 @@ def test_geometry_follows_the_published_set_up():
 
 
 def test_variants_set_reynolds_number_and_length():
-    assert case_of("case.variant=2D-2").run.reynolds == 100.0
+    assert case_of("case.variant=2D-2").run.flow.reynolds == 100.0
     ramp = case_of("case.variant=2D-3", "case.cells_per_diameter=8")
     assert ramp.run.steps * ramp.dt == pytest.approx(8.0)  # steps=auto: exactly t = 8 s
     inlet = next(bc for bc in ramp.setup().boundaries if isinstance(bc, Inlet))
     assert inlet.profile == "sine" and inlet.ramp_steps * ramp.dt == pytest.approx(4.0)  # U_m sin(pi t / 8 s)
     tau = case_of("flow.tau=0.6", "case.cells_per_diameter=10")  # diffusive scaling: U follows from Re and tau
-    assert tau.run.u_lattice == pytest.approx(20 * CS2 * 0.1 / 10)
+    assert tau.run.flow.u_lattice == pytest.approx(20 * CS2 * 0.1 / 10)
 
 
 @pytest.mark.parametrize("override,key", [
@@ -176,10 +176,10 @@ def test_parabolic_wall_option_uses_the_bfl_links_with_the_runs_antisymmetric_ra
 def test_each_variant_defaults_to_its_validated_settings(variant, cells, outlet, wall):
     """case.variant alone: TRT (Lambda 3/16), tau 0.53, and the variant's resolution, outlet and wall (docs/dfg.md)."""
     case = make_case(run_config("case=schafer_turek", f"case.variant={variant}"))
-    assert (case.run.collision, case.run.trt_magic, case.run.tau, case.cells) == ("trt", 0.1875, 0.53, cells)
+    assert (case.run.collision, case.run.collision_params.magic, case.run.flow.tau, case.cells) == ("trt", 0.1875, 0.53, cells)
     assert case.params["outlet"] == ("characteristic" if outlet is CharacteristicOutlet else "zou_he")
     assert case.params["wall"] == wall and case.differences_from_validated() == []
-    assert case.run.u_lattice == pytest.approx(case.run.reynolds * CS2 * 0.03 / cells)  # diffusive scaling
+    assert case.run.flow.u_lattice == pytest.approx(case.run.flow.reynolds * CS2 * 0.03 / cells)  # diffusive scaling
     if variant == "2D-2":
         assert case.run.steps * case.dt == pytest.approx(7.5)  # the saturated window of docs/dfg.md, "2D-2 resolution"
     if variant == "2D-3":

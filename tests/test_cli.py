@@ -1,5 +1,6 @@
 """The command line: bad input gives one clean line and exit code 2; runs honour the output contract."""
 
+import importlib
 import json
 import math
 import os
@@ -209,7 +210,7 @@ def test_devices_and_resume_mismatches_are_refused_before_hydra(checkpointed, ex
         raise AssertionError("Hydra started: the run directory would exist")
 
     monkeypatch.setattr("lbm.cli.run_hydra", hydra_started)
-    monkeypatch.setattr("lbm.simulation.engine_for", hydra_started)
+    monkeypatch.setattr(importlib.import_module("lbm.simulation.start"), "engine_for", hydra_started)
     monkeypatch.chdir(tmp_path)
     resume = [] if extra[0].startswith("parallel") else [f"checkpoint.resume={checkpointed}"]
     code = main(["run", *TG, "steps=40", *extra, *resume, f"hydra.run.dir={tmp_path / 'new'}"])
@@ -358,8 +359,8 @@ def test_auto_steps_follow_the_documented_rule(case, expected):
     run = run_config(f"case={case}", "grid.nx=20", "grid.ny=20", "steps=auto")
     assert run.steps is None
     made = make_case(run)
-    nu = made.run.u_lattice * 18 / made.run.reynolds
-    assert made.run.steps == expected(18, nu, made.run.u_lattice)
+    nu = made.run.flow.u_lattice * 18 / made.run.flow.reynolds
+    assert made.run.steps == expected(18, nu, made.run.flow.u_lattice)
 
 
 def test_steps_must_be_an_integer_or_auto(capsys):

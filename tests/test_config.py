@@ -56,7 +56,7 @@ def test_unknown_case_key_lists_the_case_keys():
 
 def test_a_key_of_the_chosen_option_is_accepted():
     run = load(["collision=trt", "collision.magic=0.25", "case.radius=12"])
-    assert run.collision == "trt" and run.trt_magic == 0.25 and run.case_params["radius"] == 12
+    assert run.collision == "trt" and run.collision_params.magic == 0.25 and run.case_params["radius"] == 12
 
 
 @pytest.mark.parametrize("case", group_options("case"))

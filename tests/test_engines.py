@@ -109,7 +109,7 @@ def test_physics_validations_hold_on_the_native_engine():
     case, setup, fields = advance(run, engine="native")
     assert fields["engine"] == "native"
     for step, amp in case.samples[1:]:
-        assert amp == pytest.approx(run.u_lattice * math.exp(-2 * setup.nu * (2 * math.pi / 64) ** 2 * step), rel=0.01)
+        assert amp == pytest.approx(run.flow.u_lattice * math.exp(-2 * setup.nu * (2 * math.pi / 64) ** 2 * step), rel=0.01)
     run = run_config("case=taylor_green", "grid.nx=32", "grid.ny=24", "steps=501", "precision=float64")
     _, setup, fields = advance(run, engine="native")
     assert fields["engine"] == "native"
@@ -174,7 +174,7 @@ def test_16bit_storage_accuracy_on_taylor_green(storage, bound):
             f, _ = stepper.advance(f, 500)
             assert f.dtype == np.float32
             u = np.asarray(macroscopic(f, setup.lattice)[1])
-            amp = float(np.sum(u * case.mode) / np.sum(case.mode ** 2)) * run.u_lattice
+            amp = float(np.sum(u * case.mode) / np.sum(case.mode ** 2)) * run.flow.u_lattice
             worst = max(worst, abs(amp / case.analytic_amplitude(setup, 500 * k) - 1))
         errors[engine] = worst
     assert errors["native"] < bound and errors["xla"] < bound

@@ -25,7 +25,7 @@ def test_an_explicit_u_lattice_beside_the_default_tau_is_refused_naming_both_and
 
 def test_a_u_lattice_that_tau_gives_anyway_is_accepted():
     u = 20 * CS2 * 0.03 / 10  # what tau 0.53 gives at Re 20 and N = 10
-    assert make_case(run_config(*ST, f"flow.u_lattice={u!r}")).run.u_lattice == pytest.approx(u, rel=1e-12)
+    assert make_case(run_config(*ST, f"flow.u_lattice={u!r}")).run.flow.u_lattice == pytest.approx(u, rel=1e-12)
 
 
 def test_the_command_line_refuses_it_in_one_line_with_exit_2_before_the_run_directory_exists(tmp_path, capsys):
@@ -39,13 +39,13 @@ def test_the_command_line_refuses_it_in_one_line_with_exit_2_before_the_run_dire
 
 def test_the_documented_settings_of_the_velocity_keep_working():
     derived = make_case(run_config(*ST)).run  # the default: tau 0.53, U_mean = Re c_s^2 (tau - 1/2) / N
-    assert derived.tau == 0.53 and derived.u_lattice == pytest.approx(20 * CS2 * 0.03 / 10, rel=1e-12)
+    assert derived.flow.tau == 0.53 and derived.flow.u_lattice == pytest.approx(20 * CS2 * 0.03 / 10, rel=1e-12)
     given = make_case(run_config(*ST, "flow.tau=null", "flow.u_lattice=0.0125")).run  # docs/dfg.md
-    assert given.tau is None and given.u_lattice == 0.0125
-    assert make_case(run_config(*ST, "flow.tau=null")).run.u_lattice == 0.05  # the YAML's U_mean without tau
-    assert make_case(run_config(*ST, "flow.tau=0.6")).run.u_lattice == pytest.approx(20 * CS2 * 0.1 / 10, rel=1e-12)
+    assert given.flow.tau is None and given.flow.u_lattice == 0.0125
+    assert make_case(run_config(*ST, "flow.tau=null")).run.flow.u_lattice == 0.05  # the YAML's U_mean without tau
+    assert make_case(run_config(*ST, "flow.tau=0.6")).run.flow.u_lattice == pytest.approx(20 * CS2 * 0.1 / 10, rel=1e-12)
     again = make_case(run_config(*ST, "steps=auto")).run  # resolving steps=auto re-derives the same run
-    assert again.u_lattice == derived.u_lattice and again.grid == derived.grid
+    assert again.flow.u_lattice == derived.flow.u_lattice and again.grid == derived.grid
 
 
 @pytest.mark.parametrize("overrides", [

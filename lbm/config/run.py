@@ -113,36 +113,6 @@ class RunConfig:
             return math.prod(self.mesh_shape)
         return -1 if self.parallel.devices == -1 else 1
 
-    @property
-    def reynolds(self) -> float:
-        """``flow.reynolds`` under its former name, for lbm/diff and the tests that read it."""
-        return self.flow.reynolds
-
-    @property
-    def tau(self) -> float | None:
-        """``flow.tau`` under its former name, for lbm/diff and the tests that read it."""
-        return self.flow.tau
-
-    @property
-    def u_lattice(self) -> float | None:
-        """``flow.u_lattice`` under its former name, for lbm/diff and the tests that read it."""
-        return self.flow.u_lattice
-
-    @property
-    def parallel_mesh(self) -> tuple[int, ...] | None:
-        """``mesh_shape`` under its former name, for lbm/diff/api.py."""
-        return self.mesh_shape
-
-    @property
-    def trt_magic(self) -> float | None:
-        """``collision_params.magic`` under its former name, for lbm/diff/parameters.py and the tests that read it."""
-        return self.collision_params.magic
-
-    @property
-    def output_every(self) -> int:
-        """``output.every`` under its former name, for tests/conftest.py."""
-        return self.output.every
-
 
 def read_section[S](cls: type[S], node: Any, key: str) -> S:
     """The section ``cls`` of the composed config ``node`` at ``key``, its values as given (checked after)."""

@@ -32,7 +32,7 @@ def check_engine(run: Any) -> None:
         raise LbmError(f"mode={run.mode}: differentiable runs use the fused xla composition; set mode=fused")
     if run.engine not in DIFFERENTIABLE_ENGINES:
         raise LbmError(f"engine={run.engine} has no adjoint: differentiable runs use engine=xla (or engine=auto)")
-    if run.parallel_mesh and int(np.prod(run.parallel_mesh)) > 1:
+    if run.mesh_shape and int(np.prod(run.mesh_shape)) > 1:
         raise LbmError("parallel.devices: differentiable runs use one device; set parallel.devices=1")
     note = " (engine=auto picks xla: native and pallas have no adjoint)" if run.engine == "auto" else ""
     log.info("differentiable run: engine xla%s", note)

@@ -115,13 +115,13 @@ class Parameterisation:
 def relaxation(case: Case, length: Any, v: dict[str, Any]) -> tuple[Any, Any]:
     """(omega+, omega-) from the traced values, as lbm.config.viscosity and Case.relaxation derive them."""
     run = case.run
-    if run.tau is not None:
+    if run.flow.tau is not None:
         tau = v["flow.tau"]
     else:
         tau = v["flow.u_lattice"] * length / v["flow.reynolds"] / CS2 + 0.5
     omega_plus = 1.0 / tau
     if run.collision == "trt":
-        omega_minus = 1.0 / (0.5 + run.trt_magic / (tau - 0.5))
+        omega_minus = 1.0 / (0.5 + run.collision_params.magic / (tau - 0.5))
     else:
         omega_minus = omega_plus
     return omega_plus, omega_minus
@@ -183,14 +183,15 @@ BUILDERS = {"cavity": _cavity, "taylor_green": _taylor_green, "poiseuille": _poi
 def case_keys(case: Case) -> tuple[str, ...]:
     """The continuous keys of ``case`` (flow.tau for flow.reynolds where the run prescribes tau)."""
     keys = KEYS[case.name]
-    return tuple("flow.tau" if k == "flow.reynolds" and case.run.tau is not None else k for k in keys)
+    return tuple("flow.tau" if k == "flow.reynolds" and case.run.flow.tau is not None else k for k in keys)
 
 
 def base_values(case: Case) -> dict[str, float]:
     """Each key's value in the run's config."""
     run = case.run
-    out = {"flow.u_lattice": float(run.u_lattice)}
-    out["flow.tau" if run.tau is not None else "flow.reynolds"] = float(run.tau if run.tau is not None else run.reynolds)
+    out = {"flow.u_lattice": float(run.flow.u_lattice)}
+    flow = run.flow
+    out["flow.tau" if flow.tau is not None else "flow.reynolds"] = float(flow.tau if flow.tau is not None else flow.reynolds)
     if case.name == "cylinder":
         cx, cy, r = case.geometry()  # type: ignore[attr-defined]
         out.update({"case.radius": r, "case.center.x": cx, "case.center.y": cy})
