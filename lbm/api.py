@@ -46,16 +46,15 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
     before jax.distributed.
     """
     from lbm import parallel
-    from lbm.config import resolve_parallel
-    from lbm.simulation import check_resume, make_case
+    from lbm.simulation import check_resume, make_case, resolve_parallel
 
     p = run.parallel
-    single = p.get("coordinator") is None and (p.get("num_processes") or 1) == 1 and parallel.cluster_processes() == 1
+    single = p.coordinator is None and (p.num_processes or 1) == 1 and parallel.cluster_processes() == 1
     here = here and single
     if here:
         run = resolve_parallel(run)
     case = make_case(run)
-    if here and run.checkpoint.get("resume"):
+    if here and run.checkpoint.resume:
         if run.precision == "float64":
             import jax
 
@@ -99,7 +98,7 @@ def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Res
         path = fresh_run_dir(Path("outputs")).absolute()
     record = path / ".hydra"
     record.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.create(config.raw), record / "config.yaml")
+    OmegaConf.save(OmegaConf.create(dataclasses.asdict(config.source)), record / "config.yaml")
     OmegaConf.save(OmegaConf.create(overrides), record / "overrides.yaml")
     console = console_log()
     handler = logging.FileHandler(path / "lbm.log")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.config import compose
+from lbm.config.checks import did_you_mean
 from lbm.config.command_line import (
     HELP_FLAGS,
     check_launcher,
@@ -29,7 +30,6 @@ from lbm.config.command_line import (
     run_hydra,
     split_hydra_args,
 )
-from lbm.config.run import did_you_mean
 
 __all__ = ["compose", "main", "prevalidate", "run_hydra", "split_hydra_args", "expand_jobs"]
 from lbm.errors import LbmError

@@ -19,7 +19,9 @@ import numpy as np
 from lbm import parallel
 from lbm.cases import CASES, Case, Setup
 from lbm.cases.base import Snapshot
-from lbm.config import RunConfig, check_output_every, load, resolve_parallel
+from lbm.config import RunConfig, check_output_every, load
+from lbm.config.run import single_device_refusal
+from lbm.config.sections import mapping_of
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, DivergenceError, LbmError
 from lbm.io.checkpoint import GLOB as CHECKPOINT_GLOB
@@ -45,11 +47,37 @@ def make_case(run: RunConfig) -> Case:
     case.check()
     if run.steps is None:
         case.run = dataclasses.replace(case.run, steps=case.auto_steps())
-        check_output_every(run.output_every, case.run.steps)
-        every = run.checkpoint.get("every", 0)
+        check_output_every(run.output.every, case.run.steps)
+        every = run.checkpoint.every
         if every > case.run.steps:
             raise ConfigError("checkpoint.every", every, f"an integer in [0, steps={case.run.steps}] (steps=auto)")
     return case
+
+
+def resolve_parallel(run: RunConfig) -> RunConfig:
+    """Where the job runs: start jax.distributed if asked (or detected), check the device count, resolve -1, and
+    check that the devices compute float64 when the run asks for it.
+
+    Must run before JAX touches a backend in a multi-process job; returns the run with its mesh.
+    """
+    p = run.parallel
+    parallel.initialize(p.coordinator, p.num_processes, p.process_id)
+    if run.precision == "float64":  # after jax.distributed: it touches the backend
+        check_float64_supported()
+    if run.parallel_devices == 1:
+        return run
+    devices = parallel.resolve_devices(run.parallel_devices)
+    shape = parallel.mesh_shape(devices, p.mesh, run.grid)
+    if devices > 1 and (refused := single_device_refusal(run.engine)):
+        raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1", refused)
+    return dataclasses.replace(run, parallel_devices=devices, parallel_mesh=shape if devices > 1 else None)
+
+
+def check_float64_supported() -> None:
+    """float64 needs a backend with double precision (not TPU)."""
+    platform = jax.devices()[0].platform
+    if platform == "tpu":
+        raise ConfigError("precision", "float64", "float32 on TPU (it has no float64 arithmetic)")
 
 
 def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:
@@ -70,13 +98,13 @@ def chunk_size(run: RunConfig) -> int:
 
     With checkpoints the chunk also divides checkpoint.every, so chunks end on checkpoint steps.
     """
-    if run.output_every:
-        k = run.output_every
+    if run.output.every:
+        k = run.output.every
     elif run.steps_per_dispatch:
         k = min(run.steps_per_dispatch, run.steps)
     else:
         k = max(1, min(1000, run.steps // 10))
-    every = run.checkpoint.get("every", 0)
+    every = run.checkpoint.every
     return math.gcd(k, every) if every else k
 
 
@@ -180,7 +208,7 @@ def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
     return {
         "case": run.case, "lattice": run.lattice, "grid": list(setup.shape), "precision": run.precision,
         "collision": run.collision, "trt_magic": run.trt_magic if run.collision == "trt" else None,
-        "tau": setup.tau, "u_lattice": run.u_lattice, "case_params": run.case_params,
+        "tau": setup.tau, "u_lattice": run.u_lattice, "case_params": mapping_of(run.case_params),
     }
 
 
@@ -192,7 +220,7 @@ class Outputs:
         self.monitor: list[tuple[int, float, float]] = []
         self.files: list[str] = []
         self.frames: list[Path] = []
-        self.frame_limit: float | None = (run.raw.get("output") or {}).get("frame_limit")
+        self.frame_limit: float | None = run.output.frame_limit
         """The colour limit of every vorticity frame: output.frame_limit, else the first frame's (set by it)."""
 
     def chunk_done(self, snapshot: Snapshot, mass: float, energy: float, every: int) -> None:
@@ -200,18 +228,18 @@ class Outputs:
         step = snapshot.step
         self.monitor.append((step, mass, energy))
         on_interval = step % every == 0 or step == self.run.steps
-        if not (self.run.vtk or self.run.frames) or not on_interval:
+        if not (self.run.output.vtk or self.run.output.frames) or not on_interval:
             return
         if not parallel.is_writer():
             snapshot.fields  # noqa: B018 (gathered on every process; process 0 writes)
             return
         fields = self.engine.setup.written_fields(snapshot.fields)
-        if self.run.vtk:
+        if self.run.output.vtk:
             from lbm.io.vtk import write_vti
 
             path = write_vti(self.run_dir / "vtk" / f"fields_{step:010d}.vti", fields)
             self.files.append(str(path.relative_to(self.run_dir)))
-        if self.run.frames:
+        if self.run.output.frames:
             from lbm.io.plots import frame
 
             path = self.run_dir / "frames" / f"vorticity_{step:010d}.png"
@@ -222,8 +250,8 @@ class Outputs:
 def engine_for(run: RunConfig, setup: Setup) -> Engine:
     """The run's engine (one line naming it); LbmError when the engine asked for cannot run here."""
     try:
-        engine = make_engine(setup, run.mode, engine=run.engine, sync=bool(run.profile.get("sync")),
-                             mesh=run.parallel_mesh, partitioner=run.parallel.get("partitioner", "shard_map"))
+        engine = make_engine(setup, run.mode, engine=run.engine, sync=run.profile.sync,
+                             mesh=run.parallel_mesh, partitioner=run.parallel.partitioner)
     except EngineUnavailable as exc:
         hint = "" if run.parallel_mesh else "; engine=auto falls back to the xla engine"
         raise LbmError(f"engine={run.engine} is not available here: {exc}{hint}") from None
@@ -238,7 +266,7 @@ def engine_for(run: RunConfig, setup: Setup) -> Engine:
 def check_resume(run: RunConfig, setup: Setup) -> dict[str, Any] | None:
     """The header of the checkpoint ``checkpoint.resume`` names (None without one), read without its arrays;
     LbmError when it cannot continue this run (another identity, population layout, or no step left to run)."""
-    path = run.checkpoint.get("resume")
+    path = run.checkpoint.resume
     if not path:
         return None
     header = read_header(find_checkpoint(Path(path)))
@@ -275,7 +303,7 @@ def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) ->
     Started before compilation so that the trace holds it; the loop tells it about each chunk (the run's own
     chunks: profiling changes no chunk, so a profiled run observes and reports the same steps).
     """
-    if not run.profile.get("enabled"):
+    if not run.profile.enabled:
         return None
     from lbm.profiling.capture import Profiler
     from lbm.roofline import measure_bandwidth
@@ -304,14 +332,14 @@ def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     outputs = Outputs(run, run_dir, engine)
     mass0 = float(chunk_stats(f, fluid, setup.lattice)[1])
     step, f, mass0 = resume(run, case, setup, outputs, place, f, mass0)
-    start, k, every_ckpt = step, chunk_size(run), run.checkpoint.get("every", 0)
+    start, k, every_ckpt = step, chunk_size(run), run.checkpoint.every
     profiler = start_profiler(run, run_dir, engine, place)
     compile_ahead(engine, f, run, start, k)
     checkpoint = functools.partial(write_checkpoint, run, run_dir, case, setup, outputs, mass0)
     t_run, last_good, stopped_early = 0.0, None, None
     status, error = "completed", None
     keep_host_copy = not every_ckpt and f.nbytes <= LAST_GOOD_MAX_BYTES
-    progress = Progress(run.steps, start, math.prod(setup.shape), run.progress)
+    progress = Progress(run.steps, start, math.prod(setup.shape), run.output.progress)
     interrupted = build_metrics(run, setup, engine, 0, 0.0, "interrupted")
 
     def record_hard_exit() -> None:  # from the signal watcher thread: no device access, one small file
@@ -410,7 +438,7 @@ def write_checkpoint(run: RunConfig, run_dir: Path, case: Case, setup: Setup, ou
     host = parallel.to_host(pops)  # every process takes part in the gather; process 0 writes
     if not parallel.is_writer():
         return run_dir / "checkpoints"
-    path = save_checkpoint(run_dir / "checkpoints", at, host, identity(run, setup), state, run.checkpoint.get("keep", 3))
+    path = save_checkpoint(run_dir / "checkpoints", at, host, identity(run, setup), state, run.checkpoint.keep)
     log.info("checkpoint %s", path.relative_to(run_dir))
     return path
 
@@ -480,13 +508,13 @@ def finish(run: RunConfig, run_dir: Path, case: Case, engine: Engine, f: jnp.nda
     written = ["fields.npz"] + case.write_outputs(run_dir, setup, fields, metrics)
     written.append(write_monitor(run_dir, outputs.monitor, mass0))
     written += outputs.files
-    if run.plots:
+    if run.output.plots:
         from lbm.io.plots import field_plots, monitor_plot
 
         written += field_plots(run_dir, fields, f"{run.case} Re={setup.reynolds:g}")
         if len(outputs.monitor) >= 2:
             written.append(monitor_plot(run_dir, outputs.monitor, mass0, case, metrics))
-    if run.frames and run.animation and len(outputs.frames) >= 2:
+    if run.output.frames and run.output.animation and len(outputs.frames) >= 2:
         from lbm.io.plots import animation
 
         written += animation(run_dir, outputs.frames)
@@ -554,7 +582,7 @@ def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
     layout = engine.layout
     return {"devices": run.parallel_devices, "mesh": list(layout.shape) if layout is not None else None,
             "block": list(layout.block) if layout is not None else None,
-            "partitioner": run.parallel.get("partitioner") if layout is not None else None,
+            "partitioner": run.parallel.partitioner if layout is not None else None,
             "processes": jax.process_count()}
 
 

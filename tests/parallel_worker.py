@@ -15,10 +15,10 @@ import jax
 import numpy as np
 
 from lbm import parallel
-from lbm.config import load, resolve_parallel
+from lbm.config import load
 from lbm.engines import make_engine
 from lbm.errors import LbmError
-from lbm.simulation import prepare, simulate
+from lbm.simulation import prepare, resolve_parallel, simulate
 
 
 def advance(overrides: list[str], mesh: tuple[int, ...] | None, steps: int, mode: str = "fused",

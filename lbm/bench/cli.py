@@ -15,9 +15,12 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lbm.errors import ConfigError, LbmError
+
+if TYPE_CHECKING:
+    from lbm.config.schema import BenchSchema
 
 SCHEMA = "lbm-bench/1"
 
@@ -46,41 +49,42 @@ def _grid(key: str, value: Any, dims: int) -> tuple[int, ...]:
     return (n,) * dims
 
 
+def read_bench(cfg: dict[str, Any]) -> BenchSchema:
+    """The typed tree of a composed bench config (the sections run's config has too: lattice, grid, collision)."""
+    from lbm.config.run import read_tree
+    from lbm.config.schema import BenchSchema
+
+    return read_tree(cfg, BenchSchema)
+
+
 def plan(cfg: dict[str, Any]) -> dict[str, Any]:
     """Validate a composed bench config; returns the configurations to measure and the timing (raises ConfigError)."""
     from lbm.bench.throughput import CASES, PRECISIONS, VARIANTS, BenchConfig, Timing
-    from lbm.config import check_choice, check_float, check_int, group_options
+    from lbm.config import check_bool, check_choice, check_float, check_int
+    from lbm.config.run import validate_collision, validate_grid
+    from lbm.config.sections import Bandwidth
     from lbm.lattice import LATTICES
 
-    lattice = check_choice("lattice", (cfg.get("lattice") or {}).get("name"), tuple(LATTICES))
+    tree = read_bench(cfg)
+    lattice = check_choice("lattice", tree.lattice.name, tuple(LATTICES))
     dims = LATTICES[lattice].d
-    collision = check_choice("collision", (cfg.get("collision") or {}).get("name"), group_options("collision"))
-    cases = [check_choice("cases", c, tuple(CASES)) for c in _as_list(cfg.get("cases"))]
-    variants = [check_choice("variants", v, VARIANTS) for v in _as_list(cfg.get("variants"))]
-    precisions = [check_choice("precision", p, tuple(PRECISIONS)) for p in _as_list(cfg.get("precision"))]
+    collision = validate_collision(tree.collision).name
+    cases = [check_choice("cases", c, tuple(CASES)) for c in _as_list(tree.cases)]
+    variants = [check_choice("variants", v, VARIANTS) for v in _as_list(tree.variants)]
+    precisions = [check_choice("precision", p, tuple(PRECISIONS)) for p in _as_list(tree.precision)]
     if not cases or not variants or not precisions:
         raise ConfigError("cases/variants/precision", "[]", "at least one value each")
-
-    def box(node: dict[str, Any], key: str) -> tuple[int, ...]:
-        nz = node.get("nz")
-        if dims == 3 and nz is None:
-            raise ConfigError(f"{key}.nz", None, f"an integer >= 4 for the 3D lattice {lattice}")
-        if dims == 2 and nz is not None:
-            raise ConfigError(f"{key}.nz", nz, f"null for the 2D lattice {lattice}")
-        values = [node.get("nx"), node.get("ny")] + ([nz] if dims == 3 else [])
-        return tuple(check_int(f"{key}.{a}", v, 4) for a, v in zip(("nx", "ny", "nz"), values, strict=False))
 
     # Only what will run is validated: the box sizes for the periodic case, the cylinder's grid for the cylinder.
     grids: dict[str, list[tuple[int, ...]]] = {}
     if "periodic" in cases:
-        sizes = cfg.get("sizes")
-        grids["periodic"] = ([_grid("sizes", s, dims) for s in _as_list(sizes)] if sizes is not None
-                             else [box(cfg["grid"], "grid")])
+        grids["periodic"] = ([_grid("sizes", s, dims) for s in _as_list(tree.sizes)] if tree.sizes is not None
+                             else [validate_grid(tree.grid, lattice)])
     if "cylinder" in cases:
         from lbm.config import load
         from lbm.simulation import make_case
 
-        cylinder = box(cfg["cylinder_grid"], "cylinder_grid")
+        cylinder = validate_grid(tree.cylinder_grid, lattice, "cylinder_grid")
         grids["cylinder"] = [cylinder]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -88,25 +92,21 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
                   *(f"grid.{a}={n}" for a, n in zip(("nx", "ny", "nz"), cylinder, strict=False))]
             make_case(load(ov))
 
-    steps_raw = cfg.get("steps")
-    steps = None if steps_raw == "auto" else check_int("steps", steps_raw, 1)
     timing = Timing(
-        repeats=check_int("repeats", cfg.get("repeats"), 1),
-        warmup=check_int("warmup", cfg.get("warmup"), 0),
-        min_time_s=check_float("min_time_s", cfg.get("min_time_s"), 0.0),
-        steps=steps,
-        max_steps=check_int("max_steps", cfg.get("max_steps"), 1),
-        steps_per_dispatch=check_int("steps_per_dispatch", cfg.get("steps_per_dispatch"), 0),
-        stage_steps=check_int("stage_steps", cfg.get("stage_steps"), 1),
-        kernel_profile=check_int("kernel_profile", cfg.get("kernel_profile", 20), 0),
+        repeats=check_int("repeats", tree.repeats, 1),
+        warmup=check_int("warmup", tree.warmup, 0),
+        min_time_s=check_float("min_time_s", tree.min_time_s, 0.0),
+        steps=None if tree.steps == "auto" else check_int("steps", tree.steps, 1),
+        max_steps=check_int("max_steps", tree.max_steps, 1),
+        steps_per_dispatch=check_int("steps_per_dispatch", tree.steps_per_dispatch, 0),
+        stage_steps=check_int("stage_steps", tree.stage_steps, 1),
+        kernel_profile=check_int("kernel_profile", tree.kernel_profile, 0),
     )
-    bw = cfg.get("bandwidth") or {}
-    enabled = bw.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise ConfigError("bandwidth.enabled", enabled, "true or false")
-    bandwidth = {"enabled": enabled, "bytes": check_int("bandwidth.bytes", bw.get("bytes"), 2**20),
-                 "repeats": check_int("bandwidth.repeats", bw.get("repeats"), 1)}
-    output = cfg.get("output")
+    bw = tree.bandwidth
+    bandwidth = Bandwidth(enabled=check_bool("bandwidth.enabled", bw.enabled),
+                          bytes=check_int("bandwidth.bytes", bw.bytes, 2**20),
+                          repeats=check_int("bandwidth.repeats", bw.repeats, 1))
+    output = tree.output
     if not isinstance(output, str) or not output.endswith(".json") or os.sep in output:
         raise ConfigError("output", output, "a file name ending in .json (written into the run directory)")
 
@@ -151,7 +151,7 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
     """Measure everything the config asks for and write bench.json into ``run_dir``; returns the document."""
     import jax
 
-    if (cfg.get("parallel") or {}).get("devices") is not None:
+    if read_bench(cfg).parallel.devices is not None:
         return run_scaling(cfg, run_dir)
 
     from lbm.bench.report import print_table, summary, write_json
@@ -227,12 +227,12 @@ def scaling_plan(cfg: dict[str, Any]) -> tuple[list[int], tuple[int, ...], str, 
     from lbm.config import check_choice, check_int
     from lbm.lattice import LATTICES
 
-    counts = [check_int("parallel.devices", n, 1) for n in _as_list(cfg["parallel"]["devices"])]
-    lattice = check_choice("lattice", (cfg.get("lattice") or {}).get("name"), tuple(LATTICES))
+    tree = read_bench(cfg)
+    counts = [check_int("parallel.devices", n, 1) for n in _as_list(tree.parallel.devices)]
+    lattice = check_choice("lattice", tree.lattice.name, tuple(LATTICES))
     dims = LATTICES[lattice].d
-    node = cfg["grid"]
-    grid = tuple(check_int(f"grid.{a}", node.get(a), 4) for a in ("nx", "ny", "nz")[:dims])
-    return counts, grid, lattice, check_int("repeats", cfg.get("repeats"), 1)
+    grid = tuple(check_int(f"grid.{a}", tree.grid[a], 4) for a in ("nx", "ny", "nz")[:dims])
+    return counts, grid, lattice, check_int("repeats", tree.repeats, 1)
 
 
 def run_scaling(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -253,7 +253,7 @@ def run_scaling(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     counts, grid, lattice, repeats = scaling_plan(cfg)
     for n in counts:
         parallel.resolve_devices(n)
-    steps = 20 if cfg.get("steps") == "auto" else int(cfg["steps"])
+    steps = 20 if cfg["steps"] == "auto" else int(cfg["steps"])
     log = logging.getLogger("lbm.bench")
     rows = []
     for kind in ("strong", "weak"):
@@ -410,7 +410,7 @@ def main(args: Sequence[str]) -> int:
     overrides, multirun, _ = split_hydra_args(args)
     for job in expand_jobs(overrides, multirun):
         cfg = compose_bench(job)
-        if (cfg.get("parallel") or {}).get("devices") is not None:
+        if read_bench(cfg).parallel.devices is not None:
             scaling_plan(cfg)
         else:
             plan(cfg)

@@ -16,6 +16,7 @@ import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, pytree_dataclass, static
 from lbm.config import RunConfig, viscosity
+from lbm.config.cases import CaseParams
 from lbm.errors import ConfigError
 from lbm.kernels.collision import Collision, trt_omega_minus
 from lbm.kernels.equilibrium import equilibrium
@@ -199,12 +200,13 @@ class Case:
     def __init__(self, run: RunConfig) -> None:
         self.run = run
         self.lattice = get_lattice(run.lattice)
-        self.params = dict(run.case_params)
+        self.params: CaseParams = run.case_params
+        """The case's own parameters (typed, checked by their dataclass: lbm.config.cases)."""
         self.dtype = jnp.dtype(run.precision)
 
-    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
-        """The case parameter ``key`` (``default`` when unset), which must be one of ``choices``."""
-        value = self.params.get(key, default)
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
+        """The case parameter ``key``, which must be one of ``choices`` (the kinds the boundary conditions offer)."""
+        value = getattr(self.params, key)
         if value not in choices:
             raise ConfigError(f"case.{key}", value, f"one of {', '.join(choices)}")
         return value
@@ -225,16 +227,16 @@ class Case:
         """nu, tau, Reynolds number, relaxation rates and collision (kinds beyond bgk/trt) for a length in cells."""
         nu, tau, reynolds = viscosity(self.run, length)
         omega_plus = 1.0 / tau
-        kind, rates = self.run.collision, self.run.collision_rates
-        omega_minus = trt_omega_minus(omega_plus, self.run.trt_magic) if kind in ("trt", "mrt") else omega_plus
+        rates = self.run.collision_params
+        kind = rates.name
+        omega_minus = trt_omega_minus(omega_plus, rates.magic) if kind in ("trt", "mrt") else omega_plus
         collision = None
+        les = {} if rates.smagorinsky is None else {"smagorinsky": rates.smagorinsky}  # kbc has none: off
         if kind == "mrt":
-            omega_minus = rates.get("odd") or omega_minus
-            collision = Collision("mrt", omega_plus, omega_minus, rates.get("bulk"), rates.get("ghost"),
-                                  rates.get("smagorinsky", 0.0))
+            omega_minus = rates.odd or omega_minus
+            collision = Collision("mrt", omega_plus, omega_minus, rates.bulk, rates.ghost, **les)
         elif kind in ("regularized", "recursive_regularized", "kbc"):
-            collision = Collision(kind, omega_plus, bulk=rates.get("bulk"),
-                                  smagorinsky=rates.get("smagorinsky", 0.0))
+            collision = Collision(kind, omega_plus, bulk=rates.bulk, **les)
         return dict(nu=nu, tau=tau, reynolds=reynolds, omega_plus=omega_plus, omega_minus=omega_minus,
                     collision=collision)
 

@@ -146,7 +146,7 @@ class Duct(Case):
                 for row in zip(pos, s, e, strict=True):
                     w.writerow([name, f"{row[0]:.4f}", f"{row[1]:.9e}", f"{row[2]:.9e}"])
         written = ["profiles.csv"]
-        if self.run.plots:
+        if self.run.output.plots:
             from lbm.io.plots import line_plot
 
             height, width = self.section

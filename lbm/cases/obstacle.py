@@ -25,7 +25,7 @@ import numpy as np
 
 from lbm.boundaries import InterpolatedBounceBack
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
-from lbm.cases.cylinder import Cylinder
+from lbm.cases.cylinder import OUTLETS, Cylinder
 from lbm.cases.surface import MESH_SUFFIXES, placed, read_surface, solid_nodes, surface_intersect
 from lbm.errors import ConfigError
 
@@ -75,7 +75,7 @@ class Obstacle(Cylinder):
     @cached_property
     def mask_path(self) -> Path:
         """The existing file ``case.mask`` names."""
-        value = self.params.get("mask")
+        value = self.params.mask
         if not isinstance(value, str) or not value:
             raise ConfigError("case.mask", value, "the path of an image (dark = solid), a .npy boolean array or a "
                               "surface mesh (3D)")
@@ -95,15 +95,12 @@ class Obstacle(Cylinder):
         if self.lattice.d != 3:
             raise ConfigError("case.mask", str(self.mask_path), "an image or a .npy array on 2D lattices (a surface "
                               "mesh needs lattice=d3q19 or d3q27)")
-        scale = self.params.get("scale", 1.0)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-            raise ConfigError("case.scale", scale, "a number > 0 (cells per unit of the mesh's coordinates)")
-        return placed(read_surface(self.mask_path), float(scale), self.center())
+        return placed(read_surface(self.mask_path), float(self.params.scale), self.center())
 
     def center(self) -> list[float]:
         """``case.center`` checked, or the default placement (nx/4, ny/2[, nz/2])."""
         grid = self.run.grid
-        center = self.params.get("center")
+        center = self.params.center
         if center is None:
             return [grid[0] // 4, grid[1] // 2] + [grid[a] // 2 for a in range(2, len(grid))]
         if not isinstance(center, (list, tuple)) or len(center) != len(grid) or not all(
@@ -114,7 +111,7 @@ class Obstacle(Cylinder):
     @cached_property
     def shape_mask(self) -> np.ndarray:
         """The obstacle as read from an image or array ``case.mask`` (its own extent, not yet placed)."""
-        value = self.params.get("mask")
+        value = self.params.mask
         mask = read_mask(self.mask_path, self.lattice.d)
         if not mask.any():
             raise ConfigError("case.mask", value, "a mask with at least one solid cell (dark pixel / true value)")
@@ -145,10 +142,14 @@ class Obstacle(Cylinder):
             return InterpolatedBounceBack.from_shape(obstacle, surface_intersect(self.surface), self.lattice)
         return super().walls(obstacle, kind)
 
+    def outlet_kind(self) -> str:
+        """The zero-gradient outflow (the obstacle's channel offers no other outlet)."""
+        return OUTLETS[0]
+
     def bounce_back_kind(self) -> str:
         """``case.bounce_back``: interpolated for surfaces (the default), halfway or fullway for masks."""
         kinds = (*BOUNCE_BACK_KINDS, "interpolated") if self.is_surface else BOUNCE_BACK_KINDS
-        value = self.params.get("bounce_back") or ("interpolated" if self.is_surface else "halfway")
+        value = self.params.bounce_back or ("interpolated" if self.is_surface else "halfway")
         if value not in kinds:
             raise ConfigError("case.bounce_back", value, f"one of {', '.join(kinds)}"
                               + ("" if self.is_surface else " (interpolated walls need a surface mesh)"))
@@ -170,13 +171,13 @@ class Obstacle(Cylinder):
         margins = [(2, grid[0] - 4)] + [(1, grid[a] - 2) for a in range(1, len(grid))]
         for a, (first, last) in enumerate(margins):
             if lo[a] < first or lo[a] + shape[a] - 1 > last:
-                raise ConfigError("case.mask", self.params.get("mask"),
+                raise ConfigError("case.mask", self.params.mask,
                                   f"an obstacle that fits the {'x'.join(map(str, grid))} grid with a margin "
                                   f"(it spans {shape[a]} cells along axis {a} from cell {lo[a]}): "
                                   "enlarge the grid, move case.center or use a smaller mask")
         mask = np.zeros(grid, bool)
         mask[tuple(slice(a, a + n) for a, n in zip(lo, shape, strict=True))] = self.shape_mask
-        geometry = {"mask": str(self.params.get("mask")), "center": [float(c) for c in center],
+        geometry = {"mask": str(self.params.mask), "center": [float(c) for c in center],
                     "frontal_height": self.diameter, "solid_cells": int(mask.sum()), "diameter": self.diameter}
         return mask, self.diameter, geometry
 
@@ -194,7 +195,7 @@ class Obstacle(Cylinder):
                                   f"[{first}, {last}]): enlarge the grid, move case.center or lower case.scale")
         mask = solid_nodes(self.surface, grid)
         geometry = {"mask": str(self.mask_path), "center": [float(c) for c in center],
-                    "scale": float(self.params.get("scale", 1.0)), "surface_triangles": int(len(self.surface.faces)),
+                    "scale": float(self.params.scale), "surface_triangles": int(len(self.surface.faces)),
                     "frontal_height": self.diameter, "solid_cells": int(mask.sum()), "diameter": self.diameter}
         if not mask.any():
             raise ConfigError("case.mask", str(self.mask_path), "a surface that holds at least one lattice node "

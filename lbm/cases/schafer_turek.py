@@ -30,6 +30,7 @@ lift), La = x_r - 0.25 (x_r: where u_x on y = 0.2 turns positive behind the cyli
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 from typing import Any
@@ -51,6 +52,7 @@ from lbm.cases.base import Setup, make_setup
 from lbm.cases.cavity import read_reference_csv
 from lbm.cases.cylinder import Cylinder, dominant_frequency
 from lbm.config import RunConfig
+from lbm.config.schema import option_file
 from lbm.errors import ConfigError
 from lbm.lattice import CS2, Lattice
 
@@ -74,8 +76,16 @@ WALL_KINDS = ("bfl", "parabolic")
 (lbm.boundaries.parabolic: exact for steady parabolic flow at any TRT Lambda; steady variants only)."""
 
 
-VALIDATED_TAU, VALIDATED_MAGIC = 0.53, 0.1875
-"""The relaxation time and TRT Lambda of every variant's validated settings (the case's defaults, schafer_turek.yaml)."""
+
+
+@functools.cache
+def validated_settings() -> tuple[float, float, str]:
+    """The relaxation time, TRT Lambda and inlet of every variant's validated settings: the defaults that
+    schafer_turek.yaml (flow.tau, case.inlet) and collision/trt.yaml (magic) set."""
+    own = option_file("case", "schafer_turek")
+    return own["flow"]["tau"], option_file("collision", "trt")["magic"], own["case"]["inlet"]
+
+
 MEASURED = {
     ("2D-1", 30, "float32"): {"cd": 5.5856, "cl": 0.01026, "dp": 0.11748},
     ("2D-1", 40, "float32"): {"cd": 5.5854, "cl": 0.01117, "dp": 0.11730},
@@ -131,12 +141,12 @@ def reynolds_and_velocity(run: RunConfig, variant: str, n: int, peak: float) -> 
 def resolve(run: RunConfig) -> RunConfig:
     """``run`` with the grid of case.cells_per_diameter, the variant's Reynolds number and U_mean (checks them)."""
     params = run.case_params
-    variant = params.get("variant", "2D-1")
+    variant = params.variant
     if variant not in VARIANTS:
         raise ConfigError("case.variant", variant, f"one of {', '.join(VARIANTS)}")
     if run.dim != 2:
         raise ConfigError("lattice", run.lattice, "d2q9 (the 2D variants; case.variant=3D-1Z runs on d3q19)")
-    n = params.get("cells_per_diameter", 20)
+    n = params.cells_per_diameter
     if isinstance(n, bool) or not isinstance(n, int) or not 4 <= n <= 400:
         raise ConfigError("case.cells_per_diameter", n, "an integer in [4, 400] (cells across the cylinder)")
     reynolds, u = reynolds_and_velocity(run, variant, n, peak=1.5)
@@ -152,14 +162,14 @@ class SchaferTurek(Cylinder):
 
     def __new__(cls, run: RunConfig) -> SchaferTurek:
         """The 3D variant is its own class (:class:`SchaferTurek3D`)."""
-        if cls is SchaferTurek and run.case_params.get("variant") in VARIANTS_3D:
+        if cls is SchaferTurek and run.case_params.variant in VARIANTS_3D:
             cls = SchaferTurek3D
         return super().__new__(cls)
 
     def __init__(self, run: RunConfig) -> None:
         super().__init__(run)
-        self.variant = self.run.case_params.get("variant", "2D-1")
-        self.cells = int(self.run.case_params.get("cells_per_diameter", 20))
+        self.variant = self.run.case_params.variant
+        self.cells = int(self.run.case_params.cells_per_diameter)
 
     resolver = staticmethod(resolve)
     """The function deriving the variant's grid, Reynolds number and U_mean from a run configuration."""
@@ -194,21 +204,18 @@ class SchaferTurek(Cylinder):
         return CENTER[0] / self.dx, CENTER[1] / self.dx + 0.5, self.cells / 2
 
     def options(self) -> tuple[str, str]:
-        """Inlet and outlet kinds (and checks case.wall and case.steady_tolerance)."""
-        if self.choice("wall", "bfl", WALL_KINDS) == "parabolic" and self.variant not in STEADY:
+        """Inlet and outlet kinds (and checks case.wall)."""
+        if self.choice("wall", WALL_KINDS) == "parabolic" and self.variant not in STEADY:
             raise ConfigError("case.wall", "parabolic", f"bfl for {self.variant} (the parabolic wall's correction is "
                               "derived for steady flow; docs/dfg.md measures it wrong in 2D-2)")
-        inlet_kind = self.choice("inlet", "zou_he", INLET_KINDS)
-        outlet_kind = self.choice("outlet", "zou_he", OUTLET_KINDS)
+        inlet_kind = self.choice("inlet", INLET_KINDS)
+        outlet_kind = self.choice("outlet", OUTLET_KINDS)
         if outlet_kind == "characteristic" and self.variant == "2D-3":
             raise ConfigError("case.outlet", outlet_kind, "zou_he or nebb for 2D-3 (the characteristic outlet needs the "
                               "channel's steady pressure gradient; 2D-3's inflow changes in time)")
         if outlet_kind == "characteristic" and self.variant == "3D-1Z":
             raise ConfigError("case.outlet", outlet_kind, "zou_he or nebb for 3D-1Z (the characteristic outlet is "
                               "written for the 2D channel's pressure gradient)")
-        tol = self.params.get("steady_tolerance", 2e-4)
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0:
-            raise ConfigError("case.steady_tolerance", tol, "a number > 0 (relative change of the period-averaged drag)")
         return inlet_kind, outlet_kind
 
     def auto_steps(self) -> int:
@@ -233,7 +240,7 @@ class SchaferTurek(Cylinder):
         if len(cd) < 2 * span:
             return False
         last, before = cd[-span:].mean(), cd[-2 * span:-span].mean()
-        return abs(last - before) < float(self.params.get("steady_tolerance", 2e-4)) * abs(last)
+        return abs(last - before) < float(self.params.steady_tolerance) * abs(last)
 
     def profile(self, u_max: float) -> np.ndarray:
         """The parabola 4 U_m y (H - y) / H² on the rows (0 on the wall rows)."""
@@ -270,7 +277,7 @@ class SchaferTurek(Cylinder):
         derived = self.base_derived(float(self.cells), rel)
         derived.update(variant=self.variant, cells_per_diameter=self.cells, dx_m=self.dx, dt_s=self.dt,
                        u_max_lattice=u_max, center=[cx, cy], radius=r, end_time_s=self.run.steps * self.dt,
-                       wall=self.params.get("wall", "bfl"))
+                       wall=self.params.wall)
         if outlet_kind == "characteristic":  # the developed channel's density gradient (2D-3: of the peak inflow)
             outlet = CharacteristicOutlet.for_length(nx - 1, gradient=8 * rel["nu"] * u_max / (ny - 2) ** 2 / CS2)
         else:
@@ -283,15 +290,16 @@ class SchaferTurek(Cylinder):
     def differences_from_validated(self) -> list[str]:
         """The settings of this run that differ from the variant's validated ones (the defaults), as ``key=value``."""
         run, params = self.run, self.params
-        validated = dict(params.get("validated", {}).get(self.variant, {}))
+        validated = dict(params.validated.get(self.variant, {}))
         out = [f"collision={run.collision}"] if run.collision != "trt" else []
-        if run.collision == "trt" and run.trt_magic != VALIDATED_MAGIC:
+        tau, magic, inlet = validated_settings()
+        if run.collision == "trt" and run.trt_magic != magic:
             out.append(f"collision.magic={run.trt_magic:g}")
-        if run.tau != VALIDATED_TAU:
+        if run.tau != tau:
             out.append(f"flow.tau={run.tau}" if run.tau is not None else f"flow.u_lattice={run.u_lattice:g}")
-        out += [f"case.{k}={params.get(k)}" for k in ("outlet", "wall") if k in validated and params.get(k) != validated[k]]
-        if params.get("inlet", "zou_he") != "zou_he":
-            out.append(f"case.inlet={params.get('inlet')}")
+        out += [f"case.{k}={params[k]}" for k in ("outlet", "wall") if k in validated and params[k] != validated[k]]
+        if params.inlet != inlet:
+            out.append(f"case.inlet={params.inlet}")
         if not run.steps_auto:
             out.append(f"steps={run.steps}")
         return out
@@ -324,7 +332,7 @@ class SchaferTurek(Cylinder):
 
     def wall(self, bfl: InterpolatedBounceBack, rel: dict[str, Any]) -> InterpolatedBounceBack:
         """The cylinder's wall rule of case.wall on the links of ``bfl`` (linear BFL: ``bfl`` itself)."""
-        if self.choice("wall", "bfl", WALL_KINDS) == "parabolic":
+        if self.choice("wall", WALL_KINDS) == "parabolic":
             return ParabolicBounceBack.like(bfl, rel["omega_minus"])
         return bfl
 
@@ -392,10 +400,10 @@ VARIANTS_3D = ("3D-1Z",)
 def resolve_3d(run: RunConfig) -> RunConfig:
     """``run`` with the 3D-1Z grid of case.cells_per_diameter, Reynolds number 20 and U_mean (checks them)."""
     params = run.case_params
-    variant = params.get("variant", "3D-1Z")
+    variant = params.variant
     if run.dim != 3:
         raise ConfigError("lattice", run.lattice, f"d3q19 or d3q27 for case.variant={variant} (the 2D variants run on d2q9)")
-    n = params.get("cells_per_diameter", 10)
+    n = params.cells_per_diameter
     if isinstance(n, bool) or not isinstance(n, int) or not 4 <= n <= 100:
         raise ConfigError("case.cells_per_diameter", n, "an integer in [4, 100] (cells across the cylinder)")
     reynolds, u = reynolds_and_velocity(run, variant, n, peak=2.25)
@@ -493,7 +501,7 @@ class SchaferTurek3D(SchaferTurek):
         derived = self.base_derived(float(self.cells), rel)
         derived.update(variant=self.variant, cells_per_diameter=self.cells, dx_m=self.dx, dt_s=self.dt,
                        u_max_lattice=u_max, center=[cx, cy], radius=r, span_cells=self.depth,
-                       end_time_s=self.run.steps * self.dt, wall=self.params.get("wall", "bfl"))
+                       end_time_s=self.run.steps * self.dt, wall=self.params.wall)
         boundaries = (PressureOutlet(rho=1.0, kind=outlet_kind),
                       Inlet(u=inflow.astype(self.dtype), kind=inlet_kind),
                       HalfwayBounceBack.around(walls, self.lattice), cylinder,

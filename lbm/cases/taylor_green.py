@@ -122,7 +122,7 @@ class TaylorGreen(Case):
             for s, a in self.samples:
                 w.writerow([s, f"{a:.9e}", f"{self.analytic_amplitude(setup, s):.9e}"])
         written = ["decay.csv"]
-        if self.run.plots:
+        if self.run.output.plots:
             from lbm.io.plots import line_plot
 
             t = [s for s, _ in self.samples]

@@ -220,7 +220,7 @@ class TaylorGreen3D(Case):
             for row in zip(*s.values(), strict=True):
                 w.writerow([f"{v:.9e}" for v in row])
         written = ["dissipation.csv"]
-        if self.run.plots:
+        if self.run.output.plots:
             from lbm.io.plots import line_plot
 
             ref = self.reference

@@ -3,14 +3,15 @@
 - :func:`load` is the one path from overrides to a RunConfig (``run``, ``bench``, ``validate``, ``lbm.run``,
   tests); :func:`from_composed` is the same path for a config Hydra already composed (the Hydra task).
 - :mod:`lbm.config.schema`: the dataclass schemas registered in Hydra's ConfigStore (types, known keys).
-- :mod:`lbm.config.run`: :class:`RunConfig`, the value checks and the derived viscosity.
+- :mod:`lbm.config.checks`: the value checks (type and range, one line naming the key).
+- :mod:`lbm.config.run`: :class:`RunConfig`, the validation and the derived viscosity.
 
 Nothing here imports the cases: the case names are the files of the config group ``case/``.
 """
 
+from lbm.config.checks import CONFIG_DIR, check_bool, check_choice, check_float, check_int, group_options
 from lbm.config.loader import compose, from_composed, load
 from lbm.config.run import (
-    CONFIG_DIR,
     ENGINES,
     MACH_MAX,
     MACH_WARN,
@@ -20,14 +21,7 @@ from lbm.config.run import (
     TAU_WARN,
     LbmWarning,
     RunConfig,
-    check_bool,
-    check_choice,
-    check_float,
-    check_float64_supported,
-    check_int,
     check_output_every,
-    group_options,
-    resolve_parallel,
     validate,
     validate_checkpoint,
     validate_profile,
@@ -36,7 +30,7 @@ from lbm.config.run import (
 
 __all__ = [
     "CONFIG_DIR", "ENGINES", "MACH_MAX", "MACH_WARN", "MODES", "PRECISIONS", "PROFILE_BACKENDS", "TAU_WARN",
-    "LbmWarning", "RunConfig", "check_bool", "check_choice", "check_float", "check_float64_supported", "check_int",
-    "check_output_every", "compose", "from_composed", "group_options", "load", "resolve_parallel", "validate",
+    "LbmWarning", "RunConfig", "check_bool", "check_choice", "check_float", "check_int",
+    "check_output_every", "compose", "from_composed", "group_options", "load", "validate",
     "validate_checkpoint", "validate_profile", "viscosity",
 ]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lbm.config.run import CONFIG_DIR, did_you_mean
+from lbm.config.checks import CONFIG_DIR, did_you_mean
 from lbm.errors import LbmError
 
 HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-dir", "-cd",

@@ -15,7 +15,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lbm.config.run import CONFIG_DIR, LbmWarning, RunConfig, did_you_mean, group_options, validate
+from lbm.config.checks import CONFIG_DIR, did_you_mean, group_options
+from lbm.config.run import LbmWarning, RunConfig, validate
 from lbm.errors import ConfigError, LbmError
 
 CACHE_SIZE = 8192

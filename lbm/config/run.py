@@ -1,26 +1,35 @@
-"""The validated run configuration: :class:`RunConfig` and the checks that build it from a composed config.
+"""The validated run configuration: :class:`RunConfig` and the validation that builds it from a composed config.
 
 Every value is checked here, before anything is compiled; a bad value raises
 :class:`lbm.errors.ConfigError` naming the key, the value and the valid range. Nothing here
-imports Hydra or the cases: the case and collision names are the files of the config groups.
+imports Hydra or the cases: the case and collision names are the files of the config groups. The
+composed config is read into the typed tree (:func:`read_tree`) and every section is checked there.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
+import typing
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lbm.config.cases import CASE_PARAMS, CaseParams
+from lbm.config.checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    group_options,
+)
+from lbm.config.schema import RunSchema
+from lbm.config.sections import Checkpoint, Collision, Flow, Grid, Output, Parallel, Profile
 from lbm.errors import ConfigError
 from lbm.lattice import CS2, LATTICES
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-"""The Hydra config directory: config.yaml (run), bench.yaml and the groups case/, lattice/, collision/."""
 MODES = ("fused", "instrumented")
 ENGINES = ("auto", "native", "pallas", "xla")
 """Fused-mode engines: auto (pallas on GPU/TPU, native on CPU where it builds, else xla), native (hand-fused C++
@@ -38,12 +47,6 @@ class LbmWarning(UserWarning):
     """A risky but allowed configuration (e.g. Mach number above 0.1)."""
 
 
-@functools.cache
-def group_options(group: str) -> tuple[str, ...]:
-    """The option names of a Hydra config group (the file names in configs/<group>/)."""
-    return tuple(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
-
-
 SINGLE_DEVICE_ENGINES = ("native",)
 """Engines that run on one device only."""
 
@@ -55,147 +58,160 @@ def single_device_refusal(engine: str) -> str | None:
     return None
 
 
-def did_you_mean(word: str, candidates: Sequence[str]) -> str:
-    """`` (did you mean X?)`` for the candidate closest to a misspelt ``word``, else an empty string."""
-    import difflib
-
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.7)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-def _get(cfg: Mapping[str, Any], dotted: str, default: Any = ...) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            if default is ...:
-                raise ConfigError(dotted, None, "a value (the key is missing from the config)")
-            return default
-        node = node[part]
-    return node
-
-
-def check_int(key: str, value: Any, minimum: int, maximum: int | None = None, words: str = "") -> int:
-    """``value`` as an int within [minimum, maximum], else a ConfigError naming ``key`` (and ``words``, the range)."""
-    rng = words or f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ConfigError(key, value, rng)
-    if value < minimum or (maximum is not None and value > maximum):
-        raise ConfigError(key, value, rng)
-    return value
-
-
-def check_float(key: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = True) -> float:
-    """``value`` as a finite float in (low, high), else a ConfigError naming ``key``."""
-    bracket = "(" if low_open else "["
-    rng = f"a number in {bracket}{low:g}, {high:g})" if high != math.inf else f"a number {'>' if low_open else '>='} {low:g}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(key, value, rng)
-    value = float(value)
-    if not math.isfinite(value) or value >= high or value < low or (low_open and value == low):
-        raise ConfigError(key, value, rng)
-    return value
-
-
-def check_bool(key: str, value: Any) -> bool:
-    """``value`` if it is a boolean, else a ConfigError naming ``key``."""
-    if not isinstance(value, bool):
-        raise ConfigError(key, value, "true or false")
-    return value
-
-
-def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
-    """``value`` if it is one of ``choices``, else a ConfigError naming ``key``."""
-    if not isinstance(value, str) or value not in choices:
-        raise ConfigError(key, value, f"one of {', '.join(choices)}")
-    return value
-
-
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs, validated; derived physics lives in the case setup."""
+    """Everything a run needs, validated; derived physics lives in the case setup.
+
+    The sections (``case_params``, ``collision_params``, ``output``, ``checkpoint``, ``parallel``, ``profile``) are
+    the classes of the Hydra schema with every value checked; the identity of the run (case, lattice, collision,
+    grid, flow) is resolved to plain values, and ``source`` is the typed config as composed.
+    """
 
     case: str
-    case_params: dict[str, Any]
+    case_params: CaseParams
     lattice: str
     collision: str
-    trt_magic: float
+    collision_params: Collision
     mode: str
+    engine: str
     precision: str
     steps: int | None
+    """None for ``steps=auto`` until the case resolves it (:func:`lbm.simulation.make_case`)."""
     steps_auto: bool
     grid: tuple[int, ...]
     reynolds: float
     tau: float | None
     u_lattice: float
-    output_every: int
-    plots: bool
     steps_per_dispatch: int
+    output: Output
+    checkpoint: Checkpoint
+    parallel: Parallel
+    """As configured; ``parallel_devices`` and ``parallel_mesh`` are what the run uses."""
+    profile: Profile
     parallel_devices: int
-    checkpoint: dict[str, Any] = field(default_factory=lambda: {"every": 0, "keep": 3, "resume": None})
-    vtk: bool = False
-    frames: bool = False
-    animation: bool = False
-    progress: str = "auto"
-    engine: str = "auto"
-    profile: dict[str, Any] = field(default_factory=dict)
-    collision_rates: dict[str, Any] = field(default_factory=dict)
-    """mrt: bulk, ghost, odd (None = from collision.magic); regularized: bulk; both: smagorinsky."""
-    parallel_mesh: tuple[int, ...] | None = None
+    parallel_mesh: tuple[int, ...] | None
     """Blocks per grid axis (lbm.parallel), None on one device."""
-    parallel: dict[str, Any] = field(default_factory=dict)
-    """partitioner, coordinator, num_processes, process_id."""
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    source: RunSchema = field(repr=False, compare=False)
 
     @property
     def dim(self) -> int:
         """Spatial dimension of the lattice."""
         return LATTICES[self.lattice].d
 
+    @property
+    def trt_magic(self) -> float | None:
+        """``collision.magic`` (trt and mrt; None for the kinds without it)."""
+        return self.collision_params.magic
+
+    @property
+    def output_every(self) -> int:
+        """``output.every`` (the chunk length; 0 = automatic)."""
+        return self.output.every
+
+
+def read_section[S](cls: type[S], node: Any, key: str) -> S:
+    """The section ``cls`` of the composed config ``node`` at ``key``, its values as given (checked after)."""
+    if not isinstance(node, Mapping):
+        raise ConfigError(key, node, "a group of keys: " + ", ".join(f.name for f in dataclasses.fields(cls)))
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in node:
+            values[f.name] = node[f.name]
+        elif f.default is None:
+            values[f.name] = None  # a key the chosen option does not set (collision rates)
+        else:
+            raise ConfigError(f"{key}.{f.name}", None, "a value (the key is missing from the config)")
+    return cls(**values)
+
+
+def read_tree[T](cfg: Mapping[str, Any], schema: type[T] = RunSchema) -> T:  # type: ignore[assignment]
+    """The typed tree ``schema`` of a composed (plain-dict) config; a missing key is refused, values are checked after.
+
+    A run config's ``case`` is read into the parameter dataclass of the case it names (lbm.config.cases).
+    """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError("config", cfg, "a mapping of the keys of the config")
+    sections: dict[str, Any] = {}
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):  # type: ignore[arg-type]
+        tp = hints[f.name]
+        if tp is CaseParams:
+            node = cfg.get(f.name)
+            name = check_choice("case", node.get("name") if isinstance(node, Mapping) else None, group_options("case"))
+            sections[f.name] = read_section(CASE_PARAMS[name], node, "case")
+        elif f.name not in cfg:
+            raise ConfigError(f.name, None, "a value (the key is missing from the config)")
+        else:
+            sections[f.name] = read_section(tp, cfg[f.name], f.name) if dataclasses.is_dataclass(tp) else cfg[f.name]
+    return schema(**sections)
+
 
 def validate(cfg: Mapping[str, Any]) -> RunConfig:
     """Check every value of a (resolved, plain-dict) config and return a RunConfig."""
-    case = check_choice("case", _get(cfg, "case.name"), group_options("case"))
-    lattice = check_choice("lattice", _get(cfg, "lattice.name"), tuple(LATTICES))
-    d = LATTICES[lattice].d
-    collision = check_choice("collision", _get(cfg, "collision.name"), group_options("collision"))
-    trt_magic = check_float("collision.magic", _get(cfg, "collision.magic", 0.1875), 0.0)
-    collision_rates: dict[str, Any] = {}
-    for key in ("bulk", "ghost", "odd"):
-        value = _get(cfg, f"collision.{key}", None)
-        if value is not None and (collision == "mrt" or (key == "bulk" and collision.endswith("regularized"))):
-            collision_rates[key] = check_float(f"collision.{key}", value, 0.0, 2.0)
-    if collision in ("mrt", "regularized", "recursive_regularized"):
-        collision_rates["smagorinsky"] = check_float(
-            "collision.smagorinsky", _get(cfg, "collision.smagorinsky", 0.0), 0.0, low_open=False)
-    mode = check_choice("mode", _get(cfg, "mode"), MODES)
-    engine = check_choice("engine", _get(cfg, "engine", "auto"), ENGINES)
-    precision = check_choice("precision", _get(cfg, "precision"), PRECISIONS)
-    steps_raw = _get(cfg, "steps")
-    steps: int | None = None if steps_raw == "auto" else check_int("steps", steps_raw, 1, words="an integer >= 1 or auto")
+    tree = read_tree(cfg)
+    lattice = check_choice("lattice", tree.lattice.name, tuple(LATTICES))
+    collision = validate_collision(tree.collision)
+    mode = check_choice("mode", tree.mode, MODES)
+    engine = check_choice("engine", tree.engine, ENGINES)
+    precision = check_choice("precision", tree.precision, PRECISIONS)
+    steps = None if tree.steps == "auto" else check_int("steps", tree.steps, 1, words="an integer >= 1 or auto")
+    grid = validate_grid(tree.grid, lattice)
+    reynolds, tau, u_lat = validate_flow(tree.flow)
+    output = validate_output(tree.output, steps)
+    checkpoint = validate_checkpoint(tree.checkpoint, steps)
+    spd = check_int("steps_per_dispatch", tree.steps_per_dispatch, 0)
+    devices, mesh, par = validate_parallel(tree.parallel, grid, engine)
+    profile = validate_profile(tree.profile)
+    return RunConfig(
+        case=tree.case.name, case_params=tree.case, lattice=lattice, collision=collision.name,
+        collision_params=collision, mode=mode, engine=engine, precision=precision, steps=steps,
+        steps_auto=steps is None, grid=grid, reynolds=reynolds, tau=tau, u_lattice=u_lat, steps_per_dispatch=spd,
+        output=output, checkpoint=checkpoint, parallel=par, profile=profile, parallel_devices=devices,
+        parallel_mesh=mesh, source=tree,
+    )
 
-    nx = check_int("grid.nx", _get(cfg, "grid.nx"), 4)
-    ny = check_int("grid.ny", _get(cfg, "grid.ny"), 4)
-    nz = _get(cfg, "grid.nz", None)
-    if d == 3:
+
+def validate_collision(node: Mapping[str, Any]) -> Collision:
+    """The ``collision`` group: its kind, and the rates that kind reads (the others None)."""
+    section = read_section(Collision, node, "collision")
+    name = check_choice("collision", section.name, group_options("collision"))
+    given = None if section.magic is None else check_float("collision.magic", section.magic, 0.0)  # checked for every kind
+    magic = given if name in ("trt", "mrt") else None
+    rates: dict[str, float | None] = {}
+    for key in ("bulk", "ghost", "odd"):
+        value = getattr(section, key)
+        if value is not None and (name == "mrt" or (key == "bulk" and name.endswith("regularized"))):
+            rates[key] = check_float(f"collision.{key}", value, 0.0, 2.0)
+    smagorinsky = None
+    if name in ("mrt", "regularized", "recursive_regularized"):
+        smagorinsky = check_float("collision.smagorinsky", section.smagorinsky, 0.0, low_open=False)
+    return Collision(name=name, magic=magic, bulk=rates.get("bulk"), ghost=rates.get("ghost"), odd=rates.get("odd"),
+                     smagorinsky=smagorinsky)
+
+
+def validate_grid(section: Grid, lattice: str, key: str = "grid") -> tuple[int, ...]:
+    """A grid section (``grid``; bench's ``cylinder_grid`` too): cells per axis, as many as the lattice's dimensions."""
+    nx = check_int(f"{key}.nx", section.nx, 4)
+    ny = check_int(f"{key}.ny", section.ny, 4)
+    nz = section.nz
+    if LATTICES[lattice].d == 3:
         if nz is None:
-            raise ConfigError("grid.nz", nz, f"an integer >= 4 for the 3D lattice {lattice}")
-        grid: tuple[int, ...] = (nx, ny, check_int("grid.nz", nz, 4))
+            raise ConfigError(f"{key}.nz", nz, f"an integer >= 4 for the 3D lattice {lattice}")
+        grid: tuple[int, ...] = (nx, ny, check_int(f"{key}.nz", nz, 4))
     else:
         if nz is not None:
-            raise ConfigError("grid.nz", nz, f"null for the 2D lattice {lattice} (use lattice=d3q19 for 3D)")
+            raise ConfigError(f"{key}.nz", nz, f"null for the 2D lattice {lattice} (use lattice=d3q19 for 3D)")
         grid = (nx, ny)
-    cells = math.prod(grid)
-    if cells > 2**31 - 1:
-        raise ConfigError("grid", "x".join(map(str, grid)), "at most 2**31-1 cells in total")
+    if math.prod(grid) > 2**31 - 1:
+        raise ConfigError(key, "x".join(map(str, grid)), "at most 2**31-1 cells in total")
+    return grid
 
-    reynolds = check_float("flow.reynolds", _get(cfg, "flow.reynolds"), 0.0)
-    tau = _get(cfg, "flow.tau", None)
-    if tau is not None:
-        tau = check_float("flow.tau", tau, 0.5)
-    u_lat = check_float("flow.u_lattice", _get(cfg, "flow.u_lattice"), 0.0, math.inf)
+
+def validate_flow(section: Flow) -> tuple[float, float | None, float]:
+    """The ``flow`` section: (reynolds, tau or None, u_lattice); a warning above Mach 0.1, refused from Mach 0.5."""
+    reynolds = check_float("flow.reynolds", section.reynolds, 0.0)
+    tau = None if section.tau is None else check_float("flow.tau", section.tau, 0.5)
+    u_lat = check_float("flow.u_lattice", section.u_lattice, 0.0, math.inf)
     mach = u_lat / math.sqrt(CS2)
     if mach >= MACH_MAX:
         raise ConfigError(
@@ -205,78 +221,69 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     if mach > MACH_WARN:
         warnings.warn(
             f"flow.u_lattice={u_lat:g} gives Mach {mach:.3f} > {MACH_WARN}: expect compressibility errors ~Ma^2",
-            LbmWarning, stacklevel=2,
+            LbmWarning, stacklevel=3,
         )
+    return reynolds, tau, u_lat
 
-    every = check_int("output.every", _get(cfg, "output.every", 0), 0)
+
+PROGRESS = ("auto", "bar", "log", "none")
+
+
+def validate_output(section: Output, steps: int | None) -> Output:
+    """The ``output`` section (``output.animation`` implies the frames it is made of)."""
+    every = check_int("output.every", section.every, 0)
     if steps is not None:
         check_output_every(every, steps)
-    plots = check_bool("output.plots", _get(cfg, "output.plots", True))
-    vtk = check_bool("output.vtk", _get(cfg, "output.vtk", False))
-    animation = check_bool("output.animation", _get(cfg, "output.animation", False))
-    frames = check_bool("output.frames", _get(cfg, "output.frames", False)) or animation
-    if _get(cfg, "output.frame_limit", None) is not None:
-        check_float("output.frame_limit", _get(cfg, "output.frame_limit"), 0.0)
-    progress = check_choice("output.progress", _get(cfg, "output.progress", "auto"), ("auto", "bar", "log", "none"))
-    checkpoint = validate_checkpoint(_get(cfg, "checkpoint", {}) or {}, steps)
-    spd = check_int("steps_per_dispatch", _get(cfg, "steps_per_dispatch", 0), 0)
-    devices, mesh, par = validate_parallel(_get(cfg, "parallel", {}) or {}, grid, engine)
-
-    profile = validate_profile(_get(cfg, "profile", {}) or {})
-    case_params = {k: v for k, v in dict(_get(cfg, "case")).items() if k != "name"}
-    return RunConfig(
-        case=case, case_params=case_params, lattice=lattice, collision=collision, trt_magic=trt_magic,
-        mode=mode, precision=precision, steps=steps, steps_auto=steps is None, grid=grid, reynolds=reynolds, tau=tau,
-        u_lattice=u_lat,
-        output_every=every, plots=plots, steps_per_dispatch=spd, parallel_devices=devices, profile=profile,
-        parallel_mesh=mesh, parallel=par,
-        checkpoint=checkpoint, vtk=vtk, frames=frames, animation=animation, progress=progress, engine=engine,
-        collision_rates=collision_rates, raw=dict(cfg),
-    )
+    plots = check_bool("output.plots", section.plots)
+    vtk = check_bool("output.vtk", section.vtk)
+    animation = check_bool("output.animation", section.animation)
+    frames = check_bool("output.frames", section.frames) or animation
+    limit = None if section.frame_limit is None else check_float("output.frame_limit", section.frame_limit, 0.0)
+    progress = check_choice("output.progress", section.progress, PROGRESS)
+    return Output(every=every, plots=plots, vtk=vtk, frames=frames, animation=animation, frame_limit=limit,
+                  progress=progress)
 
 
-def validate_checkpoint(section: Mapping[str, Any], steps: int | None) -> dict[str, Any]:
+def validate_checkpoint(section: Checkpoint, steps: int | None) -> Checkpoint:
     """The ``checkpoint`` section: every (0 = off), keep, resume (path or null)."""
-    every = check_int("checkpoint.every", section.get("every", 0), 0)
+    every = check_int("checkpoint.every", section.every, 0)
     if steps is not None and every > steps:
         raise ConfigError("checkpoint.every", every, f"an integer in [0, steps={steps}] (0 = no periodic checkpoints)")
-    keep = check_int("checkpoint.keep", section.get("keep", 3), 1)
-    resume = section.get("resume")
+    keep = check_int("checkpoint.keep", section.keep, 1)
+    resume = section.resume
     if resume is not None:
         if not isinstance(resume, str) or not resume:
             raise ConfigError("checkpoint.resume", resume, "a run directory or checkpoint file, or null")
         if not Path(resume).expanduser().exists():
             raise ConfigError("checkpoint.resume", resume, "an existing run directory or checkpoint file")
-    return {"every": every, "keep": keep, "resume": resume}
+    return Checkpoint(every=every, keep=keep, resume=resume)
 
 
 PARTITIONERS = ("shard_map", "gspmd")
 
 
-def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
-                      engine: str) -> tuple[int, tuple[int, ...] | None, dict[str, Any]]:
-    """The ``parallel`` section: (devices, blocks per grid axis if known, the other keys).
+def validate_parallel(section: Parallel, grid: tuple[int, ...],
+                      engine: str) -> tuple[int, tuple[int, ...] | None, Parallel]:
+    """The ``parallel`` section: (devices, blocks per grid axis if known, the section).
 
     Touches no device and imports no JAX: jax.distributed is started, the device count checked and
-    ``-1`` resolved where the job runs (:func:`resolve_parallel`), so that a launcher can validate a
+    ``-1`` resolved where the job runs (:func:`lbm.simulation.resolve_parallel`), so that a launcher can validate a
     cluster job on a machine without its devices.
     """
-    devices = check_int("parallel.devices", section.get("devices", 1), -1,
-                        words="an integer >= 1, or -1 for all devices")
+    devices = check_int("parallel.devices", section.devices, -1, words="an integer >= 1, or -1 for all devices")
     if devices == 0:
         raise ConfigError("parallel.devices", devices, "an integer >= 1, or -1 for all devices")
-    partitioner = check_choice("parallel.partitioner", section.get("partitioner", "shard_map"), PARTITIONERS)
-    coordinator = section.get("coordinator")
+    partitioner = check_choice("parallel.partitioner", section.partitioner, PARTITIONERS)
+    coordinator = section.coordinator
     if coordinator is not None and (not isinstance(coordinator, str) or ":" not in coordinator):
         raise ConfigError("parallel.coordinator", coordinator, "host:port of process 0, or null")
-    nproc = section.get("num_processes")
-    nproc = None if nproc is None else check_int("parallel.num_processes", nproc, 1)
-    pid = section.get("process_id")
-    pid = None if pid is None else check_int("parallel.process_id", pid, 0, (nproc or 1) - 1)
+    nproc = None if section.num_processes is None else check_int("parallel.num_processes", section.num_processes, 1)
+    pid = None if section.process_id is None else check_int("parallel.process_id", section.process_id, 0,
+                                                             (nproc or 1) - 1)
     if (nproc or 1) > 1 and (coordinator is None or pid is None):
         raise ConfigError("parallel.coordinator", coordinator,
                           "host:port together with parallel.process_id when parallel.num_processes > 1")
-    mesh = section.get("mesh")
+    mesh = section.mesh
     if mesh is not None and not isinstance(mesh, (list, tuple)):
         raise ConfigError("parallel.mesh", mesh, f"a list of at most {len(grid)} positive integers, or null")
     shape = None
@@ -287,63 +294,27 @@ def validate_parallel(section: Mapping[str, Any], grid: tuple[int, ...],
         devices = math.prod(shape)
     if devices != 1 and (refused := single_device_refusal(engine)):
         raise ConfigError("engine", engine, "xla or auto with parallel.devices > 1", refused)
-    info = {"partitioner": partitioner, "coordinator": coordinator, "num_processes": nproc, "process_id": pid,
-            "mesh": list(mesh) if mesh else None}
-    return devices, (shape if shape is not None and devices > 1 else None), info
-
-
-def resolve_parallel(run: RunConfig) -> RunConfig:
-    """Where the job runs: start jax.distributed if asked (or detected), check the device count, resolve -1, and
-    check that the devices compute float64 when the run asks for it.
-
-    Must run before JAX touches a backend in a multi-process job; returns the run with its mesh.
-    """
-    from lbm import parallel
-
-    p = run.parallel
-    parallel.initialize(p.get("coordinator"), p.get("num_processes"), p.get("process_id"))
-    if run.precision == "float64":  # after jax.distributed: it touches the backend
-        check_float64_supported()
-    if run.parallel_devices == 1:
-        return run
-    devices = parallel.resolve_devices(run.parallel_devices)
-    shape = parallel.mesh_shape(devices, p.get("mesh"), run.grid)
-    if devices > 1 and (refused := single_device_refusal(run.engine)):
-        raise ConfigError("engine", run.engine, "xla or auto with parallel.devices > 1", refused)
-    return dataclasses.replace(run, parallel_devices=devices, parallel_mesh=shape if devices > 1 else None)
-
-
-def check_float64_supported() -> None:
-    """float64 needs a backend with double precision (not TPU)."""
-    import jax
-
-    platform = jax.devices()[0].platform
-    if platform == "tpu":
-        raise ConfigError("precision", "float64", "float32 on TPU (it has no float64 arithmetic)")
+    checked = Parallel(devices=section.devices, mesh=list(mesh) if mesh else None, partitioner=partitioner,
+                       coordinator=coordinator, num_processes=nproc, process_id=pid)
+    return devices, (shape if shape is not None and devices > 1 else None), checked
 
 
 PROFILE_BACKENDS = ("auto", "sqlite", "perfetto")
 
 
-def validate_profile(section: Mapping[str, Any]) -> dict[str, Any]:
+def validate_profile(section: Profile) -> Profile:
     """The ``profile`` section: enabled, warmup_steps, steps, sync, backend, trace_processor."""
-    enabled = section.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise ConfigError("profile.enabled", enabled, "true or false")
-    sync = section.get("sync", False)
-    if not isinstance(sync, bool):
-        raise ConfigError("profile.sync", sync, "true or false")
-    tp = section.get("trace_processor")
+    tp = section.trace_processor
     if tp is not None and not isinstance(tp, str):
         raise ConfigError("profile.trace_processor", tp, "a path to a trace_processor binary, or null")
-    return {
-        "enabled": enabled,
-        "warmup_steps": check_int("profile.warmup_steps", section.get("warmup_steps", 5), 1),
-        "steps": check_int("profile.steps", section.get("steps", 20), 1),
-        "sync": sync,
-        "backend": check_choice("profile.backend", section.get("backend", "auto"), PROFILE_BACKENDS),
-        "trace_processor": tp,
-    }
+    return Profile(
+        enabled=check_bool("profile.enabled", section.enabled),
+        warmup_steps=check_int("profile.warmup_steps", section.warmup_steps, 1),
+        steps=check_int("profile.steps", section.steps, 1),
+        sync=check_bool("profile.sync", section.sync),
+        backend=check_choice("profile.backend", section.backend, PROFILE_BACKENDS),
+        trace_processor=tp,
+    )
 
 
 def check_output_every(every: int, steps: int) -> None:

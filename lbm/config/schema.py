@@ -1,12 +1,14 @@
 """Hydra structured-config schemas of ``configs/config.yaml`` (run) and ``configs/bench.yaml``.
 
-The dataclasses give every key its type; registered in Hydra's ConfigStore and named first in
-the YAML defaults lists, they make Hydra refuse wrong types while composing. The values and
-their comments stay in the YAML files (``MISSING`` here means: set there).
+The sections (:mod:`lbm.config.sections`) and each case's parameters (:mod:`lbm.config.cases`)
+give every key its type; registered in Hydra's ConfigStore and named first in the YAML defaults
+lists, they make Hydra refuse wrong types while composing. The values and their comments stay in
+the YAML files (``MISSING`` here means: set there).
 
-Groups whose keys differ per option (``case``, ``collision``) are open mappings here; their keys
-are checked against the option's own YAML file by :func:`check_keys`, which also refuses the
-keys a ``+key=value`` override adds to a closed node (Hydra adds those without checking).
+The keys of the groups ``case`` and ``collision`` are checked against the option's own YAML file
+by :func:`check_keys`, which also refuses the keys a ``+key=value`` override adds to a closed node
+(Hydra adds those without checking); ``collision`` is an open mapping in the schema, its value
+the section :class:`lbm.config.sections.Collision`.
 """
 
 import dataclasses
@@ -18,126 +20,48 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from lbm.config.run import CONFIG_DIR, did_you_mean, group_options
+from lbm.config.cases import CASE_PARAMS, CaseParams
+from lbm.config.checks import CONFIG_DIR, did_you_mean, group_options
+from lbm.config.sections import Bandwidth, Checkpoint, Flow, Grid, Lattice, Output, Parallel, Profile, Scaling, thawed
 from lbm.errors import LbmError
 
 OPEN_GROUP = {"group": True}
-"""Field metadata of a config group whose keys are those of the chosen option's YAML file."""
+"""Field metadata of a config group whose keys are checked against the chosen option's YAML file."""
 
 
-@dataclasses.dataclass
-class GridSchema:
-    """Cells along x, y and (3D lattices) z."""
-
-    nx: int = MISSING
-    ny: int = MISSING
-    nz: int | None = None
-
-
-@dataclasses.dataclass
-class FlowSchema:
-    """Dimensionless flow parameters (``flow.tau`` prescribes the relaxation time instead)."""
-
-    reynolds: float = MISSING
-    u_lattice: float = MISSING
-    tau: float | None = None
-
-
-@dataclasses.dataclass
-class OutputSchema:
-    """What a run writes besides metrics.json and fields.npz, and how often."""
-
-    every: int = MISSING
-    plots: bool = MISSING
-    vtk: bool = MISSING
-    frames: bool = MISSING
-    animation: bool = MISSING
-    frame_limit: float | None = None
-    progress: str = MISSING
-
-
-@dataclasses.dataclass
-class CheckpointSchema:
-    """Periodic checkpoints and the run to resume from."""
-
-    every: int = MISSING
-    keep: int = MISSING
-    resume: str | None = None
-
-
-@dataclasses.dataclass
-class ParallelSchema:
-    """Devices a run uses, how the grid is split over them, and the processes of a multi-host run."""
-
-    devices: int = MISSING
-    mesh: list[int] | None = None
-    partitioner: str = MISSING
-    coordinator: str | None = None
-    num_processes: int | None = None
-    process_id: int | None = None
-
-
-@dataclasses.dataclass
-class ProfileSchema:
-    """The jax.profiler capture and its breakdown."""
-
-    enabled: bool = MISSING
-    warmup_steps: int = MISSING
-    steps: int = MISSING
-    sync: bool = MISSING
-    backend: str = MISSING
-    trace_processor: str | None = None
-
-
-@dataclasses.dataclass
-class LatticeSchema:
-    """The velocity set (the group ``lattice``)."""
-
-    name: str = MISSING
-
-
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunSchema:
     """``configs/config.yaml``: the configuration of ``python -m lbm run``."""
 
-    case: dict[str, Any] = dataclasses.field(default_factory=dict, metadata=OPEN_GROUP)
-    lattice: LatticeSchema = dataclasses.field(default_factory=LatticeSchema)
+    case: CaseParams = dataclasses.field(default=MISSING, metadata=OPEN_GROUP)  # typed by the case's own schema
+    lattice: Lattice = dataclasses.field(default_factory=Lattice)
     collision: dict[str, Any] = dataclasses.field(default_factory=dict, metadata=OPEN_GROUP)
     mode: str = MISSING
     engine: str = MISSING
     precision: str = MISSING
     steps: Any = MISSING  # an integer or "auto"
     steps_per_dispatch: int = MISSING
-    grid: GridSchema = dataclasses.field(default_factory=GridSchema)
-    flow: FlowSchema = dataclasses.field(default_factory=FlowSchema)
-    output: OutputSchema = dataclasses.field(default_factory=OutputSchema)
-    checkpoint: CheckpointSchema = dataclasses.field(default_factory=CheckpointSchema)
-    parallel: ParallelSchema = dataclasses.field(default_factory=ParallelSchema)
-    profile: ProfileSchema = dataclasses.field(default_factory=ProfileSchema)
+    grid: Grid = dataclasses.field(default_factory=Grid)
+    flow: Flow = dataclasses.field(default_factory=Flow)
+    output: Output = dataclasses.field(default_factory=Output)
+    checkpoint: Checkpoint = dataclasses.field(default_factory=Checkpoint)
+    parallel: Parallel = dataclasses.field(default_factory=Parallel)
+    profile: Profile = dataclasses.field(default_factory=Profile)
 
 
-@dataclasses.dataclass
-class BandwidthSchema:
-    """The copy/triad bandwidth measurement (the roofline)."""
-
-    enabled: bool = MISSING
-    bytes: int = MISSING
-    repeats: int = MISSING
-
-
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class BenchSchema:
-    """``configs/bench.yaml``: the configuration of ``python -m lbm bench``."""
+    """``configs/bench.yaml``: the configuration of ``python -m lbm bench`` (its grids and lattice are run's)."""
 
-    lattice: LatticeSchema = dataclasses.field(default_factory=LatticeSchema)
+    lattice: Lattice = dataclasses.field(default_factory=Lattice)
     collision: dict[str, Any] = dataclasses.field(default_factory=dict, metadata=OPEN_GROUP)
     cases: list[str] = MISSING
     variants: list[str] = MISSING
     precision: Any = MISSING  # one precision or a list of them
-    grid: GridSchema = dataclasses.field(default_factory=GridSchema)
-    sizes: Any = None  # null or a list of sizes: n or [nx, ny(, nz)]
-    parallel: dict[str, Any] = dataclasses.field(default_factory=lambda: {"devices": None})  # scaling sweep
-    cylinder_grid: GridSchema = dataclasses.field(default_factory=GridSchema)
+    grid: Grid = dataclasses.field(default_factory=Grid)
+    sizes: Any = MISSING  # null or a list of sizes: n or [nx, ny(, nz)]
+    parallel: Scaling = dataclasses.field(default_factory=Scaling)
+    cylinder_grid: Grid = dataclasses.field(default_factory=Grid)
     repeats: int = MISSING
     warmup: int = MISSING
     min_time_s: float = MISSING
@@ -146,7 +70,7 @@ class BenchSchema:
     steps_per_dispatch: int = MISSING
     stage_steps: int = MISSING
     kernel_profile: int = MISSING
-    bandwidth: BandwidthSchema = dataclasses.field(default_factory=BandwidthSchema)
+    bandwidth: Bandwidth = dataclasses.field(default_factory=Bandwidth)
     output: str = MISSING
 
 
@@ -160,14 +84,19 @@ def cells_across(n: Any, length: Any, cell: Any, extra: Any) -> int:
     return round(float(length) / float(cell) * int(n)) + int(extra)
 
 
+@functools.cache
 def register() -> None:
-    """Store the schemas in Hydra's ConfigStore (once per process), as the YAML defaults lists name them, and the
-    resolver ``lbm.cells`` with which a case's YAML derives its grid from its resolution (schafer_turek)."""
+    """Store the schemas in Hydra's ConfigStore (once per process), as the YAML defaults lists name them (each case's
+    parameters in the group ``case`` as ``<case>_schema``), and the resolver ``lbm.cells`` with which a case's YAML
+    derives its grid from its resolution (schafer_turek)."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
+    store = ConfigStore.instance()
     for config_name, schema in SCHEMAS.items():
-        ConfigStore.instance().store(name=f"{config_name}_schema", node=schema)
+        store.store(name=f"{config_name}_schema", node=thawed(schema))
+    for case, params in CASE_PARAMS.items():
+        store.store(group="case", name=f"{case}_schema", node=thawed(params))
     if not OmegaConf.has_resolver("lbm.cells"):
         OmegaConf.register_new_resolver("lbm.cells", cells_across)
 
@@ -175,13 +104,19 @@ def register() -> None:
 @functools.cache
 def option_keys(group: str, option: str) -> tuple[str, ...]:
     """The keys an option of an open group sets (its YAML file; a ``_global_`` file under ``<group>:``)."""
+    path = CONFIG_DIR / group / f"{option}.yaml"
+    node = option_file(group, option)
+    if "@package _global_" in path.read_text().split("\n", 1)[0]:
+        node = node.get(group) or {}
+    return tuple(k for k in node if k != "defaults")
+
+
+@functools.cache
+def option_file(group: str, option: str) -> dict[str, Any]:
+    """What the YAML file of a group's option sets, unresolved (a ``_global_`` file: the whole config it sets)."""
     from omegaconf import OmegaConf
 
-    path = CONFIG_DIR / group / f"{option}.yaml"
-    node = OmegaConf.to_container(OmegaConf.load(path))
-    if "@package _global_" in path.read_text().split("\n", 1)[0]:
-        node = node.get(group) or {}  # type: ignore[union-attr]
-    return tuple(node)  # type: ignore[arg-type]
+    return OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / group / f"{option}.yaml"))  # type: ignore[return-value]
 
 
 def describe(tp: Any) -> str:
@@ -201,11 +136,16 @@ def field_type(schema: type, dotted: str) -> Any:
     """The declared type of the key ``dotted`` in ``schema`` (None where it has none)."""
     tp: Any = schema
     for part in dotted.split("."):
-        hints = typing.get_type_hints(tp) if dataclasses.is_dataclass(tp) else {}
+        options = list(CASE_PARAMS.values()) if tp is CaseParams else [tp]  # a case key: the case that has it
+        hints = next((h for h in map(_hints, options) if part in h), {})
         if part not in hints:
             return None
         tp = hints[part]
     return tp
+
+
+def _hints(tp: Any) -> dict[str, Any]:
+    return typing.get_type_hints(tp) if dataclasses.is_dataclass(tp) else {}
 
 
 def dotted_keys(schema: type, prefix: str = "") -> list[str]:

@@ -200,9 +200,9 @@ def base_values(case: Case) -> dict[str, float]:
 def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisation:
     """The differentiable form of a prepared case; LbmError (one line) for a key or setting it cannot differentiate."""
     if case.name not in BUILDERS:
-        raise LbmError(f"case={case.name} has no differentiable form yet: use one of {', '.join(BUILDERS)}")
+        raise LbmError(f"case={case.name} has no differentiable form: use one of {', '.join(BUILDERS)}")
     if case.run.collision not in COLLISIONS:
-        raise LbmError(f"collision={case.run.collision} is not differentiable yet: use collision=bgk or collision=trt")
+        raise LbmError(f"collision={case.run.collision} is not differentiable: use collision=bgk or collision=trt")
     keys = case_keys(case)
     for key in wrt:
         if key not in keys:

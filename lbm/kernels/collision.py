@@ -5,9 +5,16 @@ the velocity ``u`` (shape ``(D, *grid)``, half-force shifted when a body force a
 returns the post-collision populations. Lattice constants and rates are static Python/numpy
 values; the moment bases are built once per lattice from its velocity set.
 
-- :func:`collide` is the BGK/TRT entry point the engines have always called.
+- :func:`collide` is the BGK/TRT entry point (the rates ``omega_plus``, ``omega_minus`` of a Setup).
 - :class:`Collision` is a frozen spec (kind + rates) for every kind; ``spec(f, feq, u, lattice, force)``
-  is the post-collision state. ``Collision.bgk_trt(omega_plus, omega_minus)`` rebuilds the old pair.
+  is the post-collision state. ``Collision.bgk_trt(omega_plus, omega_minus)`` gives the spec of a rate pair.
+
+Every operator is written once for two forms of the populations: a ``(Q, *grid)`` array (what the xla
+and instrumented engines run: this is the reference) and :class:`Directions`, a tuple of Q per-direction
+arrays (the body of the Pallas kernels, lbm.engines.pallas.cell, which cannot hold a ``(Q, ...)`` tensor:
+Triton needs power-of-two shapes). lbm.kernels.directions gives each operation the form of its operand;
+on Directions a matrix product over Q is its sum of single populations, equal to the dot to rounding.
+tests/test_pallas_collisions.py pins every kind on the pallas engine to the xla engine.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbm.kernels.directions import Directions, Pops, per_direction, qsum, split, stack
 from lbm.lattice import CS2, Lattice
 
 Rate = float | jnp.ndarray
@@ -35,12 +43,12 @@ MOMENT_CLASSES = ("density", "momentum", "bulk", "shear", "odd", "even")
 shear = traceless), and the non-hydrodynamic ("ghost") moments of odd and even polynomial degree."""
 
 
-def bgk(f: jnp.ndarray, feq: jnp.ndarray, omega: float) -> jnp.ndarray:
+def bgk(f: Pops, feq: Pops, omega: Rate) -> Pops:
     """BGK collision: f - omega (f - f_eq)."""
     return f - omega * (f - feq)
 
 
-def trt(f: jnp.ndarray, feq: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float) -> jnp.ndarray:
+def trt(f: Pops, feq: Pops, lattice: Lattice, omega_plus: float, omega_minus: float) -> Pops:
     """Two-relaxation-time collision: symmetric part relaxed with omega+, antisymmetric with omega-."""
     opp = lattice.opposite
     neq = f - feq
@@ -51,8 +59,8 @@ def trt(f: jnp.ndarray, feq: jnp.ndarray, lattice: Lattice, omega_plus: float, o
 
 
 def guo_source(
-    u: jnp.ndarray, force: np.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float
-) -> jnp.ndarray:
+    u: jnp.ndarray | Sequence[jnp.ndarray], force: np.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float
+) -> Pops:
     """Guo forcing term with the relaxation prefactors of the symmetric and antisymmetric parts."""
     # one broadcast expression over the directions (per-direction constants times fields of u), not a stack of
     # Q arrays: XLA fuses it into its consumer instead of writing the Q source populations out (XLA:CPU did)
@@ -60,25 +68,24 @@ def guo_source(
     c = lattice.c.astype(np.float64)
     cf, w = c @ force, lattice.w.astype(np.float64)
 
-    def per_direction(v: np.ndarray) -> jnp.ndarray:
-        return jnp.asarray(v.reshape((-1,) + (1,) * lattice.d), u.dtype)
+    def constants(v: np.ndarray) -> Pops:
+        return per_direction(v, u, lattice.d)
 
-    cu = sum(per_direction(c[:, a]) * u[a] for a in range(lattice.d))
+    cu = sum(constants(c[:, a]) * u[a] for a in range(lattice.d))
     uf = sum(float(force[a]) * u[a] for a in range(lattice.d) if force[a] != 0.0)
     sym = (1.0 - 0.5 * omega_plus) * w / CS2
-    return per_direction(sym * cf / CS2) * cu - per_direction(sym) * uf + per_direction(
-        (1.0 - 0.5 * omega_minus) * w * cf / CS2)
+    return constants(sym * cf / CS2) * cu - constants(sym) * uf + constants((1.0 - 0.5 * omega_minus) * w * cf / CS2)
 
 
 def collide(
-    f: jnp.ndarray,
-    feq: jnp.ndarray,
-    u: jnp.ndarray,
+    f: Pops,
+    feq: Pops,
+    u: jnp.ndarray | Sequence[jnp.ndarray],
     lattice: Lattice,
     omega_plus: float,
     omega_minus: float,
     force: np.ndarray | None = None,
-) -> jnp.ndarray:
+) -> Pops:
     """Post-collision populations: BGK when omega+ == omega-, else TRT; Guo forcing if ``force``."""
     if omega_plus == omega_minus:
         out = bgk(f, feq, omega_plus)
@@ -217,9 +224,10 @@ class Collision:
         }
 
     def __call__(
-        self, f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, force: np.ndarray | None = None
-    ) -> jnp.ndarray:
-        """Post-collision populations, with Guo's forcing term when ``force`` is given."""
+        self, f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice,
+        force: np.ndarray | None = None,
+    ) -> Pops:
+        """Post-collision populations (in the form of ``f``), with Guo's forcing term when ``force`` is given."""
         if self.kind == "mrt":
             return mrt(f, feq, u, lattice, self, force)
         if self.kind in ("regularized", "recursive_regularized"):
@@ -237,13 +245,13 @@ class Collision:
                        force)
 
 
-def _guo_raw(u: jnp.ndarray, force: np.ndarray, lattice: Lattice) -> jnp.ndarray:
+def _guo_raw(u: jnp.ndarray | Sequence[jnp.ndarray], force: np.ndarray, lattice: Lattice) -> Pops:
     """Guo's forcing populations F_i = w_i [(c_i - u)/cs2 + (c_i.u) c_i/cs2^2] . F, without a prefactor."""
     return guo_source(u, force, lattice, 0.0, 0.0)  # both prefactors (1 - omega/2) equal to 1
 
 
 def stress_neq(
-    f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, force: np.ndarray | None = None
+    f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice, force: np.ndarray | None = None
 ) -> dict[tuple[int, int], jnp.ndarray]:
     """Non-equilibrium second moment Pi_ab = sum_i H_ab(c_i)(f_i - feq_i) (+ (F_a u_b + u_a F_b)/2 with a force), a <= b."""
     pairs, h = hermite2(lattice)
@@ -258,22 +266,22 @@ def stress_neq(
 
 
 def smagorinsky_omega(
-    f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, omega: float, constant: float,
+    f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice, omega: float, constant: float,
     force: np.ndarray | None = None,
 ) -> jnp.ndarray:
     """Per-cell rate 1/tau_eff with tau_eff = (tau + sqrt(tau^2 + 18 sqrt2 C^2 |Pi_neq| / rho)) / 2 (Hou et al. 1996)."""
     pi = stress_neq(f, feq, u, lattice, force)
     norm2 = sum((1.0 if a == b else 2.0) * p * p for (a, b), p in pi.items())
-    rho = jnp.sum(feq, axis=0)
+    rho = qsum(feq)
     tau = 1.0 / omega
     tau_eff = 0.5 * (tau + jnp.sqrt(tau * tau + 18.0 * math.sqrt(2.0) * constant**2 * jnp.sqrt(norm2) / rho))
     return 1.0 / tau_eff
 
 
 def mrt(
-    f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, spec: Collision,
+    f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice, spec: Collision,
     force: np.ndarray | None = None,
-) -> jnp.ndarray:
+) -> Pops:
     """Multiple-relaxation-time collision in the orthogonal moment basis, Guo forcing in moment space.
 
     f* = f + M^-1 [ -S M (f - feq) + (I - S/2) M F ], S = diag(rates of each moment's class), F Guo's
@@ -294,23 +302,27 @@ def mrt(
         if src is not None:
             term = term + (1.0 - 0.5 * s_k) * _combine(row, src)
         dm.append(term)
-    return f + jnp.stack([_combine(m_inv[i], dm) for i in range(lattice.q)])
+    return f + stack([_combine(m_inv[i], dm) for i in range(lattice.q)], f)
 
 
-def _project(matrix: np.ndarray, x: jnp.ndarray) -> jnp.ndarray:
-    """sum_j matrix[k, j] x[j] along the leading axis, as one dot.
+def _project(matrix: np.ndarray, x: Pops) -> Pops:
+    """sum_j matrix[k, j] x[j] along the leading axis: one dot on an array, sums of single terms on Directions.
 
     XLA keeps a dot's result instead of re-computing its inputs inside each consumer's fusion, which
     elementwise sums of many populations made it do (KBC and the regularized kinds ran ~50x slower
-    than BGK on the CPU that way).
+    than BGK on the CPU that way). A Pallas kernel body (Directions) has no dot over Q: each row is
+    its sum of terms, coefficients below 1e-13 of the row's largest (rounding of the matrix's inverse) left out.
     """
+    if split(x):
+        rows = [np.where(np.abs(row) > 1e-13 * np.abs(row).max(), row, 0.0) for row in np.asarray(matrix)]
+        return Directions(_combine(row, x) for row in rows)
     return jnp.einsum("kq,q...->k...", jnp.asarray(matrix, x.dtype), x, precision=jax.lax.Precision.HIGHEST)
 
 
 def regularized(
-    f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, omega: float,
+    f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice, omega: float,
     force: np.ndarray | None = None, smagorinsky: float = 0.0, bulk: float | None = None, recursive: bool = False,
-) -> jnp.ndarray:
+) -> Pops:
     """Regularized BGK (Latt & Chopard 2006), collision and Guo forcing in Hermite space.
 
     f*_i = feq_i + w_i [c_i.A1 / cs2 + H_i : A2 / (2 cs2^2)] with the non-equilibrium Hermite
@@ -334,22 +346,21 @@ def regularized(
     diag = np.array([float(a == b) for a, b in pairs])
     a2 = _project(h, neq)
     if force is not None:
-        b2 = jnp.stack([float(force[b]) * u[a] + float(force[a]) * u[b] for a, b in pairs])
-    grid = (slice(None),) + (None,) * d
+        b2 = stack([float(force[b]) * u[a] + float(force[a]) * u[b] for a, b in pairs], neq)
 
-    def relax(t: jnp.ndarray, factor: float) -> jnp.ndarray:
+    def relax(t: Pops, factor: float) -> Pops:
         """1 - factor*omega times the traceless part of a tensor (P, *grid), 1 - factor*bulk times its trace part."""
         if bulk is None:
             return (1.0 - factor * omega) * t
-        trace_part = jnp.asarray(diag[grid], t.dtype) * (jnp.sum(t * jnp.asarray(diag[grid], t.dtype), axis=0) / d)
+        trace_part = per_direction(diag, t, d) * (qsum(t * per_direction(diag, t, d)) / d)
         return (1.0 - factor * omega) * (t - trace_part) + (1.0 - factor * bulk) * trace_part
 
     big_a2 = relax(a2, 1.0) if force is None else relax(a2, 1.0) + relax(b2, 0.5)
     # H_i : A2 counts each off-diagonal pair twice.
     out = feq + _project((h * (2.0 - diag)[:, None]).T * (w / (2 * CS2**2))[:, None], big_a2)
     if force is not None:
-        big_a1 = jnp.stack([(1.0 - omega) * x + (1.0 - 0.5 * omega) * float(force[a])
-                            for a, x in enumerate(_project(c.T, neq))])
+        big_a1 = stack([(1.0 - omega) * x + (1.0 - 0.5 * omega) * float(force[a])
+                        for a, x in enumerate(_project(c.T, neq))], neq)
         out = out + _project(c * (w / CS2)[:, None], big_a1)
     if recursive:
         triples, _, rec3 = hermite3(lattice)
@@ -359,8 +370,8 @@ def regularized(
         def a2_of(x: int, y: int) -> jnp.ndarray:
             return big_a2[index[(min(x, y), max(x, y))]]
 
-        third = jnp.stack([rho * u[a] * u[b] * u[g] + u[a] * a2_of(b, g) + u[b] * a2_of(a, g) + u[g] * a2_of(a, b)
-                           for a, b, g in triples])
+        third = stack([rho * u[a] * u[b] * u[g] + u[a] * a2_of(b, g) + u[b] * a2_of(a, g) + u[g] * a2_of(a, b)
+                       for a, b, g in triples], neq)
         out = out + _project(rec3, third)
     return out
 
@@ -443,9 +454,9 @@ def kbc_matrices(lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def kbc(
-    f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, omega: float,
+    f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice, omega: float,
     force: np.ndarray | None = None,
-) -> jnp.ndarray:
+) -> Pops:
     """Entropic multi-relaxation KBC collision (Karlin, Bosch & Chikatamarla 2014), Guo forcing as BGK.
 
     f* = f - omega dk - beta (2 ds + gamma dh), beta = omega/2 (:func:`kbc_matrices`): the shear part relaxes
@@ -460,9 +471,9 @@ def kbc(
     kept = _project(k_mat + s_mat, m)  # dk + ds
     dh = neq - kept
     weighted = dh / feq
-    sh = jnp.sum(ds * weighted, axis=0)
-    hh = jnp.sum(dh * weighted, axis=0)
-    ss = jnp.sum(ds * ds / feq, axis=0)
+    sh = qsum(ds * weighted)
+    hh = qsum(dh * weighted)
+    ss = qsum(ds * ds / feq)
     # gamma's correction is the projection of ds on dh's direction, whatever dh's size: where dh is rounding
     # noise (|dh| < 1e3 eps |ds|) that direction is noise too, and gamma = 2 (BGK) is taken
     resolved = hh > (1e3 * jnp.finfo(f.dtype).eps) ** 2 * (ss + hh)

@@ -1,7 +1,8 @@
 """The Pallas engine (GPU, TPU; interpret mode on a CPU): lbm.engines.pallas.engine, kernels in lbm.engines.pallas.kernels.
 
-The kernels' cell body (lbm.engines.pallas.cell) is a copy of the reference physics of lbm.kernels (which the xla
-engine runs); tests/test_engines_pallas.py pins it to the xla engine.
+The kernels' cell body (lbm.engines.pallas.cell) runs the reference physics of lbm.kernels (which the xla engine
+runs) on per-direction arrays; tests/test_engines_pallas.py and tests/test_pallas_collisions.py pin it to the xla
+engine.
 """
 
 ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")

@@ -1,13 +1,18 @@
 """One cell's macroscopic + equilibrium + collide, on per-direction arrays: the body of the Pallas bulk kernels.
 
-Pallas kernels hold the populations as a list of Q arrays (a cell block per direction), not as
-one ``(Q, ...)`` array: Triton needs power-of-two tensor shapes and TPU vector registers hold a
-tile of cells per direction. The formulas and their order of operations are those of
-lbm.kernels (macroscopic, equilibrium, collision: BGK, TRT, Guo forcing), which is the reference
-physics (the xla engine runs it); it reuses lbm.kernels.equilibrium.velocity_dot where a list of
-arrays allows. tests/test_engines_pallas.py pins a Pallas step to the xla step to rounding
+Pallas kernels hold the populations as Q arrays (a cell block per direction), not as one
+``(Q, ...)`` array: Triton needs power-of-two tensor shapes and TPU vector registers hold a tile of
+cells per direction. The reference physics is lbm.kernels (jax.numpy; the xla engine runs it). This
+body calls it where a list of arrays allows: the momentum (lbm.kernels.macroscopic.momentum),
+c_i . u (lbm.kernels.equilibrium.velocity_dot) and every collision operator with its forcing
+(lbm.kernels.collision, on :class:`~lbm.kernels.directions.Directions`). The density and the
+equilibrium are written here in the reference's formulas and order of operations:
+lbm.kernels.macroscopic (a matrix product over Q in 3D) and lbm.kernels.equilibrium (``jnp.sum``
+and ``jnp.stack`` over Q) take stacked arrays, which a Triton kernel cannot hold.
+
+Tests pin a Pallas step to the xla step to rounding: tests/test_engines_pallas.py
 (``test_kernels_equal_collide_then_stream`` on one periodic step, ``test_flat_kernel_engine_equals_the_reference``
-on whole cases).
+on whole cases, BGK and TRT) and tests/test_pallas_collisions.py (every other collision kind).
 """
 
 from __future__ import annotations
@@ -17,45 +22,42 @@ from typing import Any
 
 import numpy as np
 
+from lbm.kernels.collision import Collision, collide
+from lbm.kernels.directions import Directions
 from lbm.kernels.equilibrium import velocity_dot
-from lbm.lattice import CS2, Lattice
+from lbm.kernels.macroscopic import momentum
+from lbm.lattice import Lattice
 
 
-def _signed_sum(terms: list[tuple[int, Any]]) -> Any:
-    """sum of +-x for unit coefficients, in list order (as lbm.kernels.macroscopic.momentum)."""
-    picked = [x if k > 0 else -x for k, x in terms if k != 0]
-    return sum(picked[1:], picked[0])
+def equilibrium_directions(rho: Any, u: Sequence[Any], lattice: Lattice) -> Directions:
+    """f_eq_i = w_i rho (1 + 3 cu + 9/2 cu^2 - 3/2 u^2) per direction, as lbm.kernels.equilibrium.equilibrium."""
+    usq = sum((v * v for v in u[1:]), u[0] * u[0])
+    base = 1.0 - 1.5 * usq
+    feq = []
+    for i in range(lattice.q):
+        w = float(lattice.w[i])
+        if lattice.c[i].any():
+            cu = velocity_dot(tuple(lattice.c[i].tolist()), u)
+            feq.append(w * rho * (base + cu * (3.0 + 4.5 * cu)))
+        else:
+            feq.append(w * rho * base)
+    return Directions(feq)
 
 
 def collide_cell(f: Sequence[Any], lattice: Lattice, omega_plus: float, omega_minus: float,
-                 force: np.ndarray | None) -> list[Any]:
-    """Post-collision populations of the cells in ``f`` (one array per direction, all the same shape)."""
-    q, d = lattice.q, lattice.d
-    c = lattice.c
+                 force: np.ndarray | None, collision: Collision | None = None) -> list[Any]:
+    """Post-collision populations of the cells in ``f`` (one array per direction, all the same shape).
+
+    ``collision`` None: BGK when the two rates are equal, else TRT (lbm.kernels.collision.collide); else that
+    operator (any kind of lbm.kernels.collision.COLLISION_KINDS).
+    """
+    f = Directions(f)
     rho = sum(f[1:], f[0])
-    mom = [_signed_sum([(int(c[i, a]), f[i]) for i in range(q)]) for a in range(d)]
+    mom = momentum(f, lattice)
     if force is not None:
-        mom = [m + 0.5 * float(force[a]) for a, m in enumerate(mom)]
-    u = [m / rho for m in mom]
-    usq = sum((v * v for v in u[1:]), u[0] * u[0])
-    base = 1.0 - 1.5 * usq
-    cu = [velocity_dot(tuple(c[i].tolist()), u) if c[i].any() else None for i in range(q)]
-    feq = [float(lattice.w[i]) * rho * (base + cu[i] * (3.0 + 4.5 * cu[i])) if cu[i] is not None
-           else float(lattice.w[i]) * rho * base for i in range(q)]
-    if omega_plus == omega_minus:
-        out = [f[i] - omega_plus * (f[i] - feq[i]) for i in range(q)]
-    else:
-        neq = [f[i] - feq[i] for i in range(q)]
-        opp = lattice.opposite
-        out = [f[i] - omega_plus * (0.5 * (neq[i] + neq[opp[i]])) - omega_minus * (0.5 * (neq[i] - neq[opp[i]]))
-               for i in range(q)]
-    if force is not None:
-        force = np.asarray(force, np.float64)
-        uf = sum(float(force[a]) * u[a] for a in range(d) if force[a] != 0.0)
-        for i in range(q):
-            cf = float(np.dot(c[i], force))
-            cui = cu[i] if cu[i] is not None else 0.0 * rho
-            sym = float(lattice.w[i]) * (-uf / CS2 + cui * cf / CS2**2)
-            anti = float(lattice.w[i]) * cf / CS2
-            out[i] = out[i] + ((1.0 - 0.5 * omega_plus) * sym + (1.0 - 0.5 * omega_minus) * anti)
-    return out
+        mom = [m + 0.5 * float(force[a]) if force[a] != 0 else m for a, m in enumerate(mom)]
+    u = tuple(m / rho for m in mom)
+    feq = equilibrium_directions(rho, u, lattice)
+    if collision is None:
+        return list(collide(f, feq, u, lattice, omega_plus, omega_minus, force))
+    return list(collision(f, feq, u, lattice, force))

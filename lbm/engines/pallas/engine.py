@@ -49,8 +49,6 @@ class PallasKernel:
             raise EngineUnavailable(f"no Pallas kernel for dtype {dtype}")
         if storage != "compute":
             raise EngineUnavailable(f"the Pallas kernel keeps populations in the compute dtype, not {storage}")
-        if setup.collision is not None:  # its cell body (lbm.engines.pallas.cell) is BGK or TRT from omega_plus/minus
-            raise EngineUnavailable(f"the Pallas kernel computes bgk and trt only, not {setup.collision.kind}")
         if setup.lattice.q * int(np.prod(shape)) >= 2**31:
             raise EngineUnavailable("more than 2**31 populations: the Pallas kernel indexes them with int32")
         self.setup = setup
@@ -70,7 +68,8 @@ class PallasKernel:
         """One periodic push step of every cell of ``f`` ``(Q, *shape)``; a new array."""
         s = self.setup
         step = kernels.flat_step if self.form == "flat" else kernels.rows_step
-        return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret)
+        return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
+                    collision=s.collision)
 
 
 class PallasEngine(BulkKernelEngine):

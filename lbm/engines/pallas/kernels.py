@@ -31,6 +31,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from lbm.engines.pallas.cell import collide_cell
+from lbm.kernels.collision import Collision
 from lbm.lattice import Lattice
 from lbm.stages import BULK_SCOPE
 
@@ -45,7 +46,7 @@ ROWS_BYTES = 2 * 2**20
 
 
 def _flat_kernel(lattice: Lattice, shape: tuple[int, ...], omega_plus: float, omega_minus: float,
-                 force: np.ndarray | None, block: int) -> Any:
+                 force: np.ndarray | None, block: int, collision: Collision | None) -> Any:
     n = math.prod(shape)
     strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
 
@@ -54,7 +55,7 @@ def _flat_kernel(lattice: Lattice, shape: tuple[int, ...], omega_plus: float, om
         cell = start + jax.lax.iota(jnp.int32, block)
         valid = cell < n
         fs = [plgpu.load(f_ref.at[pl.ds(i * n + start, block)], mask=valid, other=1.0) for i in range(lattice.q)]
-        post = collide_cell(fs, lattice, omega_plus, omega_minus, force)
+        post = collide_cell(fs, lattice, omega_plus, omega_minus, force, collision)
         # flat index of the neighbour x + c_i, periodic: one correction per axis where the cell is on a face
         lo, hi = [], []
         for a, (size, stride) in enumerate(zip(shape, strides, strict=True)):
@@ -77,13 +78,14 @@ def _flat_kernel(lattice: Lattice, shape: tuple[int, ...], omega_plus: float, om
 
 
 def flat_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
-              force: np.ndarray | None, interpret: bool = False, block: int = FLAT_BLOCK) -> jnp.ndarray:
-    """One push step of populations ``(Q, *grid)`` by the flat kernel; a new array."""
+              force: np.ndarray | None, interpret: bool = False, block: int = FLAT_BLOCK,
+              collision: Collision | None = None) -> jnp.ndarray:
+    """One push step of populations ``(Q, *grid)`` by the flat kernel; a new array (``collision``: see collide_cell)."""
     shape = tuple(f.shape[1:])
     n = math.prod(shape)
     flat = f.reshape(lattice.q * n)
     out = pl.pallas_call(
-        _flat_kernel(lattice, shape, omega_plus, omega_minus, force, block),
+        _flat_kernel(lattice, shape, omega_plus, omega_minus, force, block, collision),
         out_shape=jax.ShapeDtypeStruct(flat.shape, flat.dtype),
         grid=(pl.cdiv(n, block),),
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
@@ -120,7 +122,7 @@ def rows_unsupported(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> st
 
 
 def _rows_kernel(lattice: Lattice, rows: int, omega_plus: float, omega_minus: float,
-                 force: np.ndarray | None, roll: Any) -> Any:
+                 force: np.ndarray | None, roll: Any, collision: Collision | None) -> Any:
     d = lattice.d
 
     def shifted(v: Any, c: np.ndarray, lo: int) -> Any:
@@ -134,9 +136,8 @@ def _rows_kernel(lattice: Lattice, rows: int, omega_plus: float, omega_minus: fl
         fs = [f_ref[i] for i in range(lattice.q)]
         prev = [h_ref[0, i, 0:1] for i in range(lattice.q)]
         nxt = [h_ref[0, i, 1:2] for i in range(lattice.q)]
-        post = collide_cell(fs, lattice, omega_plus, omega_minus, force)
-        post_prev = collide_cell(prev, lattice, omega_plus, omega_minus, force)
-        post_next = collide_cell(nxt, lattice, omega_plus, omega_minus, force)
+        post, post_prev, post_next = (collide_cell(x, lattice, omega_plus, omega_minus, force, collision)
+                                      for x in (fs, prev, nxt))
         row = jax.lax.broadcasted_iota(jnp.int32, fs[0].shape, 0)
         for i in range(lattice.q):
             c = lattice.c[i]
@@ -162,8 +163,9 @@ def halo_rows(f: jnp.ndarray, rows: int) -> jnp.ndarray:
 
 
 def rows_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
-              force: np.ndarray | None, interpret: bool = False, rows: int | None = None) -> jnp.ndarray:
-    """One push step of populations ``(Q, *grid)`` by the rows kernel; a new array."""
+              force: np.ndarray | None, interpret: bool = False, rows: int | None = None,
+              collision: Collision | None = None) -> jnp.ndarray:
+    """One push step of populations ``(Q, *grid)`` by the rows kernel; a new array (``collision``: see collide_cell)."""
     from jax.experimental.pallas import tpu as pltpu
 
     q, shape = lattice.q, tuple(f.shape[1:])
@@ -175,7 +177,7 @@ def rows_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: 
     params = None if interpret else pltpu.CompilerParams(
         dimension_semantics=("parallel",), vmem_limit_bytes=int(min(100 * 2**20, 8 * block_bytes + 16 * 2**20)))
     return pl.pallas_call(
-        _rows_kernel(lattice, rows, omega_plus, omega_minus, force, pltpu.roll),
+        _rows_kernel(lattice, rows, omega_plus, omega_minus, force, pltpu.roll, collision),
         out_shape=jax.ShapeDtypeStruct(f.shape, f.dtype),
         grid=(shape[0] // rows,),
         in_specs=[pl.BlockSpec((q, rows, *rest), lambda p: (0, p, *zeros)),
