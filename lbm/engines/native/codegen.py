@@ -13,7 +13,10 @@ loads and stores of each streaming scheme. The formulas are those of lbm.kernels
 inlet runs in the kernel (``KernelSpec.inlet``), ``LBM_COLLIDE_INLET`` is the same collision of an
 inlet cell, with the rule of lbm.boundaries.inlet applied first. Guo's forcing term uses per-direction
 constants (``LBM_FORCE_CONSTANTS``, from a table the kernel fills once per call: ``LBM_FORCE_TABLE``)
-instead of dividing by c_s^2 in every cell.
+instead of dividing by c_s^2 in every cell. The collision is BGK or TRT (rates omega+, omega-) or one of
+lbm.engines.native.collisions.KINDS (mrt, regularized, recursive_regularized, kbc), whose rates the kernel takes
+per call as an array (``LBM_RATES`` of them) and turns into constants in the same table: a rate change
+rebuilds nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lbm.engines.native.collisions import KINDS, RATES, collision_lines, pairwise_sum, rate_constants, rate_table
 from lbm.lattice import CS2, Lattice
 
 STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "bfloat16": ("float", "bfloat16"),
@@ -42,24 +46,27 @@ class KernelSpec:
     trt: bool
     forced: bool
     inlet: str = ""  # the kind (lbm.boundaries.inlet.INLET_KINDS) of a velocity inlet the kernel applies; "" none
+    collision: str = ""  # a kind of lbm.engines.native.collisions.KINDS (its rates given per call); "" bgk or trt
+
+    def __post_init__(self) -> None:
+        if self.collision and self.collision not in KINDS:
+            raise ValueError(f"no native collision {self.collision!r}: bgk, trt or one of {', '.join(KINDS)}")
+
+    @property
+    def kind(self) -> str:
+        """The collision kind: bgk, trt or one of lbm.engines.native.collisions.KINDS."""
+        return self.collision or ("trt" if self.trt else "bgk")
 
     @property
     def tag(self) -> str:
         """Stable short name for file and FFI target names."""
         inlet = f"_inlet_{self.inlet}" if self.inlet else ""
-        return f"{self.lattice.name}_{self.storage}_{'trt' if self.trt else 'bgk'}{'_force' if self.forced else ''}{inlet}"
+        return f"{self.lattice.name}_{self.storage}_{self.kind}{'_force' if self.forced else ''}{inlet}"
 
 
 def _fmt(v: float) -> str:
     return repr(float(v))
 
-
-def _pairwise_sum(terms: list[str]) -> str:
-    """C expression summing ``terms`` as a balanced tree (log-depth rounding, independent adds)."""
-    if len(terms) == 1:
-        return terms[0]
-    h = len(terms) // 2
-    return f"({_pairwise_sum(terms[:h])} + {_pairwise_sum(terms[h:])})"
 
 
 def _signed(coefficients: list[tuple[int, str]]) -> str:
@@ -101,16 +108,21 @@ def inlet_unknowns(spec: KernelSpec) -> list[str]:
 
 
 def force_table(spec: KernelSpec) -> list[str]:
-    """C statements filling G[0..D + 1 + 2Q) from the force F and the rates wp, wm: F, then Guo's per-direction constants.
+    """C statements filling the per-call table G from the force F, the rates wp, wm and the kind's rates R.
 
-    G[D] = (1 - wp/2) / cs^2 (times w_i u.F: the symmetric part's uniform term); G[D+1+i] = (1 - wm/2) w_i c_i.F / cs^2
-    (the antisymmetric part); G[D+1+Q+i] = (1 - wp/2) w_i c_i.F / cs^4 (times c_i.u), G[D+1+2Q+i] the same without
-    w_i (the BGK form, :func:`collide_body`). lbm.kernels.collision.guo_source.
+    G[0..D) = F; G[D] = (1 - wp/2) / cs^2 (times w_i u.F: the symmetric part's uniform term); G[D+1+i] =
+    (1 - wm/2) w_i c_i.F / cs^2 (the antisymmetric part); G[D+1+Q+i] = (1 - wp/2) w_i c_i.F / cs^4 (times c_i.u),
+    G[D+1+2Q+i] the same without w_i (the BGK form, :func:`collide_body`). lbm.kernels.collision.guo_source.
+    mrt applies the prefactors itself (its table holds 1 for them). From G[D+1+3Q] on: the constants the kind
+    derives from its rates R (lbm.engines.native.collisions.rate_table).
     """
     lat = spec.lattice
     q, d = lat.q, lat.d
     lines = [f"G[{a}] = F[{a}];" for a in range(d)]
-    lines.append("{ const real kp = (real)1 - (real)0.5 * wp, km = (real)1 - (real)0.5 * wm;")
+    if spec.collision == "mrt":
+        lines.append("{ const real kp = (real)1, km = (real)1;")
+    else:
+        lines.append("{ const real kp = (real)1 - (real)0.5 * wp, km = (real)1 - (real)0.5 * wm;")
     lines.append(f"  G[{d}] = kp / (real){_fmt(CS2)};")
     for i in range(q):
         cf = _signed([(int(lat.c[i, a]), f"F[{a}]") for a in range(d)]) or "(real)0"
@@ -119,15 +131,16 @@ def force_table(spec: KernelSpec) -> list[str]:
                      f" G[{d + 1 + q + i}] = kp * ((real){w} * cf / (real){_fmt(CS2**2)});"
                      f" G[{d + 1 + 2 * q + i}] = kp * (cf / (real){_fmt(CS2**2)}); }}")
     lines.append("}")
-    return lines
+    return lines + rate_table(spec, d + 1 + 3 * q)
 
 
 def force_constants(spec: KernelSpec) -> list[str]:
     """C declarations of the force F0_.. and of gs_ from the table F (:func:`force_table`); the body reads the rest in place."""
-    d = spec.lattice.d
+    d, q = spec.lattice.d, spec.lattice.q
+    rates = rate_constants(spec, d + 1 + 3 * q)
     if not spec.forced:
-        return ["(void)F;"]
-    return [f"const real F{a}_ = F[{a}];" for a in range(d)] + [f"const real gs_ = F[{d}];", "(void)gs_;"]
+        return ["(void)F;", *rates]
+    return [f"const real F{a}_ = F[{a}];" for a in range(d)] + [f"const real gs_ = F[{d}];", "(void)gs_;", *rates]
 
 
 def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
@@ -142,7 +155,7 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
     if inlet:
         lines = inlet_lines(spec)
     else:
-        lines = [f"real rho = {_pairwise_sum([f'f{i}' for i in range(q)])};"]
+        lines = [f"real rho = {pairwise_sum([f'f{i}' for i in range(q)])};"]
         for a in range(d):
             expr = _signed([(int(c[i, a]), f"f{i}") for i in range(q)])
             if spec.forced:
@@ -161,6 +174,8 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
             lines.append(f"real feq{i} = (real){w} * rho * base;")
     if inlet:
         lines += inlet_unknowns(spec)
+    if spec.collision:
+        return lines + collision_lines(spec)
     if spec.forced and not spec.trt and not inlet:
         # BGK with Guo's term, folded into the equilibrium's polynomial (the same sum, fewer operations per direction):
         # o_i = (1 - wp) f_i + w_i (A + c_i.u (B + C c_i.u + D_i)) + ga_i, A = wp rho base - (1 - wp/2) u.F / cs^2,
@@ -249,7 +264,8 @@ def header(spec: KernelSpec) -> str:
         f"static const real SHIFT[Q] = {{{shift}}};",
         _macro("LBM_UNPACK", [" ".join(f"real f{i} = f_[{i}];" for i in range(q))]),
         _macro("LBM_PACK", [" ".join(f"out_[{i}] = o{i};" for i in range(q))]),
-        f"#define LBM_FORCE_SIZE {d + 1 + 3 * q}",
+        f"#define LBM_FORCE_SIZE {d + 1 + 3 * q + len(rate_table(spec, 0))}",
+        f"#define LBM_RATES {len(RATES.get(spec.collision, ())) or 1}",
         _macro("LBM_FORCE_TABLE", force_table(spec)),
         _macro("LBM_FORCE_CONSTANTS", force_constants(spec)),
         _macro("LBM_COLLIDE", collide_body(spec)),

@@ -29,6 +29,7 @@ from lbm.engines.base import EngineUnavailable, decode, encode
 from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.native import build
 from lbm.engines.native.codegen import KernelSpec
+from lbm.engines.native.collisions import KINDS, collision_rates
 from lbm.engines.plan import OBSERVING, BlockArrays, plan_kernel
 from lbm.engines.timestep import outputs, run_stages
 from lbm.kernels.forces import link_force
@@ -58,15 +59,20 @@ class NativeEngine(BulkKernelEngine):
     def __init__(self, setup: Setup, storage: str = "compute") -> None:
         super().__init__(setup, storage)
         dtype = jnp.dtype(setup.dtype)
-        if setup.collision is not None:
-            raise EngineUnavailable(f"the native kernel computes bgk and trt only, not {setup.collision.kind}")
+        collision = setup.collision
+        if collision is not None and collision.kind not in KINDS:
+            raise EngineUnavailable(f"the native kernel computes bgk, trt, {', '.join(KINDS)}, not {collision.kind}")
+        if collision is not None and collision.smagorinsky:
+            raise EngineUnavailable("the native kernel has no Smagorinsky model (collision.smagorinsky): "
+                                    "use engine=xla, or collision.smagorinsky=0")
         if dtype not in (jnp.float32, jnp.float64):
             raise EngineUnavailable(f"no native kernel for dtype {dtype}")
         store = storage if storage != "compute" else ("float32" if dtype == jnp.float32 else "float64")
         self.plan = plan_kernel(setup.lattice, setup.shape, setup.boundaries)
         inlet = self.plan.inlet
         self.spec = KernelSpec(setup.lattice, store, setup.omega_plus != setup.omega_minus, setup.force is not None,
-                               inlet.kind if inlet is not None else "")
+                               inlet.kind if inlet is not None else "", collision.kind if collision else "")
+        self.rates = collision_rates(collision) if collision else ()
         if not build.available():
             raise EngineUnavailable("native kernels need the CPU backend and a C++ compiler")
         if setup.lattice.q * int(np.prod(setup.shape)) >= 2**31:
@@ -113,9 +119,9 @@ class NativeEngine(BulkKernelEngine):
                 observe, u_in, plan.outflow)
         with jax.named_scope(self.bulk_scope):  # names the stages the kernel does, for traces and the profiler
             if scheme == "push":
-                out, old, seen = build.push(spec, a, jnp.zeros_like(a), *args)
+                out, old, seen = build.push(spec, a, jnp.zeros_like(a), *args, rates=self.rates)
             else:
-                out, old, seen = build.aa_step(spec, a, 0 if scheme == "aa_even" else 1, *args)
+                out, old, seen = build.aa_step(spec, a, 0 if scheme == "aa_even" else 1, *args, rates=self.rates)
         aux = {}
         if links:
             with jax.named_scope("forces"):  # the momentum exchange on the kernel's link populations

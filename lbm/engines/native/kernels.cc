@@ -294,8 +294,9 @@ static void parallel_for(ffi::ThreadPool& pool, int64_t workers, int64_t n, int6
 // u_in: the inflow (D, face) of a kernel inlet, or null; outflow: whether the kernel applies the zero-gradient outflow.
 template <int K>
 static ffi::Error run(ffi::ThreadPool& pool, const store* src, store* dst, ffi::Span<const int64_t> dims,
-                      double omega_plus, double omega_minus, ffi::Span<const double> force, const RowWalls* W,
-                      const real* u_in, int64_t u_in_size, bool outflow) {
+                      double omega_plus, double omega_minus, ffi::Span<const double> force,
+                      ffi::Span<const double> rates, const RowWalls* W, const real* u_in, int64_t u_in_size,
+                      bool outflow) {
   if ((int64_t)dims.size() != D + 1 || dims[0] != Q)
     return ffi::Error::InvalidArgument("lbm kernel: populations must have shape (Q, *grid) for this lattice");
   Geometry g;
@@ -306,6 +307,9 @@ static ffi::Error run(ffi::ThreadPool& pool, const store* src, store* dst, ffi::
   real F[D > 0 ? D : 1];
   for (int a = 0; a < D; ++a) F[a] = (a < (int)force.size()) ? (real)force[a] : (real)0;
   const real wp = (real)omega_plus, wm = (real)omega_minus;
+  real R[LBM_RATES];  // the rates of a collision beyond bgk/trt (lbm.engines.native.collisions.RATES); unset: wp
+  for (int r = 0; r < LBM_RATES; ++r) R[r] = r < (int)rates.size() ? (real)rates[r] : wp;
+  (void)R;
   real G[LBM_FORCE_SIZE];
   LBM_FORCE_TABLE
   RowFaces faces;
@@ -396,7 +400,8 @@ static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi:
                        ffi::Buffer<ffi::S32> idx, ffi::Buffer<ffi::S32> observe, LBM_WALL_PARAMS,
                        ffi::Buffer<LBM_REAL_FFI_TYPE> u_in, ffi::ResultBuffer<LBM_FFI_TYPE> dst,
                        ffi::ResultBuffer<LBM_FFI_TYPE> pre, ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus,
-                       double omega_minus, ffi::Span<const double> force, int64_t outflow) {
+                       double omega_minus, ffi::Span<const double> force, ffi::Span<const double> rates,
+                       int64_t outflow) {
   (void)dst_in;
   RowWalls w;
   bool any;
@@ -404,8 +409,8 @@ static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi:
   const store* s = reinterpret_cast<const store*>(src.typed_data());
   store* d = reinterpret_cast<store*>(dst->typed_data());
   gather(s, idx, pre);
-  auto err = run<PUSH>(pool, s, d, src.dimensions(), omega_plus, omega_minus, force, any ? &w : nullptr, inflow(u_in),
-                       (int64_t)u_in.element_count(), outflow != 0);
+  auto err = run<PUSH>(pool, s, d, src.dimensions(), omega_plus, omega_minus, force, rates, any ? &w : nullptr,
+                       inflow(u_in), (int64_t)u_in.element_count(), outflow != 0);
   if (err.failure()) return err;
   gather(d, observe, post);
   return ffi::Error::Success();
@@ -416,14 +421,14 @@ static ffi::Error InPlace(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> a_in, 
                           ffi::Buffer<ffi::S32> observe, LBM_WALL_PARAMS, ffi::Buffer<LBM_REAL_FFI_TYPE> u_in,
                           ffi::ResultBuffer<LBM_FFI_TYPE> a, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
                           ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus, double omega_minus,
-                          ffi::Span<const double> force, int64_t outflow) {
+                          ffi::Span<const double> force, ffi::Span<const double> rates, int64_t outflow) {
   (void)a_in;
   RowWalls w;
   bool any;
   if (auto err = row_walls(a->dimensions(), LBM_WALL_NAMES, w, any); err.failure()) return err;
   store* p = reinterpret_cast<store*>(a->typed_data());
   gather(p, idx, pre);
-  auto err = run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force, any ? &w : nullptr,
+  auto err = run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force, rates, any ? &w : nullptr,
                     inflow(u_in), (int64_t)u_in.element_count(), outflow != 0);
   if (err.failure()) return err;
   gather(p, observe, post);
@@ -449,7 +454,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_scatter, Scatter,
         .Ret<ffi::Buffer<LBM_FFI_TYPE>>());
 
 #define LBM_ATTRS .Attr<double>("omega_plus").Attr<double>("omega_minus").Attr<ffi::Span<const double>>("force") \
-    .Attr<int64_t>("outflow")
+    .Attr<ffi::Span<const double>>("rates").Attr<int64_t>("outflow")
 #define LBM_S32 .Arg<ffi::Buffer<ffi::S32>>()
 // idx, observe, then the walls: skip_off, skip, rest_off, rest, copy_off, copy_dst, copy_src, copy_add, keep_off,
 // keep_src, keep_dst, the inflow; results: populations, pre (at idx), post (at observe)

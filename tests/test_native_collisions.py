@@ -1,0 +1,139 @@
+"""The native engine's mrt, regularized, recursive_regularized and kbc kernels against the reference (xla) physics.
+
+Kernel level: one push step and one in-place AA pair of the generated kernel equal the reference collision
+(lbm.kernels.collision.Collision) then streaming, on random populations of a periodic box, with and without a
+body force, for two sets of rates through one built kernel (the rates are run-time values). Engine level: every
+new collision on the native engine follows the xla engine over several steps on a periodic box (taylor_green), a
+walled one (cavity: resting and moving walls in the kernel), a force-driven channel (poiseuille) and the cylinder
+(inlet, outflow and obstacle forces in the kernel), in float64 and float32, on D2Q9 and a 3D lattice; 16-bit
+storage stays within its rounding of the xla engine's. The fast lane keeps one small case per collision.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import ALL_LATTICES, setup_for, slow_except
+from helpers.boundaries import random_populations
+
+from lbm.engines import EngineUnavailable, make_engine
+from lbm.engines.native import build as native
+from lbm.engines.native.codegen import KernelSpec
+from lbm.engines.native.collisions import KINDS, collision_rates
+from lbm.engines.xla import XlaEngine
+from lbm.kernels.collision import Collision
+from lbm.kernels.equilibrium import equilibrium
+from lbm.kernels.macroscopic import macroscopic
+from lbm.kernels.streaming import stream
+from lbm.lattice import D2Q9
+
+needs_native = pytest.mark.native  # skips without a compiler; fails instead under LBM_REQUIRE_NATIVE=1 (conftest)
+
+RATES = {
+    "mrt": [Collision("mrt", 1 / 0.8, 1.1, 1.0, 1.3), Collision("mrt", 1.9, 0.7, 1.2, 1.0)],
+    "regularized": [Collision("regularized", 1 / 0.8, bulk=1.0), Collision("regularized", 1.9)],
+    "recursive_regularized": [Collision("recursive_regularized", 1 / 0.8),
+                              Collision("recursive_regularized", 1.9, bulk=1.3)],
+    "kbc": [Collision("kbc", 1 / 0.8), Collision("kbc", 1.95)],
+}
+"""Two rate sets per kind (tau 0.8 and near 1/2), both run through the same built kernel."""
+SHAPES = {2: (7, 5), 3: (5, 4, 3)}
+
+
+def _reference_step(f, lat, spec, force):
+    rho, u = macroscopic(f, lat, force)
+    return stream(spec(f, equilibrium(rho, u, lat), u, lat, force), lat)
+
+
+KERNEL_FAST = {(D2Q9, "mrt", True), (D2Q9, "regularized", False), (D2Q9, "recursive_regularized", True),
+               (D2Q9, "kbc", False)}
+
+
+@needs_native
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("lat,kind,forced", slow_except(
+    [(lat, kind, forced) for lat in ALL_LATTICES for kind in KINDS for forced in (False, True)], fast=KERNEL_FAST),
+    ids=lambda v: getattr(v, "name", str(v)))
+def test_native_collision_kernels_equal_collide_then_stream(lat, kind, forced):
+    """push = one reference step, an AA pair = two, in float64 to rounding, for two rate sets of one kernel."""
+    force = np.array([2e-4, -1e-4, 5e-5][: lat.d]) if forced else None
+    spec = KernelSpec(lat, "float64", False, forced, "", kind)
+    for k, collision in enumerate(RATES[kind]):
+        rates = collision_rates(collision)
+        op = collision.omega
+        om = collision.rates()["odd"]
+        f = random_populations(lat, SHAPES[lat.d], k)
+        one = _reference_step(f, lat, collision, force)
+        two = _reference_step(one, lat, collision, force)
+        assert np.abs(np.asarray(one - f)).max() > 1e-3  # the step changes the populations: the test sees it
+        pushed, *_ = native.push(spec, f, jnp.zeros_like(f), op, om, force, rates=rates)
+        np.testing.assert_allclose(pushed, one, rtol=0, atol=1e-14)
+        a, *_ = native.aa_step(spec, f + 0, 0, op, om, force, rates=rates)
+        a, *_ = native.aa_step(spec, a, 1, op, om, force, rates=rates)
+        np.testing.assert_allclose(a, two, rtol=0, atol=1e-14)
+
+
+CASES = {
+    "taylor_green": ["case=taylor_green", "grid.nx=16", "grid.ny=12"],
+    "cavity": ["case=cavity", "grid.nx=20", "grid.ny=18"],
+    "poiseuille": ["case=poiseuille", "grid.ny=12"],
+    "cylinder": ["grid.nx=48", "grid.ny=27", "case.inlet=zou_he", "case.bounce_back=halfway"],
+    "taylor_green_d3q27": ["case=taylor_green", "lattice=d3q27", "grid.nx=8", "grid.ny=6", "grid.nz=5"],
+    "cavity_d3q19": ["case=cavity", "lattice=d3q19", "grid.nx=10", "grid.ny=9", "grid.nz=8"],
+    "poiseuille_d3q19": ["case=poiseuille", "lattice=d3q19", "grid.ny=10", "grid.nz=4", "grid.nx=6"],
+}
+TOL = {"float64": 1e-13, "float32": 1e-5}
+"""Bounds on max |native - xla| / max |f| after 9 steps: 2-3x the largest measured over every case below."""
+ENGINE_FAST = {("cavity", "mrt", "float64"), ("poiseuille", "recursive_regularized", "float64"),
+               ("cavity", "regularized", "float64"), ("cavity", "kbc", "float64")}
+"""One small case per collision in the fast lane; their kernels are the fast kernel tests' (built once)."""
+
+
+def _run(stepper, setup, n):
+    f, aux = stepper.advance(setup.initial_populations(), n)
+    return np.asarray(f), {k: np.asarray(v) for k, v in aux.items()}
+
+
+@needs_native
+@pytest.mark.parametrize("name,kind,precision", slow_except(
+    [(name, kind, precision) for name in CASES for kind in KINDS for precision in TOL], fast=ENGINE_FAST))
+def test_native_engine_collisions_follow_the_xla_engine(name, kind, precision):
+    """Nine steps (a push step, then four in-place pairs) of the native engine equal the xla engine's to rounding."""
+    setup = setup_for([*CASES[name], f"collision={kind}"], precision)
+    fast = make_engine(setup, engine="native")
+    assert fast.name == "native" and fast.spec.collision == kind
+    f_ref, aux_ref = _run(XlaEngine(setup), setup, 9)
+    f_fast, aux_fast = _run(fast, setup, 9)
+    assert np.abs(f_ref - setup.initial_populations()).max() > 1e-6  # the flow moves: the test sees the collision
+    scale = np.abs(f_ref).max()
+    np.testing.assert_allclose(f_fast, f_ref, rtol=0, atol=TOL[precision] * scale)
+    assert aux_fast.keys() == aux_ref.keys()
+    for key in aux_ref:
+        np.testing.assert_allclose(aux_fast[key], aux_ref[key], rtol=0,
+                                   atol=(1e-3 if precision == "float32" else 1e-11) * np.abs(aux_ref[key]).max())
+
+
+@needs_native
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("storage", ["float16", "bfloat16"])
+def test_native_collisions_with_16bit_storage_follow_the_xla_engine(kind, storage):
+    """16-bit storage (f - w stored, float32 compute) on the cavity stays within 16-bit rounding of the xla engine."""
+    with jax.enable_x64(False):
+        setup = setup_for([*CASES["cavity"], f"collision={kind}"], "float32")
+        f_ref = np.asarray(XlaEngine(setup, storage).advance(setup.initial_populations(), 20)[0])
+        f_fast = np.asarray(make_engine(setup, engine="native", storage=storage).advance(
+            setup.initial_populations(), 20)[0])
+    # |f - w| < 0.1 here; float16 keeps 11 bits, bfloat16 8: 20 steps of rounding in different orders
+    bound = {"float16": 1e-3, "bfloat16": 1e-2}[storage]
+    np.testing.assert_allclose(f_fast, f_ref, rtol=0, atol=bound * np.abs(f_ref).max())
+
+
+def test_native_engine_refuses_the_smagorinsky_model_in_one_line():
+    """Smagorinsky is not in the native kernel: engine=native says so, engine=auto falls back to xla."""
+    setup = setup_for([*CASES["cavity"], "collision=mrt", "collision.smagorinsky=0.1"], "float32")
+    with pytest.raises(EngineUnavailable, match="Smagorinsky") as err:
+        make_engine(setup, engine="native")
+    assert "\n" not in str(err.value)
+    auto = make_engine(setup)
+    assert auto.name == "xla" and "Smagorinsky" in auto.note
