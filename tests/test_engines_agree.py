@@ -10,10 +10,12 @@ agree = load_script("engines_agree")
 
 @pytest.mark.slow  # four engines compiled twice, the pallas kernel interpreted: about 6 s
 def test_engines_agree_and_refusals_are_listed(capsys):
-    # MRT: native refuses it (its kernel is BGK/TRT), pallas runs it, the instrumented mode agrees bitwise
-    assert agree.main(["case=taylor_green", "grid.nx=8", "grid.ny=4", "collision=mrt", "--steps", "2"]) == 0
+    # MRT with a Smagorinsky model: native refuses it (its kernel has no eddy viscosity), pallas runs it, the
+    # instrumented mode agrees bitwise
+    assert agree.main(["case=taylor_green", "grid.nx=8", "grid.ny=4", "collision=mrt", "collision.smagorinsky=0.1",
+                       "--steps", "2"]) == 0
     out = capsys.readouterr().out
-    assert "native         refused: the native kernel computes bgk and trt only, not mrt" in out
+    assert "native         refused: the native kernel has no Smagorinsky model (collision.smagorinsky)" in out
     assert "pallas             2" in out  # the Pallas kernel runs every collision kind
     assert "instrumented       2        0.00e+00" in out and "engines_agree: agree" in out
     # TRT: the pallas kernel runs; float32 rounding (measured 3e-8 after 2 steps) is inside the default bound and

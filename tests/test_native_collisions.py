@@ -137,3 +137,12 @@ def test_native_engine_refuses_the_smagorinsky_model_in_one_line():
     assert "\n" not in str(err.value)
     auto = make_engine(setup)
     assert auto.name == "xla" and "Smagorinsky" in auto.note
+
+
+def test_the_native_kernel_covers_every_collision_kind():
+    """A new kind in lbm.kernels.collision must get a native generator, or the native engine would build none."""
+    from lbm.kernels.collision import COLLISION_KINDS
+
+    assert set(COLLISION_KINDS) == {"bgk", "trt", *KINDS}
+    with pytest.raises(ValueError, match="no native collision 'cumulant'"):
+        KernelSpec(D2Q9, "float64", False, False, "", "cumulant")

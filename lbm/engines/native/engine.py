@@ -29,7 +29,7 @@ from lbm.engines.base import EngineUnavailable, decode, encode
 from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.native import build
 from lbm.engines.native.codegen import KernelSpec
-from lbm.engines.native.collisions import KINDS, collision_rates
+from lbm.engines.native.collisions import collision_rates
 from lbm.engines.plan import OBSERVING, BlockArrays, plan_kernel
 from lbm.engines.timestep import outputs, run_stages
 from lbm.kernels.forces import link_force
@@ -60,8 +60,6 @@ class NativeEngine(BulkKernelEngine):
         super().__init__(setup, storage)
         dtype = jnp.dtype(setup.dtype)
         collision = setup.collision
-        if collision is not None and collision.kind not in KINDS:
-            raise EngineUnavailable(f"the native kernel computes bgk, trt, {', '.join(KINDS)}, not {collision.kind}")
         if collision is not None and collision.smagorinsky:
             raise EngineUnavailable("the native kernel has no Smagorinsky model (collision.smagorinsky): "
                                     "use engine=xla, or collision.smagorinsky=0")
