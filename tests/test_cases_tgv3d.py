@@ -116,6 +116,26 @@ def test_run_writes_dissipation_and_early_decay_is_2_nu_enstrophy(tmp_path):
     assert (tmp_path / "run" / "plots" / "dissipation.png").stat().st_size > 0
 
 
+@pytest.mark.parametrize("shape", [(8, 8, 8), (7, 6, 5)])
+def test_enstrophy_is_that_of_the_spectral_vorticity_in_physical_space(shape):
+    """Parseval over the half spectrum equals the mean of |omega|^2/2 from full-spectrum derivatives (float64 numpy),
+    Nyquist modes (even sizes) and odd sizes included."""
+    from lbm.lattice import D3Q27
+
+    u = 0.05 * np.random.default_rng(1).standard_normal((3, *shape))
+    f = equilibrium(jnp.ones(shape), jnp.asarray(u, jnp.float32), D3Q27)
+    u = np.asarray(macroscopic(f, D3Q27)[1], np.float64)
+    kk = np.meshgrid(*(np.fft.fftfreq(n, 1 / (2 * math.pi)) for n in shape), indexing="ij")  # per cell
+
+    def d(a: int, axis: int) -> np.ndarray:
+        return np.real(np.fft.ifftn(1j * kk[axis] * np.fft.fftn(u[a])))
+
+    omega = [d(2, 1) - d(1, 2), d(0, 2) - d(2, 0), d(1, 0) - d(0, 1)]
+    energy, enstrophy = np.asarray(energy_enstrophy(f, D3Q27), dtype=np.float64)
+    assert energy == pytest.approx(0.5 * np.mean(np.sum(u * u, axis=0)), rel=1e-6)
+    assert enstrophy == pytest.approx(0.5 * np.mean(sum(w * w for w in omega)), rel=1e-5)  # float32: measured 1e-6
+
+
 def test_reference_peak_and_parabola():
     """The packaged reference's peak is 1.2858e-2 near t = 8.97 (as published); the peak finder is exact for parabolas."""
     case = make_case(run_config(*tgv("steps=20")))
