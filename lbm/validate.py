@@ -158,10 +158,13 @@ CHECKS_3D = (
     Check("tgv3d_energy_decay_32", "taylor_green_3d", TGV_32, "kinetic_energy_max_rise", 1e-5,
           "Taylor-Green vortex Re 1600, 32^3: the kinetic energy (1/8 at t = 0) never rises between samples "
           "(measured 0)", levels=("quick",)),
-    Check("tgv3d_dissipation_peak_64", "taylor_green_3d", TGV_64, "dissipation_peak_rel_error", 0.10,
-          "512^3 spectral DNS (lbm/reference/tgv_re1600_spectral_512.csv): peak of -dK/dt 1.2858e-2 within 10% at "
-          "64^3 (KBC, D3Q27; docs/validation_3d.md)", quantity=lambda m: abs(m["dissipation_peak_rel_error"]),
+    Check("tgv3d_dissipation_peak_64", "taylor_green_3d", TGV_64, "dissipation_peak_rel_error", 0.06,
+          "512^3 spectral DNS (lbm/reference/tgv_re1600_spectral_512.csv): peak of -dK/dt 1.2858e-2 (target 10% at "
+          "64^3; measured +2.3%, KBC, D3Q27; docs/validation_3d.md)", quantity=lambda m: abs(m["dissipation_peak_rel_error"]),
           levels=("full",)),
+    Check("tgv3d_dissipation_rms_64", "taylor_green_3d", TGV_64, "dissipation_rms_deviation_over_peak", 0.20,
+          "512^3 spectral DNS: rms deviation of -dK/dt over t in [0, 20], over the reference peak (measured 0.080 at "
+          "64^3, KBC, D3Q27; docs/validation_3d.md)", levels=("full",)),
 )
 CHECKS = CHECKS + CHECKS_3D
 

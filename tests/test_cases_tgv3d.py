@@ -147,6 +147,33 @@ def test_reference_peak_and_parabola():
     assert peak(t, 3 - (t - 1.7) ** 2) == pytest.approx((3.0, 1.7))
 
 
+def test_the_reference_itself_passes_the_validate_checks_far_inside_their_bounds():
+    """Samples of the spectral reference (K and enstrophy every 0.05) give its own peak and near-zero deviations; the
+    full validate level holds 64^3 to the peak and to the rms deviation of -dK/dt, the quick level 32^3 to t = 20."""
+    from lbm.validate import CHECKS
+
+    case, setup = prepare(tgv("steps=20"))
+    ref, v0, length = case.reference, 0.05, N / (2 * math.pi)
+    rows = slice(0, 2001, 5)  # t = 0, 0.05, ..., 20
+    case.samples = [(t * length / v0, k * v0**2, z * (v0 / length) ** 2)
+                    for t, k, z in zip(ref["t"][rows], ref["kinetic_energy"][rows], ref["enstrophy"][rows], strict=True)]
+    m = case.metrics(setup, {}, 0)
+    # measured: peak -3.0e-4 at -0.0052, rms 1.0e-4 (differences of K at 0.05 against the tabulated -dK/dt), 4.2e-6
+    # (2 nu enstrophy), numerical share -2.2e-4
+    assert abs(m["dissipation_peak_rel_error"]) < 1e-3 and abs(m["dissipation_peak_time_error"]) < 0.015
+    assert m["dissipation_rms_deviation_over_peak"] < 3e-4
+    assert m["enstrophy_dissipation_rms_deviation_over_peak"] < 1e-5
+    assert abs(m["numerical_dissipation_rel_at_peak"]) < 6e-4
+    checks = {c.name: c for c in CHECKS if c.case == "taylor_green_3d"}
+    assert {n for n, c in checks.items() if "full" in c.levels} == {"tgv3d_dissipation_peak_64", "tgv3d_dissipation_rms_64"}
+    assert {n for n, c in checks.items() if "quick" in c.levels} == {"tgv3d_stable_32", "tgv3d_energy_decay_32"}
+    for name in ("tgv3d_dissipation_peak_64", "tgv3d_dissipation_rms_64"):
+        c = checks[name]
+        value = c.quantity(m) if c.quantity else m[c.metric]
+        assert c.passes(value) and value < c.bound / 10, name
+        assert not c.passes(c.bound * 1.01), name
+
+
 @pytest.mark.parametrize("bad", [("lattice=d2q9", "grid.nz=null"), ("grid.nz=32",)])
 def test_needs_a_cube_on_a_3d_lattice(bad):
     overrides = ["case=taylor_green_3d", "grid.nx=16", "grid.ny=16", "grid.nz=16", "lattice=d3q19", *bad]
