@@ -14,9 +14,10 @@ Keys per case (:data:`KEYS`; ``flow.tau`` replaces ``flow.reynolds`` where the r
 - cavity: ``flow.reynolds``, ``flow.u_lattice`` (the lid speed; at fixed Re it also sets nu);
 - taylor_green: ``flow.reynolds``, ``flow.u_lattice`` (the initial amplitude: the initial state);
 - poiseuille: ``flow.reynolds``, ``flow.u_lattice`` (both through the body force F = 8 nu u / H²);
-- cylinder: ``flow.reynolds``, ``flow.u_lattice`` (the inflow), ``case.radius``, ``case.center.x``,
+- cylinder: ``flow.reynolds``, ``flow.u_lattice`` (the inflow), ``case.radius`` (``case.shape=circle``) or
+  ``case.axes.a``, ``case.axes.b`` (``case.shape=ellipse``: the semi-axes along x and y), ``case.center.x``,
   ``case.center.y`` (the geometry keys need ``case.bounce_back=interpolated``: a binary mask has no
-  shape gradient). Its Reynolds number uses the radius, so the radius also sets nu.
+  shape gradient). Its Reynolds number uses the radius (the ellipse's b), so that also sets nu.
 """
 
 from __future__ import annotations
@@ -31,18 +32,24 @@ import numpy as np
 from lbm.boundaries import Inlet, InterpolatedBounceBack, MovingWall
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
 from lbm.cases.base import Case, Setup
-from lbm.diff.geometry import moved_circle
+from lbm.diff.geometry import moved_ellipse
 from lbm.errors import LbmError
 from lbm.kernels.collision import bgk, guo_source, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice
 
 FLOW_KEYS = ("flow.reynolds", "flow.u_lattice")
-GEOMETRY_KEYS = ("case.radius", "case.center.x", "case.center.y")
+CENTER_KEYS = ("case.center.x", "case.center.y")
+SHAPE_KEYS = {"circle": ("case.radius", *CENTER_KEYS), "ellipse": ("case.axes.a", "case.axes.b", *CENTER_KEYS)}
+"""The geometry keys of the cylinder case's ``case.shape``."""
+GEOMETRY_KEYS = ("case.radius", "case.axes.a", "case.axes.b", *CENTER_KEYS)
+PAIRS = {"case.center": CENTER_KEYS, "case.axes": SHAPE_KEYS["ellipse"][:2]}
+"""Config lists [x, y] whose items are keys of their own."""
 KEYS: dict[str, tuple[str, ...]] = {
     "cavity": FLOW_KEYS, "taylor_green": FLOW_KEYS, "poiseuille": FLOW_KEYS, "cylinder": FLOW_KEYS + GEOMETRY_KEYS,
 }
-"""The continuous config keys a differentiable run of each case takes (``flow.tau`` for ``flow.reynolds`` where set)."""
+"""The continuous config keys a differentiable run of each case takes (``flow.tau`` for ``flow.reynolds`` where set;
+the cylinder's geometry keys those of its shape, :data:`SHAPE_KEYS`)."""
 COLLISIONS = ("bgk", "trt")
 
 
@@ -104,11 +111,11 @@ class Parameterisation:
 
     def overrides(self, values: dict[str, float]) -> list[str]:
         """Config overrides that set ``values`` (what ``lbm.run`` takes to run them)."""
-        out = [f"{k}={v!r}" for k, v in values.items() if not k.startswith("case.center.")]
-        if any(k.startswith("case.center.") for k in values):
-            x = values.get("case.center.x", self.base["case.center.x"])
-            y = values.get("case.center.y", self.base["case.center.y"])
-            out.append(f"case.center=[{x!r},{y!r}]")
+        out = [f"{k}={v!r}" for k, v in values.items() if k.count(".") < 2]
+        for pair in PAIRS:
+            if any(k.startswith(f"{pair}.") for k in values):
+                x, y = (values.get(k, self.base[k]) for k in PAIRS[pair])
+                out.append(f"{pair}=[{x!r},{y!r}]")
         return out
 
 
@@ -163,13 +170,14 @@ def _poiseuille(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, flo
 
 
 def _cylinder(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
-    radius = v["case.radius"]
+    axes = (v["case.axes.a"], v["case.axes.b"]) if "case.axes.a" in v else (v["case.radius"], v["case.radius"])
+    radius = axes[1]  # the Reynolds length and half the frontal height: the semi-axis across the flow
     omegas = relaxation(case, radius, v)
     ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # inflow and initial flow are linear in u_lattice
     bcs = replaced(setup.boundaries, Inlet, lambda bc: dataclasses.replace(bc, u=bc.u * ratio))
     center = (v["case.center.x"], v["case.center.y"])
     bcs = replaced(bcs, InterpolatedBounceBack,
-                   lambda w: moved_circle(w, setup.shape, setup.lattice, center, radius))
+                   lambda w: moved_ellipse(w, setup.shape, setup.lattice, center, axes))
     u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
     f0 = equilibrium(jnp.asarray(setup.rho0, setup.dtype), u0, setup.lattice)
     depth = float(setup.shape[2]) if len(setup.shape) == 3 else 1.0
@@ -183,6 +191,8 @@ BUILDERS = {"cavity": _cavity, "taylor_green": _taylor_green, "poiseuille": _poi
 def case_keys(case: Case) -> tuple[str, ...]:
     """The continuous keys of ``case`` (flow.tau for flow.reynolds where the run prescribes tau)."""
     keys = KEYS[case.name]
+    if case.name == "cylinder":
+        keys = FLOW_KEYS + SHAPE_KEYS[case.params.shape]
     return tuple("flow.tau" if k == "flow.reynolds" and case.run.flow.tau is not None else k for k in keys)
 
 
@@ -193,8 +203,9 @@ def base_values(case: Case) -> dict[str, float]:
     flow = run.flow
     out["flow.tau" if flow.tau is not None else "flow.reynolds"] = float(flow.tau if flow.tau is not None else flow.reynolds)
     if case.name == "cylinder":
-        cx, cy, r = case.geometry()  # type: ignore[attr-defined]
-        out.update({"case.radius": r, "case.center.x": cx, "case.center.y": cy})
+        cx, cy, a, b = case.shape_geometry()  # type: ignore[attr-defined]
+        size = {"case.axes.a": a, "case.axes.b": b} if case.params.shape == "ellipse" else {"case.radius": b}
+        out.update({**size, "case.center.x": cx, "case.center.y": cy})
     return out
 
 

@@ -1,0 +1,80 @@
+"""Gradients beyond the xla engine's circle: the ellipse's shape gradient (lbm.diff.geometry, case.shape=ellipse)."""
+
+import numpy as np
+import pytest
+
+import lbm
+from lbm.boundaries.interpolated import InterpolatedBounceBack
+from lbm.config import load
+from lbm.diff import finite_difference
+from lbm.diff.api import prepare_gradient
+from lbm.diff.geometry import moved_ellipse
+from lbm.errors import ConfigError, LbmError
+from lbm.simulation import make_case
+
+F64 = ["precision=float64"]
+# wall fractions stay 0.09 from 0, 1/2 and 1 (the BFL switch and the mask's edges): FD steps of 3e-3 cells cross none
+ELLIPSE = ["case=cylinder", "grid.nx=40", "grid.ny=20", "steps=100", "flow.reynolds=5", "case.shape=ellipse",
+           "case.axes=[4.8,2.4]", "case.center=[10.0,10.0]", "case.bounce_back=interpolated", *F64]
+TOL = 1e-6
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b)
+
+
+def wall_of(setup) -> InterpolatedBounceBack:
+    return next(bc for bc in setup.boundaries if isinstance(bc, InterpolatedBounceBack))
+
+
+def test_ellipse_mask_and_wall_fractions():
+    param = prepare_gradient(ELLIPSE, ["case.axes.a"])  # float64 (as a run of precision=float64)
+    case, setup = param.case, param.setup
+    x, y = np.meshgrid(np.arange(40.0), np.arange(20.0), indexing="ij")
+    np.testing.assert_array_equal(setup.solid, ((x - 10) / 4.8) ** 2 + ((y - 10) / 2.4) ** 2 < 1)
+    assert case.geometry() == (10.0, 10.0, 2.4) and case.diameter == 4.8  # b is the radius's part: D = 2b
+    wall = wall_of(setup)
+    # every link's wall point lies on the ellipse
+    fluid = np.stack(np.unravel_index(np.asarray(wall.link_fluid), (40, 20)), axis=1)
+    hit = fluid + np.asarray(wall.q)[:, None] * case.lattice.c[np.asarray(wall.link_dir)]
+    np.testing.assert_allclose(((hit[:, 0] - 10) / 4.8) ** 2 + ((hit[:, 1] - 10) / 2.4) ** 2, 1.0, atol=1e-12)
+    # the jax form at the ellipse's own axes is the numpy wall
+    moved = moved_ellipse(wall, (40, 20), case.lattice, (10.0, 10.0), (4.8, 2.4))
+    np.testing.assert_allclose(np.asarray(moved.q), wall.q, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(moved.weights), wall.weights, atol=1e-12)
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["case.shape=ellipse"], "case.axes"),
+    (["case.shape=ellipse", "case.axes=[3,2]", "case.radius=3"], "case.axes"),
+    (["case.axes=[3,2]"], "case.axes"),
+    (["case.shape=ellipse", "case.axes=[3]"], "case.axes"),
+    (["case.shape=ellipse", "case.axes=[3,0.5]"], "case.axes"),
+    (["case.shape=ellipse", "case.axes=[30,2]"], "case.axes"),
+    (["case.shape=ellipse", "case.axes=[3,2]", "case.center=[3,10]"], "case.center"),
+    (["case.shape=square"], "case.shape"),
+])
+def test_ellipse_refusals(overrides, key):
+    with pytest.raises(ConfigError, match=key):
+        make_case(load(["case=cylinder", "grid.nx=40", "grid.ny=20", *overrides])).check()
+
+
+def test_ellipse_keys_and_refusals():
+    param = prepare_gradient(ELLIPSE, ["case.axes.a"])
+    assert param.base["case.axes.a"] == 4.8 and param.base["case.axes.b"] == 2.4 and "case.radius" not in param.base
+    assert param.overrides({"case.axes.b": 2.5}) == ["case.axes=[4.8,2.5]"]
+    with pytest.raises(LbmError, match="choose from .*case.axes.a"):
+        prepare_gradient(ELLIPSE, ["case.radius"])
+    with pytest.raises(LbmError, match="no shape gradient"):
+        prepare_gradient([o for o in ELLIPSE if "bounce_back" not in o], ["case.axes.b"])
+
+
+@pytest.mark.slow
+def test_ellipse_shape_gradient_of_drag_equals_finite_differences():
+    keys = ["case.axes.a", "case.axes.b"]
+    value, grads = lbm.value_and_grad(ELLIPSE, keys, "drag", window=50)
+    assert 3 < value < 10
+    assert grads["case.axes.b"] > 0.5  # a taller ellipse drags more (the drag is per frontal height 2b)
+    for key in keys:
+        fd = finite_difference(ELLIPSE, key, "drag", window=50, points=4, step=3e-3)
+        assert rel(grads[key], fd) < TOL, (key, grads[key], fd)
