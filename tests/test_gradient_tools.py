@@ -78,3 +78,48 @@ def test_ellipse_shape_gradient_of_drag_equals_finite_differences():
     for key in keys:
         fd = finite_difference(ELLIPSE, key, "drag", window=50, points=4, step=3e-3)
         assert rel(grads[key], fd) < TOL, (key, grads[key], fd)
+
+
+MESH_CHECK = """
+import json, sys
+import jax.numpy as jnp
+import lbm
+from lbm.diff.api import gradient_function, prepare_gradient
+overrides, wrt = json.loads(sys.argv[1])
+one = lbm.value_and_grad(overrides, wrt, "drag", window=20)
+out = {"one": one}
+for mesh in ("[4,1]", "[2,2]"):
+    mesh_run = [*overrides, "parallel.devices=4", f"parallel.mesh={mesh}"]
+    param = prepare_gradient(mesh_run, wrt)
+    text = gradient_function(param, wrt, "drag", window=20).lower(
+        {k: jnp.asarray(param.base[k]) for k in wrt}).compile().as_text()
+    out[mesh] = {"result": lbm.value_and_grad(mesh_run, wrt, "drag", window=20), "collectives": sum(
+        text.count(op) for op in ("all-reduce", "collective-permute", "all-gather"))}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_gradient_on_four_devices_equals_one_device():
+    """Four forced CPU devices (a subprocess: XLA_FLAGS before jax starts), meshes 4x1 and 2x2: the same gradient."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip()
+    overrides = ["case=cylinder", "grid.nx=40", "grid.ny=20", "steps=40", "flow.reynolds=5", "case.radius=3.3",
+                 "case.center=[10.0,10.0]", "case.bounce_back=interpolated", *F64]
+    wrt = ["case.radius", "flow.reynolds"]
+    done = subprocess.run([sys.executable, "-c", MESH_CHECK, json.dumps([overrides, wrt])], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    value, grads = out["one"]
+    for mesh in ("[4,1]", "[2,2]"):
+        assert out[mesh]["collectives"] > 0  # the program is split over the devices, not run on one
+        mesh_value, mesh_grads = out[mesh]["result"]
+        assert mesh_value == pytest.approx(value, rel=1e-12)
+        for key in wrt:
+            assert mesh_grads[key] == pytest.approx(grads[key], rel=1e-12), (mesh, key)

@@ -8,6 +8,7 @@ perturbed overrides), the reference the gradient is tested against.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 from collections.abc import Sequence
@@ -27,15 +28,39 @@ DIFFERENTIABLE_ENGINES = ("auto", "xla")
 
 
 def check_engine(run: Any) -> None:
-    """LbmError (one line) for an engine, mode or mesh a differentiable run cannot use; logs the engine it uses."""
+    """LbmError (one line) for an engine or mode a differentiable run cannot use; logs the engine it uses."""
     if run.mode != "fused":
         raise LbmError(f"mode={run.mode}: differentiable runs use the fused xla composition; set mode=fused")
     if run.engine not in DIFFERENTIABLE_ENGINES:
         raise LbmError(f"engine={run.engine} has no adjoint: differentiable runs use engine=xla (or engine=auto)")
-    if run.mesh_shape and int(np.prod(run.mesh_shape)) > 1:
-        raise LbmError("parallel.devices: differentiable runs use one device; set parallel.devices=1")
     note = " (engine=auto picks xla: native and pallas have no adjoint)" if run.engine == "auto" else ""
+    if mesh_of(run):
+        note += f", on a {'x'.join(map(str, run.mesh_shape))} mesh of devices (XLA's SPMD partitioner splits the step)"
     log.info("differentiable run: engine xla%s", note)
+
+
+def mesh_of(run: Any) -> tuple[int, ...] | None:
+    """The run's mesh of devices (blocks per grid axis), None on one device."""
+    shape = run.mesh_shape
+    return tuple(shape) if shape and int(np.prod(shape)) > 1 else None
+
+
+def on_mesh(param: Parameterisation, shape: tuple[int, ...]) -> Parameterisation:
+    """``param`` whose initial populations are sharded over a mesh of ``shape`` (lbm.parallel's layout: one block per
+    device); XLA's SPMD partitioner carries the sharding through the steps and their transpose."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from lbm import parallel
+
+    sharding = NamedSharding(parallel.make_mesh(shape), parallel.grid_spec(len(shape)))
+    build = param.build
+
+    def placed(values: dict[str, Any]) -> Any:
+        traced = build(values)
+        return dataclasses.replace(traced, f0=jax.lax.with_sharding_constraint(traced.f0, sharding))
+
+    return dataclasses.replace(param, build=placed)
 
 
 def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameterisation:
@@ -48,7 +73,9 @@ def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameteri
     check_engine(case.run)
     if not wrt:
         raise LbmError("wrt: name at least one config key to differentiate by, e.g. wrt=[\"flow.reynolds\"]")
-    return parameterise(case, setup, tuple(wrt))
+    param = parameterise(case, setup, tuple(wrt))
+    mesh = mesh_of(case.run)
+    return param if mesh is None else on_mesh(param, mesh)
 
 
 def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Objective, checkpoint: str = "sqrt",
