@@ -59,6 +59,50 @@ def test_ellipse_refusals(overrides, key):
         make_case(load(["case=cylinder", "grid.nx=40", "grid.ny=20", *overrides])).check()
 
 
+def test_collision_kernels_are_affine_in_the_force():
+    """What lbm.diff.parameters.Relaxation rests on: K(F) = K(0) + sum_a F_a (K(e_a) - K(0)) for every kind."""
+    import jax.numpy as jnp
+
+    from lbm.kernels.collision import COLLISION_KINDS, Collision
+    from lbm.kernels.equilibrium import equilibrium
+    from lbm.lattice import get_lattice
+
+    lattice = get_lattice("d2q9")
+    rng = np.random.default_rng(0)
+    u = jnp.asarray(0.05 * rng.standard_normal((2, 4, 5)))
+    feq = equilibrium(jnp.asarray(1 + 0.01 * rng.standard_normal((4, 5))), u, lattice)
+    f = feq + 1e-3 * rng.standard_normal(feq.shape)
+    force = np.array([1e-3, -2e-4])
+    for kind in COLLISION_KINDS:
+        spec = Collision(kind, 1.3, 1.1 if kind in ("trt", "mrt") else None)
+        zero = spec(f, feq, u, lattice, np.zeros(2))
+        affine = zero + sum(force[a] * (spec(f, feq, u, lattice, np.eye(2)[a]) - zero) for a in range(2))
+        full = spec(f, feq, u, lattice, force)
+        assert float(jnp.abs(full - zero).max()) > 1e-5  # the force matters
+        np.testing.assert_allclose(np.asarray(affine), np.asarray(full), rtol=0, atol=2e-7, err_msg=kind)  # float32 rounding
+
+
+CAVITY = ["case=cavity", "grid.nx=10", "grid.ny=10", "steps=40", "flow.reynolds=10", *F64]
+
+
+@pytest.mark.parametrize("overrides,key", [
+    pytest.param(CAVITY + ["collision=mrt"], "flow.reynolds", id="cavity-mrt"),
+    pytest.param(CAVITY + ["collision=kbc"], "flow.reynolds", id="cavity-kbc", marks=pytest.mark.slow),
+    pytest.param(CAVITY + ["collision=recursive_regularized"], "flow.u_lattice", id="cavity-rr",
+                 marks=pytest.mark.slow),
+    pytest.param(["case=poiseuille", "grid.nx=4", "grid.ny=10", "steps=60", "flow.reynolds=5", "collision=regularized",
+                  *F64], "flow.u_lattice", id="poiseuille-regularized", marks=pytest.mark.slow),  # a traced force
+])
+def test_other_collisions_gradients_equal_finite_differences(overrides, key):
+    _, grads = lbm.value_and_grad(overrides, [key], "kinetic_energy")
+    assert rel(grads[key], finite_difference(overrides, key, "kinetic_energy")) < TOL
+
+
+def test_smagorinsky_is_refused_with_the_reason():
+    with pytest.raises(LbmError, match="collision.smagorinsky=0.1: the Smagorinsky rate has no finite derivative"):
+        prepare_gradient(CAVITY + ["collision=mrt", "collision.smagorinsky=0.1"], ["flow.reynolds"])
+
+
 def test_ellipse_keys_and_refusals():
     param = prepare_gradient(ELLIPSE, ["case.axes.a"])
     assert param.base["case.axes.a"] == 4.8 and param.base["case.axes.b"] == 2.4 and "case.radius" not in param.base

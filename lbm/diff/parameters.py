@@ -34,7 +34,7 @@ from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
 from lbm.cases.base import Case, Setup
 from lbm.diff.geometry import moved_ellipse
 from lbm.errors import LbmError
-from lbm.kernels.collision import bgk, guo_source, trt
+from lbm.kernels.collision import Collision, bgk, guo_source, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice
 
@@ -50,18 +50,41 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 """The continuous config keys a differentiable run of each case takes (``flow.tau`` for ``flow.reynolds`` where set;
 the cylinder's geometry keys those of its shape, :data:`SHAPE_KEYS`)."""
-COLLISIONS = ("bgk", "trt")
+
+
+@dataclasses.dataclass(frozen=True)
+class TracedCollision(Collision):
+    """A :class:`~lbm.kernels.collision.Collision` whose rates are traced values: the kernels are pure jax.numpy in
+    their rates; the checks of the rates ran on the run's own values (the Setup's Collision)."""
+
+    def __post_init__(self) -> None:
+        """No checks: a traced rate has no value to compare."""
 
 
 class Relaxation:
-    """BGK or TRT collision with traced rates and an optional traced body force (Guo), used as ``Setup.collision``."""
+    """The collision with traced rates and an optional traced body force (Guo), used as ``Setup.collision``.
 
-    def __init__(self, omega_plus: Any, omega_minus: Any, two_rates: bool, force: Any = None) -> None:
+    BGK and TRT call lbm.kernels.collision.bgk / trt and add Guo's term (linear in the force); the other
+    kinds call their kernel through a :class:`TracedCollision` (``spec``), and a traced force enters as the
+    kernel's affine dependence on it: K(F) = K(0) + sum_a F_a (K(e_a) - K(0)) (every kind without the
+    Smagorinsky model is affine in the force, whose value the kernels take as a static array;
+    tests/test_gradient_tools.py checks it).
+    """
+
+    def __init__(self, omega_plus: Any, omega_minus: Any, two_rates: bool, force: Any = None,
+                 spec: Collision | None = None) -> None:
         self.omega_plus, self.omega_minus, self.two_rates, self.force = omega_plus, omega_minus, two_rates, force
+        self.spec = spec
 
     def __call__(self, f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, force: Any = None
                  ) -> jnp.ndarray:
-        """Post-collision populations (lbm.kernels.collision.bgk / trt, plus Guo's term for the traced force)."""
+        """Post-collision populations, with Guo's term for the traced force."""
+        if self.spec is not None and self.force is None:
+            return self.spec(f, feq, u, lattice, None)
+        if self.spec is not None:  # the kernel at a zero force (not None: the regularized kinds then keep a1)
+            zero = self.spec(f, feq, u, lattice, np.zeros(lattice.d))
+            return zero + sum(self.force[a] * (self.spec(f, feq, u, lattice, np.eye(lattice.d)[a]) - zero)
+                              for a in range(lattice.d))
         if self.two_rates:
             out = trt(f, feq, lattice, self.omega_plus, self.omega_minus)
         else:
@@ -127,8 +150,11 @@ def relaxation(case: Case, length: Any, v: dict[str, Any]) -> tuple[Any, Any]:
     else:
         tau = v["flow.u_lattice"] * length / v["flow.reynolds"] / CS2 + 0.5
     omega_plus = 1.0 / tau
-    if run.collision == "trt":
-        omega_minus = 1.0 / (0.5 + run.collision_params.magic / (tau - 0.5))
+    rates = run.collision_params
+    if run.collision == "mrt" and rates.odd is not None:
+        omega_minus = rates.odd
+    elif run.collision in ("trt", "mrt"):
+        omega_minus = 1.0 / (0.5 + rates.magic / (tau - 0.5))
     else:
         omega_minus = omega_plus
     return omega_plus, omega_minus
@@ -136,7 +162,12 @@ def relaxation(case: Case, length: Any, v: dict[str, Any]) -> tuple[Any, Any]:
 
 def traced_setup(case: Case, setup: Setup, omegas: tuple[Any, Any], force: Any = None) -> Setup:
     """``setup`` with the traced rates (and body force) in its collision: the stages read them from there."""
-    return dataclasses.replace(setup, collision=Relaxation(*omegas, case.run.collision == "trt", force), force=None)
+    spec = setup.collision
+    if spec is not None:  # kinds beyond bgk and trt: the Setup's spec with the traced rates
+        spec = TracedCollision(**{**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)},
+                                  "omega": omegas[0], "omega_minus": omegas[1] if spec.kind == "mrt" else None})
+    relax = Relaxation(*omegas, case.run.collision == "trt", force, spec)
+    return dataclasses.replace(setup, collision=relax, force=None)
 
 
 def replaced(boundaries: tuple[BoundaryCondition, ...], kind: type, change: Callable[[Any], Any]
@@ -213,8 +244,10 @@ def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisa
     """The differentiable form of a prepared case; LbmError (one line) for a key or setting it cannot differentiate."""
     if case.name not in BUILDERS:
         raise LbmError(f"case={case.name} has no differentiable form: use one of {', '.join(BUILDERS)}")
-    if case.run.collision not in COLLISIONS:
-        raise LbmError(f"collision={case.run.collision} is not differentiable: use collision=bgk or collision=trt")
+    if getattr(case.run.collision_params, "smagorinsky", None):
+        raise LbmError(f"collision.smagorinsky={case.run.collision_params.smagorinsky}: the Smagorinsky rate has no "
+                       "finite derivative where the stress vanishes (sqrt|Pi_neq| at a uniform or resting state); "
+                       "set collision.smagorinsky=null")
     keys = case_keys(case)
     for key in wrt:
         if key not in keys:
