@@ -167,3 +167,20 @@ def test_gradient_on_four_devices_equals_one_device():
         assert mesh_value == pytest.approx(value, rel=1e-12)
         for key in wrt:
             assert mesh_grads[key] == pytest.approx(grads[key], rel=1e-12), (mesh, key)
+
+
+@pytest.mark.parametrize("overrides,wrt,objective,checkpoint", [
+    pytest.param(CAVITY + ["steps=12"], ["flow.u_lattice", "flow.reynolds"], "kinetic_energy", "every", id="cavity"),
+    pytest.param(ELLIPSE + ["steps=30"], ["case.axes.a", "flow.u_lattice"], "drag", "binomial", id="ellipse",
+                 marks=pytest.mark.slow),
+    pytest.param(ELLIPSE + ["steps=20"], ["case.axes.b"], "drag", "none", id="ellipse-none", marks=pytest.mark.slow),
+])
+def test_instrumented_gradient_equals_the_fused_one(overrides, wrt, objective, checkpoint, caplog):
+    with caplog.at_level("INFO", logger="lbm"):
+        value, grads = lbm.value_and_grad(overrides + ["mode=instrumented"], wrt, objective, checkpoint=checkpoint,
+                                          every=5, window=10)
+    assert "differentiable run: engine instrumented" in caplog.text
+    fused_value, fused = lbm.value_and_grad(overrides, wrt, objective, checkpoint="none", window=10)
+    assert value == pytest.approx(fused_value, rel=1e-12)
+    for key in wrt:
+        assert grads[key] == pytest.approx(fused[key], rel=1e-10), key

@@ -29,8 +29,12 @@ DIFFERENTIABLE_ENGINES = ("auto", "xla")
 
 def check_engine(run: Any) -> None:
     """LbmError (one line) for an engine or mode a differentiable run cannot use; logs the engine it uses."""
-    if run.mode != "fused":
-        raise LbmError(f"mode={run.mode}: differentiable runs use the fused xla composition; set mode=fused")
+    if run.mode == "instrumented":
+        if mesh_of(run):
+            raise LbmError("mode=instrumented: differentiable runs on several devices use mode=fused (or "
+                           "parallel.devices=1)")
+        log.info("differentiable run: engine instrumented (one executable per stage and per stage's backward pass)")
+        return
     if run.engine not in DIFFERENTIABLE_ENGINES:
         raise LbmError(f"engine={run.engine} has no adjoint: differentiable runs use engine=xla (or engine=auto)")
     note = " (engine=auto picks xla: native and pallas have no adjoint)" if run.engine == "auto" else ""
@@ -80,11 +84,16 @@ def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameteri
 
 def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Objective, checkpoint: str = "sqrt",
                       every: int | None = None, window: int | None = None, levels: int = 3) -> Any:
-    """The jitted ``values -> (objective, {key: derivative})`` of a prepared run (values: key -> scalar)."""
+    """The jitted ``values -> (objective, {key: derivative})`` of a prepared run (values: key -> scalar); in
+    instrumented mode its stage-by-stage form (lbm.diff.instrumented)."""
     import jax
 
     steps = param.case.run.steps
     check(objective, param.case.name)
+    if param.case.run.mode == "instrumented":
+        from lbm.diff.instrumented import InstrumentedGradient
+
+        return InstrumentedGradient(param, objective, checkpoint, every, window, levels)
     solid = np.asarray(param.setup.solid, bool)
 
     def value(values: dict[str, Any]) -> Any:

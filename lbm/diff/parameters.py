@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -61,6 +62,7 @@ class TracedCollision(Collision):
         """No checks: a traced rate has no value to compare."""
 
 
+@jax.tree_util.register_pytree_node_class
 class Relaxation:
     """The collision with traced rates and an optional traced body force (Guo), used as ``Setup.collision``.
 
@@ -75,6 +77,21 @@ class Relaxation:
                  spec: Collision | None = None) -> None:
         self.omega_plus, self.omega_minus, self.two_rates, self.force = omega_plus, omega_minus, two_rates, force
         self.spec = spec
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """Leaves: the rates and the force (a pytree, so that a separately compiled stage can take them)."""
+        spec = self.spec
+        rates = (None, None) if spec is None else (spec.omega, spec.omega_minus)
+        static = None if spec is None else (spec.kind, spec.bulk, spec.ghost, spec.smagorinsky)
+        return (self.omega_plus, self.omega_minus, self.force, *rates), (self.two_rates, static)
+
+    @classmethod
+    def tree_unflatten(cls, aux: tuple[Any, ...], leaves: tuple[Any, ...]) -> Relaxation:
+        """The inverse of :meth:`tree_flatten`."""
+        two_rates, static = aux
+        omega_plus, omega_minus, force, omega, omega_odd = leaves
+        spec = None if static is None else TracedCollision(static[0], omega, omega_odd, *static[1:])
+        return cls(omega_plus, omega_minus, two_rates, force, spec)
 
     def __call__(self, f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, force: Any = None
                  ) -> jnp.ndarray:
