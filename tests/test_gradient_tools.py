@@ -184,3 +184,45 @@ def test_instrumented_gradient_equals_the_fused_one(overrides, wrt, objective, c
     assert value == pytest.approx(fused_value, rel=1e-12)
     for key in wrt:
         assert grads[key] == pytest.approx(fused[key], rel=1e-10), key
+
+
+def test_op_names_of_the_passes():
+    from lbm.profiling.gradient import gradient_stages, module_row
+
+    stages = ["macroscopic", "collide", "bounce_back", "stream"]
+    body = "while/body/eval_jaxpr/checkpoint"
+    assert gradient_stages("jit(value)/jvp()/while/body/eval_jaxpr/collide/mul", stages) == ["collide"]
+    assert gradient_stages(f"jit(value)/transpose(jvp())/{body}/rematted_computation/while/body/macroscopic/add",
+                           stages) == ["macroscopic (recompute)"]
+    assert gradient_stages(f"jit(value)/transpose(jvp())/{body}/while/body/eval_jaxpr/bounce_back/jit(_where)",
+                           stages) == ["bounce_back (backward)"]
+    assert gradient_stages("jit(value)/transpose(jvp(collide))/mul", stages) == ["collide (backward)"]
+    assert gradient_stages("jit(value)/transpose(jvp())/while/body/add", stages) == []
+    assert module_row("jit_backward_bounce_back") == "bounce_back (backward)" and module_row("jit_value") is None
+
+
+@pytest.mark.parametrize("mode", ["fused", pytest.param("instrumented", marks=pytest.mark.slow)])
+def test_profile_of_a_gradient_has_every_stage_forward_and_backward(mode, tmp_path):
+    import json
+
+    # 48x48: XLA:CPU runs loops over smaller arrays as one "small call" kernel, where no stage has a time of its own
+    run = ["case=cavity", "grid.nx=48", "grid.ny=48", "steps=12", "flow.reynolds=10"]
+    overrides = run + ["profile.enabled=true", "profile.steps=12", f"mode={mode}"]
+    value, grads = lbm.value_and_grad(overrides, ["flow.u_lattice"], "kinetic_energy", checkpoint="every", every=4,
+                                      profile_dir=tmp_path / "profile")
+    plain = lbm.value_and_grad(run, ["flow.u_lattice"], "kinetic_energy", checkpoint="every", every=4)
+    assert value == pytest.approx(plain[0], rel=1e-6) and grads == pytest.approx(plain[1], rel=1e-5)
+    record = json.loads((tmp_path / "profile" / "gradient_breakdown.json").read_text())
+    rows = {r["stage"]: r for r in record["rows"]}
+    for stage in ("macroscopic", "equilibrium", "collide", "bounce_back", "stream"):  # the cavity's stages
+        for kind in ("", " (recompute)", " (backward)"):
+            named = [r for name, r in rows.items() if f"{stage}{kind}" in name.split("+")]
+            assert named and all(r["total_ms"] > 0 for r in named), (stage, kind)
+    assert sum(r["total_ms"] for name, r in rows.items() if name != "sum") == pytest.approx(rows["sum"]["total_ms"])
+    assert all(v > 0 for v in record["passes_ms_per_call"].values())
+    assert (tmp_path / "profile" / "gradient_breakdown.png").stat().st_size > 0
+    assert list((tmp_path / "profile").rglob("*.xplane.pb"))  # the trace itself
+    with pytest.raises(LbmError, match="already holds a gradient profile"):
+        lbm.value_and_grad(overrides, ["flow.u_lattice"], "kinetic_energy", profile_dir=tmp_path / "profile")
+    with pytest.raises(LbmError, match="profile.enabled is false"):
+        lbm.value_and_grad(CAVITY, ["flow.u_lattice"], "kinetic_energy", profile_dir=tmp_path / "other")

@@ -104,22 +104,46 @@ def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Ob
 
 
 def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Objective, checkpoint: str = "sqrt",
-                   every: int | None = None, window: int | None = None, levels: int = 3
-                   ) -> tuple[float, dict[str, float]]:
+                   every: int | None = None, window: int | None = None, levels: int = 3,
+                   profile_dir: str | Path | None = None) -> tuple[float, dict[str, float]]:
     """An objective of the run of ``overrides`` and its derivative by each key of ``wrt`` (in that key's units).
 
     ``objective``: a name the case defines (lbm.diff.objectives) or a callable on the final fields;
     ``checkpoint``: none | every (with ``every=k``) | sqrt | binomial (``levels``); ``window``: the last
-    steps the drag and lift are averaged over (default: all).
+    steps the drag and lift are averaged over (default: all). With ``profile.enabled=true`` among the
+    overrides, a profile of the gradient by stage and pass is written to ``profile_dir`` (default: a fresh
+    ``outputs/<date>/<time>/profile``; lbm.diff.profile).
     """
     import jax.numpy as jnp
 
     param = prepare_gradient(overrides, wrt)
     check_window(window, param.case.run.steps)
+    out_dir = profile_directory(param, profile_dir)
     fn = gradient_function(param, wrt, objective, checkpoint, every, window, levels)
     values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
     value, grads = fn(values)
+    if out_dir is not None:
+        from lbm.diff.profile import profile_gradient
+
+        profile_gradient(param, fn, values, out_dir)
     return float(value), {k: float(grads[k]) for k in wrt}
+
+
+def profile_directory(param: Parameterisation, profile_dir: str | Path | None) -> Path | None:
+    """Where the gradient's profile goes (None: not profiled); LbmError for a directory that holds a profile."""
+    if not param.case.run.profile.enabled:
+        if profile_dir is not None:
+            raise LbmError("profile_dir is given but profile.enabled is false: add \"profile.enabled=true\" to the "
+                           "overrides")
+        return None
+    if profile_dir is None:
+        from lbm.config.command_line import fresh_run_dir
+
+        return fresh_run_dir(Path("outputs")).absolute() / "profile"
+    path = Path(profile_dir).expanduser().absolute()
+    if (path / "gradient_breakdown.json").exists():
+        raise LbmError(f"profile_dir={path} already holds a gradient profile: choose a new directory")
+    return path
 
 
 def perturbed_value(overrides: Sequence[str], param: Parameterisation, key: str, value: float, objective: Objective,

@@ -71,13 +71,23 @@ def stage_programs(param: Parameterisation, stages: tuple[str, ...]) -> StagePro
         return stage
 
     fns = {name: make(name) for name in stages}
+
+    def vjp_of(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+        return jax.jit(named(lambda s, p: jax.vjp(fn, s, p), name))
+
     annotate = jax.profiler.annotate_function
-    plain = {n: annotate(jax.jit(fn), name=n) for n, fn in fns.items()}
-    vjps = {n: jax.jit(lambda s, p, fn=fn: jax.vjp(fn, s, p)) for n, fn in fns.items()}
-    pull = jax.jit(lambda pullback, ct: pullback(ct))
-    return StagePrograms(plain=plain, forward={n: annotate(f, name=n) for n, f in vjps.items()},
-                         recompute={n: annotate(f, name=pass_name(n, RECOMPUTE)) for n, f in vjps.items()},
-                         backward={n: annotate(pull, name=pass_name(n, BACKWARD)) for n in stages})
+    return StagePrograms(
+        plain={n: annotate(jax.jit(fn), name=n) for n, fn in fns.items()},
+        forward={n: annotate(vjp_of(fn, f"forward_{n}"), name=n) for n, fn in fns.items()},
+        recompute={n: annotate(vjp_of(fn, f"recompute_{n}"), name=pass_name(n, RECOMPUTE)) for n, fn in fns.items()},
+        backward={n: annotate(jax.jit(named(lambda pullback, ct: pullback(ct), f"backward_{n}")),
+                              name=pass_name(n, BACKWARD)) for n in stages})
+
+
+def named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` named ``name`` (its executable's module is then ``jit_<name>``: lbm.profiling.gradient.module_row)."""
+    fn.__name__ = fn.__qualname__ = name
+    return fn
 
 
 class InstrumentedGradient:
@@ -92,9 +102,9 @@ class InstrumentedGradient:
         self.stages = active_stages(param.setup)
         self.programs = stage_programs(param, self.stages)
         self.solid = np.asarray(param.setup.solid, bool)
-        self.tail = jax.jit(lambda f, t, acc, params, scales: jax.vjp(
-            lambda f_, acc_, p_, sc_: self.observe(f_, t, acc_, p_, sc_), f, acc, params, scales))
-        self.pull = jax.jit(lambda pullback, ct: pullback(ct))
+        self.tail = jax.jit(named(lambda f, t, acc, params, scales: jax.vjp(
+            lambda f_, acc_, p_, sc_: self.observe(f_, t, acc_, p_, sc_), f, acc, params, scales), "objective"))
+        self.pull = jax.jit(named(lambda pullback, ct: pullback(ct), "objective_backward"))
 
     def observe(self, f: Any, t: Any, acc: Any, params: Any, scales: dict[str, Any]) -> Any:
         """The objective from the final populations and the force summed over the window (as differentiable_run)."""
