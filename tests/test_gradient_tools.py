@@ -226,3 +226,68 @@ def test_profile_of_a_gradient_has_every_stage_forward_and_backward(mode, tmp_pa
         lbm.value_and_grad(overrides, ["flow.u_lattice"], "kinetic_energy", profile_dir=tmp_path / "profile")
     with pytest.raises(LbmError, match="profile.enabled is false"):
         lbm.value_and_grad(CAVITY, ["flow.u_lattice"], "kinetic_energy", profile_dir=tmp_path / "other")
+
+
+@pytest.mark.slow
+def test_ellipse_script_reaches_a_target_drag_at_fixed_area(tmp_path):
+    """scripts/ellipse_drag.py, small: from a circle to the ellipse of equal area whose drag is the target."""
+    import json
+    import math
+
+    from conftest import load_script
+
+    script = load_script("ellipse_drag")
+    args = ["--grid", "48", "24", "--start", "3", "3", "--steps", "300", "--window", "100", "--target", "11.0",
+            "--iterations", "8", "--out", str(tmp_path)]
+    assert script.main(args) == 0
+    record = json.loads((tmp_path / "ellipse_drag.json").read_text())
+    assert record["converged"] and record["iterations"] <= 8
+    last = record["history"][-1]
+    assert abs(last["cd_R"] / 11.0 - 1) < 1e-3
+    assert all(math.isclose(h["a"] * h["b"], 9.0, rel_tol=1e-12) for h in record["history"])  # the area is kept
+    assert last["aspect"] > 1.2  # from the circle's 12.25: less drag, streamlined along the flow
+    # the drag the optimiser saw is the simulator's: lbm.run of the final shape (cd on 2b -> on 2R)
+    run = lbm.run(script.run_overrides(script.parse(args), last["a"], last["b"]), run_dir=tmp_path / "check")
+    rows = np.loadtxt(run.run_dir / "forces.csv", delimiter=",", skiprows=1)
+    assert rows[-100:, -2].mean() * last["b"] / 3.0 == pytest.approx(last["cd_R"], rel=1e-6)
+    for name in ("ellipse_drag.png", "ellipse_shapes.png"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def inspect_gradient(out, *args):
+    import json
+
+    from lbm.bench.inspect import main
+
+    assert main(["target=cpu", "engine=xla", "case=cavity", "grid.nx=48", "grid.ny=48", *args, "--out", str(out)]) == 0
+    assert (out / "gradient.hlo.txt").read_text().startswith("HloModule")
+    return json.loads((out / "inspect.json").read_text())["gradient"]
+
+
+def test_inspect_of_the_gradient_program(tmp_path):
+    """Bytes per cell and step of every pass and stage of the program lbm.value_and_grad compiles."""
+    short = inspect_gradient(tmp_path, "steps=16", "gradient=true", "gradient.wrt=flow.u_lattice")
+    assert short["wrt"] == ["flow.u_lattice"] and short["checkpoint"] == "sqrt" and short["steps"] == 16
+    assert all(v > 0 for v in short["passes_bytes_per_cell_step"].values())
+    assert sum(r["bytes_per_cell_step"] for r in short["rows"]) == pytest.approx(short["bytes_per_cell_step"])
+    assert short["ratio_to_forward"] == pytest.approx(short["bytes_per_cell_step"] / short["forward_bytes_per_cell_step"])
+    rows = {s for r in short["rows"] for s in r["stage"].split("+")}
+    assert {"collide", "collide (recompute)", "collide (backward)", "stream (backward)"} <= rows
+
+
+@pytest.mark.slow
+def test_inspect_counts_each_kernel_as_often_as_its_loops_run_it(tmp_path):
+    """Four times the steps, the same bytes per step: the loops' trip counts carry it (lbm.hlo.program_traffic)."""
+    args = ["gradient=true", "gradient.wrt=flow.u_lattice", "gradient.checkpoint=none"]
+    short = inspect_gradient(tmp_path / "a", "steps=16", *args)["passes_bytes_per_cell_step"]
+    long = inspect_gradient(tmp_path / "b", "steps=64", *args)["passes_bytes_per_cell_step"]
+    assert short["recompute"] == long["recompute"] == 0  # no checkpoints: nothing is recomputed
+    assert long["forward"] == pytest.approx(short["forward"], rel=0.05)
+    assert long["backward"] == pytest.approx(short["backward"], rel=0.05)
+
+
+def test_inspect_gradient_options_are_checked():
+    from lbm.cli import main
+
+    assert main(["inspect", "gradient=maybe"]) == 2
+    assert main(["inspect", "gradient.wrt=flow.reynolds"]) == 2
