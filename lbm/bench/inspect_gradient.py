@@ -70,7 +70,7 @@ def gradient_record(text: str, param: Any, wrt: list[str], forward_bytes: float,
 
     from lbm.engines.timestep import active_stages
     from lbm.hlo import program_traffic
-    from lbm.profiling.gradient import BACKWARD, RECOMPUTE, kernel_rows, pass_of_row, row_order
+    from lbm.profiling.gradient import BACKWARD, RECOMPUTE, UNKNOWN, UNKNOWN_PASS, kernel_rows, row_order, row_pass
     from lbm.stages import STAGES
 
     stages = active_stages(param.setup)
@@ -80,13 +80,13 @@ def gradient_record(text: str, param: Any, wrt: list[str], forward_bytes: float,
     bytes_of: dict[str, float] = defaultdict(float)
     runs: dict[str, int] = defaultdict(int)
     for k, times in program_traffic(text, STAGES):
-        row = labels.get(k.name, "(unscoped)")
+        row = labels.get(k.name, UNKNOWN)
         bytes_of[row] += (k.bytes_read + k.bytes_written) * times / per
         runs[row] += times
     total = sum(bytes_of.values())
-    passes = {"forward": 0.0, RECOMPUTE: 0.0, BACKWARD: 0.0}
+    passes = {"forward": 0.0, RECOMPUTE: 0.0, BACKWARD: 0.0, UNKNOWN_PASS: 0.0}
     for row, b in bytes_of.items():
-        kinds = [pass_of_row(r) or "forward" for r in row.split("+")]
+        kinds = row_pass(row).split("+")
         for kind in kinds:
             passes[kind] += b / len(kinds)
     return {

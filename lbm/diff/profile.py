@@ -65,7 +65,7 @@ def profile_gradient(param: Parameterisation, fn: Any, values: dict[str, Any], o
         kernels = grad_rows.kernel_rows(fn.lower(values).compile().as_text(), stages)
 
         def row_of(e: dict[str, Any]) -> str:
-            return kernels.get(str(e.get("hlo_op")), grad_rows.UNSCOPED)
+            return kernels.get(str(e.get("hlo_op")), grad_rows.UNKNOWN)
     walls = traced_calls(fn, values, calls, out_dir)
     db, _ = open_trace_db(locate_trace(out_dir), run.profile.backend, run.profile.trace_processor)
     try:

@@ -59,7 +59,11 @@ def gradient_stages(op_name: str, stages: Iterable[str]) -> list[str]:
 
 
 UNSCOPED = "(unscoped)"
-"""Row of the kernels that carry no stage scope (the objective, copies, loop bookkeeping)."""
+"""Row of the kernels of a pass that carry no stage scope (the objective, loop bookkeeping): ``(unscoped)``,
+``(unscoped) (backward)``."""
+UNKNOWN = "(no metadata)"
+"""Row of the kernels XLA added without an op_name (copies of loop carries and buffers): their pass is unknown."""
+UNKNOWN_PASS = "unknown"
 SMALL_CALL = "xla_cpu_small_call"
 """The frontend attribute of a ``call`` XLA:CPU runs as one kernel (a loop over small arrays)."""
 CSV_COLUMNS = ["stage", "pass", "kernels", "events", "total_ms", "ms_per_call", "ms_per_step", "share"]
@@ -94,7 +98,7 @@ def kernel_rows(hlo_text: str, stages: Iterable[str]) -> dict[str, str]:
         for n in names:
             rows += [r for r in gradient_stages(n, stages) if r not in rows]
         kinds = {pass_of(n) for n in names if n}
-        unscoped = pass_name(UNSCOPED, kinds.pop() if len(kinds) == 1 else "")
+        unscoped = UNKNOWN if not kinds else pass_name(UNSCOPED, kinds.pop() if len(kinds) == 1 else "")
         out[ins.name] = "+".join(sorted(rows, key=row_order(stages))) or unscoped
     return out
 
@@ -114,6 +118,8 @@ def row_order(stages: Iterable[str]) -> Any:
     order = {s: i for i, s in enumerate(stages)}
 
     def key(row: str) -> tuple[int, int, str]:
+        if row == UNKNOWN:
+            return len(PASSES), 0, row
         first = row.split("+")[0]
         kind = pass_of_row(first)
         stage = first[: len(first) - len(kind) - 3] if kind else first
@@ -138,8 +144,7 @@ def breakdown(events: Iterable[Mapping[str, Any]], row_of: Callable[[Mapping[str
     whole = sum(totals.values())
     out = []
     for row in sorted(totals, key=row_order(stages)):
-        kinds = {pass_of_row(r) for r in row.split("+")}
-        out.append({"stage": row, "pass": "+".join(sorted(k or "forward" for k in kinds)), "kernels": len(kernels[row]),
+        out.append({"stage": row, "pass": row_pass(row), "kernels": len(kernels[row]),
                     "events": counts[row], "total_ms": totals[row] / 1e6, "ms_per_call": totals[row] / 1e6 / calls,
                     "ms_per_step": totals[row] / 1e6 / calls / steps, "share": totals[row] / whole if whole else None})
     out.append({"stage": "sum", "pass": "", "kernels": sum(len(k) for k in kernels.values()),
@@ -148,15 +153,22 @@ def breakdown(events: Iterable[Mapping[str, Any]], row_of: Callable[[Mapping[str
     return out
 
 
+def row_pass(row: str) -> str:
+    """The pass column of a row: forward, recompute, backward, several joined by ``+``, or :data:`UNKNOWN_PASS`."""
+    if row == UNKNOWN:
+        return UNKNOWN_PASS
+    return "+".join(sorted({pass_of_row(r) or "forward" for r in row.split("+")}))
+
+
 def pass_of_row(row: str) -> str:
     """The pass of a row name (``collide (backward)`` -> backward, ``collide`` -> "")."""
     return next((k for k in PASSES if k and row.endswith(f" ({k})")), "")
 
 
 def pass_totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Device ms per call of each pass (forward, recompute, backward); a fused set of several passes counts under
-    each, split evenly."""
-    out = {"forward": 0.0, RECOMPUTE: 0.0, BACKWARD: 0.0}
+    """Device ms per call of each pass (forward, recompute, backward, and the kernels of no known pass); a fused set of
+    several passes counts under each, split evenly."""
+    out = {"forward": 0.0, RECOMPUTE: 0.0, BACKWARD: 0.0, UNKNOWN_PASS: 0.0}
     for r in rows:
         if r["stage"] != "sum":
             parts = r["pass"].split("+")
