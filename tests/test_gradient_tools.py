@@ -291,3 +291,26 @@ def test_inspect_gradient_options_are_checked():
 
     assert main(["inspect", "gradient=maybe"]) == 2
     assert main(["inspect", "gradient.wrt=flow.reynolds"]) == 2
+
+
+@pytest.mark.accel
+def test_gradient_program_compiles_for_a_gpu_without_one(tmp_path):
+    """The gradient program for target=h100 (deviceless; bash scripts/accel_env.sh, then -m accel in .venv-accel)."""
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+
+    from lbm.bench.inspect import CUDA_PLUGINS
+
+    if not any(importlib.util.find_spec(m.split(".")[0]) and importlib.util.find_spec(m) for m in CUDA_PLUGINS):
+        pytest.skip("no CUDA plugin here (bash scripts/accel_env.sh)")
+    done = subprocess.run([sys.executable, "-m", "lbm", "inspect", "target=h100", "gradient=true", "case=cavity",
+                           "grid.nx=64", "grid.ny=64", "steps=16", "--out", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((tmp_path / "inspect.json").read_text())
+    assert record["engine"] == "pallas" and record["target"]["platform"] == "cuda"
+    gradient = record["gradient"]
+    assert gradient["bytes_per_cell_step"] > gradient["forward_bytes_per_cell_step"] > 0
+    assert {"collide (backward)", "stream (backward)"} <= {s for r in gradient["rows"] for s in r["stage"].split("+")}
+    assert "gradient program" in done.stdout
