@@ -12,7 +12,8 @@ fixed area is the drag force itself; with --target it is (cd_R / target - 1)^2. 
 from ``lbm.value_and_grad`` by the ellipse's axes (case.axes.a, case.axes.b): d/ds = a d/da - b d/db.
 flow.tau is fixed, so the viscosity does not change with the shape. Each iteration runs the simulation
 of the current shape (its own solid mask), and an optax optimiser (L-BFGS without line search, its step
-clipped to --max-step, or Adam) updates s. Converged: |d cd_R / ds| < --tol cd_R (least drag), or
+clipped to --max-step and its memory restarted where the last step met no positive curvature, or Adam)
+updates s. Converged: |d cd_R / ds| < --tol cd_R (least drag), or
 |cd_R / target - 1| < --tol (target). Writes ellipse_drag.json (the history), ellipse_drag.png (the
 objective and its gradient against the iteration) and ellipse_shapes.png (the shapes) into --out.
 optax is an optional dependency: pip install "lbm[optim]".
@@ -93,6 +94,10 @@ def optimise(args: argparse.Namespace) -> dict[str, Any]:
         if done:
             converged = True
             break
+        if args.optimizer == "lbfgs" and len(history) > 1 and (
+                (grad - history[-2]["gradient"]) * (float(s) - history[-2]["s"]) <= 0):
+            state = opt.init(s)  # no positive curvature (a concave stretch): restart from a (clipped) gradient step
+            history[-1]["restart"] = True
         updates, state = opt.update(jnp.asarray(grad, s.dtype), state, s)
         s = jnp.clip(optax.apply_updates(s, updates), lo, hi)
     last = history[-1]
