@@ -6,11 +6,13 @@ the backward pass proper (the stages' adjoints, in reverse order). Their rows ar
 ``collide``, ``collide (recompute)`` and ``collide (backward)`` (:func:`pass_name`).
 
 JAX keeps each stage's ``jax.named_scope`` in the op_name metadata of every pass and marks the pass
-by the path around it (jax 0.12): ``jit(value)/jvp()/while/body/.../collide/mul`` (forward),
+by the path around it (jax 0.12 and 0.11.2): ``jit(value)/jvp()/while/body/.../collide/mul`` (forward),
 ``jit(value)/transpose(jvp())/.../checkpoint/rematted_computation/.../collide/mul`` (recomputed) and
 ``jit(value)/transpose(jvp())/.../checkpoint/while/body/.../collide/mul`` (backward); a scope JAX
 folds into the transform's name (``transpose(jvp(collide))``) counts the same. :func:`gradient_stages`
-reads them.
+reads them; :func:`kernel_rows` gives each kernel of a compiled program its row, :func:`module_row` each
+executable of the instrumented gradient (lbm.diff.instrumented); :func:`breakdown` sums a trace's kernel
+events by row and :func:`write` writes gradient_breakdown.csv/.json/.png (lbm.diff.profile).
 """
 
 from __future__ import annotations
