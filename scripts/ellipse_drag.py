@@ -123,7 +123,7 @@ def plot(record: dict[str, Any], out: Path) -> list[Path]:
         ax1.legend()
     ax1.set(xlabel="iteration", ylabel="cd on the equal-area diameter", title="drag")
     ax2.semilogy(its, [abs(h["d_cd_R_ds"]) for h in hist], "o-")
-    ax2.set(xlabel="iteration", ylabel="|d cd / d log(a/b)^(1/2)|", title="gradient")
+    ax2.set(xlabel="iteration", ylabel="|d cd / ds|, s = ln(a/b) / 2", title="gradient")
     fig.tight_layout()
     paths = [out / "ellipse_drag.png", out / "ellipse_shapes.png"]
     fig.savefig(paths[0], dpi=120)
@@ -136,7 +136,7 @@ def plot(record: dict[str, Any], out: Path) -> list[Path]:
         ax.plot(h["a"] * np.cos(t), h["b"] * np.sin(t), color=c, lw=2 if ends else 0.8,
                 label=f"iteration {h['iteration']}: a/b {h['aspect']:.2f}, cd {h['cd_R']:.4f}" if ends else None)
     ax.set(aspect="equal", xlabel="x (cells, flow ->)", ylabel="y (cells)",
-           title=f"ellipses of equal area pi {record['equal_area_radius']:.2f}^2")
+           title=f"ellipses of equal area pi R^2, R = {record['equal_area_radius']:.2f} cells")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(paths[1], dpi=120)
