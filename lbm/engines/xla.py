@@ -44,11 +44,11 @@ class FusedEngine(Engine):
 
     def encode(self, f: jnp.ndarray) -> jnp.ndarray:
         """Populations in the stored representation."""
-        return encode(f, self.storage, self.setup.lattice)
+        return encode(f, self.storage)
 
     def decode(self, s: jnp.ndarray) -> jnp.ndarray:
         """Populations in the compute dtype from the stored representation."""
-        return decode(s, self.storage, self.setup.lattice, self.setup.dtype)
+        return decode(s, self.storage, self.setup.dtype)
 
     def chunk_function(self, n: int) -> Any:
         """The jitted n-step chunk ``(f, params, t0) -> (f, outputs)``: steps t0 .. t0 + n - 1 (f donated)."""
