@@ -28,8 +28,8 @@ NATIVE_SHAPES = {2: [(7, 5), (3, 2), (16, 33)], 3: [(5, 4, 3), (3, 6, 2)]}
 
 
 def _reference_step(f, lat, op, om, force):
-    rho, u = macroscopic(f, lat, force)
-    return stream(collide(f, equilibrium(rho, u, lat), u, lat, op, om, force), lat)
+    drho, u = macroscopic(f, lat, force)
+    return stream(collide(f, equilibrium(drho, u, lat), u, lat, op, om, force), lat)
 
 
 @needs_native
@@ -131,8 +131,8 @@ def test_kernel_walls_equal_the_dense_bounce_back(lat):
         f = random_populations(lat, shape, 20 + k)
 
         def reference(f, wall=wall):
-            rho, u = macroscopic(f, lat, None)
-            post = collide(f, equilibrium(rho, u, lat), u, lat, op, om, None)
+            drho, u = macroscopic(f, lat, None)
+            post = collide(f, equilibrium(drho, u, lat), u, lat, op, om, None)
             return stream(wall.apply(StepState(f=f, post=post), lat).post, lat)
 
         one = reference(f)
@@ -215,8 +215,8 @@ def test_kernel_faces_equal_the_dense_inlet_and_outflow(lat, kind, collision):
 
     def reference(f):
         s = outflow.apply(StepState(f=f), lat)
-        rho, u = macroscopic(s.f, lat, force)
-        s = inlet.apply(s.replace(rho=rho, u=u, feq=equilibrium(rho, u, lat)), lat)
+        drho, u = macroscopic(s.f, lat, force)
+        s = inlet.apply(s.replace(drho=drho, u=u, feq=equilibrium(drho, u, lat)), lat)
         return stream(collide(s.f, s.feq, s.u, lat, op, om, force), lat)
 
     f = random_populations(lat, shape, 9)

@@ -41,8 +41,8 @@ SHAPES = {2: (7, 5), 3: (5, 4, 3)}
 
 
 def _reference_step(f, lat, spec, force):
-    rho, u = macroscopic(f, lat, force)
-    return stream(spec(f, equilibrium(rho, u, lat), u, lat, force), lat)
+    drho, u = macroscopic(f, lat, force)
+    return stream(spec(f, equilibrium(drho, u, lat), u, lat, force), lat)
 
 
 KERNEL_FAST = {(D2Q9, "mrt", True), (D2Q9, "regularized", False), (D2Q9, "recursive_regularized", True),
