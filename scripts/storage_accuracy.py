@@ -8,8 +8,8 @@ Every combination runs the same case (``case=cavity``, the grid ``N x N``) for t
 others compute in float32. Each row gives the relative mass drift of the fluid, the case's Ghia errors
 (``ghia_u_max_abs_error``, ``ghia_v_max_abs_error``, in units of the lid speed) and the largest
 difference |u - u_64| of the velocity from a float64 run (of the engine ``--reference``, run first) and its
-rms over the grid, in units of the lid speed (``du_vs_float64``, ``du_rms_vs_float64``). It reads only what the engines give (``initial_populations``, ``advance``,
-``fields``), so it measures any version of lbm alike.
+rms over the grid, in units of the lid speed (``du_vs_float64``, ``du_rms_vs_float64``). It reads only what
+the engines give (``initial_populations``, ``advance``, ``fields``), so it measures any version of lbm alike.
 """
 
 from __future__ import annotations

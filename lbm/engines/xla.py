@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from lbm.cases.base import Setup
-from lbm.engines.base import STORAGES, Engine, decode, encode, program, spec_of
+from lbm.engines.base import Engine, check_storage, decode, encode, program, spec_of
 from lbm.engines.timestep import fold_walls, step_index, timestep
 from lbm.stages import FUSED_STEP, TIMESTEP
 
@@ -35,8 +35,7 @@ class FusedEngine(Engine):
 
     def __init__(self, setup: Setup, storage: str = "compute") -> None:
         super().__init__(setup)
-        if storage not in STORAGES:
-            raise ValueError(f"storage must be one of {', '.join(STORAGES)}, not {storage!r}")
+        check_storage(storage)
         if storage != "compute" and jnp.dtype(setup.dtype) != jnp.float32:
             raise ValueError(f"{storage} storage computes in float32: build the setup with precision=float32")
         self.storage = storage

@@ -29,8 +29,7 @@ import numpy as np
 from lbm.engines.native.collisions import KINDS, RATES, collision_lines, pairwise_sum, rate_constants, rate_table
 from lbm.lattice import CS2, Lattice
 
-STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "bfloat16": ("float", "bfloat16"),
-           "float16": ("float", "float16")}
+STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("float", "float16")}
 """storage name -> (C compute type, C storage type)."""
 SCHEMES = {"PUSH": "push", "AA_EVEN": "aa_even", "AA_ODD": "aa_odd"}
 """C names of the streaming schemes (lbm.engines.plan.SCHEMES)."""
@@ -41,7 +40,7 @@ class KernelSpec:
     """What one generated library computes: lattice, storage type, collision kind, body force present, inlet kind."""
 
     lattice: Lattice
-    storage: str  # float32 | float64 | bfloat16 | float16 (16-bit: float32 compute); all hold f - w
+    storage: str  # float32 | float64 | float16 (float32 compute); all hold f - w
     trt: bool
     forced: bool
     inlet: str = ""  # the kind (lbm.boundaries.inlet.INLET_KINDS) of a velocity inlet the kernel applies; "" none
@@ -238,8 +237,8 @@ def header(spec: KernelSpec) -> str:
     outer_off = ", ".join("{" + ", ".join(str(int(c[i, a])) for a in range(d - 1)) + "}" for i in range(q))
     inner_off = ", ".join(str(int(c[i, d - 1])) for i in range(q))
     opp = ", ".join(str(int(o)) for o in lat.opposite)
-    if store in ("bfloat16", "float16"):
-        store_t, ffi_type = "uint16_t", {"bfloat16": "ffi::BF16", "float16": "ffi::F16"}[store]
+    if store == "float16":
+        store_t, ffi_type = "uint16_t", "ffi::F16"
     else:
         store_t, ffi_type = store, {"float": "ffi::F32", "double": "ffi::F64"}[store]
     parts = [

@@ -30,14 +30,7 @@ namespace ffi = xla::ffi;
 #include "lbm_generated.h"  // real, store, LBM_FFI_TYPE, Q, D, OUTER_OFF, INNER_OFF, OPP, LBM_* macros
 
 // ---- loads and stores of the storage type ---------------------------------------------------------------------
-#if defined(LBM_STORAGE_BFLOAT16)
-static inline real LD(const uint16_t* p) { uint32_t b = (uint32_t)(*p) << 16; float v; std::memcpy(&v, &b, 4); return v; }
-static inline void ST(uint16_t* p, real v) {
-  uint32_t b; float fv = (float)v; std::memcpy(&b, &fv, 4);
-  if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu)) { *p = (uint16_t)((b >> 16) | 0x40); return; }
-  b += 0x7fffu + ((b >> 16) & 1u); *p = (uint16_t)(b >> 16);
-}
-#elif defined(LBM_STORAGE_FLOAT16)
+#if defined(LBM_STORAGE_FLOAT16)
 // IEEE half by integer arithmetic (round to nearest even, subnormals, inf, nan), so that GCC
 // vectorises it (it does not vectorise _Float16 conversions); exact against numpy/XLA's convert.
 static inline uint32_t U_(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
