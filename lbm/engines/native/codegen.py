@@ -177,34 +177,49 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
         lines += inlet_unknowns(spec)
     if spec.collision:
         return lines + collision_lines(spec)
-    if spec.forced and not spec.trt and not inlet:
-        # BGK with Guo's term, folded into the equilibrium's polynomial (the same sum, fewer operations per direction):
-        # o_i = (1 - wp) f_i + w_i (A + c_i.u (B + C c_i.u + D_i)) + ga_i, A = wp (drho + rho base) - (1 - wp/2) u.F /
-        # cs^2, B = 3 wp rho, C = 4.5 wp rho, D_i = (1 - wp/2) c_i.F / cs^4, ga_i = (1 - wm/2) w_i c_i.F / cs^2 (table F)
-        lines.append("real sf = (" + " + ".join(f"F{a}_ * u{a}" for a in range(d)) + ") * gs_;")
-        lines.append("real wr = wp * rho, keep = (real)1 - wp;")
-        lines.append("real pa = wp * (drho + rho * base) - sf, pb = (real)3 * wr, pc = (real)4.5 * wr;")
-        for i in range(q):
-            w = _fmt(lat.w[i])
-            if c[i].any():
-                gd, ga = f"F[{d + 1 + 2 * q + i}]", f"F[{d + 1 + i}]"
-                lines.append(f"real o{i} = keep * f{i} + ((real){w} * (pa + cu{i} * ((pb + pc * cu{i}) + {gd})) + {ga});")
-            else:
-                lines.append(f"real o{i} = keep * f{i} + (real){w} * pa;")
-        return lines
+    if not spec.trt and not inlet:
+        return lines + bgk_folded(spec)
     if spec.trt:
         lines += [f"real neq{i} = f{i} - feq{i};" for i in range(q)]
         for i in range(q):
             o = int(lat.opposite[i])
             lines.append(
                 f"real o{i} = f{i} - wp * ((real)0.5 * (neq{i} + neq{o})) - wm * ((real)0.5 * (neq{i} - neq{o}));")
-    else:
+    else:  # BGK on an inlet cell
         lines += [f"real o{i} = f{i} - wp * (f{i} - feq{i});" for i in range(q)]
     if spec.forced:  # Guo: o_i += (1 - wp/2) w_i (-u.F / cs^2 + c_i.u c_i.F / cs^4) + (1 - wm/2) w_i c_i.F / cs^2
         lines.append("real sf = (" + " + ".join(f"F{a}_ * u{a}" for a in range(d)) + ") * gs_;")
         for i in range(q):
             w = _fmt(lat.w[i])
             lines.append(f"o{i} += (F[{d + 1 + i}] - (real){w} * sf) + F[{d + 1 + q + i}] * cu{i};")
+    return lines
+
+
+def bgk_folded(spec: KernelSpec) -> list[str]:
+    """C statements of BGK (with Guo's term where forced) folded into the equilibrium's polynomial: the same sum as
+    f_i - wp (f_i - feq_i) (+ Guo), fewer operations per direction (the feq_i above it are then left unused).
+
+    o_i = (1 - wp) f_i + w_i (A + c_i.u (B + C c_i.u + D_i)) + ga_i with A = wp (drho + rho base) [- (1 - wp/2) u.F /
+    cs^2], B = 3 wp rho, C = 4.5 wp rho, and where forced D_i = (1 - wp/2) c_i.F / cs^4, ga_i = (1 - wm/2) w_i c_i.F /
+    cs^2 (table F).
+    """
+    lat = spec.lattice
+    q, d, c = lat.q, lat.d, lat.c
+    lines = []
+    if spec.forced:
+        lines.append("real sf = (" + " + ".join(f"F{a}_ * u{a}" for a in range(d)) + ") * gs_;")
+    lines.append("real wr = wp * rho, keep = (real)1 - wp;")
+    lines.append(f"real pa = wp * (drho + rho * base){' - sf' if spec.forced else ''}, pb = (real)3 * wr,"
+                 " pc = (real)4.5 * wr;")
+    for i in range(q):
+        w = _fmt(lat.w[i])
+        if not c[i].any():
+            lines.append(f"real o{i} = keep * f{i} + (real){w} * pa;")
+        elif spec.forced:
+            gd, ga = f"F[{d + 1 + 2 * q + i}]", f"F[{d + 1 + i}]"
+            lines.append(f"real o{i} = keep * f{i} + ((real){w} * (pa + cu{i} * ((pb + pc * cu{i}) + {gd})) + {ga});")
+        else:
+            lines.append(f"real o{i} = keep * f{i} + (real){w} * (pa + cu{i} * (pb + pc * cu{i}));")
     return lines
 
 
