@@ -80,6 +80,7 @@ def rewritten(path, f, meta_change):
     return out
 
 
+@pytest.mark.slow
 def test_checkpoints_record_deviations_and_an_absolute_one_resumes_the_same_run(tmp_path):
     """The header says ``populations: f - w``; a checkpoint without the key (absolute populations, as lbm wrote
     before) is shifted on resume and continues the run as the deviations do (float64: to rounding)."""
@@ -104,8 +105,10 @@ def test_checkpoints_record_deviations_and_an_absolute_one_resumes_the_same_run(
 
 
 def test_a_checkpoint_of_an_unknown_representation_is_refused_in_one_line(tmp_path):
+    """The fast representative of the checkpoint tests: the header says ``f - w``; another value is refused."""
     simulate(run_config(*TG, "steps=10", "checkpoint.every=10"), tmp_path / "b")
     path = sorted((tmp_path / "b" / "checkpoints").glob(ckpt_io.GLOB))[-1]
+    assert ckpt_io.read_header(path)["populations"] == ckpt_io.DEVIATIONS == "f - w"
     other = rewritten(path, ckpt_io.load_checkpoint(path)["f"], lambda meta: meta.update(populations="f / w"))
     with pytest.raises(LbmError) as exc:
         simulate(run_config(*TG, "steps=20", f"checkpoint.resume={other}"), tmp_path / "c")
