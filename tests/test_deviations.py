@@ -118,8 +118,8 @@ def test_a_checkpoint_of_an_unknown_representation_is_refused_in_one_line(tmp_pa
 
 
 def test_bfloat16_storage_is_refused_in_one_line():
-    """bfloat16 keeps 8 significant bits: on the 130² cavity it ends 2.9% of the lid speed from float64 (float16:
-    0.33%, docs/physics.md); asking for it, from Python or the bench, gets the reason in one line."""
+    """bfloat16 keeps 8 significant bits: on the 130² cavity it ends 3% of the lid speed from float64 (float16:
+    0.36%, docs/physics.md); asking for it, from Python or the bench, gets the reason in one line."""
     from lbm.bench.cli import compose_bench, plan
     from lbm.errors import ConfigError
 

@@ -32,8 +32,8 @@ Either holds the engine state, the deviations f - w from the rest state (lbm.ker
 STORAGE_DTYPES = {"float16": jnp.float16}
 REFUSED_STORAGES = {
     "bfloat16": "bfloat16 keeps 8 significant bits of each population's deviation f - w: the 130x130 cavity "
-                "(Re 100, 60000 steps) ends 2.9% of the lid speed from float64 and its Ghia error is 4x float32's "
-                "(float16: 0.33%, docs/physics.md); use storage=float16",
+                "(Re 100, 60000 steps) ends 3% of the lid speed from float64 and its Ghia error is 4x float32's "
+                "(float16: 0.36%, docs/physics.md); use storage=float16",
 }
 """Storage types the engines refuse, with the reason (one line each)."""
 
