@@ -41,8 +41,8 @@ SHAPES = {2: (7, 5), 3: (5, 4, 3)}
 
 
 def _reference_step(f, lat, spec, force):
-    rho, u = macroscopic(f, lat, force)
-    return stream(spec(f, equilibrium(rho, u, lat), u, lat, force), lat)
+    drho, u = macroscopic(f, lat, force)
+    return stream(spec(f, equilibrium(drho, u, lat), u, lat, force), lat)
 
 
 KERNEL_FAST = {(D2Q9, "mrt", True), (D2Q9, "regularized", False), (D2Q9, "recursive_regularized", True),
@@ -116,7 +116,7 @@ def test_native_engine_collisions_follow_the_xla_engine(name, kind, precision):
 @needs_native
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("storage", ["float16", "bfloat16"])
+@pytest.mark.parametrize("storage", ["float16"])
 def test_native_collisions_with_16bit_storage_follow_the_xla_engine(kind, storage):
     """16-bit storage (f - w stored, float32 compute) on the cavity stays within 16-bit rounding of the xla engine."""
     with jax.enable_x64(False):
@@ -124,8 +124,8 @@ def test_native_collisions_with_16bit_storage_follow_the_xla_engine(kind, storag
         f_ref = np.asarray(XlaEngine(setup, storage).advance(setup.initial_populations(), 20)[0])
         f_fast = np.asarray(make_engine(setup, engine="native", storage=storage).advance(
             setup.initial_populations(), 20)[0])
-    # |f - w| < 0.1 here; float16 keeps 11 bits, bfloat16 8: 20 steps of rounding in different orders
-    bound = {"float16": 1e-3, "bfloat16": 1e-2}[storage]
+    # |f - w| < 0.1 here; float16 keeps 11 bits: 20 steps of rounding in different orders
+    bound = 1e-3
     np.testing.assert_allclose(f_fast, f_ref, rtol=0, atol=bound * np.abs(f_ref).max())
 
 

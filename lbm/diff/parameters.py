@@ -123,7 +123,7 @@ class HalfForce(BoundaryCondition):
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The state with the force-shifted velocity."""
-        shift = jnp.stack([0.5 * self.force[a] / s.rho for a in range(lattice.d)])
+        shift = jnp.stack([0.5 * self.force[a] / (1.0 + s.drho) for a in range(lattice.d)])
         return s.replace(u=s.u + shift.astype(s.u.dtype))
 
 
@@ -204,8 +204,8 @@ def _taylor_green(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, f
     omegas = relaxation(case, float(case.run.grid[0]), v)
     ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # u0 ~ U, rho0 - 1 ~ U^2 (the vortex's pressure)
     u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
-    rho0 = 1.0 + (jnp.asarray(setup.rho0, setup.dtype) - 1.0) * ratio**2
-    return Traced(traced_setup(case, setup, omegas), setup.boundaries, equilibrium(rho0, u0, setup.lattice), {})
+    drho0 = jnp.asarray(np.asarray(setup.rho0, np.float64) - 1.0, setup.dtype) * ratio**2
+    return Traced(traced_setup(case, setup, omegas), setup.boundaries, equilibrium(drho0, u0, setup.lattice), {})
 
 
 def _poiseuille(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
@@ -227,7 +227,7 @@ def _cylinder(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float
     bcs = replaced(bcs, InterpolatedBounceBack,
                    lambda w: moved_ellipse(w, setup.shape, setup.lattice, center, axes))
     u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
-    f0 = equilibrium(jnp.asarray(setup.rho0, setup.dtype), u0, setup.lattice)
+    f0 = equilibrium(jnp.asarray(np.asarray(setup.rho0, np.float64) - 1.0, setup.dtype), u0, setup.lattice)
     depth = float(setup.shape[2]) if len(setup.shape) == 3 else 1.0
     norm = 0.5 * v["flow.u_lattice"] ** 2 * 2 * radius * depth
     return Traced(traced_setup(case, setup, omegas), bcs, f0, {"force_norm": norm})
