@@ -31,6 +31,14 @@ a level already named there is kept."""
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAG}".strip()
 
+NATIVE_TEST_OPT = "1"
+"""The suite builds the native kernels at -O1 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every
+subprocess): the same bits as -O3 (tests/test_engines_native_build.py), about half the compiler's time per kernel
+(a dozen and more kernels on a clean machine), and kernels as fast as -O3's at the suite's grid sizes (-O0 builds
+faster still but runs ~5x slower). A level already in LBM_NATIVE_OPT is kept (``LBM_NATIVE_OPT=3`` tests the
+default build)."""
+os.environ.setdefault("LBM_NATIVE_OPT", NATIVE_TEST_OPT)
+
 settings.register_profile("lbm", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lbm"))

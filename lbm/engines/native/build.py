@@ -29,14 +29,15 @@ import numpy as np
 
 from lbm.engines.native.codegen import KernelSpec, header
 from lbm.environment import cpu_id
+from lbm.errors import LbmError
 
 KERNELS = ("push", "aa_even", "aa_odd", "scatter")
 """The FFI handlers of a library (kernels.cc)."""
 
 log = logging.getLogger("lbm")
 _lock = threading.Lock()
-_registered: dict[str, str] = {}
-_failure: dict[str, str] = {}
+_registered: dict[tuple[str, str], str] = {}
+_failure: dict[tuple[str, str], str] = {}
 
 
 def kernel_source() -> str:
@@ -67,9 +68,21 @@ CXXFLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd"
 -fno-trapping-math lets the vectoriser evaluate both sides of the 16-bit conversions' selects."""
 
 
+OPT_LEVELS = ("0", "1", "2", "3")
+"""The optimisation levels $LBM_NATIVE_OPT may name. Every level gives bitwise the same populations: with
+-ffp-contract=off and no -ffast-math GCC and Clang neither fuse nor reorder floating-point operations at any level,
+and the vectorised loop (``omp simd``) has no reduction (tests/test_engines_native_build.py compares the test
+suite's -O1 to -O3). Lower levels build faster (-O1: about half of -O3's compiler time); -O0's kernels run ~5x slower."""
+
+
 def cxxflags() -> list[str]:
-    """Compiler flags: CXXFLAGS plus $LBM_NATIVE_EXTRA_FLAGS (space separated; for experiments)."""
-    return [*CXXFLAGS, *os.environ.get("LBM_NATIVE_EXTRA_FLAGS", "").split()]
+    """Compiler flags: CXXFLAGS at level $LBM_NATIVE_OPT (default 3) plus $LBM_NATIVE_EXTRA_FLAGS (for experiments)."""
+    level = os.environ.get("LBM_NATIVE_OPT", "3")
+    if level not in OPT_LEVELS:
+        raise LbmError(f"LBM_NATIVE_OPT={level!r} is invalid: expected one of {', '.join(OPT_LEVELS)} "
+                       "(the C++ optimisation level of the native kernels; unset for 3)")
+    flags = [f"-O{level}" if flag == "-O3" else flag for flag in CXXFLAGS]
+    return [*flags, *os.environ.get("LBM_NATIVE_EXTRA_FLAGS", "").split()]
 
 
 def build_status(message: str) -> Any:
@@ -121,10 +134,11 @@ def build(spec: KernelSpec) -> Path:
 def register(spec: KernelSpec) -> str:
     """Build (if needed), load and register the kernels of ``spec``; returns the FFI target prefix."""
     with _lock:
-        if spec.tag in _registered:
-            return _registered[spec.tag]
-        if spec.tag in _failure:
-            raise RuntimeError(_failure[spec.tag])
+        key = (spec.tag, " ".join(cxxflags()))  # one library per spec and flags (LBM_NATIVE_OPT may change)
+        if key in _registered:
+            return _registered[key]
+        if key in _failure:
+            raise RuntimeError(_failure[key])
         try:
             path = build(spec)
             lib = ctypes.cdll.LoadLibrary(str(path))
@@ -132,9 +146,9 @@ def register(spec: KernelSpec) -> str:
             for k in KERNELS:
                 jax.ffi.register_ffi_target(f"{prefix}_{k}", jax.ffi.pycapsule(getattr(lib, f"lbm_{k}")), platform="cpu")
         except Exception as exc:  # remember: do not retry a broken build on every call
-            _failure[spec.tag] = str(exc)
+            _failure[key] = str(exc)
             raise
-        _registered[spec.tag] = prefix
+        _registered[key] = prefix
         return prefix
 
 
