@@ -36,6 +36,36 @@ def test_a_build_logs_its_start_its_time_and_the_cache_path(tmp_path, monkeypatc
     assert len(calls) == 1 and not caplog.records
 
 
+def test_concurrent_builders_of_one_kernel_compile_it_once(tmp_path, monkeypatch):
+    """A second builder of the same library waits on the first's lock and uses its result (xdist workers, users)."""
+    import threading
+
+    compiling, second = threading.Event(), threading.Event()
+    calls = []
+
+    def fake_compile(cmd, cwd, **kwargs):
+        calls.append(cmd)
+        if len(calls) == 1:
+            compiling.set()
+            second.wait(1.0)  # without the lock the other builder compiles meanwhile (and sets this at once)
+        else:
+            second.set()
+        (Path(cwd) / "kernel.so").write_bytes(b"")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setenv("LBM_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(build, "compiler", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(build.subprocess, "run", fake_compile)
+    spec = KernelSpec(LATTICES["d2q9"], "float32", trt=False, forced=False)
+    paths = []
+    first = threading.Thread(target=lambda: paths.append(build.build(spec)))
+    first.start()
+    assert compiling.wait(30)
+    paths.append(build.build(spec))  # while the first is compiling
+    first.join()
+    assert len(calls) == 1 and paths[0] == paths[1] and paths[0].exists()
+
+
 def test_a_build_shows_a_live_status_on_a_terminal_and_nothing_on_a_pipe(monkeypatch):
     import contextlib
     import sys

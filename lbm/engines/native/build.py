@@ -9,6 +9,7 @@ the xla engine) where no compiler is found or the backend is not the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -87,8 +89,6 @@ def cxxflags() -> list[str]:
 
 def build_status(message: str) -> Any:
     """A live spinner with ``message`` and the elapsed time on a terminal (rich), else nothing: the log says it."""
-    import contextlib
-
     if not sys.stderr.isatty():
         return contextlib.nullcontext()
     from rich.console import Console
@@ -109,25 +109,49 @@ def build(spec: KernelSpec) -> Path:
     if out.exists():
         return out
     cmd = [cxx, *flags, f"-I{jax.ffi.include_dir()}", "-I.", "kernels.cc", "-o", "kernel.so"]
-    log.info("building the native kernel %s with %s (once per kernel and machine; about half a minute) into %s",
-             spec.tag, Path(cxx).name, out)
-    t0 = time.perf_counter()
     for attempt in range(2):  # the cache directory may be removed under us by a cleaner: retry once
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-                (Path(tmp) / "lbm_generated.h").write_text(gen)
-                (Path(tmp) / "kernels.cc").write_text(src)
-                with build_status(f"building the native kernel {spec.tag} (once per kernel and machine)"):
-                    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"kernel build failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-                os.replace(Path(tmp) / "kernel.so", out)  # atomic: concurrent builders agree on the result
-            log.info("built the native kernel %s in %.1f s: %s", spec.tag, time.perf_counter() - t0, out)
-            return out
+            with _exclusive(out.with_suffix(".lock")):  # another process building this library: wait, then use it
+                if out.exists():
+                    return out
+                return _compile(spec, cmd, {"lbm_generated.h": gen, "kernels.cc": src}, out)
         except FileNotFoundError:
             if attempt:
                 raise
+    return out
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created) against other processes and threads (POSIX flock)."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): concurrent builders each build, and os.replace keeps one result
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _compile(spec: KernelSpec, cmd: list[str], sources: dict[str, str], out: Path) -> Path:
+    """Run the compiler ``cmd`` on ``sources`` in a scratch directory beside ``out``; move the library to ``out``."""
+    log.info("building the native kernel %s with %s (once per kernel and machine; about half a minute) into %s",
+             spec.tag, Path(cmd[0]).name, out)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        for name, text in sources.items():
+            (Path(tmp) / name).write_text(text)
+        with build_status(f"building the native kernel {spec.tag} (once per kernel and machine)"):
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0:
+            raise RuntimeError(f"kernel build failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+        os.replace(Path(tmp) / "kernel.so", out)  # atomic: a reader never sees a half-written library
+    log.info("built the native kernel %s in %.1f s: %s", spec.tag, time.perf_counter() - t0, out)
     return out
 
 
