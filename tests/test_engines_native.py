@@ -193,7 +193,8 @@ def test_walls_go_to_the_kernel_unless_a_writer_touches_them():
 
 
 @needs_native
-@pytest.mark.parametrize("lat,kind,collision", [(D2Q9, "zou_he", "trt_force"), (LATTICES["d3q19"], "zou_he", "bgk")],
+@pytest.mark.parametrize("lat,kind,collision", [(D2Q9, "zou_he", "trt_force"),  # 3D: one more kernel, slow
+                                                pytest.param(LATTICES["d3q19"], "zou_he", "bgk", marks=pytest.mark.slow)],
                          ids=lambda v: getattr(v, "name", v))
 def test_kernel_faces_equal_the_dense_inlet_and_outflow(lat, kind, collision):
     """Inlet (x = 0) and outflow (x = nx - 1) applied by the step kernels = outflow, moments, inlet, collide, stream.
