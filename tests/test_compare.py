@@ -182,7 +182,8 @@ def statistics_median(xs):
     ([1.25, 1.3, 1.22, 1.28, 1.24, 1.26, 1.31, 1.2, 1.27, 1.25, 1.23, 1.29], 1, "REGRESSION"),
     ([1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.03, 0.97, 1.0, 1.01, 0.99, 1.0], 0, "OK"),
     ([1.0, 1.4, 0.7, 1.3, 0.8, 1.2, 1.5, 0.9, 1.1, 1.25, 0.75, 1.05], 3, "INCONCLUSIVE"),
-    ([1.3, 1.3, 1.3, 1.3, 1.3], 3, "INCONCLUSIVE"),  # too few rounds for a 95% interval
+    ([1.3, 1.3, 1.3, 1.3, 1.3], 3, "INCONCLUSIVE"),  # too few rounds for a 95% interval, median above threshold
+    ([1.02, 0.98], 0, "OK"),  # too few rounds to decide: the two files' OK stands (the issue's --remeasure 2)
 ])
 def test_interleaved_rounds_decide_the_timing_verdict(tmp_path, monkeypatch, capsys, ratios, exit_code, word):
     """--remeasure: the paired rounds' median slowdown and its 95% interval decide (the measuring is faked here)."""
@@ -201,6 +202,7 @@ def test_interleaved_rounds_decide_the_timing_verdict(tmp_path, monkeypatch, cap
     out, got = verdict_of(capsys)
     assert got == word and calls == [("", "--flag", len(ratios), None)]
     assert f"in {len(ratios)} rounds" in out and "load [2.0, 2.0, 2.0] -> [2.5, 2.5, 2.5]" in out
+    assert ("no 95% interval: 6 rounds needed" in out) == (len(ratios) < 6) and "nan" not in out and "inf" not in out
 
 
 def test_interleaved_rounds_of_another_program_decide_nothing(tmp_path, monkeypatch, capsys):
@@ -245,7 +247,7 @@ def test_cpu_time_repeats_decide_where_both_files_have_them(tmp_path, capsys):
     a = with_cpu(bench_doc([100, 101, 99, 100.5, 99.5]), [50, 50.5, 49.5, 50, 50])
     busy = with_cpu(bench_doc([60, 61, 59, 60.5, 59.5]), [50.2, 49.8, 50, 49.9, 50.1])
     assert run_compare(tmp_path, a, busy) == 0
-    assert "| 50.5 (50.0), 2% | 50.2 (50.0) (CPU time), 1% | -0.6% (+0.0%) |" in capsys.readouterr().out
+    assert "| 50.5 (50.0) (CPU time), 2% | 50.2 (50.0) (CPU time), 1% | -0.6% (+0.0%) |" in capsys.readouterr().out
     assert run_compare(tmp_path, bench_doc([100, 101, 99, 100.5, 99.5]), bench_doc([60, 61, 59, 60.5, 59.5])) == 3
 
 

@@ -11,7 +11,8 @@ three kinds of evidence, in this order:
 2. **Interleaved timing** (``--remeasure N``): both sides measured in turn in one time window
    (lbm.bench.interleave; ``--base-python`` runs the base in its own environment). REGRESSION when the
    95% interval of the paired slowdown is above 0 and its median above the threshold; OK when the interval
-   lies below the threshold; INCONCLUSIVE otherwise.
+   lies below the threshold; INCONCLUSIVE otherwise. Fewer rounds than that interval needs (6) decide nothing:
+   the verdict is the two files', made INCONCLUSIVE where it was OK but the rounds' median exceeds the threshold.
 3. **The two files' timing**: on a shared machine other work only slows a repeat down, so each file is read by
    its fastest repeat (CPU-timed where both files have ``mlups.cpu_values``), against a noise limit (the larger
    of ``--threshold`` and the two runs' gaps between fastest and second fastest repeat) with a rank permutation
@@ -233,24 +234,44 @@ def busy_note(base: dict[str, Any], new: dict[str, Any]) -> str:
 def decide(structural: Structural, timing: dict[str, Any], paired: Interleaved | None, threshold: float,
            env_note: str, busy: str = "") -> Verdict:
     """The verdict of one configuration: structure first, then interleaved timing, then the two files' timing."""
-    more = f"--remeasure {max(20, rounds_needed())}"
     if structural.kind == "more_work":
         return Verdict("REGRESSION", f"structural: more work per cell and step ({structural.summary()})" + env_note)
-    if paired is not None and not paired.mismatch:
-        med, lo, hi = paired.slowdown
-        text = (f"interleaved, {paired.rounds} rounds: new/base - 1 = {_pct(med)} (95% interval {_pct(lo)} .. "
-                f"{_pct(hi)}, process CPU time)")
-        if lo > 0 and med > threshold:
-            return Verdict("REGRESSION", f"timing {text}")
-        if hi < threshold:
-            return Verdict("OK", f"timing {text}" + (": faster" if hi < 0 and med < -threshold else ""))
-        return Verdict("INCONCLUSIVE", f"timing {text}: the interval holds both no change and the threshold",
-                       f"more rounds ({'--remeasure ' + str(2 * paired.rounds)}) or a quieter machine")
+    if paired is not None and not paired.mismatch and paired.rounds >= rounds_needed():
+        return _decide_paired(paired, threshold)
+    verdict = _decide_two_files(structural, timing, threshold, busy, paired)
+    if paired is None or paired.mismatch:
+        return verdict
+    # fewer rounds than a 95% interval needs: they cannot decide, but a median slowdown beyond the threshold is doubt
+    med = paired.slowdown[0]
+    rounds = (f"{paired.rounds} interleaved round(s), too few for a 95% interval ({rounds_needed()} needed): "
+              f"median new/base - 1 = {_pct(med)}")
+    step = f"more rounds: --remeasure {max(20, rounds_needed())}"
+    if verdict.verdict == "OK" and med > threshold:
+        return Verdict("INCONCLUSIVE", f"{verdict.basis}; but {rounds}, above the threshold", step)
+    return Verdict(verdict.verdict, f"{verdict.basis}; {rounds} (not used)", verdict.next_step)
+
+
+def _decide_paired(paired: Interleaved, threshold: float) -> Verdict:
+    """The timing verdict of enough interleaved rounds: their median slowdown and its 95% interval."""
+    med, lo, hi = paired.slowdown
+    text = (f"interleaved, {paired.rounds} rounds: new/base - 1 = {_pct(med)} (95% interval {_pct(lo)} .. "
+            f"{_pct(hi)}, process CPU time)")
+    if lo > 0 and med > threshold:
+        return Verdict("REGRESSION", f"timing {text}")
+    if hi < threshold:
+        return Verdict("OK", f"timing {text}" + (": faster" if hi < 0 and med < -threshold else ""))
+    return Verdict("INCONCLUSIVE", f"timing {text}: the interval holds both no change and the threshold",
+                   f"more rounds (--remeasure {2 * paired.rounds}) or a quieter machine")
+
+
+def _decide_two_files(structural: Structural, timing: dict[str, Any], threshold: float, busy: str,
+                      paired: Interleaved | None) -> Verdict:
+    """The verdict of two files measured at different moments: never a REGRESSION from their timing."""
     slower = timing["change"] < -timing["limit"]
     two = (f"two files: fastest repeat {_pct(timing['change'])} against a noise limit of ±{timing['limit'] * 100:.1f}%")
-    step = (f"measure both interleaved: {more} (with --base-python PY where the base is another checkout or "
-            "environment), or a quieter machine")
-    if paired is not None:
+    step = (f"measure both interleaved: --remeasure {max(20, rounds_needed())} (with --base-python PY where the base "
+            "is another checkout or environment), or a quieter machine")
+    if paired is not None and paired.mismatch:
         step = "; ".join(paired.mismatch) + ": give --base-python with the base's environment"
     if structural.kind == "identical":
         if slower:
@@ -323,10 +344,8 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
         clock = " (CPU time)" if cpu else ""
         itext = "-"
         if pr is not None:
-            med, lo, hi = pr.slowdown
-            itext = (f"{_pct(med)} [{_pct(lo)}, {_pct(hi)}] in {pr.rounds} rounds, IQR {pr.spread * 100:.0f}%, "
-                     f"load {pr.load[0]} -> {pr.load[1]}" + ("; side mismatch" if pr.mismatch else ""))
-        lines.append(f"| {label(k)} | {st.kind.replace('_', ' ')} | {best(a, cpu):.1f} ({ma:.1f}), {sa * 100:.0f}% | "
+            itext = interleaved_cell(pr)
+        lines.append(f"| {label(k)} | {st.kind.replace('_', ' ')} | {best(a, cpu):.1f} ({ma:.1f}){clock}, {sa * 100:.0f}% | "
                      f"{best(b, cpu):.1f} ({mb:.1f}){clock}, {sb * 100:.0f}% | {_pct(j['change'])} "
                      f"({_pct(j['median_change'])}) | ±{j['limit'] * 100:.1f}% | {ptext} | {itext} | "
                      f"**{v.verdict}** |")
@@ -337,6 +356,15 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
         lines += ["", f"Not compared (in one file only): base {only_a or '-'}; new {only_b or '-'}"]
     lines += details + ["", summary_line(verdicts), ""]
     return "\n".join(lines), verdicts
+
+
+def interleaved_cell(pr: Interleaved) -> str:
+    """The report's cell of one configuration's interleaved rounds: median, 95% interval, spread, load."""
+    med, lo, hi = pr.slowdown
+    interval = f"[{_pct(lo)}, {_pct(hi)}]" if math.isfinite(hi) else f"(no 95% interval: {rounds_needed()} rounds needed)"
+    iqr = "" if math.isnan(pr.spread) else f", IQR {pr.spread * 100:.0f}%"
+    return (f"{_pct(med)} {interval} in {pr.rounds} rounds{iqr}, load {pr.load[0]} -> {pr.load[1]}"
+            + ("; side mismatch" if pr.mismatch else ""))
 
 
 def detail(k: tuple[Any, ...], a: dict[str, Any], b: dict[str, Any], st: Structural, v: Verdict) -> list[str]:
