@@ -345,3 +345,50 @@ def test_interleaved_workers_time_both_sides_and_check_their_programs(tmp_path):
     assert len(got.mismatch) == 1 and got.mismatch[0].startswith("the base side")  # the new side matches its file
     with pytest.raises(LbmError, match="stopped"):
         measure(rec, rec, "", "", 1, str(tmp_path / "base" / "bench.json"))  # not an interpreter: the worker fails
+
+
+def instrumented_evidence(setup):
+    from lbm.bench.evidence import stages_evidence
+    from lbm.engines.instrumented import InstrumentedEngine
+
+    return stages_evidence(InstrumentedEngine(setup).describe(), math.prod(setup.shape))
+
+
+def test_instrumented_evidence_is_per_stage_and_names_the_stage_that_changed(monkeypatch, capsys, tmp_path):
+    """Instrumented mode (one executable per stage): the step's evidence is the stages' evidence summed, identical for
+    identical code; extra arithmetic in collide is a structural REGRESSION whose new kernels name ``collide``."""
+    from lbm.bench.evidence import WORK_FIELDS, diff
+    from lbm.bench.throughput import BenchConfig, make_setup
+    from lbm.engines import timestep
+
+    setup = make_setup(BenchConfig("periodic", "d2q9", (16, 12), "instrumented"))
+    ev = instrumented_evidence(setup)
+    assert set(ev["stages"]) == set(setup.stages) and ev["kernels_per_step"] == len(ev["kernels"]) > len(setup.stages)
+    for f in WORK_FIELDS:
+        assert ev[f] == pytest.approx(sum(s[f] or 0.0 for s in ev["stages"].values()), rel=1e-12)
+    assert ev["bytes_per_cell_step"] == pytest.approx(sum(k["bytes_per_cell_step"] for k in ev["kernels"]))
+    assert all(k["stages"] == [k["name"].split("/")[0]] for k in ev["kernels"])
+    assert diff(ev, instrumented_evidence(setup), 0.1).kind == "identical"  # compiled again: the same evidence
+
+    core = timestep.CORE["collide"]
+
+    def heavier(s, setup):  # 40 more multiplications per population (scripts/compare_study_site's xla injection)
+        s = core(s, setup)
+        extra = s.post
+        for _ in range(40):
+            extra = extra * 1.0001
+        post = s.post + 0.0 * extra
+        return s.replace(collided=post, post=post)
+
+    monkeypatch.setitem(timestep.CORE, "collide", heavier)
+    slow = instrumented_evidence(setup)
+    assert slow["stages"]["collide"]["cost_flops_per_cell_step"] > 1.5 * ev["stages"]["collide"]["cost_flops_per_cell_step"]
+    assert {s: v for s, v in slow["stages"].items() if s != "collide"} == {
+        s: v for s, v in ev["stages"].items() if s != "collide"}
+    a, b = bench_doc([100, 101, 99], ev=ev), bench_doc([100, 101, 99], ev=slow)
+    for doc in (a, b):
+        doc["records"][0].update(variant="instrumented", engine="per-stage jit")
+    assert run_compare(tmp_path, a, b) == 1
+    out, word = verdict_of(capsys)
+    assert word == "REGRESSION" and "| more work |" in out and "in stage(s) collide" in out
+    assert "| collide: flops per cell and step |" in out and "| stream:" not in out

@@ -373,6 +373,8 @@ def detail(k: tuple[Any, ...], a: dict[str, Any], b: dict[str, Any], st: Structu
     if st.kind not in ("identical", "unknown"):
         lines += ["", "Structural change (per cell and step):", "", "| measure | base | new | change |", "|---|---|---|---|"]
         lines += [f"| {WORK_FIELDS[f]} | {x:.4g} | {y:.4g} | {_pct(rel)} |" for f, x, y, rel in st.fields]
+        lines += [f"| {stage}: {WORK_FIELDS[f].split(' (')[0]} | {x:.4g} | {y:.4g} | {_pct(rel)} |"
+                  for stage, f, x, y, rel in st.stages]
         for title, items in (("Kernels only in new", st.added), ("Kernels only in base", st.removed)):
             if items:
                 ranked = sorted(items, key=lambda x: -x["bytes_per_cell_step"])
