@@ -165,6 +165,27 @@ def test_median_interval_is_the_order_statistics_interval():
     assert median_interval([float(i) for i in range(6)]) == (0.0, 5.0) and rounds_needed() == 6
 
 
+def test_rounds_stop_early_only_where_the_rest_cannot_change_the_verdict():
+    """``settled``: after each round, the verdict of all planned rounds is fixed or not; where it is, stopping gives
+    exactly the verdict the planned rounds give (random sequences: clear, noisy, and no change)."""
+    import random
+
+    from lbm.bench.interleave import settled, verdict_of_rounds
+
+    rng = random.Random(1)
+    stops = {"REGRESSION": [], "OK": [], "INCONCLUSIVE": []}
+    for trial in range(300):
+        centre, noise = rng.choice([(0.22, 0.05), (0.0, 0.02), (0.0, 0.3), (0.1, 0.1)])
+        planned = rng.choice([6, 12, 20])
+        logs = [rng.gauss(centre, noise) for _ in range(planned)]
+        final = verdict_of_rounds(logs, 0.1)
+        m = next(m for m in range(1, planned + 1) if settled(logs[:m], planned, 0.1))
+        assert verdict_of_rounds(logs[:m] + [50.0] * (planned - m), 0.1) == final, (trial, m)
+        stops[final].append(m / planned)
+    assert all(stops.values()) and min(stops["INCONCLUSIVE"]) < 0.7  # a noisy INCONCLUSIVE stops well before the end
+    assert not settled([0.3] * 5, 12, 0.1) and settled([0.3] * 10, 12, 0.1)  # clear: 10 of 12 rounds fix it
+
+
 def fake_rounds(ratios, mismatch=()):
     from lbm.bench.interleave import Interleaved
 
@@ -191,8 +212,8 @@ def test_interleaved_rounds_decide_the_timing_verdict(tmp_path, monkeypatch, cap
 
     calls = []
 
-    def fake(base, new, base_flags, new_flags, rounds, base_python, say=None):
-        calls.append((base_flags, new_flags, rounds, base_python))
+    def fake(base, new, base_flags, new_flags, rounds, base_python, say=None, threshold=None):
+        calls.append((base_flags, new_flags, rounds, base_python, threshold))
         return fake_rounds(ratios)
 
     monkeypatch.setattr(cmp, "measure_interleaved", fake)
@@ -200,7 +221,7 @@ def test_interleaved_rounds_decide_the_timing_verdict(tmp_path, monkeypatch, cap
     b = bench_doc([100, 101, 99], ev=evidence(targets=["lbm_b"]), xla_flags="--flag")
     assert run_compare(tmp_path, a, b, "--remeasure", str(len(ratios))) == exit_code
     out, got = verdict_of(capsys)
-    assert got == word and calls == [("", "--flag", len(ratios), None)]
+    assert got == word and calls == [("", "--flag", len(ratios), None, 0.1)]
     assert f"in {len(ratios)} rounds" in out and "load [2.0, 2.0, 2.0] -> [2.5, 2.5, 2.5]" in out
     assert ("no 95% interval: 6 rounds needed" in out) == (len(ratios) < 6) and "nan" not in out and "inf" not in out
 

@@ -11,7 +11,8 @@ three kinds of evidence, in this order:
 2. **Interleaved timing** (``--remeasure N``): both sides measured in turn in one time window
    (lbm.bench.interleave; ``--base-python`` runs the base in its own environment). REGRESSION when the
    95% interval of the paired slowdown is above 0 and its median above the threshold; OK when the interval
-   lies below the threshold; INCONCLUSIVE otherwise. Fewer rounds than that interval needs (6) decide nothing:
+   lies below the threshold; INCONCLUSIVE otherwise. The rounds stop as soon as the rest could not change that
+   verdict. Fewer rounds than that interval needs (6) decide nothing:
    the verdict is the two files', made INCONCLUSIVE where it was OK but the rounds' median exceeds the threshold.
 3. **The two files' timing**: on a shared machine other work only slows a repeat down, so each file is read by
    its fastest repeat (CPU-timed where both files have ``mlups.cpu_values``), against a noise limit (the larger
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.bench.evidence import WORK_FIELDS, Structural, diff
-from lbm.bench.interleave import Interleaved, rounds_needed
+from lbm.bench.interleave import Interleaved, rounds_needed, verdict_of_rounds
 from lbm.bench.interleave import measure as measure_interleaved
 from lbm.errors import LbmError
 
@@ -254,14 +255,16 @@ def decide(structural: Structural, timing: dict[str, Any], paired: Interleaved |
 def _decide_paired(paired: Interleaved, threshold: float) -> Verdict:
     """The timing verdict of enough interleaved rounds: their median slowdown and its 95% interval."""
     med, lo, hi = paired.slowdown
-    text = (f"interleaved, {paired.rounds} rounds: new/base - 1 = {_pct(med)} (95% interval {_pct(lo)} .. "
+    early = f" of {paired.planned}, the rest could not change the verdict" if paired.planned > paired.rounds else ""
+    text = (f"interleaved, {paired.rounds} rounds{early}: new/base - 1 = {_pct(med)} (95% interval {_pct(lo)} .. "
             f"{_pct(hi)}, process CPU time)")
-    if lo > 0 and med > threshold:
-        return Verdict("REGRESSION", f"timing {text}")
-    if hi < threshold:
-        return Verdict("OK", f"timing {text}" + (": faster" if hi < 0 and med < -threshold else ""))
-    return Verdict("INCONCLUSIVE", f"timing {text}: the interval holds both no change and the threshold",
-                   f"more rounds (--remeasure {2 * paired.rounds}) or a quieter machine")
+    word = verdict_of_rounds(paired.log_ratios, threshold)
+    if word == "REGRESSION":
+        return Verdict(word, f"timing {text}")
+    if word == "OK":
+        return Verdict(word, f"timing {text}" + (": faster" if hi < 0 and med < -threshold else ""))
+    return Verdict(word, f"timing {text}: the interval holds both no change and the threshold",
+                   f"more rounds (--remeasure {2 * max(paired.rounds, paired.planned)}) or a quieter machine")
 
 
 def _decide_two_files(structural: Structural, timing: dict[str, Any], threshold: float, busy: str,
@@ -363,7 +366,8 @@ def interleaved_cell(pr: Interleaved) -> str:
     med, lo, hi = pr.slowdown
     interval = f"[{_pct(lo)}, {_pct(hi)}]" if math.isfinite(hi) else f"(no 95% interval: {rounds_needed()} rounds needed)"
     iqr = "" if math.isnan(pr.spread) else f", IQR {pr.spread * 100:.0f}%"
-    return (f"{_pct(med)} {interval} in {pr.rounds} rounds{iqr}, load {pr.load[0]} -> {pr.load[1]}"
+    of = f" of {pr.planned}" if pr.planned > pr.rounds else ""
+    return (f"{_pct(med)} {interval} in {pr.rounds}{of} rounds{iqr}, load {pr.load[0]} -> {pr.load[1]}"
             + ("; side mismatch" if pr.mismatch else ""))
 
 
@@ -450,7 +454,8 @@ def main(args: list[str]) -> int:
                         help="smallest relative change that matters (default 0.10 = 10%%)")
     parser.add_argument("--remeasure", type=int, default=0, metavar="N",
                         help=f"time N interleaved rounds (base, new, new, base, ...) of each configuration not "
-                             f"decided by its structure, in one time window; {rounds_needed()} or more for a 95%% "
+                             f"decided by its structure, in one time window (stopping once the rest could not "
+                             f"change the verdict); {rounds_needed()} or more for a 95%% "
                              "interval, 20 recommended")
     parser.add_argument("--base-python", default=None, metavar="PY",
                         help="with --remeasure: the interpreter of the base's environment (another checkout or "
@@ -478,7 +483,7 @@ def main(args: list[str]) -> int:
     text, verdicts = compare(base, new, ns.threshold)
     keys = [k for k, v in verdicts.items() if not v.basis.startswith("structural")] if ns.remeasure else []
     if keys:
-        paired = remeasure(base, new, keys, ns.remeasure, ns.base_python)
+        paired = remeasure(base, new, keys, ns.remeasure, ns.base_python, ns.threshold)
         text, verdicts = compare(base, new, ns.threshold, paired)
     print(text)
     if ns.out:
@@ -487,7 +492,7 @@ def main(args: list[str]) -> int:
 
 
 def remeasure(base: dict[str, Any], new: dict[str, Any], keys: list[tuple[Any, ...]], rounds: int,
-              base_python: str | None) -> dict[tuple[Any, ...], Interleaved]:
+              base_python: str | None, threshold: float) -> dict[tuple[Any, ...], Interleaved]:
     """Interleaved rounds of each configuration ``keys`` (lbm.bench.interleave), base and new in turn."""
     recs_a = {key_of(r): r for r in base["records"]}
     recs_b = {key_of(r): r for r in new["records"]}
@@ -497,5 +502,5 @@ def remeasure(base: dict[str, Any], new: dict[str, Any], keys: list[tuple[Any, .
         def say(text: str, i: int = i, k: tuple[Any, ...] = k) -> None:
             print(f"compare: [{i}/{len(keys)}] {label(k)}: interleaved {text}", file=sys.stderr, flush=True)
         say(f"{rounds} rounds, starting both sides")
-        out[k] = measure_interleaved(recs_a[k], recs_b[k], flags[0], flags[1], rounds, base_python, say)
+        out[k] = measure_interleaved(recs_a[k], recs_b[k], flags[0], flags[1], rounds, base_python, say, threshold)
     return out

@@ -7,7 +7,8 @@ timed repeat of both sides back to back, in the order base-new, new-base, base-n
 machine within a round does not favour one side). Each round gives one paired ratio t_new / t_base of the
 process CPU time of the repeat; both sides of a pair saw the same moment of the machine. The slowdown is the
 median of the pairs' log ratios, with the distribution-free 95% confidence interval of a median (order
-statistics, binomial coverage): heavy-tailed repeats move it no more than one pair each.
+statistics, binomial coverage): heavy-tailed repeats move it no more than one pair each. The rounds stop early
+where the verdict of all N is already fixed, whatever the rounds left would give (:func:`settled`).
 
 Before timing, each worker reports the structural evidence (lbm.bench.evidence) of what it compiled: a side
 whose program differs from the one its file records (e.g. the base re-measured in this checkout after the code
@@ -164,6 +165,8 @@ class Interleaved:
     load: tuple[list[float] | None, list[float] | None]
     mismatch: list[str]
     """Sides whose compiled program differs from the one their file records (then the rounds decide nothing)."""
+    planned: int = 0
+    """The rounds asked for (more than ``rounds`` where the first rounds settled the verdict: :func:`settled`)."""
 
     @property
     def slowdown(self) -> tuple[float, float, float]:
@@ -195,6 +198,38 @@ def median_interval(values: list[float], coverage: float = COVERAGE) -> tuple[fl
     return xs[best - 1], xs[n - best]
 
 
+def verdict_of_rounds(log_ratios: list[float], threshold: float) -> str:
+    """The timing verdict of paired rounds: REGRESSION when the 95% interval of the median log ratio lies above 0
+    and the median slowdown above ``threshold``, OK when the interval lies below it, INCONCLUSIVE otherwise (and
+    with too few rounds for an interval)."""
+    lo, hi = median_interval(log_ratios)
+    if math.isinf(hi):
+        return "INCONCLUSIVE"
+    if lo > 0 and math.expm1(statistics.median(log_ratios)) > threshold:
+        return "REGRESSION"
+    return "OK" if math.expm1(hi) < threshold else "INCONCLUSIVE"
+
+
+EXTREME = 50.0
+"""A log ratio beyond any measured one (e^50), standing for rounds not yet run in :func:`settled`."""
+
+
+def settled(log_ratios: list[float], planned: int, threshold: float) -> bool:
+    """Whether the verdict of ``planned`` rounds is already fixed by the rounds run, whatever the others give.
+
+    The verdict only moves OK -> INCONCLUSIVE -> REGRESSION as any ratio grows, so the rounds left all at the
+    lowest and all at the highest possible value bound it: where both give the same word, every outcome does, and
+    stopping early gives exactly the verdict of all ``planned`` rounds.
+    """
+    rest = planned - len(log_ratios)
+    if rest <= 0:
+        return True
+    if planned < rounds_needed():
+        return False
+    low = verdict_of_rounds(log_ratios + [-EXTREME] * rest, threshold)
+    return low == verdict_of_rounds(log_ratios + [EXTREME] * rest, threshold)
+
+
 def rounds_needed(coverage: float = COVERAGE) -> int:
     """The fewest rounds whose median interval reaches ``coverage``."""
     n = 1
@@ -212,8 +247,9 @@ def load_now() -> list[float] | None:
 
 
 def measure(base: dict[str, Any], new: dict[str, Any], base_flags: str, new_flags: str, rounds: int,
-            base_python: str | None, say: Any = None) -> Interleaved:
-    """Time ``rounds`` interleaved pairs of the configuration of records ``base`` and ``new``."""
+            base_python: str | None, say: Any = None, threshold: float | None = None) -> Interleaved:
+    """Time ``rounds`` interleaved pairs of the configuration of records ``base`` and ``new`` (fewer where, with a
+    ``threshold``, the first rounds settle the verdict of all of them)."""
     from lbm.bench.evidence import diff
 
     config = worker_config(base, new)
@@ -236,14 +272,21 @@ def measure(base: dict[str, Any], new: dict[str, Any], base_flags: str, new_flag
                     say(f"round {r + 1}/{rounds}")
                 for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
                     sides[name].time_one()
+                if threshold is not None and not mismatch and settled(_logs(sides), rounds, threshold):
+                    break
         finally:
             for s in sides.values():
                 s.stop()
+    logs = _logs(sides)
+    walls = [y / x for x, y in zip(sides["base"].wall_s, sides["new"].wall_s, strict=True) if x > 0]
+    return Interleaved(len(logs), logs, statistics.median(walls) if walls else float("nan"),
+                       (load_start, load_now()), mismatch, rounds)
+
+
+def _logs(sides: dict[str, Side]) -> list[float]:
+    """log(t_new / t_base) of the process CPU time of each round timed so far."""
     b, n = sides["base"], sides["new"]
-    logs = [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b.cpu_s, n.cpu_s, strict=True)]
-    walls = [y / x for x, y in zip(b.wall_s, n.wall_s, strict=True) if x > 0]
-    return Interleaved(rounds, logs, statistics.median(walls) if walls else float("nan"), (load_start, load_now()),
-                       mismatch)
+    return [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b.cpu_s, n.cpu_s, strict=True)]
 
 
 def main(args: list[str]) -> int:
