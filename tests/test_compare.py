@@ -212,16 +212,16 @@ def test_interleaved_rounds_decide_the_timing_verdict(tmp_path, monkeypatch, cap
 
     calls = []
 
-    def fake(base, new, base_flags, new_flags, rounds, base_python, say=None, threshold=None):
-        calls.append((base_flags, new_flags, rounds, base_python, threshold))
-        return fake_rounds(ratios)
+    def fake(pairs, base_flags, new_flags, rounds, base_python, say=None, threshold=None):
+        calls.append((len(pairs), base_flags, new_flags, rounds, base_python, threshold))
+        return [fake_rounds(ratios)]
 
     monkeypatch.setattr(cmp, "measure_interleaved", fake)
     a = bench_doc([100, 101, 99], ev=evidence(targets=["lbm_a"]))
     b = bench_doc([100, 101, 99], ev=evidence(targets=["lbm_b"]), xla_flags="--flag")
     assert run_compare(tmp_path, a, b, "--remeasure", str(len(ratios))) == exit_code
     out, got = verdict_of(capsys)
-    assert got == word and calls == [("", "--flag", len(ratios), None, 0.1)]
+    assert got == word and calls == [(1, "", "--flag", len(ratios), None, 0.1)]
     assert f"in {len(ratios)} rounds" in out and "load [2.0, 2.0, 2.0] -> [2.5, 2.5, 2.5]" in out
     assert ("no 95% interval: 6 rounds needed" in out) == (len(ratios) < 6) and "nan" not in out and "inf" not in out
 
@@ -229,8 +229,8 @@ def test_interleaved_rounds_decide_the_timing_verdict(tmp_path, monkeypatch, cap
 def test_interleaved_rounds_of_another_program_decide_nothing(tmp_path, monkeypatch, capsys):
     from lbm.bench import compare as cmp
 
-    monkeypatch.setattr(cmp, "measure_interleaved", lambda *a, **k: fake_rounds(
-        [1.3] * 12, ["the base side (python, XLA_FLAGS='') compiles another program than the base file records"]))
+    monkeypatch.setattr(cmp, "measure_interleaved", lambda *a, **k: [fake_rounds(
+        [1.3] * 12, ["the base side (python, XLA_FLAGS='') compiles another program than the base file records"])])
     a, b = bench_doc([100, 101, 99], ev=evidence(targets=["lbm_a"])), bench_doc([70, 71, 69], ev=evidence(targets=["lbm_b"]))
     assert run_compare(tmp_path, a, b, "--remeasure", "12") == 3
     out = capsys.readouterr().out
@@ -352,20 +352,22 @@ def test_real_benches_identical_code_same_evidence_and_fusion_disabled_caught(tm
 
 @pytest.mark.slow
 def test_interleaved_workers_time_both_sides_and_check_their_programs(tmp_path):
-    """Real workers: one timed repeat per side and round; a file whose program differs from what the worker
-    compiles is named as a mismatch."""
+    """Real workers, one per side for every configuration: one timed repeat per side and round; a file whose
+    program differs from what the worker compiles is named as a mismatch."""
     from lbm.bench.interleave import measure
 
     doc = json.loads(open(run_bench(tmp_path, "base", "")).read())
     rec = doc["records"][0]
     other = copy.deepcopy(rec)
     other["evidence"]["custom_call_targets"] = ["lbm_some_other_kernel"]
-    got = measure(other, rec, "", "", 6, None)  # the base file claims another program than its worker compiles
-    assert got.rounds == 6 and len(got.log_ratios) == 6 and all(math.isfinite(x) for x in got.log_ratios)
-    assert got.load[0] is not None
-    assert len(got.mismatch) == 1 and got.mismatch[0].startswith("the base side")  # the new side matches its file
+    # the first configuration's base file claims another program than its worker compiles; the second is honest
+    claimed, honest = measure([(other, rec), (rec, rec)], "", "", 6, None)
+    for got in (claimed, honest):
+        assert got.rounds == 6 and len(got.log_ratios) == 6 and all(math.isfinite(x) for x in got.log_ratios)
+        assert got.load[0] is not None
+    assert len(claimed.mismatch) == 1 and claimed.mismatch[0].startswith("the base side") and not honest.mismatch
     with pytest.raises(LbmError, match="stopped"):
-        measure(rec, rec, "", "", 1, str(tmp_path / "base" / "bench.json"))  # not an interpreter: the worker fails
+        measure([(rec, rec)], "", "", 1, str(tmp_path / "base" / "bench.json"))  # not an interpreter: the worker fails
 
 
 def instrumented_evidence(setup):

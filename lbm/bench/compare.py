@@ -497,10 +497,10 @@ def remeasure(base: dict[str, Any], new: dict[str, Any], keys: list[tuple[Any, .
     recs_a = {key_of(r): r for r in base["records"]}
     recs_b = {key_of(r): r for r in new["records"]}
     flags = [(d.get("environment") or {}).get("XLA_FLAGS") or "" for d in (base, new)]
-    out = {}
-    for i, k in enumerate(keys, 1):
-        def say(text: str, i: int = i, k: tuple[Any, ...] = k) -> None:
-            print(f"compare: [{i}/{len(keys)}] {label(k)}: interleaved {text}", file=sys.stderr, flush=True)
-        say(f"{rounds} rounds, starting both sides")
-        out[k] = measure_interleaved(recs_a[k], recs_b[k], flags[0], flags[1], rounds, base_python, say, threshold)
-    return out
+
+    def say(i: int, text: str) -> None:
+        print(f"compare: [{i + 1}/{len(keys)}] {label(keys[i])}: interleaved {text}", file=sys.stderr, flush=True)
+
+    got = measure_interleaved([(recs_a[k], recs_b[k]) for k in keys], flags[0], flags[1], rounds, base_python, say,
+                              threshold)
+    return dict(zip(keys, got, strict=True))

@@ -1,14 +1,15 @@
 """The interleaved timing design of ``compare --remeasure N``: base and new measured in turn, in one time window.
 
-Two worker processes (``python -m lbm.bench.interleave CONFIG``), one per side, each set up and compile one
-configuration once: the base with ``--base-python`` (another environment) or this interpreter, under the BASE
-file's XLA_FLAGS; the new one with this interpreter under the NEW file's XLA_FLAGS. Then N rounds, each one
-timed repeat of both sides back to back, in the order base-new, new-base, base-new, ... (so a drift of the
-machine within a round does not favour one side). Each round gives one paired ratio t_new / t_base of the
-process CPU time of the repeat; both sides of a pair saw the same moment of the machine. The slowdown is the
-median of the pairs' log ratios, with the distribution-free 95% confidence interval of a median (order
-statistics, binomial coverage): heavy-tailed repeats move it no more than one pair each. The rounds stop early
-where the verdict of all N is already fixed, whatever the rounds left would give (:func:`settled`).
+Two worker processes (``python -m lbm.bench.interleave CONFIGS``), one per side, each set up and compile every
+configuration to re-measure once: the base with ``--base-python`` (another environment) or this interpreter, under
+the BASE file's XLA_FLAGS; the new one with this interpreter under the NEW file's XLA_FLAGS. Then, configuration
+after configuration, N rounds, each one timed repeat of both sides back to back, in the order base-new, new-base,
+base-new, ... (so a drift of the machine within a round does not favour one side). Each round gives one paired
+ratio t_new / t_base of the process CPU time of the repeat; both sides of a pair saw the same moment of the
+machine. The slowdown is the median of the pairs' log ratios, with the distribution-free 95% confidence interval
+of a median (order statistics, binomial coverage): heavy-tailed repeats move it no more than one pair each. The
+rounds stop early where the verdict of all N is already fixed, whatever the rounds left would give
+(:func:`settled`).
 
 Before timing, each worker reports the structural evidence (lbm.bench.evidence) of what it compiled: a side
 whose program differs from the one its file records (e.g. the base re-measured in this checkout after the code
@@ -44,29 +45,36 @@ def _say(obj: dict[str, Any]) -> None:
     print(TAG + json.dumps(obj), flush=True)
 
 
-def worker(config: dict[str, Any]) -> None:
-    """Set up and compile one configuration, report its evidence, then time one repeat per ``run`` line on stdin."""
+def worker(configs: list[dict[str, Any]]) -> None:
+    """Set up and compile each configuration, report their evidence, then time one repeat of configuration ``i`` per
+    ``run i`` line on stdin."""
     import jax
 
     from lbm.bench.throughput import BenchConfig, Timing, make_runner, make_setup
 
-    if config["precision"] == "float64":
+    if any(c["precision"] == "float64" for c in configs):
         jax.config.update("jax_enable_x64", True)
-    cfg = BenchConfig(case=config["case"], lattice=config["lattice"], grid=tuple(config["grid"]),
-                      variant=config["variant"], precision=config["precision"], collision=config["collision"])
-    n = int(config["steps"])
-    setup = make_setup(cfg)
-    runner = make_runner(cfg, setup, Timing(steps=n, steps_per_dispatch=int(config["steps_per_dispatch"])))
-    f = setup.initial_populations()
-    runner.compile(f, n)
-    info = runner.describe(f, n)
-    f = jax.block_until_ready(runner.run(f + 0, n))  # warm-up
-    _say({"ready": True, "evidence": info.get("evidence"), "engine": runner.engine})
+    states, evidence, engines = [], [], []
+    for config in configs:
+        cfg = BenchConfig(case=config["case"], lattice=config["lattice"], grid=tuple(config["grid"]),
+                          variant=config["variant"], precision=config["precision"], collision=config["collision"])
+        n = int(config["steps"])
+        setup = make_setup(cfg)
+        runner = make_runner(cfg, setup, Timing(steps=n, steps_per_dispatch=int(config["steps_per_dispatch"])))
+        f = setup.initial_populations()
+        runner.compile(f, n)
+        evidence.append(runner.describe(f, n).get("evidence"))
+        engines.append(runner.engine)
+        states.append([runner, jax.block_until_ready(runner.run(f + 0, n)), n])  # warm-up
+    _say({"ready": True, "evidence": evidence, "engine": engines})
     for line in sys.stdin:
-        if line.strip() != "run":
+        words = line.split()
+        if len(words) != 2 or words[0] != "run":
             break
+        state = states[int(words[1])]
+        runner, f, n = state
         c0, t0 = time.process_time(), time.perf_counter()
-        f = jax.block_until_ready(runner.run(f, n))
+        state[1] = jax.block_until_ready(runner.run(f, n))
         _say({"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0})
 
 
@@ -81,16 +89,16 @@ class Side:
     proc: subprocess.Popen[str] | None = None
     log: IO[str] | None = None
     ready: dict[str, Any] = field(default_factory=dict)
-    cpu_s: list[float] = field(default_factory=list)
-    wall_s: list[float] = field(default_factory=list)
+    cpu_s: dict[int, list[float]] = field(default_factory=dict)
+    wall_s: dict[int, list[float]] = field(default_factory=dict)
 
-    def start(self, config: dict[str, Any], cwd: str) -> None:
-        """Start the worker for ``config`` (working directory ``cwd``, so the interpreter's own lbm is imported)."""
+    def start(self, configs: list[dict[str, Any]], cwd: str) -> None:
+        """Start the worker for ``configs`` (working directory ``cwd``, so the interpreter's own lbm is imported)."""
         env = dict(os.environ)
         env["XLA_FLAGS"] = self.xla_flags
         self.log = tempfile.TemporaryFile("w+")
         try:
-            self.proc = subprocess.Popen([self.python, "-m", "lbm.bench.interleave", json.dumps(config)], cwd=cwd,
+            self.proc = subprocess.Popen([self.python, "-m", "lbm.bench.interleave", json.dumps(configs)], cwd=cwd,
                                          env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                          text=True)
         except OSError as exc:
@@ -122,14 +130,14 @@ class Side:
                 "compare)") if any("No module named lbm.bench.interleave" in ln for ln in lines) else ""
         return (lines[-1] if lines else "(no output)") + hint
 
-    def time_one(self) -> None:
-        """Time one repeat."""
+    def time_one(self, i: int) -> None:
+        """Time one repeat of configuration ``i``."""
         assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write("run\n")
+        self.proc.stdin.write(f"run {i}\n")
         self.proc.stdin.flush()
         got = self.answer()
-        self.cpu_s.append(got["cpu_s"])
-        self.wall_s.append(got["wall_s"])
+        self.cpu_s.setdefault(i, []).append(got["cpu_s"])
+        self.wall_s.setdefault(i, []).append(got["wall_s"])
 
     def stop(self) -> None:
         """End the worker."""
@@ -246,51 +254,62 @@ def load_now() -> list[float] | None:
         return None
 
 
-def measure(base: dict[str, Any], new: dict[str, Any], base_flags: str, new_flags: str, rounds: int,
-            base_python: str | None, say: Any = None, threshold: float | None = None) -> Interleaved:
-    """Time ``rounds`` interleaved pairs of the configuration of records ``base`` and ``new`` (fewer where, with a
-    ``threshold``, the first rounds settle the verdict of all of them)."""
-    from lbm.bench.evidence import diff
-
-    config = worker_config(base, new)
+def measure(pairs: list[tuple[dict[str, Any], dict[str, Any]]], base_flags: str, new_flags: str, rounds: int,
+            base_python: str | None, say: Any = None, threshold: float | None = None) -> list[Interleaved]:
+    """Time ``rounds`` interleaved pairs of the configuration of each (base, new) record pair, with one worker per
+    side for all of them (fewer rounds where, with a ``threshold``, the first ones settle the verdict of all)."""
+    configs = [worker_config(b, n) for b, n in pairs]
     sides = {"base": Side(base_python or sys.executable, base_flags), "new": Side(sys.executable, new_flags)}
-    load_start = load_now()
+    out = []
     with tempfile.TemporaryDirectory(prefix="lbm-interleave-") as cwd:
         try:
+            if say:
+                say(0, f"starting both sides ({len(configs)} configuration(s) each)")
             for s in sides.values():
-                s.start(config, cwd)
+                s.start(configs, cwd)
             for s in sides.values():
                 s.ready = s.answer()
-            mismatch = []
-            for name, rec in (("base", base), ("new", new)):
-                got = diff(rec.get("evidence"), sides[name].ready.get("evidence"), 0.0)
-                if got.kind not in ("identical", "unknown"):
-                    mismatch.append(f"the {name} side ({sides[name].python}, XLA_FLAGS={sides[name].xla_flags!r}) "
-                                    f"compiles another program than the {name} file records ({got.summary()})")
-            for r in range(rounds):
-                if say:
-                    say(f"round {r + 1}/{rounds}")
-                for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
-                    sides[name].time_one()
-                if threshold is not None and not mismatch and settled(_logs(sides), rounds, threshold):
-                    break
+            for i, recs in enumerate(pairs):
+                out.append(_rounds(i, recs, sides, rounds, say, threshold))
         finally:
             for s in sides.values():
                 s.stop()
-    logs = _logs(sides)
-    walls = [y / x for x, y in zip(sides["base"].wall_s, sides["new"].wall_s, strict=True) if x > 0]
+    return out
+
+
+def _rounds(i: int, recs: tuple[dict[str, Any], dict[str, Any]], sides: dict[str, Side], rounds: int, say: Any,
+            threshold: float | None) -> Interleaved:
+    """The interleaved rounds of configuration ``i`` on the started workers."""
+    from lbm.bench.evidence import diff
+
+    load_start = load_now()
+    mismatch = []
+    for name, rec in zip(("base", "new"), recs, strict=True):
+        got = diff(rec.get("evidence"), sides[name].ready["evidence"][i], 0.0)
+        if got.kind not in ("identical", "unknown"):
+            mismatch.append(f"the {name} side ({sides[name].python}, XLA_FLAGS={sides[name].xla_flags!r}) "
+                            f"compiles another program than the {name} file records ({got.summary()})")
+    for r in range(rounds):
+        if say:
+            say(i, f"round {r + 1}/{rounds}")
+        for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
+            sides[name].time_one(i)
+        if threshold is not None and not mismatch and settled(_logs(sides, i), rounds, threshold):
+            break
+    logs = _logs(sides, i)
+    walls = [y / x for x, y in zip(sides["base"].wall_s[i], sides["new"].wall_s[i], strict=True) if x > 0]
     return Interleaved(len(logs), logs, statistics.median(walls) if walls else float("nan"),
                        (load_start, load_now()), mismatch, rounds)
 
 
-def _logs(sides: dict[str, Side]) -> list[float]:
-    """log(t_new / t_base) of the process CPU time of each round timed so far."""
-    b, n = sides["base"], sides["new"]
-    return [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b.cpu_s, n.cpu_s, strict=True)]
+def _logs(sides: dict[str, Side], i: int) -> list[float]:
+    """log(t_new / t_base) of the process CPU time of each round of configuration ``i`` timed so far."""
+    b, n = sides["base"].cpu_s.get(i, []), sides["new"].cpu_s.get(i, [])
+    return [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b, n, strict=True)]
 
 
 def main(args: list[str]) -> int:
-    """``python -m lbm.bench.interleave CONFIG_JSON``: the worker (see the module doc)."""
+    """``python -m lbm.bench.interleave CONFIGS_JSON``: the worker (see the module doc)."""
     worker(json.loads(args[0]))
     return 0
 
