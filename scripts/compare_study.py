@@ -119,8 +119,10 @@ def judge(pair: Path, env: dict[str, str], name: str, extra: list[str]) -> None:
 def base_python(root: Path) -> str:
     """An interpreter that runs the unchanged code (the injection removed from its environment)."""
     path = root / "base-python"
-    path.write_text(f"#!/bin/sh\nunset LBM_STUDY_INJECT\nexec {sys.executable} \"$@\"\n")
-    path.chmod(0o755)
+    tmp = root / f"base-python.{os.getpid()}"
+    tmp.write_text(f"#!/bin/sh\nunset LBM_STUDY_INJECT\nexec {sys.executable} \"$@\"\n")
+    tmp.chmod(0o755)
+    tmp.replace(path)  # atomic: another process of the study may be running it
     return str(path)
 
 
@@ -161,8 +163,8 @@ def one_pair(pair: Path, trial: str, cache: Path, py: str, rounds: int) -> dict[
     return seconds
 
 
-def collect(root: Path, pairs: int, load: str, procs: int, rounds: int, trials: list[str]) -> None:
-    """Run ``pairs`` pairs of every trial at one load, interleaving the trials in time."""
+def collect(root: Path, pairs: range, load: str, procs: int, rounds: int, trials: list[str]) -> None:
+    """Run the pairs numbered ``pairs`` of every trial at one load, interleaving the trials in time."""
     top = root / load
     top.mkdir(parents=True, exist_ok=True)
     py = base_python(root)
@@ -170,7 +172,7 @@ def collect(root: Path, pairs: int, load: str, procs: int, rounds: int, trials: 
     try:
         if loops:
             time.sleep(60)  # let the load average climb
-        for i in range(pairs):
+        for i in pairs:
             for trial in trials:
                 pair = top / f"{trial}_{i:02d}"
                 pair.mkdir(exist_ok=True)
@@ -231,6 +233,8 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("out", type=Path)
     r.add_argument("--pairs", type=int, default=20)
+    r.add_argument("--first", type=int, default=0, help="number of the first pair (two processes can share the pairs "
+                                                        "of one OUT: --first 0 --pairs 10 and --first 10 --pairs 10)")
     r.add_argument("--load", choices=("quiet", "loaded"), default="quiet")
     r.add_argument("--load-procs", type=int, default=2, help="concurrent bench loops for --load loaded")
     r.add_argument("--rounds", type=int, default=20, help="interleaved rounds (compare --remeasure; they stop once "
@@ -240,7 +244,8 @@ def main() -> None:
         sub.add_parser(name).add_argument("out", type=Path)
     ns = p.parse_args()
     if ns.what == "run":
-        collect(ns.out, ns.pairs, ns.load, ns.load_procs, ns.rounds, ns.trials.split(","))
+        collect(ns.out, range(ns.first, ns.first + ns.pairs), ns.load, ns.load_procs, ns.rounds,
+                ns.trials.split(","))
     elif ns.what == "rejudge":
         rejudge(ns.out)
     else:
