@@ -29,6 +29,7 @@ import io
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -180,8 +181,11 @@ def collect(root: Path, pairs: range, load: str, procs: int, rounds: int, trials
                     continue
                 load_start = os.getloadavg()
                 (pair / "load.json").write_text(json.dumps(load_start))
+                cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
                 seconds = one_pair(pair, trial, root / "jax-cache", py, rounds)
-                (pair / "cost.json").write_text(json.dumps({"seconds": seconds, "load_start": load_start,
+                done = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu_s = done.ru_utime + done.ru_stime - cpu.ru_utime - cpu.ru_stime  # what a quiet machine's wall takes
+                (pair / "cost.json").write_text(json.dumps({"seconds": seconds, "cpu_s": cpu_s, "load_start": load_start,
                                                             "load_end": os.getloadavg()}))
                 print(f"{load} {pair.name}: {sum(seconds.values()):.0f} s, load {os.getloadavg()[0]:.1f}, exit codes "
                       f"{(pair / 'two_files.rc').read_text()} / {(pair / 'interleaved.rc').read_text()}", flush=True)
@@ -195,7 +199,7 @@ WORDS = {"0": "OK", "1": "REGRESSION", "3": "INCONCLUSIVE"}
 def score(root: Path) -> None:
     """The table: per trial and load, the verdicts of the two files alone and with the interleaved rounds."""
     print("| trial | load | pairs | 1-min load average (median, range) | two files: REGRESSION / INCONCLUSIVE / OK "
-          "| interleaved: REGRESSION / INCONCLUSIVE / OK | seconds per pair (median) |")
+          "| interleaved: REGRESSION / INCONCLUSIVE / OK | seconds per pair: wall, CPU (median) |")
     print("|---|---|---|---|---|---|---|")
     for load in ("quiet", "loaded"):
         for trial in TRIALS:
@@ -207,15 +211,18 @@ def score(root: Path) -> None:
             for name in ("two_files", "interleaved"):
                 got = [WORDS[(p / f"{name}.rc").read_text().strip()] for p in done]
                 cells.append(" / ".join(str(got.count(w)) for w in ("REGRESSION", "INCONCLUSIVE", "OK")))
-            costs = [sum(json.loads((p / "cost.json").read_text())["seconds"].values()) for p in done
-                     if (p / "cost.json").exists()]
-            cost = f"{statistics.median(costs):.0f}" if costs else "-"
+            costs = [json.loads((p / "cost.json").read_text()) for p in done if (p / "cost.json").exists()]
+            walls = [sum(c["seconds"].values()) for c in costs]
+            cpus = [c["cpu_s"] for c in costs if "cpu_s" in c]
+            cost = (f"{statistics.median(walls):.0f}" if walls else "-") + ", " + (
+                f"{statistics.median(cpus):.0f}" if cpus else "-")
             print(f"| {trial} | {load} | {len(done)} | {statistics.median(loads):.1f} ({min(loads):.1f}-"
                   f"{max(loads):.1f}) | {cells[0]} | {cells[1]} | {cost} |")
     named = [p for p in (root / "quiet").glob("fusion_*")] + [p for p in (root / "loaded").glob("fusion_*")]
-    flagged = sum("--xla_disable_hlo_passes=fusion" in (p / "two_files.md").read_text() for p in named
-                  if (p / "two_files.md").exists())
-    print(f"\nfusion trials whose two-file report names the flag: {flagged}/{len(named)}")
+    reports = [(p / "two_files.md").read_text() for p in named if (p / "two_files.md").exists()]
+    flagged = sum("XLA_FLAGS '' -> '--xla_disable_hlo_passes=fusion'" in r and "structural: more work" in r
+                  for r in reports)
+    print(f"\nfusion trials whose two-file report names the flag and the structural change: {flagged}/{len(named)}")
 
 
 def rejudge(root: Path) -> None:
