@@ -377,6 +377,24 @@ def instrumented_evidence(setup):
     return stages_evidence(InstrumentedEngine(setup).describe(), math.prod(setup.shape))
 
 
+def per_stage(collide_flops):
+    stages = {"macroscopic": (4, 156.0, 33.0), "collide": (7, 348.0, collide_flops), "stream": (28, 432.0, None)}
+    ev = evidence(flops=33.0 + collide_flops)
+    ev["stages"] = {s: {"kernels_per_step": k, "bytes_per_cell_step": b, "cost_bytes_per_cell_step": b,
+                        "cost_flops_per_cell_step": f} for s, (k, b, f) in stages.items()}
+    return ev
+
+
+def test_per_stage_evidence_names_the_stage_whose_work_grew(tmp_path, capsys):
+    """The fast lane's representative of instrumented evidence: the stage whose measures moved is named."""
+    a, b = bench_doc([100, 101, 99], ev=per_stage(27.0)), bench_doc([100, 101, 99], ev=per_stage(60.0))
+    assert run_compare(tmp_path, a, b) == 1
+    out, word = verdict_of(capsys)
+    assert word == "REGRESSION" and "in stage(s) collide" in out
+    assert "| collide: flops per cell and step | 27 | 60 | +122.2% |" in out and "| stream:" not in out
+
+
+@pytest.mark.slow  # compiles every stage three times (about 4 s)
 def test_instrumented_evidence_is_per_stage_and_names_the_stage_that_changed(monkeypatch, capsys, tmp_path):
     """Instrumented mode (one executable per stage): the step's evidence is the stages' evidence summed, identical for
     identical code; extra arithmetic in collide is a structural REGRESSION whose new kernels name ``collide``."""
