@@ -181,6 +181,7 @@ def test_rounds_stop_early_only_where_the_rest_cannot_change_the_verdict():
         final = verdict_of_rounds(logs, 0.1)
         m = next(m for m in range(1, planned + 1) if settled(logs[:m], planned, 0.1))
         assert verdict_of_rounds(logs[:m] + [50.0] * (planned - m), 0.1) == final, (trial, m)
+        assert verdict_of_rounds(logs[:m], 0.1) == final, (trial, m)  # what the report judges: the rounds run
         stops[final].append(m / planned)
     assert all(stops.values()) and min(stops["INCONCLUSIVE"]) < 0.7  # a noisy INCONCLUSIVE stops well before the end
     assert not settled([0.3] * 5, 12, 0.1) and settled([0.3] * 10, 12, 0.1)  # clear: 10 of 12 rounds fix it

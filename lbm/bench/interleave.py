@@ -226,8 +226,9 @@ def settled(log_ratios: list[float], planned: int, threshold: float) -> bool:
     """Whether the verdict of ``planned`` rounds is already fixed by the rounds run, whatever the others give.
 
     The verdict only moves OK -> INCONCLUSIVE -> REGRESSION as any ratio grows, so the rounds left all at the
-    lowest and all at the highest possible value bound it: where both give the same word, every outcome does, and
-    stopping early gives exactly the verdict of all ``planned`` rounds.
+    lowest and all at the highest possible value bound it: where both give the same word, every outcome does.
+    Stopping also waits until the rounds run give that word themselves, so the verdict (and the interval the
+    report shows) of the rounds run is exactly the verdict of all ``planned`` rounds.
     """
     rest = planned - len(log_ratios)
     if rest <= 0:
@@ -235,7 +236,8 @@ def settled(log_ratios: list[float], planned: int, threshold: float) -> bool:
     if planned < rounds_needed():
         return False
     low = verdict_of_rounds(log_ratios + [-EXTREME] * rest, threshold)
-    return low == verdict_of_rounds(log_ratios + [EXTREME] * rest, threshold)
+    return low == verdict_of_rounds(log_ratios + [EXTREME] * rest, threshold) == verdict_of_rounds(log_ratios,
+                                                                                                  threshold)
 
 
 def rounds_needed(coverage: float = COVERAGE) -> int:
