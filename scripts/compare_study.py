@@ -218,7 +218,7 @@ def score(root: Path) -> None:
                 f"{statistics.median(cpus):.0f}" if cpus else "-")
             print(f"| {trial} | {load} | {len(done)} | {statistics.median(loads):.1f} ({min(loads):.1f}-"
                   f"{max(loads):.1f}) | {cells[0]} | {cells[1]} | {cost} |")
-    named = [p for p in (root / "quiet").glob("fusion_*")] + [p for p in (root / "loaded").glob("fusion_*")]
+    named = [p for load in ("quiet", "loaded") for p in (root / load).glob("fusion_*") if (p / "interleaved.rc").exists()]
     reports = [(p / "two_files.md").read_text() for p in named if (p / "two_files.md").exists()]
     flagged = sum("XLA_FLAGS '' -> '--xla_disable_hlo_passes=fusion'" in r and "structural: more work" in r
                   for r in reports)
