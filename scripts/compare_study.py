@@ -7,7 +7,7 @@
 
 Trials (each pair: a base bench ``a`` and a new bench ``b`` back to back, then ``compare a b`` and
 ``compare a b --remeasure ROUNDS --base-python <the unchanged interpreter>``, whose interleaved workers time both
-sides in turn):
+sides in turn; ROUNDS: ``--rounds``, 20):
 
 ``same``           identical code (native and xla engines)
 ``fusion``         the new side under XLA_FLAGS=--xla_disable_hlo_passes=fusion (native and xla engines)
@@ -18,7 +18,12 @@ sides in turn):
 
 ``--load loaded`` runs ``--load-procs`` concurrent bench processes in a loop during the trials (a load average
 of about three times the core count on a 2-core machine), started and stopped by the script. Each trial
-records the 1-minute load average at its start. Every file stays in OUT (bench.json, the reports, exit codes).
+records the 1-minute load average at its start, and ``cost.json`` the seconds of each part, the CPU seconds of
+its processes and the loads. Every file stays in OUT (bench.json, the reports, exit codes). A pair stays cheap:
+a fixed number of steps per repeat (no probe compilation), JAX's persistent compilation cache in OUT/jax-cache
+for every bench and worker (a changed program is still compiled: the cache is keyed by program and flags), one
+interleaved worker per side, rounds that stop once settled, and the two-file verdict in this process.
+Two processes can share one OUT's pairs (``--first``); docs/studies.md has the commands and the results.
 """
 
 from __future__ import annotations
