@@ -378,6 +378,20 @@ def instrumented_evidence(setup):
     return stages_evidence(InstrumentedEngine(setup).describe(), math.prod(setup.shape))
 
 
+def test_a_base_python_with_an_older_worker_is_named(tmp_path):
+    """--base-python of a checkout whose worker takes one configuration (before one worker per side): one clear
+    error naming what the base lacks (the worker's own error, then the hint)."""
+    from lbm.bench.interleave import measure
+
+    old = tmp_path / "old-python"
+    old.write_text("#!/bin/sh\necho \"TypeError: list indices must be integers or slices, not str\" >&2\nexit 1\n")
+    old.chmod(0o755)
+    rec = {"case": "periodic", "lattice": "d2q9", "grid": [16, 16], "variant": "xla", "precision": "float32",
+           "steps_per_repeat": 2}
+    with pytest.raises(LbmError, match="needs a base with this compare"):
+        measure([(rec, rec)], "", "", 6, str(old))
+
+
 def per_stage(collide_flops):
     stages = {"macroscopic": (4, 156.0, 33.0), "collide": (7, 348.0, collide_flops), "stream": (28, 432.0, None)}
     ev = evidence(flops=33.0 + collide_flops)

@@ -126,8 +126,9 @@ class Side:
             return "(not started)"
         self.log.seek(0)
         lines = [ln for ln in self.log.read().strip().splitlines() if ln.strip()]
-        hint = (" (does that environment's lbm have lbm.bench.interleave? --base-python needs a base with this "
-                "compare)") if any("No module named lbm.bench.interleave" in ln for ln in lines) else ""
+        older = ("No module named lbm.bench.interleave", "list indices must be integers")  # none, or one config each
+        hint = (" (does that environment's lbm have this lbm.bench.interleave, one worker for every configuration? "
+                "--base-python needs a base with this compare)") if any(o in ln for ln in lines for o in older) else ""
         return (lines[-1] if lines else "(no output)") + hint
 
     def time_one(self, i: int) -> None:
@@ -140,12 +141,12 @@ class Side:
         self.wall_s.setdefault(i, []).append(got["wall_s"])
 
     def stop(self) -> None:
-        """End the worker."""
+        """End the worker (at once where it never became ready: the other side failed, nothing waits for it)."""
         if self.proc is not None:
             try:
                 assert self.proc.stdin is not None
                 self.proc.stdin.close()
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=30 if self.ready else 0.1)
             except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
                 self.proc.kill()
                 self.proc.wait()
