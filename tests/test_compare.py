@@ -165,6 +165,55 @@ def test_median_interval_is_the_order_statistics_interval():
     assert median_interval([float(i) for i in range(6)]) == (0.0, 5.0) and rounds_needed() == 6
 
 
+def test_a_speed_of_its_own_per_process_is_not_taken_for_a_regression(monkeypatch):
+    """Identical code in two worker processes can run at different speeds for the processes' whole life (measured:
+    docs/studies.md). Fake workers with such an offset (log-normal) and 2% noise per round: spread over fresh
+    pairs of workers, 20 rounds call identical code a REGRESSION at most at the interval's own rate (2.5%) with a
+    15% offset, where one pair of workers for all 20 (as before) does so often; with a 5% offset a real +25% is
+    a REGRESSION every time."""
+    import random
+
+    from lbm.bench import interleave
+    from lbm.bench.interleave import block_plan, measure, verdict_of_rounds
+
+    assert block_plan(20) == [4, 4, 3, 3, 3, 3] and block_plan(6) == [1] * 6 and block_plan(2) == [1, 1]
+    rng = random.Random(7)
+    slower = {"value": 1.0, "offset": 0.15}
+
+    def start(self, configs, cwd):
+        self.speed = math.exp(rng.gauss(0.0, slower["offset"])) * (slower["value"] if self.python == "new" else 1.0)
+        self.n = len(configs)
+
+    def answer(self):
+        return {"ready": True, "evidence": [None] * self.n}
+
+    def time_one(self, i):
+        t = self.speed * math.exp(rng.gauss(0.0, 0.02))
+        self.cpu_s.setdefault(i, []).append(t)
+        self.wall_s.setdefault(i, []).append(t)
+
+    monkeypatch.setattr(interleave.Side, "start", start)
+    monkeypatch.setattr(interleave.Side, "answer", answer)
+    monkeypatch.setattr(interleave.Side, "time_one", time_one)
+    monkeypatch.setattr(interleave.Side, "stop", lambda self: None)
+    monkeypatch.setattr(interleave.sys, "executable", "new")
+    rec = {"case": "periodic", "lattice": "d2q9", "grid": [16, 16], "variant": "xla", "precision": "float32"}
+
+    def regressions(factor, offset, trials=40):
+        slower.update(value=factor, offset=offset)
+        got = [verdict_of_rounds(measure([(rec, rec)], "", "", 20, "base", threshold=0.1)[0].log_ratios, 0.1)
+               for _ in range(trials)]
+        return got.count("REGRESSION")
+
+    assert regressions(1.0, 0.15) <= 2 and regressions(1.25, 0.05) == 40
+
+    def one_pair():  # the 20 rounds of one pair of such workers as 20 observations: the process's own speed decides
+        base, new = (math.exp(rng.gauss(0.0, 0.15)) for _ in range(2))
+        return [math.log(new / base) + rng.gauss(0.0, 0.03) for _ in range(20)]
+
+    assert [verdict_of_rounds(one_pair(), 0.1) for _ in range(40)].count("REGRESSION") >= 8
+
+
 def test_rounds_stop_early_only_where_the_rest_cannot_change_the_verdict():
     """``settled``: after each round, the verdict of all planned rounds is fixed or not; where it is, stopping gives
     exactly the verdict the planned rounds give (random sequences: clear, noisy, and no change)."""
@@ -223,8 +272,9 @@ def test_interleaved_rounds_decide_the_timing_verdict(tmp_path, monkeypatch, cap
     assert run_compare(tmp_path, a, b, "--remeasure", str(len(ratios))) == exit_code
     out, got = verdict_of(capsys)
     assert got == word and calls == [(1, "", "--flag", len(ratios), None, 0.1)]
-    assert f"in {len(ratios)} rounds" in out and "load [2.0, 2.0, 2.0] -> [2.5, 2.5, 2.5]" in out
-    assert ("no 95% interval: 6 rounds needed" in out) == (len(ratios) < 6) and "nan" not in out and "inf" not in out
+    assert f"on {len(ratios)} pairs of workers" in out and "load [2.0, 2.0, 2.0] -> [2.5, 2.5, 2.5]" in out
+    assert ("no 95% interval: 6 pairs of workers needed" in out) == (len(ratios) < 6)
+    assert "nan" not in out and "inf" not in out
 
 
 def test_interleaved_rounds_of_another_program_decide_nothing(tmp_path, monkeypatch, capsys):

@@ -8,12 +8,13 @@ three kinds of evidence, in this order:
    the custom-call targets). Identical code gives identical evidence. A work measure that grows by more than
    ``--threshold`` is a REGRESSION from the structure alone, at any load (e.g.
    ``XLA_FLAGS=--xla_disable_hlo_passes=fusion``: the verdict names the flag and the kernels that appeared).
-2. **Interleaved timing** (``--remeasure N``): both sides measured in turn in one time window
-   (lbm.bench.interleave; ``--base-python`` runs the base in its own environment). REGRESSION when the
-   95% interval of the paired slowdown is above 0 and its median above the threshold; OK when the interval
-   lies below the threshold; INCONCLUSIVE otherwise. The rounds stop as soon as the rest could not change that
-   verdict. Fewer rounds than that interval needs (6) decide nothing:
-   the verdict is the two files', made INCONCLUSIVE where it was OK but the rounds' median exceeds the threshold.
+2. **Interleaved timing** (``--remeasure N``): both sides measured in turn in one time window, N rounds spread
+   over up to 6 fresh pairs of workers (lbm.bench.interleave; ``--base-python`` runs the base in its own
+   environment); each pair of workers gives one paired slowdown, the median of its rounds. REGRESSION when the
+   95% interval of the median over the pairs is above 0 and the median above the threshold; OK when the interval
+   lies below the threshold; INCONCLUSIVE otherwise. The pairs stop as soon as the rest could not change that
+   verdict. Fewer pairs than that interval needs (6, so N >= 6) decide nothing:
+   the verdict is the two files', made INCONCLUSIVE where it was OK but the pairs' median exceeds the threshold.
 3. **The two files' timing**: on a shared machine other work only slows a repeat down, so each file is read by
    its fastest repeat (CPU-timed where both files have ``mlups.cpu_values``), against a noise limit (the larger
    of ``--threshold`` and the two runs' gaps between fastest and second fastest repeat) with a rank permutation
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.bench.evidence import WORK_FIELDS, Structural, diff
-from lbm.bench.interleave import Interleaved, rounds_needed, verdict_of_rounds
+from lbm.bench.interleave import BLOCKS, Interleaved, rounds_needed, verdict_of_rounds
 from lbm.bench.interleave import measure as measure_interleaved
 from lbm.errors import LbmError
 
@@ -237,15 +238,17 @@ def decide(structural: Structural, timing: dict[str, Any], paired: Interleaved |
     """The verdict of one configuration: structure first, then interleaved timing, then the two files' timing."""
     if structural.kind == "more_work":
         return Verdict("REGRESSION", f"structural: more work per cell and step ({structural.summary()})" + env_note)
-    if paired is not None and not paired.mismatch and paired.rounds >= rounds_needed():
+    if paired is not None and not paired.mismatch and len(paired.log_ratios) >= rounds_needed():
         return _decide_paired(paired, threshold)
     verdict = _decide_two_files(structural, timing, threshold, busy, paired)
     if paired is None or paired.mismatch:
         return verdict
-    # fewer rounds than a 95% interval needs: they cannot decide, but a median slowdown beyond the threshold is doubt
+    # fewer pairs of workers than a 95% interval needs: they cannot decide, but a median slowdown beyond the
+    # threshold is doubt
     med = paired.slowdown[0]
-    rounds = (f"{paired.rounds} interleaved round(s), too few for a 95% interval ({rounds_needed()} needed): "
-              f"median new/base - 1 = {_pct(med)}")
+    rounds = (f"{paired.rounds} interleaved round(s) on {len(paired.log_ratios)} pair(s) of workers, too few for a "
+              f"95% interval ({rounds_needed()} pairs needed: --remeasure {rounds_needed()} or more): median new/base "
+              f"- 1 = {_pct(med)}")
     step = f"more rounds: --remeasure {max(20, rounds_needed())}"
     if verdict.verdict == "OK" and med > threshold:
         return Verdict("INCONCLUSIVE", f"{verdict.basis}; but {rounds}, above the threshold", step)
@@ -255,16 +258,17 @@ def decide(structural: Structural, timing: dict[str, Any], paired: Interleaved |
 def _decide_paired(paired: Interleaved, threshold: float) -> Verdict:
     """The timing verdict of enough interleaved rounds: their median slowdown and its 95% interval."""
     med, lo, hi = paired.slowdown
-    early = f" of {paired.planned}, the rest could not change the verdict" if paired.planned > paired.rounds else ""
-    text = (f"interleaved, {paired.rounds} rounds{early}: new/base - 1 = {_pct(med)} (95% interval {_pct(lo)} .. "
-            f"{_pct(hi)}, process CPU time)")
+    pairs = len(paired.log_ratios)
+    early = f" of {paired.planned}, the rest could not change the verdict" if paired.planned > pairs else ""
+    text = (f"interleaved, {paired.rounds} rounds on {pairs} pairs of workers{early}: new/base - 1 = {_pct(med)} "
+            f"(median of the pairs' medians; 95% interval {_pct(lo)} .. {_pct(hi)}, process CPU time)")
     word = verdict_of_rounds(paired.log_ratios, threshold)
     if word == "REGRESSION":
         return Verdict(word, f"timing {text}")
     if word == "OK":
         return Verdict(word, f"timing {text}" + (": faster" if hi < 0 and med < -threshold else ""))
     return Verdict(word, f"timing {text}: the interval holds both no change and the threshold",
-                   f"more rounds (--remeasure {2 * max(paired.rounds, paired.planned)}) or a quieter machine")
+                   f"more rounds (--remeasure {2 * paired.rounds}) or a quieter machine")
 
 
 def _decide_two_files(structural: Structural, timing: dict[str, Any], threshold: float, busy: str,
@@ -364,10 +368,13 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
 def interleaved_cell(pr: Interleaved) -> str:
     """The report's cell of one configuration's interleaved rounds: median, 95% interval, spread, load."""
     med, lo, hi = pr.slowdown
-    interval = f"[{_pct(lo)}, {_pct(hi)}]" if math.isfinite(hi) else f"(no 95% interval: {rounds_needed()} rounds needed)"
+    interval = (f"[{_pct(lo)}, {_pct(hi)}]" if math.isfinite(hi)
+                else f"(no 95% interval: {rounds_needed()} pairs of workers needed)")
     iqr = "" if math.isnan(pr.spread) else f", IQR {pr.spread * 100:.0f}%"
-    of = f" of {pr.planned}" if pr.planned > pr.rounds else ""
-    return (f"{_pct(med)} {interval} in {pr.rounds}{of} rounds{iqr}, load {pr.load[0]} -> {pr.load[1]}"
+    pairs = len(pr.log_ratios)
+    of = f" of {pr.planned}" if pr.planned > pairs else ""
+    return (f"{_pct(med)} {interval} on {pairs}{of} pairs of workers, {pr.rounds} rounds{iqr}, load {pr.load[0]} -> "
+            f"{pr.load[1]}"
             + ("; side mismatch" if pr.mismatch else ""))
 
 
@@ -454,9 +461,9 @@ def main(args: list[str]) -> int:
                         help="smallest relative change that matters (default 0.10 = 10%%)")
     parser.add_argument("--remeasure", type=int, default=0, metavar="N",
                         help=f"time N interleaved rounds (base, new, new, base, ...) of each configuration not "
-                             f"decided by its structure, in one time window (stopping once the rest could not "
-                             f"change the verdict); {rounds_needed()} or more for a 95%% "
-                             "interval, 20 recommended")
+                             f"decided by its structure, in one time window, over up to {BLOCKS} fresh pairs of "
+                             f"workers (stopping once the rest could not change the verdict); {rounds_needed()} or "
+                             "more for a 95%% interval, 20 recommended")
     parser.add_argument("--base-python", default=None, metavar="PY",
                         help="with --remeasure: the interpreter of the base's environment (another checkout or "
                              "virtual environment); default: this one, under the base file's XLA_FLAGS")

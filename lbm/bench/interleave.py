@@ -1,15 +1,16 @@
 """The interleaved timing design of ``compare --remeasure N``: base and new measured in turn, in one time window.
 
-Two worker processes (``python -m lbm.bench.interleave CONFIGS``), one per side, each set up and compile every
-configuration to re-measure once: the base with ``--base-python`` (another environment) or this interpreter, under
+Worker processes (``python -m lbm.bench.interleave CONFIGS``), one per side, each set up and compile every
+configuration to re-measure: the base with ``--base-python`` (another environment) or this interpreter, under
 the BASE file's XLA_FLAGS; the new one with this interpreter under the NEW file's XLA_FLAGS. Then, configuration
-after configuration, N rounds, each one timed repeat of both sides back to back, in the order base-new, new-base,
-base-new, ... (so a drift of the machine within a round does not favour one side). Each round gives one paired
-ratio t_new / t_base of the process CPU time of the repeat; both sides of a pair saw the same moment of the
-machine. The slowdown is the median of the pairs' log ratios, with the distribution-free 95% confidence interval
-of a median (order statistics, binomial coverage): heavy-tailed repeats move it no more than one pair each. The
-rounds stop early where the verdict of all N is already fixed, whatever the rounds left would give
-(:func:`settled`).
+after configuration, rounds, each one timed repeat of both sides back to back, in the order base-new, new-base,
+base-new, ... (so a drift of the machine within a round does not favour one side); each round gives one ratio
+t_new / t_base of the process CPU time of the repeat. A process's speed has a part of its own that stays for all
+its rounds, so the N rounds are spread over up to :data:`BLOCKS` fresh pairs of workers (JAX's persistent
+compilation cache lets the later pairs load what the first compiled), and each pair of workers gives one
+observation, the median of its rounds' log ratios. The slowdown is the median of these observations, with the
+distribution-free 95% confidence interval of a median (order statistics, binomial coverage). The pairs stop
+early where the verdict of all of them is already fixed, whatever the pairs left would give (:func:`settled`).
 
 Before timing, each worker reports the structural evidence (lbm.bench.evidence) of what it compiled: a side
 whose program differs from the one its file records (e.g. the base re-measured in this checkout after the code
@@ -96,6 +97,9 @@ class Side:
         """Start the worker for ``configs`` (working directory ``cwd``, so the interpreter's own lbm is imported)."""
         env = dict(os.environ)
         env["XLA_FLAGS"] = self.xla_flags
+        if "JAX_COMPILATION_CACHE_DIR" not in env:  # the later pairs of workers load what the first compiled
+            env.update(JAX_COMPILATION_CACHE_DIR=os.path.join(cwd, "jax-cache"),
+                       JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
         self.log = tempfile.TemporaryFile("w+")
         try:
             self.proc = subprocess.Popen([self.python, "-m", "lbm.bench.interleave", json.dumps(configs)], cwd=cwd,
@@ -165,27 +169,31 @@ def worker_config(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class Interleaved:
-    """The paired rounds of one configuration and what they say."""
+    """The paired rounds of one configuration, over several pairs of workers, and what they say."""
 
     rounds: int
+    """Rounds timed, over all the pairs of workers."""
     log_ratios: list[float]
-    """log(t_new / t_base) per round, process CPU time (positive: new is slower)."""
+    """One per pair of workers: the median over its rounds of log(t_new / t_base), process CPU time (positive: new
+    is slower)."""
     wall_ratio_median: float
     load: tuple[list[float] | None, list[float] | None]
     mismatch: list[str]
     """Sides whose compiled program differs from the one their file records (then the rounds decide nothing)."""
     planned: int = 0
-    """The rounds asked for (more than ``rounds`` where the first rounds settled the verdict: :func:`settled`)."""
+    """The pairs of workers planned (more than ``log_ratios`` holds where the first ones settled the verdict:
+    :func:`settled`)."""
 
     @property
     def slowdown(self) -> tuple[float, float, float]:
-        """(median, lower, upper 95% bound) of the relative slowdown t_new / t_base - 1 (inf bounds: too few rounds)."""
+        """(median, lower, upper 95% bound) of the relative slowdown t_new / t_base - 1 over the pairs of workers
+        (inf bounds: too few pairs)."""
         lo, hi = median_interval(self.log_ratios)
         return math.expm1(statistics.median(self.log_ratios)), math.expm1(lo), math.expm1(hi)
 
     @property
     def spread(self) -> float:
-        """Interquartile range of the paired ratios (relative): the noise the rounds saw."""
+        """Interquartile range of the pairs of workers' ratios (relative): the noise they saw."""
         if len(self.log_ratios) < 4:
             return float("nan")
         q = statistics.quantiles([math.exp(x) for x in self.log_ratios], n=4)
@@ -257,58 +265,86 @@ def load_now() -> list[float] | None:
         return None
 
 
+BLOCKS = 6
+"""Pairs of fresh workers the rounds are spread over. A process's speed has a part of its own, the same for all its
+rounds (identical code in two workers measured 20% apart, round after round: docs/studies.md), so the unit of
+replication is a pair of workers, not a round: each pair gives one observation, the median of its rounds."""
+
+
+def block_plan(rounds: int) -> list[int]:
+    """Rounds per pair of workers: ``rounds`` spread as evenly as possible over min(rounds, BLOCKS) pairs."""
+    blocks = min(rounds, BLOCKS)
+    return [rounds // blocks + (1 if k < rounds % blocks else 0) for k in range(blocks)]
+
+
+@dataclass
+class _Config:
+    """What the blocks have measured of one configuration so far."""
+
+    recs: tuple[dict[str, Any], dict[str, Any]]
+    observations: list[float] = field(default_factory=list)
+    rounds: int = 0
+    walls: list[float] = field(default_factory=list)
+    mismatch: list[str] = field(default_factory=list)
+    load_start: list[float] | None = None
+    done: bool = False
+
+
 def measure(pairs: list[tuple[dict[str, Any], dict[str, Any]]], base_flags: str, new_flags: str, rounds: int,
             base_python: str | None, say: Any = None, threshold: float | None = None) -> list[Interleaved]:
-    """Time ``rounds`` interleaved pairs of the configuration of each (base, new) record pair, with one worker per
-    side for all of them (fewer rounds where, with a ``threshold``, the first ones settle the verdict of all)."""
+    """Time ``rounds`` interleaved rounds of the configuration of each (base, new) record pair, spread over fresh
+    pairs of workers (:func:`block_plan`; one worker per side for all the configurations); with a ``threshold``,
+    a configuration stops once its first pairs of workers settle the verdict of all of them."""
     configs = [worker_config(b, n) for b, n in pairs]
-    sides = {"base": Side(base_python or sys.executable, base_flags), "new": Side(sys.executable, new_flags)}
-    out = []
+    plan = block_plan(rounds)
+    state = [_Config(recs) for recs in pairs]
     with tempfile.TemporaryDirectory(prefix="lbm-interleave-") as cwd:
-        try:
-            if say:
-                say(0, f"starting both sides ({len(configs)} configuration(s) each)")
-            for s in sides.values():
-                s.start(configs, cwd)
-            for s in sides.values():
-                s.ready = s.answer()
-            for i, recs in enumerate(pairs):
-                out.append(_rounds(i, recs, sides, rounds, say, threshold))
-        finally:
-            for s in sides.values():
-                s.stop()
-    return out
+        for b, n_rounds in enumerate(plan):
+            todo = [i for i, c in enumerate(state) if not c.done]
+            if not todo:
+                break
+            sides = {"base": Side(base_python or sys.executable, base_flags), "new": Side(sys.executable, new_flags)}
+            try:
+                if say:
+                    say(todo[0], f"workers {b + 1}/{len(plan)}: starting both sides ({len(todo)} configuration(s))")
+                for s in sides.values():
+                    s.start([configs[i] for i in todo], cwd)
+                for s in sides.values():
+                    s.ready = s.answer()
+                for j, i in enumerate(todo):
+                    _block(j, state[i], sides, n_rounds, lambda text, i=i, b=b: say and say(
+                        i, f"workers {b + 1}/{len(plan)}: {text}"))
+                    c = state[i]
+                    c.done = (threshold is not None and not c.mismatch
+                              and settled(c.observations, len(plan), threshold))
+            finally:
+                for s in sides.values():
+                    s.stop()
+    return [Interleaved(c.rounds, c.observations, statistics.median(c.walls) if c.walls else float("nan"),
+                        (c.load_start, load_now()), c.mismatch, len(plan)) for c in state]
 
 
-def _rounds(i: int, recs: tuple[dict[str, Any], dict[str, Any]], sides: dict[str, Side], rounds: int, say: Any,
-            threshold: float | None) -> Interleaved:
-    """The interleaved rounds of configuration ``i`` on the started workers."""
+def _block(j: int, c: _Config, sides: dict[str, Side], rounds: int, say: Any) -> None:
+    """``rounds`` interleaved rounds of configuration ``j`` of the started workers; their median log ratio is one
+    observation of ``c``."""
     from lbm.bench.evidence import diff
 
-    load_start = load_now()
-    mismatch = []
-    for name, rec in zip(("base", "new"), recs, strict=True):
-        got = diff(rec.get("evidence"), sides[name].ready["evidence"][i], 0.0)
-        if got.kind not in ("identical", "unknown"):
-            mismatch.append(f"the {name} side ({sides[name].python}, XLA_FLAGS={sides[name].xla_flags!r}) "
-                            f"compiles another program than the {name} file records ({got.summary()})")
+    c.load_start = c.load_start or load_now()
+    for name, rec in zip(("base", "new"), c.recs, strict=True):
+        got = diff(rec.get("evidence"), sides[name].ready["evidence"][j], 0.0)
+        text = (f"the {name} side ({sides[name].python}, XLA_FLAGS={sides[name].xla_flags!r}) compiles another "
+                f"program than the {name} file records ({got.summary()})")
+        if got.kind not in ("identical", "unknown") and text not in c.mismatch:
+            c.mismatch.append(text)
     for r in range(rounds):
-        if say:
-            say(i, f"round {r + 1}/{rounds}")
+        say(f"round {r + 1}/{rounds}")
         for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
-            sides[name].time_one(i)
-        if threshold is not None and not mismatch and settled(_logs(sides, i), rounds, threshold):
-            break
-    logs = _logs(sides, i)
-    walls = [y / x for x, y in zip(sides["base"].wall_s[i], sides["new"].wall_s[i], strict=True) if x > 0]
-    return Interleaved(len(logs), logs, statistics.median(walls) if walls else float("nan"),
-                       (load_start, load_now()), mismatch, rounds)
-
-
-def _logs(sides: dict[str, Side], i: int) -> list[float]:
-    """log(t_new / t_base) of the process CPU time of each round of configuration ``i`` timed so far."""
-    b, n = sides["base"].cpu_s.get(i, []), sides["new"].cpu_s.get(i, [])
-    return [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b, n, strict=True)]
+            sides[name].time_one(j)
+    b, n = sides["base"], sides["new"]
+    logs = [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b.cpu_s[j], n.cpu_s[j], strict=True)]
+    c.observations.append(statistics.median(logs))
+    c.rounds += rounds
+    c.walls += [y / x for x, y in zip(b.wall_s[j], n.wall_s[j], strict=True) if x > 0]
 
 
 def main(args: list[str]) -> int:
