@@ -260,8 +260,9 @@ def _decide_paired(paired: Interleaved, threshold: float) -> Verdict:
     med, lo, hi = paired.slowdown
     pairs = len(paired.log_ratios)
     early = f" of {paired.planned}, the rest could not change the verdict" if paired.planned > pairs else ""
+    each = ", ".join(_pct(math.expm1(x)) for x in paired.log_ratios)
     text = (f"interleaved, {paired.rounds} rounds on {pairs} pairs of workers{early}: new/base - 1 = {_pct(med)} "
-            f"(median of the pairs' medians; 95% interval {_pct(lo)} .. {_pct(hi)}, process CPU time)")
+            f"(median of the pairs' medians {each}; 95% interval {_pct(lo)} .. {_pct(hi)}, process CPU time)")
     word = verdict_of_rounds(paired.log_ratios, threshold)
     if word == "REGRESSION":
         return Verdict(word, f"timing {text}")
