@@ -74,6 +74,7 @@ def test_bench_json_holds_every_contract_field(bench_doc):
             assert {"macroscopic", "equilibrium", "collide", "stream"} <= stages.keys()
             assert sum(s["share"] for s in stages.values()) == pytest.approx(1.0)
             assert all(s["median_ms"] > 0 for s in stages.values())
+            assert EVIDENCE_KEYS <= r["evidence"].keys() and set(r["evidence"]["stages"]) == stages.keys()
         assert r["lattice"] == "d2q9" and r["precision"] == "float32"
     cyl = [r for r in records if r["case"] == "cylinder"]
     assert {r["grid"][0] for r in cyl} == {60} and "outflow" in next(r for r in cyl if r["mode"] == "instrumented")["stages"]
