@@ -340,6 +340,12 @@ def slow_except(params: list[Any], fast: Any) -> list[Any]:
     return out
 
 
+def alternate(i: int, j: int, pair: tuple[Any, Any]) -> Any:
+    """The first or second of ``pair`` by the parity of i + j, for a parametrised grid of (i, j) run once per cell:
+    each row and each column meets both values (e.g. every case and every collision in both precisions)."""
+    return pair[(i + j) % 2]
+
+
 def lattice_params(fast: tuple[str, ...] = ("d2q9",)) -> list[Any]:
     """Every lattice as a parametrize value named by the lattice; those not in ``fast`` are marked slow."""
     from lbm.lattice import LATTICES

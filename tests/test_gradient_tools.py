@@ -132,7 +132,7 @@ from lbm.diff.api import gradient_function, prepare_gradient
 overrides, wrt = json.loads(sys.argv[1])
 one = lbm.value_and_grad(overrides, wrt, "drag", window=20)
 out = {"one": one}
-for mesh in ("[4,1]", "[2,2]"):
+for mesh in ("[2,2]",):
     mesh_run = [*overrides, "parallel.devices=4", f"parallel.mesh={mesh}"]
     param = prepare_gradient(mesh_run, wrt)
     text = gradient_function(param, wrt, "drag", window=20).lower(
@@ -145,7 +145,8 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_gradient_on_four_devices_equals_one_device():
-    """Four forced CPU devices (a subprocess: XLA_FLAGS before jax starts), meshes 4x1 and 2x2: the same gradient."""
+    """Four forced CPU devices (a subprocess: XLA_FLAGS before jax starts), a 2x2 mesh (both axes split): the same
+    gradient."""
     import json
     import os
     import subprocess
@@ -161,7 +162,7 @@ def test_gradient_on_four_devices_equals_one_device():
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     value, grads = out["one"]
-    for mesh in ("[4,1]", "[2,2]"):
+    for mesh in ("[2,2]",):
         assert out[mesh]["collectives"] > 0  # the program is split over the devices, not run on one
         mesh_value, mesh_grads = out[mesh]["result"]
         assert mesh_value == pytest.approx(value, rel=1e-12)

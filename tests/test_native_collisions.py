@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import ALL_LATTICES, setup_for, slow_except
+from conftest import ALL_LATTICES, alternate, setup_for, slow_except
 from helpers.boundaries import random_populations
 
 from lbm.engines import EngineUnavailable, make_engine
@@ -45,16 +45,16 @@ def _reference_step(f, lat, spec, force):
     return stream(spec(f, equilibrium(drho, u, lat), u, lat, force), lat)
 
 
-KERNEL_FAST = {(D2Q9, "mrt", False), (D2Q9, "regularized", False), (D2Q9, "recursive_regularized", True),
-               (D2Q9, "kbc", False)}
-"""One kernel per collision, with and without a force; each also one of ENGINE_FAST's (built once)."""
+KERNELS = [(lat, kind, alternate(i, j, (False, True))) for i, lat in enumerate(ALL_LATTICES)
+           for j, kind in enumerate(KINDS)]
+KERNEL_FAST = {k for k in KERNELS if k[0] is D2Q9}
+"""One kernel per collision in the fast lane (D2Q9, two with a force)."""
 
 
 @needs_native
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("lat,kind,forced", slow_except(
-    [(lat, kind, forced) for lat in ALL_LATTICES for kind in KINDS for forced in (False, True)], fast=KERNEL_FAST),
-    ids=lambda v: getattr(v, "name", str(v)))
+@pytest.mark.parametrize("lat,kind,forced", slow_except(KERNELS, fast=KERNEL_FAST),
+                         ids=lambda v: getattr(v, "name", str(v)))
 def test_native_collision_kernels_equal_collide_then_stream(lat, kind, forced):
     """push = one reference step, an AA pair = two, in float64 to rounding, for two rate sets of one kernel."""
     force = np.array([2e-4, -1e-4, 5e-5][: lat.d]) if forced else None
@@ -85,9 +85,12 @@ CASES = {
 }
 TOL = {"float64": 1e-13, "float32": 1e-5}
 """Bounds on max |native - xla| / max |f| after 9 steps: 2-3x the largest measured over every case below."""
-ENGINE_FAST = {("cavity", "mrt", "float64"), ("poiseuille", "recursive_regularized", "float64"),
-               ("cavity", "regularized", "float64"), ("cavity", "kbc", "float64")}
-"""One small case per collision in the fast lane; their kernels are the fast kernel tests' (built once)."""
+ENGINE_CASES = [(name, kind, alternate(i, j, tuple(TOL))) for i, name in enumerate(CASES)
+                for j, kind in enumerate(KINDS)]
+"""Every case with every collision, once, in alternating precisions (the kernels' own float64 formulas are checked
+to rounding above)."""
+ENGINE_FAST = {c for c in ENGINE_CASES if c[0] == "cavity"}
+"""One small case per collision in the fast lane."""
 
 
 def _run(stepper, setup, n):
@@ -96,8 +99,7 @@ def _run(stepper, setup, n):
 
 
 @needs_native
-@pytest.mark.parametrize("name,kind,precision", slow_except(
-    [(name, kind, precision) for name in CASES for kind in KINDS for precision in TOL], fast=ENGINE_FAST))
+@pytest.mark.parametrize("name,kind,precision", slow_except(ENGINE_CASES, fast=ENGINE_FAST))
 def test_native_engine_collisions_follow_the_xla_engine(name, kind, precision):
     """Nine steps (a push step, then four in-place pairs) of the native engine equal the xla engine's to rounding."""
     setup = setup_for([*CASES[name], f"collision={kind}"], precision)
@@ -116,8 +118,8 @@ def test_native_engine_collisions_follow_the_xla_engine(name, kind, precision):
 
 @needs_native
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("storage", ["float16"])
+@pytest.mark.parametrize("kind", ["mrt", "kbc"])  # moment space and the entropic one; the 16-bit load and store
+@pytest.mark.parametrize("storage", ["float16"])  # around the collision are the same code for every kind
 def test_native_collisions_with_16bit_storage_follow_the_xla_engine(kind, storage):
     """16-bit storage (f - w stored, float32 compute) on the cavity stays within 16-bit rounding of the xla engine."""
     with jax.enable_x64(False):
