@@ -19,6 +19,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from lbm.diff.adjoint import CORE, with_adjoints
 from lbm.diff.checkpointing import repeat, segment_lengths
 from lbm.diff.parameters import Parameterisation
 from lbm.engines.timestep import moments, step_index, timestep
@@ -44,14 +45,14 @@ def differentiable_run(param: Parameterisation, values: dict[str, Any], steps: i
     window = check_window(window, steps)
     lengths = segment_lengths(checkpoint, steps, every, levels)
     traced = param.build(values)
-    setup, bcs = traced.setup, traced.boundaries
+    setup, bcs = traced.setup, with_adjoints(traced.boundaries)
     start = steps - window
     forces = any(bc.stage == "forces" for bc in bcs)
     d = setup.lattice.d
 
     def step(carry: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         f, t, acc = carry
-        f, out = timestep(f, t, bcs, setup)
+        f, out = timestep(f, t, bcs, setup, core=CORE)
         if "force" in out:
             acc = acc + jnp.where(t >= start, out["force"], jnp.zeros_like(out["force"]))
         return f, t + 1, acc

@@ -1,0 +1,243 @@
+"""Hand-written adjoints of the core stages, so that reverse mode through a run costs a few forward steps.
+
+Reverse mode through the stage functions as written for the forward fusion is slow: they index the
+populations one direction at a time (``f[i]``, unrolled sums over Q), and the transpose of each such
+slice is a pad of the whole ``(Q, *grid)`` array, so the transposed step does O(Q^2) work per cell
+(docs/differentiable.md, "How it is built"). Each core stage here is the kernel's own forward function
+under ``jax.custom_vjp`` with its transposed Jacobian written out, cell-locally and O(Q) per cell:
+
+- ``macroscopic``: rho = sum_i f_i, u = (m + F/2) / rho: f_bar_j = rho_bar - u . u_bar / rho + c_j . u_bar / rho;
+- ``equilibrium``: feq_i = w_i rho (1 + 3 c_i.u + 9/2 (c_i.u)^2 - 3/2 u^2), its derivatives by rho and u;
+- ``collide``: BGK/TRT f* = f - (omega+ P+ + omega- P-) (f - feq) (P+-: the parts symmetric and
+  antisymmetric under c -> -c, both symmetric matrices): f_bar = lambda - mu, feq_bar = mu with
+  mu = (omega+ P+ + omega- P-) lambda, and the rates' cotangents -sum lambda . P+- (f - feq); Guo's
+  source term of a traced body force by jax.vjp (it is small);
+- ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i.
+
+Boundary conditions, objectives and the scan stay with jax's automatic differentiation: they act on
+few cells or are cheap to transpose. :data:`CORE` is what lbm.engines.timestep.timestep takes as its
+``core`` stages; the forward values are the kernels' own, bit for bit.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.boundaries import HalfwayBounceBack, MovingWall
+from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
+from lbm.boundaries.bounce_back import bounce_back_halfway
+from lbm.cases.base import Setup
+from lbm.kernels.equilibrium import equilibrium, velocity_dot
+from lbm.kernels.macroscopic import macroscopic
+from lbm.kernels.streaming import stream
+from lbm.lattice import Lattice
+
+
+def _dot(c_i: np.ndarray, v: Any) -> Any:
+    """c_i . v for a static integer velocity and D fields ``v`` (a stacked array or a sequence)."""
+    return velocity_dot(tuple(int(x) for x in c_i), v)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def moments_of(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Density and velocity of ``f`` (lbm.kernels.macroscopic.macroscopic, a static ``force``), with an O(Q) adjoint."""
+    return macroscopic(f, lattice, None if force is None else np.asarray(force, np.float64))
+
+
+def _moments_fwd(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None
+                 ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], Any]:
+    rho, u = moments_of(f, lattice, force)
+    return (rho, u), (rho, u)
+
+
+def _moments_bwd(lattice: Lattice, force: tuple[float, ...] | None, res: Any, ct: Any) -> tuple[jnp.ndarray]:
+    rho, u = res
+    rho_bar, u_bar = ct
+    inv = 1.0 / rho
+    m_bar = u_bar * inv
+    base = rho_bar - jnp.sum(m_bar * u, axis=0)
+    return (jnp.stack([base + _dot(lattice.c[j], m_bar) for j in range(lattice.q)]),)
+
+
+moments_of.defvjp(_moments_fwd, _moments_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def equilibrium_of(rho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """lbm.kernels.equilibrium.equilibrium with an O(Q) adjoint."""
+    return equilibrium(rho, u, lattice)
+
+
+def _equilibrium_fwd(rho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, Any]:
+    return equilibrium(rho, u, lattice), (rho, u)
+
+
+def _equilibrium_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    rho, u = res
+    base = 1.0 - 1.5 * jnp.sum(u * u, axis=0)
+    rho_bar, total, flux = 0.0, 0.0, [0.0] * lattice.d
+    for i in range(lattice.q):
+        w = float(lattice.w[i])
+        g = w * ct[i]
+        cu = _dot(lattice.c[i], u)
+        rho_bar = rho_bar + g * (base + cu * (3.0 + 4.5 * cu))
+        total = total + g
+        if lattice.c[i].any():
+            k = g * (3.0 + 9.0 * cu)
+            flux = [fa + k if ca > 0 else fa - k if ca < 0 else fa for fa, ca in zip(flux, lattice.c[i], strict=True)]
+    u_bar = jnp.stack([rho * (flux[a] - 3.0 * u[a] * total) for a in range(lattice.d)])
+    return rho_bar, u_bar
+
+
+equilibrium_of.defvjp(_equilibrium_fwd, _equilibrium_bwd)
+
+
+def _even_odd(x: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The parts of a per-direction quantity symmetric and antisymmetric under c_i -> -c_i."""
+    opp = x[lattice.opposite]
+    return 0.5 * (x + opp), 0.5 * (x - opp)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def relax(f: jnp.ndarray, feq: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool
+          ) -> jnp.ndarray:
+    """BGK (``two_rates`` False: omega+ only) or TRT relaxation of ``f`` towards ``feq``, with an O(Q) adjoint."""
+    from lbm.kernels.collision import bgk, trt
+
+    return trt(f, feq, lattice, omega_plus, omega_minus) if two_rates else bgk(f, feq, omega_plus)
+
+
+def _relax_fwd(f: jnp.ndarray, feq: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool
+               ) -> tuple[jnp.ndarray, Any]:
+    return relax(f, feq, omega_plus, omega_minus, lattice, two_rates), (f, feq, omega_plus, omega_minus)
+
+
+def _relax_bwd(lattice: Lattice, two_rates: bool, res: Any, lam: jnp.ndarray) -> tuple[Any, ...]:
+    f, feq, omega_plus, omega_minus = res
+    neq = f - feq
+    if two_rates:
+        lam_even, lam_odd = _even_odd(lam, lattice)
+        mu = omega_plus * lam_even + omega_minus * lam_odd
+        neq_even, neq_odd = _even_odd(neq, lattice)
+        bar_plus = -jnp.sum(lam * neq_even)
+        bar_minus = -jnp.sum(lam * neq_odd)
+    else:
+        mu = omega_plus * lam
+        bar_plus = -jnp.sum(lam * neq)
+        bar_minus = jnp.zeros_like(bar_plus)
+    cast = [jnp.asarray(b).astype(jnp.result_type(w)) for b, w in ((bar_plus, omega_plus), (bar_minus, omega_minus))]
+    return lam - mu, mu, cast[0].reshape(jnp.shape(omega_plus)), cast[1].reshape(jnp.shape(omega_minus))
+
+
+relax.defvjp(_relax_fwd, _relax_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def streamed(post: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """lbm.kernels.streaming.stream (pull, periodic) with its transpose, the pull from x + c_i, as its adjoint."""
+    return stream(post, lattice)
+
+
+def _streamed_fwd(post: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, None]:
+    return stream(post, lattice), None
+
+
+def _streamed_bwd(lattice: Lattice, res: None, ct: jnp.ndarray) -> tuple[jnp.ndarray]:
+    axes = tuple(range(lattice.d))
+    out = []
+    for i in range(lattice.q):
+        shift = tuple(-int(s) for s in lattice.c[i])
+        out.append(jnp.roll(ct[i], shift, axis=axes) if any(shift) else ct[i])
+    return (jnp.stack(out),)
+
+
+streamed.defvjp(_streamed_fwd, _streamed_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def halfway(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice) -> jnp.ndarray:
+    """lbm.boundaries.bounce_back.bounce_back_halfway (``wall_term`` None: resting walls) with its transpose as adjoint.
+
+    The rule's linear part is a reflection: its transpose sends the cotangent of the slot j of a solid
+    cell s back to the slot opp(j) of the fluid cell s + c_j it came from (a roll by +c_j), and passes the
+    fluid cells' own cotangents through.
+    """
+    return bounce_back_halfway(post, solid, links, lattice, wall_term)
+
+
+def _halfway_fwd(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice
+                 ) -> tuple[jnp.ndarray, Any]:
+    return halfway(post, solid, links, wall_term, lattice), (solid, links, wall_term)
+
+
+def _halfway_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
+    solid, links, wall_term = res
+    axes = tuple(range(lattice.d))
+    zero = jnp.zeros((), ct.dtype)
+    out = []
+    for i in range(lattice.q):
+        j = int(lattice.opposite[i])
+        back = jnp.where(links[j], ct[j], zero)
+        shift = tuple(int(x) for x in lattice.c[j])
+        out.append(jnp.where(solid, zero, ct[i]) + (jnp.roll(back, shift, axis=axes) if any(shift) else back))
+    wall_bar = None if wall_term is None else jnp.where(links, ct, zero).astype(wall_term.dtype)
+    return jnp.stack(out), None, None, wall_bar
+
+
+halfway.defvjp(_halfway_fwd, _halfway_bwd)
+
+
+@pytree_dataclass
+class Halfway(BoundaryCondition):
+    """lbm.boundaries.HalfwayBounceBack or MovingWall (``wall_term`` None or the wall's term) with :func:`halfway`."""
+
+    solid: Any
+    links: Any
+    wall_term: Any = None
+    stage = "bounce_back"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """Solid cells take the reflected populations of their fluid neighbours (and the wall's momentum)."""
+        return s.replace(post=halfway(s.post, self.solid, self.links, self.wall_term, lattice))
+
+
+def with_adjoints(boundaries: tuple[BoundaryCondition, ...]) -> tuple[BoundaryCondition, ...]:
+    """``boundaries`` with the conditions that have a hand-written adjoint here in that form (the others as they are:
+    jax differentiates their rule)."""
+    out = []
+    for bc in boundaries:
+        if type(bc) in (HalfwayBounceBack, MovingWall):
+            bc = Halfway(solid=bc.solid, links=bc.links, wall_term=bc.wall)
+        out.append(bc)
+    return tuple(out)
+
+
+def _macroscopic(s: StepState, setup: Setup) -> StepState:
+    rho, u = moments_of(s.f, setup.lattice, setup.force)
+    return s.replace(rho=rho, u=u)
+
+
+def _equilibrium(s: StepState, setup: Setup) -> StepState:
+    return s.replace(feq=equilibrium_of(s.rho, s.u, setup.lattice))
+
+
+def _collide(s: StepState, setup: Setup) -> StepState:
+    rates = setup.collision
+    out = relax(s.f, s.feq, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates)
+    if rates.force is not None:
+        out = out + rates.source(s.u, setup.lattice).astype(out.dtype)
+    return s.replace(collided=out, post=out)
+
+
+def _stream(s: StepState, setup: Setup) -> StepState:
+    return s.replace(f=streamed(s.post, setup.lattice))
+
+
+CORE = {"macroscopic": _macroscopic, "equilibrium": _equilibrium, "collide": _collide, "stream": _stream}
+"""The core stages (lbm.stages.CORE_STAGES) with hand-written adjoints, for a Setup whose collision is a
+lbm.diff.parameters.Relaxation (what lbm.engines.timestep.timestep takes as ``core``)."""
