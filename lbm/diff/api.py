@@ -51,36 +51,42 @@ def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameteri
     return parameterise(case, setup, tuple(wrt))
 
 
-def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Objective, checkpoint: str = "sqrt",
-                      every: int | None = None, window: int | None = None, levels: int = 3) -> Any:
-    """The jitted ``values -> (objective, {key: derivative})`` of a prepared run (values: key -> scalar)."""
+def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Objective, checkpoint: str | None = None,
+                      every: int | None = None, window: int | None = None, snapshots: int | None = None) -> Any:
+    """The jitted ``values -> (objective, {key: derivative})`` of a prepared run (values: key -> scalar); the
+    checkpointing arguments left None take the run's config (``gradient.checkpoint``, ``.every``, ``.snapshots``)."""
     import jax
 
     steps = param.case.run.steps
+    policy = param.case.run.gradient
+    checkpoint = policy.checkpoint if checkpoint is None else checkpoint
+    every = policy.every if every is None else every
+    snapshots = policy.snapshots if snapshots is None else snapshots
     check(objective, param.case.name)
     solid = np.asarray(param.setup.solid, bool)
 
     def value(values: dict[str, Any]) -> Any:
-        out = differentiable_run(param, values, steps, checkpoint, every, window, levels)
+        out = differentiable_run(param, values, steps, checkpoint, every, window, snapshots)
         return evaluate(objective, out, solid)
 
     return jax.jit(jax.value_and_grad(value))
 
 
-def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Objective, checkpoint: str = "sqrt",
-                   every: int | None = None, window: int | None = None, levels: int = 3
+def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Objective, checkpoint: str | None = None,
+                   every: int | None = None, window: int | None = None, snapshots: int | None = None
                    ) -> tuple[float, dict[str, float]]:
     """An objective of the run of ``overrides`` and its derivative by each key of ``wrt`` (in that key's units).
 
     ``objective``: a name the case defines (lbm.diff.objectives) or a callable on the final fields;
-    ``checkpoint``: none | every (with ``every=k``) | sqrt | binomial (``levels``); ``window``: the last
-    steps the drag and lift are averaged over (default: all).
+    ``checkpoint``: none | every (with ``every=k``) | sqrt | binomial (``snapshots`` states kept), by default
+    the config's ``gradient.checkpoint`` (sqrt); ``window``: the last steps the drag and lift are averaged over
+    (default: all).
     """
     import jax.numpy as jnp
 
     param = prepare_gradient(overrides, wrt)
     check_window(window, param.case.run.steps)
-    fn = gradient_function(param, wrt, objective, checkpoint, every, window, levels)
+    fn = gradient_function(param, wrt, objective, checkpoint, every, window, snapshots)
     values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
     value, grads = fn(values)
     return float(value), {k: float(grads[k]) for k in wrt}
