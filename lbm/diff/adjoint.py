@@ -30,8 +30,15 @@ import numpy as np
 
 from lbm.boundaries import HalfwayBounceBack, MovingWall
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
-from lbm.boundaries.bounce_back import bounce_back_halfway
+from lbm.boundaries.bounce_back import (
+    bounce_back_halfway,
+    bounce_back_halfway_pulled,
+    halfway_links,
+    pull_bits,
+    written_out_on_cpu,
+)
 from lbm.cases.base import Setup
+from lbm.engines.timestep import fold_walls
 from lbm.kernels.equilibrium import equilibrium, velocity_dot
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
@@ -52,7 +59,7 @@ def moments_of(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None
 def _moments_fwd(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None
                  ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], Any]:
     rho, u = moments_of(f, lattice, force)
-    return (rho, u), (rho, u)
+    return (rho, u), written_out_on_cpu((rho, u))
 
 
 def _moments_bwd(lattice: Lattice, force: tuple[float, ...] | None, res: Any, ct: Any) -> tuple[jnp.ndarray]:
@@ -74,7 +81,7 @@ def equilibrium_of(rho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> jnp.nd
 
 
 def _equilibrium_fwd(rho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, Any]:
-    return equilibrium(rho, u, lattice), (rho, u)
+    return equilibrium(rho, u, lattice), written_out_on_cpu((rho, u))
 
 
 def _equilibrium_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -114,7 +121,7 @@ def relax(f: jnp.ndarray, feq: jnp.ndarray, omega_plus: Any, omega_minus: Any, l
 
 def _relax_fwd(f: jnp.ndarray, feq: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool
                ) -> tuple[jnp.ndarray, Any]:
-    return relax(f, feq, omega_plus, omega_minus, lattice, two_rates), (f, feq, omega_plus, omega_minus)
+    return relax(f, feq, omega_plus, omega_minus, lattice, two_rates), (*written_out_on_cpu((f, feq)), omega_plus, omega_minus)
 
 
 def _relax_bwd(lattice: Lattice, two_rates: bool, res: Any, lam: jnp.ndarray) -> tuple[Any, ...]:
@@ -205,16 +212,68 @@ class Halfway(BoundaryCondition):
         """Solid cells take the reflected populations of their fluid neighbours (and the wall's momentum)."""
         return s.replace(post=halfway(s.post, self.solid, self.links, self.wall_term, lattice))
 
+    def folded(self, lattice: Lattice) -> Pulled | None:
+        """The same walls applied while streaming (:class:`Pulled`), as lbm.engines.timestep.fold_walls asks."""
+        solid = np.asarray(self.solid, bool)
+        if not np.array_equal(np.asarray(self.links, bool), halfway_links(solid, lattice)):
+            return None
+        # the term moved to the fluid cell each link points into: lbm.boundaries.bounce_back.pulled, a stream
+        term = None if self.wall_term is None else streamed(self.wall_term, lattice)
+        return Pulled(bits=pull_bits(solid, lattice), term=term)
 
-def with_adjoints(boundaries: tuple[BoundaryCondition, ...]) -> tuple[BoundaryCondition, ...]:
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def pulled(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, term: Any, lattice: Lattice) -> jnp.ndarray:
+    """lbm.boundaries.bounce_back.bounce_back_halfway_pulled (a dense wall ``term`` or None), as the xla engine runs it
+    (post written out once on a CPU), with its transpose as adjoint: cell-local, each slot's cotangent goes to the
+    slot it was taken from."""
+    return bounce_back_halfway_pulled(streamed, written_out_on_cpu(post), bits, lattice, term=term)
+
+
+def _pulled_fwd(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, term: Any, lattice: Lattice
+                ) -> tuple[jnp.ndarray, Any]:
+    return pulled(streamed, post, bits, term, lattice), (bits, term)
+
+
+def _pulled_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
+    bits, term = res
+    q = lattice.q
+    zero = jnp.zeros((), ct.dtype)
+    fluid = (bits >> q) & 1 == 0
+    from_solid = [(bits >> i) & 1 == 1 for i in range(q)]
+    streamed_bar = jnp.stack([jnp.where(from_solid[i], zero, ct[i]) for i in range(q)])
+    reflected = [jnp.where(from_solid[i] & fluid, ct[i], zero) for i in range(q)]
+    post_bar = jnp.stack([reflected[int(lattice.opposite[j])] for j in range(q)])
+    term_bar = None if term is None else jnp.stack(reflected).astype(term.dtype)
+    return streamed_bar, post_bar, None, term_bar
+
+
+pulled.defvjp(_pulled_fwd, _pulled_bwd)
+
+
+@pytree_dataclass
+class Pulled(BoundaryCondition):
+    """:class:`Halfway` applied while streaming (stage ``stream``): lbm.boundaries.bounce_back.PulledHalfway's rule with
+    a dense wall term (``term`` (Q, *grid), pulled to the fluid cell, or None) and :func:`pulled`'s adjoint."""
+
+    bits: Any
+    term: Any = None
+    stage = "stream"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The streamed populations with the links that came out of solid cells replaced."""
+        return s.replace(f=pulled(s.f, s.post, self.bits, self.term, lattice))
+
+
+def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice) -> tuple[BoundaryCondition, ...]:
     """``boundaries`` with the conditions that have a hand-written adjoint here in that form (the others as they are:
-    jax differentiates their rule)."""
+    jax differentiates their rule), half-way walls applied while streaming where the xla engine does so."""
     out = []
     for bc in boundaries:
         if type(bc) in (HalfwayBounceBack, MovingWall):
             bc = Halfway(solid=bc.solid, links=bc.links, wall_term=bc.wall)
         out.append(bc)
-    return tuple(out)
+    return fold_walls(tuple(out), lattice)
 
 
 def _macroscopic(s: StepState, setup: Setup) -> StepState:
