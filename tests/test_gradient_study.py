@@ -10,7 +10,7 @@ from lbm.errors import LbmError
 
 
 @pytest.mark.parametrize("args", [["grid=8"], ["timing_grid=x"], ["timing_policy=revolve"], ["records=maybe"],
-                                  ["policies=[sqrt,revolve]"]])
+                                  ["policies=[sqrt,revolve]"], ["snapshots=0"]])
 def test_bad_arguments_are_refused(args):
     with pytest.raises(LbmError):
         parse(args)
@@ -27,7 +27,7 @@ def test_bad_argument_is_one_line_and_writes_nothing(capsys, tmp_path):
 def test_tiny_study_writes_timing_and_memory_that_checkpointing_bounds(tmp_path):
     out = tmp_path / "study"
     assert main(["study", "gradient", "records=false", "timing_grid=8", "timing_steps=10", "memory_grid=8",
-                 "memory_steps=[16,256]", "policies=[none,sqrt,binomial]", "snapshots=4", "repeats=1", "--out",
+                 "memory_steps=[16,256]", "policies=[none,sqrt,binomial]", "snapshots=[4]", "repeats=1", "--out",
                  str(out)]) == 0
     record = json.loads((out / "gradient.json").read_text())
     assert (out / "gradient.png").stat().st_size > 0

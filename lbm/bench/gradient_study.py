@@ -11,10 +11,11 @@ Three measurements of lbm.value_and_grad (lbm.diff), in one process:
   ``forward_auto_s`` is the forward run of the engine ``engine=auto`` picks (native on a CPU with a compiler);
 - ``memory``: the peak memory XLA plans for the compiled forward chunk and gradient program
   (memory_analysis: arguments + outputs - aliased + temporaries) per checkpointing policy at each of
-  ``memory_steps``, cavity ``memory_grid``², float32 (``every``: k = steps / 10; ``binomial``: ``snapshots``).
+  ``memory_steps``, cavity ``memory_grid``², float32 (``every``: k = steps / 10; ``binomial``: once per count in
+  ``snapshots``; a binomial timing uses the first).
 
 Options (defaults): timing_grid=256 timing_steps=1000 timing_policy=sqrt memory_grid=32
-memory_steps=[1000,10000] policies=[none,every,sqrt,binomial] snapshots=8 repeats=3 records=true;
+memory_steps=[1000,10000] policies=[none,every,sqrt,binomial] snapshots=[8] repeats=3 records=true;
 ``--out DIR`` (default outputs/studies/gradient/<date>/<time>).
 """
 
@@ -48,7 +49,7 @@ RECORDS: list[tuple[str, list[str], str, str, dict[str, Any]]] = [
 """(case, overrides, key, objective, finite-difference options) of the agreement records."""
 POLICIES = GRADIENT_CHECKPOINTS
 DEFAULTS = {"timing_grid": 256, "timing_steps": 1000, "timing_policy": "sqrt", "memory_grid": 32,
-            "memory_steps": [1000, 10000], "policies": list(POLICIES), "snapshots": 8, "repeats": 3, "records": True}
+            "memory_steps": [1000, 10000], "policies": list(POLICIES), "snapshots": [8], "repeats": 3, "records": True}
 
 
 def parse(args: list[str]) -> tuple[dict[str, Any], str | None]:
@@ -62,8 +63,10 @@ def parse(args: list[str]) -> tuple[dict[str, Any], str | None]:
         if not sep or key not in DEFAULTS:
             raise LbmError(f"{a}: study gradient takes {', '.join(f'{k}=' for k in DEFAULTS)} and --out DIR")
         try:
-            if key == "memory_steps":
+            if key in ("memory_steps", "snapshots"):
                 value: Any = [int(v) for v in text.strip("[]() ").split(",") if v.strip()]
+                if not value or min(value) < 1:
+                    raise ValueError
             elif key == "policies":
                 value = [v.strip() for v in text.strip("[]() ").split(",") if v.strip()]
                 if not value or set(value) - set(POLICIES):
@@ -170,14 +173,16 @@ def timing(grid: int, steps: int, policy: str, repeats: int, snapshots: int = 8)
             "mlups_forward": grid * grid * steps / forward_s / 1e6}
 
 
-def memory(grid: int, steps_list: list[int], policies: list[str], snapshots: int = 8) -> list[dict[str, Any]]:
-    """Planned peak bytes of the forward chunk and of the gradient program per policy and step count."""
+def memory(grid: int, steps_list: list[int], policies: list[str], snapshots: list[int]) -> list[dict[str, Any]]:
+    """Planned peak bytes of the forward chunk and of the gradient program per policy (and snapshot count) and step
+    count."""
     rows = []
+    runs = [(p, s) for p in policies for s in (snapshots if p == "binomial" else [snapshots[0]])]
     for steps in steps_list:
-        for policy in policies:
-            forward, _, grad, _, param = programs(grid, steps, policy, snapshots)
+        for policy, count in runs:
+            forward, _, grad, _, param = programs(grid, steps, policy, count)
             rows.append({"policy": policy, "steps": steps, "grid": [grid, grid], "precision": "float32",
-                         "snapshots": snapshots if policy == "binomial" else None,
+                         "snapshots": count if policy == "binomial" else None,
                          "forward_bytes": planned_bytes(forward), "gradient_bytes": planned_bytes(grad),
                          "population_bytes": int(param.setup.initial_populations().nbytes)})
             rows[-1]["ratio"] = rows[-1]["gradient_bytes"] / rows[-1]["forward_bytes"]
@@ -193,10 +198,9 @@ def plot(record: dict[str, Any], path: Path) -> None:
 
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
     rows = record["memory"]
-    for policy in POLICIES:
-        pts = sorted((r["steps"], r["gradient_bytes"]) for r in rows if r["policy"] == policy)
-        if pts:
-            ax0.loglog(*zip(*pts, strict=True), "o-", label=f"gradient, {policy}")
+    for policy, count in sorted({(r["policy"], r.get("snapshots")) for r in rows}, key=lambda pc: (pc[0], pc[1] or 0)):
+        pts = sorted((r["steps"], r["gradient_bytes"]) for r in rows if (r["policy"], r.get("snapshots")) == (policy, count))
+        ax0.loglog(*zip(*pts, strict=True), "o-", label=f"gradient, {policy}" + (f" s={count}" if count else ""))
     fwd = sorted({(r["steps"], r["forward_bytes"]) for r in rows})
     if fwd:
         ax0.loglog(*zip(*fwd, strict=True), "k--", label="forward")
@@ -231,7 +235,7 @@ def main(args: list[str]) -> int:
     record = {"environment": environment(), "load_average": list(os.getloadavg()), "options": opts,
               "records": records,
               "timing": timing(opts["timing_grid"], opts["timing_steps"], opts["timing_policy"], opts["repeats"],
-                               opts["snapshots"]),
+                               opts["snapshots"][0]),
               "memory": memory(opts["memory_grid"], opts["memory_steps"], opts["policies"], opts["snapshots"]),
               "memory_source": "XLA memory_analysis of the compiled programs: arguments + outputs - aliased + "
                                "temporaries (planned, before running)"}

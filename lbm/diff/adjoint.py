@@ -59,7 +59,7 @@ def moments_of(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None
 def _moments_fwd(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None
                  ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], Any]:
     rho, u = moments_of(f, lattice, force)
-    return (rho, u), written_out_on_cpu((rho, u))
+    return (rho, u), (rho, u)
 
 
 def _moments_bwd(lattice: Lattice, force: tuple[float, ...] | None, res: Any, ct: Any) -> tuple[jnp.ndarray]:
@@ -81,7 +81,7 @@ def equilibrium_of(rho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> jnp.nd
 
 
 def _equilibrium_fwd(rho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, Any]:
-    return equilibrium(rho, u, lattice), written_out_on_cpu((rho, u))
+    return equilibrium(rho, u, lattice), (rho, u)
 
 
 def _equilibrium_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -121,12 +121,12 @@ def relax(f: jnp.ndarray, feq: jnp.ndarray, omega_plus: Any, omega_minus: Any, l
 
 def _relax_fwd(f: jnp.ndarray, feq: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool
                ) -> tuple[jnp.ndarray, Any]:
-    return relax(f, feq, omega_plus, omega_minus, lattice, two_rates), (*written_out_on_cpu((f, feq)), omega_plus, omega_minus)
+    # the rates' cotangents need f - feq alone: one population array kept, not two
+    return relax(f, feq, omega_plus, omega_minus, lattice, two_rates), (f - feq, omega_plus, omega_minus)
 
 
 def _relax_bwd(lattice: Lattice, two_rates: bool, res: Any, lam: jnp.ndarray) -> tuple[Any, ...]:
-    f, feq, omega_plus, omega_minus = res
-    neq = f - feq
+    neq, omega_plus, omega_minus = res
     if two_rates:
         lam_even, lam_odd = _even_odd(lam, lattice)
         mu = omega_plus * lam_even + omega_minus * lam_odd
