@@ -12,11 +12,14 @@ under ``jax.custom_vjp`` with its transposed Jacobian written out, cell-locally 
   antisymmetric under c -> -c, both symmetric matrices): f_bar = lambda - mu, feq_bar = mu with
   mu = (omega+ P+ + omega- P-) lambda, and the rates' cotangents -sum lambda . P+- (f - feq); Guo's
   source term of a traced body force by jax.vjp (it is small);
-- ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i.
+- ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i;
+- half-way and moving walls (:func:`with_adjoints`): applied while streaming as the xla engine does
+  (:class:`Pulled`), a rule whose transpose is cell-local (bounce-back is its own transpose; the wall's
+  momentum term is affine).
 
-Boundary conditions, objectives and the scan stay with jax's automatic differentiation: they act on
-few cells or are cheap to transpose. :data:`CORE` is what lbm.engines.timestep.timestep takes as its
-``core`` stages; the forward values are the kernels' own, bit for bit.
+The other boundary conditions and the objectives stay with jax's automatic differentiation: they act
+on a face or on a wall's links. :data:`CORE` is what lbm.engines.timestep.timestep takes as its ``core``
+stages; the forward values are the kernels' own.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def _moments_bwd(lattice: Lattice, force: tuple[float, ...] | None, res: Any, ct
     rho_bar, u_bar = ct
     inv = 1.0 / rho
     m_bar = u_bar * inv
-    base = rho_bar - jnp.sum(m_bar * u, axis=0)
+    base = rho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))  # D terms, elementwise: no reduction kernel
     return (jnp.stack([base + _dot(lattice.c[j], m_bar) for j in range(lattice.q)]),)
 
 
@@ -86,7 +89,7 @@ def _equilibrium_fwd(rho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> tupl
 
 def _equilibrium_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     rho, u = res
-    base = 1.0 - 1.5 * jnp.sum(u * u, axis=0)
+    base = 1.0 - 1.5 * sum(u[a] * u[a] for a in range(lattice.d))
     rho_bar, total, flux = 0.0, 0.0, [0.0] * lattice.d
     for i in range(lattice.q):
         w = float(lattice.w[i])

@@ -2,15 +2,15 @@
 
 :func:`differentiable_run` steps the populations with lbm.engines.timestep.timestep (the stage
 functions every engine runs, each under its ``jax.named_scope``) from the Setup that
-lbm.diff.parameters rebuilds for the given values, in the nested checkpointed scans of
+lbm.diff.parameters rebuilds for the given values, under a checkpointing policy of
 lbm.diff.checkpointing, and returns plain jax arrays: ``f`` (Q, *grid) after the last step, ``rho``
 (grid) and ``u`` (D, *grid) as that step's fields (lbm.engines.timestep.moments, what ``fields.npz``
 holds), and where the case has an obstacle ``force_mean`` (D,), the momentum-exchange force averaged
 over the last ``window`` steps, with ``drag`` and ``lift`` (cd and cl, the cylinder's normalisation).
-It is differentiable by ``jax.grad``/``jax.vjp``/``jax.jvp`` in every value, and jit-able.
-
-It runs the boundary conditions in their dense form (half-way walls are not folded into streaming as
-the xla engine does: the same step, tested there), and no optimisation barrier between steps.
+It is differentiable by ``jax.grad``/``jax.vjp`` in every value, and jit-able: the core stages and the
+half-way walls run with the hand-written adjoints of lbm.diff.adjoint (half-way walls applied while
+streaming, as the xla engine does). ``forward_mode=True`` runs the kernels' own stages instead, for
+``jax.jvp`` (a ``jax.custom_vjp`` function has no forward mode).
 """
 
 from __future__ import annotations
