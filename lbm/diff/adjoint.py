@@ -40,6 +40,7 @@ from lbm.boundaries.bounce_back import (
     pull_bits,
     written_out_on_cpu,
 )
+from lbm.boundaries.bounce_back import pulled as moved_to_fluid
 from lbm.cases.base import Setup
 from lbm.engines.timestep import fold_walls
 from lbm.kernels.equilibrium import equilibrium, velocity_dot
@@ -220,26 +221,29 @@ class Halfway(BoundaryCondition):
         solid = np.asarray(self.solid, bool)
         if not np.array_equal(np.asarray(self.links, bool), halfway_links(solid, lattice)):
             return None
-        # the term moved to the fluid cell each link points into: lbm.boundaries.bounce_back.pulled, a stream
-        term = None if self.wall_term is None else streamed(self.wall_term, lattice)
-        return Pulled(bits=pull_bits(solid, lattice), term=term)
+        if self.wall_term is None:
+            return Pulled(bits=pull_bits(solid, lattice))
+        # the term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
+        # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) term
+        directions, cells = np.nonzero(moved_to_fluid(np.asarray(self.links, bool), lattice).reshape(lattice.q, -1))
+        term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
+        return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=np.stack([directions, cells]).astype(np.int32))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def pulled(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, term: Any, lattice: Lattice) -> jnp.ndarray:
-    """lbm.boundaries.bounce_back.bounce_back_halfway_pulled (a dense wall ``term`` or None), as the xla engine runs it
-    (post written out once on a CPU), with its transpose as adjoint: cell-local, each slot's cotangent goes to the
-    slot it was taken from."""
-    return bounce_back_halfway_pulled(streamed, written_out_on_cpu(post), bits, lattice, term=term)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def pulled(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """lbm.boundaries.bounce_back.bounce_back_halfway_pulled of resting walls, as the xla engine runs it (post written
+    out once on a CPU), with its transpose as adjoint: cell-local, each slot's cotangent goes to the slot it was
+    taken from."""
+    return bounce_back_halfway_pulled(streamed, written_out_on_cpu(post), bits, lattice)
 
 
-def _pulled_fwd(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, term: Any, lattice: Lattice
+def _pulled_fwd(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice
                 ) -> tuple[jnp.ndarray, Any]:
-    return pulled(streamed, post, bits, term, lattice), (bits, term)
+    return pulled(streamed, post, bits, lattice), bits
 
 
-def _pulled_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
-    bits, term = res
+def _pulled_bwd(lattice: Lattice, bits: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
     q = lattice.q
     zero = jnp.zeros((), ct.dtype)
     fluid = (bits >> q) & 1 == 0
@@ -247,8 +251,7 @@ def _pulled_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
     streamed_bar = jnp.stack([jnp.where(from_solid[i], zero, ct[i]) for i in range(q)])
     reflected = [jnp.where(from_solid[i] & fluid, ct[i], zero) for i in range(q)]
     post_bar = jnp.stack([reflected[int(lattice.opposite[j])] for j in range(q)])
-    term_bar = None if term is None else jnp.stack(reflected).astype(term.dtype)
-    return streamed_bar, post_bar, None, term_bar
+    return streamed_bar, post_bar, None
 
 
 pulled.defvjp(_pulled_fwd, _pulled_bwd)
@@ -256,16 +259,21 @@ pulled.defvjp(_pulled_fwd, _pulled_bwd)
 
 @pytree_dataclass
 class Pulled(BoundaryCondition):
-    """:class:`Halfway` applied while streaming (stage ``stream``): lbm.boundaries.bounce_back.PulledHalfway's rule with
-    a dense wall term (``term`` (Q, *grid), pulled to the fluid cell, or None) and :func:`pulled`'s adjoint."""
+    """:class:`Halfway` applied while streaming (stage ``stream``): lbm.boundaries.bounce_back.PulledHalfway's rule
+    (:func:`pulled`), and a moving wall's ``term`` added on its links, (direction, flat cell) ``term_at`` (2, n)."""
 
     bits: Any
     term: Any = None
+    term_at: Any = None
     stage = "stream"
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The streamed populations with the links that came out of solid cells replaced."""
-        return s.replace(f=pulled(s.f, s.post, self.bits, self.term, lattice))
+        f = pulled(s.f, s.post, self.bits, lattice)
+        if self.term is not None:
+            moved = f.reshape(lattice.q, -1).at[self.term_at[0], self.term_at[1]].add(self.term.astype(f.dtype))
+            f = moved.reshape(f.shape)
+        return s.replace(f=f)
 
 
 def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice) -> tuple[BoundaryCondition, ...]:
