@@ -7,7 +7,7 @@
 
 Trials (each pair: a base bench ``a`` and a new bench ``b`` back to back, then ``compare a b`` and
 ``compare a b --remeasure ROUNDS --base-python <the unchanged interpreter>``, whose interleaved workers time both
-sides in turn):
+sides in turn; ROUNDS: ``--rounds``, 20):
 
 ``same``           identical code (native and xla engines)
 ``fusion``         the new side under XLA_FLAGS=--xla_disable_hlo_passes=fusion (native and xla engines)
@@ -18,15 +18,23 @@ sides in turn):
 
 ``--load loaded`` runs ``--load-procs`` concurrent bench processes in a loop during the trials (a load average
 of about three times the core count on a 2-core machine), started and stopped by the script. Each trial
-records the 1-minute load average at its start. Every file stays in OUT (bench.json, the reports, exit codes).
+records the 1-minute load average at its start, and ``cost.json`` the seconds of each part, the CPU seconds of
+its processes and the loads. Every file stays in OUT (bench.json, the reports, exit codes). A pair stays cheap:
+a fixed number of steps per repeat (no probe compilation), JAX's persistent compilation cache in OUT/jax-cache
+for every bench and worker (a changed program is still compiled: the cache is keyed by program and flags), one
+interleaved worker per side, rounds that stop once settled, and the two-file verdict in this process.
+Two processes can share one OUT's pairs (``--first``); docs/studies.md has the commands and the results.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,9 +44,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SITE = REPO / "scripts" / "compare_study_site"
 BENCH = ["cases=[cylinder]", "cylinder_grid.nx=96", "cylinder_grid.ny=48", "bandwidth.enabled=false",
-         "kernel_profile=0", "repeats=5", "min_time_s=0.1"]
+         "kernel_profile=0", "repeats=5", "steps=512"]
 """Small, quick configurations: the cylinder (inlet, outflow, bounce-back, forces) on a 96x48 D2Q9 grid, where
-disabling XLA's fusion pass changes the xla program most (the periodic box barely changes)."""
+disabling XLA's fusion pass changes the xla program most (the periodic box barely changes). A fixed number of
+steps per repeat (one dispatch; about 10 ms of CPU time on the native engine, 40 ms on xla on the development
+machine) spares the probe's compilation that steps=auto needs."""
 VARIANTS = {"same": "[native,xla]", "fusion": "[native,xla]", "inject_xla": "[xla]", "inject_native": "[native]"}
 TRIALS = tuple(VARIANTS)
 LOAD_BENCH = ["cases=[periodic]", "variants=[xla]", "grid.nx=256", "grid.ny=256", "bandwidth.enabled=false",
@@ -67,10 +77,14 @@ def injection(trial: str, base_doc: dict | None) -> str:
     return ""
 
 
-def env_for(inject: str, xla_flags: str) -> dict[str, str]:
-    """The environment of one side: the study's sitecustomize on the path, the injection, XLA_FLAGS."""
+def env_for(inject: str, xla_flags: str, cache: Path) -> dict[str, str]:
+    """The environment of one side: the study's sitecustomize on the path, the injection, XLA_FLAGS, and JAX's
+    persistent compilation cache in ``cache`` (keyed by the program and the XLA flags: a program compiled once is
+    loaded, not compiled again, by every later bench and interleaved worker of the study)."""
     env = {k: v for k, v in os.environ.items() if k not in ("LBM_STUDY_INJECT", "XLA_FLAGS")}
     env["PYTHONPATH"] = os.pathsep.join([str(SITE), str(REPO)])
+    env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     if inject:
         env["LBM_STUDY_INJECT"] = inject
     if xla_flags:
@@ -92,19 +106,29 @@ def judge(pair: Path, env: dict[str, str], name: str, extra: list[str]) -> None:
     """``compare a b [extra]`` in the new side's environment; its report and exit code into ``pair``."""
     if (pair / f"{name}.rc").exists():
         return
-    cmd = [sys.executable, "-m", "lbm", "compare", str(pair / "a" / "bench.json"), str(pair / "b" / "bench.json"),
-           "--out", str(pair / f"{name}.md"), *extra]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
-    if proc.returncode == 2:
-        raise SystemExit(f"compare failed in {pair}:\n{proc.stderr[-2000:]}")
-    (pair / f"{name}.rc").write_text(str(proc.returncode))
+    args = ["compare", str(pair / "a" / "bench.json"), str(pair / "b" / "bench.json"), "--out",
+            str(pair / f"{name}.md"), *extra]
+    if extra:  # interleaved: workers in the new side's environment
+        proc = subprocess.run([sys.executable, "-m", "lbm", *args], env=env, capture_output=True, text=True, cwd=REPO)
+        code, err = proc.returncode, proc.stderr
+    else:  # two files: no measuring, the same command in this process (no interpreter to start)
+        from lbm.cli import main as lbm_main
+
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as caught:
+            code = lbm_main(args)
+        err = caught.getvalue()
+    if code == 2:
+        raise SystemExit(f"compare failed in {pair}:\n{err[-2000:]}")
+    (pair / f"{name}.rc").write_text(str(code))
 
 
 def base_python(root: Path) -> str:
     """An interpreter that runs the unchanged code (the injection removed from its environment)."""
     path = root / "base-python"
-    path.write_text(f"#!/bin/sh\nunset LBM_STUDY_INJECT\nexec {sys.executable} \"$@\"\n")
-    path.chmod(0o755)
+    tmp = root / f"base-python.{os.getpid()}"
+    tmp.write_text(f"#!/bin/sh\nunset LBM_STUDY_INJECT\nexec {sys.executable} \"$@\"\n")
+    tmp.chmod(0o755)
+    tmp.replace(path)  # atomic: another process of the study may be running it
     return str(path)
 
 
@@ -125,8 +149,28 @@ def stop_load(loops: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def collect(root: Path, pairs: int, load: str, procs: int, rounds: int, trials: list[str]) -> None:
-    """Run ``pairs`` pairs of every trial at one load, interleaving the trials in time."""
+def one_pair(pair: Path, trial: str, cache: Path, py: str, rounds: int) -> dict[str, float]:
+    """A trial's pair: bench ``a``, bench ``b`` with the change, both verdicts; the seconds each part took."""
+    seconds = {}
+    t0 = time.time()
+    bench(pair / "a", trial, env_for("", "", cache))
+    seconds["bench_a"] = time.time() - t0
+    inject = injection(trial, json.loads((pair / "a" / "bench.json").read_text()))
+    new_env = env_for(inject, "--xla_disable_hlo_passes=fusion" if trial == "fusion" else "", cache)
+    t0 = time.time()
+    bench(pair / "b", trial, new_env)
+    seconds["bench_b"] = time.time() - t0
+    t0 = time.time()
+    judge(pair, new_env, "two_files", [])
+    seconds["two_files"] = time.time() - t0
+    t0 = time.time()
+    judge(pair, new_env, "interleaved", ["--remeasure", str(rounds), "--base-python", py])
+    seconds["interleaved"] = time.time() - t0
+    return seconds
+
+
+def collect(root: Path, pairs: range, load: str, procs: int, rounds: int, trials: list[str]) -> None:
+    """Run the pairs numbered ``pairs`` of every trial at one load, interleaving the trials in time."""
     top = root / load
     top.mkdir(parents=True, exist_ok=True)
     py = base_python(root)
@@ -134,21 +178,21 @@ def collect(root: Path, pairs: int, load: str, procs: int, rounds: int, trials: 
     try:
         if loops:
             time.sleep(60)  # let the load average climb
-        for i in range(pairs):
+        for i in pairs:
             for trial in trials:
-                t0 = time.time()
                 pair = top / f"{trial}_{i:02d}"
                 pair.mkdir(exist_ok=True)
-                if not (pair / "load.json").exists():
-                    (pair / "load.json").write_text(json.dumps(os.getloadavg()))
-                bench(pair / "a", trial, env_for("", ""))
-                inject = injection(trial, json.loads((pair / "a" / "bench.json").read_text()))
-                flags = "--xla_disable_hlo_passes=fusion" if trial == "fusion" else ""
-                new_env = env_for(inject, flags)
-                bench(pair / "b", trial, new_env)
-                judge(pair, new_env, "two_files", [])
-                judge(pair, new_env, "interleaved", ["--remeasure", str(rounds), "--base-python", py])
-                print(f"{load} {pair.name}: {time.time() - t0:.0f} s, load {os.getloadavg()[0]:.1f}, exit codes "
+                if (pair / "interleaved.rc").exists():
+                    continue
+                load_start = os.getloadavg()
+                (pair / "load.json").write_text(json.dumps(load_start))
+                cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+                seconds = one_pair(pair, trial, root / "jax-cache", py, rounds)
+                done = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu_s = done.ru_utime + done.ru_stime - cpu.ru_utime - cpu.ru_stime  # what a quiet machine's wall takes
+                (pair / "cost.json").write_text(json.dumps({"seconds": seconds, "cpu_s": cpu_s, "load_start": load_start,
+                                                            "load_end": os.getloadavg()}))
+                print(f"{load} {pair.name}: {sum(seconds.values()):.0f} s, load {os.getloadavg()[0]:.1f}, exit codes "
                       f"{(pair / 'two_files.rc').read_text()} / {(pair / 'interleaved.rc').read_text()}", flush=True)
     finally:
         stop_load(loops)
@@ -160,8 +204,8 @@ WORDS = {"0": "OK", "1": "REGRESSION", "3": "INCONCLUSIVE"}
 def score(root: Path) -> None:
     """The table: per trial and load, the verdicts of the two files alone and with the interleaved rounds."""
     print("| trial | load | pairs | 1-min load average (median, range) | two files: REGRESSION / INCONCLUSIVE / OK "
-          "| interleaved: REGRESSION / INCONCLUSIVE / OK |")
-    print("|---|---|---|---|---|---|")
+          "| interleaved: REGRESSION / INCONCLUSIVE / OK | seconds per pair: wall, CPU (median) |")
+    print("|---|---|---|---|---|---|---|")
     for load in ("quiet", "loaded"):
         for trial in TRIALS:
             done = sorted(p for p in (root / load).glob(f"{trial}_*") if (p / "interleaved.rc").exists())
@@ -172,12 +216,18 @@ def score(root: Path) -> None:
             for name in ("two_files", "interleaved"):
                 got = [WORDS[(p / f"{name}.rc").read_text().strip()] for p in done]
                 cells.append(" / ".join(str(got.count(w)) for w in ("REGRESSION", "INCONCLUSIVE", "OK")))
+            costs = [json.loads((p / "cost.json").read_text()) for p in done if (p / "cost.json").exists()]
+            walls = [sum(c["seconds"].values()) for c in costs]
+            cpus = [c["cpu_s"] for c in costs if "cpu_s" in c]
+            cost = (f"{statistics.median(walls):.0f}" if walls else "-") + ", " + (
+                f"{statistics.median(cpus):.0f}" if cpus else "-")
             print(f"| {trial} | {load} | {len(done)} | {statistics.median(loads):.1f} ({min(loads):.1f}-"
-                  f"{max(loads):.1f}) | {cells[0]} | {cells[1]} |")
-    named = [p for p in (root / "quiet").glob("fusion_*")] + [p for p in (root / "loaded").glob("fusion_*")]
-    flagged = sum("--xla_disable_hlo_passes=fusion" in (p / "two_files.md").read_text() for p in named
-                  if (p / "two_files.md").exists())
-    print(f"\nfusion trials whose two-file report names the flag: {flagged}/{len(named)}")
+                  f"{max(loads):.1f}) | {cells[0]} | {cells[1]} | {cost} |")
+    named = [p for load in ("quiet", "loaded") for p in (root / load).glob("fusion_*") if (p / "interleaved.rc").exists()]
+    reports = [(p / "two_files.md").read_text() for p in named if (p / "two_files.md").exists()]
+    flagged = sum("XLA_FLAGS '' -> '--xla_disable_hlo_passes=fusion'" in r and "structural: more work" in r
+                  for r in reports)
+    print(f"\nfusion trials whose two-file report names the flag and the structural change: {flagged}/{len(named)}")
 
 
 def rejudge(root: Path) -> None:
@@ -185,7 +235,7 @@ def rejudge(root: Path) -> None:
     for pair in sorted(root.glob("*/*_[0-9][0-9]")):
         if (pair / "b" / "bench.json").exists():
             (pair / "two_files.rc").unlink(missing_ok=True)
-            judge(pair, env_for("", ""), "two_files", [])
+            judge(pair, env_for("", "", root / "jax-cache"), "two_files", [])
 
 
 def main() -> None:
@@ -195,15 +245,19 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("out", type=Path)
     r.add_argument("--pairs", type=int, default=20)
+    r.add_argument("--first", type=int, default=0, help="number of the first pair (two processes can share the pairs "
+                                                        "of one OUT: --first 0 --pairs 10 and --first 10 --pairs 10)")
     r.add_argument("--load", choices=("quiet", "loaded"), default="quiet")
     r.add_argument("--load-procs", type=int, default=2, help="concurrent bench loops for --load loaded")
-    r.add_argument("--rounds", type=int, default=12, help="interleaved rounds (compare --remeasure)")
+    r.add_argument("--rounds", type=int, default=20, help="interleaved rounds (compare --remeasure; they stop once "
+                                                           "the rest could not change the verdict)")
     r.add_argument("--trials", default=",".join(TRIALS))
     for name in ("score", "rejudge"):
         sub.add_parser(name).add_argument("out", type=Path)
     ns = p.parse_args()
     if ns.what == "run":
-        collect(ns.out, ns.pairs, ns.load, ns.load_procs, ns.rounds, ns.trials.split(","))
+        collect(ns.out, range(ns.first, ns.first + ns.pairs), ns.load, ns.load_procs, ns.rounds,
+                ns.trials.split(","))
     elif ns.what == "rejudge":
         rejudge(ns.out)
     else:

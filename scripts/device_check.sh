@@ -12,8 +12,8 @@
 # ON THE WORKPLACE'S LENT GPU MACHINE (nvidia-h200; /work/.library/device/): "nothing outside it can be reached",
 # python3 is Python 3.12.3 with jax 0.11.2 + jax-cuda13-plugin 0.11.2 preinstalled, and 15 minutes of device time
 # per session include the machine's start (1-2 min). Here, with network, first: `bash scripts/device_wheels.sh`
-# (the ~1 MB of pure-Python wheels that machine lacks: hydra-core, omegaconf, antlr4, perfetto, pyevtk, submitit,
-# into the ignored .whl/), then ONE call of the `run` tool:
+# (the wheels that machine lacks, about 33 MB: hydra-core, omegaconf, antlr4, perfetto, pyevtk, submitit, trimesh,
+# rtree, and xprof for the XProf cross-check; into the ignored .whl/), then ONE call of the `run` tool:
 #   run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 480
 # It prints the results' summary and copies them into $OUT (at most 8 files, each <= 16 MiB: summary.txt,
 # the two bench.json, the two breakdown.csv, pytest-device.xml, device-check.tgz with everything else).

@@ -6,8 +6,11 @@
 # pytest-xdist and hypothesis already installed. Missing (lbm's runtime dependencies in pyproject.toml against
 # KINDS.md's package list): hydra-core, omegaconf, antlr4-python3-runtime (their dependency), perfetto, pyevtk,
 # hydra-submitit-launcher, submitit, trimesh, rtree. Every one of them but rtree is pure Python, so one wheel serves any platform;
-# antlr4-python3-runtime 4.9.3 is published as an sdist only, so it is built into a wheel here.
-#   bash scripts/device_wheels.sh        # -> .whl/*.whl (about 1 MB), /.whl/ added to .git/info/exclude
+# antlr4-python3-runtime 4.9.3 is published as an sdist only, so it is built into a wheel here. Also xprof (32 MB, for
+# issue 20's XProf cross-check in device_check.sh; not on that machine): its offline converter
+# (xprof.convert.raw_to_tool_data) imports only six and protobuf beyond the wheel itself, both on that machine, so it
+# is installed without its other dependencies (duckdb, google-cloud-storage, ... serve its web server).
+#   bash scripts/device_wheels.sh        # -> .whl/*.whl (about 33 MB), /.whl/ added to .git/info/exclude
 # The device's tool call then names it: carry: [".whl"] (the working tree plus carried paths travel up to 64 MiB).
 # Environment: LBM_WHEEL_PYTHON (the python whose pip downloads; default python3).
 set -euo pipefail
@@ -17,9 +20,9 @@ py=${LBM_WHEEL_PYTHON:-python3}
 dest=.whl
 # the versions tested with lbm (the runtime .venv's); one version of each, as the device's offline install needs
 wheels=(hydra-core==1.3.8 omegaconf==2.3.1 perfetto==0.59.1 pyevtk==1.7.0 hydra-submitit-launcher==1.2.0
-        submitit==1.5.4 trimesh==5.2.0 rtree==1.4.1)
+        submitit==1.5.4 trimesh==5.2.0 rtree==1.4.1 xprof==2.24.2)
 sdists=(antlr4-python3-runtime==4.9.3)
-limit_mib=16  # "well under" the 64 MiB the working tree and carried paths share
+limit_mib=40  # under the 64 MiB the working tree and carried paths share (xprof's wheel is 31 MiB of it)
 
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"

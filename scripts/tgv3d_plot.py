@@ -32,8 +32,9 @@ def main(out: Path, runs: list[Path]) -> None:
         for run in runs:
             m = json.loads((run / "metrics.json").read_text())
             rows = list(csv.DictReader((run / "dissipation.csv").open()))
-            label = f"{m['grid'][0]}^3 {m['lattice']} {m['collision']}" + ("" if m["status"] == "completed"
-                                                                          else f" ({m['status']})")
+            label = f"{m['grid'][0]}^3 {m['lattice']} {m['collision']}" + (
+                f" ({m['status']})" if m["status"] != "completed" else
+                f" (to t = {m['t_final']:.0f})" if m.get("t_final", 20.0) < 19.9 else "")
             a.plot([float(r["t"]) for r in rows], [float(r[key]) for r in rows], label=label)
         a.set_xlim(0, 20)
         a.set_ylim(0, 0.016)

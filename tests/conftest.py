@@ -31,6 +31,57 @@ a level already named there is kept."""
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAG}".strip()
 
+NATIVE_TEST_OPT = "1"
+"""The suite builds the native kernels at -O1 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every
+subprocess): the same bits as -O3 (tests/test_engines_native_build.py), about half the compiler's time per kernel
+(a dozen and more kernels on a clean machine), and kernels as fast as -O3's at the suite's grid sizes (-O0 builds
+faster still but runs ~5x slower). A level already in LBM_NATIVE_OPT is kept (``LBM_NATIVE_OPT=3`` tests the
+default build)."""
+os.environ.setdefault("LBM_NATIVE_OPT", NATIVE_TEST_OPT)
+
+
+SUITE_CACHE_DEFAULT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lbm" / "jax-suite"
+
+
+def _suite_compilation_cache() -> Path | None:
+    """JAX's persistent compilation cache for the suite, in this process and (through the environment) every
+    subprocess: a program compiled by an earlier run (or another worker) is loaded, not compiled again. Warm, it
+    took a third off the CPU time of test_boundaries, test_simulation and test_engines together (39.7 -> 23.6 s,
+    one process, measured back to back at load 15); on a clean machine (CI) it is empty and costs nothing measurable.
+    The key is the program, jax and XLA_FLAGS, so a changed program compiles afresh. JAX_COMPILATION_CACHE_DIR
+    already set is kept (empty: no cache)."""
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(SUITE_CACHE_DEFAULT))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # the suite's programs are small
+    directory = os.environ["JAX_COMPILATION_CACHE_DIR"]
+    jax.config.update("jax_compilation_cache_dir", directory or None)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                      float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+    return Path(directory) if directory else None
+
+
+SUITE_CACHE = _suite_compilation_cache()
+SUITE_CACHE_LIMIT = 1 << 30
+"""Bytes the suite's own compilation cache (SUITE_CACHE_DEFAULT) may hold: beyond it, the session starts by deleting
+its oldest entries (JAX itself evicts only with the filelock package). A directory the user named is left alone."""
+
+
+def trim_cache(directory: Path, limit: int) -> None:
+    """Delete the oldest files (by modification time) of ``directory`` until its files hold at most ``limit`` bytes."""
+    files = sorted((p for p in directory.iterdir() if p.is_file()), key=lambda p: p.stat().st_mtime)
+    total = sum(p.stat().st_size for p in files)
+    for p in files:
+        if total <= limit:
+            break
+        total -= p.stat().st_size
+        p.unlink(missing_ok=True)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Trim the suite's own compilation cache to SUITE_CACHE_LIMIT (the controller, once per session)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") and SUITE_CACHE == SUITE_CACHE_DEFAULT and SUITE_CACHE.is_dir():
+        trim_cache(SUITE_CACHE, SUITE_CACHE_LIMIT)
+
+
 settings.register_profile("lbm", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lbm"))

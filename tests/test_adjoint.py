@@ -34,10 +34,11 @@ def same_vjp(ours, theirs, args, cotangent):
 
 
 def populations(lat, shape, seed=0):
-    """Populations near equilibrium (a random state plus a random non-equilibrium part) and a random cotangent."""
+    """Populations near equilibrium as the engines hold them, deviations f - w (a random state plus a random
+    non-equilibrium part), and a random cotangent."""
     rho, u = random_state(lat, shape, seed)
     rng = np.random.default_rng(seed + 1)
-    f = equilibrium(rho, u, lat) + 1e-3 * jnp.asarray(rng.standard_normal((lat.q, *shape)))
+    f = equilibrium(rho - 1.0, u, lat) + 1e-3 * jnp.asarray(rng.standard_normal((lat.q, *shape)))
     return f, jnp.asarray(rng.standard_normal((lat.q, *shape)))
 
 
@@ -50,9 +51,9 @@ def test_core_adjoints_equal_autodiff_of_the_kernels(lat):
     force = tuple(float(x) for x in 1e-4 * np.arange(1, lat.d + 1))
     same_vjp(lambda f: moments_of(f, lat, None), lambda f: macroscopic(f, lat), (f,), ct_moments)
     same_vjp(lambda f: moments_of(f, lat, force), lambda f: macroscopic(f, lat, np.asarray(force)), (f,), ct_moments)
-    rho, u = macroscopic(f, lat)
-    same_vjp(lambda r, v: equilibrium_of(r, v, lat), lambda r, v: equilibrium(r, v, lat), (rho, u), ct)
-    feq = equilibrium(rho, u, lat)
+    drho, u = macroscopic(f, lat)
+    same_vjp(lambda r, v: equilibrium_of(r, v, lat), lambda r, v: equilibrium(r, v, lat), (drho, u), ct)
+    feq = equilibrium(drho, u, lat)
     rates = (jnp.asarray(1.3), jnp.asarray(0.9))
     same_vjp(lambda *a: relax(*a, lat, True), lambda f, e, wp, wm: trt(f, e, lat, wp, wm), (f, feq, *rates), ct)
     same_vjp(lambda f, e, w: relax(f, e, w, w, lat, False), lambda f, e, w: bgk(f, e, w), (f, feq, rates[0]), ct)

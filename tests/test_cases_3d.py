@@ -112,6 +112,30 @@ def test_cube_cavity_metrics_against_albensoeder():
     assert box.reference(box.setup()) is None
 
 
+@pytest.mark.parametrize("lattice", ["d2q9", "d3q19", "d3q27"])
+def test_cavity_lid_moves_only_above_the_fluid(lattice):
+    """Every link that carries the lid's momentum crosses the lid's open face, none its edges or the side walls."""
+    n, lid = 8, 0.1
+    extra = () if lattice == "d2q9" else (f"grid.nz={n}",)
+    case = make_case(run_config("case=cavity", f"lattice={lattice}", f"grid.nx={n}", f"grid.ny={n}", *extra,
+                                f"flow.u_lattice={lid}", "steps=10"))
+    setup = case.setup()
+    lat = case.lattice
+    wall_u = np.asarray(setup.wall_velocity)
+    top = wall_u[0, :, -1]  # the top wall, (nx,) or (nx, nz)
+    lid_face = np.zeros(top.shape, bool)
+    lid_face[(slice(1, -1),) * top.ndim] = True
+    assert np.all(top[lid_face] == lid) and np.all(top[~lid_face] == 0.0)  # the edges belong to the side walls
+    assert np.all(np.delete(wall_u, -1, axis=2) == 0.0) and np.all(wall_u[1:] == 0.0)
+    term = np.asarray(setup.boundaries[0].wall_term, np.float64)
+    cells = np.argwhere(term != 0)  # (j, *solid cell)
+    assert len(cells) > 0
+    mid = cells[:, 1:] + 0.5 * lat.c[cells[:, 0]]  # where the link crosses the wall, in cell units
+    assert np.all(mid[:, 1] == n - 1.5)  # on the lid's plane
+    inside = [a for a in range(lat.d) if a != 1]
+    assert np.all((mid[:, inside] > 0.5) & (mid[:, inside] < n - 1.5))  # strictly inside its face
+
+
 def dfg3d(*overrides):
     return make_case(run_config("case=schafer_turek", "case.variant=3D-1Z", "lattice=d3q19", "grid.nz=4", *overrides))
 

@@ -1,4 +1,5 @@
-"""The CI script's accelerator lane: it fails when its environment cannot be built, unless skipped explicitly."""
+"""The CI script's accelerator lane: it fails when its environment cannot be built, unless skipped explicitly; the
+suite's own settings (tests/conftest.py): native kernels at -O1, JAX's compilation cache and its size cap."""
 
 from __future__ import annotations
 
@@ -32,3 +33,27 @@ def test_ci_runs_the_readme_test_command_and_the_accel_lane() -> None:
     without_env = [" ".join(w for w in words if not w.startswith("LBM_REQUIRE_")) for words in ci_lines]
     assert readme_test in without_env
     assert "bash scripts/ci_accel.sh" in without_env
+
+
+def test_the_suite_builds_at_o1_and_caches_its_compiles_here_and_in_subprocesses() -> None:
+    """Set in the environment, so that every ``python -m lbm`` a test starts gets them too."""
+    import jax
+    from conftest import NATIVE_TEST_OPT, SUITE_CACHE
+
+    from lbm.engines.native.build import cxxflags
+
+    assert os.environ["LBM_NATIVE_OPT"] == NATIVE_TEST_OPT == "1" and "-O1" in cxxflags()
+    assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(SUITE_CACHE) == jax.config.jax_compilation_cache_dir
+    assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+
+
+def test_the_suite_cache_is_trimmed_oldest_first(tmp_path: Path) -> None:
+    from conftest import trim_cache
+
+    for age, name in enumerate(["new", "mid", "old"]):
+        (tmp_path / name).write_bytes(b"x" * 100)
+        os.utime(tmp_path / name, (1e9 - age, 1e9 - age))
+    trim_cache(tmp_path, 250)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mid", "new"]
+    trim_cache(tmp_path, 100)
+    assert [p.name for p in tmp_path.iterdir()] == ["new"]

@@ -9,12 +9,12 @@ from lbm.simulation import RHO_BOUNDS, first_bad_cell, likely_cause, prepare
 
 
 def populations(shape=(6, 5), rho=None):
-    """Equilibrium populations of d2q9 at rest with density ``rho`` (1 everywhere by default)."""
+    """Equilibrium populations (deviations f - w) of d2q9 at rest with density ``rho`` (1 everywhere by default)."""
     from lbm.lattice import LATTICES
 
     lat = LATTICES["d2q9"]
     rho = np.ones(shape) if rho is None else rho
-    return np.array(equilibrium(rho, np.zeros((2, *shape)), lat)), lat
+    return np.array(equilibrium(rho - 1.0, np.zeros((2, *shape)), lat)), lat
 
 
 @pytest.mark.parametrize("value", [RHO_BOUNDS[1] + 0.1, RHO_BOUNDS[0] - 0.1, RHO_BOUNDS[1], np.nan])

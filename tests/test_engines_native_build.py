@@ -3,6 +3,9 @@
 import subprocess
 from pathlib import Path
 
+import pytest
+from conftest import NATIVE_TEST_OPT
+
 from lbm.engines.native import build
 from lbm.engines.native.codegen import KernelSpec
 from lbm.lattice import LATTICES
@@ -33,6 +36,36 @@ def test_a_build_logs_its_start_its_time_and_the_cache_path(tmp_path, monkeypatc
     assert len(calls) == 1 and not caplog.records
 
 
+def test_concurrent_builders_of_one_kernel_compile_it_once(tmp_path, monkeypatch):
+    """A second builder of the same library waits on the first's lock and uses its result (xdist workers, users)."""
+    import threading
+
+    compiling, second = threading.Event(), threading.Event()
+    calls = []
+
+    def fake_compile(cmd, cwd, **kwargs):
+        calls.append(cmd)
+        if len(calls) == 1:
+            compiling.set()
+            second.wait(1.0)  # without the lock the other builder compiles meanwhile (and sets this at once)
+        else:
+            second.set()
+        (Path(cwd) / "kernel.so").write_bytes(b"")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setenv("LBM_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(build, "compiler", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(build.subprocess, "run", fake_compile)
+    spec = KernelSpec(LATTICES["d2q9"], "float32", trt=False, forced=False)
+    paths = []
+    first = threading.Thread(target=lambda: paths.append(build.build(spec)))
+    first.start()
+    assert compiling.wait(30)
+    paths.append(build.build(spec))  # while the first is compiling
+    first.join()
+    assert len(calls) == 1 and paths[0] == paths[1] and paths[0].exists()
+
+
 def test_a_build_shows_a_live_status_on_a_terminal_and_nothing_on_a_pipe(monkeypatch):
     import contextlib
     import sys
@@ -46,3 +79,67 @@ def test_a_build_shows_a_live_status_on_a_terminal_and_nothing_on_a_pipe(monkeyp
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     status = build_status("building the native kernel x")
     assert isinstance(status, Status) and "building the native kernel x" in str(status.status)
+
+
+def test_the_optimisation_level_is_in_the_flags_and_the_cache_key(tmp_path, monkeypatch):
+    """LBM_NATIVE_OPT replaces -O3 (default 3), keys its own library, and a bad level is one line naming the fix."""
+    from lbm.errors import LbmError
+
+    monkeypatch.setenv("LBM_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(build, "compiler", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(build.subprocess, "run", lambda cmd, cwd, **kw: (Path(cwd) / "kernel.so").write_bytes(b"")
+                        or subprocess.CompletedProcess(cmd, 0, "", ""))
+    spec = KernelSpec(LATTICES["d2q9"], "float32", trt=False, forced=False)
+    paths = {}
+    for level in ("3", "1", "0"):
+        monkeypatch.setenv("LBM_NATIVE_OPT", level)
+        flags = build.cxxflags()
+        assert flags.count(f"-O{level}") == 1 and not [f for f in flags if f.startswith("-O") and f != f"-O{level}"]
+        assert "-ffp-contract=off" in flags
+        paths[level] = build.build(spec)
+    monkeypatch.delenv("LBM_NATIVE_OPT")
+    assert "-O3" in build.cxxflags() and build.build(spec) == paths["3"]
+    assert len(set(paths.values())) == 3
+    monkeypatch.setenv("LBM_NATIVE_OPT", "fast")
+    with pytest.raises(LbmError, match=r"LBM_NATIVE_OPT='fast' is invalid: expected one of 0, 1, 2, 3"):
+        build.cxxflags()
+
+
+@pytest.mark.native
+@pytest.mark.slow  # one -O3 build: ~10 s of CPU
+def test_every_optimisation_level_gives_bitwise_the_same_populations(monkeypatch):
+    """-O1 (the suite's level, tests/conftest.py) and -O3 (the default) libraries give identical bits.
+
+    One push and one AA pair of a kernel with every kind of code the kernels hold: the bulk collision (KBC, the
+    longest), a body force, walls, a Zou-He inlet and an outflow, and 16-bit storage's conversions.
+    """
+    import jax.numpy as jnp
+    import numpy as np
+
+    from lbm.boundaries import HalfwayBounceBack
+    from lbm.engines.native.collisions import collision_rates
+    from lbm.engines.plan import wall_records
+    from lbm.kernels.collision import Collision
+
+    lat, shape = LATTICES["d2q9"], (9, 8)
+    spec = KernelSpec(lat, "float16", False, True, "zou_he", "kbc")
+    solid = np.zeros(shape, bool)
+    solid[4:6, 3:5] = True
+    rng = np.random.default_rng(3)
+    f = jnp.asarray(0.02 * rng.standard_normal((lat.q, *shape)), jnp.float16)  # stored as f - w
+    step = {"force": np.array([2e-4, -1e-4]), "u_in": jnp.asarray(0.03 + 0.01 * rng.standard_normal((2, 8))),
+            "outflow": True, "rates": collision_rates(Collision("kbc", 1 / 0.6))}
+    results, prefixes = [], set()
+    for level in (NATIVE_TEST_OPT, "3"):
+        monkeypatch.setenv("LBM_NATIVE_OPT", level)
+        prefixes.add(build.register(spec))
+        rec = {s: {k: jnp.asarray(v) for k, v in wall_records(lat, shape, (HalfwayBounceBack.around(solid, lat),),
+                                                              s).items()} for s in ("push", "aa_even", "aa_odd")}
+        pushed, *_ = build.push(spec, f, jnp.zeros_like(f), 1 / 0.6, 1 / 0.6, walls=rec["push"], **step)
+        a, *_ = build.aa_step(spec, f + 0, 0, 1 / 0.6, 1 / 0.6, walls=rec["aa_even"], **step)
+        a, *_ = build.aa_step(spec, a, 1, 1 / 0.6, 1 / 0.6, walls=rec["aa_odd"], **step)
+        results.append((np.asarray(pushed), np.asarray(a)))
+    assert len(prefixes) == 2  # two libraries were built and called
+    assert np.abs(results[0][0].astype(np.float64) - np.asarray(f, np.float64)).max() > 1e-3  # the step acts
+    for low, high in zip(results[0], results[1], strict=True):
+        np.testing.assert_array_equal(low.view(np.uint16), high.view(np.uint16))

@@ -86,11 +86,11 @@ def test_kernels_equal_collide_then_stream(lattice, shape, precision):
         jax.config.update("jax_enable_x64", True)
     lat = LATTICES[lattice]
     rng = np.random.default_rng(1)
-    f = jnp.asarray(lat.w.reshape((-1,) + (1,) * lat.d) * (1 + 0.2 * rng.standard_normal((lat.q, *shape))),
-                    precision)
+    f = jnp.asarray(lat.w.reshape((-1,) + (1,) * lat.d) * 0.2 * rng.standard_normal((lat.q, *shape)),
+                    precision)  # deviations f - w
     force = np.array([2e-3, -1e-3, 5e-4][: lat.d])
-    rho, u = macroscopic(f, lat, force)
-    ref = np.asarray(stream(collide(f, equilibrium(rho, u, lat), u, lat, 1.3, 0.8, force), lat))
+    drho, u = macroscopic(f, lat, force)
+    ref = np.asarray(stream(collide(f, equilibrium(drho, u, lat), u, lat, 1.3, 0.8, force), lat))
     for out in (flat_step(f, lat, 1.3, 0.8, force, interpret=True, block=64),
                 rows_step(f, lat, 1.3, 0.8, force, interpret=True, rows=shape[0] if lat.d == 2 else 1)):
         assert out.dtype == f.dtype

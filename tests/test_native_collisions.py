@@ -41,12 +41,13 @@ SHAPES = {2: (7, 5), 3: (5, 4, 3)}
 
 
 def _reference_step(f, lat, spec, force):
-    rho, u = macroscopic(f, lat, force)
-    return stream(spec(f, equilibrium(rho, u, lat), u, lat, force), lat)
+    drho, u = macroscopic(f, lat, force)
+    return stream(spec(f, equilibrium(drho, u, lat), u, lat, force), lat)
 
 
-KERNEL_FAST = {(D2Q9, "mrt", True), (D2Q9, "regularized", False), (D2Q9, "recursive_regularized", True),
+KERNEL_FAST = {(D2Q9, "mrt", False), (D2Q9, "regularized", False), (D2Q9, "recursive_regularized", True),
                (D2Q9, "kbc", False)}
+"""One kernel per collision, with and without a force; each also one of ENGINE_FAST's (built once)."""
 
 
 @needs_native
@@ -116,7 +117,7 @@ def test_native_engine_collisions_follow_the_xla_engine(name, kind, precision):
 @needs_native
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("storage", ["float16", "bfloat16"])
+@pytest.mark.parametrize("storage", ["float16"])
 def test_native_collisions_with_16bit_storage_follow_the_xla_engine(kind, storage):
     """16-bit storage (f - w stored, float32 compute) on the cavity stays within 16-bit rounding of the xla engine."""
     with jax.enable_x64(False):
@@ -124,8 +125,8 @@ def test_native_collisions_with_16bit_storage_follow_the_xla_engine(kind, storag
         f_ref = np.asarray(XlaEngine(setup, storage).advance(setup.initial_populations(), 20)[0])
         f_fast = np.asarray(make_engine(setup, engine="native", storage=storage).advance(
             setup.initial_populations(), 20)[0])
-    # |f - w| < 0.1 here; float16 keeps 11 bits, bfloat16 8: 20 steps of rounding in different orders
-    bound = {"float16": 1e-3, "bfloat16": 1e-2}[storage]
+    # |f - w| < 0.1 here; float16 keeps 11 bits: 20 steps of rounding in different orders
+    bound = 1e-3
     np.testing.assert_allclose(f_fast, f_ref, rtol=0, atol=bound * np.abs(f_ref).max())
 
 

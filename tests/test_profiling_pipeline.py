@@ -52,14 +52,14 @@ def check_table(path, clock):
     timed = [r for r in rows if r["share"] != ""]
     assert timed and all(r["share_of"] == "mean_ms" for r in timed)
     total = sum(float(r["mean_ms"]) for r in timed)
-    for r in timed:
-        assert float(r["share"]) == pytest.approx(float(r["mean_ms"]) / total, rel=1e-5)
-        assert float(r["mean_ms"]) == pytest.approx(float(r["total_ms"]) / int(r["calls"]), rel=1e-5)
-    assert sum(float(r["share"]) for r in timed) == pytest.approx(1.0, abs=1e-5)
+    for r in timed:  # as written (12 digits), not just as computed
+        assert float(r["share"]) == pytest.approx(float(r["mean_ms"]) / total, rel=1e-9)
+        assert float(r["mean_ms"]) == pytest.approx(float(r["total_ms"]) / int(r["calls"]), rel=1e-9)
+    assert sum(float(r["share"]) for r in timed) == pytest.approx(1.0, abs=1e-9)
     by = {r["stage"]: r for r in rows}
-    assert float(by["sum of stages"]["mean_ms"]) == pytest.approx(total, rel=1e-5)
-    assert float(by["unattributed"]["mean_ms"]) == pytest.approx(float(by["timestep"]["mean_ms"]) - total, rel=1e-4,
-                                                                 abs=1e-9)
+    assert float(by["sum of stages"]["mean_ms"]) == pytest.approx(total, rel=1e-9)
+    assert float(by["unattributed"]["mean_ms"]) == pytest.approx(float(by["timestep"]["mean_ms"]) - total, rel=1e-9,
+                                                                 abs=1e-12)
     return by
 
 

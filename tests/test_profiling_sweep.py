@@ -35,5 +35,11 @@ def test_analyze_a_real_profiled_multirun(tmp_path):
                   and v]
         assert abs(sum(shares) - 1.0) < 1e-9  # shares of one statistic over the stage rows add up to 1
         assert (row["share_clock"], row["share_of"]) == ("device", "mean_ms")
+        # the step row and the stages' sum on that clock, with the gap as unattributed (metrics.json's own numbers)
+        stage_means = [s["mean_ms"] for s in metrics["profile"]["stages"].values()]
+        step = metrics["profile"]["timestep_mean_ms"]["device"]
+        assert float(row["stages_sum_mean_ms"]) == pytest.approx(sum(stage_means), rel=1e-12)
+        assert float(row["unattributed_mean_ms"]) == pytest.approx(step - sum(stage_means), rel=1e-9, abs=1e-15)
+        assert float(row["step_device_mean_ms"]) == pytest.approx(step, rel=1e-12)
     assert (sweep / "sweep.png").stat().st_size > 0
     assert "2 jobs" in out.stdout

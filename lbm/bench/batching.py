@@ -32,12 +32,12 @@ from lbm.lattice import D2Q9
 
 
 def member_initial(n: int, u0: float = 0.04) -> np.ndarray:
-    """Equilibrium populations of a Taylor-Green vortex on an n x n periodic grid (float32)."""
+    """Equilibrium populations (deviations f - w) of a Taylor-Green vortex on an n x n periodic grid (float32)."""
     k = 2 * math.pi / n
     x, y = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
     u = np.stack([-u0 * np.cos(k * x) * np.sin(k * y), u0 * np.sin(k * x) * np.cos(k * y)])
     rho = 1.0 - u0**2 / 4 * (np.cos(2 * k * x) + np.cos(2 * k * y)) * 3.0
-    return np.asarray(equilibrium(jnp.asarray(rho, jnp.float32), jnp.asarray(u, jnp.float32), D2Q9))
+    return np.asarray(equilibrium(jnp.asarray(rho - 1.0, jnp.float32), jnp.asarray(u, jnp.float32), D2Q9))
 
 
 def member_run(steps: int) -> Callable[[jnp.ndarray, jnp.ndarray], jnp.ndarray]:
@@ -45,8 +45,8 @@ def member_run(steps: int) -> Callable[[jnp.ndarray, jnp.ndarray], jnp.ndarray]:
 
     def run(f: jnp.ndarray, omega: jnp.ndarray) -> jnp.ndarray:
         def body(_: int, f: jnp.ndarray) -> jnp.ndarray:
-            rho, u = macroscopic(f, D2Q9)
-            return stream(bgk(f, equilibrium(rho, u, D2Q9), omega), D2Q9)
+            drho, u = macroscopic(f, D2Q9)
+            return stream(bgk(f, equilibrium(drho, u, D2Q9), omega), D2Q9)
         return jax.lax.fori_loop(0, steps, body, f)
 
     return run

@@ -63,6 +63,7 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
     from lbm.config import check_bool, check_choice, check_float, check_int
     from lbm.config.run import validate_collision, validate_grid
     from lbm.config.sections import Bandwidth
+    from lbm.engines import REFUSED_STORAGES
     from lbm.lattice import LATTICES
 
     tree = read_bench(cfg)
@@ -72,6 +73,10 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
     cases = [check_choice("cases", c, tuple(CASES)) for c in _as_list(tree.cases)]
     variants = [check_choice("variants", v, VARIANTS) for v in _as_list(tree.variants)]
     precisions = [check_choice("precision", p, tuple(PRECISIONS)) for p in _as_list(tree.precision)]
+    for p in precisions:
+        if PRECISIONS[p][1] in REFUSED_STORAGES:
+            usable = ", ".join(q for q, (_, st) in PRECISIONS.items() if st not in REFUSED_STORAGES)
+            raise ConfigError("precision", p, f"one of {usable}", REFUSED_STORAGES[PRECISIONS[p][1]])
     if not cases or not variants or not precisions:
         raise ConfigError("cases/variants/precision", "[]", "at least one value each")
 

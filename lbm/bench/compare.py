@@ -8,10 +8,13 @@ three kinds of evidence, in this order:
    the custom-call targets). Identical code gives identical evidence. A work measure that grows by more than
    ``--threshold`` is a REGRESSION from the structure alone, at any load (e.g.
    ``XLA_FLAGS=--xla_disable_hlo_passes=fusion``: the verdict names the flag and the kernels that appeared).
-2. **Interleaved timing** (``--remeasure N``): both sides measured in turn in one time window
-   (lbm.bench.interleave; ``--base-python`` runs the base in its own environment). REGRESSION when the
-   95% interval of the paired slowdown is above 0 and its median above the threshold; OK when the interval
-   lies below the threshold; INCONCLUSIVE otherwise.
+2. **Interleaved timing** (``--remeasure N``): both sides measured in turn in one time window, N rounds spread
+   over up to 6 fresh pairs of workers (lbm.bench.interleave; ``--base-python`` runs the base in its own
+   environment); each pair of workers gives one paired slowdown, the median of its rounds. REGRESSION when the
+   95% interval of the median over the pairs is above 0 and the median above the threshold; OK when the interval
+   lies below the threshold; INCONCLUSIVE otherwise. The pairs stop as soon as the rest could not change that
+   verdict. Fewer pairs than that interval needs (6, so N >= 6) decide nothing:
+   the verdict is the two files', made INCONCLUSIVE where it was OK but the pairs' median exceeds the threshold.
 3. **The two files' timing**: on a shared machine other work only slows a repeat down, so each file is read by
    its fastest repeat (CPU-timed where both files have ``mlups.cpu_values``), against a noise limit (the larger
    of ``--threshold`` and the two runs' gaps between fastest and second fastest repeat) with a rank permutation
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.bench.evidence import WORK_FIELDS, Structural, diff
-from lbm.bench.interleave import Interleaved, rounds_needed
+from lbm.bench.interleave import BLOCKS, Interleaved, rounds_needed, verdict_of_rounds
 from lbm.bench.interleave import measure as measure_interleaved
 from lbm.errors import LbmError
 
@@ -233,24 +236,50 @@ def busy_note(base: dict[str, Any], new: dict[str, Any]) -> str:
 def decide(structural: Structural, timing: dict[str, Any], paired: Interleaved | None, threshold: float,
            env_note: str, busy: str = "") -> Verdict:
     """The verdict of one configuration: structure first, then interleaved timing, then the two files' timing."""
-    more = f"--remeasure {max(20, rounds_needed())}"
     if structural.kind == "more_work":
         return Verdict("REGRESSION", f"structural: more work per cell and step ({structural.summary()})" + env_note)
-    if paired is not None and not paired.mismatch:
-        med, lo, hi = paired.slowdown
-        text = (f"interleaved, {paired.rounds} rounds: new/base - 1 = {_pct(med)} (95% interval {_pct(lo)} .. "
-                f"{_pct(hi)}, process CPU time)")
-        if lo > 0 and med > threshold:
-            return Verdict("REGRESSION", f"timing {text}")
-        if hi < threshold:
-            return Verdict("OK", f"timing {text}" + (": faster" if hi < 0 and med < -threshold else ""))
-        return Verdict("INCONCLUSIVE", f"timing {text}: the interval holds both no change and the threshold",
-                       f"more rounds ({'--remeasure ' + str(2 * paired.rounds)}) or a quieter machine")
+    if paired is not None and not paired.mismatch and len(paired.log_ratios) >= rounds_needed():
+        return _decide_paired(paired, threshold)
+    verdict = _decide_two_files(structural, timing, threshold, busy, paired)
+    if paired is None or paired.mismatch:
+        return verdict
+    # fewer pairs of workers than a 95% interval needs: they cannot decide, but a median slowdown beyond the
+    # threshold is doubt
+    med = paired.slowdown[0]
+    rounds = (f"{paired.rounds} interleaved round(s) on {len(paired.log_ratios)} pair(s) of workers, too few for a "
+              f"95% interval ({rounds_needed()} pairs needed: --remeasure {rounds_needed()} or more): median new/base "
+              f"- 1 = {_pct(med)}")
+    step = f"more rounds: --remeasure {max(20, rounds_needed())}"
+    if verdict.verdict == "OK" and med > threshold:
+        return Verdict("INCONCLUSIVE", f"{verdict.basis}; but {rounds}, above the threshold", step)
+    return Verdict(verdict.verdict, f"{verdict.basis}; {rounds} (not used)", verdict.next_step)
+
+
+def _decide_paired(paired: Interleaved, threshold: float) -> Verdict:
+    """The timing verdict of enough interleaved rounds: their median slowdown and its 95% interval."""
+    med, lo, hi = paired.slowdown
+    pairs = len(paired.log_ratios)
+    early = f" of {paired.planned}, the rest could not change the verdict" if paired.planned > pairs else ""
+    each = ", ".join(_pct(math.expm1(x)) for x in paired.log_ratios)
+    text = (f"interleaved, {paired.rounds} rounds on {pairs} pairs of workers{early}: new/base - 1 = {_pct(med)} "
+            f"(median of the pairs' medians {each}; 95% interval {_pct(lo)} .. {_pct(hi)}, process CPU time)")
+    word = verdict_of_rounds(paired.log_ratios, threshold)
+    if word == "REGRESSION":
+        return Verdict(word, f"timing {text}")
+    if word == "OK":
+        return Verdict(word, f"timing {text}" + (": faster" if hi < 0 and med < -threshold else ""))
+    return Verdict(word, f"timing {text}: the interval holds both no change and the threshold",
+                   f"more rounds (--remeasure {2 * paired.rounds}) or a quieter machine")
+
+
+def _decide_two_files(structural: Structural, timing: dict[str, Any], threshold: float, busy: str,
+                      paired: Interleaved | None) -> Verdict:
+    """The verdict of two files measured at different moments: never a REGRESSION from their timing."""
     slower = timing["change"] < -timing["limit"]
     two = (f"two files: fastest repeat {_pct(timing['change'])} against a noise limit of ±{timing['limit'] * 100:.1f}%")
-    step = (f"measure both interleaved: {more} (with --base-python PY where the base is another checkout or "
-            "environment), or a quieter machine")
-    if paired is not None:
+    step = (f"measure both interleaved: --remeasure {max(20, rounds_needed())} (with --base-python PY where the base "
+            "is another checkout or environment), or a quieter machine")
+    if paired is not None and paired.mismatch:
         step = "; ".join(paired.mismatch) + ": give --base-python with the base's environment"
     if structural.kind == "identical":
         if slower:
@@ -323,10 +352,8 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
         clock = " (CPU time)" if cpu else ""
         itext = "-"
         if pr is not None:
-            med, lo, hi = pr.slowdown
-            itext = (f"{_pct(med)} [{_pct(lo)}, {_pct(hi)}] in {pr.rounds} rounds, IQR {pr.spread * 100:.0f}%, "
-                     f"load {pr.load[0]} -> {pr.load[1]}" + ("; side mismatch" if pr.mismatch else ""))
-        lines.append(f"| {label(k)} | {st.kind.replace('_', ' ')} | {best(a, cpu):.1f} ({ma:.1f}), {sa * 100:.0f}% | "
+            itext = interleaved_cell(pr)
+        lines.append(f"| {label(k)} | {st.kind.replace('_', ' ')} | {best(a, cpu):.1f} ({ma:.1f}){clock}, {sa * 100:.0f}% | "
                      f"{best(b, cpu):.1f} ({mb:.1f}){clock}, {sb * 100:.0f}% | {_pct(j['change'])} "
                      f"({_pct(j['median_change'])}) | ±{j['limit'] * 100:.1f}% | {ptext} | {itext} | "
                      f"**{v.verdict}** |")
@@ -339,12 +366,27 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
     return "\n".join(lines), verdicts
 
 
+def interleaved_cell(pr: Interleaved) -> str:
+    """The report's cell of one configuration's interleaved rounds: median, 95% interval, spread, load."""
+    med, lo, hi = pr.slowdown
+    interval = (f"[{_pct(lo)}, {_pct(hi)}]" if math.isfinite(hi)
+                else f"(no 95% interval: {rounds_needed()} pairs of workers needed)")
+    iqr = "" if math.isnan(pr.spread) else f", IQR {pr.spread * 100:.0f}%"
+    pairs = len(pr.log_ratios)
+    of = f" of {pr.planned}" if pr.planned > pairs else ""
+    return (f"{_pct(med)} {interval} on {pairs}{of} pairs of workers, {pr.rounds} rounds{iqr}, load {pr.load[0]} -> "
+            f"{pr.load[1]}"
+            + ("; side mismatch" if pr.mismatch else ""))
+
+
 def detail(k: tuple[Any, ...], a: dict[str, Any], b: dict[str, Any], st: Structural, v: Verdict) -> list[str]:
     """The section of one configuration: its verdict's basis, the structural change, stages and kernels."""
     lines = ["", f"## {label(k)}: {v.verdict}", "", f"- {v.basis}"] + ([f"- next: {v.next_step}"] if v.next_step else [])
     if st.kind not in ("identical", "unknown"):
         lines += ["", "Structural change (per cell and step):", "", "| measure | base | new | change |", "|---|---|---|---|"]
         lines += [f"| {WORK_FIELDS[f]} | {x:.4g} | {y:.4g} | {_pct(rel)} |" for f, x, y, rel in st.fields]
+        lines += [f"| {stage}: {WORK_FIELDS[f].split(' (')[0]} | {x:.4g} | {y:.4g} | {_pct(rel)} |"
+                  for stage, f, x, y, rel in st.stages]
         for title, items in (("Kernels only in new", st.added), ("Kernels only in base", st.removed)):
             if items:
                 ranked = sorted(items, key=lambda x: -x["bytes_per_cell_step"])
@@ -420,8 +462,9 @@ def main(args: list[str]) -> int:
                         help="smallest relative change that matters (default 0.10 = 10%%)")
     parser.add_argument("--remeasure", type=int, default=0, metavar="N",
                         help=f"time N interleaved rounds (base, new, new, base, ...) of each configuration not "
-                             f"decided by its structure, in one time window; {rounds_needed()} or more for a 95%% "
-                             "interval, 20 recommended")
+                             f"decided by its structure, in one time window, over up to {BLOCKS} fresh pairs of "
+                             f"workers (stopping once the rest could not change the verdict); {rounds_needed()} or "
+                             "more for a 95%% interval, 20 recommended")
     parser.add_argument("--base-python", default=None, metavar="PY",
                         help="with --remeasure: the interpreter of the base's environment (another checkout or "
                              "virtual environment); default: this one, under the base file's XLA_FLAGS")
@@ -448,7 +491,7 @@ def main(args: list[str]) -> int:
     text, verdicts = compare(base, new, ns.threshold)
     keys = [k for k, v in verdicts.items() if not v.basis.startswith("structural")] if ns.remeasure else []
     if keys:
-        paired = remeasure(base, new, keys, ns.remeasure, ns.base_python)
+        paired = remeasure(base, new, keys, ns.remeasure, ns.base_python, ns.threshold)
         text, verdicts = compare(base, new, ns.threshold, paired)
     print(text)
     if ns.out:
@@ -457,15 +500,15 @@ def main(args: list[str]) -> int:
 
 
 def remeasure(base: dict[str, Any], new: dict[str, Any], keys: list[tuple[Any, ...]], rounds: int,
-              base_python: str | None) -> dict[tuple[Any, ...], Interleaved]:
+              base_python: str | None, threshold: float) -> dict[tuple[Any, ...], Interleaved]:
     """Interleaved rounds of each configuration ``keys`` (lbm.bench.interleave), base and new in turn."""
     recs_a = {key_of(r): r for r in base["records"]}
     recs_b = {key_of(r): r for r in new["records"]}
     flags = [(d.get("environment") or {}).get("XLA_FLAGS") or "" for d in (base, new)]
-    out = {}
-    for i, k in enumerate(keys, 1):
-        def say(text: str, i: int = i, k: tuple[Any, ...] = k) -> None:
-            print(f"compare: [{i}/{len(keys)}] {label(k)}: interleaved {text}", file=sys.stderr, flush=True)
-        say(f"{rounds} rounds, starting both sides")
-        out[k] = measure_interleaved(recs_a[k], recs_b[k], flags[0], flags[1], rounds, base_python, say)
-    return out
+
+    def say(i: int, text: str) -> None:
+        print(f"compare: [{i + 1}/{len(keys)}] {label(keys[i])}: interleaved {text}", file=sys.stderr, flush=True)
+
+    got = measure_interleaved([(recs_a[k], recs_b[k]) for k in keys], flags[0], flags[1], rounds, base_python, say,
+                              threshold)
+    return dict(zip(keys, got, strict=True))

@@ -97,8 +97,9 @@ def persistent_cache(overrides: list[str], steps: int) -> dict[str, Any]:
         for label, directory in (("off", None), ("cold", cache), ("warm", cache)):
             code = ("import json,sys; from lbm.bench.compile_study import cache_probe; "
                     f"print(json.dumps(cache_probe({overrides!r}, {steps}, {directory!r})))")
+            env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # "off" is off
             proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                                  env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                                  env={**env, "PYTHONWARNINGS": "ignore"})
             if proc.returncode != 0:
                 raise LbmError(f"persistent-cache probe failed: {proc.stderr.strip().splitlines()[-1:]}")
             out[label] = json.loads(proc.stdout.strip().splitlines()[-1])

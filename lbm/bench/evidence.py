@@ -4,9 +4,11 @@ bench compiles every fused configuration once more for a fixed number of steps (
 never the timed chunk, whose length follows the machine's speed) and records here, per cell and step:
 the kernels of the loop body (lbm.hlo.loop_traffic: kind, stages, bytes moved), the bytes of the lbm.hlo
 traffic model, XLA's cost analysis (flops, bytes accessed) and the custom-call targets (a native kernel's
-target name carries the hash of its generated source). Identical code in the same environment gives
-identical evidence; :func:`diff` says how two records' evidence differ: more work, less work, or another
-program doing about the same work.
+target name carries the hash of its generated source). An instrumented record's step is one executable per
+stage, each called once per step: its evidence is each stage's program read the same way and summed
+(:func:`stages_evidence`), with the stages' own measures kept, so a change is named by the stage it is in.
+Identical code in the same environment gives identical evidence; :func:`diff` says how two records' evidence
+differ: more work, less work, or another program doing about the same work.
 """
 
 from __future__ import annotations
@@ -62,6 +64,35 @@ def program_evidence(text: str, cost: dict[str, float | None], cells: int, chunk
     }
 
 
+def stages_evidence(programs: list[dict[str, Any]], cells: int) -> dict[str, Any]:
+    """The evidence of a step made of one executable per stage (instrumented mode), from each stage's program
+    (``name``, ``stage``, ``optimized_hlo``, ``cost``: the engine's ``describe``): the stages' evidence summed,
+    every kernel named ``<stage>/<kernel>`` with its stage, and each stage's own measures under ``stages``."""
+    per_stage: dict[str, dict[str, Any]] = {}
+    kernels: list[dict[str, Any]] = []
+    targets: set[str] = set()
+    for prog in programs:
+        stage = prog["stage"] or prog["name"]
+        ev = program_evidence(prog["optimized_hlo"], prog["cost"], cells, 1)
+        kernels += [{**k, "name": f"{stage}/{k['name']}", "stages": [stage]} for k in ev["kernels"]]
+        per_stage[stage] = {f: ev[f] for f in WORK_FIELDS}
+        targets.update(ev["custom_call_targets"])
+    return {
+        "chunk_steps": 1, "steps_per_loop_body": 1,
+        **{f: _total(v[f] for v in per_stage.values()) for f in WORK_FIELDS},
+        "custom_call_targets": sorted(targets), "kernels": kernels, "stages": per_stage,
+        "source": "optimised HLO of each stage's own executable (instrumented mode: one jit per stage, one call per "
+                  "step) and XLA's cost analysis of each, per cell, summed over the stages of a step",
+    }
+
+
+def _total(values: Any) -> float | None:
+    """The sum of per-stage measures (None when no stage has one: a backend without cost analysis; a stage without
+    a count has none of it, e.g. XLA's cost analysis leaves out the flops of a stage that only moves data)."""
+    got = [v for v in values if v is not None]
+    return float(sum(got)) if got else None
+
+
 def signature(kernel: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
     """What identifies a kernel across two compilations: its kind and the stages it computes."""
     return kernel["kind"], tuple(kernel["stages"])
@@ -80,12 +111,17 @@ class Structural:
     targets: tuple[list[str], list[str]] = ([], [])
     """Custom-call targets of base and new where they differ."""
     note: str = ""
+    stages: list[tuple[str, str, float, float, float]] = field(default_factory=list)
+    """(stage, field, base, new, relative change) where the evidence is per stage (instrumented mode)."""
 
     def summary(self, top: int = 3) -> str:
         """One line: the measures that moved and the kernels that appeared or went (costliest first)."""
         if self.kind in ("identical", "unknown"):
             return self.note or self.kind
         parts = [f"{WORK_FIELDS[f].split(' (')[0]} {a:.4g} -> {b:.4g} ({rel * 100:+.1f}%)" for f, a, b, rel in self.fields]
+        moved = sorted({stage for stage, *_ in self.stages})
+        if moved:
+            parts.append(f"in stage(s) {', '.join(moved)}")
         for title, items in (("new kernels", self.added), ("kernels gone", self.removed)):
             if items:
                 ranked = sorted(items, key=lambda k: -k["bytes_per_cell_step"])
@@ -102,16 +138,11 @@ def diff(a: dict[str, Any] | None, b: dict[str, Any] | None, threshold: float) -
     """Compare two records' evidence; a work measure moving by more than ``threshold`` sets the direction."""
     if not a or not b:
         which = "base" if not a else "new"
-        return Structural("unknown", note=f"no structural evidence in the {which} record (bench of an older lbm, or "
-                                          "instrumented mode): timing alone")
-    fields = []
-    for name in WORK_FIELDS:
-        x, y = a.get(name), b.get(name)
-        if x is None or y is None:
-            continue
-        rel = (y - x) / x if x else (0.0 if y == x else float("inf"))
-        if abs(rel) > EXACT:
-            fields.append((name, float(x), float(y), rel))
+        return Structural("unknown", note=f"no structural evidence in the {which} record (a bench of an older lbm): "
+                                          "timing alone")
+    fields = _moved(a, b)
+    per_a, per_b = a.get("stages") or {}, b.get("stages") or {}
+    stages = [(stage, *m) for stage in per_a if stage in per_b for m in _moved(per_a[stage], per_b[stage])]
     sig_a = Counter(signature(k) for k in a.get("kernels", []))
     sig_b = Counter(signature(k) for k in b.get("kernels", []))
     extra, gone = sig_b - sig_a, sig_a - sig_b
@@ -130,7 +161,20 @@ def diff(a: dict[str, Any] | None, b: dict[str, Any] | None, threshold: float) -
         kind = "less_work"
     else:
         kind = "changed"
-    return Structural(kind, fields, added, removed, targets if targets[0] != targets[1] else ([], []))
+    return Structural(kind, fields, added, removed, targets if targets[0] != targets[1] else ([], []), stages=stages)
+
+
+def _moved(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float, float, float]]:
+    """(field, base, new, relative change) of each work measure of ``a`` and ``b`` that differs."""
+    out = []
+    for name in WORK_FIELDS:
+        x, y = a.get(name), b.get(name)
+        if x is None or y is None:
+            continue
+        rel = (y - x) / x if x else (0.0 if y == x else float("inf"))
+        if abs(rel) > EXACT:
+            out.append((name, float(x), float(y), rel))
+    return out
 
 
 def _pick(kernels: list[dict[str, Any]], wanted: Counter) -> list[dict[str, Any]]:

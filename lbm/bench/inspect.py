@@ -492,6 +492,10 @@ def format_report(record: dict[str, Any]) -> str:
         lines.append(f"note: {record['note']}")
     if "parallel" in record:
         lines += ["", *format_parallel(record["parallel"])]
+    if "gradient" in record:
+        from lbm.bench.inspect_gradient import format_gradient
+
+        lines += ["", *format_gradient(record["gradient"])]
     return "\n".join(lines) + "\n"
 
 
@@ -550,8 +554,13 @@ def main(args: list[str]) -> int:
               f"targets: {', '.join(target_names())} (lbm/targets/*.yaml); GPU and TPU targets need the compilers:\n"
               "bash scripts/accel_env.sh, then .venv-accel/bin/python -m lbm inspect target=h100 ...\n"
               "several devices: target=v5e:2x2 (TPU chips), target=h100:1x1x4 (partitions x hosts x GPUs per host),\n"
-              "or target=NAME parallel.devices=N [parallel.mesh=[a,b]]: the sharded chunk, its collectives and halo bytes")
+              "or target=NAME parallel.devices=N [parallel.mesh=[a,b]]: the sharded chunk, its collectives and halo bytes\n"
+              "gradient=true [gradient.wrt=KEY,KEY gradient.objective=NAME gradient.checkpoint=POLICY]: also the program\n"
+              "of lbm.value_and_grad over the run's steps, its kernels and bytes per cell and step by stage and pass")
         return 0
+    from lbm.bench.inspect_gradient import gradient_options
+
+    gradient, args = gradient_options(args)
     name, out, overrides = parse_args(args)
     target = load_target(name)
     prepare_environment(target)
@@ -565,6 +574,11 @@ def main(args: list[str]) -> int:
     check_writable(out)
     record, text = inspect_run(run, target, overrides)
     out.mkdir(parents=True, exist_ok=True)
+    if gradient is not None:
+        from lbm.bench.inspect_gradient import GRADIENT_HLO_FILE, inspect_gradient
+
+        record["gradient"], gradient_text = inspect_gradient(overrides, gradient, target, record)
+        (out / GRADIENT_HLO_FILE).write_text(gradient_text)
     (out / HLO_FILE).write_text(text)
     (out / "inspect.json").write_text(json.dumps(record, indent=2) + "\n")
     print(format_report(record), end="")

@@ -1,13 +1,16 @@
 """The interleaved timing design of ``compare --remeasure N``: base and new measured in turn, in one time window.
 
-Two worker processes (``python -m lbm.bench.interleave CONFIG``), one per side, each set up and compile one
-configuration once: the base with ``--base-python`` (another environment) or this interpreter, under the BASE
-file's XLA_FLAGS; the new one with this interpreter under the NEW file's XLA_FLAGS. Then N rounds, each one
-timed repeat of both sides back to back, in the order base-new, new-base, base-new, ... (so a drift of the
-machine within a round does not favour one side). Each round gives one paired ratio t_new / t_base of the
-process CPU time of the repeat; both sides of a pair saw the same moment of the machine. The slowdown is the
-median of the pairs' log ratios, with the distribution-free 95% confidence interval of a median (order
-statistics, binomial coverage): heavy-tailed repeats move it no more than one pair each.
+Worker processes (``python -m lbm.bench.interleave CONFIGS``), one per side, each set up and compile every
+configuration to re-measure: the base with ``--base-python`` (another environment) or this interpreter, under
+the BASE file's XLA_FLAGS; the new one with this interpreter under the NEW file's XLA_FLAGS. Then, configuration
+after configuration, rounds, each one timed repeat of both sides back to back, in the order base-new, new-base,
+base-new, ... (so a drift of the machine within a round does not favour one side); each round gives one ratio
+t_new / t_base of the process CPU time of the repeat. A process's speed has a part of its own that stays for all
+its rounds, so the N rounds are spread over up to :data:`BLOCKS` fresh pairs of workers (JAX's persistent
+compilation cache lets the later pairs load what the first compiled), and each pair of workers gives one
+observation, the median of its rounds' log ratios. The slowdown is the median of these observations, with the
+distribution-free 95% confidence interval of a median (order statistics, binomial coverage). The pairs stop
+early where the verdict of all of them is already fixed, whatever the pairs left would give (:func:`settled`).
 
 Before timing, each worker reports the structural evidence (lbm.bench.evidence) of what it compiled: a side
 whose program differs from the one its file records (e.g. the base re-measured in this checkout after the code
@@ -43,29 +46,36 @@ def _say(obj: dict[str, Any]) -> None:
     print(TAG + json.dumps(obj), flush=True)
 
 
-def worker(config: dict[str, Any]) -> None:
-    """Set up and compile one configuration, report its evidence, then time one repeat per ``run`` line on stdin."""
+def worker(configs: list[dict[str, Any]]) -> None:
+    """Set up and compile each configuration, report their evidence, then time one repeat of configuration ``i`` per
+    ``run i`` line on stdin."""
     import jax
 
     from lbm.bench.throughput import BenchConfig, Timing, make_runner, make_setup
 
-    if config["precision"] == "float64":
+    if any(c["precision"] == "float64" for c in configs):
         jax.config.update("jax_enable_x64", True)
-    cfg = BenchConfig(case=config["case"], lattice=config["lattice"], grid=tuple(config["grid"]),
-                      variant=config["variant"], precision=config["precision"], collision=config["collision"])
-    n = int(config["steps"])
-    setup = make_setup(cfg)
-    runner = make_runner(cfg, setup, Timing(steps=n, steps_per_dispatch=int(config["steps_per_dispatch"])))
-    f = setup.initial_populations()
-    runner.compile(f, n)
-    info = runner.describe(f, n)
-    f = jax.block_until_ready(runner.run(f + 0, n))  # warm-up
-    _say({"ready": True, "evidence": info.get("evidence"), "engine": runner.engine})
+    states, evidence, engines = [], [], []
+    for config in configs:
+        cfg = BenchConfig(case=config["case"], lattice=config["lattice"], grid=tuple(config["grid"]),
+                          variant=config["variant"], precision=config["precision"], collision=config["collision"])
+        n = int(config["steps"])
+        setup = make_setup(cfg)
+        runner = make_runner(cfg, setup, Timing(steps=n, steps_per_dispatch=int(config["steps_per_dispatch"])))
+        f = setup.initial_populations()
+        runner.compile(f, n)
+        evidence.append(runner.describe(f, n).get("evidence"))
+        engines.append(runner.engine)
+        states.append([runner, jax.block_until_ready(runner.run(f + 0, n)), n])  # warm-up
+    _say({"ready": True, "evidence": evidence, "engine": engines})
     for line in sys.stdin:
-        if line.strip() != "run":
+        words = line.split()
+        if len(words) != 2 or words[0] != "run":
             break
+        state = states[int(words[1])]
+        runner, f, n = state
         c0, t0 = time.process_time(), time.perf_counter()
-        f = jax.block_until_ready(runner.run(f, n))
+        state[1] = jax.block_until_ready(runner.run(f, n))
         _say({"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0})
 
 
@@ -80,16 +90,19 @@ class Side:
     proc: subprocess.Popen[str] | None = None
     log: IO[str] | None = None
     ready: dict[str, Any] = field(default_factory=dict)
-    cpu_s: list[float] = field(default_factory=list)
-    wall_s: list[float] = field(default_factory=list)
+    cpu_s: dict[int, list[float]] = field(default_factory=dict)
+    wall_s: dict[int, list[float]] = field(default_factory=dict)
 
-    def start(self, config: dict[str, Any], cwd: str) -> None:
-        """Start the worker for ``config`` (working directory ``cwd``, so the interpreter's own lbm is imported)."""
+    def start(self, configs: list[dict[str, Any]], cwd: str) -> None:
+        """Start the worker for ``configs`` (working directory ``cwd``, so the interpreter's own lbm is imported)."""
         env = dict(os.environ)
         env["XLA_FLAGS"] = self.xla_flags
+        if "JAX_COMPILATION_CACHE_DIR" not in env:  # the later pairs of workers load what the first compiled
+            env.update(JAX_COMPILATION_CACHE_DIR=os.path.join(cwd, "jax-cache"),
+                       JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
         self.log = tempfile.TemporaryFile("w+")
         try:
-            self.proc = subprocess.Popen([self.python, "-m", "lbm.bench.interleave", json.dumps(config)], cwd=cwd,
+            self.proc = subprocess.Popen([self.python, "-m", "lbm.bench.interleave", json.dumps(configs)], cwd=cwd,
                                          env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                          text=True)
         except OSError as exc:
@@ -117,26 +130,27 @@ class Side:
             return "(not started)"
         self.log.seek(0)
         lines = [ln for ln in self.log.read().strip().splitlines() if ln.strip()]
-        hint = (" (does that environment's lbm have lbm.bench.interleave? --base-python needs a base with this "
-                "compare)") if any("No module named lbm.bench.interleave" in ln for ln in lines) else ""
+        older = ("No module named lbm.bench.interleave", "list indices must be integers")  # none, or one config each
+        hint = (" (does that environment's lbm have this lbm.bench.interleave, one worker for every configuration? "
+                "--base-python needs a base with this compare)") if any(o in ln for ln in lines for o in older) else ""
         return (lines[-1] if lines else "(no output)") + hint
 
-    def time_one(self) -> None:
-        """Time one repeat."""
+    def time_one(self, i: int) -> None:
+        """Time one repeat of configuration ``i``."""
         assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write("run\n")
+        self.proc.stdin.write(f"run {i}\n")
         self.proc.stdin.flush()
         got = self.answer()
-        self.cpu_s.append(got["cpu_s"])
-        self.wall_s.append(got["wall_s"])
+        self.cpu_s.setdefault(i, []).append(got["cpu_s"])
+        self.wall_s.setdefault(i, []).append(got["wall_s"])
 
     def stop(self) -> None:
-        """End the worker."""
+        """End the worker (at once where it never became ready: the other side failed, nothing waits for it)."""
         if self.proc is not None:
             try:
                 assert self.proc.stdin is not None
                 self.proc.stdin.close()
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=30 if self.ready else 0.1)
             except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
                 self.proc.kill()
                 self.proc.wait()
@@ -155,25 +169,31 @@ def worker_config(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class Interleaved:
-    """The paired rounds of one configuration and what they say."""
+    """The paired rounds of one configuration, over several pairs of workers, and what they say."""
 
     rounds: int
+    """Rounds timed, over all the pairs of workers."""
     log_ratios: list[float]
-    """log(t_new / t_base) per round, process CPU time (positive: new is slower)."""
+    """One per pair of workers: the median over its rounds of log(t_new / t_base), process CPU time (positive: new
+    is slower)."""
     wall_ratio_median: float
     load: tuple[list[float] | None, list[float] | None]
     mismatch: list[str]
     """Sides whose compiled program differs from the one their file records (then the rounds decide nothing)."""
+    planned: int = 0
+    """The pairs of workers planned (more than ``log_ratios`` holds where the first ones settled the verdict:
+    :func:`settled`)."""
 
     @property
     def slowdown(self) -> tuple[float, float, float]:
-        """(median, lower, upper 95% bound) of the relative slowdown t_new / t_base - 1 (inf bounds: too few rounds)."""
+        """(median, lower, upper 95% bound) of the relative slowdown t_new / t_base - 1 over the pairs of workers
+        (inf bounds: too few pairs)."""
         lo, hi = median_interval(self.log_ratios)
         return math.expm1(statistics.median(self.log_ratios)), math.expm1(lo), math.expm1(hi)
 
     @property
     def spread(self) -> float:
-        """Interquartile range of the paired ratios (relative): the noise the rounds saw."""
+        """Interquartile range of the pairs of workers' ratios (relative): the noise they saw."""
         if len(self.log_ratios) < 4:
             return float("nan")
         q = statistics.quantiles([math.exp(x) for x in self.log_ratios], n=4)
@@ -195,6 +215,40 @@ def median_interval(values: list[float], coverage: float = COVERAGE) -> tuple[fl
     return xs[best - 1], xs[n - best]
 
 
+def verdict_of_rounds(log_ratios: list[float], threshold: float) -> str:
+    """The timing verdict of paired rounds: REGRESSION when the 95% interval of the median log ratio lies above 0
+    and the median slowdown above ``threshold``, OK when the interval lies below it, INCONCLUSIVE otherwise (and
+    with too few rounds for an interval)."""
+    lo, hi = median_interval(log_ratios)
+    if math.isinf(hi):
+        return "INCONCLUSIVE"
+    if lo > 0 and math.expm1(statistics.median(log_ratios)) > threshold:
+        return "REGRESSION"
+    return "OK" if math.expm1(hi) < threshold else "INCONCLUSIVE"
+
+
+EXTREME = 50.0
+"""A log ratio beyond any measured one (e^50), standing for rounds not yet run in :func:`settled`."""
+
+
+def settled(log_ratios: list[float], planned: int, threshold: float) -> bool:
+    """Whether the verdict of ``planned`` rounds is already fixed by the rounds run, whatever the others give.
+
+    The verdict only moves OK -> INCONCLUSIVE -> REGRESSION as any ratio grows, so the rounds left all at the
+    lowest and all at the highest possible value bound it: where both give the same word, every outcome does.
+    Stopping also waits until the rounds run give that word themselves, so the verdict (and the interval the
+    report shows) of the rounds run is exactly the verdict of all ``planned`` rounds.
+    """
+    rest = planned - len(log_ratios)
+    if rest <= 0:
+        return True
+    if planned < rounds_needed():
+        return False
+    low = verdict_of_rounds(log_ratios + [-EXTREME] * rest, threshold)
+    return low == verdict_of_rounds(log_ratios + [EXTREME] * rest, threshold) == verdict_of_rounds(log_ratios,
+                                                                                                  threshold)
+
+
 def rounds_needed(coverage: float = COVERAGE) -> int:
     """The fewest rounds whose median interval reaches ``coverage``."""
     n = 1
@@ -211,43 +265,90 @@ def load_now() -> list[float] | None:
         return None
 
 
-def measure(base: dict[str, Any], new: dict[str, Any], base_flags: str, new_flags: str, rounds: int,
-            base_python: str | None, say: Any = None) -> Interleaved:
-    """Time ``rounds`` interleaved pairs of the configuration of records ``base`` and ``new``."""
+BLOCKS = 6
+"""Pairs of fresh workers the rounds are spread over. A process's speed has a part of its own, the same for all its
+rounds (identical code in two workers measured 20% apart, round after round: docs/studies.md), so the unit of
+replication is a pair of workers, not a round: each pair gives one observation, the median of its rounds."""
+
+
+def block_plan(rounds: int) -> list[int]:
+    """Rounds per pair of workers: ``rounds`` spread as evenly as possible over min(rounds, BLOCKS) pairs."""
+    blocks = min(rounds, BLOCKS)
+    return [rounds // blocks + (1 if k < rounds % blocks else 0) for k in range(blocks)]
+
+
+@dataclass
+class _Config:
+    """What the blocks have measured of one configuration so far."""
+
+    recs: tuple[dict[str, Any], dict[str, Any]]
+    observations: list[float] = field(default_factory=list)
+    rounds: int = 0
+    walls: list[float] = field(default_factory=list)
+    mismatch: list[str] = field(default_factory=list)
+    load_start: list[float] | None = None
+    done: bool = False
+
+
+def measure(pairs: list[tuple[dict[str, Any], dict[str, Any]]], base_flags: str, new_flags: str, rounds: int,
+            base_python: str | None, say: Any = None, threshold: float | None = None) -> list[Interleaved]:
+    """Time ``rounds`` interleaved rounds of the configuration of each (base, new) record pair, spread over fresh
+    pairs of workers (:func:`block_plan`; one worker per side for all the configurations); with a ``threshold``,
+    a configuration stops once its first pairs of workers settle the verdict of all of them."""
+    configs = [worker_config(b, n) for b, n in pairs]
+    plan = block_plan(rounds)
+    state = [_Config(recs) for recs in pairs]
+    with tempfile.TemporaryDirectory(prefix="lbm-interleave-") as cwd:
+        for b, n_rounds in enumerate(plan):
+            todo = [i for i, c in enumerate(state) if not c.done]
+            if not todo:
+                break
+            sides = {"base": Side(base_python or sys.executable, base_flags), "new": Side(sys.executable, new_flags)}
+            try:
+                if say:
+                    say(todo[0], f"workers {b + 1}/{len(plan)}: starting both sides ({len(todo)} configuration(s))")
+                for s in sides.values():
+                    s.start([configs[i] for i in todo], cwd)
+                for s in sides.values():
+                    s.ready = s.answer()
+                for j, i in enumerate(todo):
+                    _block(j, state[i], sides, n_rounds, lambda text, i=i, b=b: say and say(
+                        i, f"workers {b + 1}/{len(plan)}: {text}"))
+                    c = state[i]
+                    c.done = (threshold is not None and not c.mismatch
+                              and settled(c.observations, len(plan), threshold))
+            finally:
+                for s in sides.values():
+                    s.stop()
+    return [Interleaved(c.rounds, c.observations, statistics.median(c.walls) if c.walls else float("nan"),
+                        (c.load_start, load_now()), c.mismatch, len(plan)) for c in state]
+
+
+def _block(j: int, c: _Config, sides: dict[str, Side], rounds: int, say: Any) -> None:
+    """``rounds`` interleaved rounds of configuration ``j`` of the started workers; their median log ratio is one
+    observation of ``c``."""
     from lbm.bench.evidence import diff
 
-    config = worker_config(base, new)
-    sides = {"base": Side(base_python or sys.executable, base_flags), "new": Side(sys.executable, new_flags)}
-    load_start = load_now()
-    with tempfile.TemporaryDirectory(prefix="lbm-interleave-") as cwd:
-        try:
-            for s in sides.values():
-                s.start(config, cwd)
-            for s in sides.values():
-                s.ready = s.answer()
-            mismatch = []
-            for name, rec in (("base", base), ("new", new)):
-                got = diff(rec.get("evidence"), sides[name].ready.get("evidence"), 0.0)
-                if got.kind not in ("identical", "unknown"):
-                    mismatch.append(f"the {name} side ({sides[name].python}, XLA_FLAGS={sides[name].xla_flags!r}) "
-                                    f"compiles another program than the {name} file records ({got.summary()})")
-            for r in range(rounds):
-                if say:
-                    say(f"round {r + 1}/{rounds}")
-                for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
-                    sides[name].time_one()
-        finally:
-            for s in sides.values():
-                s.stop()
+    c.load_start = c.load_start or load_now()
+    for name, rec in zip(("base", "new"), c.recs, strict=True):
+        got = diff(rec.get("evidence"), sides[name].ready["evidence"][j], 0.0)
+        text = (f"the {name} side ({sides[name].python}, XLA_FLAGS={sides[name].xla_flags!r}) compiles another "
+                f"program than the {name} file records ({got.summary()})")
+        if got.kind not in ("identical", "unknown") and text not in c.mismatch:
+            c.mismatch.append(text)
+    for r in range(rounds):
+        say(f"round {r + 1}/{rounds}")
+        for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
+            sides[name].time_one(j)
     b, n = sides["base"], sides["new"]
-    logs = [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b.cpu_s, n.cpu_s, strict=True)]
-    walls = [y / x for x, y in zip(b.wall_s, n.wall_s, strict=True) if x > 0]
-    return Interleaved(rounds, logs, statistics.median(walls) if walls else float("nan"), (load_start, load_now()),
-                       mismatch)
+    logs = [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b.cpu_s[j], n.cpu_s[j], strict=True)]
+    c.observations.append(statistics.median(logs))
+    c.rounds += rounds
+    c.walls += [y / x for x, y in zip(b.wall_s[j], n.wall_s[j], strict=True) if x > 0]
 
 
 def main(args: list[str]) -> int:
-    """``python -m lbm.bench.interleave CONFIG_JSON``: the worker (see the module doc)."""
+    """``python -m lbm.bench.interleave CONFIGS_JSON``: the worker (see the module doc)."""
     worker(json.loads(args[0]))
     return 0
 

@@ -17,7 +17,8 @@ process CPU time is recorded beside it (``mlups.cpu_values``).
 Steps per repeat (``steps=auto``): enough for ``min_time_s``, rounded up to a power of two. The
 compiled-program facts of a fused record (fusions, memory, and the per-cell-and-step ``evidence``
 of lbm.bench.evidence) come from a chunk of a fixed EVIDENCE_STEPS steps, never from the timed
-chunk, so two runs of the same code record the same facts whatever the machine's speed.
+chunk, so two runs of the same code record the same facts whatever the machine's speed. An instrumented
+record's evidence comes from each stage's own executable (lbm.bench.evidence.stages_evidence).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from lbm.bench.evidence import EVIDENCE_STEPS, program_evidence
+from lbm.bench.evidence import EVIDENCE_STEPS, program_evidence, stages_evidence
 from lbm.roofline import lbm_bytes_per_cell
 
 CASES = {"periodic": "taylor_green", "cylinder": "cylinder"}
@@ -201,7 +202,8 @@ class _InstrumentedRunner(_Runner):
 
     def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
         return {"stages": stage_times(self.setup, f, self.stage_steps),
-                "compile_s_per_stage": dict(self.stepper.compile_times)}
+                "compile_s_per_stage": dict(self.stepper.compile_times),
+                "evidence": stages_evidence(self.stepper.describe(), math.prod(f.shape[1:]))}
 
 
 def stage_times(setup: Any, f: jnp.ndarray, steps: int) -> dict[str, dict[str, float]]:

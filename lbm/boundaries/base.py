@@ -18,10 +18,12 @@ are static fields (``field(metadata={"static": True})``). Adding a boundary cond
 in this package; lbm.boundaries.forms holds the block forms several conditions share on a mesh.
 
 :class:`StepState` carries what the stages of one timestep produce (lbm.stages order):
-``f`` (populations before collision), ``rho``, ``u``, ``feq``, ``collided`` (after collision),
+``f`` (populations before collision), ``drho``, ``u``, ``feq``, ``collided`` (after collision),
 ``post`` (after bounce-back: what streams), ``force`` (momentum exchange on obstacles) and ``t``,
 the index of the step being computed (an int32 scalar; 0 for the first step of a run), for
-boundary conditions that change in time.
+boundary conditions that change in time. Populations (``f``, ``feq``, ``collided``, ``post``) are deviations
+from the rest state, f_i - w_i, and ``drho`` is the density's, ρ - 1 (lbm.kernels.equilibrium): a rule that
+sets populations sets their deviations (a solid cell at rest holds zeros), one that needs ρ takes 1 + drho.
 """
 
 from __future__ import annotations
@@ -49,11 +51,11 @@ def static(default: Any = dataclasses.MISSING) -> Any:
 
 @pytree_dataclass
 class StepState:
-    """The arrays one timestep produces, stage by stage; unset ones are None."""
+    """The arrays one timestep produces, stage by stage (populations as f - w, density as ρ - 1); unset ones are None."""
 
     f: Any
     t: Any = None
-    rho: Any = None
+    drho: Any = None
     u: Any = None
     feq: Any = None
     collided: Any = None

@@ -55,7 +55,7 @@ def bounce_back_halfway(
     ``links[j]`` flags solid cells s whose neighbour s + c_j is fluid; streaming then
     carries f_j(s) = f*_opp(j)(s + c_j) [+ wall_term_j(s)] into that neighbour, which
     places the wall half-way along the link. ``wall_term`` = 2 w_j rho_w (c_j . u_w) / cs^2
-    for moving walls. Other solid cells are reset to rest equilibrium.
+    for moving walls. Other solid cells are reset to the rest state (deviations 0).
     """
     axes = tuple(range(lattice.d))
     reflected = []
@@ -66,8 +66,7 @@ def bounce_back_halfway(
     reflected = jnp.stack(reflected)
     if wall_term is not None:
         reflected = reflected + wall_term
-    rest = jnp.asarray(lattice.w, f_post.dtype).reshape((-1,) + (1,) * lattice.d)
-    return jnp.where(links, reflected, jnp.where(solid, rest, f_post))
+    return jnp.where(links, reflected, jnp.where(solid, jnp.zeros((), f_post.dtype), f_post))
 
 
 def bounce_back_halfway_gathered(
@@ -83,8 +82,7 @@ def bounce_back_halfway_gathered(
     reflected = f_post[opp, neighbours]
     if wall_term is not None:
         reflected = reflected + wall_term
-    rest = jnp.asarray(lattice.w, f_post.dtype)[:, None]
-    return jnp.where(links, reflected, jnp.where(solid, rest, f_post))
+    return jnp.where(links, reflected, jnp.where(solid, jnp.zeros((), f_post.dtype), f_post))
 
 
 def bounce_back_halfway_pulled(
@@ -100,7 +98,7 @@ def bounce_back_halfway_pulled(
 
     ``bits`` (unsigned ``(*grid)``, from :func:`pull_bits`): bit i says the cell x - c_i is solid, bit Q that x is.
     Where x - c_i is solid, the population streamed into x came from a solid cell, and the dense rule
-    gives it f*_opp(i)(x) [+ wall term] on a fluid x, w_i on a solid x; elsewhere it is ``f_streamed``
+    gives it f*_opp(i)(x) [+ wall term] on a fluid x, the rest state (0) on a solid x; elsewhere it is ``f_streamed``
     unchanged. The wall term, where given, is either dense (``term`` ``(Q, *grid)``, already pulled to x)
     or a table ``term`` ``(Q,)`` on the directions ``carried`` (the others carry none): the k-th of them on
     the links whose bit Q + 1 + k is set in ``bits``, or bit k in ``moving`` where it is given.
@@ -116,7 +114,7 @@ def bounce_back_halfway_pulled(
             reflected = reflected + jnp.where(hit, term[i], jnp.zeros((), term.dtype))
         elif term is not None and term.ndim > 1:
             reflected = reflected + term[i]
-        rest = jnp.asarray(lattice.w[i], f_post.dtype)
+        rest = jnp.zeros((), f_post.dtype)
         out.append(jnp.where((bits >> i) & 1 == 1, jnp.where(solid, rest, reflected), f_streamed[i]))
     return jnp.stack(out)
 

@@ -76,17 +76,20 @@ def characteristic_face(face: jnp.ndarray, upstream: jnp.ndarray, rho_out: Any, 
                         lattice: Lattice, kind: str = "nebb") -> jnp.ndarray:
     """Outlet face populations ``(Q, *face)`` with the entering ones rebuilt so that no acoustic wave is reflected.
 
-    ``upstream``: the populations of the column before the outlet (same shape).
+    ``upstream``: the populations of the column before the outlet (same shape). Populations are deviations
+    f - w (lbm.kernels.equilibrium); the quadratic is solved for the absolute density (an open face: its
+    rounding at ρ's epsilon changes no conserved quantity).
     """
-    rho1, u1 = macroscopic(upstream, lattice)
+    drho1, u1 = macroscopic(upstream, lattice)
     m = mirror_x(lattice)
-    known = known_sum(face[m], lattice)  # seen from outside, the outlet is an x = 0 face
+    known = 1.0 + known_sum(face[m], lattice)  # seen from outside, the outlet is an x = 0 face
     a = CS * (1.0 + relax)
-    b = 1.0 + u1[0] - CS * (rho1 - gradient) - relax * CS * jnp.asarray(rho_out, face.dtype)
+    b = 1.0 + u1[0] - CS * (1.0 + drho1 - gradient) - relax * CS * jnp.asarray(rho_out, face.dtype)
     rho = 2.0 * known / (b + jnp.sqrt(b * b + 4.0 * a * known))
     un = known / rho - 1.0
     u_mirrored = jnp.concatenate([-un[None], u1[1:]], axis=0)  # the outlet seen from outside: c_x negated
-    return face_unknowns(face[m], rho, u_mirrored, equilibrium(rho, u_mirrored, lattice), lattice, kind)[m]
+    drho = rho - 1.0
+    return face_unknowns(face[m], drho, u_mirrored, equilibrium(drho, u_mirrored, lattice), lattice, kind)[m]
 
 
 def characteristic_outlet(f: jnp.ndarray, rho_out: Any, relax: Any, lattice: Lattice, kind: str = "nebb",

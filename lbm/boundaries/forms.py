@@ -28,7 +28,7 @@ from lbm.boundaries.base import (
 from lbm.kernels.forces import momentum_exchange
 from lbm.lattice import Lattice
 
-FACE_FIELDS = {"f": 1, "rho": 0, "u": 1, "feq": 1}
+FACE_FIELDS = {"f": 1, "drho": 0, "u": 1, "feq": 1}
 """StepState arrays a face condition may write, with the array axis of grid x (also: their leading axes)."""
 
 

@@ -30,22 +30,25 @@ INLET_KINDS = ("zou_he", "nebb", "equilibrium")
 
 
 def known_sum(f0: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
-    """rho (1 - u_x) at an x = 0 face from its known populations: the tangential ones plus twice the leaving ones."""
+    """rho (1 - u_x) - 1 at an x = 0 face from the deviations f - w of its known populations: the tangential ones
+    plus twice the leaving ones (their weights add up to 1)."""
     tangential = np.flatnonzero(lattice.c[:, 0] == 0)
     leaving = np.flatnonzero(lattice.c[:, 0] < 0)
     return jnp.sum(f0[tangential], axis=0) + 2.0 * jnp.sum(f0[leaving], axis=0)
 
 
 def inlet_density(f0: jnp.ndarray, ux: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
-    """Density at the x = 0 face implied by the known populations and a prescribed u_x (Zou-He)."""
-    return known_sum(f0, lattice) / (1.0 - ux)
+    """Density deviation ρ - 1 at the x = 0 face implied by the known populations and a prescribed u_x (Zou-He):
+    ρ = (1 + known_sum) / (1 - u_x)."""
+    return (known_sum(f0, lattice) + ux) / (1.0 - ux)
 
 
-def face_unknowns(f0: jnp.ndarray, rho0: jnp.ndarray, u_face: jnp.ndarray, feq0: jnp.ndarray, lattice: Lattice,
+def face_unknowns(f0: jnp.ndarray, drho0: jnp.ndarray, u_face: jnp.ndarray, feq0: jnp.ndarray, lattice: Lattice,
                   kind: str = "zou_he") -> jnp.ndarray:
-    """Face populations ``(Q, *face)`` of x = 0 with the unknowns (c_x > 0) rebuilt for density ``rho0`` and velocity ``u_face``.
+    """Face populations ``(Q, *face)`` of x = 0 with the unknowns (c_x > 0) rebuilt for density 1 + ``drho0`` and
+    velocity ``u_face``.
 
-    ``feq0`` is the equilibrium of (rho0, u_face). ``nebb``: f_i = feq_i + f_opp(i) - feq_opp(i)
+    ``feq0`` is the equilibrium of (drho0, u_face). ``nebb``: f_i = feq_i + f_opp(i) - feq_opp(i)
     (imposes rho and u_x); ``zou_he``: the same plus Zou & He's transverse correction (Hecht &
     Harting's form in 3D), so every velocity component is imposed; ``equilibrium``: f = feq.
     """
@@ -60,7 +63,7 @@ def face_unknowns(f0: jnp.ndarray, rho0: jnp.ndarray, u_face: jnp.ndarray, feq0:
             moving = [i for i in unknown if c[i, t] != 0]
             carriers = np.flatnonzero(c[:, t] != 0)
             mom = sum(float(c[j, t]) * f0[j] for j in carriers)
-            excess = mom - rho0 * u_face[t]
+            excess = mom - (1.0 + drho0) * u_face[t]
             share = jnp.asarray(c[moving, t] / len(moving), f0.dtype).reshape((-1,) + (1,) * (lattice.d - 1))
             f0 = f0.at[np.array(moving)].add(-excess * share)
     return f0
@@ -68,14 +71,14 @@ def face_unknowns(f0: jnp.ndarray, rho0: jnp.ndarray, u_face: jnp.ndarray, feq0:
 
 def inlet(
     f: jnp.ndarray,
-    rho: jnp.ndarray,
+    drho: jnp.ndarray,
     u: jnp.ndarray,
     feq: jnp.ndarray,
     u_in: jnp.ndarray,
     lattice: Lattice,
     kind: str = "zou_he",
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
-    """Prescribed velocity ``u_in`` (shape ``(D, *face)``) on the x = 0 face; returns updated f, rho, u, feq.
+    """Prescribed velocity ``u_in`` (shape ``(D, *face)``) on the x = 0 face; returns updated f, drho, u, feq.
 
     ``nebb``: density from the known populations, unknown populations (c_x > 0) by
     non-equilibrium bounce-back f_i = feq_i + f_opp(i) - feq_opp(i) (the scheme of
@@ -84,12 +87,12 @@ def inlet(
     form for 3D), so every velocity component is imposed exactly.
     ``equilibrium``: all populations at the face set to the equilibrium.
     """
-    rho0 = inlet_density(f[:, 0], u_in[0], lattice)
-    feq0 = equilibrium(rho0, u_in, lattice)
-    rho = rho.at[0].set(rho0)
+    drho0 = inlet_density(f[:, 0], u_in[0], lattice)
+    feq0 = equilibrium(drho0, u_in, lattice)
+    drho = drho.at[0].set(drho0)
     u = u.at[:, 0].set(u_in)
     feq = feq.at[:, 0].set(feq0)
-    return f.at[:, 0].set(face_unknowns(f[:, 0], rho0, u_in, feq0, lattice, kind)), rho, u, feq
+    return f.at[:, 0].set(face_unknowns(f[:, 0], drho0, u_in, feq0, lattice, kind)), drho, u, feq
 
 
 TIME_PROFILES = ("constant", "ramp", "sine")
@@ -149,8 +152,8 @@ class Inlet(FaceCondition):
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Face populations, density, velocity and equilibrium with the inflow imposed."""
-        f, rho, u, feq = inlet(s.f, s.rho, s.u, s.feq, self.velocity(s.t), lattice, self.kind)
-        return s.replace(f=f, rho=rho, u=u, feq=feq)
+        f, drho, u, feq = inlet(s.f, s.drho, s.u, s.feq, self.velocity(s.t), lattice, self.kind)
+        return s.replace(f=f, drho=drho, u=u, feq=feq)
 
     def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
         """Writes the face x = 0."""
@@ -180,8 +183,8 @@ class InletOnBlock(Inlet):
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The dense rule on the face cells, laid out as a one-cell-thick face."""
         face, cells = self.u.shape[1:], self.cells
-        rho = s.rho[None]
-        f, r, u, feq = inlet(take_face(s.f, cells, face), take_face(rho, cells, face)[0], take_face(s.u, cells, face),
+        drho = s.drho[None]
+        f, r, u, feq = inlet(take_face(s.f, cells, face), take_face(drho, cells, face)[0], take_face(s.u, cells, face),
                              take_face(s.feq, cells, face), self.velocity(s.t), lattice, self.kind)
-        return s.replace(f=put_face(s.f, cells, f), rho=put_face(rho, cells, r[None])[0], u=put_face(s.u, cells, u),
+        return s.replace(f=put_face(s.f, cells, f), drho=put_face(drho, cells, r[None])[0], u=put_face(s.u, cells, u),
                          feq=put_face(s.feq, cells, feq))

@@ -9,7 +9,9 @@ x_f must receive the population f_ī (ī = opposite of i) that the wall sends ba
     q >= 1/2:  f_ī(x_f) = f*_i(x_f) / (2q) + (2q - 1)/(2q) f*_ī(x_f)
 
 It is written, like half-way bounce-back, into the post-collision slot ī of the solid cell x_s,
-from which streaming carries it to x_f; the other populations of solid cells are reset to rest.
+from which streaming carries it to x_f; the other populations of solid cells are reset to rest. Each
+rule's three weights sum to 1 and w_i = w_ī, so it holds as it stands for the deviations f - w the
+engines keep (a solid cell at rest holds zeros).
 Where x_f - c_i is not fluid (a gap one cell wide) a q < 1/2 link falls back to half-way
 bounce-back. The rule reads cells up to two links from the wall (x_f and x_f - c_i).
 
@@ -92,8 +94,7 @@ def interpolated_bounce_back(post: jnp.ndarray, solid: jnp.ndarray, link_dir: jn
     opp = jnp.asarray(lattice.opposite)[link_dir]
     w = weights.astype(post.dtype)
     values = w[0] * flat[link_dir, link_fluid] + w[1] * flat[link_dir, link_far] + w[2] * flat[opp, link_fluid]
-    rest = jnp.asarray(lattice.w, post.dtype)[:, None]
-    out = jnp.where(solid.reshape(1, -1), rest, flat).at[opp, link_solid].set(values)
+    out = jnp.where(solid.reshape(1, -1), jnp.zeros((), post.dtype), flat).at[opp, link_solid].set(values)
     return out.reshape(post.shape)
 
 

@@ -57,13 +57,16 @@ def parabolic_weights(q: np.ndarray, far_is_fluid: np.ndarray, omega_minus: floa
     return w
 
 
-def parabolic_bounce_back(f: jnp.ndarray, post: jnp.ndarray, rho: jnp.ndarray, u: jnp.ndarray, solid: jnp.ndarray,
+def parabolic_bounce_back(f: jnp.ndarray, post: jnp.ndarray, drho: jnp.ndarray, u: jnp.ndarray, solid: jnp.ndarray,
                           link_dir: jnp.ndarray, link_solid: jnp.ndarray, link_fluid: jnp.ndarray, link_far: jnp.ndarray,
                           weights: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
-    """Post-collision populations with solid cells at rest and the corrected CLI populations in the links' solid slots."""
+    """Post-collision populations with solid cells at rest and the corrected CLI populations in the links' solid slots.
+
+    Populations are deviations f - w (lbm.kernels.equilibrium): the rule adds to f*_i(x_f) only differences of
+    populations of equal weight and terms of u, so it holds for them as it stands; ``drho`` is ρ - 1."""
     nq = post.shape[0]
     pre, out = f.reshape(nq, -1), post.reshape(nq, -1)
-    rho, u = rho.reshape(-1), u.reshape(u.shape[0], -1)
+    rho, u = 1.0 + drho.reshape(-1), u.reshape(u.shape[0], -1)
     opp = jnp.asarray(lattice.opposite)[link_dir]
     w = weights.astype(post.dtype)
     c = jnp.asarray(lattice.c, post.dtype)
@@ -76,7 +79,7 @@ def parabolic_bounce_back(f: jnp.ndarray, post: jnp.ndarray, rho: jnp.ndarray, u
     m = 0.5 * (pre[link_dir, link_fluid] - pre[opp, link_fluid]) - wi * jnp.sum(ci * momentum, axis=0) / CS2
     values = (out[link_dir, link_fluid] + w[0] * (out[link_dir, link_far] - out[opp, link_fluid])
               + w[1] * anti_eq(link_far) + w[2] * anti_eq(link_fluid) + w[3] * m)
-    rest = jnp.asarray(lattice.w, post.dtype)[:, None]
+    rest = jnp.zeros((), post.dtype)
     return jnp.where(solid.reshape(1, -1), rest, out).at[opp, link_solid].set(values).reshape(post.shape)
 
 
@@ -87,7 +90,7 @@ class ParabolicBounceBack(InterpolatedBounceBack):
     The links, footprint and block form are linear BFL's; ``weights`` holds :func:`parabolic_weights`.
     """
 
-    reads = (("f",), ("rho", "u"))
+    reads = (("f",), ("drho", "u"))
 
     @classmethod
     def like(cls, wall: InterpolatedBounceBack, omega_minus: float) -> ParabolicBounceBack:
@@ -99,5 +102,5 @@ class ParabolicBounceBack(InterpolatedBounceBack):
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells at rest, the wall links' populations interpolated and corrected."""
-        return s.replace(post=parabolic_bounce_back(s.f, s.post, s.rho, s.u, self.solid, self.link_dir, self.link_solid,
+        return s.replace(post=parabolic_bounce_back(s.f, s.post, s.drho, s.u, self.solid, self.link_dir, self.link_solid,
                                                     self.link_fluid, self.link_far, self.weights, lattice))

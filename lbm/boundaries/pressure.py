@@ -55,10 +55,10 @@ def pressure_outlet_face(face: jnp.ndarray, rho_out: Any, lattice: Lattice, kind
     """Face populations ``(Q, *face)`` of the last column with the entering ones rebuilt for density ``rho_out``."""
     m = mirror_x(lattice)
     g = face[m]  # seen from outside: the outlet is an x = 0 face whose unknowns have c_x > 0
-    rho = jnp.broadcast_to(jnp.asarray(rho_out, face.dtype), face.shape[1:])
-    un = 1.0 - known_sum(g, lattice) / rho
+    drho = jnp.broadcast_to(jnp.asarray(rho_out, face.dtype) - 1.0, face.shape[1:])
+    un = (drho - known_sum(g, lattice)) / (1.0 + drho)  # 1 - (1 + known_sum) / rho: the deviations' form
     u = jnp.zeros((lattice.d,) + face.shape[1:], face.dtype).at[0].set(un)
-    return face_unknowns(g, rho, u, equilibrium(rho, u, lattice), lattice, kind)[m]
+    return face_unknowns(g, drho, u, equilibrium(drho, u, lattice), lattice, kind)[m]
 
 
 def pressure_outlet(f: jnp.ndarray, rho_out: Any, lattice: Lattice, kind: str = "zou_he") -> jnp.ndarray:

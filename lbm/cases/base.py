@@ -96,10 +96,11 @@ class Setup:
         return with_wall_velocity(fields, self.wall_velocity, self.periodic)
 
     def initial_populations(self) -> jnp.ndarray:
-        """Equilibrium populations of the initial density and velocity (plus ``f_neq0``), in the run's dtype."""
-        rho = jnp.asarray(self.rho0, self.dtype)
+        """Equilibrium populations of the initial density and velocity (plus ``f_neq0``), in the run's dtype, as the
+        engines hold them: deviations f - w from the rest state (lbm.kernels.equilibrium)."""
+        drho = jnp.asarray(np.asarray(self.rho0, np.float64) - 1.0, self.dtype)
         u = jnp.asarray(self.u0, self.dtype)
-        feq = equilibrium(rho, u, self.lattice)
+        feq = equilibrium(drho, u, self.lattice)
         return feq if self.f_neq0 is None else feq + jnp.asarray(self.f_neq0, self.dtype)
 
 

@@ -7,6 +7,10 @@ sinusoidal perturbation),
 zero-gradient outlet, full-way bounce-back on the cylinder. On 3D lattices the
 cylinder spans z (periodic). Drag and lift come from momentum exchange every step:
 cd = 2 Fx / (rho u^2 D), cl = 2 Fy / (rho u^2 D), D = 2r (per cell of depth in 3D).
+
+``case.shape=ellipse`` puts an ellipse of semi-axes ``case.axes`` = [a, b] (along x and y) in its
+place: b plays the radius's part (the Reynolds length; D = 2b, the frontal height), and
+``case.bounce_back=interpolated`` cuts the links at the exact ellipse (:func:`ellipse_intersect`).
 """
 
 from __future__ import annotations
@@ -20,13 +24,31 @@ import numpy as np
 
 from lbm.boundaries import INLET_KINDS, CharacteristicOutlet, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
-from lbm.boundaries.interpolated import InterpolatedBounceBack, circle_intersect
+from lbm.boundaries.interpolated import InterpolatedBounceBack, Intersect, ball_intersect
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
 from lbm.cases.signals import Window, dominant_frequency, mean_with_error, nonstationary_reason, stationary_window
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
 
 OUTLETS = ("zero_gradient", "characteristic")
+SHAPES = ("circle", "ellipse")
+"""case.shape: a circle of case.radius, or an ellipse of semi-axes case.axes = [a, b] along x and y."""
+
+
+def ellipse_intersect(center: tuple[float, float], axes: tuple[float, float]) -> Intersect:
+    """Ray–ellipse intersection in the (x, y) plane (a cylinder along z in 3D): the entering root.
+
+    The ellipse of semi-axes (a, b) is the unit circle in coordinates scaled by (1/a, 1/b), where the
+    fraction of a link along which the wall lies is the same.
+    """
+    scale = 1.0 / np.asarray(axes, np.float64)
+    unit = ball_intersect(tuple(np.asarray(center, np.float64) * scale), 1.0)
+
+    def intersect(points: np.ndarray, links: np.ndarray) -> np.ndarray:
+        return unit(np.asarray(points, np.float64)[:, :2] * scale, np.asarray(links, np.float64)[:, :2] * scale)
+
+    return intersect
+
 """case.outlet: the zero-gradient outflow (as Palabos), or the non-reflecting one (lbm.boundaries.characteristic)."""
 
 
@@ -57,26 +79,51 @@ class Cylinder(Case):
         return float(self.run.grid[2]) if len(self.run.grid) == 3 else 1.0
 
     def geometry(self) -> tuple[float, float, float]:
-        """Centre (cx, cy) and radius r in lattice units, validated against the domain."""
+        """Centre (cx, cy) and radius r in lattice units, validated against the domain.
+
+        For ``case.shape=ellipse`` r is the semi-axis across the flow (b of ``case.axes``): the ellipse's
+        Reynolds length and half its frontal height, as the radius is a circle's.
+        """
+        cx, cy, _, b = self.shape_geometry()
+        return cx, cy, b
+
+    def semi_axes(self) -> tuple[float, float]:
+        """The obstacle's semi-axes (a along x, b along y) in cells: (r, r) for a circle."""
+        return self.shape_geometry()[2:]
+
+    def shape_geometry(self) -> tuple[float, float, float, float]:
+        """Centre (cx, cy) and semi-axes (a, b) in lattice units, validated against the domain."""
         nx, ny = self.run.grid[0], self.run.grid[1]
-        radius = self.params.radius
-        r = ny // 9 if radius is None else radius
-        if not r >= 1:  # the default ny // 9 on a small grid (a given radius is checked by CylinderParams)
-            raise ConfigError("case.radius", radius, "a number >= 1 (cells), or null for ny//9")
-        r_max = min((ny - 3) / 2, (nx - 4) / 2)
-        if r > r_max:
-            raise ConfigError("case.radius", radius if radius is not None else r,
-                              f"a number in [1, {r_max:g}] cells for a {nx}x{ny} grid")
+        shape = self.choice("shape", SHAPES)
+        if shape == "ellipse":
+            key, value = "case.axes", self.params.axes
+            if value is None or self.params.radius is not None:
+                raise ConfigError("case.axes", value, "[a, b], the semi-axes along x and y in cells, for case.shape="
+                                  "ellipse (with case.radius=null)")
+            a, b = (float(v) for v in value)
+        else:
+            key, value = "case.radius", self.params.radius
+            if self.params.axes is not None:
+                raise ConfigError("case.axes", self.params.axes, "null for case.shape=circle (set case.shape=ellipse)")
+            r = ny // 9 if value is None else value
+            if not r >= 1:  # the default ny // 9 on a small grid (a given radius is checked by CylinderParams)
+                raise ConfigError("case.radius", value, "a number >= 1 (cells), or null for ny//9")
+            a = b = float(r)
+        a_max, b_max = (nx - 4) / 2, (ny - 3) / 2
+        if a > a_max or b > b_max:
+            room = f"[1, {min(a_max, b_max):g}]" if shape == "circle" else f"a <= {a_max:g}, b <= {b_max:g}"
+            raise ConfigError(key, value if value is not None else a, f"{room} cells for a {nx}x{ny} grid")
         center = self.params.center
         cx, cy = (nx // 4, ny // 2) if center is None else center
-        if not (cx - r >= 1 and cx + r <= nx - 3 and cy - r >= 1 and cy + r <= ny - 2):
+        if not (cx - a >= 1 and cx + a <= nx - 3 and cy - b >= 1 and cy + b <= ny - 2):
+            size = f"radius {a:g}" if shape == "circle" else f"semi-axes {a:g}, {b:g}"
             raise ConfigError(
                 "case.center", [cx, cy],
-                f"a centre that keeps the cylinder of radius {r:g} inside the domain: "
-                f"{r + 1:g} <= cx <= {nx - 3 - r:g} and {r + 1:g} <= cy <= {ny - 2 - r:g}",
-                "or change case.radius / the grid",
+                f"a centre that keeps the {shape} of {size} inside the domain: "
+                f"{a + 1:g} <= cx <= {nx - 3 - a:g} and {b + 1:g} <= cy <= {ny - 2 - b:g}",
+                f"or change {key} / the grid",
             )
-        return float(cx), float(cy), float(r)
+        return float(cx), float(cy), a, b
 
     def options(self) -> tuple[str, str]:
         """Inlet kind and bounce-back kind (and checks the outlet kind)."""
@@ -111,10 +158,12 @@ class Cylinder(Case):
 
     def obstacle(self) -> tuple[np.ndarray, float, dict[str, Any]]:
         """The obstacle mask (grid shape), the length its Reynolds number uses, and its derived geometry."""
-        cx, cy, r = self.geometry()
+        cx, cy, a, b = self.shape_geometry()
         coords = coordinates(self.run.grid)
-        mask = (coords[0] - cx) ** 2 + (coords[1] - cy) ** 2 < r**2
-        return mask, r, {"radius": r, "center": [cx, cy], "diameter": 2 * r}
+        mask = ((coords[0] - cx) / a) ** 2 + ((coords[1] - cy) / b) ** 2 < 1.0
+        if self.params.shape == "ellipse":
+            return mask, b, {"axes": [a, b], "center": [cx, cy], "diameter": 2 * b}
+        return mask, b, {"radius": b, "center": [cx, cy], "diameter": 2 * b}
 
     def setup(self) -> Setup:
         """Obstacle mask, inflow profile, walls and force links, uniform initial flow."""
@@ -138,9 +187,9 @@ class Cylinder(Case):
                           derived=derived)
 
     def curved_wall(self, obstacle: np.ndarray) -> InterpolatedBounceBack:
-        """case.bounce_back=interpolated: linear BFL on the exact circle (the obstacle mask's own circle)."""
-        cx, cy, r = self.geometry()
-        return InterpolatedBounceBack.from_shape(obstacle, circle_intersect((cx, cy), r), self.lattice)
+        """case.bounce_back=interpolated: linear BFL on the exact circle or ellipse (the obstacle mask's own)."""
+        cx, cy, a, b = self.shape_geometry()
+        return InterpolatedBounceBack.from_shape(obstacle, ellipse_intersect((cx, cy), (a, b)), self.lattice)
 
     def outlet(self) -> Outflow | CharacteristicOutlet:
         """The outlet of case.outlet; the characteristic one held at density 1 (uniform inflow: no mean gradient)."""

@@ -68,18 +68,24 @@ class ChannelParams(CaseParams):
 
 @dataclasses.dataclass(frozen=True)
 class CylinderParams(ChannelParams):
-    """``case=cylinder``: the cylinder's size and place, its wall rule and the outlet."""
+    """``case=cylinder``: the obstacle's shape (a circle, or an ellipse), size and place, its wall rule and the outlet."""
 
+    shape: str = MISSING
     radius: float | None = None
+    axes: list[float] | None = None
     center: list[float] | None = None
     bounce_back: str = MISSING
     outlet: str = MISSING
 
     def __post_init__(self) -> None:
-        """A radius >= 1 (or null), a centre [cx, cy] (or null), and the channel's checks."""
+        """A radius >= 1 (or null), semi-axes [a, b] >= 1 (or null), a centre [cx, cy] (or null), the channel's checks."""
         r = self.radius
         if r is not None and not (_number(r) and r >= 1):
             raise ConfigError("case.radius", r, "a number >= 1 (cells), or null for ny//9")
+        a = self.axes
+        if a is not None and (not isinstance(a, (list, tuple)) or len(a) != 2 or not all(
+                _number(v) and v >= 1 for v in a)):
+            raise ConfigError("case.axes", a, "[a, b]: the ellipse's semi-axes along x and y, numbers >= 1 (cells)")
         c = self.center
         if c is not None and (not isinstance(c, (list, tuple)) or len(c) != 2 or not all(map(_number, c))):
             raise ConfigError("case.center", c, "[cx, cy] in cells, or null for [nx//4, ny//2]")

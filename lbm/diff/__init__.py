@@ -5,8 +5,10 @@
 - :func:`lbm.diff.api.value_and_grad` (``lbm.value_and_grad``): overrides, keys, objective -> value and
   derivatives; :func:`lbm.diff.api.finite_difference`: the same derivative from ``lbm.run`` itself;
 - lbm.diff.parameters (the keys of each case and how they enter the Setup), lbm.diff.geometry (wall
-  fractions as smooth functions of a circle), lbm.diff.checkpointing (none, every, sqrt, binomial),
-  lbm.diff.objectives (named objectives per case).
+  fractions as smooth functions of a circle or an ellipse), lbm.diff.checkpointing (none, every, sqrt,
+  binomial), lbm.diff.objectives (named objectives per case);
+- lbm.diff.instrumented (``mode=instrumented``: every stage's forward and backward pass its own executable),
+  lbm.diff.profile (``profile.enabled=true``: the device time of each stage in each pass).
 """
 
 from lbm.diff.api import finite_difference, value_and_grad

@@ -6,8 +6,10 @@ slice is a pad of the whole ``(Q, *grid)`` array, so the transposed step does O(
 (docs/differentiable.md, "How it is built"). Each core stage here is the kernel's own forward function
 under ``jax.custom_vjp`` with its transposed Jacobian written out, cell-locally and O(Q) per cell:
 
-- ``macroscopic``: rho = sum_i f_i, u = (m + F/2) / rho: f_bar_j = rho_bar - u . u_bar / rho + c_j . u_bar / rho;
-- ``equilibrium``: feq_i = w_i rho (1 + 3 c_i.u + 9/2 (c_i.u)^2 - 3/2 u^2), its derivatives by rho and u;
+- ``macroscopic``: on the deviations f_i - w_i the engines hold (lbm.kernels.equilibrium), drho = sum_i f_i and
+  u = (m + F/2) / rho with rho = 1 + drho: f_bar_j = drho_bar - u . u_bar / rho + c_j . u_bar / rho;
+- ``equilibrium``: feq_i - w_i = w_i (drho + rho P_i), P_i = 3 c_i.u + 9/2 (c_i.u)^2 - 3/2 u^2: its derivatives
+  w_i (1 + P_i) by drho and rho w_i dP_i/du by u;
 - ``collide``: BGK/TRT f* = f - (omega+ P+ + omega- P-) (f - feq) (P+-: the parts symmetric and
   antisymmetric under c -> -c, both symmetric matrices): f_bar = lambda - mu, feq_bar = mu with
   mu = (omega+ P+ + omega- P-) lambda, and the rates' cotangents -sum lambda . P+- (f - feq); Guo's
@@ -56,22 +58,23 @@ def _dot(c_i: np.ndarray, v: Any) -> Any:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
 def moments_of(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Density and velocity of ``f`` (lbm.kernels.macroscopic.macroscopic, a static ``force``), with an O(Q) adjoint."""
+    """Density deviation and velocity of the deviations ``f`` (lbm.kernels.macroscopic.macroscopic, a static
+    ``force``), with an O(Q) adjoint."""
     return macroscopic(f, lattice, None if force is None else np.asarray(force, np.float64))
 
 
 def _moments_fwd(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None
                  ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], Any]:
-    rho, u = moments_of(f, lattice, force)
-    return (rho, u), (rho, u)
+    drho, u = moments_of(f, lattice, force)
+    return (drho, u), (drho, u)
 
 
 def _moments_bwd(lattice: Lattice, force: tuple[float, ...] | None, res: Any, ct: Any) -> tuple[jnp.ndarray]:
-    rho, u = res
-    rho_bar, u_bar = ct
-    inv = 1.0 / rho
+    drho, u = res
+    drho_bar, u_bar = ct
+    inv = 1.0 / (1.0 + drho)
     m_bar = u_bar * inv
-    base = rho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))  # D terms, elementwise: no reduction kernel
+    base = drho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))  # D terms, elementwise: no reduction kernel
     return (jnp.stack([base + _dot(lattice.c[j], m_bar) for j in range(lattice.q)]),)
 
 
@@ -79,30 +82,32 @@ moments_of.defvjp(_moments_fwd, _moments_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def equilibrium_of(rho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
-    """lbm.kernels.equilibrium.equilibrium with an O(Q) adjoint."""
-    return equilibrium(rho, u, lattice)
+def equilibrium_of(drho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """lbm.kernels.equilibrium.equilibrium (deviations f_eq - w of the density deviation ``drho``) with an O(Q)
+    adjoint."""
+    return equilibrium(drho, u, lattice)
 
 
-def _equilibrium_fwd(rho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, Any]:
-    return equilibrium(rho, u, lattice), (rho, u)
+def _equilibrium_fwd(drho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, Any]:
+    return equilibrium(drho, u, lattice), (drho, u)
 
 
 def _equilibrium_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-    rho, u = res
+    drho, u = res
+    rho = 1.0 + drho
     base = 1.0 - 1.5 * sum(u[a] * u[a] for a in range(lattice.d))
-    rho_bar, total, flux = 0.0, 0.0, [0.0] * lattice.d
+    drho_bar, total, flux = 0.0, 0.0, [0.0] * lattice.d
     for i in range(lattice.q):
         w = float(lattice.w[i])
         g = w * ct[i]
         cu = _dot(lattice.c[i], u)
-        rho_bar = rho_bar + g * (base + cu * (3.0 + 4.5 * cu))
+        drho_bar = drho_bar + g * (base + cu * (3.0 + 4.5 * cu))
         total = total + g
         if lattice.c[i].any():
             k = g * (3.0 + 9.0 * cu)
             flux = [fa + k if ca > 0 else fa - k if ca < 0 else fa for fa, ca in zip(flux, lattice.c[i], strict=True)]
     u_bar = jnp.stack([rho * (flux[a] - 3.0 * u[a] * total) for a in range(lattice.d)])
-    return rho_bar, u_bar
+    return drho_bar, u_bar
 
 
 equilibrium_of.defvjp(_equilibrium_fwd, _equilibrium_bwd)
@@ -288,16 +293,19 @@ def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice) -
 
 
 def _macroscopic(s: StepState, setup: Setup) -> StepState:
-    rho, u = moments_of(s.f, setup.lattice, setup.force)
-    return s.replace(rho=rho, u=u)
+    drho, u = moments_of(s.f, setup.lattice, setup.force)
+    return s.replace(drho=drho, u=u)
 
 
 def _equilibrium(s: StepState, setup: Setup) -> StepState:
-    return s.replace(feq=equilibrium_of(s.rho, s.u, setup.lattice))
+    return s.replace(feq=equilibrium_of(s.drho, s.u, setup.lattice))
 
 
 def _collide(s: StepState, setup: Setup) -> StepState:
     rates = setup.collision
+    if rates.spec is not None:  # the kinds beyond BGK and TRT: their kernel, differentiated by jax
+        out = rates(s.f, s.feq, s.u, setup.lattice)
+        return s.replace(collided=out, post=out)
     out = relax(s.f, s.feq, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates)
     if rates.force is not None:
         out = out + rates.source(s.u, setup.lattice).astype(out.dtype)

@@ -8,6 +8,7 @@ perturbed overrides), the reference the gradient is tested against.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 from collections.abc import Sequence
@@ -27,15 +28,43 @@ DIFFERENTIABLE_ENGINES = ("auto", "xla")
 
 
 def check_engine(run: Any) -> None:
-    """LbmError (one line) for an engine, mode or mesh a differentiable run cannot use; logs the engine it uses."""
-    if run.mode != "fused":
-        raise LbmError(f"mode={run.mode}: differentiable runs use the fused xla composition; set mode=fused")
+    """LbmError (one line) for an engine or mode a differentiable run cannot use; logs the engine it uses."""
+    if run.mode == "instrumented":
+        if mesh_of(run):
+            raise LbmError("mode=instrumented: differentiable runs on several devices use mode=fused (or "
+                           "parallel.devices=1)")
+        log.info("differentiable run: engine instrumented (one executable per stage and per stage's backward pass)")
+        return
     if run.engine not in DIFFERENTIABLE_ENGINES:
         raise LbmError(f"engine={run.engine} has no adjoint: differentiable runs use engine=xla (or engine=auto)")
-    if run.mesh_shape and int(np.prod(run.mesh_shape)) > 1:
-        raise LbmError("parallel.devices: differentiable runs use one device; set parallel.devices=1")
     note = " (engine=auto picks xla: native and pallas have no adjoint)" if run.engine == "auto" else ""
+    if mesh_of(run):
+        note += f", on a {'x'.join(map(str, run.mesh_shape))} mesh of devices (XLA's SPMD partitioner splits the step)"
     log.info("differentiable run: engine xla%s", note)
+
+
+def mesh_of(run: Any) -> tuple[int, ...] | None:
+    """The run's mesh of devices (blocks per grid axis), None on one device."""
+    shape = run.mesh_shape
+    return tuple(shape) if shape and int(np.prod(shape)) > 1 else None
+
+
+def on_mesh(param: Parameterisation, shape: tuple[int, ...]) -> Parameterisation:
+    """``param`` whose initial populations are sharded over a mesh of ``shape`` (lbm.parallel's layout: one block per
+    device); XLA's SPMD partitioner carries the sharding through the steps and their transpose."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from lbm import parallel
+
+    sharding = NamedSharding(parallel.make_mesh(shape), parallel.grid_spec(len(shape)))
+    build = param.build
+
+    def placed(values: dict[str, Any]) -> Any:
+        traced = build(values)
+        return dataclasses.replace(traced, f0=jax.lax.with_sharding_constraint(traced.f0, sharding))
+
+    return dataclasses.replace(param, build=placed)
 
 
 def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameterisation:
@@ -48,13 +77,16 @@ def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameteri
     check_engine(case.run)
     if not wrt:
         raise LbmError("wrt: name at least one config key to differentiate by, e.g. wrt=[\"flow.reynolds\"]")
-    return parameterise(case, setup, tuple(wrt))
+    param = parameterise(case, setup, tuple(wrt))
+    mesh = mesh_of(case.run)
+    return param if mesh is None else on_mesh(param, mesh)
 
 
 def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Objective, checkpoint: str | None = None,
                       every: int | None = None, window: int | None = None, snapshots: int | None = None) -> Any:
-    """The jitted ``values -> (objective, {key: derivative})`` of a prepared run (values: key -> scalar); the
-    checkpointing arguments left None take the run's config (``gradient.checkpoint``, ``.every``, ``.snapshots``)."""
+    """The jitted ``values -> (objective, {key: derivative})`` of a prepared run (values: key -> scalar); in
+    instrumented mode its stage-by-stage form (lbm.diff.instrumented). The checkpointing arguments left None take
+    the run's config (``gradient.checkpoint``, ``.every``, ``.snapshots``)."""
     import jax
 
     steps = param.case.run.steps
@@ -63,6 +95,10 @@ def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Ob
     every = policy.every if every is None else every
     snapshots = policy.snapshots if snapshots is None else snapshots
     check(objective, param.case.name)
+    if param.case.run.mode == "instrumented":
+        from lbm.diff.instrumented import InstrumentedGradient
+
+        return InstrumentedGradient(param, objective, checkpoint, every, window, snapshots)
     solid = np.asarray(param.setup.solid, bool)
 
     def value(values: dict[str, Any]) -> Any:
@@ -73,23 +109,46 @@ def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Ob
 
 
 def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Objective, checkpoint: str | None = None,
-                   every: int | None = None, window: int | None = None, snapshots: int | None = None
-                   ) -> tuple[float, dict[str, float]]:
+                   every: int | None = None, window: int | None = None, snapshots: int | None = None,
+                   profile_dir: str | Path | None = None) -> tuple[float, dict[str, float]]:
     """An objective of the run of ``overrides`` and its derivative by each key of ``wrt`` (in that key's units).
 
     ``objective``: a name the case defines (lbm.diff.objectives) or a callable on the final fields;
     ``checkpoint``: none | every (with ``every=k``) | sqrt | binomial (``snapshots`` states kept), by default
     the config's ``gradient.checkpoint`` (sqrt); ``window``: the last steps the drag and lift are averaged over
-    (default: all).
+    (default: all). With ``profile.enabled=true`` among the overrides, a profile of the gradient by stage and
+    pass is written to ``profile_dir`` (default: a fresh ``outputs/<date>/<time>/profile``; lbm.diff.profile).
     """
     import jax.numpy as jnp
 
     param = prepare_gradient(overrides, wrt)
     check_window(window, param.case.run.steps)
+    out_dir = profile_directory(param, profile_dir)
     fn = gradient_function(param, wrt, objective, checkpoint, every, window, snapshots)
     values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
     value, grads = fn(values)
+    if out_dir is not None:
+        from lbm.diff.profile import profile_gradient
+
+        profile_gradient(param, fn, values, out_dir)
     return float(value), {k: float(grads[k]) for k in wrt}
+
+
+def profile_directory(param: Parameterisation, profile_dir: str | Path | None) -> Path | None:
+    """Where the gradient's profile goes (None: not profiled); LbmError for a directory that holds a profile."""
+    if not param.case.run.profile.enabled:
+        if profile_dir is not None:
+            raise LbmError("profile_dir is given but profile.enabled is false: add \"profile.enabled=true\" to the "
+                           "overrides")
+        return None
+    if profile_dir is None:
+        from lbm.config.command_line import fresh_run_dir
+
+        return fresh_run_dir(Path("outputs")).absolute() / "profile"
+    path = Path(profile_dir).expanduser().absolute()
+    if (path / "gradient_breakdown.json").exists():
+        raise LbmError(f"profile_dir={path} already holds a gradient profile: choose a new directory")
+    return path
 
 
 def perturbed_value(overrides: Sequence[str], param: Parameterisation, key: str, value: float, objective: Objective,

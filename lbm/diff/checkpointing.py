@@ -31,6 +31,7 @@ import numpy as np
 
 from lbm.config.run import GRADIENT_CHECKPOINTS
 from lbm.errors import LbmError
+from lbm.profiling.gradient import RECOMPUTE
 
 POLICIES = GRADIENT_CHECKPOINTS
 """The checkpointing policies (see the module doc; the config key ``gradient.checkpoint``)."""
@@ -172,7 +173,8 @@ def _binomial_bwd(step: Step, steps: int, snapshots: int, res: Any, ct: Any) -> 
     def act(a: Any, state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         slots, lam, p_bar = state
         source, count, target, adjoint = (actions[a, k] for k in range(4))
-        x = advance(step, jax.tree_util.tree_map(lambda s: s[source], slots), params, count)
+        with jax.named_scope(RECOMPUTE):  # the states re-run without residuals (lbm.profiling.gradient.pass_of)
+            x = advance(step, jax.tree_util.tree_map(lambda s: s[source], slots), params, count)
 
         def pull(_: None) -> tuple[Any, Any, Any]:
             x_bar, p_step = _pull(step, x, params, lam)

@@ -3,10 +3,11 @@
 A binary mask moves in whole cells, so the derivative of anything with respect to a radius or a
 centre through it is zero. Here the link set (which fluid cell links to which solid cell) is fixed by
 the mask of the unperturbed shape, and what moves continuously is where the wall cuts each link:
-q(centre, radius), from the ray–circle intersection of lbm.boundaries.interpolated.circle_intersect,
-written in jax.numpy. The BFL coefficients (lbm.boundaries.interpolated.bfl_weights) follow from q;
-they are smooth in q on each side of q = 1/2 and continuous across it. The derivative is exact for
-every perturbation that keeps each node on its side of the wall (the mask unchanged).
+q(centre, semi-axes) of an ellipse (a circle: both semi-axes its radius), from the ray–ellipse
+intersection of lbm.cases.cylinder.ellipse_intersect, written in jax.numpy. The BFL coefficients
+(lbm.boundaries.interpolated.bfl_weights) follow from q; they are smooth in q on each side of q = 1/2
+and continuous across it. The derivative is exact for every perturbation that keeps each node on its
+side of the wall (the mask unchanged).
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ def link_geometry(wall: InterpolatedBounceBack, shape: tuple[int, ...], lattice:
     return points, links, far_is_fluid
 
 
-def circle_fraction(points: np.ndarray, links: np.ndarray, center: Any, radius: Any) -> jnp.ndarray:
-    """Where a circle (a cylinder along z in 3D) cuts each link from ``points`` along ``links``: q, a fraction of the link."""
-    p = jnp.asarray(points[:, :2]) - jnp.stack([jnp.asarray(center[0]), jnp.asarray(center[1])])
-    c = jnp.asarray(links[:, :2])
+def ellipse_fraction(points: np.ndarray, links: np.ndarray, center: Any, axes: Any) -> jnp.ndarray:
+    """Where an ellipse of semi-axes ``axes`` = (a, b) along x and y (a cylinder along z in 3D) cuts each link from
+    ``points`` along ``links``: q, a fraction of the link (the entering root; a circle has a = b = its radius)."""
+    scale = 1.0 / jnp.stack([jnp.asarray(axes[0]), jnp.asarray(axes[1])])
+    p = (jnp.asarray(points[:, :2]) - jnp.stack([jnp.asarray(center[0]), jnp.asarray(center[1])])) * scale
+    c = jnp.asarray(links[:, :2]) * scale
     a = jnp.sum(c * c, axis=1)
     b = 2 * jnp.sum(p * c, axis=1)
-    k = jnp.sum(p * p, axis=1) - jnp.asarray(radius) ** 2
+    k = jnp.sum(p * p, axis=1) - 1.0
     disc = jnp.sqrt(jnp.maximum(b * b - 4 * a * k, 1e-300))
     return (-b - disc) / (2 * a)
 
@@ -52,10 +55,17 @@ def bfl_weights(q: jnp.ndarray, far_is_fluid: np.ndarray) -> jnp.ndarray:
     return jnp.stack([w0, w1, w2])
 
 
+def moved_ellipse(wall: InterpolatedBounceBack, shape: tuple[int, ...], lattice: Any, center: Any, axes: Any
+                  ) -> InterpolatedBounceBack:
+    """``wall`` (the BFL wall of an ellipse) with q and its weights for the ellipse of ``center`` and semi-axes ``axes``
+    (traced)."""
+    points, links, far_is_fluid = link_geometry(wall, shape, lattice)
+    q = jnp.clip(ellipse_fraction(points, links, center, axes), 0.0, 1.0)
+    return wall.__class__(solid=wall.solid, link_dir=wall.link_dir, link_solid=wall.link_solid,
+                          link_fluid=wall.link_fluid, link_far=wall.link_far, weights=bfl_weights(q, far_is_fluid), q=q)
+
+
 def moved_circle(wall: InterpolatedBounceBack, shape: tuple[int, ...], lattice: Any, center: Any, radius: Any
                  ) -> InterpolatedBounceBack:
     """``wall`` (the BFL wall of a circle) with q and its weights for the circle of ``center`` and ``radius`` (traced)."""
-    points, links, far_is_fluid = link_geometry(wall, shape, lattice)
-    q = jnp.clip(circle_fraction(points, links, center, radius), 0.0, 1.0)
-    return wall.__class__(solid=wall.solid, link_dir=wall.link_dir, link_solid=wall.link_solid,
-                          link_fluid=wall.link_fluid, link_far=wall.link_far, weights=bfl_weights(q, far_is_fluid), q=q)
+    return moved_ellipse(wall, shape, lattice, center, (radius, radius))

@@ -14,9 +14,10 @@ Keys per case (:data:`KEYS`; ``flow.tau`` replaces ``flow.reynolds`` where the r
 - cavity: ``flow.reynolds``, ``flow.u_lattice`` (the lid speed; at fixed Re it also sets nu);
 - taylor_green: ``flow.reynolds``, ``flow.u_lattice`` (the initial amplitude: the initial state);
 - poiseuille: ``flow.reynolds``, ``flow.u_lattice`` (both through the body force F = 8 nu u / H²);
-- cylinder: ``flow.reynolds``, ``flow.u_lattice`` (the inflow), ``case.radius``, ``case.center.x``,
+- cylinder: ``flow.reynolds``, ``flow.u_lattice`` (the inflow), ``case.radius`` (``case.shape=circle``) or
+  ``case.axes.a``, ``case.axes.b`` (``case.shape=ellipse``: the semi-axes along x and y), ``case.center.x``,
   ``case.center.y`` (the geometry keys need ``case.bounce_back=interpolated``: a binary mask has no
-  shape gradient). Its Reynolds number uses the radius, so the radius also sets nu.
+  shape gradient). Its Reynolds number uses the radius (the ellipse's b), so that also sets nu.
 """
 
 from __future__ import annotations
@@ -25,36 +26,82 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from lbm.boundaries import Inlet, InterpolatedBounceBack, MovingWall
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
 from lbm.cases.base import Case, Setup
-from lbm.diff.geometry import moved_circle
+from lbm.diff.geometry import moved_ellipse
 from lbm.errors import LbmError
-from lbm.kernels.collision import bgk, guo_source, trt
+from lbm.kernels.collision import Collision, bgk, guo_source, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice
 
 FLOW_KEYS = ("flow.reynolds", "flow.u_lattice")
-GEOMETRY_KEYS = ("case.radius", "case.center.x", "case.center.y")
+CENTER_KEYS = ("case.center.x", "case.center.y")
+SHAPE_KEYS = {"circle": ("case.radius", *CENTER_KEYS), "ellipse": ("case.axes.a", "case.axes.b", *CENTER_KEYS)}
+"""The geometry keys of the cylinder case's ``case.shape``."""
+GEOMETRY_KEYS = ("case.radius", "case.axes.a", "case.axes.b", *CENTER_KEYS)
+PAIRS = {"case.center": CENTER_KEYS, "case.axes": SHAPE_KEYS["ellipse"][:2]}
+"""Config lists [x, y] whose items are keys of their own."""
 KEYS: dict[str, tuple[str, ...]] = {
     "cavity": FLOW_KEYS, "taylor_green": FLOW_KEYS, "poiseuille": FLOW_KEYS, "cylinder": FLOW_KEYS + GEOMETRY_KEYS,
 }
-"""The continuous config keys a differentiable run of each case takes (``flow.tau`` for ``flow.reynolds`` where set)."""
-COLLISIONS = ("bgk", "trt")
+"""The continuous config keys a differentiable run of each case takes (``flow.tau`` for ``flow.reynolds`` where set;
+the cylinder's geometry keys those of its shape, :data:`SHAPE_KEYS`)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class TracedCollision(Collision):
+    """A :class:`~lbm.kernels.collision.Collision` whose rates are traced values: the kernels are pure jax.numpy in
+    their rates; the checks of the rates ran on the run's own values (the Setup's Collision)."""
+
+    def __post_init__(self) -> None:
+        """No checks: a traced rate has no value to compare."""
+
+
+@jax.tree_util.register_pytree_node_class
 class Relaxation:
-    """BGK or TRT collision with traced rates and an optional traced body force (Guo), used as ``Setup.collision``."""
+    """The collision with traced rates and an optional traced body force (Guo), used as ``Setup.collision``.
 
-    def __init__(self, omega_plus: Any, omega_minus: Any, two_rates: bool, force: Any = None) -> None:
+    BGK and TRT call lbm.kernels.collision.bgk / trt and add Guo's term (linear in the force); the other
+    kinds call their kernel through a :class:`TracedCollision` (``spec``), and a traced force enters as the
+    kernel's affine dependence on it: K(F) = K(0) + sum_a F_a (K(e_a) - K(0)) (every kind without the
+    Smagorinsky model is affine in the force, whose value the kernels take as a static array;
+    tests/test_gradient_tools.py checks it).
+    """
+
+    def __init__(self, omega_plus: Any, omega_minus: Any, two_rates: bool, force: Any = None,
+                 spec: Collision | None = None) -> None:
         self.omega_plus, self.omega_minus, self.two_rates, self.force = omega_plus, omega_minus, two_rates, force
+        self.spec = spec
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """Leaves: the rates and the force (a pytree, so that a separately compiled stage can take them)."""
+        spec = self.spec
+        rates = (None, None) if spec is None else (spec.omega, spec.omega_minus)
+        static = None if spec is None else (spec.kind, spec.bulk, spec.ghost, spec.smagorinsky)
+        return (self.omega_plus, self.omega_minus, self.force, *rates), (self.two_rates, static)
+
+    @classmethod
+    def tree_unflatten(cls, aux: tuple[Any, ...], leaves: tuple[Any, ...]) -> Relaxation:
+        """The inverse of :meth:`tree_flatten`."""
+        two_rates, static = aux
+        omega_plus, omega_minus, force, omega, omega_odd = leaves
+        spec = None if static is None else TracedCollision(static[0], omega, omega_odd, *static[1:])
+        return cls(omega_plus, omega_minus, two_rates, force, spec)
 
     def __call__(self, f: jnp.ndarray, feq: jnp.ndarray, u: jnp.ndarray, lattice: Lattice, force: Any = None
                  ) -> jnp.ndarray:
-        """Post-collision populations (lbm.kernels.collision.bgk / trt, plus Guo's term for the traced force)."""
+        """Post-collision populations, with Guo's term for the traced force."""
+        if self.spec is not None and self.force is None:
+            return self.spec(f, feq, u, lattice, None)
+        if self.spec is not None:  # the kernel at a zero force (not None: the regularized kinds then keep a1)
+            zero = self.spec(f, feq, u, lattice, np.zeros(lattice.d))
+            return zero + sum(self.force[a] * (self.spec(f, feq, u, lattice, np.eye(lattice.d)[a]) - zero)
+                              for a in range(lattice.d))
         if self.two_rates:
             out = trt(f, feq, lattice, self.omega_plus, self.omega_minus)
         else:
@@ -79,7 +126,7 @@ class HalfForce(BoundaryCondition):
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The state with the force-shifted velocity."""
-        shift = jnp.stack([0.5 * self.force[a] / s.rho for a in range(lattice.d)])
+        shift = jnp.stack([0.5 * self.force[a] / (1.0 + s.drho) for a in range(lattice.d)])
         return s.replace(u=s.u + shift.astype(s.u.dtype))
 
 
@@ -107,11 +154,11 @@ class Parameterisation:
 
     def overrides(self, values: dict[str, float]) -> list[str]:
         """Config overrides that set ``values`` (what ``lbm.run`` takes to run them)."""
-        out = [f"{k}={v!r}" for k, v in values.items() if not k.startswith("case.center.")]
-        if any(k.startswith("case.center.") for k in values):
-            x = values.get("case.center.x", self.base["case.center.x"])
-            y = values.get("case.center.y", self.base["case.center.y"])
-            out.append(f"case.center=[{x!r},{y!r}]")
+        out = [f"{k}={v!r}" for k, v in values.items() if k.count(".") < 2]
+        for pair in PAIRS:
+            if any(k.startswith(f"{pair}.") for k in values):
+                x, y = (values.get(k, self.base[k]) for k in PAIRS[pair])
+                out.append(f"{pair}=[{x!r},{y!r}]")
         return out
 
 
@@ -123,8 +170,11 @@ def relaxation(case: Case, length: Any, v: dict[str, Any]) -> tuple[Any, Any]:
     else:
         tau = v["flow.u_lattice"] * length / v["flow.reynolds"] / CS2 + 0.5
     omega_plus = 1.0 / tau
-    if run.collision == "trt":
-        omega_minus = 1.0 / (0.5 + run.collision_params.magic / (tau - 0.5))
+    rates = run.collision_params
+    if run.collision == "mrt" and rates.odd is not None:
+        omega_minus = rates.odd
+    elif run.collision in ("trt", "mrt"):
+        omega_minus = 1.0 / (0.5 + rates.magic / (tau - 0.5))
     else:
         omega_minus = omega_plus
     return omega_plus, omega_minus
@@ -132,7 +182,12 @@ def relaxation(case: Case, length: Any, v: dict[str, Any]) -> tuple[Any, Any]:
 
 def traced_setup(case: Case, setup: Setup, omegas: tuple[Any, Any], force: Any = None) -> Setup:
     """``setup`` with the traced rates (and body force) in its collision: the stages read them from there."""
-    return dataclasses.replace(setup, collision=Relaxation(*omegas, case.run.collision == "trt", force), force=None)
+    spec = setup.collision
+    if spec is not None:  # kinds beyond bgk and trt: the Setup's spec with the traced rates
+        spec = TracedCollision(**{**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)},
+                                  "omega": omegas[0], "omega_minus": omegas[1] if spec.kind == "mrt" else None})
+    relax = Relaxation(*omegas, case.run.collision == "trt", force, spec)
+    return dataclasses.replace(setup, collision=relax, force=None)
 
 
 def replaced(boundaries: tuple[BoundaryCondition, ...], kind: type, change: Callable[[Any], Any]
@@ -152,8 +207,8 @@ def _taylor_green(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, f
     omegas = relaxation(case, float(case.run.grid[0]), v)
     ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # u0 ~ U, rho0 - 1 ~ U^2 (the vortex's pressure)
     u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
-    rho0 = 1.0 + (jnp.asarray(setup.rho0, setup.dtype) - 1.0) * ratio**2
-    return Traced(traced_setup(case, setup, omegas), setup.boundaries, equilibrium(rho0, u0, setup.lattice), {})
+    drho0 = jnp.asarray(np.asarray(setup.rho0, np.float64) - 1.0, setup.dtype) * ratio**2
+    return Traced(traced_setup(case, setup, omegas), setup.boundaries, equilibrium(drho0, u0, setup.lattice), {})
 
 
 def _poiseuille(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
@@ -166,15 +221,16 @@ def _poiseuille(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, flo
 
 
 def _cylinder(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
-    radius = v["case.radius"]
+    axes = (v["case.axes.a"], v["case.axes.b"]) if "case.axes.a" in v else (v["case.radius"], v["case.radius"])
+    radius = axes[1]  # the Reynolds length and half the frontal height: the semi-axis across the flow
     omegas = relaxation(case, radius, v)
     ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # inflow and initial flow are linear in u_lattice
     bcs = replaced(setup.boundaries, Inlet, lambda bc: dataclasses.replace(bc, u=bc.u * ratio))
     center = (v["case.center.x"], v["case.center.y"])
     bcs = replaced(bcs, InterpolatedBounceBack,
-                   lambda w: moved_circle(w, setup.shape, setup.lattice, center, radius))
+                   lambda w: moved_ellipse(w, setup.shape, setup.lattice, center, axes))
     u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
-    f0 = equilibrium(jnp.asarray(setup.rho0, setup.dtype), u0, setup.lattice)
+    f0 = equilibrium(jnp.asarray(np.asarray(setup.rho0, np.float64) - 1.0, setup.dtype), u0, setup.lattice)
     depth = float(setup.shape[2]) if len(setup.shape) == 3 else 1.0
     norm = 0.5 * v["flow.u_lattice"] ** 2 * 2 * radius * depth
     return Traced(traced_setup(case, setup, omegas), bcs, f0, {"force_norm": norm})
@@ -186,6 +242,8 @@ BUILDERS = {"cavity": _cavity, "taylor_green": _taylor_green, "poiseuille": _poi
 def case_keys(case: Case) -> tuple[str, ...]:
     """The continuous keys of ``case`` (flow.tau for flow.reynolds where the run prescribes tau)."""
     keys = KEYS[case.name]
+    if case.name == "cylinder":
+        keys = FLOW_KEYS + SHAPE_KEYS[case.params.shape]
     return tuple("flow.tau" if k == "flow.reynolds" and case.run.flow.tau is not None else k for k in keys)
 
 
@@ -196,8 +254,9 @@ def base_values(case: Case) -> dict[str, float]:
     flow = run.flow
     out["flow.tau" if flow.tau is not None else "flow.reynolds"] = float(flow.tau if flow.tau is not None else flow.reynolds)
     if case.name == "cylinder":
-        cx, cy, r = case.geometry()  # type: ignore[attr-defined]
-        out.update({"case.radius": r, "case.center.x": cx, "case.center.y": cy})
+        cx, cy, a, b = case.shape_geometry()  # type: ignore[attr-defined]
+        size = {"case.axes.a": a, "case.axes.b": b} if case.params.shape == "ellipse" else {"case.radius": b}
+        out.update({**size, "case.center.x": cx, "case.center.y": cy})
     return out
 
 
@@ -205,8 +264,10 @@ def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisa
     """The differentiable form of a prepared case; LbmError (one line) for a key or setting it cannot differentiate."""
     if case.name not in BUILDERS:
         raise LbmError(f"case={case.name} has no differentiable form: use one of {', '.join(BUILDERS)}")
-    if case.run.collision not in COLLISIONS:
-        raise LbmError(f"collision={case.run.collision} is not differentiable: use collision=bgk or collision=trt")
+    if getattr(case.run.collision_params, "smagorinsky", None):
+        raise LbmError(f"collision.smagorinsky={case.run.collision_params.smagorinsky}: the Smagorinsky rate has no "
+                       "finite derivative where the stress vanishes (sqrt|Pi_neq| at a uniform or resting state); "
+                       "set collision.smagorinsky=null")
     keys = case_keys(case)
     for key in wrt:
         if key not in keys:

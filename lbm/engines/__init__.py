@@ -16,7 +16,7 @@ import jax
 
 from lbm.cases.base import Setup
 from lbm.config.run import ENGINES, MODES  # the choices of the config keys engine and mode
-from lbm.engines.base import STORAGES, Engine, EngineUnavailable, Unavailable, attempt
+from lbm.engines.base import REFUSED_STORAGES, STORAGES, Engine, EngineUnavailable, Unavailable, attempt
 from lbm.engines.instrumented import InstrumentedEngine
 from lbm.engines.pallas import ACCELERATORS
 from lbm.engines.xla import XlaEngine
@@ -67,4 +67,4 @@ def _named(engine: str, setup: Setup, storage: str, platform: str) -> Engine:
     return XlaEngine(setup, storage)
 
 
-__all__ = ["ENGINES", "MODES", "STORAGES", "Engine", "EngineUnavailable", "make_engine"]
+__all__ = ["ENGINES", "MODES", "REFUSED_STORAGES", "STORAGES", "Engine", "EngineUnavailable", "make_engine"]

@@ -195,9 +195,10 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
 
     Rows are the lines along the last grid axis. ``skip``: runs ``[k0, k1)`` of solid cells per row (the
     bulk pass leaves them alone); ``rest``: write slots of solid cells' unreflected populations, set to
-    the weight w_k (k = slot // N), in the solid cell's row, ascending within a row; ``copy_dst``/``copy_src``/``copy_add``: per
-    half-way link, the solid cell's write slot, the write slot of the opposite population of the fluid
-    cell across the link, and the moving-wall term, in the fluid cell's row; ``keep_src``/``keep_dst``
+    the rest state (0: the kernels store deviations f - w), in the solid cell's row, ascending within a row;
+    ``copy_dst``/``copy_src``/``copy_add``: per half-way link, the solid cell's write slot, the write slot of the
+    opposite population of the fluid cell across the link, and the moving-wall term, in the fluid cell's row;
+    ``keep_src``/``keep_dst``
     (push only; in place a skipped cell keeps them already): a full-way solid cell's pre-step
     population f_opp(i) (read slot) as its post-step population i (write slot). Each group comes with
     row offsets ``*_off``. None when the walls overlap, or a link is flagged on a fluid cell.
@@ -205,8 +206,6 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
     q, n_cells, n_inner = lattice.q, int(np.prod(shape)), shape[-1]
     n_outer = n_cells // n_inner
     opp = lattice.opposite
-    if not np.array_equal(lattice.w, lattice.w[opp]):
-        return None  # rest records take the weight of the slot's direction, which may be i or opp(i)
     solids: list[np.ndarray] = []
     rest_row, rest = [], []
     copy_row, copy_dst, copy_src, copy_add, acrosses = [], [], [], [], []
@@ -250,7 +249,7 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
     skip = _by_row([row[starts]], {"skip": [np.stack([k[starts], k[ends - 1] + 1], axis=1)]}, n_outer, {})
     out["skip_off"], out["skip"] = skip["off"], skip["skip"].reshape(-1)
     rest_rows, rest_slots = (np.concatenate(rest_row), np.concatenate(rest)) if rest else (np.zeros(0, np.int64),) * 2
-    order = np.lexsort((rest_slots, rest_rows))  # by row, then slot: the planes ascend within a row (kernels.cc)
+    order = np.lexsort((rest_slots, rest_rows))  # by row, then slot
     out["rest_off"] = np.concatenate([[0], np.cumsum(np.bincount(rest_rows, minlength=n_outer))]).astype(np.int32)
     out["rest"] = rest_slots[order].astype(np.int32)
     c = _by_row(copy_row, {"copy_dst": copy_dst, "copy_src": copy_src, "copy_add": copy_add}, n_outer,

@@ -29,12 +29,12 @@ Boundaries = tuple[BoundaryCondition, ...]
 
 
 def _macroscopic(s: StepState, setup: Setup) -> StepState:
-    rho, u = macroscopic(s.f, setup.lattice, setup.force_array)
-    return s.replace(rho=rho, u=u)
+    drho, u = macroscopic(s.f, setup.lattice, setup.force_array)
+    return s.replace(drho=drho, u=u)
 
 
 def _equilibrium(s: StepState, setup: Setup) -> StepState:
-    return s.replace(feq=equilibrium(s.rho, s.u, setup.lattice))
+    return s.replace(feq=equilibrium(s.drho, s.u, setup.lattice))
 
 
 def _collide(s: StepState, setup: Setup) -> StepState:
@@ -106,9 +106,9 @@ def moment_stages(setup: Setup) -> tuple[str, ...]:
 
 
 def moments(f: jnp.ndarray, t: jnp.ndarray, boundaries: Boundaries, setup: Setup) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Density and velocity as step ``t`` sees them (outflow and inlet applied, force-shifted u)."""
+    """Density ρ and velocity as step ``t`` sees them (outflow and inlet applied, force-shifted u)."""
     s = run_stages(moment_stages(setup), StepState(f=f, t=t), boundaries, setup, scoped=False)
-    return s.rho, s.u
+    return 1.0 + s.drho, s.u
 
 
 def fold_walls(boundaries: Boundaries, lattice: Lattice) -> Boundaries:

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from lbm.cases.base import Setup
-from lbm.engines.base import STORAGES, Engine, decode, encode, program, spec_of
+from lbm.engines.base import Engine, check_storage, decode, encode, program, spec_of
 from lbm.engines.timestep import fold_walls, step_index, timestep
 from lbm.stages import FUSED_STEP, TIMESTEP
 
@@ -35,8 +35,7 @@ class FusedEngine(Engine):
 
     def __init__(self, setup: Setup, storage: str = "compute") -> None:
         super().__init__(setup)
-        if storage not in STORAGES:
-            raise ValueError(f"storage must be one of {', '.join(STORAGES)}, not {storage!r}")
+        check_storage(storage)
         if storage != "compute" and jnp.dtype(setup.dtype) != jnp.float32:
             raise ValueError(f"{storage} storage computes in float32: build the setup with precision=float32")
         self.storage = storage
@@ -44,11 +43,11 @@ class FusedEngine(Engine):
 
     def encode(self, f: jnp.ndarray) -> jnp.ndarray:
         """Populations in the stored representation."""
-        return encode(f, self.storage, self.setup.lattice)
+        return encode(f, self.storage)
 
     def decode(self, s: jnp.ndarray) -> jnp.ndarray:
         """Populations in the compute dtype from the stored representation."""
-        return decode(s, self.storage, self.setup.lattice, self.setup.dtype)
+        return decode(s, self.storage, self.setup.dtype)
 
     def chunk_function(self, n: int) -> Any:
         """The jitted n-step chunk ``(f, params, t0) -> (f, outputs)``: steps t0 .. t0 + n - 1 (f donated)."""

@@ -37,11 +37,13 @@ from lbm.hlo.traffic import (
     collectives,
     loop_traffic,
     main_loop,
+    program_traffic,
+    trip_count,
     tuple_elements,
 )
 
 __all__ = ["COLLECTIVES", "ITEMSIZE", "STAGE_COLORS", "TRIVIAL", "CollectiveTraffic", "HloModule", "Instruction",
            "KernelTraffic", "LoopTraffic", "array_bytes", "by_name", "collective_kind", "collectives", "compiled_cost",
            "count_fusions", "count_ops", "fusion_inventory", "fusion_kind", "kernel_bytes", "kernel_stages",
-           "loop_body", "loop_traffic", "main_loop", "parse_hlo", "program_facts", "stages_in",
-           "to_dot", "tuple_elements"]
+           "loop_body", "loop_traffic", "main_loop", "parse_hlo", "program_facts", "program_traffic", "stages_in",
+           "to_dot", "trip_count", "tuple_elements"]

@@ -131,18 +131,23 @@ def main_loop(text: str) -> tuple[str, int]:
         body = re.search(r"\bbody=%?([\w.\-]+)", ln.attrs)
         if ln.opcode != "while" or not body:
             continue
-        trip = _TRIP.search(ln.attrs)
-        if trip:
-            n = int(trip.group(1))
-        else:  # a loop counted from 0: the largest integer constant its condition compares with
-            cond = re.search(r"\bcondition=%?([\w.\-]+)", ln.attrs)
-            consts = [int(c.literal) for comp in _reachable(lines, cond.group(1) if cond else "")
-                      for c in lines[comp].values() if c.opcode == "constant" and c.literal.isdigit()]
-            n = max(consts, default=1)
+        n = trip_count(lines, ln)
         size = sum(array_bytes(x.shape, None) for x in lines.get(body.group(1), {}).values())
         if best is None or (n, size) > best[:2]:
             best = (n, size, body.group(1))
     return (best[2], best[0]) if best else (module.entry, 1)
+
+
+def trip_count(lines: dict[str, dict[str, Instruction]], loop: Instruction) -> int:
+    """Iterations of a ``while`` instruction: its known trip count, else (a loop counted from 0) the largest integer
+    constant its condition compares with."""
+    trip = _TRIP.search(loop.attrs)
+    if trip:
+        return int(trip.group(1))
+    cond = re.search(r"\bcondition=%?([\w.\-]+)", loop.attrs)
+    consts = [int(c.literal) for comp in _reachable(lines, cond.group(1) if cond else "")
+              for c in lines[comp].values() if c.opcode == "constant" and c.literal.isdigit()]
+    return max(consts, default=1)
 
 
 def _reachable(lines: dict[str, dict[str, Instruction]], comp: str) -> list[str]:
@@ -275,19 +280,53 @@ def loop_traffic(text: str, stages: Iterable[str]) -> LoopTraffic:
                 continue
             if ln.opcode in TRIVIAL or ln.opcode in ("while", "conditional") or ln.opcode.endswith("-done"):
                 continue
-            read, written = _kernel_traffic(lines, comp, ln)
-            read_all, written_all = _kernel_traffic(lines, comp, ln, None)
-            parts = tuple_elements(ln.shape)  # copy-start: (dest, source, context); fusion-start: (operands, output, context)
-            output = parts[0] if ln.opcode == "copy-start" else parts[1] if ln.opcode.endswith("-start") else ln.shape
-            upper = array_bytes(output) + sum(array_bytes(comp[o].shape) for o in dict.fromkeys(ln.operands) if o in comp)
-            found = _FUSION_KIND.search(ln.attrs) if ln.opcode in ("fusion", "fusion-start") else (
-                _TARGET.search(ln.attrs) if ln.opcode == "custom-call" else None)
-            kind = found.group(1) if found else ln.opcode
-            rows.append(KernelTraffic(ln.name, kind, ln.opcode, kstages.get(ln.name, []), read, written,
-                                      read_all - read, written_all - written, upper))
+            rows.append(_kernel_row(lines, comp, ln, kstages))
 
     walk(body, (body,))
     return LoopTraffic(body=body, trip_count=trip, kernels=rows)
+
+
+def _kernel_row(lines: dict[str, dict[str, Instruction]], comp: dict[str, Instruction], ln: Instruction,
+                kstages: dict[str, list[str]]) -> KernelTraffic:
+    """The traffic of one kernel (a top-level instruction that does work)."""
+    read, written = _kernel_traffic(lines, comp, ln)
+    read_all, written_all = _kernel_traffic(lines, comp, ln, None)
+    parts = tuple_elements(ln.shape)  # copy-start: (dest, source, context); fusion-start: (operands, output, context)
+    output = parts[0] if ln.opcode == "copy-start" else parts[1] if ln.opcode.endswith("-start") else ln.shape
+    upper = array_bytes(output) + sum(array_bytes(comp[o].shape) for o in dict.fromkeys(ln.operands) if o in comp)
+    found = _FUSION_KIND.search(ln.attrs) if ln.opcode in ("fusion", "fusion-start") else (
+        _TARGET.search(ln.attrs) if ln.opcode == "custom-call" else None)
+    kind = found.group(1) if found else ln.opcode
+    return KernelTraffic(ln.name, kind, ln.opcode, kstages.get(ln.name, []), read, written,
+                         read_all - read, written_all - written, upper)
+
+
+def program_traffic(text: str, stages: Iterable[str]) -> list[tuple[KernelTraffic, int]]:
+    """Every kernel of a whole compiled program with the times one run executes it: the entry's kernels once, a
+    loop body's its trip count times those of the loops around it (a program of several loops, such as a
+    gradient's forward and backward passes); a ``call`` is looked into, each branch of a ``conditional`` counted
+    once (an upper bound)."""
+    module = parse_hlo(text)
+    lines = by_name(module)
+    kstages = kernel_stages(module, list(stages))
+    rows: list[tuple[KernelTraffic, int]] = []
+
+    def walk(comp_name: str, times: int, trail: tuple[str, ...]) -> None:
+        comp = lines.get(comp_name, {})
+        for ln in comp.values():
+            if ln.opcode in ("call", "while", "conditional"):
+                n = trip_count(lines, ln) if ln.opcode == "while" else 1
+                body = re.findall(r"\bbody=%?([\w.\-]+)", ln.attrs) if ln.opcode == "while" else ln.called
+                for c in body:
+                    if c not in trail:
+                        walk(c, times * n, (*trail, c))
+                continue
+            if ln.opcode in TRIVIAL or ln.opcode.endswith("-done"):
+                continue
+            rows.append((_kernel_row(lines, comp, ln, kstages), times))
+
+    walk(module.entry, 1, (module.entry,))
+    return rows
 
 
 COLLECTIVES = ("collective-permute", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",

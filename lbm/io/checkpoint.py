@@ -13,6 +13,11 @@ import numpy as np
 from lbm.errors import LbmError
 
 FORMAT = "lbm-checkpoint-1"
+DEVIATIONS = "f - w"
+"""The ``populations`` a checkpoint records: deviations from the rest weights, as the engines hold them
+(lbm.kernels.equilibrium). A checkpoint without the key holds the populations f themselves (ABSOLUTE)."""
+ABSOLUTE = "f"
+REPRESENTATIONS = (DEVIATIONS, ABSOLUTE)
 COMPATIBLE_KEYS = ("case", "lattice", "grid", "precision", "collision", "tau", "u_lattice", "case_params", "trt_magic")
 """What must match between a checkpoint and the run that resumes it."""
 
@@ -34,11 +39,12 @@ def save_checkpoint(
     state: dict[str, np.ndarray],
     keep: int,
 ) -> Path:
-    """Write populations, step, run identity and accumulated state; keep the newest ``keep`` checkpoints."""
+    """Write populations (deviations f - w, :data:`DEVIATIONS`), step, run identity and accumulated state; keep the
+    newest ``keep`` checkpoints."""
     directory.mkdir(parents=True, exist_ok=True)
     path = checkpoint_path(directory, step)
     tmp = partial_path(path)
-    meta = {"format": FORMAT, "step": int(step), "identity": identity}
+    meta = {"format": FORMAT, "step": int(step), "populations": DEVIATIONS, "identity": identity}
     arrays = {f"state/{k}": np.asarray(v) for k, v in state.items()}
     with open(tmp, "wb") as fh:
         np.savez(fh, f=np.asarray(f), meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
@@ -77,18 +83,20 @@ READ_ERRORS = (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecod
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint: f, step, identity and state arrays; a clear LbmError if it is not a readable one."""
+    """Read a checkpoint: f, step, identity, state arrays and what f holds (``populations``: one of
+    :data:`REPRESENTATIONS`); a clear LbmError if it is not a readable one."""
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = _meta(z)
             state = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith("state/")}
-            return {"f": z["f"], "step": int(meta["step"]), "identity": meta["identity"], "state": state, "path": path}
+            return {"f": z["f"], "step": int(meta["step"]), "identity": meta["identity"], "state": state, "path": path,
+                    "populations": meta.get("populations", ABSOLUTE)}
     except READ_ERRORS as exc:
         raise unreadable(path, exc) from None
 
 
 def read_header(path: Path) -> dict[str, Any]:
-    """A checkpoint's step, identity and the shape and dtype of its populations, without reading the arrays."""
+    """A checkpoint's step, identity, what its populations hold, their shape and dtype, without reading the arrays."""
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = _meta(z)
@@ -97,7 +105,7 @@ def read_header(path: Path) -> dict[str, Any]:
             read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
             shape, _, dtype = read(fh)
         return {"step": int(meta["step"]), "identity": meta["identity"], "shape": tuple(shape), "dtype": np.dtype(dtype),
-                "path": path}
+                "populations": meta.get("populations", ABSOLUTE), "path": path}
     except READ_ERRORS as exc:
         raise unreadable(path, exc) from None
 
@@ -111,12 +119,15 @@ def _meta(z: Any) -> dict[str, Any]:
         raise ValueError(f"unknown format {meta.get('format') if isinstance(meta, dict) else meta!r}")
     if not isinstance(meta.get("identity"), dict) or not isinstance(meta.get("step"), int):
         raise ValueError("its metadata has no step and run identity")
+    if meta.get("populations", ABSOLUTE) not in REPRESENTATIONS:
+        raise ValueError(f"its populations are {meta['populations']!r}, which this version does not know "
+                         f"(it reads {' or '.join(map(repr, REPRESENTATIONS))}): a newer lbm wrote it")
     return meta
 
 
 def unreadable(path: Path, exc: BaseException) -> LbmError:
     """The one-line error for a file that is not a readable checkpoint (numpy's own advice left out)."""
-    if isinstance(exc, ValueError) and ("format" in str(exc) or "holds no" in str(exc) or "metadata" in str(exc)):
+    if isinstance(exc, ValueError) and any(k in str(exc) for k in ("format", "holds no", "metadata", "populations are")):
         why = str(exc)
     elif isinstance(exc, (zipfile.BadZipFile, EOFError)) or "pickle" in str(exc):
         why = "it is not an .npz archive of arrays, or it is truncated"

@@ -2,7 +2,11 @@
 
 Every operator takes populations ``f`` and their equilibrium ``feq`` (shape ``(Q, *grid)``),
 the velocity ``u`` (shape ``(D, *grid)``, half-force shifted when a body force acts) and
-returns the post-collision populations. Lattice constants and rates are static Python/numpy
+returns the post-collision populations. Populations and equilibria are deviations from the rest
+state, f_i - w_i (lbm.kernels.equilibrium): BGK, TRT, MRT and the regularized kinds are affine in f
+and f_eq with weights that keep the rest state (w_i = w_opp(i), zero moments of w beyond the density),
+so they act on the deviations unchanged; where an operator needs ρ it is 1 + Σ f_eq, and KBC's
+entropic weights divide by the absolute f_eq. Lattice constants and rates are static Python/numpy
 values; the moment bases are built once per lattice from its velocity set.
 
 - :func:`collide` is the BGK/TRT entry point (the rates ``omega_plus``, ``omega_minus`` of a Setup).
@@ -272,7 +276,7 @@ def smagorinsky_omega(
     """Per-cell rate 1/tau_eff with tau_eff = (tau + sqrt(tau^2 + 18 sqrt2 C^2 |Pi_neq| / rho)) / 2 (Hou et al. 1996)."""
     pi = stress_neq(f, feq, u, lattice, force)
     norm2 = sum((1.0 if a == b else 2.0) * p * p for (a, b), p in pi.items())
-    rho = qsum(feq)
+    rho = 1.0 + qsum(feq)  # the equilibrium's deviations sum to δρ
     tau = 1.0 / omega
     tau_eff = 0.5 * (tau + jnp.sqrt(tau * tau + 18.0 * math.sqrt(2.0) * constant**2 * jnp.sqrt(norm2) / rho))
     return 1.0 / tau_eff
@@ -364,7 +368,7 @@ def regularized(
         out = out + _project(c * (w / CS2)[:, None], big_a1)
     if recursive:
         triples, _, rec3 = hermite3(lattice)
-        rho = _project(np.ones((1, lattice.q)), feq)[0]
+        rho = 1.0 + _project(np.ones((1, lattice.q)), feq)[0]  # the equilibrium's deviations sum to δρ
         index = {pair: k for k, pair in enumerate(pairs)}
 
         def a2_of(x: int, y: int) -> jnp.ndarray:
@@ -470,10 +474,11 @@ def kbc(
     ds = _project(s_mat, m)
     kept = _project(k_mat + s_mat, m)  # dk + ds
     dh = neq - kept
-    weighted = dh / feq
+    inverse = 1.0 / (feq + per_direction(lattice.w, u, lattice.d))  # the entropic weights: 1 / the absolute f_eq
+    weighted = dh * inverse
     sh = qsum(ds * weighted)
     hh = qsum(dh * weighted)
-    ss = qsum(ds * ds / feq)
+    ss = qsum(ds * ds * inverse)
     # gamma's correction is the projection of ds on dh's direction, whatever dh's size: where dh is rounding
     # noise (|dh| < 1e3 eps |ds|) that direction is noise too, and gamma = 2 (BGK) is taken
     resolved = hh > (1e3 * jnp.finfo(f.dtype).eps) ** 2 * (ss + hh)

@@ -40,9 +40,11 @@ def momentum_exchange(
     opposite = jnp.asarray(lattice.opposite)[link_dir]
     outgoing = f_bounced.reshape(q, -1)[opposite, link_dst]
     c = jnp.asarray(lattice.c, f_post.dtype)[link_dir]
-    return link_force(c, incoming, outgoing)
+    w = jnp.asarray(lattice.w, f_post.dtype)[link_dir]
+    return link_force(c, w, incoming, outgoing)
 
 
-def link_force(c: jnp.ndarray, incoming: jnp.ndarray, outgoing: jnp.ndarray) -> jnp.ndarray:
-    """Force on the obstacle, shape ``(D,)``, from each link's direction ``c`` (links, D) and its two populations."""
-    return jnp.sum(c * (incoming + outgoing)[:, None], axis=0)
+def link_force(c: jnp.ndarray, w: jnp.ndarray, incoming: jnp.ndarray, outgoing: jnp.ndarray) -> jnp.ndarray:
+    """Force on the obstacle, shape ``(D,)``, from each link's direction ``c`` (links, D), weight ``w`` (links,) and
+    its two populations as deviations f - w: sum of c_i (f_i + f_opp(i)), each link's 2 w_i c_i added back."""
+    return jnp.sum(c * (incoming + outgoing + 2.0 * w)[:, None], axis=0)

@@ -7,6 +7,9 @@ population once (a ``jnp.sum`` over Q was a reduction kernel of its own, the sta
 second kernel). In 3D it keeps rho apart from u in every elementwise form, reading the populations
 once more; there one matrix product with the (D+1) x Q matrix [1; c] gives rho and the momentum
 in one kernel.
+
+The populations are deviations from the rest state, f̃_i = f_i - w_i (lbm.kernels.equilibrium): their sum is
+the density deviation δρ = ρ - 1, their first moment the momentum (the weights carry none).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def momentum(f: jnp.ndarray, lattice: Lattice) -> list[jnp.ndarray]:
 
 
 def density_momentum(f: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, list[jnp.ndarray]]:
-    """Density sum_i f_i and the D momentum components sum_i c_i f_i."""
+    """Density deviation δρ = sum_i f̃_i and the D momentum components sum_i c_i f̃_i."""
     if lattice.d == 2:
         return sum((f[i] for i in range(1, lattice.q)), f[0]), momentum(f, lattice)
     basis = np.concatenate([np.ones((1, lattice.q)), lattice.c.T]).astype(f.dtype)
@@ -39,8 +42,9 @@ def density_momentum(f: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, lis
 def macroscopic(
     f: jnp.ndarray, lattice: Lattice, force: np.ndarray | None = None
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Density ``rho`` and velocity ``u`` (half-force shifted when a body force acts)."""
-    rho, mom = density_momentum(f, lattice)
+    """Density deviation ``drho`` = ρ - 1 and velocity ``u`` (half-force shifted when a body force acts)."""
+    drho, mom = density_momentum(f, lattice)
     if force is not None:
         mom = [m + 0.5 * float(force[a]) if force[a] != 0 else m for a, m in enumerate(mom)]
-    return rho, jnp.stack([m / rho for m in mom])
+    rho = 1.0 + drho
+    return drho, jnp.stack([m / rho for m in mom])

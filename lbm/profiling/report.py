@@ -82,8 +82,8 @@ def compile_line(rec: Mapping[str, Any]) -> str:
 
 
 def _fmt(v: Any) -> Any:
-    if isinstance(v, float):
-        return "" if not math.isfinite(v) else f"{v:.6g}"
+    if isinstance(v, float):  # 12 digits: shares add up to 1 and equal mean_ms over the stages' sum as read back
+        return "" if not math.isfinite(v) else f"{v:.12g}"
     return "" if v is None else v
 
 

@@ -13,9 +13,11 @@ from lbm.stages import STAGES
 
 SWEEP_COLUMNS = ["job", "case", "mode", "lattice", "precision", "grid", "cells", "steps", "status", "mlups",
                  "profiled_steps", "compile_time_s", "wall_time_s", "step_host_mean_ms", "step_device_mean_ms",
-                 "share_clock", "share_of"]
+                 "share_clock", "share_of", "stages_sum_mean_ms", "unattributed_mean_ms"]
 """Columns of sweep.csv before the shares (``share_<row>``: a row's share of the stages' mean per step in the job's
-headline clock). ``mlups`` is the job's unprofiled throughput (metrics.json leaves its profiled steps out)."""
+headline clock, ``share_clock``; ``stages_sum_mean_ms``: the sum of those rows' means, and ``unattributed_mean_ms``
+the step's mean on that clock minus it). ``mlups`` is the job's unprofiled throughput (metrics.json leaves its
+profiled steps out)."""
 
 
 def job_dirs(path: Path) -> list[Path]:
@@ -49,6 +51,10 @@ def sweep_rows(jobs: list[Path]) -> list[dict[str, Any]]:
         row.update({f"share_{name}": v for name, v in shares.items() if v is not None})
         row["share_clock"] = prof.get("clock") if shares else None
         row["share_of"] = prof.get("statistic") if shares else None
+        means = [info["mean_ms"] for info in (prof.get("stages") or {}).values() if info.get("mean_ms") is not None]
+        head = step.get(prof.get("clock"))
+        row["stages_sum_mean_ms"] = sum(means) if means else None
+        row["unattributed_mean_ms"] = head - sum(means) if means and head is not None else None
         rows.append(row)
     return rows
 
@@ -128,7 +134,8 @@ def sweep_table(rows: list[dict[str, Any]], title: str) -> Any:
     share_cols = _share_columns(rows)
     t = Table(title=title, title_justify="left")
     for col in ["job", "case", "mode", "grid", "cells", "steps", "MLUPS (unprofiled)", "compile s",
-                "step mean ms (host)", "step mean ms (device)", *[f"{c[6:]} share" for c in share_cols]]:
+                "step mean ms (host)", "step mean ms (device)", "sum of stages ms", "unattributed ms",
+                *[f"{c[6:]} share" for c in share_cols]]:
         t.add_column(col, justify="left" if col in ("job", "case", "mode", "grid") else "right", overflow="fold")
 
     def f(v: Any, fmt: str) -> str:
@@ -138,10 +145,12 @@ def sweep_table(rows: list[dict[str, Any]], title: str) -> Any:
         t.add_row(str(r["job"]), str(r.get("case")), str(r.get("mode")), str(r.get("grid")), f(r.get("cells"), "d"),
                   f(r.get("steps"), "d"), f(r.get("mlups"), ".2f"), f(r.get("compile_time_s"), ".2f"),
                   f(r.get("step_host_mean_ms"), ".3f"), f(r.get("step_device_mean_ms"), ".3f"),
+                  f(r.get("stages_sum_mean_ms"), ".3f"), f(r.get("unattributed_mean_ms"), ".3f"),
                   *[f(None if r.get(c) is None else 100 * r[c], ".1f") for c in share_cols])
     clocks = "/".join(sorted({str(r["share_clock"]) for r in rows if r.get("share_clock")})) or "—"
     t.caption = ("MLUPS: host wall clock over the stepping loop (metrics.json), the profiled steps left out; compile: "
                  f"host wall clock; step means and shares: the profile window, shares of the stages' mean per step on "
-                 f"the {clocks} clock (each job's shares add up to 100%)")
+                 f"the {clocks} clock (each job's shares add up to 100%); sum of stages and unattributed (the step "
+                 f"minus that sum): the same clock")
     t.caption_justify = "left"
     return t

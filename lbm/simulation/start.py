@@ -20,7 +20,9 @@ from lbm.config import RunConfig, check_output_every, load
 from lbm.config.run import single_device_refusal
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, LbmError
-from lbm.io.checkpoint import check_compatible, find_checkpoint, load_checkpoint, read_header
+from lbm.io.checkpoint import DEVIATIONS, check_compatible, find_checkpoint, load_checkpoint, read_header
+from lbm.kernels.equilibrium import shifted
+from lbm.lattice import Lattice
 from lbm.simulation.chunks import Outputs, chunk_stats, identity, write_checkpoint
 
 log = logging.getLogger("lbm")
@@ -196,7 +198,15 @@ def resume(run: RunConfig, case: Case, setup: Setup, outputs: Outputs, place: An
     outputs.monitor = [(int(s), float(m), float(e)) for s, m, e in state.pop("run/monitor")]
     case.load_state(state)
     log.info("resumed from %s at step %d", ckpt["path"], step)
-    return step, place(jnp.asarray(ckpt["f"])), mass0
+    return step, place(jnp.asarray(engine_state(ckpt["f"], ckpt["populations"], setup.lattice))), mass0
+
+
+def engine_state(f: np.ndarray, populations: str, lattice: Lattice) -> np.ndarray:
+    """A checkpoint's populations as the engines hold them, deviations f - w (lbm.kernels.equilibrium): a checkpoint
+    of absolute populations f (written before the engines kept deviations) is shifted in float64, then rounded."""
+    if populations == DEVIATIONS:
+        return f
+    return shifted(np.asarray(f, np.float64), lattice).astype(f.dtype)
 
 
 def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) -> Any:

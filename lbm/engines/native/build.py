@@ -9,6 +9,7 @@ the xla engine) where no compiler is found or the backend is not the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,14 +31,15 @@ import numpy as np
 
 from lbm.engines.native.codegen import KernelSpec, header
 from lbm.environment import cpu_id
+from lbm.errors import LbmError
 
 KERNELS = ("push", "aa_even", "aa_odd", "scatter")
 """The FFI handlers of a library (kernels.cc)."""
 
 log = logging.getLogger("lbm")
 _lock = threading.Lock()
-_registered: dict[str, str] = {}
-_failure: dict[str, str] = {}
+_registered: dict[tuple[str, str], str] = {}
+_failure: dict[tuple[str, str], str] = {}
 
 
 def kernel_source() -> str:
@@ -67,15 +70,25 @@ CXXFLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd"
 -fno-trapping-math lets the vectoriser evaluate both sides of the 16-bit conversions' selects."""
 
 
+OPT_LEVELS = ("0", "1", "2", "3")
+"""The optimisation levels $LBM_NATIVE_OPT may name. Every level gives bitwise the same populations: with
+-ffp-contract=off and no -ffast-math GCC and Clang neither fuse nor reorder floating-point operations at any level,
+and the vectorised loop (``omp simd``) has no reduction (tests/test_engines_native_build.py compares the test
+suite's -O1 to -O3). Lower levels build faster (-O1: about half of -O3's compiler time); -O0's kernels run ~5x slower."""
+
+
 def cxxflags() -> list[str]:
-    """Compiler flags: CXXFLAGS plus $LBM_NATIVE_EXTRA_FLAGS (space separated; for experiments)."""
-    return [*CXXFLAGS, *os.environ.get("LBM_NATIVE_EXTRA_FLAGS", "").split()]
+    """Compiler flags: CXXFLAGS at level $LBM_NATIVE_OPT (default 3) plus $LBM_NATIVE_EXTRA_FLAGS (for experiments)."""
+    level = os.environ.get("LBM_NATIVE_OPT", "3")
+    if level not in OPT_LEVELS:
+        raise LbmError(f"LBM_NATIVE_OPT={level!r} is invalid: expected one of {', '.join(OPT_LEVELS)} "
+                       "(the C++ optimisation level of the native kernels; unset for 3)")
+    flags = [f"-O{level}" if flag == "-O3" else flag for flag in CXXFLAGS]
+    return [*flags, *os.environ.get("LBM_NATIVE_EXTRA_FLAGS", "").split()]
 
 
 def build_status(message: str) -> Any:
     """A live spinner with ``message`` and the elapsed time on a terminal (rich), else nothing: the log says it."""
-    import contextlib
-
     if not sys.stderr.isatty():
         return contextlib.nullcontext()
     from rich.console import Console
@@ -96,35 +109,60 @@ def build(spec: KernelSpec) -> Path:
     if out.exists():
         return out
     cmd = [cxx, *flags, f"-I{jax.ffi.include_dir()}", "-I.", "kernels.cc", "-o", "kernel.so"]
-    log.info("building the native kernel %s with %s (once per kernel and machine; about half a minute) into %s",
-             spec.tag, Path(cxx).name, out)
-    t0 = time.perf_counter()
     for attempt in range(2):  # the cache directory may be removed under us by a cleaner: retry once
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-                (Path(tmp) / "lbm_generated.h").write_text(gen)
-                (Path(tmp) / "kernels.cc").write_text(src)
-                with build_status(f"building the native kernel {spec.tag} (once per kernel and machine)"):
-                    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"kernel build failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-                os.replace(Path(tmp) / "kernel.so", out)  # atomic: concurrent builders agree on the result
-            log.info("built the native kernel %s in %.1f s: %s", spec.tag, time.perf_counter() - t0, out)
-            return out
+            with _exclusive(out.with_suffix(".lock")):  # another process building this library: wait, then use it
+                if out.exists():
+                    return out
+                return _compile(spec, cmd, {"lbm_generated.h": gen, "kernels.cc": src}, out)
         except FileNotFoundError:
             if attempt:
                 raise
     return out
 
 
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created) against other processes and threads (POSIX flock)."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): concurrent builders each build, and os.replace keeps one result
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _compile(spec: KernelSpec, cmd: list[str], sources: dict[str, str], out: Path) -> Path:
+    """Run the compiler ``cmd`` on ``sources`` in a scratch directory beside ``out``; move the library to ``out``."""
+    log.info("building the native kernel %s with %s (once per kernel and machine; about half a minute) into %s",
+             spec.tag, Path(cmd[0]).name, out)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        for name, text in sources.items():
+            (Path(tmp) / name).write_text(text)
+        with build_status(f"building the native kernel {spec.tag} (once per kernel and machine)"):
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0:
+            raise RuntimeError(f"kernel build failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+        os.replace(Path(tmp) / "kernel.so", out)  # atomic: a reader never sees a half-written library
+    log.info("built the native kernel %s in %.1f s: %s", spec.tag, time.perf_counter() - t0, out)
+    return out
+
+
 def register(spec: KernelSpec) -> str:
     """Build (if needed), load and register the kernels of ``spec``; returns the FFI target prefix."""
     with _lock:
-        if spec.tag in _registered:
-            return _registered[spec.tag]
-        if spec.tag in _failure:
-            raise RuntimeError(_failure[spec.tag])
+        key = (spec.tag, " ".join(cxxflags()))  # one library per spec and flags (LBM_NATIVE_OPT may change)
+        if key in _registered:
+            return _registered[key]
+        if key in _failure:
+            raise RuntimeError(_failure[key])
         try:
             path = build(spec)
             lib = ctypes.cdll.LoadLibrary(str(path))
@@ -132,9 +170,9 @@ def register(spec: KernelSpec) -> str:
             for k in KERNELS:
                 jax.ffi.register_ffi_target(f"{prefix}_{k}", jax.ffi.pycapsule(getattr(lib, f"lbm_{k}")), platform="cpu")
         except Exception as exc:  # remember: do not retry a broken build on every call
-            _failure[spec.tag] = str(exc)
+            _failure[key] = str(exc)
             raise
-        _registered[spec.tag] = prefix
+        _registered[key] = prefix
         return prefix
 
 

@@ -2,11 +2,12 @@
 
 kernels.cc (shipped beside this module) is the same for every lattice; it includes
 ``lbm_generated.h``, which this module writes for one :class:`KernelSpec`: the compute and
-storage types, the velocity set (offsets, opposites, rest-weight shifts of 16-bit storage),
-the lattice weights (``LBM_WEIGHTS``, the rest state that walls restore), the collision of one cell
+storage types, the velocity set (offsets, opposites), the collision of one cell
 unrolled over directions as the macro ``LBM_COLLIDE`` (emitted once,
 used by the scalar edge cells and by the vectorised row loops), and the per-direction row
-loads and stores of each streaming scheme. The formulas are those of lbm.kernels, the reference physics
+loads and stores of each streaming scheme. Every storage type holds the deviations f_i - w_i from the rest
+state and the collision computes on them (δρ = Σ f̃_i, ρ = 1 + δρ, f_eq - w from
+lbm.kernels.equilibrium's formula). The formulas are those of lbm.kernels, the reference physics
 (the xla engine runs it), generated from the lattice rather than written by hand; tests/test_engines_native.py
 (``test_native_kernels_equal_collide_then_stream``) and tests/test_engines.py
 (``test_native_engine_equals_the_reference``) pin the native engine to the xla engine. Where a velocity
@@ -28,11 +29,8 @@ import numpy as np
 from lbm.engines.native.collisions import KINDS, RATES, collision_lines, pairwise_sum, rate_constants, rate_table
 from lbm.lattice import CS2, Lattice
 
-STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "bfloat16": ("float", "bfloat16"),
-           "float16": ("float", "float16")}
+STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("float", "float16")}
 """storage name -> (C compute type, C storage type)."""
-SHIFTED = ("bfloat16", "float16")
-"""16-bit storages keep f_i - w_i (deviations from the rest state) to spend their few mantissa bits on the signal."""
 SCHEMES = {"PUSH": "push", "AA_EVEN": "aa_even", "AA_ODD": "aa_odd"}
 """C names of the streaming schemes (lbm.engines.plan.SCHEMES)."""
 
@@ -42,7 +40,7 @@ class KernelSpec:
     """What one generated library computes: lattice, storage type, collision kind, body force present, inlet kind."""
 
     lattice: Lattice
-    storage: str  # float32 | float64 | bfloat16 | float16 (16-bit: f - w stored, float32 compute)
+    storage: str  # float32 | float64 | float16 (float32 compute); all hold f - w
     trt: bool
     forced: bool
     inlet: str = ""  # the kind (lbm.boundaries.inlet.INLET_KINDS) of a velocity inlet the kernel applies; "" none
@@ -75,7 +73,8 @@ def _signed(coefficients: list[tuple[int, str]]) -> str:
 
 
 def inlet_lines(spec: KernelSpec) -> list[str]:
-    """C statements of an inlet cell before its equilibrium: rho from the known populations, u = U0[k].. (the inflow).
+    """C statements of an inlet cell before its equilibrium: drho, rho from the known populations, u = U0[k]..
+    (the inflow).
 
     lbm.boundaries.inlet.inlet_density; the unknown populations follow the equilibrium (:func:`inlet_unknowns`).
     """
@@ -84,7 +83,9 @@ def inlet_lines(spec: KernelSpec) -> list[str]:
     tangential = [f"f{i}" for i in np.flatnonzero(c[:, 0] == 0)]
     leaving = [f"f{i}" for i in np.flatnonzero(c[:, 0] < 0)]
     lines = [f"real u{a} = U{a}[k];" for a in range(lat.d)]
-    lines.append(f"real rho = ({' + '.join(tangential)} + (real)2.0 * ({' + '.join(leaving)})) / ((real)1.0 - u0);")
+    known = f"{' + '.join(tangential)} + (real)2.0 * ({' + '.join(leaving)})"
+    lines.append(f"real drho = (({known}) + u0) / ((real)1.0 - u0);")
+    lines.append("real rho = (real)1 + drho;")
     return lines
 
 
@@ -155,7 +156,7 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
     if inlet:
         lines = inlet_lines(spec)
     else:
-        lines = [f"real rho = {pairwise_sum([f'f{i}' for i in range(q)])};"]
+        lines = [f"real drho = {pairwise_sum([f'f{i}' for i in range(q)])};", "real rho = (real)1 + drho;"]
         for a in range(d):
             expr = _signed([(int(c[i, a]), f"f{i}") for i in range(q)])
             if spec.forced:
@@ -163,41 +164,28 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
             lines.append(f"real m{a} = {expr};")
         lines += [f"real u{a} = m{a} / rho;" for a in range(d)]
     lines.append("real usq = " + " + ".join(f"u{a} * u{a}" for a in range(d)) + ";")
-    lines.append("real base = (real)1 - (real)1.5 * usq;")
+    lines.append("real base = (real)-1.5 * usq;")
     for i in range(q):
         w = _fmt(lat.w[i])
         if c[i].any():
             lines.append(f"real cu{i} = {_signed([(int(c[i, a]), f'u{a}') for a in range(d)])};")
-            lines.append(f"real feq{i} = (real){w} * rho * (base + cu{i} * ((real)3 + (real)4.5 * cu{i}));")
+            lines.append(f"real feq{i} = (real){w} * (drho + rho * (base + cu{i} * ((real)3 + (real)4.5 * cu{i})));")
         else:
             lines.append(f"real cu{i} = 0;")
-            lines.append(f"real feq{i} = (real){w} * rho * base;")
+            lines.append(f"real feq{i} = (real){w} * (drho + rho * base);")
     if inlet:
         lines += inlet_unknowns(spec)
     if spec.collision:
         return lines + collision_lines(spec)
-    if spec.forced and not spec.trt and not inlet:
-        # BGK with Guo's term, folded into the equilibrium's polynomial (the same sum, fewer operations per direction):
-        # o_i = (1 - wp) f_i + w_i (A + c_i.u (B + C c_i.u + D_i)) + ga_i, A = wp rho base - (1 - wp/2) u.F / cs^2,
-        # B = 3 wp rho, C = 4.5 wp rho, D_i = (1 - wp/2) c_i.F / cs^4, ga_i = (1 - wm/2) w_i c_i.F / cs^2 (table F)
-        lines.append("real sf = (" + " + ".join(f"F{a}_ * u{a}" for a in range(d)) + ") * gs_;")
-        lines.append("real wr = wp * rho, keep = (real)1 - wp;")
-        lines.append("real pa = wr * base - sf, pb = (real)3 * wr, pc = (real)4.5 * wr;")
-        for i in range(q):
-            w = _fmt(lat.w[i])
-            if c[i].any():
-                gd, ga = f"F[{d + 1 + 2 * q + i}]", f"F[{d + 1 + i}]"
-                lines.append(f"real o{i} = keep * f{i} + ((real){w} * (pa + cu{i} * ((pb + pc * cu{i}) + {gd})) + {ga});")
-            else:
-                lines.append(f"real o{i} = keep * f{i} + (real){w} * pa;")
-        return lines
+    if not spec.trt and not inlet:
+        return lines + bgk_folded(spec)
     if spec.trt:
         lines += [f"real neq{i} = f{i} - feq{i};" for i in range(q)]
         for i in range(q):
             o = int(lat.opposite[i])
             lines.append(
                 f"real o{i} = f{i} - wp * ((real)0.5 * (neq{i} + neq{o})) - wm * ((real)0.5 * (neq{i} - neq{o}));")
-    else:
+    else:  # BGK on an inlet cell
         lines += [f"real o{i} = f{i} - wp * (f{i} - feq{i});" for i in range(q)]
     if spec.forced:  # Guo: o_i += (1 - wp/2) w_i (-u.F / cs^2 + c_i.u c_i.F / cs^4) + (1 - wm/2) w_i c_i.F / cs^2
         lines.append("real sf = (" + " + ".join(f"F{a}_ * u{a}" for a in range(d)) + ") * gs_;")
@@ -207,9 +195,32 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
     return lines
 
 
-def _shift(spec: KernelSpec, i: int, sign: str) -> str:
-    """16-bit storage holds f_i - w_i (deviations from rest): the term adding (+) or removing (-) w_i."""
-    return f" {sign} (real){_fmt(spec.lattice.w[i])}" if spec.storage in SHIFTED else ""
+def bgk_folded(spec: KernelSpec) -> list[str]:
+    """C statements of BGK (with Guo's term where forced) folded into the equilibrium's polynomial: the same sum as
+    f_i - wp (f_i - feq_i) (+ Guo), fewer operations per direction (the feq_i above it are then left unused).
+
+    o_i = (1 - wp) f_i + w_i (A + c_i.u (B + C c_i.u + D_i)) + ga_i with A = wp (drho + rho base) [- (1 - wp/2) u.F /
+    cs^2], B = 3 wp rho, C = 4.5 wp rho, and where forced D_i = (1 - wp/2) c_i.F / cs^4, ga_i = (1 - wm/2) w_i c_i.F /
+    cs^2 (table F).
+    """
+    lat = spec.lattice
+    q, d, c = lat.q, lat.d, lat.c
+    lines = []
+    if spec.forced:
+        lines.append("real sf = (" + " + ".join(f"F{a}_ * u{a}" for a in range(d)) + ") * gs_;")
+    lines.append("real wr = wp * rho, keep = (real)1 - wp;")
+    lines.append(f"real pa = wp * (drho + rho * base){' - sf' if spec.forced else ''}, pb = (real)3 * wr,"
+                 " pc = (real)4.5 * wr;")
+    for i in range(q):
+        w = _fmt(lat.w[i])
+        if not c[i].any():
+            lines.append(f"real o{i} = keep * f{i} + (real){w} * pa;")
+        elif spec.forced:
+            gd, ga = f"F[{d + 1 + 2 * q + i}]", f"F[{d + 1 + i}]"
+            lines.append(f"real o{i} = keep * f{i} + ((real){w} * (pa + cu{i} * ((pb + pc * cu{i}) + {gd})) + {ga});")
+        else:
+            lines.append(f"real o{i} = keep * f{i} + (real){w} * (pa + cu{i} * (pb + pc * cu{i}));")
+    return lines
 
 
 def _macro(name: str, lines: list[str]) -> str:
@@ -225,9 +236,9 @@ def row_macros(spec: KernelSpec) -> list[str]:
         loads, stores = [], []
         for i in range(q):
             off = -int(lat.c[i, d - 1]) if kind == "AA_ODD" else 0
-            loads.append(f"real f{i} = LD(r{i} + k + ({off})){_shift(spec, i, '+')};")
+            loads.append(f"real f{i} = LD(r{i} + k + ({off}));")
             off = 0 if kind == "AA_EVEN" else int(lat.c[i, d - 1])
-            stores.append(f"ST(w{i} + k + ({off}), o{i}{_shift(spec, i, '-')});")
+            stores.append(f"ST(w{i} + k + ({off}), o{i});")
         out += [_macro(f"LBM_LOAD_{kind}", loads), _macro(f"LBM_STORE_{kind}", stores)]
     return out
 
@@ -241,10 +252,8 @@ def header(spec: KernelSpec) -> str:
     outer_off = ", ".join("{" + ", ".join(str(int(c[i, a])) for a in range(d - 1)) + "}" for i in range(q))
     inner_off = ", ".join(str(int(c[i, d - 1])) for i in range(q))
     opp = ", ".join(str(int(o)) for o in lat.opposite)
-    weights = ", ".join(f"(real){_fmt(w)}" for w in lat.w)
-    shift = ", ".join(f"(real){_fmt(lat.w[i]) if spec.storage in SHIFTED else '0'}" for i in range(q))
-    if store in SHIFTED:
-        store_t, ffi_type = "uint16_t", {"bfloat16": "ffi::BF16", "float16": "ffi::F16"}[store]
+    if store == "float16":
+        store_t, ffi_type = "uint16_t", "ffi::F16"
     else:
         store_t, ffi_type = store, {"float": "ffi::F32", "double": "ffi::F64"}[store]
     parts = [
@@ -253,7 +262,6 @@ def header(spec: KernelSpec) -> str:
         f"#define LBM_STORAGE_{spec.storage.upper()} 1",
         f"#define LBM_FFI_TYPE {ffi_type}",
         f"#define LBM_REAL_FFI_TYPE {'ffi::F32' if real == 'float' else 'ffi::F64'}",
-        f"#define LBM_WEIGHTS {{{weights}}}",
         f"typedef {real} real;",
         f"typedef {store_t} store;",
         f"static const int Q = {q};",
@@ -261,7 +269,6 @@ def header(spec: KernelSpec) -> str:
         f"static const int OUTER_OFF[Q][D > 1 ? D - 1 : 1] = {{{outer_off}}};",
         f"static const int INNER_OFF[Q] = {{{inner_off}}};",
         f"static const int OPP[Q] = {{{opp}}};",
-        f"static const real SHIFT[Q] = {{{shift}}};",
         _macro("LBM_UNPACK", [" ".join(f"real f{i} = f_[{i}];" for i in range(q))]),
         _macro("LBM_PACK", [" ".join(f"out_[{i}] = o{i};" for i in range(q))]),
         f"#define LBM_FORCE_SIZE {d + 1 + 3 * q + len(rate_table(spec, 0))}",

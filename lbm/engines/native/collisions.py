@@ -1,7 +1,8 @@
 """The collisions beyond BGK and TRT as generated C: mrt, regularized, recursive_regularized and kbc.
 
 Each generator returns the C statements that turn the populations ``f0..`` of one cell, their equilibrium
-``feq0..``, the density ``rho`` and the velocity ``u0..`` (in scope from lbm.engines.native.codegen.collide_body)
+``feq0..`` (both as deviations f - w), the density ``rho`` (and ``drho`` = rho - 1) and the velocity ``u0..``
+(in scope from lbm.engines.native.codegen.collide_body)
 into the post-collision populations ``o0..``. The static matrices are lbm.kernels.collision's, built from the
 lattice (the moment basis, the Hermite polynomials, KBC's split); the rates are run-time values: the kernel
 receives them as an array (:func:`collision_rates`) and derives once per call the constants the cell reads
@@ -243,7 +244,7 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
         if i in shear:
             lines.append(f"real ds{i} = {_lin(s_mat[i], names)};")
         lines.append(f"real kp{i} = {_lin(kept[i], names)};")
-        lines.append(f"real dh{i} = g{i} - kp{i}, iv{i} = (real)1 / feq{i};")
+        lines.append(f"real dh{i} = g{i} - kp{i}, iv{i} = (real)1 / (feq{i} + (real){_fmt(lat.w[i])});")  # absolute f_eq
     lines.append(f"real sh = {pairwise_sum([f'ds{i} * (dh{i} * iv{i})' for i in shear])};")
     lines.append(f"real hh = {pairwise_sum([f'dh{i} * (dh{i} * iv{i})' for i in range(q)])};")
     lines.append(f"real ss = {pairwise_sum([f'ds{i} * (ds{i} * iv{i})' for i in shear])};")

@@ -40,7 +40,7 @@ from lbm.stages import BULK_PREFIX, CORE_STAGES, STAGES
 class NativeParams:
     """The params of the native step: the boundary-cell block's arrays, the dense conditions, and what the kernel
     applies itself (per scheme: wall records ``walls`` and force slots ``forces``; the velocity ``inlet``; per
-    link: ``force_c`` = c_i and ``force_w`` = w_i, the rest weight 16-bit storage leaves out)."""
+    link: ``force_c`` = c_i and ``force_w`` = w_i, the rest weight the stored deviations f - w leave out)."""
 
     block: BlockArrays | None
     dense: Any
@@ -124,25 +124,23 @@ class NativeEngine(BulkKernelEngine):
         if links:
             with jax.named_scope("forces"):  # the momentum exchange on the kernel's link populations
                 pair = seen.reshape(-1)[seen.size - 2 * links:].reshape(2, links).astype(setup.dtype)
-                if self.storage != "compute":
-                    pair = pair + params.force_w
-                aux["force"] = link_force(params.force_c, pair[0], pair[1])
+                aux["force"] = link_force(params.force_c, params.force_w, pair[0], pair[1])
             seen = seen.reshape(-1)[: seen.size - 2 * links]
         if block is None:
             return out, aux
         lat = setup.lattice
         bcs = params.block.boundaries
-        f = decode(old, self.storage, lat, setup.dtype).reshape((lat.q, -1) + (1,) * (lat.d - 1))
+        f = decode(old, self.storage, setup.dtype).reshape((lat.q, -1) + (1,) * (lat.d - 1))
         s = run_stages(self._stages, StepState(f=f, t=t), bcs, setup)
         if block.observed:  # observing conditions see the kernel's post-step populations (walls applied) of their cells
             with jax.named_scope("bounce_back"):
                 post = s.post.reshape(lat.q, -1).at[:, block.size - block.observed:block.size].set(
-                    decode(seen.reshape(lat.q, block.observed), self.storage, lat, setup.dtype))
+                    decode(seen.reshape(lat.q, block.observed), self.storage, setup.dtype))
                 s = s.replace(post=post.reshape(s.post.shape))
         s = run_stages(self._observing, s, bcs, setup)
         post = s.post.reshape(lat.q, -1)[:, : block.size]
         with jax.named_scope("stream"):
-            out = build.scatter(spec, out, slots.write, encode(post, self.storage, lat))
+            out = build.scatter(spec, out, slots.write, encode(post, self.storage))
         return out, {**outputs(s), **aux}
 
     def chunk_function(self, n: int) -> Any:

@@ -13,6 +13,8 @@
 // An even step followed by an odd step equals two push steps; each cell reads and writes only its
 // own slots, so the AA kernels are race-free in place. Rows of the outer axes are shared among XLA's intra-op
 // threads with a dynamic schedule; the innermost axis is vectorised (its two edge cells wrap, scalar).
+// Every storage type holds the deviations f_i - w_i from the rest state (lbm.kernels.equilibrium): a solid cell at
+// rest holds zeros, and the generated collision computes on the deviations.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -25,17 +27,10 @@
 #include "xla/ffi/api/ffi.h"
 namespace ffi = xla::ffi;
 
-#include "lbm_generated.h"  // real, store, LBM_FFI_TYPE, Q, D, OUTER_OFF, INNER_OFF, OPP, SHIFT, LBM_* macros
+#include "lbm_generated.h"  // real, store, LBM_FFI_TYPE, Q, D, OUTER_OFF, INNER_OFF, OPP, LBM_* macros
 
 // ---- loads and stores of the storage type ---------------------------------------------------------------------
-#if defined(LBM_STORAGE_BFLOAT16)
-static inline real LD(const uint16_t* p) { uint32_t b = (uint32_t)(*p) << 16; float v; std::memcpy(&v, &b, 4); return v; }
-static inline void ST(uint16_t* p, real v) {
-  uint32_t b; float fv = (float)v; std::memcpy(&b, &fv, 4);
-  if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu)) { *p = (uint16_t)((b >> 16) | 0x40); return; }
-  b += 0x7fffu + ((b >> 16) & 1u); *p = (uint16_t)(b >> 16);
-}
-#elif defined(LBM_STORAGE_FLOAT16)
+#if defined(LBM_STORAGE_FLOAT16)
 // IEEE half by integer arithmetic (round to nearest even, subnormals, inf, nan), so that GCC
 // vectorises it (it does not vectorise _Float16 conversions); exact against numpy/XLA's convert.
 static inline uint32_t U_(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -107,7 +102,7 @@ enum Kind { PUSH = 0, AA_EVEN = 1, AA_ODD = 2 };
 // ---- walls, row by row ------------------------------------------------------------------------------------------
 // Link records of the walls (lbm.engines.native.plan.wall_records), grouped by outer row (offsets *_off[o]..[o+1]):
 //   skip  [k0, k1) runs of solid cells of the row: the bulk pass neither reads nor writes them
-//   rest  a[d] = w_k, k = d / plane       a solid cell's populations that no link reflects (its own row; ascending d)
+//   rest  a[d] = 0                        a solid cell's populations that no link reflects: the rest state (its own row)
 //   copy  a[d] = a[s] + add               a half-way link: s is the write slot of the opposite population of the
 //                                         row's fluid cell across the link (just written), d the solid cell's slot;
 //                                         add is the moving-wall term
@@ -143,12 +138,12 @@ static inline void cell(const store* const* rp, store* const* wrow, int64_t k, i
   real f[Q], out[Q];
   for (int i = 0; i < Q; ++i) {
     int64_t kr = (K == AA_ODD) ? wrap(k - INNER_OFF[i], n) : k;
-    f[i] = LD(rp[i] + kr) + SHIFT[i];
+    f[i] = LD(rp[i] + kr);
   }
   if constexpr (B == 1) collide_inlet(f, out, wp, wm, F, U, k); else collide(f, out, wp, wm, F);
   for (int i = 0; i < Q; ++i) {
     int64_t kw = (K == AA_EVEN) ? k : wrap(k + INNER_OFF[i], n);
-    ST(wrow[i] + kw, out[i] - SHIFT[i]);
+    ST(wrow[i] + kw, out[i]);
   }
 }
 
@@ -213,7 +208,6 @@ static inline const store* read_row(const Geometry& g, const store* src, const s
 template <int K>
 static void rows(const Geometry& g, const store* src, store* dst, int64_t o0, int64_t o1, real wp, real wm,
                  const real* F, const RowWalls* W, const RowFaces* S) {
-  static const real WEIGHT_[Q] = LBM_WEIGHTS;
   const int64_t n = g.n_inner;
   const store* rp[Q];
   store* wrow[Q];
@@ -246,11 +240,7 @@ static void rows(const Geometry& g, const store* src, store* dst, int64_t o0, in
       row_cells<K, 0>(rp, wrow, n, wp, wm, F, U, sk, ns);
     }
     if (!W) continue;
-    for (int64_t r = W->rest_off[o], k = 0; r < W->rest_off[o + 1]; ++r) {  // slots ascend: k = d / plane, no divide
-      const int64_t d = W->rest[r];
-      while (d >= (k + 1) * g.plane) ++k;
-      ST(dst + d, WEIGHT_[k] - SHIFT[k]);
-    }
+    for (int64_t r = W->rest_off[o]; r < W->rest_off[o + 1]; ++r) ST(dst + W->rest[r], (real)0);
     for (int64_t r = W->copy_off[o]; r < W->copy_off[o + 1]; ++r)
       ST(dst + W->copy_dst[r], LD(dst + W->copy_src[r]) + (W->copy_add ? W->copy_add[r] : (real)0));
     if (K == PUSH)

@@ -29,35 +29,38 @@ from lbm.kernels.macroscopic import momentum
 from lbm.lattice import Lattice
 
 
-def equilibrium_directions(rho: Any, u: Sequence[Any], lattice: Lattice) -> Directions:
-    """f_eq_i = w_i rho (1 + 3 cu + 9/2 cu^2 - 3/2 u^2) per direction, as lbm.kernels.equilibrium.equilibrium."""
+def equilibrium_directions(drho: Any, u: Sequence[Any], lattice: Lattice) -> Directions:
+    """f_eq_i - w_i = w_i (δρ + ρ (3 cu + 9/2 cu^2 - 3/2 u^2)) per direction, as lbm.kernels.equilibrium.equilibrium."""
     usq = sum((v * v for v in u[1:]), u[0] * u[0])
-    base = 1.0 - 1.5 * usq
+    base = -1.5 * usq
+    rho = 1.0 + drho
     feq = []
     for i in range(lattice.q):
         w = float(lattice.w[i])
         if lattice.c[i].any():
             cu = velocity_dot(tuple(lattice.c[i].tolist()), u)
-            feq.append(w * rho * (base + cu * (3.0 + 4.5 * cu)))
+            feq.append(w * (drho + rho * (base + cu * (3.0 + 4.5 * cu))))
         else:
-            feq.append(w * rho * base)
+            feq.append(w * (drho + rho * base))
     return Directions(feq)
 
 
 def collide_cell(f: Sequence[Any], lattice: Lattice, omega_plus: float, omega_minus: float,
                  force: np.ndarray | None, collision: Collision | None = None) -> list[Any]:
-    """Post-collision populations of the cells in ``f`` (one array per direction, all the same shape).
+    """Post-collision populations of the cells in ``f`` (one array per direction, all the same shape), as every
+    engine holds them: deviations f - w from the rest state (lbm.kernels.equilibrium).
 
     ``collision`` None: BGK when the two rates are equal, else TRT (lbm.kernels.collision.collide); else that
     operator (any kind of lbm.kernels.collision.COLLISION_KINDS).
     """
     f = Directions(f)
-    rho = sum(f[1:], f[0])
+    drho = sum(f[1:], f[0])
     mom = momentum(f, lattice)
     if force is not None:
         mom = [m + 0.5 * float(force[a]) if force[a] != 0 else m for a, m in enumerate(mom)]
+    rho = 1.0 + drho
     u = tuple(m / rho for m in mom)
-    feq = equilibrium_directions(rho, u, lattice)
+    feq = equilibrium_directions(drho, u, lattice)
     if collision is None:
         return list(collide(f, feq, u, lattice, omega_plus, omega_minus, force))
     return list(collision(f, feq, u, lattice, force))

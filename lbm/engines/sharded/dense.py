@@ -4,7 +4,7 @@ Populations are sharded along the grid axes (lbm.parallel). Each device runs the
 block: the local ones (outflow, macroscopic, equilibrium, inlet, collide, full-way bounce-back) on
 the block itself; then the ``halo`` stage gives the post-collision populations a ghost layer holding
 the populations that enter the block (``ppermute``, only those crossing each face; with a parabolic
-wall also the planes of rho and u); the stages that read across a face (half-way, moving and
+wall also the planes of drho and u); the stages that read across a face (half-way, moving and
 interpolated walls, forces, stream) run on the extended block, and streaming crops it back.
 Each boundary condition gives its block form (:func:`block_forms`, its
 :meth:`~lbm.boundaries.base.BoundaryCondition.on_mesh`): face conditions act only on the edge blocks,

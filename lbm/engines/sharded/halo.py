@@ -1,7 +1,7 @@
 """The halo: what the blocks of a device mesh exchange (``ppermute`` inside ``shard_map``), in one place.
 
 :func:`extend` gives a block a ghost layer on every shared face: the populations that enter through it
-(the dense block forms' ``halo`` stage) or whole planes of a field (rho, u for a parabolic wall);
+(the dense block forms' ``halo`` stage) or whole planes of a field (drho, u for a parabolic wall);
 :func:`return_wrapped` sends back the populations a block's periodic push step wrapped around a shared face
 (the per-block plan); :func:`ghost_owners` and :func:`send_to` say which block owns a ghost cell and where a
 block's cells go. Mesh axes of size 1 need no ghost layer (the block's own periodic wrap is the grid's).

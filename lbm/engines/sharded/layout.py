@@ -138,13 +138,13 @@ class Layout:
 
 
 STATE_SPECS = ("f", "u", "feq", "collided", "post")
-"""StepState arrays shaped ``(Q or D, *grid)``; ``rho`` is ``(*grid)``; ``t`` and ``force`` are replicated."""
+"""StepState arrays shaped ``(Q or D, *grid)``; ``drho`` is ``(*grid)``; ``t`` and ``force`` are replicated."""
 
 
 def state_specs(ndim: int) -> StepState:
     """PartitionSpecs of a StepState on the mesh (a prefix of any StepState)."""
     g = parallel.grid_spec(ndim)
-    return StepState(f=g, t=P(), rho=parallel.grid_spec(ndim, 0), u=g, feq=g, collided=g, post=g, force=P())
+    return StepState(f=g, t=P(), drho=parallel.grid_spec(ndim, 0), u=g, feq=g, collided=g, post=g, force=P())
 
 
 def param_specs(params: Any) -> Any:
