@@ -9,8 +9,8 @@ of it (lbm.diff.profile) thus shows each stage's adjoint as its own executable. 
 policies are those of lbm.diff.checkpointing, run in Python: for ``every`` and ``sqrt`` the first pass
 runs the plain stages and keeps each segment's starting populations, and the backward pass re-runs
 each segment with residuals (annotated ``collide (recompute)``) and pulls back through it; ``binomial``
-follows the same schedule of actions as the fused run (lbm.diff.checkpointing.binomial_schedule), each
-step it pulls back through re-run with residuals. It gives the fused run's derivative
+follows the same schedule of actions as the fused run (lbm.diff.checkpointing.binomial_schedule), every
+step it re-runs annotated ``collide (recompute)``. It gives the fused run's derivative
 (tests/test_gradient_tools.py).
 """
 
@@ -169,8 +169,8 @@ class InstrumentedGradient:
         slots = {0: (0, f0)}
         for source, count, target, adjoint in self.schedule.tolist():
             t, f = slots[source]
-            for k in range(count):
-                f = self.step(f, t + k, params, "plain")[0].f
+            for k in range(count):  # recomputed (its residuals unused): the profile counts it as the recomputation
+                f = self.step(f, t + k, params, "recompute")[0].f
             if adjoint:
                 ct_f, ct_params = self.segment(f, t + count, 1, params, ct_f, ct_force, ct_params)
             else:
