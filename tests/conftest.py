@@ -77,9 +77,27 @@ def trim_cache(directory: Path, limit: int) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Trim the suite's own compilation cache to SUITE_CACHE_LIMIT (the controller, once per session)."""
+    """Trim the suite's own compilation cache (the controller, once per session); keep absl off pytest's capture."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and SUITE_CACHE == SUITE_CACHE_DEFAULT and SUITE_CACHE.is_dir():
         trim_cache(SUITE_CACHE, SUITE_CACHE_LIMIT)
+    keep_absl_off_the_capture()
+
+
+def keep_absl_off_the_capture() -> None:
+    """Point absl's log handler (imported with optax) at the process's real stderr.
+
+    absl's handler takes ``sys.stderr`` when absl is imported: under pytest, a capture file. Hydra's logging set-up
+    (an in-process ``main(["run", ...])``) closes every handler, and absl's ``close`` closes its stream unless it
+    is the current ``sys.stderr``: under ``capsys`` it is not, so pytest's own capture file was closed and every
+    later test on that worker failed with "I/O operation on closed file". ``sys.__stderr__`` is never closed.
+    """
+    import sys
+
+    try:
+        from absl import logging as absl_logging
+    except ImportError:
+        return
+    absl_logging.get_absl_handler().python_handler.setStream(sys.__stderr__)
 
 
 settings.register_profile("lbm", derandomize=True, database=None, print_blob=True)

@@ -125,8 +125,9 @@ def test_native_collisions_with_16bit_storage_follow_the_xla_engine(kind, storag
         f_ref = np.asarray(XlaEngine(setup, storage).advance(setup.initial_populations(), 20)[0])
         f_fast = np.asarray(make_engine(setup, engine="native", storage=storage).advance(
             setup.initial_populations(), 20)[0])
-    # |f - w| < 0.1 here; float16 keeps 11 bits: 20 steps of rounding in different orders
-    bound = 1e-3
+    # |f - w| < 0.01 here; float16 keeps 11 bits: 20 steps of rounding in different orders, measured up to
+    # 1.5e-5 = 1.7e-3 of the largest |f - w| (kbc; 2 float16 spacings there)
+    bound = 4e-3
     np.testing.assert_allclose(f_fast, f_ref, rtol=0, atol=bound * np.abs(f_ref).max())
 
 

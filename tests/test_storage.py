@@ -118,7 +118,7 @@ def crafted_walls(n_outer: int, n_inner: int, src: np.ndarray, dst: np.ndarray, 
 
 
 @pytest.mark.native
-@pytest.mark.parametrize("storage", [pytest.param("float16", marks=pytest.mark.slow), "bfloat16"])  # one kernel fast
+@pytest.mark.parametrize("storage", DTYPES)
 def test_native_kernel_conversions_are_exact_on_every_pattern(storage: str) -> None:
     """The kernel's own conversions, through its half-way wall copy ``ST(a[d], LD(a[s]) + add)`` (every cell
     skipped, so the step does nothing else), against numpy / ml_dtypes:

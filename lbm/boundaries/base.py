@@ -188,6 +188,11 @@ class BoundaryCondition:
         """The same rule on the cells of ``block`` (which holds this condition's footprint)."""
         raise NotImplementedError
 
+    def label(self) -> str:
+        """The condition's name in messages: its class, and its ``kind`` where it has one."""
+        kind = self.__dict__.get("kind")
+        return f"{type(self).__name__}, kind {kind}" if isinstance(kind, str) else type(self).__name__
+
     def bulk_rule(self) -> BulkRule | None:
         """What a bulk kernel needs to apply this condition itself; None: it runs on the boundary-cell block."""
         return None

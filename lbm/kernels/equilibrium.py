@@ -26,9 +26,8 @@ def velocity_dot(c_i: tuple[int, ...], u: jnp.ndarray) -> jnp.ndarray:
     return sum(terms[1:], terms[0])
 
 
-def equilibrium(drho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
-    """Equilibrium deviations f_eq_i - w_i = w_i (δρ + ρ (3 cu + 9/2 cu^2 - 3/2 u^2)), ρ = 1 + δρ; ``(Q, *grid)``."""
-    usq = jnp.sum(u * u, axis=0)
+def equilibrium_terms(drho: Any, u: Any, usq: Any, lattice: Lattice) -> list[Any]:
+    """f_eq_i - w_i = w_i (δρ + ρ (3 cu + 9/2 cu^2 - 3/2 u^2)), ρ = 1 + δρ, one array per direction (``usq`` = u.u)."""
     base = -1.5 * usq
     rho = 1.0 + drho
     feq = []
@@ -39,7 +38,12 @@ def equilibrium(drho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> jnp.ndar
             feq.append(w * (drho + rho * (base + cu * (3.0 + 4.5 * cu))))
         else:
             feq.append(w * (drho + rho * base))
-    return jnp.stack(feq)
+    return feq
+
+
+def equilibrium(drho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """Equilibrium deviations f_eq_i - w_i = w_i (δρ + ρ (3 cu + 9/2 cu^2 - 3/2 u^2)), ρ = 1 + δρ; ``(Q, *grid)``."""
+    return jnp.stack(equilibrium_terms(drho, u, jnp.sum(u * u, axis=0), lattice))
 
 
 def rest(lattice: Lattice, dtype: Any, ndim: int) -> np.ndarray:

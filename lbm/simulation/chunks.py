@@ -90,8 +90,7 @@ def likely_cause(setup: Setup, cell: tuple[int, ...] = ()) -> str:
     for bc in setup.boundaries:
         fp = bc.footprint(setup.shape, setup.lattice)
         if flat in fp.face or flat in fp.cells:
-            kind = getattr(bc, "kind", None)
-            names.append(f"{bc.stage} ({type(bc).__name__}{f', kind {kind}' if isinstance(kind, str) else ''})")
+            names.append(f"{bc.stage} ({bc.label()})")
     if not names:
         return cause
     return (f"the cell lies on the boundary condition {' and '.join(names)}, the likely cause: try collision=trt or "

@@ -24,25 +24,14 @@ import numpy as np
 
 from lbm.kernels.collision import Collision, collide
 from lbm.kernels.directions import Directions
-from lbm.kernels.equilibrium import velocity_dot
+from lbm.kernels.equilibrium import equilibrium_terms
 from lbm.kernels.macroscopic import momentum
 from lbm.lattice import Lattice
 
 
 def equilibrium_directions(drho: Any, u: Sequence[Any], lattice: Lattice) -> Directions:
     """f_eq_i - w_i = w_i (δρ + ρ (3 cu + 9/2 cu^2 - 3/2 u^2)) per direction, as lbm.kernels.equilibrium.equilibrium."""
-    usq = sum((v * v for v in u[1:]), u[0] * u[0])
-    base = -1.5 * usq
-    rho = 1.0 + drho
-    feq = []
-    for i in range(lattice.q):
-        w = float(lattice.w[i])
-        if lattice.c[i].any():
-            cu = velocity_dot(tuple(lattice.c[i].tolist()), u)
-            feq.append(w * (drho + rho * (base + cu * (3.0 + 4.5 * cu))))
-        else:
-            feq.append(w * (drho + rho * base))
-    return Directions(feq)
+    return Directions(equilibrium_terms(drho, u, sum((v * v for v in u[1:]), u[0] * u[0]), lattice))
 
 
 def collide_cell(f: Sequence[Any], lattice: Lattice, omega_plus: float, omega_minus: float,
