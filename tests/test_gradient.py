@@ -1,15 +1,18 @@
 """lbm.value_and_grad against central finite differences of lbm.run, in float64, on small grids (lbm.diff)."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import lbm
+from lbm.bench.gradient_study import planned_bytes
 from lbm.boundaries.interpolated import InterpolatedBounceBack
-from lbm.diff import finite_difference
-from lbm.diff.api import prepare_gradient
-from lbm.diff.checkpointing import repeat, segment_lengths
+from lbm.diff import api, finite_difference
+from lbm.diff.api import gradient_function, prepare_gradient
+from lbm.diff.checkpointing import binomial_schedule, segment_length
 from lbm.diff.geometry import moved_circle
 from lbm.diff.run import differentiable_run
 from lbm.errors import LbmError
@@ -62,31 +65,61 @@ def test_cylinder_shape_gradient_of_drag_equals_finite_differences():
 
 
 @pytest.mark.slow
-def test_checkpoint_policies_give_the_same_gradient():
+def test_checkpoint_policies_give_the_gradient_of_the_kernels():
     param = prepare_gradient(["case=cavity", "grid.nx=6", "grid.ny=6", "steps=11", *F64], ["flow.u_lattice"])
 
-    def grad(policy: str, every: int | None = None) -> float:
+    def grad(policy: str, forward_mode: bool = False, **options) -> float:
         def ke(u: jnp.ndarray) -> jnp.ndarray:
-            out = differentiable_run(param, {"flow.u_lattice": u}, 11, policy, every)
+            out = differentiable_run(param, {"flow.u_lattice": u}, 11, policy, forward_mode=forward_mode, **options)
             return jnp.sum(out["rho"] * jnp.sum(out["u"] ** 2, axis=0))
         return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
 
-    reference = grad("none")
-    for policy, every in (("every", 4), ("sqrt", None), ("binomial", None)):
-        assert grad(policy, every) == pytest.approx(reference, rel=1e-12), policy
+    reference = grad("none", forward_mode=True)  # jax's differentiation of the kernels' own stages
+    for policy, options in (("none", {}), ("every", {"every": 4}), ("sqrt", {}), ("binomial", {"snapshots": 3}),
+                            ("binomial", {"snapshots": 1})):
+        assert grad(policy, **options) == pytest.approx(reference, rel=1e-12), (policy, options)
 
 
-def test_segment_lengths_and_nested_repeat():
-    assert segment_lengths("none", 100) == ()
-    assert segment_lengths("every", 100, every=8) == (8,)
-    assert segment_lengths("sqrt", 10000) == (100,)
-    assert segment_lengths("binomial", 1000) == (100, 10)
-    for lengths in ((), (4,), (9, 3), (100, 10)):
-        assert int(repeat(lambda c: c + 1, jnp.asarray(0), 1003, lengths)) == 1003
+def test_segment_length_and_the_binomial_schedule():
+    assert segment_length("none", 100) == 1
+    assert segment_length("every", 100, every=8) == 8
+    assert segment_length("sqrt", 10000) == 100
     with pytest.raises(LbmError, match="every=k"):
-        segment_lengths("every", 10)
+        segment_length("every", 10)
     with pytest.raises(LbmError, match="choose one of"):
-        segment_lengths("revolve", 10)
+        segment_length("revolve", 10)
+    with pytest.raises(LbmError, match="snapshots=s"):
+        segment_length("binomial", 10, snapshots=0)
+    for steps, snapshots in ((1, 1), (9, 1), (50, 3), (1000, 8)):
+        slots, expected, advanced = {0: 0}, steps - 1, 0  # slot -> the step index of the state it holds
+        for source, count, target, adjoint in binomial_schedule(steps, snapshots).tolist():
+            state = slots[source] + count
+            advanced += count
+            if adjoint:
+                assert state == expected  # each step pulled back once, last first, from its own state
+                expected -= 1
+            else:
+                assert 0 < target < snapshots
+                slots[target] = state
+        assert expected == -1
+        repetitions = next(r for r in range(steps + 1) if math.comb(snapshots + r, snapshots) >= steps)
+        assert advanced <= repetitions * steps
+
+
+@pytest.mark.slow
+def test_the_gradient_keeps_no_per_direction_transposes_and_binomial_memory_does_not_grow():
+    def program(steps: int, policy: str) -> str:
+        param = prepare_gradient(["case=cavity", "grid.nx=8", "grid.ny=8", f"steps={steps}", "flow.reynolds=10"],
+                                 ["flow.u_lattice"])
+        fn = gradient_function(param, ["flow.u_lattice"], "kinetic_energy", policy, snapshots=4)
+        return fn.lower({"flow.u_lattice": jnp.asarray(0.1, jnp.float32)}).compile()
+
+    short, long = program(16, "binomial"), program(256, "binomial")
+    # the transpose of a slice f[i] of the stacked populations is a pad of the whole array: O(Q^2) work per cell,
+    # what made reverse mode through the kernels slow; the hand-written adjoints have none inside the loops
+    assert not [line for line in long.as_text().splitlines() if " pad(" in line and "/while/" in line]
+    grown = planned_bytes(long) - planned_bytes(short)
+    assert grown <= 16 * (len(binomial_schedule(256, 4)) - len(binomial_schedule(16, 4)))  # the schedule's table
 
 
 def test_moved_circle_at_its_own_centre_and_radius_is_the_numpy_wall():
@@ -112,3 +145,17 @@ def test_refusals_are_one_line_errors():
         lbm.value_and_grad(CAVITY, ["flow.reynolds"], "drag")
     with pytest.raises(LbmError, match="collision.smagorinsky=0.1: the Smagorinsky rate has no finite derivative"):
         lbm.value_and_grad(CAVITY + ["collision=mrt", "collision.smagorinsky=0.1"], ["flow.reynolds"], "kinetic_energy")
+
+
+def test_the_checkpointing_policy_comes_from_the_config_unless_given(monkeypatch):
+    seen = []
+    real = api.differentiable_run
+    monkeypatch.setattr(api, "differentiable_run", lambda *a: seen.append(a[3:]) or real(*a))
+    overrides = [*CAVITY, "gradient.checkpoint=binomial", "gradient.snapshots=3"]
+    param = prepare_gradient(overrides, ["flow.u_lattice"])
+    values = {"flow.u_lattice": jnp.asarray(0.1)}
+    gradient_function(param, ["flow.u_lattice"], "kinetic_energy").lower(values)  # traced, not compiled
+    gradient_function(param, ["flow.u_lattice"], "kinetic_energy", "every", every=2).lower(values)
+    assert seen == [("binomial", None, None, 3), ("every", 2, None, 3)]
+    with pytest.raises(LbmError, match="gradient.every=null is invalid"):
+        lbm.value_and_grad([*overrides, "gradient.checkpoint=every"], ["flow.u_lattice"], "kinetic_energy")

@@ -10,7 +10,7 @@ from lbm.errors import LbmError
 
 
 @pytest.mark.parametrize("args", [["grid=8"], ["timing_grid=x"], ["timing_policy=revolve"], ["records=maybe"],
-                                  ["policies=[sqrt,revolve]"]])
+                                  ["policies=[sqrt,revolve]"], ["snapshots=0"]])
 def test_bad_arguments_are_refused(args):
     with pytest.raises(LbmError):
         parse(args)
@@ -27,14 +27,17 @@ def test_bad_argument_is_one_line_and_writes_nothing(capsys, tmp_path):
 def test_tiny_study_writes_timing_and_memory_that_checkpointing_bounds(tmp_path):
     out = tmp_path / "study"
     assert main(["study", "gradient", "records=false", "timing_grid=8", "timing_steps=10", "memory_grid=8",
-                 "memory_steps=[16,256]", "policies=[none,sqrt]", "repeats=1", "--out", str(out)]) == 0
+                 "memory_steps=[16,256]", "policies=[none,sqrt,binomial]", "snapshots=[4]", "repeats=1", "--out",
+                 str(out)]) == 0
     record = json.loads((out / "gradient.json").read_text())
     assert (out / "gradient.png").stat().st_size > 0
     t = record["timing"]
     assert t["forward_s"] > 0 and t["ratio"] == pytest.approx(t["value_and_grad_s"] / t["forward_s"])
     mem = {(r["policy"], r["steps"]): r for r in record["memory"]}
-    assert set(mem) == {(p, s) for p in ("none", "sqrt") for s in (16, 256)}
-    growth = {p: mem[(p, 256)]["gradient_bytes"] / mem[(p, 16)]["gradient_bytes"] for p in ("none", "sqrt")}
-    assert growth["none"] > 8  # every step's values kept: grows with the steps (16x more steps)
+    assert set(mem) == {(p, s) for p in ("none", "sqrt", "binomial") for s in (16, 256)}
+    growth = {p: mem[(p, 256)]["gradient_bytes"] / mem[(p, 16)]["gradient_bytes"] for p in ("none", "sqrt", "binomial")}
+    assert growth["none"] > 8  # every step's state kept: grows with the steps (16x more steps)
     assert growth["sqrt"] < growth["none"] / 2
+    assert growth["binomial"] < 1.1  # four states kept, whatever the steps
+    assert t["cpu_ratio"] == pytest.approx(t["value_and_grad_cpu_s"] / t["forward_cpu_s"])
     assert mem[("none", 256)]["forward_bytes"] == mem[("none", 16)]["forward_bytes"]  # the forward chunk does not grow

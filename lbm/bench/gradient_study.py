@@ -6,14 +6,16 @@ Three measurements of lbm.value_and_grad (lbm.diff), in one process:
   poiseuille: the body force through flow.u_lattice; cylinder with interpolated walls: radius and centre,
   objective the mean drag), with the float32 gradient's error against the float64 one;
 - ``timing``: value-and-gradient against the forward run of the xla engine, cavity D2Q9 ``timing_grid``²,
-  ``timing_steps`` steps, float32, checkpoint ``timing_policy``; ``forward_auto_s`` is the forward run of
-  the engine ``engine=auto`` picks (native on a CPU with a compiler);
+  ``timing_steps`` steps, float32, checkpoint ``timing_policy``, the two compiled programs called in turn
+  ``repeats`` times (wall clock and the process's CPU time, medians; the load average before and after);
+  ``forward_auto_s`` is the forward run of the engine ``engine=auto`` picks (native on a CPU with a compiler);
 - ``memory``: the peak memory XLA plans for the compiled forward chunk and gradient program
   (memory_analysis: arguments + outputs - aliased + temporaries) per checkpointing policy at each of
-  ``memory_steps``, cavity ``memory_grid``², float32.
+  ``memory_steps``, cavity ``memory_grid``², float32 (``every``: k = steps / 10; ``binomial``: once per count in
+  ``snapshots``; a binomial timing uses the first).
 
 Options (defaults): timing_grid=256 timing_steps=1000 timing_policy=sqrt memory_grid=32
-memory_steps=[1000,10000] policies=[none,every,sqrt,binomial] repeats=3 records=true;
+memory_steps=[1000,10000] policies=[none,every,sqrt,binomial] snapshots=[8] repeats=3 records=true;
 ``--out DIR`` (default outputs/studies/gradient/<date>/<time>).
 """
 
@@ -27,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lbm.config.run import GRADIENT_CHECKPOINTS
 from lbm.errors import LbmError
 
 CYLINDER = ["case=cylinder", "grid.nx=40", "grid.ny=20", "steps=100", "flow.reynolds=5", "case.radius=3.3",
@@ -44,9 +47,9 @@ RECORDS: list[tuple[str, list[str], str, str, dict[str, Any]]] = [
     ("cylinder", CYLINDER, "case.center.x", "drag", {"window": 50, "points": 4, "step": 3e-3}),
 ]
 """(case, overrides, key, objective, finite-difference options) of the agreement records."""
-POLICIES = ("none", "every", "sqrt", "binomial")
+POLICIES = GRADIENT_CHECKPOINTS
 DEFAULTS = {"timing_grid": 256, "timing_steps": 1000, "timing_policy": "sqrt", "memory_grid": 32,
-            "memory_steps": [1000, 10000], "policies": list(POLICIES), "repeats": 3, "records": True}
+            "memory_steps": [1000, 10000], "policies": list(POLICIES), "snapshots": [8], "repeats": 3, "records": True}
 
 
 def parse(args: list[str]) -> tuple[dict[str, Any], str | None]:
@@ -60,8 +63,10 @@ def parse(args: list[str]) -> tuple[dict[str, Any], str | None]:
         if not sep or key not in DEFAULTS:
             raise LbmError(f"{a}: study gradient takes {', '.join(f'{k}=' for k in DEFAULTS)} and --out DIR")
         try:
-            if key == "memory_steps":
+            if key in ("memory_steps", "snapshots"):
                 value: Any = [int(v) for v in text.strip("[]() ").split(",") if v.strip()]
+                if not value or min(value) < 1:
+                    raise ValueError
             elif key == "policies":
                 value = [v.strip() for v in text.strip("[]() ").split(",") if v.strip()]
                 if not value or set(value) - set(POLICIES):
@@ -107,7 +112,7 @@ def cavity(grid: int, steps: int, precision: str = "float32") -> list[str]:
             f"precision={precision}", "engine=xla"]
 
 
-def programs(grid: int, steps: int, policy: str) -> tuple[Any, Any, Any, Any, Any]:
+def programs(grid: int, steps: int, policy: str, snapshots: int = 8) -> tuple[Any, Any, Any, Any, Any]:
     """(compiled forward chunk, its input, compiled value-and-grad, its input, the parameterisation)."""
     import jax.numpy as jnp
 
@@ -120,49 +125,64 @@ def programs(grid: int, steps: int, policy: str) -> tuple[Any, Any, Any, Any, An
     f0 = param.setup.initial_populations()
     forward = engine.chunk_function(steps).lower(f0, engine.params, step_index(0)).compile()
     every = max(1, steps // 10) if policy == "every" else None
-    fn = gradient_function(param, ["flow.u_lattice"], "kinetic_energy", policy, every)
+    fn = gradient_function(param, ["flow.u_lattice"], "kinetic_energy", policy, every, snapshots=snapshots)
     values = {"flow.u_lattice": jnp.asarray(param.base["flow.u_lattice"], jnp.float32)}
     return forward, (f0, engine, step_index(0)), fn.lower(values).compile(), values, param
 
 
-def best_time(call: Any, repeats: int) -> float:
-    """Median wall time of ``call()`` (which blocks until its result is ready) over ``repeats`` calls, in s."""
-    times = []
+def clocks(call: Any) -> tuple[float, float]:
+    """Wall and process CPU seconds of ``call()`` (which blocks until its result is ready)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    call()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def interleaved(calls: dict[str, Any], repeats: int) -> dict[str, tuple[float, float]]:
+    """Median (wall s, CPU s) of each call, the calls made in turn ``repeats`` times (a load change hits them all)."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in calls}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, call in calls.items():
+            times[name].append(clocks(call))
+    return {name: (statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts))
+            for name, ts in times.items()}
 
 
-def timing(grid: int, steps: int, policy: str, repeats: int) -> dict[str, Any]:
-    """Forward (xla engine, and the auto engine) and value-and-grad wall times, measured here one after another."""
+def timing(grid: int, steps: int, policy: str, repeats: int, snapshots: int = 8) -> dict[str, Any]:
+    """Forward (xla engine, and the auto engine) and value-and-grad wall times, measured in turn in this process."""
     import jax
     import jax.numpy as jnp
 
     from lbm.engines import make_engine
 
-    forward, (f0, engine, t0), grad, values, param = programs(grid, steps, policy)
-    forward_s = best_time(lambda: jax.block_until_ready(forward(jnp.array(f0), engine.params, t0)), repeats)
-    vg_s = best_time(lambda: jax.block_until_ready(grad(values)), repeats)
+    forward, (f0, engine, t0), grad, values, param = programs(grid, steps, policy, snapshots)
     auto = make_engine(param.setup, engine="auto")
     auto.compile(f0, steps)
-    auto_s = best_time(lambda: jax.block_until_ready(auto.advance(jnp.array(f0), steps)[0]), repeats)
+    load = list(os.getloadavg())
+    median = interleaved({
+        "forward": lambda: jax.block_until_ready(forward(jnp.array(f0), engine.params, t0)),
+        "value_and_grad": lambda: jax.block_until_ready(grad(values)),
+        "auto": lambda: jax.block_until_ready(auto.advance(jnp.array(f0), steps)[0])}, repeats)
+    (forward_s, forward_cpu), (vg_s, vg_cpu), (auto_s, _) = median["forward"], median["value_and_grad"], median["auto"]
     return {"case": "cavity", "lattice": "d2q9", "grid": [grid, grid], "steps": steps, "precision": "float32",
             "policy": policy, "parameter": "flow.u_lattice", "objective": "kinetic_energy",
             "forward_s": forward_s, "value_and_grad_s": vg_s, "ratio": vg_s / forward_s,
+            "forward_cpu_s": forward_cpu, "value_and_grad_cpu_s": vg_cpu, "cpu_ratio": vg_cpu / forward_cpu,
             "forward_auto_engine": auto.name, "forward_auto_s": auto_s, "ratio_to_auto": vg_s / auto_s,
-            "repeats": repeats, "clock": "host wall clock, median of repeats, compiled programs, inputs on the device",
+            "repeats": repeats, "load_average_before": load, "load_average_after": list(os.getloadavg()),
+            "clock": "host wall clock and process CPU time, medians of repeats made in turn, compiled programs",
             "mlups_forward": grid * grid * steps / forward_s / 1e6}
 
 
-def memory(grid: int, steps_list: list[int], policies: list[str]) -> list[dict[str, Any]]:
-    """Planned peak bytes of the forward chunk and of the gradient program per policy and step count."""
+def memory(grid: int, steps_list: list[int], policies: list[str], snapshots: list[int]) -> list[dict[str, Any]]:
+    """Planned peak bytes of the forward chunk and of the gradient program per policy (and snapshot count) and step
+    count."""
     rows = []
+    runs = [(p, s) for p in policies for s in (snapshots if p == "binomial" else [snapshots[0]])]
     for steps in steps_list:
-        for policy in policies:
-            forward, _, grad, _, param = programs(grid, steps, policy)
+        for policy, count in runs:
+            forward, _, grad, _, param = programs(grid, steps, policy, count)
             rows.append({"policy": policy, "steps": steps, "grid": [grid, grid], "precision": "float32",
+                         "snapshots": count if policy == "binomial" else None,
                          "forward_bytes": planned_bytes(forward), "gradient_bytes": planned_bytes(grad),
                          "population_bytes": int(param.setup.initial_populations().nbytes)})
             rows[-1]["ratio"] = rows[-1]["gradient_bytes"] / rows[-1]["forward_bytes"]
@@ -178,10 +198,9 @@ def plot(record: dict[str, Any], path: Path) -> None:
 
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
     rows = record["memory"]
-    for policy in POLICIES:
-        pts = sorted((r["steps"], r["gradient_bytes"]) for r in rows if r["policy"] == policy)
-        if pts:
-            ax0.loglog(*zip(*pts, strict=True), "o-", label=f"gradient, {policy}")
+    for policy, count in sorted({(r["policy"], r.get("snapshots")) for r in rows}, key=lambda pc: (pc[0], pc[1] or 0)):
+        pts = sorted((r["steps"], r["gradient_bytes"]) for r in rows if (r["policy"], r.get("snapshots")) == (policy, count))
+        ax0.loglog(*zip(*pts, strict=True), "o-", label=f"gradient, {policy}" + (f" s={count}" if count else ""))
     fwd = sorted({(r["steps"], r["forward_bytes"]) for r in rows})
     if fwd:
         ax0.loglog(*zip(*fwd, strict=True), "k--", label="forward")
@@ -215,8 +234,9 @@ def main(args: list[str]) -> int:
     records = [agreement(*r) for r in RECORDS] if opts["records"] else []
     record = {"environment": environment(), "load_average": list(os.getloadavg()), "options": opts,
               "records": records,
-              "timing": timing(opts["timing_grid"], opts["timing_steps"], opts["timing_policy"], opts["repeats"]),
-              "memory": memory(opts["memory_grid"], opts["memory_steps"], opts["policies"]),
+              "timing": timing(opts["timing_grid"], opts["timing_steps"], opts["timing_policy"], opts["repeats"],
+                               opts["snapshots"][0]),
+              "memory": memory(opts["memory_grid"], opts["memory_steps"], opts["policies"], opts["snapshots"]),
               "memory_source": "XLA memory_analysis of the compiled programs: arguments + outputs - aliased + "
                                "temporaries (planned, before running)"}
     record["load_average_after"] = list(os.getloadavg())
@@ -224,6 +244,8 @@ def main(args: list[str]) -> int:
     (out / "gradient.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     plot(record, out / "gradient.png")
     t = record["timing"]
-    print(f"value_and_grad {t['value_and_grad_s']:.3f} s over forward {t['forward_s']:.3f} s: ratio {t['ratio']:.2f} "
-          f"({t['grid'][0]}^2, {t['steps']} steps); wrote {out / 'gradient.json'} and gradient.png")
+    print(f"value_and_grad {t['value_and_grad_s']:.3f} s over forward (xla engine) {t['forward_s']:.3f} s: ratio "
+          f"{t['ratio']:.2f} (CPU time {t['cpu_ratio']:.2f}; {t['grid'][0]}^2, {t['steps']} steps, {t['policy']}; "
+          f"load average {t['load_average_before'][0]:.1f} -> {t['load_average_after'][0]:.1f}); "
+          f"wrote {out / 'gradient.json'} and gradient.png")
     return 0

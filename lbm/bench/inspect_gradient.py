@@ -2,8 +2,9 @@
 
 Beside the forward chunk that ``inspect`` always compiles, ``gradient=true`` compiles the program of
 ``lbm.value_and_grad`` (lbm.diff) for the same run: ``gradient.wrt`` (config keys, comma-separated;
-default the case's first key), ``gradient.objective`` (default ``kinetic_energy``) and
-``gradient.checkpoint`` (default ``sqrt``), over the run's ``steps``. A gradient program has several
+default the case's first key) and ``gradient.objective`` (default ``kinetic_energy``), over the run's
+``steps``, checkpointed as the run's config says (``gradient.checkpoint``, ``.every``, ``.snapshots``: run
+overrides like any other, default ``sqrt``). A gradient program has several
 loops (the forward pass, and the backward pass with the recomputed segments inside it), so every kernel
 of the whole program counts, times the iterations of the loops around it (lbm.hlo.program_traffic).
 ``gradient`` in inspect.json holds its kernels per step and bytes per cell and step (the traffic model
@@ -19,8 +20,8 @@ from typing import Any
 from lbm.errors import LbmError
 
 GRADIENT_HLO_FILE = "gradient.hlo.txt"
-OPTIONS = ("gradient", "gradient.wrt", "gradient.objective", "gradient.checkpoint")
-"""The command-line keys of the gradient program (not run overrides)."""
+OPTIONS = ("gradient", "gradient.wrt", "gradient.objective")
+"""The command-line keys of the gradient program (not run overrides; the config's ``gradient`` section is one)."""
 
 
 def gradient_options(args: list[str]) -> tuple[dict[str, str] | None, list[str]]:
@@ -58,7 +59,7 @@ def gradient_program(overrides: list[str], options: dict[str, str]) -> tuple[Any
     if param.case.run.mode != "fused":
         raise LbmError("gradient=true inspects the fused gradient program: set mode=fused")
     objective = options.get("gradient.objective", "kinetic_energy")
-    fn = gradient_function(param, wrt, objective, options.get("gradient.checkpoint", "sqrt"))
+    fn = gradient_function(param, wrt, objective)
     values = {k: jax.ShapeDtypeStruct((), param.setup.dtype) for k in wrt}
     return fn, values, param, wrt
 
@@ -91,7 +92,7 @@ def gradient_record(text: str, param: Any, wrt: list[str], forward_bytes: float,
             passes[kind] += b / len(kinds)
     return {
         "wrt": list(wrt), "objective": options.get("gradient.objective", "kinetic_energy"),
-        "checkpoint": options.get("gradient.checkpoint", "sqrt"), "steps": steps, "hlo_file": GRADIENT_HLO_FILE,
+        "checkpoint": param.case.run.gradient.checkpoint, "steps": steps, "hlo_file": GRADIENT_HLO_FILE,
         "kernels_per_step": sum(runs.values()) / steps, "bytes_per_cell_step": total,
         "forward_bytes_per_cell_step": forward_bytes,
         "ratio_to_forward": total / forward_bytes if forward_bytes else None,

@@ -26,7 +26,17 @@ from lbm.config.checks import (
     group_options,
 )
 from lbm.config.schema import RunSchema
-from lbm.config.sections import Checkpoint, Collision, CollisionKind, Flow, Grid, Output, Parallel, Profile
+from lbm.config.sections import (
+    Checkpoint,
+    Collision,
+    CollisionKind,
+    Flow,
+    Gradient,
+    Grid,
+    Output,
+    Parallel,
+    Profile,
+)
 from lbm.errors import ConfigError
 from lbm.lattice import CS2, LATTICES
 
@@ -62,8 +72,8 @@ def single_device_refusal(engine: str) -> str | None:
 class RunConfig:
     """Everything a run needs, validated; derived physics lives in the case setup.
 
-    The sections (``case_params``, ``collision_params``, ``flow``, ``output``, ``checkpoint``, ``parallel``,
-    ``profile``) are the classes of the Hydra schema with every value checked (``case`` and ``collision``: their
+    The sections (``case_params``, ``collision_params``, ``flow``, ``output``, ``checkpoint``, ``gradient``,
+    ``parallel``, ``profile``) are the classes of the Hydra schema with every value checked (``case`` and ``collision``: their
     names); the lattice's name, the grid's shape and the mesh the run uses are plain values, and ``source`` is the
     typed config as composed.
     """
@@ -83,6 +93,7 @@ class RunConfig:
     steps_per_dispatch: int
     output: Output
     checkpoint: Checkpoint
+    gradient: Gradient
     parallel: Parallel
     """As configured (``parallel.devices`` -1: every device; ``parallel.mesh`` null: all along x)."""
     profile: Profile
@@ -166,13 +177,15 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     flow = validate_flow(tree.flow)
     output = validate_output(tree.output, steps)
     checkpoint = validate_checkpoint(tree.checkpoint, steps)
+    gradient = validate_gradient(tree.gradient)
     spd = check_int("steps_per_dispatch", tree.steps_per_dispatch, 0)
     mesh, par = validate_parallel(tree.parallel, grid, engine)
     profile = validate_profile(tree.profile)
     return RunConfig(
         case_params=tree.case, lattice=lattice, collision_params=collision, mode=mode, engine=engine,
         precision=precision, steps=steps, steps_auto=steps is None, grid=grid, flow=flow, steps_per_dispatch=spd,
-        output=output, checkpoint=checkpoint, parallel=par, profile=profile, mesh_shape=mesh, source=tree,
+        output=output, checkpoint=checkpoint, gradient=gradient, parallel=par, profile=profile, mesh_shape=mesh,
+        source=tree,
     )
 
 
@@ -267,6 +280,21 @@ def validate_checkpoint(section: Checkpoint, steps: int | None) -> Checkpoint:
         if not Path(resume).expanduser().exists():
             raise ConfigError("checkpoint.resume", resume, "an existing run directory or checkpoint file")
     return Checkpoint(every=every, keep=keep, resume=resume)
+
+
+GRADIENT_CHECKPOINTS = ("none", "every", "sqrt", "binomial")
+"""The checkpointing policies of a differentiable run (lbm.diff.checkpointing)."""
+
+
+def validate_gradient(section: Gradient) -> Gradient:
+    """The ``gradient`` section: the checkpointing policy, its ``every`` (k steps, for every) and ``snapshots``."""
+    checkpoint = check_choice("gradient.checkpoint", section.checkpoint, GRADIENT_CHECKPOINTS)
+    every = None if section.every is None else check_int("gradient.every", section.every, 1)
+    if checkpoint == "every" and every is None:
+        raise ConfigError("gradient.every", None, "an integer >= 1 with gradient.checkpoint=every (steps between "
+                                                  "kept states)")
+    snapshots = check_int("gradient.snapshots", section.snapshots, 1)
+    return Gradient(checkpoint=checkpoint, every=every, snapshots=snapshots)
 
 
 PARTITIONERS = ("shard_map", "gspmd")

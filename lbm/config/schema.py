@@ -29,6 +29,7 @@ from lbm.config.sections import (
     Checkpoint,
     CollisionKind,
     Flow,
+    Gradient,
     Grid,
     Lattice,
     Output,
@@ -59,6 +60,7 @@ class RunSchema:
     flow: Flow = dataclasses.field(default_factory=Flow)
     output: Output = dataclasses.field(default_factory=Output)
     checkpoint: Checkpoint = dataclasses.field(default_factory=Checkpoint)
+    gradient: Gradient = dataclasses.field(default_factory=Gradient)
     parallel: Parallel = dataclasses.field(default_factory=Parallel)
     profile: Profile = dataclasses.field(default_factory=Profile)
 

@@ -78,6 +78,15 @@ class Checkpoint(Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class Gradient(Section):
+    """The checkpointing policy of a differentiable run (``lbm.value_and_grad``; lbm.diff.checkpointing)."""
+
+    checkpoint: str = MISSING
+    every: int | None = MISSING
+    snapshots: int = MISSING
+
+
+@dataclasses.dataclass(frozen=True)
 class Parallel(Section):
     """Devices a run uses, how the grid is split over them, and the processes of a multi-host run."""
 

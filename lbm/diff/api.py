@@ -82,44 +82,49 @@ def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameteri
     return param if mesh is None else on_mesh(param, mesh)
 
 
-def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Objective, checkpoint: str = "sqrt",
-                      every: int | None = None, window: int | None = None, levels: int = 3) -> Any:
+def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Objective, checkpoint: str | None = None,
+                      every: int | None = None, window: int | None = None, snapshots: int | None = None) -> Any:
     """The jitted ``values -> (objective, {key: derivative})`` of a prepared run (values: key -> scalar); in
-    instrumented mode its stage-by-stage form (lbm.diff.instrumented)."""
+    instrumented mode its stage-by-stage form (lbm.diff.instrumented). The checkpointing arguments left None take
+    the run's config (``gradient.checkpoint``, ``.every``, ``.snapshots``)."""
     import jax
 
     steps = param.case.run.steps
+    policy = param.case.run.gradient
+    checkpoint = policy.checkpoint if checkpoint is None else checkpoint
+    every = policy.every if every is None else every
+    snapshots = policy.snapshots if snapshots is None else snapshots
     check(objective, param.case.name)
     if param.case.run.mode == "instrumented":
         from lbm.diff.instrumented import InstrumentedGradient
 
-        return InstrumentedGradient(param, objective, checkpoint, every, window, levels)
+        return InstrumentedGradient(param, objective, checkpoint, every, window, snapshots)
     solid = np.asarray(param.setup.solid, bool)
 
     def value(values: dict[str, Any]) -> Any:
-        out = differentiable_run(param, values, steps, checkpoint, every, window, levels)
+        out = differentiable_run(param, values, steps, checkpoint, every, window, snapshots)
         return evaluate(objective, out, solid)
 
     return jax.jit(jax.value_and_grad(value))
 
 
-def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Objective, checkpoint: str = "sqrt",
-                   every: int | None = None, window: int | None = None, levels: int = 3,
+def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Objective, checkpoint: str | None = None,
+                   every: int | None = None, window: int | None = None, snapshots: int | None = None,
                    profile_dir: str | Path | None = None) -> tuple[float, dict[str, float]]:
     """An objective of the run of ``overrides`` and its derivative by each key of ``wrt`` (in that key's units).
 
     ``objective``: a name the case defines (lbm.diff.objectives) or a callable on the final fields;
-    ``checkpoint``: none | every (with ``every=k``) | sqrt | binomial (``levels``); ``window``: the last
-    steps the drag and lift are averaged over (default: all). With ``profile.enabled=true`` among the
-    overrides, a profile of the gradient by stage and pass is written to ``profile_dir`` (default: a fresh
-    ``outputs/<date>/<time>/profile``; lbm.diff.profile).
+    ``checkpoint``: none | every (with ``every=k``) | sqrt | binomial (``snapshots`` states kept), by default
+    the config's ``gradient.checkpoint`` (sqrt); ``window``: the last steps the drag and lift are averaged over
+    (default: all). With ``profile.enabled=true`` among the overrides, a profile of the gradient by stage and
+    pass is written to ``profile_dir`` (default: a fresh ``outputs/<date>/<time>/profile``; lbm.diff.profile).
     """
     import jax.numpy as jnp
 
     param = prepare_gradient(overrides, wrt)
     check_window(window, param.case.run.steps)
     out_dir = profile_directory(param, profile_dir)
-    fn = gradient_function(param, wrt, objective, checkpoint, every, window, levels)
+    fn = gradient_function(param, wrt, objective, checkpoint, every, window, snapshots)
     values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
     value, grads = fn(values)
     if out_dir is not None:

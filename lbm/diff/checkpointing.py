@@ -1,59 +1,210 @@
 """Checkpointing policies of a differentiable run: which states reverse mode keeps, which it recomputes.
 
-Reverse mode needs every step's intermediate values, in reverse order. ``none`` keeps them all (a
-plain ``lax.scan``: memory grows with the steps). The others split the steps into segments, each a
-``jax.checkpoint`` of an inner scan: the outer scan keeps only the state at the start of each segment,
-and the backward pass recomputes one segment at a time from it.
+Reverse mode needs the state before every step, in reverse order. :func:`run_steps` applies a step
+``n`` times under ``jax.custom_vjp``: the forward pass keeps some states, and the backward pass walks
+the steps in reverse, recomputing the states it did not keep from the nearest kept one and pulling the
+cotangent back through each step with ``jax.vjp`` of that one step (which recomputes the step's own
+intermediate values inside it: nothing per step is kept but the state). The policies:
 
-- ``every``: segments of k steps (``every=k``): N/k states kept, one segment's values at a time;
+- ``none``: every state kept (memory grows with the steps: one state per step), no recomputation;
+- ``every``: the state every k steps (``every=k``): N/k states kept, and one segment's k states at a time
+  recomputed (one extra forward run);
 - ``sqrt``: k = ceil(sqrt N): about 2 sqrt N states, one extra forward run;
-- ``binomial``: the same split applied recursively over ``levels`` (default 3) nested levels, b = ceil(N^(1/L))
-  segments per level: about L b states, L - 1 extra forward runs (the recursive schedule of Griewank's
-  binomial checkpointing in its nested-scan form).
+- ``binomial``: Griewank's binomial checkpointing (revolve): a fixed number of ``snapshots`` states
+  (the first is the initial state), whatever N, each step recomputed at most r times where r is the
+  smallest with C(s + r, s) >= N (:func:`binomial_schedule`; Griewank & Walther 2000, ACM TOMS 26:19).
+
+Every policy gives the same gradient: the adjoint of each step is that of the same step function.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
+from lbm.config.run import GRADIENT_CHECKPOINTS
 from lbm.errors import LbmError
+from lbm.profiling.gradient import RECOMPUTE
 
-POLICIES = ("none", "every", "sqrt", "binomial")
-"""The checkpointing policies (see the module doc)."""
-BINOMIAL_LEVELS = 3
+POLICIES = GRADIENT_CHECKPOINTS
+"""The checkpointing policies (see the module doc; the config key ``gradient.checkpoint``)."""
+SNAPSHOTS = 8
+"""Default number of states ``binomial`` keeps (``gradient.snapshots`` in the config)."""
+
+Step = Callable[[Any, Any], Any]
+"""A step ``(carry, params) -> carry``: what is differentiated, by the carry and by the params (a pytree)."""
 
 
-def segment_lengths(policy: str, steps: int, every: int | None = None, levels: int = BINOMIAL_LEVELS) -> tuple[int, ...]:
-    """Segment lengths, outermost level first (empty: no checkpoints); LbmError for an unknown policy or bad k."""
+def segment_length(policy: str, steps: int, every: int | None = None, snapshots: int | None = None) -> int:
+    """Steps between kept states (``binomial``: 0, its schedule keeps ``snapshots``); LbmError for a bad policy or k."""
     if policy not in POLICIES:
         raise LbmError(f"checkpoint={policy!r}: choose one of {', '.join(POLICIES)}")
     if policy == "none":
-        return ()
+        return 1
     if policy == "every":
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise LbmError(f"checkpoint='every' needs every=k, an integer >= 1 (steps between kept states), not {every!r}")
-        return (every,)
+        return every
     if policy == "sqrt":
-        return (max(1, math.isqrt(steps - 1) + 1 if steps > 1 else 1),)
-    if isinstance(levels, bool) or not isinstance(levels, int) or levels < 2:
-        raise LbmError(f"checkpoint='binomial' needs levels >= 2, not {levels!r}")
-    b = max(2, math.ceil(steps ** (1.0 / levels) - 1e-9))
-    return tuple(b**k for k in range(levels - 1, 0, -1))
+        return max(1, math.isqrt(steps - 1) + 1 if steps > 1 else 1)
+    if isinstance(snapshots, bool) or not isinstance(snapshots, int) or snapshots < 1:
+        raise LbmError(f"checkpoint='binomial' needs snapshots=s, an integer >= 1 (states kept), not {snapshots!r}")
+    return 0
 
 
-def repeat(step: Callable[[Any], Any], carry: Any, n: int, lengths: tuple[int, ...] = ()) -> Any:
-    """``step`` applied ``n`` times to ``carry``, checkpointed over the nested segment ``lengths`` (outermost first)."""
-    if n <= 0:
+def binomial_schedule(steps: int, snapshots: int) -> np.ndarray:
+    """The backward pass of ``binomial`` as actions (A, 4) int32: (source slot, steps to advance, target slot, adjoint).
+
+    Each action takes the state in its source slot and advances it; then, if ``adjoint`` is 1, pulls the
+    cotangent back through the next step from there, else stores the state in the target slot. Slot 0
+    holds the initial state; the reversal of n steps from slot j with c slots (j and the free ones)
+    advances m steps into a free slot, reverses the n - m steps from there with c - 1 slots and then the
+    first m with c, m the smallest that lets the n - m fit within r repetitions (C(c + r, c) >= n).
+    """
+    actions: list[tuple[int, int, int, int]] = []
+
+    def reverse(slot: int, n: int, free: list[int]) -> None:
+        if n == 1 or not free:  # one step, or no slot left: from this slot, each step in turn
+            actions.extend((slot, k, slot, 1) for k in range(n - 1, -1, -1))
+            return
+        c, r = len(free) + 1, 1
+        while math.comb(c + r, c) < n:
+            r += 1
+        m = min(n - 1, max(1, n - math.comb(c - 1 + r, c - 1)))
+        actions.append((slot, m, free[0], 0))
+        reverse(free[0], n - m, free[1:])
+        reverse(slot, m, free)
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * steps + 100))
+    try:
+        reverse(0, steps, list(range(1, snapshots)))
+    finally:
+        sys.setrecursionlimit(limit)
+    return np.asarray(actions, np.int32).reshape(-1, 4)
+
+
+def _inexact(tree: Any) -> Any:
+    """The leaves of a cotangent that carry values (float0 leaves of integer primals as None)."""
+    return jax.tree_util.tree_map(lambda x: None if x.dtype == jax.dtypes.float0 else x, tree)
+
+
+def _full(cotangent: Any, like: Any) -> Any:
+    """A cotangent for ``like`` from :func:`_inexact`'s form: float0 zeros where the primal is an integer."""
+    def leaf(ct: Any, x: Any) -> Any:
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+            return ct
+        return np.zeros(jnp.shape(x), jax.dtypes.float0)
+    return jax.tree_util.tree_map(leaf, cotangent, like, is_leaf=lambda x: x is None)
+
+
+def _zeros(tree: Any) -> Any:
+    """Zero cotangents of the inexact leaves of ``tree`` (None for the others)."""
+    return jax.tree_util.tree_map(
+        lambda x: jnp.zeros_like(x) if jnp.issubdtype(jnp.result_type(x), jnp.inexact) else None, tree)
+
+
+def _add(a: Any, b: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x, y: None if x is None else x + y, a, b, is_leaf=lambda x: x is None)
+
+
+def _pull(step: Step, x: Any, params: Any, lam: Any) -> tuple[Any, Any]:
+    """The cotangents of (carry, params) of one step at ``x`` from the carry's cotangent ``lam`` (inexact form)."""
+    y, pull = jax.vjp(step, x, params)
+    x_bar, p_bar = pull(_full(lam, y))
+    return _inexact(x_bar), _inexact(p_bar)
+
+
+def advance(step: Step, carry: Any, params: Any, n: Any) -> Any:
+    """``step`` applied ``n`` times (a traced count allowed)."""
+    return jax.lax.fori_loop(0, n, lambda _, c: step(c, params), carry)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def segmented(step: Step, segments: int, length: int, carry: Any, params: Any) -> Any:
+    """``segments`` x ``length`` steps; the backward pass keeps each segment's first state (policies none, every, sqrt)."""
+    return jax.lax.scan(lambda c, _: (advance(step, c, params, length), None), carry, None, length=segments)[0]
+
+
+def _segmented_fwd(step: Step, segments: int, length: int, carry: Any, params: Any) -> tuple[Any, Any]:
+    out, starts = jax.lax.scan(lambda c, _: (advance(step, c, params, length), c), carry, None, length=segments)
+    return out, (starts, params)
+
+
+def _segmented_bwd(step: Step, segments: int, length: int, res: Any, ct: Any) -> tuple[Any, Any]:
+    starts, params = res
+
+    def segment(state: tuple[Any, Any], start: Any) -> tuple[tuple[Any, Any], None]:
+        lam, p_bar = state  # reverse mode through the segment's own steps: their intermediate values kept
+        x_bar, p_seg = _pull(lambda c, p: advance(step, c, p, length), start, params, lam)
+        return (x_bar, _add(p_bar, p_seg)), None
+
+    first = jax.tree_util.tree_map(lambda x: x[0], starts)
+    (lam, p_bar), _ = jax.lax.scan(segment, (_inexact(ct), _zeros(params)), starts, reverse=True)
+    return _full(lam, first), _full(p_bar, params)
+
+
+segmented.defvjp(_segmented_fwd, _segmented_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def binomial(step: Step, steps: int, snapshots: int, carry: Any, params: Any) -> Any:
+    """``steps`` steps; the backward pass follows :func:`binomial_schedule` with ``snapshots`` kept states."""
+    return advance(step, carry, params, steps)
+
+
+def _binomial_fwd(step: Step, steps: int, snapshots: int, carry: Any, params: Any) -> tuple[Any, Any]:
+    return advance(step, carry, params, steps), (carry, params)
+
+
+def _binomial_bwd(step: Step, steps: int, snapshots: int, res: Any, ct: Any) -> tuple[Any, Any]:
+    carry, params = res
+    actions = jnp.asarray(binomial_schedule(steps, snapshots))
+    slots = jax.tree_util.tree_map(lambda x: jnp.zeros((snapshots, *jnp.shape(x)), jnp.result_type(x)).at[0].set(x),
+                                   carry)
+
+    def act(a: Any, state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+        slots, lam, p_bar = state
+        source, count, target, adjoint = (actions[a, k] for k in range(4))
+        with jax.named_scope(RECOMPUTE):  # the states re-run without residuals (lbm.profiling.gradient.pass_of)
+            x = advance(step, jax.tree_util.tree_map(lambda s: s[source], slots), params, count)
+
+        def pull(_: None) -> tuple[Any, Any, Any]:
+            x_bar, p_step = _pull(step, x, params, lam)
+            return slots, x_bar, _add(p_bar, p_step)
+
+        def keep(_: None) -> tuple[Any, Any, Any]:
+            return jax.tree_util.tree_map(lambda s, v: s.at[target].set(v), slots, x), lam, p_bar
+
+        return jax.lax.cond(adjoint == 1, pull, keep, None)
+
+    _, lam, p_bar = jax.lax.fori_loop(0, actions.shape[0], act, (slots, _inexact(ct), _zeros(params)))
+    return _full(lam, carry), _full(p_bar, params)
+
+
+binomial.defvjp(_binomial_fwd, _binomial_bwd)
+
+
+def run_steps(step: Step, carry: Any, params: Any, steps: int, policy: str = "sqrt", every: int | None = None,
+              snapshots: int | None = SNAPSHOTS) -> Any:
+    """``step`` applied ``steps`` times to ``carry``, differentiable by carry and params under the checkpointing
+    ``policy`` (see the module doc)."""
+    length = segment_length(policy, steps, every, snapshots)
+    if steps <= 0:
         return carry
-    if not lengths:
-        return jax.lax.scan(lambda c, _: (step(c), None), carry, None, length=n)[0]
-    seg, inner = lengths[0], lengths[1:]
-    if seg >= n:
-        return repeat(step, carry, n, inner)
-    segment = jax.checkpoint(lambda c: repeat(step, c, seg, inner), prevent_cse=False)
-    carry = jax.lax.scan(lambda c, _: (segment(c), None), carry, None, length=n // seg)[0]
-    return repeat(step, carry, n % seg, inner)
+    if policy == "binomial":
+        return binomial(step, steps, min(snapshots, steps), carry, params)
+    if policy == "none":  # jax's reverse mode of the plain loop: each step's intermediate values kept
+        return advance(step, carry, params, steps)
+    length = min(length, steps)
+    carry = segmented(step, steps // length, length, carry, params)
+    if steps % length:
+        carry = segmented(step, 1, steps % length, carry, params)
+    return carry

@@ -6,10 +6,12 @@ stage's ``jax.vjp`` (compiled once per stage, annotated ``collide``), keeping it
 backward pass calls each stage's pullback in reverse order (compiled once, annotated ``collide
 (backward)``), every step under a ``timestep`` / ``timestep (backward)`` trace annotation. A profile
 of it (lbm.diff.profile) thus shows each stage's adjoint as its own executable. The checkpointing
-policies are those of lbm.diff.checkpointing, run as a Python recursion over the same nested segment
-lengths: the first pass runs the plain stages and keeps each segment's starting populations; the
-backward pass re-runs each innermost segment with residuals (annotated ``collide (recompute)``) and
-pulls back through it. It gives the fused run's derivative (tests/test_gradient_tools.py).
+policies are those of lbm.diff.checkpointing, run in Python: for ``every`` and ``sqrt`` the first pass
+runs the plain stages and keeps each segment's starting populations, and the backward pass re-runs
+each segment with residuals (annotated ``collide (recompute)``) and pulls back through it; ``binomial``
+follows the same schedule of actions as the fused run (lbm.diff.checkpointing.binomial_schedule), every
+step it re-runs annotated ``collide (recompute)``. It gives the fused run's derivative
+(tests/test_gradient_tools.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.boundaries.base import StepState
-from lbm.diff.checkpointing import segment_lengths
+from lbm.diff.checkpointing import SNAPSHOTS, binomial_schedule, segment_length
 from lbm.diff.objectives import Objective, evaluate
 from lbm.diff.parameters import Parameterisation
 from lbm.diff.run import check_window
@@ -94,11 +96,13 @@ class InstrumentedGradient:
     """``values -> (objective, {key: derivative})`` of a prepared run, stage by stage (see the module doc)."""
 
     def __init__(self, param: Parameterisation, objective: Objective, checkpoint: str = "sqrt",
-                 every: int | None = None, window: int | None = None, levels: int = 3) -> None:
+                 every: int | None = None, window: int | None = None, snapshots: int = SNAPSHOTS) -> None:
         self.param, self.objective = param, objective
         self.steps = param.case.run.steps
         self.window = check_window(window, self.steps)
-        self.lengths = segment_lengths(checkpoint, self.steps, every, levels)
+        length = segment_length(checkpoint, self.steps, every, snapshots)
+        self.length = None if checkpoint in ("none", "binomial") or length >= self.steps else length
+        self.schedule = binomial_schedule(self.steps, min(snapshots, self.steps)) if checkpoint == "binomial" else None
         self.stages = active_stages(param.setup)
         self.programs = stage_programs(param, self.stages)
         self.solid = np.asarray(param.setup.solid, bool)
@@ -150,30 +154,27 @@ class InstrumentedGradient:
             ct_f, ct_params = self.backward_step(t0 + k, pullbacks, last, ct_f, ct_force, ct_params)
         return ct_f, ct_params
 
-    def segment(self, f: Any, t0: int, n: int, lengths: tuple[int, ...], params: Any, ct_f: Any, ct_force: Any,
-                ct_params: Any) -> tuple[Any, Any]:
-        """Pull ``ct_f`` back through ``n`` steps from populations ``f`` at step ``t0``, checkpointed over ``lengths``."""
-        lengths = tuple(k for k in lengths if k < n)
-        if not lengths:
-            kept = []
-            for k in range(n):
-                s, _, pullbacks = self.step(f, t0 + k, params, "recompute")
-                kept.append((pullbacks, s))
-                f = s.f
-            return self.pull_back(kept, t0, ct_f, ct_force, ct_params)
-        starts = [(t0, f)]
-        for k in range((n - 1) // lengths[0] * lengths[0]):
-            f = self.step(f, t0 + k, params, "plain")[0].f
-            if (k + 1) % lengths[0] == 0:
-                starts.append((t0 + k + 1, f))
-        return self.segments_back(starts, t0 + n, lengths, params, ct_f, ct_force, ct_params)
+    def segment(self, f: Any, t0: int, n: int, params: Any, ct_f: Any, ct_force: Any, ct_params: Any
+                ) -> tuple[Any, Any]:
+        """Pull ``ct_f`` back through ``n`` steps from populations ``f`` at step ``t0``, re-run with residuals."""
+        kept = []
+        for k in range(n):
+            s, _, pullbacks = self.step(f, t0 + k, params, "recompute")
+            kept.append((pullbacks, s))
+            f = s.f
+        return self.pull_back(kept, t0, ct_f, ct_force, ct_params)
 
-    def segments_back(self, starts: list[tuple[int, Any]], end: int, lengths: tuple[int, ...], params: Any, ct_f: Any,
-                      ct_force: Any, ct_params: Any) -> tuple[Any, Any]:
-        """Pull back through the segments that begin at ``starts`` (step, populations), the last ending at ``end``."""
-        for start, f_start in reversed(starts):
-            ct_f, ct_params = self.segment(f_start, start, min(lengths[0], end - start), lengths[1:], params, ct_f,
-                                           ct_force, ct_params)
+    def binomial_back(self, f0: Any, params: Any, ct_f: Any, ct_force: Any, ct_params: Any) -> tuple[Any, Any]:
+        """Pull back through every step from ``f0`` by the binomial schedule's actions (slots: step, populations)."""
+        slots = {0: (0, f0)}
+        for source, count, target, adjoint in self.schedule.tolist():
+            t, f = slots[source]
+            for k in range(count):  # recomputed (its residuals unused): the profile counts it as the recomputation
+                f = self.step(f, t + k, params, "recompute")[0].f
+            if adjoint:
+                ct_f, ct_params = self.segment(f, t + count, 1, params, ct_f, ct_force, ct_params)
+            else:
+                slots[target] = (t + count, f)
         return ct_f, ct_params
 
     def __call__(self, values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -183,23 +184,27 @@ class InstrumentedGradient:
             return (as_arrays(traced.boundaries), traced.setup.collision), traced.f0, traced.scales
 
         (params, f0, scales), build_pullback = jax.vjp(pieces, values)
-        lengths = tuple(k for k in self.lengths if k < self.steps)
-        kind = "plain" if lengths else "forward"  # without checkpoints the first pass keeps every step's residuals
+        length = self.length
+        keep = length is None and self.schedule is None  # no checkpoints: the first pass keeps every step's residuals
         f, acc, kept, starts = f0, jnp.zeros(self.param.setup.lattice.d, f0.dtype), [], [(0, f0)]
         for t in range(self.steps):
-            s, force, pullbacks = self.step(f, t, params, kind)
+            s, force, pullbacks = self.step(f, t, params, "forward" if keep else "plain")
             f = s.f
             if force is not None and t >= self.steps - self.window:
                 acc = acc + force
-            if lengths and (t + 1) % lengths[0] == 0 and t + 1 < self.steps:
+            if length and (t + 1) % length == 0 and t + 1 < self.steps:
                 starts.append((t + 1, f))
-            if not lengths:
+            if keep:
                 kept.append((pullbacks, s))
         value, tail_pullback = self.tail(f, step_index(self.steps), acc, params, scales)
         ct_f, ct_acc, ct_params, ct_scales = self.pull(tail_pullback, jnp.ones_like(value))
-        if lengths:
-            ct_f, ct_params = self.segments_back(starts, self.steps, lengths, params, ct_f, ct_acc, ct_params)
-        else:
+        if keep:
             ct_f, ct_params = self.pull_back(kept, 0, ct_f, ct_acc, ct_params)
+        elif self.schedule is not None:
+            ct_f, ct_params = self.binomial_back(f0, params, ct_f, ct_acc, ct_params)
+        else:
+            for (start, f_start), end in zip(reversed(starts), [self.steps, *reversed([t for t, _ in starts[1:]])],
+                                             strict=True):
+                ct_f, ct_params = self.segment(f_start, start, end - start, params, ct_f, ct_acc, ct_params)
         (grads,) = build_pullback((ct_params, ct_f, ct_scales))
         return value, grads

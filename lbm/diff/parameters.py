@@ -106,12 +106,15 @@ class Relaxation:
             out = trt(f, feq, lattice, self.omega_plus, self.omega_minus)
         else:
             out = bgk(f, feq, self.omega_plus)
-        if self.force is not None:  # Guo's source is linear in the force: one term per axis, unit forces static
-            for a in range(lattice.d):
-                unit = np.eye(lattice.d)[a]
-                out = out + self.force[a] * guo_source(u, unit, lattice, self.omega_plus, self.omega_minus).astype(
-                    out.dtype)
+        if self.force is not None:
+            out = out + self.source(u, lattice).astype(out.dtype)
         return out
+
+    def source(self, u: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+        """Guo's source term of the traced force (linear in it: one term per axis, the unit forces static)."""
+        terms = [self.force[a] * guo_source(u, np.eye(lattice.d)[a], lattice, self.omega_plus, self.omega_minus)
+                 for a in range(lattice.d)]
+        return sum(terms[1:], terms[0])
 
 
 @pytree_dataclass

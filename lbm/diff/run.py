@@ -2,25 +2,28 @@
 
 :func:`differentiable_run` steps the populations with lbm.engines.timestep.timestep (the stage
 functions every engine runs, each under its ``jax.named_scope``) from the Setup that
-lbm.diff.parameters rebuilds for the given values, in the nested checkpointed scans of
+lbm.diff.parameters rebuilds for the given values, under a checkpointing policy of
 lbm.diff.checkpointing, and returns plain jax arrays: ``f`` (Q, *grid) after the last step, ``rho``
 (grid) and ``u`` (D, *grid) as that step's fields (lbm.engines.timestep.moments, what ``fields.npz``
 holds), and where the case has an obstacle ``force_mean`` (D,), the momentum-exchange force averaged
 over the last ``window`` steps, with ``drag`` and ``lift`` (cd and cl, the cylinder's normalisation).
-It is differentiable by ``jax.grad``/``jax.vjp``/``jax.jvp`` in every value, and jit-able.
-
-It runs the boundary conditions in their dense form (half-way walls are not folded into streaming as
-the xla engine does: the same step, tested there), and no optimisation barrier between steps.
+It is differentiable by ``jax.grad``/``jax.vjp`` in every value, and jit-able: the core stages and the
+half-way walls run with the hand-written adjoints of lbm.diff.adjoint (half-way walls applied while
+streaming, as the xla engine does). ``forward_mode=True`` runs the kernels' own stages instead, for
+``jax.jvp`` (a ``jax.custom_vjp`` function has no forward mode).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from lbm.diff.checkpointing import repeat, segment_lengths
+from lbm.diff.adjoint import CORE, with_adjoints
+from lbm.diff.checkpointing import SNAPSHOTS, run_steps, segment_length
 from lbm.diff.parameters import Parameterisation
+from lbm.engines.timestep import CORE as KERNELS
 from lbm.engines.timestep import moments, step_index, timestep
 from lbm.errors import LbmError
 
@@ -35,30 +38,40 @@ def check_window(window: int | None, steps: int) -> int:
 
 
 def differentiable_run(param: Parameterisation, values: dict[str, Any], steps: int, checkpoint: str = "sqrt",
-                       every: int | None = None, window: int | None = None, levels: int = 3) -> dict[str, jnp.ndarray]:
+                       every: int | None = None, window: int | None = None, snapshots: int = SNAPSHOTS,
+                       forward_mode: bool = False) -> dict[str, jnp.ndarray]:
     """Final ``f``, ``rho``, ``u`` (and ``force_mean``, ``drag``, ``lift`` with an obstacle) after ``steps`` steps.
 
     ``values``: config key -> value (a jax scalar to differentiate by; keys left out keep the run's
-    value). ``checkpoint``/``every``/``levels``: the policy of lbm.diff.checkpointing.
+    value). ``checkpoint``/``every``/``snapshots``: the policy of lbm.diff.checkpointing. ``forward_mode``:
+    the kernels' stages in a plain ``lax.scan``, for ``jax.jvp`` (the hand-written adjoints are reverse mode
+    only; reverse mode through this form keeps every step's values and is slow).
     """
     window = check_window(window, steps)
-    lengths = segment_lengths(checkpoint, steps, every, levels)
     traced = param.build(values)
-    setup, bcs = traced.setup, traced.boundaries
+    setup = traced.setup
     start = steps - window
-    forces = any(bc.stage == "forces" for bc in bcs)
-    d = setup.lattice.d
+    forces = any(bc.stage == "forces" for bc in traced.boundaries)
+    bcs = traced.boundaries if forward_mode else with_adjoints(traced.boundaries, setup.lattice)
+    core = KERNELS if forward_mode else CORE
 
     def step(carry: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         f, t, acc = carry
-        f, out = timestep(f, t, bcs, setup)
+        f, out = timestep(f, t, bcs, setup, core=core)
         if "force" in out:
             acc = acc + jnp.where(t >= start, out["force"], jnp.zeros_like(out["force"]))
         return f, t + 1, acc
 
-    zero = jnp.zeros(d, traced.f0.dtype)
-    f, t, acc = repeat(step, (traced.f0, step_index(0), zero), steps, lengths)
-    rho, u = moments(f, t, bcs, setup)
+    carry = (traced.f0, step_index(0), jnp.zeros(setup.lattice.d, traced.f0.dtype))
+    if forward_mode:
+        segment_length(checkpoint, steps, every, snapshots)  # the same arguments checked
+        f, t, acc = jax.lax.scan(lambda c, _: (step(c), None), carry, None, length=steps)[0]
+    else:
+        # the traced values the step closes over (rates, wall terms, wall fractions) become its explicit
+        # parameters: the backward pass sums their cotangents over the steps
+        closed, params = jax.closure_convert(step, carry)
+        f, t, acc = run_steps(lambda c, p: closed(c, *p), carry, params, steps, checkpoint, every, snapshots)
+    rho, u = moments(f, t, traced.boundaries, traced.setup)
     out = {"f": f, "rho": rho, "u": u}
     if forces:
         mean = acc / window

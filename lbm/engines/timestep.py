@@ -10,7 +10,7 @@ The xla engine runs half-way walls while streaming where that gives the same ste
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -49,7 +49,9 @@ def _stream(s: StepState, setup: Setup) -> StepState:
     return s.replace(f=stream(s.post, setup.lattice))
 
 
-CORE: dict[str, Callable[[StepState, Setup], StepState]] = dict(
+Core = Mapping[str, Callable[[StepState, Setup], StepState]]
+"""The work of the core stages by name."""
+CORE: Core = dict(
     zip(CORE_STAGES, (_macroscopic, _equilibrium, _collide, _stream), strict=True))
 """The work of the stages every timestep runs on every cell, whatever the case (lbm.stages.CORE_STAGES)."""
 
@@ -60,11 +62,11 @@ def active_stages(setup: Setup) -> tuple[str, ...]:
     return tuple(s for s in STAGES if s in used)
 
 
-def run_stage(name: str, s: StepState, boundaries: Boundaries, setup: Setup) -> StepState:
-    """Stage ``name``: its core work (if any), then each boundary condition acting in it, in order."""
-    core = CORE.get(name)
-    if core is not None:
-        s = core(s, setup)
+def run_stage(name: str, s: StepState, boundaries: Boundaries, setup: Setup, core: Core = CORE) -> StepState:
+    """Stage ``name``: its core work (if any, from ``core``), then each boundary condition acting in it, in order."""
+    work = core.get(name)
+    if work is not None:
+        s = work(s, setup)
     for bc in boundaries:
         if bc.stage == name:
             s = bc.apply(s, setup.lattice)
@@ -72,14 +74,14 @@ def run_stage(name: str, s: StepState, boundaries: Boundaries, setup: Setup) -> 
 
 
 def run_stages(names: Sequence[str], s: StepState, boundaries: Boundaries, setup: Setup,
-               scoped: bool = True) -> StepState:
+               scoped: bool = True, core: Core = CORE) -> StepState:
     """The stages ``names`` in order, each under ``jax.named_scope(stage)`` when ``scoped``."""
     for name in names:
         if scoped:
             with jax.named_scope(name):
-                s = run_stage(name, s, boundaries, setup)
+                s = run_stage(name, s, boundaries, setup, core)
         else:
-            s = run_stage(name, s, boundaries, setup)
+            s = run_stage(name, s, boundaries, setup, core)
     return s
 
 
@@ -89,9 +91,11 @@ def outputs(s: StepState) -> dict[str, jnp.ndarray]:
 
 
 def timestep(f: jnp.ndarray, t: jnp.ndarray, boundaries: Boundaries, setup: Setup,
-             names: Sequence[str] | None = None) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-    """Step ``t`` on dense populations ``(Q, *grid)``: new populations and per-step outputs."""
-    s = run_stages(active_stages(setup) if names is None else names, StepState(f=f, t=t), boundaries, setup)
+             names: Sequence[str] | None = None, core: Core = CORE) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+    """Step ``t`` on dense populations ``(Q, *grid)``: new populations and per-step outputs (``core``: the core
+    stages' work, lbm.diff.adjoint's for a differentiable run)."""
+    s = run_stages(active_stages(setup) if names is None else names, StepState(f=f, t=t), boundaries, setup,
+                   core=core)
     return s.f, outputs(s)
 
 

@@ -6,10 +6,15 @@ the backward pass proper (the stages' adjoints, in reverse order). Their rows ar
 ``collide``, ``collide (recompute)`` and ``collide (backward)`` (:func:`pass_name`).
 
 JAX keeps each stage's ``jax.named_scope`` in the op_name metadata of every pass and marks the pass
-by the path around it (jax 0.12 and 0.11.2): ``jit(value)/jvp()/while/body/.../collide/mul`` (forward),
-``jit(value)/transpose(jvp())/.../checkpoint/rematted_computation/.../collide/mul`` (recomputed) and
-``jit(value)/transpose(jvp())/.../checkpoint/while/body/.../collide/mul`` (backward); a scope JAX
-folds into the transform's name (``transpose(jvp(collide))``) counts the same. :func:`gradient_stages`
+by the path around it (jax 0.12 and 0.11.2): ``jit(value)/jvp()/while/body/.../collide/mul`` (forward).
+Under the checkpointing policies of lbm.diff.checkpointing the backward pass is a ``jax.custom_vjp`` rule
+that re-runs steps and pulls back through them: inside its ``transpose(jvp())``, a step's ``jax.vjp``
+re-runs it under a ``jvp()`` (``.../transpose(jvp())/.../jvp()/.../collide/mul``: recomputed), states
+re-run without residuals sit under the scope ``recompute`` (binomial), and the pullbacks are transposed
+once more (``.../transpose(jvp())/.../transpose(jvp())/.../collide/mul``: backward). JAX's own reverse mode
+of a plain loop (policy ``none``) and of ``jax.checkpoint`` transposes once: ``.../checkpoint/while/body/
+.../collide/mul`` is backward, ``.../checkpoint/rematted_computation/.../collide/mul`` recomputed. A scope
+JAX folds into the transform's name (``transpose(jvp(collide))``) counts the same. :func:`gradient_stages`
 reads them; :func:`kernel_rows` gives each kernel of a compiled program its row, :func:`module_row` each
 executable of the instrumented gradient (lbm.diff.instrumented); :func:`breakdown` sums a trace's kernel
 events by row and :func:`write` writes gradient_breakdown.csv/.json/.png (lbm.diff.profile).
@@ -31,7 +36,6 @@ BACKWARD = "backward"
 RECOMPUTE = "recompute"
 PASSES = ("", RECOMPUTE, BACKWARD)
 """The passes of a gradient program in execution order ("": the forward pass)."""
-_TRANSPOSE = re.compile(r"(^|/)transpose\(")
 _REMAT = re.compile(r"(^|/)(rematted_computation|remat|checkpoint\(rematted)")
 _NAMES = re.compile(r"[A-Za-z_][A-Za-z_0-9+]*")
 
@@ -42,10 +46,17 @@ def pass_name(stage: str, kind: str) -> str:
 
 
 def pass_of(op_name: str) -> str:
-    """The pass an op_name path belongs to: "" (forward), :data:`RECOMPUTE` or :data:`BACKWARD`."""
-    if not _TRANSPOSE.search(op_name):
+    """The pass an op_name path belongs to: "" (forward), :data:`RECOMPUTE` or :data:`BACKWARD` (see the module doc)."""
+    parts = op_name.split("/")
+    transposed = [i for i, p in enumerate(parts) if p.startswith("transpose(")]
+    if not transposed:
         return ""
-    return RECOMPUTE if _REMAT.search(op_name) else BACKWARD
+    if len(transposed) > 1:
+        return BACKWARD
+    inside = parts[transposed[0] + 1:]
+    if _REMAT.search(op_name) or RECOMPUTE in inside or any(p.startswith("jvp(") for p in inside):
+        return RECOMPUTE
+    return BACKWARD
 
 
 def gradient_stages(op_name: str, stages: Iterable[str]) -> list[str]:

@@ -1,0 +1,321 @@
+"""Hand-written adjoints of the core stages, so that reverse mode through a run costs a few forward steps.
+
+Reverse mode through the stage functions as written for the forward fusion is slow: they index the
+populations one direction at a time (``f[i]``, unrolled sums over Q), and the transpose of each such
+slice is a pad of the whole ``(Q, *grid)`` array, so the transposed step does O(Q^2) work per cell
+(docs/differentiable.md, "How it is built"). Each core stage here is the kernel's own forward function
+under ``jax.custom_vjp`` with its transposed Jacobian written out, cell-locally and O(Q) per cell:
+
+- ``macroscopic``: on the deviations f_i - w_i the engines hold (lbm.kernels.equilibrium), drho = sum_i f_i and
+  u = (m + F/2) / rho with rho = 1 + drho: f_bar_j = drho_bar - u . u_bar / rho + c_j . u_bar / rho;
+- ``equilibrium``: feq_i - w_i = w_i (drho + rho P_i), P_i = 3 c_i.u + 9/2 (c_i.u)^2 - 3/2 u^2: its derivatives
+  w_i (1 + P_i) by drho and rho w_i dP_i/du by u;
+- ``collide``: BGK/TRT f* = f - (omega+ P+ + omega- P-) (f - feq) (P+-: the parts symmetric and
+  antisymmetric under c -> -c, both symmetric matrices): f_bar = lambda - mu, feq_bar = mu with
+  mu = (omega+ P+ + omega- P-) lambda, and the rates' cotangents -sum lambda . P+- (f - feq); Guo's
+  source term of a traced body force by jax.vjp (it is small);
+- ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i;
+- half-way and moving walls (:func:`with_adjoints`): applied while streaming as the xla engine does
+  (:class:`Pulled`), a rule whose transpose is cell-local (bounce-back is its own transpose; the wall's
+  momentum term is affine).
+
+The other boundary conditions and the objectives stay with jax's automatic differentiation: they act
+on a face or on a wall's links. :data:`CORE` is what lbm.engines.timestep.timestep takes as its ``core``
+stages; the forward values are the kernels' own.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.boundaries import HalfwayBounceBack, MovingWall
+from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
+from lbm.boundaries.bounce_back import (
+    bounce_back_halfway,
+    bounce_back_halfway_pulled,
+    halfway_links,
+    pull_bits,
+    written_out_on_cpu,
+)
+from lbm.boundaries.bounce_back import pulled as moved_to_fluid
+from lbm.cases.base import Setup
+from lbm.engines.timestep import fold_walls
+from lbm.kernels.equilibrium import equilibrium, velocity_dot
+from lbm.kernels.macroscopic import macroscopic
+from lbm.kernels.streaming import stream
+from lbm.lattice import Lattice
+
+
+def _dot(c_i: np.ndarray, v: Any) -> Any:
+    """c_i . v for a static integer velocity and D fields ``v`` (a stacked array or a sequence)."""
+    return velocity_dot(tuple(int(x) for x in c_i), v)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def moments_of(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Density deviation and velocity of the deviations ``f`` (lbm.kernels.macroscopic.macroscopic, a static
+    ``force``), with an O(Q) adjoint."""
+    return macroscopic(f, lattice, None if force is None else np.asarray(force, np.float64))
+
+
+def _moments_fwd(f: jnp.ndarray, lattice: Lattice, force: tuple[float, ...] | None
+                 ) -> tuple[tuple[jnp.ndarray, jnp.ndarray], Any]:
+    drho, u = moments_of(f, lattice, force)
+    return (drho, u), (drho, u)
+
+
+def _moments_bwd(lattice: Lattice, force: tuple[float, ...] | None, res: Any, ct: Any) -> tuple[jnp.ndarray]:
+    drho, u = res
+    drho_bar, u_bar = ct
+    inv = 1.0 / (1.0 + drho)
+    m_bar = u_bar * inv
+    base = drho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))  # D terms, elementwise: no reduction kernel
+    return (jnp.stack([base + _dot(lattice.c[j], m_bar) for j in range(lattice.q)]),)
+
+
+moments_of.defvjp(_moments_fwd, _moments_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def equilibrium_of(drho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """lbm.kernels.equilibrium.equilibrium (deviations f_eq - w of the density deviation ``drho``) with an O(Q)
+    adjoint."""
+    return equilibrium(drho, u, lattice)
+
+
+def _equilibrium_fwd(drho: jnp.ndarray, u: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, Any]:
+    return equilibrium(drho, u, lattice), (drho, u)
+
+
+def _equilibrium_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    drho, u = res
+    rho = 1.0 + drho
+    base = 1.0 - 1.5 * sum(u[a] * u[a] for a in range(lattice.d))
+    drho_bar, total, flux = 0.0, 0.0, [0.0] * lattice.d
+    for i in range(lattice.q):
+        w = float(lattice.w[i])
+        g = w * ct[i]
+        cu = _dot(lattice.c[i], u)
+        drho_bar = drho_bar + g * (base + cu * (3.0 + 4.5 * cu))
+        total = total + g
+        if lattice.c[i].any():
+            k = g * (3.0 + 9.0 * cu)
+            flux = [fa + k if ca > 0 else fa - k if ca < 0 else fa for fa, ca in zip(flux, lattice.c[i], strict=True)]
+    u_bar = jnp.stack([rho * (flux[a] - 3.0 * u[a] * total) for a in range(lattice.d)])
+    return drho_bar, u_bar
+
+
+equilibrium_of.defvjp(_equilibrium_fwd, _equilibrium_bwd)
+
+
+def _even_odd(x: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The parts of a per-direction quantity symmetric and antisymmetric under c_i -> -c_i."""
+    opp = x[lattice.opposite]
+    return 0.5 * (x + opp), 0.5 * (x - opp)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def relax(f: jnp.ndarray, feq: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool
+          ) -> jnp.ndarray:
+    """BGK (``two_rates`` False: omega+ only) or TRT relaxation of ``f`` towards ``feq``, with an O(Q) adjoint."""
+    from lbm.kernels.collision import bgk, trt
+
+    return trt(f, feq, lattice, omega_plus, omega_minus) if two_rates else bgk(f, feq, omega_plus)
+
+
+def _relax_fwd(f: jnp.ndarray, feq: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool
+               ) -> tuple[jnp.ndarray, Any]:
+    # the rates' cotangents need f - feq alone: one population array kept, not two
+    return relax(f, feq, omega_plus, omega_minus, lattice, two_rates), (f - feq, omega_plus, omega_minus)
+
+
+def _relax_bwd(lattice: Lattice, two_rates: bool, res: Any, lam: jnp.ndarray) -> tuple[Any, ...]:
+    neq, omega_plus, omega_minus = res
+    if two_rates:
+        lam_even, lam_odd = _even_odd(lam, lattice)
+        mu = omega_plus * lam_even + omega_minus * lam_odd
+        neq_even, neq_odd = _even_odd(neq, lattice)
+        bar_plus = -jnp.sum(lam * neq_even)
+        bar_minus = -jnp.sum(lam * neq_odd)
+    else:
+        mu = omega_plus * lam
+        bar_plus = -jnp.sum(lam * neq)
+        bar_minus = jnp.zeros_like(bar_plus)
+    cast = [jnp.asarray(b).astype(jnp.result_type(w)) for b, w in ((bar_plus, omega_plus), (bar_minus, omega_minus))]
+    return lam - mu, mu, cast[0].reshape(jnp.shape(omega_plus)), cast[1].reshape(jnp.shape(omega_minus))
+
+
+relax.defvjp(_relax_fwd, _relax_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def streamed(post: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """lbm.kernels.streaming.stream (pull, periodic) with its transpose, the pull from x + c_i, as its adjoint."""
+    return stream(post, lattice)
+
+
+def _streamed_fwd(post: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, None]:
+    return stream(post, lattice), None
+
+
+def _streamed_bwd(lattice: Lattice, res: None, ct: jnp.ndarray) -> tuple[jnp.ndarray]:
+    axes = tuple(range(lattice.d))
+    out = []
+    for i in range(lattice.q):
+        shift = tuple(-int(s) for s in lattice.c[i])
+        out.append(jnp.roll(ct[i], shift, axis=axes) if any(shift) else ct[i])
+    return (jnp.stack(out),)
+
+
+streamed.defvjp(_streamed_fwd, _streamed_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def halfway(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice) -> jnp.ndarray:
+    """lbm.boundaries.bounce_back.bounce_back_halfway (``wall_term`` None: resting walls) with its transpose as adjoint.
+
+    The rule's linear part is a reflection: its transpose sends the cotangent of the slot j of a solid
+    cell s back to the slot opp(j) of the fluid cell s + c_j it came from (a roll by +c_j), and passes the
+    fluid cells' own cotangents through.
+    """
+    return bounce_back_halfway(post, solid, links, lattice, wall_term)
+
+
+def _halfway_fwd(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice
+                 ) -> tuple[jnp.ndarray, Any]:
+    return halfway(post, solid, links, wall_term, lattice), (solid, links, wall_term)
+
+
+def _halfway_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
+    solid, links, wall_term = res
+    axes = tuple(range(lattice.d))
+    zero = jnp.zeros((), ct.dtype)
+    out = []
+    for i in range(lattice.q):
+        j = int(lattice.opposite[i])
+        back = jnp.where(links[j], ct[j], zero)
+        shift = tuple(int(x) for x in lattice.c[j])
+        out.append(jnp.where(solid, zero, ct[i]) + (jnp.roll(back, shift, axis=axes) if any(shift) else back))
+    wall_bar = None if wall_term is None else jnp.where(links, ct, zero).astype(wall_term.dtype)
+    return jnp.stack(out), None, None, wall_bar
+
+
+halfway.defvjp(_halfway_fwd, _halfway_bwd)
+
+
+@pytree_dataclass
+class Halfway(BoundaryCondition):
+    """lbm.boundaries.HalfwayBounceBack or MovingWall (``wall_term`` None or the wall's term) with :func:`halfway`."""
+
+    solid: Any
+    links: Any
+    wall_term: Any = None
+    stage = "bounce_back"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """Solid cells take the reflected populations of their fluid neighbours (and the wall's momentum)."""
+        return s.replace(post=halfway(s.post, self.solid, self.links, self.wall_term, lattice))
+
+    def folded(self, lattice: Lattice) -> Pulled | None:
+        """The same walls applied while streaming (:class:`Pulled`), as lbm.engines.timestep.fold_walls asks."""
+        solid = np.asarray(self.solid, bool)
+        if not np.array_equal(np.asarray(self.links, bool), halfway_links(solid, lattice)):
+            return None
+        if self.wall_term is None:
+            return Pulled(bits=pull_bits(solid, lattice))
+        # the term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
+        # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) term
+        directions, cells = np.nonzero(moved_to_fluid(np.asarray(self.links, bool), lattice).reshape(lattice.q, -1))
+        term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
+        return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=np.stack([directions, cells]).astype(np.int32))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def pulled(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """lbm.boundaries.bounce_back.bounce_back_halfway_pulled of resting walls, as the xla engine runs it (post written
+    out once on a CPU), with its transpose as adjoint: cell-local, each slot's cotangent goes to the slot it was
+    taken from."""
+    return bounce_back_halfway_pulled(streamed, written_out_on_cpu(post), bits, lattice)
+
+
+def _pulled_fwd(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice
+                ) -> tuple[jnp.ndarray, Any]:
+    return pulled(streamed, post, bits, lattice), bits
+
+
+def _pulled_bwd(lattice: Lattice, bits: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
+    q = lattice.q
+    zero = jnp.zeros((), ct.dtype)
+    fluid = (bits >> q) & 1 == 0
+    from_solid = [(bits >> i) & 1 == 1 for i in range(q)]
+    streamed_bar = jnp.stack([jnp.where(from_solid[i], zero, ct[i]) for i in range(q)])
+    reflected = [jnp.where(from_solid[i] & fluid, ct[i], zero) for i in range(q)]
+    post_bar = jnp.stack([reflected[int(lattice.opposite[j])] for j in range(q)])
+    return streamed_bar, post_bar, None
+
+
+pulled.defvjp(_pulled_fwd, _pulled_bwd)
+
+
+@pytree_dataclass
+class Pulled(BoundaryCondition):
+    """:class:`Halfway` applied while streaming (stage ``stream``): lbm.boundaries.bounce_back.PulledHalfway's rule
+    (:func:`pulled`), and a moving wall's ``term`` added on its links, (direction, flat cell) ``term_at`` (2, n)."""
+
+    bits: Any
+    term: Any = None
+    term_at: Any = None
+    stage = "stream"
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The streamed populations with the links that came out of solid cells replaced."""
+        f = pulled(s.f, s.post, self.bits, lattice)
+        if self.term is not None:
+            moved = f.reshape(lattice.q, -1).at[self.term_at[0], self.term_at[1]].add(self.term.astype(f.dtype))
+            f = moved.reshape(f.shape)
+        return s.replace(f=f)
+
+
+def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice) -> tuple[BoundaryCondition, ...]:
+    """``boundaries`` with the conditions that have a hand-written adjoint here in that form (the others as they are:
+    jax differentiates their rule), half-way walls applied while streaming where the xla engine does so."""
+    out = []
+    for bc in boundaries:
+        if type(bc) in (HalfwayBounceBack, MovingWall):
+            bc = Halfway(solid=bc.solid, links=bc.links, wall_term=bc.wall)
+        out.append(bc)
+    return fold_walls(tuple(out), lattice)
+
+
+def _macroscopic(s: StepState, setup: Setup) -> StepState:
+    drho, u = moments_of(s.f, setup.lattice, setup.force)
+    return s.replace(drho=drho, u=u)
+
+
+def _equilibrium(s: StepState, setup: Setup) -> StepState:
+    return s.replace(feq=equilibrium_of(s.drho, s.u, setup.lattice))
+
+
+def _collide(s: StepState, setup: Setup) -> StepState:
+    rates = setup.collision
+    if rates.spec is not None:  # the kinds beyond BGK and TRT: their kernel, differentiated by jax
+        out = rates(s.f, s.feq, s.u, setup.lattice)
+        return s.replace(collided=out, post=out)
+    out = relax(s.f, s.feq, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates)
+    if rates.force is not None:
+        out = out + rates.source(s.u, setup.lattice).astype(out.dtype)
+    return s.replace(collided=out, post=out)
+
+
+def _stream(s: StepState, setup: Setup) -> StepState:
+    return s.replace(f=streamed(s.post, setup.lattice))
+
+
+CORE = {"macroscopic": _macroscopic, "equilibrium": _equilibrium, "collide": _collide, "stream": _stream}
+"""The core stages (lbm.stages.CORE_STAGES) with hand-written adjoints, for a Setup whose collision is a
+lbm.diff.parameters.Relaxation (what lbm.engines.timestep.timestep takes as ``core``)."""
