@@ -62,10 +62,10 @@ def check_peers(configs: list[tuple[Any, str | None]]) -> None:
     from lbm.errors import LbmError
 
     for peer in dict.fromkeys(c.variant for c, _ in configs if c.variant in PEERS):
-        reason = missing(peer)
         reasons = [skip for c, skip in configs if c.variant == peer]
-        if reason or all(reasons):
-            raise LbmError(f"variants={peer}: {reason or reasons[0]}")
+        reason = reasons[0] if all(reasons) else missing(peer)
+        if reason:
+            raise LbmError(f"variants={peer}: {reason}")
 
 
 def _omp_threads() -> int | None:
@@ -131,7 +131,7 @@ class LbmpyPeer:
             "method": method.name, "relaxation_rates": rates,
             "equilibrium": "compressible, second-order polynomial (discrete)",
             "populations": "zero-centred (f - w), layout fzyx (structure of arrays)", "step": STEP,
-            "vector_isa": target.name, "openmp": True,
+            "vector_isa": target.name, "openmp": True, "openmp_schedule": config.cpu.openmp.schedule,
             "openmp_threads": threads,
             "openmp_threads_from": ("OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS") else
                                     "OpenMP's default: the CPUs this process may use"),
