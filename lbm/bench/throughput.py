@@ -235,7 +235,7 @@ class _PeerRunner(_Runner):
         if self.seconds is None:
             self.seconds = self.peer.build()
             info = self.peer.info
-            self.engine = f"lbmpy {info['lbmpy']} ({info['vector_isa']}, OpenMP {info['openmp_threads']} threads)"
+            self.engine = f"lbmpy {info['lbmpy']} ({info['vector_isa']}, OpenMP {info['openmp_threads'] or '?'} threads)"
         return self.seconds
 
     def start(self, f: jnp.ndarray) -> Any:
