@@ -442,21 +442,26 @@ def measure_interleaved(cfgs: list[BenchConfig], timing: Timing, progress: Progr
                         ) -> list[dict[str, Any] | Exception]:
     """Measure configurations with their repeats in turn (round r: each one's repeat r, every other round in reverse
     order); one record, or the error that stopped it, per configuration."""
-    out: list[dict[str, Any] | Exception] = [RuntimeError("not measured")] * len(cfgs)
-    ready: list[tuple[int, Measurement]] = []
+    failed: dict[int, Exception] = {}
+    ready: dict[int, Measurement] = {}
     for k, cfg in enumerate(cfgs):
         try:
-            ready.append((k, Measurement(cfg, timing, progress)))
+            ready[k] = Measurement(cfg, timing, progress)
         except MeasureError as exc:
-            out[k] = exc
+            failed[k] = exc
     for r in range(timing.repeats):
-        for _, m in ready if r % 2 == 0 else ready[::-1]:
-            m.repeat()
-    order = " / ".join(m.cfg.variant for _, m in ready)
-    for k, m in ready:
+        for k in list(ready) if r % 2 == 0 else list(ready)[::-1]:
+            try:
+                ready[k].repeat()
+            except MeasureError as exc:
+                failed[k] = exc
+                del ready[k]
+    order = " / ".join(m.cfg.variant for m in ready.values())
+    out: list[dict[str, Any] | Exception] = []
+    for k in range(len(cfgs)):
         try:
-            out[k] = m.record(None) | {"interleaved": f"repeats in turn with the same run's {order}, "
-                                                       "the order reversed every other round"}
+            out.append(failed[k] if k in failed else ready[k].record(None) | {
+                "interleaved": f"repeats in turn with the same run's {order}, the order reversed every other round"})
         except MeasureError as exc:
-            out[k] = exc
+            out.append(exc)
     return out
