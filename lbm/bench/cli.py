@@ -59,6 +59,7 @@ def read_bench(cfg: dict[str, Any]) -> BenchSchema:
 
 def plan(cfg: dict[str, Any]) -> dict[str, Any]:
     """Validate a composed bench config; returns the configurations to measure and the timing (raises ConfigError)."""
+    from lbm.bench.peers import PEERS, check_peers, refusal
     from lbm.bench.throughput import CASES, PRECISIONS, VARIANTS, BenchConfig, Timing
     from lbm.config import check_bool, check_choice, check_float, check_int
     from lbm.config.run import validate_collision, validate_grid
@@ -128,7 +129,10 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
                         skip = "the naive step is a BGK periodic box stored in the compute dtype"
                     elif variant == "instrumented" and storage != "compute":
                         skip = "instrumented mode stores populations in the compute dtype"
+                    elif variant in PEERS:
+                        skip = refusal(case, collision, storage)
                     configs.append((c, skip))
+    check_peers(configs)
     return {"configs": configs, "timing": timing, "bandwidth": bandwidth, "output": output}
 
 
@@ -160,7 +164,7 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
         return run_scaling(cfg, run_dir)
 
     from lbm.bench.report import print_table, summary, write_json
-    from lbm.bench.throughput import apply_roofline, measure
+    from lbm.bench.throughput import MeasureError, apply_roofline, measure, measure_interleaved
     from lbm.roofline import measure_bandwidth
 
     p = plan(cfg)
@@ -190,16 +194,24 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
         for c, skip in p["configs"]:
             if skip is not None:
                 skipped.append({"label": c.label, "reason": skip})
-        for k, c in enumerate(todo, 1):
-            say = lambda text, k=k: progress(f"[{k}/{len(todo)}] {text}")  # noqa: E731
-            try:
-                rec = measure(c, p["timing"], None, say)
-            except (ValueError, RuntimeError, FloatingPointError) as exc:
-                skipped.append({"label": c.label, "reason": str(exc).splitlines()[0]})
-                log.warning("skipped %s: %s", c.label, exc)
-                continue
-            records.append(rec)
-            log.info("%s: %.1f MLUPS (spread %.1f%%)", c.label, rec["mlups"]["median"], rec["mlups"]["spread_pct"])
+        groups = measured_groups(todo)
+        for k, group in enumerate(groups, 1):
+            say = lambda text, k=k: progress(f"[{k}/{len(groups)}] {text}")  # noqa: E731
+            if len(group) > 1:  # a peer and lbm's variants of one configuration: repeats in turn
+                results = measure_interleaved(group, p["timing"], say)
+            else:
+                try:
+                    results = [measure(group[0], p["timing"], None, say)]
+                except MeasureError as exc:
+                    results = [exc]
+            for c, rec in zip(group, results, strict=True):
+                if isinstance(rec, Exception):
+                    skipped.append({"label": c.label, "reason": str(rec).splitlines()[0]})
+                    log.warning("skipped %s: %s", c.label, rec)
+                    continue
+                records.append(rec)
+                log.info("%s: %.1f MLUPS (spread %.1f%%)", c.label, rec["mlups"]["median"],
+                         rec["mlups"]["spread_pct"])
         bandwidth = None
         if first is not None:
             # Measured again after the configurations: on a shared machine the load changes during a
@@ -225,6 +237,26 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
     print_table(doc, console)
     print(f"wrote {path}", file=sys.stderr)
     return doc
+
+
+def measured_groups(configs: list[Any]) -> list[list[Any]]:
+    """The configurations in the order given, those of one case, grid, precision and collision together where one of
+    them is a same-run peer (their repeats are timed in turn), every other one alone."""
+    from lbm.bench.peers import PEERS
+
+    key = lambda c: (c.case, c.lattice, c.grid, c.precision, c.collision)  # noqa: E731
+    peered = {key(c) for c in configs if c.variant in PEERS}
+    groups: dict[Any, list[Any]] = {}
+    out: list[list[Any]] = []
+    for c in configs:
+        if key(c) not in peered:
+            out.append([c])
+        elif key(c) not in groups:
+            groups[key(c)] = [c]
+            out.append(groups[key(c)])
+        else:
+            groups[key(c)].append(c)
+    return out
 
 
 def scaling_plan(cfg: dict[str, Any]) -> tuple[list[int], tuple[int, ...], str, int]:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from lbm.bench.peers import PEERS
 from lbm.io.fields import write_json as _write_json
 
 FUSED_PREFERENCE = ("auto", "native", "xla")
@@ -23,7 +24,8 @@ def _key(rec: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None) -> list[dict[str, Any]]:
-    """One comparison per (case, lattice, grid, precision, collision): fused against naive, xla and instrumented."""
+    """One comparison per (case, lattice, grid, precision, collision): fused against naive, xla, instrumented and the
+    same-run peers (``speedup_vs_<variant>``: the fused variant's median MLUPS over the other's)."""
     groups: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
     for rec in records:
         groups.setdefault(_key(rec), {})[rec["variant"]] = rec
@@ -40,7 +42,7 @@ def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None) -> l
             row["fused_mlups"] = fused["mlups"]["median"]
             row["fused_fraction_of_roofline"] = fused.get("fraction_of_roofline")
             row["fused_compile_s"] = fused["compile_s"]
-            for other in ("naive", "xla", "instrumented"):
+            for other in ("naive", "xla", "instrumented", *PEERS):
                 if other in by_variant and other != fused_variant:
                     row[f"speedup_vs_{other}"] = fused["mlups"]["median"] / by_variant[other]["mlups"]["median"]
         out.append(row)
@@ -89,7 +91,9 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
     rows = doc.get("summary", [])
     if rows:
         comp = Table(title="fused against the baselines (same run)")
-        for col in ("case", "grid", "precision", "fused", "MLUPS", "roofline", "x naive", "x xla", "x instrumented"):
+        peers = [p for p in PEERS if any(f"speedup_vs_{p}" in s for s in rows)]
+        for col in ("case", "grid", "precision", "fused", "MLUPS", "roofline", "x naive", "x xla", "x instrumented",
+                    *(f"x {p}" for p in peers)):
             comp.add_column(col, justify="left" if col in ("case", "grid", "precision", "fused") else "right")
         for s in rows:
             if "fused_mlups" not in s:
@@ -101,6 +105,7 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
                      ".1f", " %"),
                 _fmt(s.get("speedup_vs_naive"), ".2f", "x"), _fmt(s.get("speedup_vs_xla"), ".2f", "x"),
                 _fmt(s.get("speedup_vs_instrumented"), ".2f", "x"),
+                *(_fmt(s.get(f"speedup_vs_{p}"), ".2f", "x") for p in peers),
             )
         out.print(comp)
     for s in doc.get("skipped", []):

@@ -9,10 +9,14 @@ precision, a collision and a variant:
 ``xla``           fused mode, the stage functions composed in one jit (the reference)
 ``naive``         the naive fused JAX step of lbm.bench.naive (periodic box only)
 ``instrumented``  instrumented mode: one jit per stage, a Python loop over steps
+``lbmpy``         a same-run peer: lbmpy's generated C kernel (lbm.bench.peers; periodic box only)
 
 Clock: host wall clock around each dispatch, synchronised with block_until_ready, so a
 repeat's time is device execution plus dispatch; compilation is never inside it. Each repeat's
-process CPU time is recorded beside it (``mlups.cpu_values``).
+process CPU time is recorded beside it (``mlups.cpu_values``). Where a group of configurations (one case,
+grid, precision and collision) holds a peer, :func:`measure_interleaved` times its variants' repeats in turn
+(each variant's repeat r, the order reversed every round), so that a change of the machine's load during the
+run reaches both sides of their ratio alike.
 
 Steps per repeat (``steps=auto``): enough for ``min_time_s``, rounded up to a power of two. The
 compiled-program facts of a fused record (fusions, memory, and the per-cell-and-step ``evidence``
@@ -35,10 +39,11 @@ import jax
 import jax.numpy as jnp
 
 from lbm.bench.evidence import EVIDENCE_STEPS, program_evidence, stages_evidence
+from lbm.bench.peers import PEERS
 from lbm.roofline import lbm_bytes_per_cell
 
 CASES = {"periodic": "taylor_green", "cylinder": "cylinder"}
-VARIANTS = ("auto", "native", "pallas", "xla", "naive", "instrumented")
+VARIANTS = ("auto", "native", "pallas", "xla", "naive", "instrumented", *PEERS)
 PRECISIONS = {"float32": ("float32", "compute"), "float64": ("float64", "compute"),
               "f16-storage": ("float32", "float16"), "bf16-storage": ("float32", "bfloat16")}
 """bench precision -> (compute dtype, fused-mode storage)."""
@@ -112,6 +117,14 @@ class _Runner:
     def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
         """HLO and memory facts about the compiled n-step chunk."""
         return {}
+
+    def start(self, f: jnp.ndarray) -> Any:
+        """The state a timed run starts from, for the populations ``f`` (a copy: fused runs donate theirs)."""
+        return f + 0
+
+    def populations(self, state: Any) -> Any:
+        """The populations ``(Q, *grid)`` of a state that :meth:`run` returned."""
+        return state
 
 
 class _FusedRunner(_Runner):
@@ -206,6 +219,38 @@ class _InstrumentedRunner(_Runner):
                 "evidence": stages_evidence(self.stepper.describe(), math.prod(f.shape[1:]))}
 
 
+class _PeerRunner(_Runner):
+    """lbmpy's kernel (lbm.bench.peers); its state is the peer itself, which holds the populations."""
+
+    mode = "peer"
+
+    def __init__(self, setup: Any, collision: str) -> None:
+        from lbm.bench.peers import LbmpyPeer
+
+        self.peer = LbmpyPeer(setup, collision)
+        self.seconds: float | None = None
+        self.engine = "lbmpy"
+
+    def compile(self, f: jnp.ndarray, n: int) -> float:
+        if self.seconds is None:
+            self.seconds = self.peer.build()
+            info = self.peer.info
+            self.engine = f"lbmpy {info['lbmpy']} ({info['vector_isa']}, OpenMP {info['openmp_threads'] or '?'} threads)"
+        return self.seconds
+
+    def start(self, f: jnp.ndarray) -> Any:
+        return self.peer.start(f)
+
+    def run(self, f: Any, n: int) -> Any:
+        return (f if f is self.peer else self.peer.start(f)).run(n)
+
+    def populations(self, state: Any) -> Any:
+        return state.populations()
+
+    def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
+        return {"peer": dict(self.peer.info)}
+
+
 def stage_times(setup: Any, f: jnp.ndarray, steps: int) -> dict[str, dict[str, float]]:
     """Per-stage execution time of instrumented mode: each stage synchronised, median over ``steps`` steps (ms)."""
     from lbm.engines.instrumented import InstrumentedEngine
@@ -265,6 +310,13 @@ def hlo_facts(compiled: Any, steps: int, population_bytes: int, cells: int) -> d
 def make_runner(cfg: BenchConfig, setup: Any, timing: Timing) -> _Runner:
     """The runner of a variant (raises ValueError for combinations that do not exist)."""
     _, storage = PRECISIONS[cfg.precision]
+    if cfg.variant in PEERS:
+        from lbm.bench.peers import refusal
+
+        reason = refusal(cfg.case, cfg.collision, storage)
+        if reason:
+            raise ValueError(reason)
+        return _PeerRunner(setup, cfg.collision)
     if cfg.variant == "naive":
         if cfg.case != "periodic":
             raise ValueError("the naive step is defined for the periodic box only")
@@ -287,83 +339,129 @@ def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None) -> None:
         record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
 
 
+class Measurement:
+    """One configuration set up, compiled and warmed up; then timed repeat by repeat, and its record."""
+
+    def __init__(self, cfg: BenchConfig, timing: Timing, progress: ProgressCallback | None = None) -> None:
+        say = self.say = progress or (lambda _: None)
+        self.cfg, self.timing = cfg, timing
+        say(f"{cfg.label}: setting up")
+        self.setup = setup = make_setup(cfg)
+        self.runner = runner = make_runner(cfg, setup, timing)
+        self.f0 = f0 = setup.initial_populations()
+        # steps per repeat: given, or enough for min_time_s, rounded up to a power of two (even: the AA pattern
+        # runs in pairs; and two runs of the same code at different loads mostly time the same program)
+        if timing.steps is not None:
+            n = timing.steps
+        else:
+            probe = 2
+            runner.compile(f0, probe)
+            f = runner.run(runner.start(f0), probe)
+            jax.block_until_ready(f)
+            t0 = time.perf_counter()
+            jax.block_until_ready(runner.run(f, probe))
+            per_step = max((time.perf_counter() - t0) / probe, 1e-7)
+            n = int(min(timing.max_steps, 2 ** math.ceil(math.log2(max(2, math.ceil(timing.min_time_s / per_step))))))
+            n += n % 2
+        self.n = n
+        say(f"{cfg.label}: compiling {n} steps")
+        self.compile_s = runner.compile(f0, n)
+        self.f = runner.start(f0)
+        for w in range(timing.warmup):
+            say(f"{cfg.label}: warm-up {w + 1}/{timing.warmup}")
+            self.f = jax.block_until_ready(runner.run(self.f, n))
+        self.times: list[float] = []
+        self.cpu_times: list[float] = []
+
+    def repeat(self) -> None:
+        """Time one repeat of ``n`` steps (host wall clock and process CPU time)."""
+        self.say(f"{self.cfg.label}: repeat {len(self.times) + 1}/{self.timing.repeats} ({self.n} steps)")
+        c0, t0 = time.process_time(), time.perf_counter()
+        self.f = jax.block_until_ready(self.runner.run(self.f, self.n))
+        self.times.append(time.perf_counter() - t0)
+        self.cpu_times.append(time.process_time() - c0)
+
+    def record(self, bandwidth_gbs: float | None) -> dict[str, Any]:
+        """The bench.json record of the repeats timed (raises FloatingPointError if the populations blew up)."""
+        cfg, setup, runner, timing, n, say = self.cfg, self.setup, self.runner, self.timing, self.n, self.say
+        if not bool(jnp.all(jnp.isfinite(jnp.asarray(runner.populations(self.f))))):
+            raise FloatingPointError(f"{cfg.label}: populations became non-finite during the benchmark")
+        cells, q, times = math.prod(setup.shape), setup.lattice.q, self.times
+        mlups = [cells * n / t / 1e6 for t in times]
+        med = statistics.median(mlups)
+        _, storage = PRECISIONS[cfg.precision]
+        itemsize = STORAGE_ITEMSIZE.get(storage, jnp.dtype(setup.dtype).itemsize) if runner.mode == "fused" else \
+            jnp.dtype(setup.dtype).itemsize
+        bpc = lbm_bytes_per_cell(q, itemsize)
+        record: dict[str, Any] = {
+            "case": cfg.case, "case_config": CASES[cfg.case], "lattice": cfg.lattice, "q": q, "grid": list(setup.shape),
+            "cells": cells, "variant": cfg.variant, "mode": runner.mode, "engine": runner.engine,
+            "precision": cfg.precision, "compute_dtype": str(jnp.dtype(setup.dtype)),
+            "storage": storage if runner.mode == "fused" and storage != "compute" else str(jnp.dtype(setup.dtype)),
+            "collision": cfg.collision, "steps_per_repeat": n,
+            "steps_per_dispatch": {"fused": timing.steps_per_dispatch or n, "naive": n}.get(runner.mode, 1),
+            "repeats": len(times), "warmup": timing.warmup,
+            "mlups": {"median": med, "min": min(mlups), "max": max(mlups),
+                      "spread_pct": 100.0 * (max(mlups) - min(mlups)) / med, "values": mlups,
+                      # cell updates per second of this process's CPU time (all its threads): what compare judges,
+                      # since the time other processes hold the cores does not count in it
+                      "cpu_values": [cells * n / max(c, 1e-9) / 1e6 for c in self.cpu_times]},
+            "seconds_per_step_median": statistics.median(times) / n,
+            "bytes_per_cell_update": bpc,
+            "effective_gbs": med * 1e6 * bpc / 1e9,
+            "compile_s": self.compile_s,
+            "clock": CLOCK,
+        }
+        apply_roofline(record, bandwidth_gbs)
+        say(f"{cfg.label}: reading the compiled program")
+        record.update(runner.describe(self.f0, n))
+        if runner.mode in ("fused", "naive") and timing.kernel_profile:
+            from lbm.bench.kernels import kernel_times
+
+            say(f"{cfg.label}: tracing one call for per-kernel times")
+            traced = min(n, timing.kernel_profile)
+            runner.compile(self.f0, traced)
+            record["kernel_times"] = kernel_times(lambda: runner.run(runner.start(self.f0), traced), traced)
+        return record
+
+
 def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progress: ProgressCallback | None = None
             ) -> dict[str, Any]:
     """Measure one configuration; returns its bench.json record."""
-    say = progress or (lambda _: None)
-    say(f"{cfg.label}: setting up")
-    setup = make_setup(cfg)
-    runner = make_runner(cfg, setup, timing)
-    cells = math.prod(setup.shape)
-    q = setup.lattice.q
-    f0 = setup.initial_populations()
+    m = Measurement(cfg, timing, progress)
+    for _ in range(timing.repeats):
+        m.repeat()
+    return m.record(bandwidth_gbs)
 
-    # steps per repeat: given, or enough for min_time_s, rounded up to a power of two (even: the AA pattern runs
-    # in pairs; and two runs of the same code at different loads mostly time the same program)
-    if timing.steps is not None:
-        n = timing.steps
-    else:
-        probe = 2
-        runner.compile(f0, probe)
-        f = runner.run(f0 + 0, probe)
-        jax.block_until_ready(f)
-        t0 = time.perf_counter()
-        jax.block_until_ready(runner.run(f, probe))
-        per_step = max((time.perf_counter() - t0) / probe, 1e-7)
-        n = int(min(timing.max_steps, 2 ** math.ceil(math.log2(max(2, math.ceil(timing.min_time_s / per_step))))))
-        n += n % 2
-    say(f"{cfg.label}: compiling {n} steps")
-    compile_s = runner.compile(f0, n)
 
-    f = f0 + 0
-    for w in range(timing.warmup):
-        say(f"{cfg.label}: warm-up {w + 1}/{timing.warmup}")
-        f = runner.run(f, n)
-        jax.block_until_ready(f)
-    times, cpu_times = [], []
+MeasureError = (ValueError, RuntimeError, FloatingPointError)
+"""What measuring a configuration raises when it cannot be measured (the bench skips it and says why)."""
+
+
+def measure_interleaved(cfgs: list[BenchConfig], timing: Timing, progress: ProgressCallback | None = None
+                        ) -> list[dict[str, Any] | Exception]:
+    """Measure configurations with their repeats in turn (round r: each one's repeat r, every other round in reverse
+    order); one record, or the error that stopped it, per configuration."""
+    failed: dict[int, Exception] = {}
+    ready: dict[int, Measurement] = {}
+    for k, cfg in enumerate(cfgs):
+        try:
+            ready[k] = Measurement(cfg, timing, progress)
+        except MeasureError as exc:
+            failed[k] = exc
     for r in range(timing.repeats):
-        say(f"{cfg.label}: repeat {r + 1}/{timing.repeats} ({n} steps)")
-        c0, t0 = time.process_time(), time.perf_counter()
-        f = runner.run(f, n)
-        jax.block_until_ready(f)
-        times.append(time.perf_counter() - t0)
-        cpu_times.append(time.process_time() - c0)
-    if not bool(jnp.all(jnp.isfinite(f))):
-        raise FloatingPointError(f"{cfg.label}: populations became non-finite during the benchmark")
-
-    mlups = [cells * n / t / 1e6 for t in times]
-    med = statistics.median(mlups)
-    _, storage = PRECISIONS[cfg.precision]
-    itemsize = STORAGE_ITEMSIZE.get(storage, jnp.dtype(setup.dtype).itemsize) if runner.mode == "fused" else \
-        jnp.dtype(setup.dtype).itemsize
-    bpc = lbm_bytes_per_cell(q, itemsize)
-    record: dict[str, Any] = {
-        "case": cfg.case, "case_config": CASES[cfg.case], "lattice": cfg.lattice, "q": q, "grid": list(setup.shape),
-        "cells": cells, "variant": cfg.variant, "mode": runner.mode, "engine": runner.engine,
-        "precision": cfg.precision, "compute_dtype": str(jnp.dtype(setup.dtype)),
-        "storage": storage if runner.mode == "fused" and storage != "compute" else str(jnp.dtype(setup.dtype)),
-        "collision": cfg.collision, "steps_per_repeat": n,
-        "steps_per_dispatch": {"fused": timing.steps_per_dispatch or n, "naive": n}.get(runner.mode, 1),
-        "repeats": timing.repeats, "warmup": timing.warmup,
-        "mlups": {"median": med, "min": min(mlups), "max": max(mlups),
-                  "spread_pct": 100.0 * (max(mlups) - min(mlups)) / med, "values": mlups,
-                  # cell updates per second of this process's CPU time (all its threads): what compare judges,
-                  # since the time other processes hold the cores does not count in it
-                  "cpu_values": [cells * n / max(c, 1e-9) / 1e6 for c in cpu_times]},
-        "seconds_per_step_median": statistics.median(times) / n,
-        "bytes_per_cell_update": bpc,
-        "effective_gbs": med * 1e6 * bpc / 1e9,
-        "compile_s": compile_s,
-        "clock": CLOCK,
-    }
-    apply_roofline(record, bandwidth_gbs)
-    say(f"{cfg.label}: reading the compiled program")
-    record.update(runner.describe(f0, n))
-    if runner.mode in ("fused", "naive") and timing.kernel_profile:
-        from lbm.bench.kernels import kernel_times
-
-        say(f"{cfg.label}: tracing one call for per-kernel times")
-        traced = min(n, timing.kernel_profile)
-        runner.compile(f0, traced)
-        record["kernel_times"] = kernel_times(lambda: runner.run(f0 + 0, traced), traced)
-    return record
+        for k in list(ready) if r % 2 == 0 else list(ready)[::-1]:
+            try:
+                ready[k].repeat()
+            except MeasureError as exc:
+                failed[k] = exc
+                del ready[k]
+    order = " / ".join(m.cfg.variant for m in ready.values())
+    out: list[dict[str, Any] | Exception] = []
+    for k in range(len(cfgs)):
+        try:
+            out.append(failed[k] if k in failed else ready[k].record(None) | {
+                "interleaved": f"repeats in turn with the same run's {order}, the order reversed every other round"})
+        except MeasureError as exc:
+            out.append(exc)
+    return out
