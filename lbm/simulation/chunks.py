@@ -35,7 +35,17 @@ log = logging.getLogger("lbm")
 
 
 LAST_GOOD_MAX_BYTES = 256 * 2**20
-"""Without checkpoints, a host copy of the populations is kept per chunk (for divergence) up to this size."""
+"""Without checkpoints, a host copy of the populations is kept (for divergence) up to this size."""
+HOST_COPY_EVERY_CHUNK_BYTES = 16 * 2**20
+"""Populations up to this size are copied to the host before every chunk (the copy costs next to nothing)."""
+HOST_COPY_SHARE = 0.05
+"""Larger ones are copied once the stepping since the last copy is at least 1 / HOST_COPY_SHARE times the copy's own
+(fastest measured) time: the copies take at most about 5% of the stepping, and the state kept is a recent one."""
+
+
+def host_copy_due(nbytes: int, stepped_s: float, copy_s: float) -> bool:
+    """Whether the loop copies the populations to the host before this chunk (``stepped_s`` since the last copy)."""
+    return nbytes <= HOST_COPY_EVERY_CHUNK_BYTES or stepped_s * HOST_COPY_SHARE >= copy_s
 
 
 RHO_BOUNDS = (0.0, 5.0)
@@ -174,7 +184,7 @@ class Position:
     t_run: float = 0.0
     """Seconds in the stepping loop so far (compilation excluded)."""
     last_good: tuple[int, np.ndarray] | None = None
-    """A host copy of the last healthy populations and its step (kept without checkpoints, for divergence)."""
+    """A host copy of recent healthy populations and its step (kept without checkpoints, for divergence)."""
     stopped_early: int | None = None
     """The step a ``steps=auto`` run found its steady state at (None: it did not stop early)."""
     status: str = "completed"
@@ -190,14 +200,18 @@ def run_chunks(s: Started, at: Position, signals: StopSignals, progress: Progres
     """
     run = s.run
     keep_host_copy = not run.checkpoint.every and at.f.nbytes <= LAST_GOOD_MAX_BYTES
+    copy_s, copied_at = 0.0, at.t_run
     log.info("stepping from step %d to %d (Ctrl-C or SIGTERM: stop after this chunk with a checkpoint; "
              "twice: stop at once)", at.step, run.steps)
     while at.step < run.steps:
         n = min(s.chunk - at.step % s.chunk, run.steps - at.step)
         if s.profiler is not None:
             n = s.profiler.chunk_limit(at.step, n, at.t_run)
-        if keep_host_copy:
+        if keep_host_copy and host_copy_due(at.f.nbytes, at.t_run - copied_at, copy_s):
+            t0 = time.perf_counter()
             at.last_good = (at.step, np.array(parallel.to_host(at.f), copy=True))
+            took = time.perf_counter() - t0
+            copy_s, copied_at = (took if copy_s == 0 else min(copy_s, took)), at.t_run
         mass, energy, aux = advance_chunk(s, at, n)
         f, step = at.f, at.step
         snapshot = Snapshot(step, aux, lambda f=f, step=step: s.engine.fields(f, step), populations=f)
