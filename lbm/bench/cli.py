@@ -189,11 +189,8 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
             first = measure_bw("before the configurations")
             log.info("bandwidth %.1f GB/s (%s)", first["bandwidth_gbs"], first["roofline_kernel"])
         records: list[dict[str, Any]] = []
-        skipped: list[dict[str, Any]] = []
+        skipped = [{"label": c.label, "reason": skip} for c, skip in p["configs"] if skip is not None]
         todo = [c for c, skip in p["configs"] if skip is None]
-        for c, skip in p["configs"]:
-            if skip is not None:
-                skipped.append({"label": c.label, "reason": skip})
         groups = measured_groups(todo)
         for k, group in enumerate(groups, 1):
             say = lambda text, k=k: progress(f"[{k}/{len(groups)}] {text}")  # noqa: E731
