@@ -133,8 +133,8 @@ def _engines_agree(overrides, precision, steps):
 
 
 @pytest.mark.parametrize("kind,case,precision", slow_except(
-    [(k, c, alternate(i, j, ("float32", "float64"))) for i, k in enumerate(NEW_KINDS) for j, c in enumerate(CASES)],
-    fast={("mrt", "cavity", "float64")}))
+    [(k, c, alternate(i // 2, j // 2, ("float32", "float64"))) for i, k in enumerate(NEW_KINDS)
+     for j, c in enumerate(CASES) if (i + j) % 2 == 0], fast={("mrt", "box", "float32")}))
 def test_the_pallas_engine_equals_the_xla_engine(kind, case, precision):
     """3 steps: the lone first step of an odd chunk and one loop iteration of two."""
     assert _engines_agree(CASES[case] + [f"collision={kind}"], precision, 3) <= TOL[precision]
