@@ -141,6 +141,20 @@ def test_less_work_is_ok_and_records_without_evidence_are_judged_by_timing(tmp_p
     assert "no structural evidence in the base record" in capsys.readouterr().out
 
 
+def test_a_peer_record_is_named_as_the_peer_not_as_an_older_lbm(tmp_path, capsys):
+    docs = []
+    for values in ([100, 101, 99], [60, 61, 59]):
+        doc = bench_doc(values)
+        rec = doc["records"][0]
+        del rec["evidence"]
+        rec.update(variant="lbmpy", mode="peer", peer={"peer": "lbmpy", "lbmpy": "2.1"})
+        docs.append(doc)
+    assert run_compare(tmp_path, *docs) == 3  # two files, no program to compare: never a REGRESSION from timing
+    out = capsys.readouterr().out
+    assert "a same-run peer's kernel (lbmpy 2.1) has no compiled program to compare" in out
+    assert "older lbm" not in out
+
+
 def test_threshold_and_p_value_of_the_two_file_timing(tmp_path, capsys):
     from lbm.bench.compare import min_p, permutation_p
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lbm.bench.evidence import WORK_FIELDS, Structural, diff
+from lbm.bench.evidence import WORK_FIELDS, Structural, records_diff
 from lbm.bench.interleave import BLOCKS, Interleaved, rounds_needed, verdict_of_rounds
 from lbm.bench.interleave import measure as measure_interleaved
 from lbm.errors import LbmError
@@ -343,7 +343,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], threshold: float = DEFAUL
     busy = busy_note(base, new)
     for k in common:
         a, b = recs_a[k], recs_b[k]
-        st = diff(a.get("evidence"), b.get("evidence"), threshold)
+        st = records_diff(a, b, threshold)
         j = judge(a, b, threshold)
         pr = paired.get(k)
         v = verdicts[k] = decide(st, j, pr, threshold, env_note, busy)

@@ -134,6 +134,16 @@ class Structural:
         return "; ".join(parts)
 
 
+def records_diff(a: dict[str, Any], b: dict[str, Any], threshold: float) -> Structural:
+    """Compare two bench records' evidence; a same-run peer's record (lbmpy) has no compiled program to compare."""
+    peers = [f"{r['peer'].get('peer', 'peer')} {r['peer'].get('lbmpy', '')}".strip()
+             for r in (a, b) if isinstance(r.get("peer"), dict)]
+    if peers:
+        return Structural("unknown", note=f"a same-run peer's kernel ({', '.join(dict.fromkeys(peers))}) has no "
+                                          "compiled program to compare: timing alone")
+    return diff(a.get("evidence"), b.get("evidence"), threshold)
+
+
 def diff(a: dict[str, Any] | None, b: dict[str, Any] | None, threshold: float) -> Structural:
     """Compare two records' evidence; a work measure moving by more than ``threshold`` sets the direction."""
     if not a or not b:
