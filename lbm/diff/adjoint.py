@@ -105,8 +105,10 @@ def _equilibrium_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[jnp.n
         if lattice.c[i].any():
             k = g * (3.0 + 9.0 * cu)
             flux = [fa + k if ca > 0 else fa - k if ca < 0 else fa for fa, ca in zip(flux, lattice.c[i], strict=True)]
-    u_bar = jnp.stack([rho * (flux[a] - 3.0 * u[a] * total) for a in range(lattice.d)])
-    return drho_bar, u_bar
+    # one array, kept whole: XLA then computes the D + 1 sums over the populations in one kernel, not one per shape
+    bars = jax.lax.optimization_barrier(jnp.stack([drho_bar, *(rho * (flux[a] - 3.0 * u[a] * total)
+                                                               for a in range(lattice.d))]))
+    return bars[0], bars[1:]
 
 
 equilibrium_of.defvjp(_equilibrium_fwd, _equilibrium_bwd)

@@ -110,7 +110,7 @@ def _full(cotangent: Any, like: Any) -> Any:
     return jax.tree_util.tree_map(leaf, cotangent, like, is_leaf=lambda x: x is None)
 
 
-def _zeros(tree: Any) -> Any:
+def zero_cotangents(tree: Any) -> Any:
     """Zero cotangents of the inexact leaves of ``tree`` (None for the others)."""
     return jax.tree_util.tree_map(
         lambda x: jnp.zeros_like(x) if jnp.issubdtype(jnp.result_type(x), jnp.inexact) else None, tree)
@@ -260,7 +260,7 @@ def _segmented_bwd(step: Step, segments: int, length: int, res: Any, ct: Any) ->
         return (lam, p_bar, states), None
 
     buffer = jax.tree_util.tree_map(lambda x: jnp.zeros((length, *jnp.shape(x)), jnp.result_type(x)), first)
-    (lam, p_bar, _), _ = jax.lax.scan(segment, (_inexact(ct), _zeros(params), buffer), starts, reverse=True)
+    (lam, p_bar, _), _ = jax.lax.scan(segment, (_inexact(ct), zero_cotangents(params), buffer), starts, reverse=True)
     return _full(lam, first), _full(p_bar, params)
 
 
@@ -298,7 +298,7 @@ def _binomial_bwd(step: Step, steps: int, snapshots: int, res: Any, ct: Any) -> 
 
         return jax.lax.cond(adjoint == 1, pull, keep, None)
 
-    _, lam, p_bar = jax.lax.fori_loop(0, actions.shape[0], act, (slots, _inexact(ct), _zeros(params)))
+    _, lam, p_bar = jax.lax.fori_loop(0, actions.shape[0], act, (slots, _inexact(ct), zero_cotangents(params)))
     return _full(lam, carry), _full(p_bar, params)
 
 
