@@ -19,6 +19,7 @@ The forward pass and the recomputation run two steps per loop iteration with an 
 each, as the xla engine's chunk does (:func:`advance_paired`); a :class:`Split` step (the cell-local stages,
 then streaming) lets :func:`pull_back` carry the cotangent of the collided populations from step to step, so
 that XLA fuses each step's adjoint with the pull of its result, as it fuses collide and stream.
+
 Every policy gives the same gradient: the adjoint of each step is that of the same step function.
 """
 
