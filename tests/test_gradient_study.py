@@ -40,4 +40,7 @@ def test_tiny_study_writes_timing_and_memory_that_checkpointing_bounds(tmp_path)
     assert growth["sqrt"] < growth["none"] / 2
     assert growth["binomial"] < 1.1  # four states kept, whatever the steps
     assert t["cpu_ratio"] == pytest.approx(t["value_and_grad_cpu_s"] / t["forward_cpu_s"])
+    assert set(t["passes"]) == {"forward_pass", "recompute", "adjoint"}  # each pass of sqrt's gradient timed alone
+    assert all(p["over_forward_step"] == pytest.approx(p["ms_per_step"] / t["forward_ms_per_step"])
+               and p["ms_per_step"] > 0 for p in t["passes"].values())
     assert mem[("none", 256)]["forward_bytes"] == mem[("none", 16)]["forward_bytes"]  # the forward chunk does not grow

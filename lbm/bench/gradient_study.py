@@ -9,6 +9,8 @@ Three measurements of lbm.value_and_grad (lbm.diff), in one process:
   ``timing_steps`` steps, float32, checkpoint ``timing_policy``, the two compiled programs called in turn
   ``repeats`` times (wall clock and the process's CPU time, medians; the load average before and after);
   ``forward_auto_s`` is the forward run of the engine ``engine=auto`` picks (native on a CPU with a compiler);
+  ``passes`` (policies every and sqrt): the wall per step of each pass of the gradient compiled alone, the forward
+  pass, one segment's recomputation and one segment's adjoint steps, and each over the xla engine's forward step;
 - ``memory``: the peak memory XLA plans for the compiled forward chunk and gradient program
   (memory_analysis: arguments + outputs - aliased + temporaries) per checkpointing policy at each of
   ``memory_steps``, cavity ``memory_grid``², float32 (``every``: k = steps / 10; ``binomial``: once per count in
@@ -147,6 +149,45 @@ def interleaved(calls: dict[str, Any], repeats: int) -> dict[str, tuple[float, f
             for name, ts in times.items()}
 
 
+def pass_programs(param: Any, values: dict[str, Any], steps: int, policy: str) -> dict[str, tuple[int, Any]]:
+    """(steps it runs, call) of each pass of the gradient alone: the forward pass, one segment's recomputation and
+    one segment's adjoint steps (lbm.diff.checkpointing; policies every and sqrt); empty for the other policies."""
+    import jax
+    import jax.numpy as jnp
+
+    from lbm.diff.checkpointing import advance_paired, pull_back, recompute, segment_length, zero_cotangents
+    from lbm.diff.run import step_function
+
+    length = min(segment_length(policy, steps, max(1, steps // 10)), steps) if policy in ("every", "sqrt") else 0
+    if length < 2:
+        return {}
+
+    def parts(v: dict[str, Any]) -> tuple[Any, Any, Any]:
+        return step_function(param.build(v), 0)
+
+    def states_like(carry: Any) -> Any:
+        return jax.tree_util.tree_map(lambda x: jnp.zeros((length, *jnp.shape(x)), jnp.result_type(x)), carry)
+
+    forward = jax.jit(lambda v: advance_paired(*parts(v), steps))
+    fill = jax.jit(lambda v, states: recompute(*parts(v), states), donate_argnums=1)
+
+    @jax.jit
+    def adjoint(v: dict[str, Any], states: Any) -> Any:
+        step, carry, params = parts(v)
+        lam = zero_cotangents(carry)
+        lam = (jnp.ones_like(lam[0]), *lam[1:])
+        return pull_back(step, states, params, lam, zero_cotangents(params))
+
+    states = [fill(values, jax.jit(lambda v: states_like(parts(v)[1]))(values))]
+
+    def refill() -> None:
+        states[0] = jax.block_until_ready(fill(values, states[0]))
+
+    return {"forward_pass": (steps, lambda: jax.block_until_ready(forward(values))),
+            "recompute": (length - 1, refill),
+            "adjoint": (length, lambda: jax.block_until_ready(adjoint(values, states[0])))}
+
+
 def timing(grid: int, steps: int, policy: str, repeats: int, snapshots: int = 8) -> dict[str, Any]:
     """Forward (xla engine, and the auto engine) and value-and-grad wall times, measured in turn in this process."""
     import jax
@@ -157,11 +198,18 @@ def timing(grid: int, steps: int, policy: str, repeats: int, snapshots: int = 8)
     forward, (f0, engine, t0), grad, values, param = programs(grid, steps, policy, snapshots)
     auto = make_engine(param.setup, engine="auto")
     auto.compile(f0, steps)
+    passes = pass_programs(param, values, steps, policy)
+    for _, call in passes.values():
+        call()
     load = list(os.getloadavg())
     median = interleaved({
         "forward": lambda: jax.block_until_ready(forward(jnp.array(f0), engine.params, t0)),
         "value_and_grad": lambda: jax.block_until_ready(grad(values)),
-        "auto": lambda: jax.block_until_ready(auto.advance(jnp.array(f0), steps)[0])}, repeats)
+        "auto": lambda: jax.block_until_ready(auto.advance(jnp.array(f0), steps)[0]),
+        **{name: call for name, (_, call) in passes.items()}}, repeats)
+    step_ms = median["forward"][0] / steps * 1e3
+    per_pass = {name: {"ms_per_step": median[name][0] / n * 1e3, "over_forward_step": median[name][0] / n * 1e3 / step_ms}
+                for name, (n, _) in passes.items()}
     (forward_s, forward_cpu), (vg_s, vg_cpu), (auto_s, _) = median["forward"], median["value_and_grad"], median["auto"]
     return {"case": "cavity", "lattice": "d2q9", "grid": [grid, grid], "steps": steps, "precision": "float32",
             "policy": policy, "parameter": "flow.u_lattice", "objective": "kinetic_energy",
@@ -170,7 +218,8 @@ def timing(grid: int, steps: int, policy: str, repeats: int, snapshots: int = 8)
             "forward_auto_engine": auto.name, "forward_auto_s": auto_s, "ratio_to_auto": vg_s / auto_s,
             "repeats": repeats, "load_average_before": load, "load_average_after": list(os.getloadavg()),
             "clock": "host wall clock and process CPU time, medians of repeats made in turn, compiled programs",
-            "mlups_forward": grid * grid * steps / forward_s / 1e6}
+            "mlups_forward": grid * grid * steps / forward_s / 1e6,
+            "passes": per_pass, "forward_ms_per_step": step_ms}
 
 
 def memory(grid: int, steps_list: list[int], policies: list[str], snapshots: list[int]) -> list[dict[str, Any]]:
@@ -246,6 +295,7 @@ def main(args: list[str]) -> int:
     t = record["timing"]
     print(f"value_and_grad {t['value_and_grad_s']:.3f} s over forward (xla engine) {t['forward_s']:.3f} s: ratio "
           f"{t['ratio']:.2f} (CPU time {t['cpu_ratio']:.2f}; {t['grid'][0]}^2, {t['steps']} steps, {t['policy']}; "
-          f"load average {t['load_average_before'][0]:.1f} -> {t['load_average_after'][0]:.1f}); "
+          f"load average {t['load_average_before'][0]:.1f} -> {t['load_average_after'][0]:.1f}); per step over the "
+          f"forward step: {', '.join(f'{k} {v['over_forward_step']:.2f}' for k, v in t['passes'].items()) or '-'}; "
           f"wrote {out / 'gradient.json'} and gradient.png")
     return 0

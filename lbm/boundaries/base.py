@@ -201,6 +201,11 @@ class BoundaryCondition:
         """The same step applied while streaming (stage ``stream``) where nothing reads it before; None: no such form."""
         return None
 
+    @property
+    def halfway_wall(self) -> tuple[Any, Any, Any] | None:
+        """(solid mask, links, momentum term or None) where this condition is a half-way bounce-back wall; else None."""
+        return None
+
     def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
         """The block form on every block of ``mesh`` (inside shard_map), its arrays placed; FormUnavailable if none."""
         raise FormUnavailable(f"the sharded engine has no block form of {type(self).__name__}")

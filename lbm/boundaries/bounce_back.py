@@ -207,6 +207,11 @@ class HalfwayBounceBack(BoundaryCondition):
         """The wall's momentum term per link (None: resting walls)."""
         return None
 
+    @property
+    def halfway_wall(self) -> tuple[Any, Any, Any]:
+        """Its solid mask, links and momentum term (None: resting walls)."""
+        return self.solid, self.links, self.wall
+
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells take the reflected populations of their fluid neighbours."""
         return s.replace(post=bounce_back_halfway(s.post, self.solid, self.links, lattice, self.wall))

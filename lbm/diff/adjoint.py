@@ -33,7 +33,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries import HalfwayBounceBack, MovingWall
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
 from lbm.boundaries.bounce_back import (
     bounce_back_halfway,
@@ -44,7 +43,7 @@ from lbm.boundaries.bounce_back import (
 )
 from lbm.boundaries.bounce_back import pulled as moved_to_fluid
 from lbm.cases.base import Setup
-from lbm.engines.timestep import fold_walls
+from lbm.engines.timestep import core_stages, fold_walls
 from lbm.kernels.equilibrium import equilibrium, velocity_dot
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
@@ -106,8 +105,10 @@ def _equilibrium_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[jnp.n
         if lattice.c[i].any():
             k = g * (3.0 + 9.0 * cu)
             flux = [fa + k if ca > 0 else fa - k if ca < 0 else fa for fa, ca in zip(flux, lattice.c[i], strict=True)]
-    u_bar = jnp.stack([rho * (flux[a] - 3.0 * u[a] * total) for a in range(lattice.d)])
-    return drho_bar, u_bar
+    # one array, kept whole: XLA then computes the D + 1 sums over the populations in one kernel, not one per shape
+    bars = jax.lax.optimization_barrier(jnp.stack([drho_bar, *(rho * (flux[a] - 3.0 * u[a] * total)
+                                                               for a in range(lattice.d))]))
+    return bars[0], bars[1:]
 
 
 equilibrium_of.defvjp(_equilibrium_fwd, _equilibrium_bwd)
@@ -286,36 +287,29 @@ def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice) -
     jax differentiates their rule), half-way walls applied while streaming where the xla engine does so."""
     out = []
     for bc in boundaries:
-        if type(bc) in (HalfwayBounceBack, MovingWall):
-            bc = Halfway(solid=bc.solid, links=bc.links, wall_term=bc.wall)
+        wall = bc.halfway_wall
+        if wall is not None:
+            bc = Halfway(*wall)
         out.append(bc)
     return fold_walls(tuple(out), lattice)
 
 
-def _macroscopic(s: StepState, setup: Setup) -> StepState:
-    drho, u = moments_of(s.f, setup.lattice, setup.force)
-    return s.replace(drho=drho, u=u)
+def affine_stream(boundaries: tuple[BoundaryCondition, ...]) -> bool:
+    """Whether the stream stage with ``boundaries`` is affine in the collided populations (the pull, and walls applied
+    while streaming as :class:`Pulled`): its pullback is then the same at every point (lbm.diff.checkpointing.Split)."""
+    return all(isinstance(bc, Pulled) for bc in boundaries if bc.stage == "stream")
 
 
-def _equilibrium(s: StepState, setup: Setup) -> StepState:
-    return s.replace(feq=equilibrium_of(s.drho, s.u, setup.lattice))
-
-
-def _collide(s: StepState, setup: Setup) -> StepState:
+def _collision(s: StepState, setup: Setup) -> jnp.ndarray:
     rates = setup.collision
     if rates.spec is not None:  # the kinds beyond BGK and TRT: their kernel, differentiated by jax
-        out = rates(s.f, s.feq, s.u, setup.lattice)
-        return s.replace(collided=out, post=out)
+        return rates(s.f, s.feq, s.u, setup.lattice)
     out = relax(s.f, s.feq, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates)
     if rates.force is not None:
         out = out + rates.source(s.u, setup.lattice).astype(out.dtype)
-    return s.replace(collided=out, post=out)
+    return out
 
 
-def _stream(s: StepState, setup: Setup) -> StepState:
-    return s.replace(f=streamed(s.post, setup.lattice))
-
-
-CORE = {"macroscopic": _macroscopic, "equilibrium": _equilibrium, "collide": _collide, "stream": _stream}
+CORE = core_stages(lambda f, setup: moments_of(f, setup.lattice, setup.force), equilibrium_of, _collision, streamed)
 """The core stages (lbm.stages.CORE_STAGES) with hand-written adjoints, for a Setup whose collision is a
 lbm.diff.parameters.Relaxation (what lbm.engines.timestep.timestep takes as ``core``)."""

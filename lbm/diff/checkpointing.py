@@ -7,12 +7,18 @@ cotangent back through each step with ``jax.vjp`` of that one step (which recomp
 intermediate values inside it: nothing per step is kept but the state). The policies:
 
 - ``none``: every state kept (memory grows with the steps: one state per step), no recomputation;
-- ``every``: the state every k steps (``every=k``): N/k states kept, and one segment's k states at a time
-  recomputed (one extra forward run);
+- ``every``: the state every k steps (``every=k``): N/k states kept; the backward pass recomputes one
+  segment's k states at a time into one buffer, written in place (:func:`recompute`: one extra forward
+  run), then pulls back through them (:func:`pull_back`);
 - ``sqrt``: k = ceil(sqrt N): about 2 sqrt N states, one extra forward run;
 - ``binomial``: Griewank's binomial checkpointing (revolve): a fixed number of ``snapshots`` states
   (the first is the initial state), whatever N, each step recomputed at most r times where r is the
   smallest with C(s + r, s) >= N (:func:`binomial_schedule`; Griewank & Walther 2000, ACM TOMS 26:19).
+
+The forward pass and the recomputation run two steps per loop iteration with an optimisation barrier after
+each, as the xla engine's chunk does (:func:`advance_paired`); a :class:`Split` step (the cell-local stages,
+then streaming) lets :func:`pull_back` carry the cotangent of the collided populations from step to step, so
+that XLA fuses each step's adjoint with the pull of its result, as it fuses collide and stream.
 
 Every policy gives the same gradient: the adjoint of each step is that of the same step function.
 """
@@ -23,7 +29,7 @@ import functools
 import math
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -105,7 +111,7 @@ def _full(cotangent: Any, like: Any) -> Any:
     return jax.tree_util.tree_map(leaf, cotangent, like, is_leaf=lambda x: x is None)
 
 
-def _zeros(tree: Any) -> Any:
+def zero_cotangents(tree: Any) -> Any:
     """Zero cotangents of the inexact leaves of ``tree`` (None for the others)."""
     return jax.tree_util.tree_map(
         lambda x: jnp.zeros_like(x) if jnp.issubdtype(jnp.result_type(x), jnp.inexact) else None, tree)
@@ -123,31 +129,139 @@ def _pull(step: Step, x: Any, params: Any, lam: Any) -> tuple[Any, Any]:
 
 
 def advance(step: Step, carry: Any, params: Any, n: Any) -> Any:
-    """``step`` applied ``n`` times (a traced count allowed)."""
+    """``step`` applied ``n`` times (a traced count allowed: one step per loop iteration)."""
     return jax.lax.fori_loop(0, n, lambda _, c: step(c, params), carry)
+
+
+def _barrier(carry: Any) -> Any:
+    return jax.lax.optimization_barrier(carry)
+
+
+def advance_paired(step: Step, carry: Any, params: Any, n: int) -> Any:
+    """``step`` applied ``n`` (static) times as the xla engine's chunk runs it: two steps per loop iteration, each
+    followed by an optimisation barrier, so the loop hands its state buffer back without a copy
+    (lbm.engines.xla.FusedEngine.paired_chunk). Not for jax's differentiation: the custom_vjp rules call it."""
+    if n % 2:
+        carry = _barrier(step(carry, params))
+    if n >= 2:
+        carry = jax.lax.fori_loop(0, n // 2, lambda _, c: _barrier(step(_barrier(step(c, params)), params)), carry)
+    return carry
+
+
+def recompute(step: Step, start: Any, params: Any, states: Any) -> Any:
+    """``states`` (a buffer of L states, leading axis) holding the L states from ``start`` (``start`` first, then
+    L - 1 steps), written in place (scope ``recompute``); two steps per loop iteration, as :func:`advance_paired`."""
+    length = jax.tree_util.tree_leaves(states)[0].shape[0]
+
+    def put(buffer: Any, k: Any, x: Any) -> Any:
+        return jax.tree_util.tree_map(lambda b, v: jax.lax.dynamic_update_index_in_dim(b, v, k, 0), buffer, x)
+
+    def fill(j: Any, c: tuple[Any, Any]) -> tuple[Any, Any]:
+        x, buffer = c
+        x = _barrier(step(x, params))
+        buffer = put(buffer, 2 * j + 1, x)
+        x = _barrier(step(x, params))
+        return x, put(buffer, 2 * j + 2, x)
+
+    with jax.named_scope(RECOMPUTE):
+        x, states = jax.lax.fori_loop(0, (length - 1) // 2, fill, (start, put(states, 0, start)))
+        if (length - 1) % 2:
+            states = put(states, length - 1, step(x, params))
+    return states
+
+
+class Split(NamedTuple):
+    """A step as two steps ``transport(local(carry, params[0]), params[1])``: ``local`` the cell-local work (its
+    carry out: the collided populations in the place of ``f``), ``transport`` the stream stage, affine in them.
+
+    :func:`pull_back` then carries the cotangent of the collided populations from step to step: each step's
+    adjoint is the cell-local adjoint followed by the pull of its result (the transpose of streaming), which XLA
+    fuses as it fuses collide and stream in the forward step, instead of a pull that writes its result out.
+    """
+
+    local: Step
+    transport: Step
+
+    def __call__(self, carry: Any, params: Any) -> Any:
+        """The whole step."""
+        return self.transport(self.local(carry, params[0]), params[1])
+
+    def whole(self) -> Step:
+        """The same step as one function (its adjoint pulled back as a whole)."""
+        return lambda carry, params: self(carry, params)
+
+
+def pull_back(step: Step, states: Any, params: Any, lam: Any, p_bar: Any) -> tuple[Any, Any]:
+    """The cotangents of the first state of ``states`` and of ``params`` from ``lam``, the cotangent of the state
+    after the last: each step's adjoint in reverse order, the step's values recomputed from its state."""
+    length = jax.tree_util.tree_leaves(states)[0].shape[0]
+
+    def at(k: Any) -> Any:
+        return jax.tree_util.tree_map(lambda b: jax.lax.dynamic_index_in_dim(b, k, 0, keepdims=False), states)
+
+    if isinstance(step, Split):
+        return _pull_back_split(step, at, length, params, lam, p_bar)
+
+    def back(k: Any, c: tuple[Any, Any]) -> tuple[Any, Any]:
+        lam, p_bar = c
+        x_bar, p_step = _pull(step, at(k), params, lam)
+        return x_bar, _add(p_bar, p_step)
+
+    return _reversed(back, length, (lam, p_bar))
+
+
+def _reversed(back: Callable[[Any, Any], Any], n: int, c: Any) -> Any:
+    """``back(k, c)`` for k = n - 1 down to 0, two per loop iteration (the loop hands its carry back without a copy)."""
+    if n % 2:
+        c = back(n - 1, c)
+    return jax.lax.fori_loop(0, n // 2, lambda j, c: back(n - n % 2 - 2 - 2 * j, back(n - n % 2 - 1 - 2 * j, c)), c)
+
+
+def _pull_back_split(step: Split, at: Callable[[Any], Any], length: int, params: Any, lam: Any, p_bar: Any
+                     ) -> tuple[Any, Any]:
+    """:func:`pull_back` of a :class:`Split` step: the loop carries the cotangent of the collided populations."""
+    p_local, p_transport = params
+
+    def transposed(k: Any, lam: Any) -> tuple[Any, Any]:  # affine: its pullback at any point (state k's shape)
+        return _pull(step.transport, at(k), p_transport, lam)
+
+    def back(k: Any, c: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+        mu, bar_local, bar_transport = c
+        lam, p_l = _pull(step.local, at(k + 1), p_local, mu)
+        mu, p_t = transposed(k, lam)
+        return mu, _add(bar_local, p_l), _add(bar_transport, p_t)
+
+    mu, p_t = transposed(length - 1, lam)
+    mu, bar_local, bar_transport = _reversed(back, length - 1, (mu, p_bar[0], _add(p_bar[1], p_t)))
+    lam, p_l = _pull(step.local, at(0), p_local, mu)
+    return lam, (_add(bar_local, p_l), bar_transport)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
 def segmented(step: Step, segments: int, length: int, carry: Any, params: Any) -> Any:
     """``segments`` x ``length`` steps; the backward pass keeps each segment's first state (policies none, every, sqrt)."""
-    return jax.lax.scan(lambda c, _: (advance(step, c, params, length), None), carry, None, length=segments)[0]
+    return jax.lax.scan(lambda c, _: (advance_paired(step, c, params, length), None), carry, None,
+                        length=segments)[0]
 
 
 def _segmented_fwd(step: Step, segments: int, length: int, carry: Any, params: Any) -> tuple[Any, Any]:
-    out, starts = jax.lax.scan(lambda c, _: (advance(step, c, params, length), c), carry, None, length=segments)
+    out, starts = jax.lax.scan(lambda c, _: (advance_paired(step, c, params, length), c), carry, None,
+                               length=segments)
     return out, (starts, params)
 
 
 def _segmented_bwd(step: Step, segments: int, length: int, res: Any, ct: Any) -> tuple[Any, Any]:
     starts, params = res
-
-    def segment(state: tuple[Any, Any], start: Any) -> tuple[tuple[Any, Any], None]:
-        lam, p_bar = state  # reverse mode through the segment's own steps: their intermediate values kept
-        x_bar, p_seg = _pull(lambda c, p: advance(step, c, p, length), start, params, lam)
-        return (x_bar, _add(p_bar, p_seg)), None
-
     first = jax.tree_util.tree_map(lambda x: x[0], starts)
-    (lam, p_bar), _ = jax.lax.scan(segment, (_inexact(ct), _zeros(params)), starts, reverse=True)
+
+    def segment(state: tuple[Any, Any, Any], start: Any) -> tuple[tuple[Any, Any, Any], None]:
+        lam, p_bar, states = state
+        states = recompute(step, start, params, states)
+        lam, p_bar = pull_back(step, states, params, lam, p_bar)
+        return (lam, p_bar, states), None
+
+    buffer = jax.tree_util.tree_map(lambda x: jnp.zeros((length, *jnp.shape(x)), jnp.result_type(x)), first)
+    (lam, p_bar, _), _ = jax.lax.scan(segment, (_inexact(ct), zero_cotangents(params), buffer), starts, reverse=True)
     return _full(lam, first), _full(p_bar, params)
 
 
@@ -185,7 +299,7 @@ def _binomial_bwd(step: Step, steps: int, snapshots: int, res: Any, ct: Any) -> 
 
         return jax.lax.cond(adjoint == 1, pull, keep, None)
 
-    _, lam, p_bar = jax.lax.fori_loop(0, actions.shape[0], act, (slots, _inexact(ct), _zeros(params)))
+    _, lam, p_bar = jax.lax.fori_loop(0, actions.shape[0], act, (slots, _inexact(ct), zero_cotangents(params)))
     return _full(lam, carry), _full(p_bar, params)
 
 

@@ -20,11 +20,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from lbm.diff.adjoint import CORE, with_adjoints
-from lbm.diff.checkpointing import SNAPSHOTS, run_steps, segment_length
+from lbm.boundaries.base import StepState
+from lbm.diff.adjoint import CORE, affine_stream, with_adjoints
+from lbm.diff.checkpointing import SNAPSHOTS, Split, Step, run_steps, segment_length
 from lbm.diff.parameters import Parameterisation
 from lbm.engines.timestep import CORE as KERNELS
-from lbm.engines.timestep import moments, step_index, timestep
+from lbm.engines.timestep import active_stages, moments, run_stages, step_index
 from lbm.errors import LbmError
 
 
@@ -35,6 +36,38 @@ def check_window(window: int | None, steps: int) -> int:
     if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= steps:
         raise LbmError(f"window={window!r}: the steps the force is averaged over, an integer in [1, steps={steps}]")
     return window
+
+
+def step_function(traced: Any, start: int, forward_mode: bool = False) -> tuple[Step, Any, Any]:
+    """One step of the differentiable run of the traced case ``traced`` (lbm.diff.parameters), its initial carry and its
+    parameters: ``step(carry, params) -> carry`` on the carry (populations, step index, the force summed from step
+    ``start`` on); a :class:`~lbm.diff.checkpointing.Split` of the stages before ``stream`` and ``stream``, with the
+    hand-written adjoints, or (``forward_mode``) the kernels' own stages."""
+    setup = traced.setup
+    bcs = traced.boundaries if forward_mode else with_adjoints(traced.boundaries, setup.lattice)
+    core = KERNELS if forward_mode else CORE
+    names = active_stages(setup)
+
+    def local(carry: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:  # every stage before stream: the collided state
+        f, t, acc = carry
+        s = run_stages(names[:-1], StepState(f=f, t=t), bcs, setup, core=core)
+        if s.force is not None:
+            acc = acc + jnp.where(t >= start, s.force, jnp.zeros_like(s.force))
+        return s.post, t, acc
+
+    def transport(carry: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:  # the stream stage
+        post, t, acc = carry
+        return run_stages(names[-1:], StepState(f=post, t=t, post=post), bcs, setup, core=core).f, t + 1, acc
+
+    carry = (traced.f0, step_index(0), jnp.zeros(setup.lattice.d, traced.f0.dtype))
+    if forward_mode:
+        return (lambda c, _: transport(local(c))), carry, None
+    # the traced values each part closes over (rates, wall terms, wall fractions) become its explicit parameters:
+    # the backward pass sums their cotangents over the steps
+    closed_local, p_local = jax.closure_convert(local, carry)
+    closed_transport, p_transport = jax.closure_convert(transport, carry)
+    step = Split(lambda c, p: closed_local(c, *p), lambda c, p: closed_transport(c, *p))
+    return (step if affine_stream(bcs) else step.whole()), carry, (p_local, p_transport)
 
 
 def differentiable_run(param: Parameterisation, values: dict[str, Any], steps: int, checkpoint: str = "sqrt",
@@ -49,28 +82,13 @@ def differentiable_run(param: Parameterisation, values: dict[str, Any], steps: i
     """
     window = check_window(window, steps)
     traced = param.build(values)
-    setup = traced.setup
-    start = steps - window
     forces = any(bc.stage == "forces" for bc in traced.boundaries)
-    bcs = traced.boundaries if forward_mode else with_adjoints(traced.boundaries, setup.lattice)
-    core = KERNELS if forward_mode else CORE
-
-    def step(carry: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-        f, t, acc = carry
-        f, out = timestep(f, t, bcs, setup, core=core)
-        if "force" in out:
-            acc = acc + jnp.where(t >= start, out["force"], jnp.zeros_like(out["force"]))
-        return f, t + 1, acc
-
-    carry = (traced.f0, step_index(0), jnp.zeros(setup.lattice.d, traced.f0.dtype))
+    step, carry, params = step_function(traced, steps - window, forward_mode)
     if forward_mode:
         segment_length(checkpoint, steps, every, snapshots)  # the same arguments checked
-        f, t, acc = jax.lax.scan(lambda c, _: (step(c), None), carry, None, length=steps)[0]
+        f, t, acc = jax.lax.scan(lambda c, _: (step(c, None), None), carry, None, length=steps)[0]
     else:
-        # the traced values the step closes over (rates, wall terms, wall fractions) become its explicit
-        # parameters: the backward pass sums their cotangents over the steps
-        closed, params = jax.closure_convert(step, carry)
-        f, t, acc = run_steps(lambda c, p: closed(c, *p), carry, params, steps, checkpoint, every, snapshots)
+        f, t, acc = run_steps(step, carry, params, steps, checkpoint, every, snapshots)
     rho, u = moments(f, t, traced.boundaries, traced.setup)
     out = {"f": f, "rho": rho, "u": u}
     if forces:

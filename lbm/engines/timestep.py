@@ -28,31 +28,42 @@ from lbm.stages import CORE_STAGES, STAGES
 Boundaries = tuple[BoundaryCondition, ...]
 
 
-def _macroscopic(s: StepState, setup: Setup) -> StepState:
-    drho, u = macroscopic(s.f, setup.lattice, setup.force_array)
-    return s.replace(drho=drho, u=u)
-
-
-def _equilibrium(s: StepState, setup: Setup) -> StepState:
-    return s.replace(feq=equilibrium(s.drho, s.u, setup.lattice))
-
-
-def _collide(s: StepState, setup: Setup) -> StepState:
-    if setup.collision is not None:
-        out = setup.collision(s.f, s.feq, s.u, setup.lattice, setup.force_array)
-    else:
-        out = collide(s.f, s.feq, s.u, setup.lattice, setup.omega_plus, setup.omega_minus, setup.force_array)
-    return s.replace(collided=out, post=out)
-
-
-def _stream(s: StepState, setup: Setup) -> StepState:
-    return s.replace(f=stream(s.post, setup.lattice))
-
-
 Core = Mapping[str, Callable[[StepState, Setup], StepState]]
 """The work of the core stages by name."""
-CORE: Core = dict(
-    zip(CORE_STAGES, (_macroscopic, _equilibrium, _collide, _stream), strict=True))
+
+
+def core_stages(moments_of: Callable[[jnp.ndarray, Setup], tuple[jnp.ndarray, jnp.ndarray]],
+                equilibrium_of: Callable[[jnp.ndarray, jnp.ndarray, Lattice], jnp.ndarray],
+                collision_of: Callable[[StepState, Setup], jnp.ndarray],
+                stream_of: Callable[[jnp.ndarray, Lattice], jnp.ndarray]) -> Core:
+    """The core stages (lbm.stages.CORE_STAGES) from the functions that compute them: the density deviation and
+    velocity of ``f``, the equilibrium, the collided populations, the streamed ones (the kernels' here;
+    lbm.diff.adjoint's, with hand-written adjoints, for a differentiable run)."""
+    def macroscopic_stage(s: StepState, setup: Setup) -> StepState:
+        drho, u = moments_of(s.f, setup)
+        return s.replace(drho=drho, u=u)
+
+    def equilibrium_stage(s: StepState, setup: Setup) -> StepState:
+        return s.replace(feq=equilibrium_of(s.drho, s.u, setup.lattice))
+
+    def collide_stage(s: StepState, setup: Setup) -> StepState:
+        out = collision_of(s, setup)
+        return s.replace(collided=out, post=out)
+
+    def stream_stage(s: StepState, setup: Setup) -> StepState:
+        return s.replace(f=stream_of(s.post, setup.lattice))
+
+    return dict(zip(CORE_STAGES, (macroscopic_stage, equilibrium_stage, collide_stage, stream_stage), strict=True))
+
+
+def _collision(s: StepState, setup: Setup) -> jnp.ndarray:
+    if setup.collision is not None:
+        return setup.collision(s.f, s.feq, s.u, setup.lattice, setup.force_array)
+    return collide(s.f, s.feq, s.u, setup.lattice, setup.omega_plus, setup.omega_minus, setup.force_array)
+
+
+CORE: Core = core_stages(lambda f, setup: macroscopic(f, setup.lattice, setup.force_array), equilibrium, _collision,
+                         stream)
 """The work of the stages every timestep runs on every cell, whatever the case (lbm.stages.CORE_STAGES)."""
 
 
