@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import ALL_LATTICES, random_state, shape_for
+from conftest import ALL_LATTICES, alternate, random_state, shape_for, slow_except
 
 from lbm.boundaries.bounce_back import bounce_back_halfway, halfway_links
 from lbm.kernels.collision import (
@@ -112,9 +112,14 @@ def test_d2q9_basis_is_lallemand_luo():
 
 # --- conservation and reductions ---------------------------------------------------------------
 
-@pytest.mark.parametrize("lat", ALL, ids=lambda lat: lat.name)
-@pytest.mark.parametrize("name", sorted(SPECS))
-@pytest.mark.parametrize("forced", [False, True])
+CONSERVATION = [(forced, name, lat) for forced in (False, True) for name in sorted(SPECS) for lat in ALL]
+CONSERVATION_FAST = {(alternate(i, j, (False, True)), name, lat) for i, name in enumerate(sorted(SPECS))
+                     for j, lat in enumerate(ALL)}
+"""The fast lane: every collision on every lattice once, with and without a force alternating across the grid."""
+
+
+@pytest.mark.parametrize("forced,name,lat", slow_except(CONSERVATION, fast=CONSERVATION_FAST),
+                         ids=lambda v: getattr(v, "name", str(v)))
 def test_collision_conserves_mass_and_adds_exactly_the_force(lat, name, forced):
     force = force_for(lat) if forced else None
     f, feq, u = state(lat, force, seed=1)

@@ -396,13 +396,20 @@ def run_bench(tmp_path, name, xla_flags):
     return str(tmp_path / name / "bench.json")
 
 
+@pytest.fixture(scope="module")
+def base_bench(tmp_path_factory):
+    """One real bench.json (the cylinder on the xla engine), shared by the tests of the group "real_bench"."""
+    return run_bench(tmp_path_factory.mktemp("real_bench"), "base", "")
+
+
 @pytest.mark.slow
-def test_real_benches_identical_code_same_evidence_and_fusion_disabled_caught(tmp_path, capsys):
+@pytest.mark.xdist_group("real_bench")
+def test_real_benches_identical_code_same_evidence_and_fusion_disabled_caught(tmp_path, capsys, base_bench):
     """Two benches of the same code compile the same programs; without XLA's fusion pass the structure alone calls
     a REGRESSION and names the flag (the repeats' timing cannot change either verdict)."""
     from lbm.bench.evidence import diff
 
-    base, again = run_bench(tmp_path, "base", ""), run_bench(tmp_path, "again", "")
+    base, again = base_bench, run_bench(tmp_path, "again", "")
     unfused = run_bench(tmp_path, "unfused", "--xla_disable_hlo_passes=fusion")
     docs = {p: json.loads(open(p).read()) for p in (base, again, unfused)}
     assert diff(docs[base]["records"][0]["evidence"], docs[again]["records"][0]["evidence"], 0.1).kind == "identical"
@@ -416,23 +423,26 @@ def test_real_benches_identical_code_same_evidence_and_fusion_disabled_caught(tm
 
 
 @pytest.mark.slow
-def test_interleaved_workers_time_both_sides_and_check_their_programs(tmp_path):
-    """Real workers, one per side for every configuration: one timed repeat per side and round; a file whose
-    program differs from what the worker compiles is named as a mismatch."""
-    from lbm.bench.interleave import measure
+@pytest.mark.xdist_group("real_bench")
+def test_interleaved_workers_time_both_sides_and_check_their_programs(base_bench):
+    """Real workers, one per side for every configuration: one timed repeat per side and round, each round on a
+    fresh pair (two rounds: two pairs); a file whose program differs from what the worker compiles is named as a
+    mismatch."""
+    from lbm.bench.interleave import block_plan, measure
 
-    doc = json.loads(open(run_bench(tmp_path, "base", "")).read())
+    doc = json.loads(open(base_bench).read())
     rec = doc["records"][0]
     other = copy.deepcopy(rec)
     other["evidence"]["custom_call_targets"] = ["lbm_some_other_kernel"]
     # the first configuration's base file claims another program than its worker compiles; the second is honest
-    claimed, honest = measure([(other, rec), (rec, rec)], "", "", 6, None)
+    assert block_plan(2) == [1, 1]
+    claimed, honest = measure([(other, rec), (rec, rec)], "", "", 2, None)
     for got in (claimed, honest):
-        assert got.rounds == 6 and len(got.log_ratios) == 6 and all(math.isfinite(x) for x in got.log_ratios)
+        assert got.rounds == 2 and len(got.log_ratios) == 2 and all(math.isfinite(x) for x in got.log_ratios)
         assert got.load[0] is not None
     assert len(claimed.mismatch) == 1 and claimed.mismatch[0].startswith("the base side") and not honest.mismatch
     with pytest.raises(LbmError, match="stopped"):
-        measure([(rec, rec)], "", "", 1, str(tmp_path / "base" / "bench.json"))  # not an interpreter: the worker fails
+        measure([(rec, rec)], "", "", 1, base_bench)  # not an interpreter: the worker fails
 
 
 def instrumented_evidence(setup):

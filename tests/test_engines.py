@@ -156,12 +156,15 @@ def test_auto_falls_back_to_xla_when_no_compiler(monkeypatch):
 
 
 @needs_native
+@pytest.mark.parametrize("engines", [pytest.param(("native",), id="native"),
+                                     pytest.param(("native", "xla"), marks=pytest.mark.slow, id="native+xla")])
 @pytest.mark.parametrize("storage,bound", [("float16", 0.01)])
-def test_16bit_storage_accuracy_on_taylor_green(storage, bound):
+def test_16bit_storage_accuracy_on_taylor_green(storage, bound, engines):
     """16-bit storage (f - w kept in 16 bits, float32 arithmetic): decay error against the analytic solution.
 
     Measured: float32 1.4e-3, float16 2.7e-3 (docs/performance.md); the float16 bound is the one test_cases
-    applies to float32.
+    applies to float32. The fast lane runs the native engine (its 16-bit kernel is built for tests/test_storage.py
+    anyway; 0.2 CPU-s against the xla engine's 3; the full suite runs both, and checks their agreement).
     """
     run = run_config("case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=3000")
     case = make_case(run)
@@ -169,7 +172,7 @@ def test_16bit_storage_accuracy_on_taylor_green(storage, bound):
     from lbm.kernels.macroscopic import macroscopic
 
     errors = {}
-    for engine in ("native", "xla"):
+    for engine in engines:
         stepper = make_engine(setup, engine=engine, storage=storage)
         f = setup.initial_populations()
         worst = 0.0
@@ -180,9 +183,9 @@ def test_16bit_storage_accuracy_on_taylor_green(storage, bound):
             amp = float(np.sum(u * case.mode) / np.sum(case.mode ** 2)) * run.flow.u_lattice
             worst = max(worst, abs(amp / case.analytic_amplitude(setup, 500 * k) - 1))
         errors[engine] = worst
-    assert errors["native"] < bound and errors["xla"] < bound
-    # both engines round to the same 16-bit grid: their errors are alike
-    assert errors["native"] == pytest.approx(errors["xla"], rel=0.3)
+    assert max(errors.values()) < bound
+    if "xla" in engines:  # both engines round to the same 16-bit grid: their errors are alike
+        assert errors["native"] == pytest.approx(errors["xla"], rel=0.3)
 
 
 @needs_native

@@ -1,0 +1,107 @@
+"""What each test of the suite costs: CPU seconds, XLA compiles, native kernel builds, subprocesses.
+
+As a pytest plugin (one JSON line per test, appended to $SUITE_COSTS, from every xdist worker)::
+
+    PYTHONPATH=scripts SUITE_COSTS=costs.jsonl .venv/bin/python -m pytest -p suite_costs -m "not slow"
+
+then the summary (per file, then the dearest tests)::
+
+    python scripts/suite_costs.py costs.jsonl [N]
+
+CPU seconds are this process's (all threads) plus its waited children's (compilers, ``python -m lbm``
+subprocesses): unlike wall time, they hardly move with the machine's load. ``compiles`` counts XLA backend compiles,
+persistent-cache hits included (``hits``); ``kernels`` the native libraries built (a cache miss each).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+_current: dict[str, Any] = {}
+
+
+def _cpu() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _count(key: str, amount: float = 1) -> None:
+    _current[key] = _current.get(key, 0) + amount
+
+
+def _listen() -> None:
+    """Count XLA compiles and cache hits (jax.monitoring), native builds and subprocesses (wrapped) per test."""
+    import jax.monitoring
+
+    from lbm.engines.native import build
+
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, secs, **kw: event == "/jax/core/compile/backend_compile_duration" and _count("compiles"))
+    jax.monitoring.register_event_listener(
+        lambda event, **kw: event == "/jax/compilation_cache/cache_hits" and _count("hits"))
+    compile_kernel, popen_init = build._compile, subprocess.Popen.__init__
+
+    def _compile(spec: Any, *args: Any) -> Any:
+        _current.setdefault("kernels", []).append(spec.tag)
+        return compile_kernel(spec, *args)
+
+    def _popen_init(self: Any, args: Any, *rest: Any, **kwargs: Any) -> None:
+        _current.setdefault("subprocesses", []).append(" ".join(map(str, args))[:160] if isinstance(args, list | tuple)
+                                                       else str(args)[:160])
+        popen_init(self, args, *rest, **kwargs)
+
+    build._compile, subprocess.Popen.__init__ = _compile, _popen_init
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Listen in the processes that run tests (xdist workers, or the only process with -n 0)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
+        _listen()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Measure one test (setup, call and teardown) and append its record to $SUITE_COSTS."""
+    _current.clear()
+    cpu, wall = _cpu(), time.perf_counter()
+    yield
+    rec = {"id": item.nodeid, "cpu": round(_cpu() - cpu, 3), "wall": round(time.perf_counter() - wall, 3),
+           "slow": item.get_closest_marker("slow") is not None, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+           **_current}
+    with open(os.environ.get("SUITE_COSTS", "suite_costs.jsonl"), "a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+
+
+def summarise(rows: list[dict[str, Any]], n: int = 30) -> str:
+    """Totals (fast and slow lanes), CPU seconds per file, and the ``n`` dearest tests."""
+    total = {lane: sum(r["cpu"] for r in rows if r["slow"] == slow) for lane, slow in (("fast", False), ("slow", True))}
+    kernels = sorted({k for r in rows for k in r.get("kernels", [])})
+    lines = [f"{len(rows)} tests, {sum(total.values()):.1f} CPU-s (fast lane {total['fast']:.1f}, slow {total['slow']:.1f}); "
+             f"{sum(r.get('compiles', 0) for r in rows)} XLA compiles ({sum(r.get('hits', 0) for r in rows)} cache hits); "
+             f"{sum(len(r.get('kernels', [])) for r in rows)} native builds ({len(kernels)} kernels); "
+             f"{sum(len(r.get('subprocesses', [])) for r in rows)} subprocesses", "", "CPU-s  tests  file"]
+    per: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    for r in rows:
+        per[r["id"].split("::")[0]][0] += r["cpu"]
+        per[r["id"].split("::")[0]][1] += 1
+    lines += [f"{cpu:6.1f} {count:5d}  {name}" for name, (cpu, count) in sorted(per.items(), key=lambda x: -x[1][0])[:n]]
+    lines += ["", "CPU-s compiles lane  test  [kernels built]"]
+    lines += [f"{r['cpu']:6.1f} {r.get('compiles', 0):6d}  {'slow' if r['slow'] else 'fast'}  {r['id']}"
+              f"{'  ' + ','.join(r['kernels']) if r.get('kernels') else ''}"
+              for r in sorted(rows, key=lambda r: -r["cpu"])[:n]]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as fh:
+        print(summarise([json.loads(line) for line in fh if line.strip()], int(sys.argv[2]) if len(sys.argv) > 2 else 30))
