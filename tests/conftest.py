@@ -34,10 +34,26 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 NATIVE_TEST_OPT = "1"
 """The suite builds the native kernels at -O1 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every
 subprocess): the same bits as -O3 (tests/test_engines_native_build.py), about half the compiler's time per kernel
-(a dozen and more kernels on a clean machine), and kernels as fast as -O3's at the suite's grid sizes (-O0 builds
-faster still but runs ~5x slower). A level already in LBM_NATIVE_OPT is kept (``LBM_NATIVE_OPT=3`` tests the
-default build)."""
-os.environ.setdefault("LBM_NATIVE_OPT", NATIVE_TEST_OPT)
+(a dozen and more kernels on a clean machine), and kernels as fast as -O3's at the suite's grid sizes. A level
+already in LBM_NATIVE_OPT is kept (``LBM_NATIVE_OPT=3`` tests the default build)."""
+FAST_LANE_NATIVE_OPT = "0"
+"""The fast lane (a mark expression that leaves the slow tests out) builds at -O0: the same bits again, builds 0.6-3
+CPU-s cheaper per kernel, kernels 8-11x slower, which its short runs do not feel (its 11 kernels on a clean machine:
+199 against 209 CPU-s for the whole lane, measured side by side at load 5). The slow lane's long native runs
+would take that back, so the full suite keeps -O1."""
+
+
+NATIVE_OPT_GIVEN = os.environ.get("LBM_NATIVE_OPT")
+"""The level the user named in LBM_NATIVE_OPT (None: the lane's own)."""
+
+
+def native_test_opt(markexpr: str) -> str:
+    """The native optimisation level the suite builds at for the mark expression ``-m`` (FAST_LANE_NATIVE_OPT where
+    it leaves the slow tests out)."""
+    from _pytest.mark.expression import Expression
+
+    fast = bool(markexpr) and not Expression.compile(markexpr).evaluate(lambda name, **_: name == "slow")
+    return FAST_LANE_NATIVE_OPT if fast else NATIVE_TEST_OPT
 
 
 SUITE_CACHE_DEFAULT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lbm" / "jax-suite"
@@ -74,6 +90,11 @@ def trim_cache(directory: Path, limit: int) -> None:
             break
         total -= p.stat().st_size
         p.unlink(missing_ok=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Set the native optimisation level of this lane (native_test_opt) unless LBM_NATIVE_OPT names one."""
+    os.environ.setdefault("LBM_NATIVE_OPT", native_test_opt(config.getoption("markexpr", "") or ""))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

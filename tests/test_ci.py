@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,14 +37,18 @@ def test_ci_runs_the_readme_test_command_and_the_accel_lane() -> None:
     assert "bash scripts/ci_accel.sh" in without_env
 
 
-def test_the_suite_builds_at_o1_and_caches_its_compiles_here_and_in_subprocesses() -> None:
+def test_the_suite_builds_at_its_lanes_level_and_caches_its_compiles_here_and_in_subprocesses(
+        pytestconfig: pytest.Config) -> None:
     """Set in the environment, so that every ``python -m lbm`` a test starts gets them too."""
     import jax
-    from conftest import NATIVE_TEST_OPT, SUITE_CACHE
+    from conftest import NATIVE_OPT_GIVEN, SUITE_CACHE, native_test_opt
 
     from lbm.engines.native.build import cxxflags
 
-    assert os.environ["LBM_NATIVE_OPT"] == NATIVE_TEST_OPT == "1" and "-O1" in cxxflags()
+    assert [native_test_opt(m) for m in ("", "slow", "not slow", "not slow and not accel", "slow or native")] == \
+        ["1", "1", "0", "0", "1"]
+    level = NATIVE_OPT_GIVEN or native_test_opt(pytestconfig.getoption("markexpr") or "")
+    assert os.environ["LBM_NATIVE_OPT"] == level and f"-O{level}" in cxxflags()
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(SUITE_CACHE) == jax.config.jax_compilation_cache_dir
     assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
 
