@@ -43,11 +43,12 @@ from lbm.boundaries.bounce_back import (
 )
 from lbm.boundaries.bounce_back import pulled as moved_to_fluid
 from lbm.cases.base import Setup
-from lbm.engines.timestep import core_stages, fold_walls
+from lbm.engines.timestep import Core, core_stages, fold_walls
 from lbm.kernels.equilibrium import equilibrium, velocity_dot
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
 from lbm.lattice import Lattice
+from lbm.stages import STAGES
 
 
 def _dot(c_i: np.ndarray, v: Any) -> Any:
@@ -152,6 +153,67 @@ def _relax_bwd(lattice: Lattice, two_rates: bool, res: Any, lam: jnp.ndarray) ->
 
 
 relax.defvjp(_relax_fwd, _relax_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def relax_equilibrium(f: jnp.ndarray, drho: jnp.ndarray, u: jnp.ndarray, omega_plus: Any, omega_minus: Any,
+                      lattice: Lattice, two_rates: bool) -> jnp.ndarray:
+    """:func:`relax` of ``f`` towards the equilibrium of ``drho``, ``u`` (computed under the scope ``equilibrium``),
+    with one adjoint for both that never recomputes the equilibrium."""
+    from lbm.kernels.collision import bgk, trt
+
+    with jax.named_scope("equilibrium"):
+        feq = equilibrium(drho, u, lattice)
+    return trt(f, feq, lattice, omega_plus, omega_minus) if two_rates else bgk(f, feq, omega_plus)
+
+
+def _relax_equilibrium_fwd(f: jnp.ndarray, drho: jnp.ndarray, u: jnp.ndarray, omega_plus: Any, omega_minus: Any,
+                           lattice: Lattice, two_rates: bool) -> tuple[jnp.ndarray, Any]:
+    out = relax_equilibrium(f, drho, u, omega_plus, omega_minus, lattice, two_rates)
+    return out, (f, drho, u, omega_plus, omega_minus)
+
+
+def _relax_equilibrium_bwd(lattice: Lattice, two_rates: bool, res: Any, lam: jnp.ndarray) -> tuple[Any, ...]:
+    """f_bar = lam - mu and the equilibrium's adjoint of feq_bar = mu, mu = (omega+ P+ + omega- P-) lam (BGK: omega
+    lam), in one pass over the directions. The rates' cotangents -sum lam.P+-(f - feq) take sum lam.P+- feq from
+    the same per-cell sums: with g_i = w_i lam_i (even or odd part), sum_i lam_i (feq_i - w_i) = drho sum g_i +
+    rho sum g_i P_i, and the odd part's sum g_i vanishes."""
+    f, drho, u, omega_plus, omega_minus = res
+    rho = 1.0 + drho
+    usq = sum(u[a] * u[a] for a in range(lattice.d))
+    if two_rates:
+        lam_even, lam_odd = _even_odd(lam, lattice)
+        mu = omega_plus * lam_even + omega_minus * lam_odd
+    else:
+        lam_even, lam_odd, mu = lam, None, omega_plus * lam
+    even_w = even_p = odd_p = lam_f_even = lam_f_odd = 0.0
+    total, flux = 0.0, [0.0] * lattice.d
+    for i in range(lattice.q):
+        w = float(lattice.w[i])
+        cu = _dot(lattice.c[i], u)
+        p_even, p_odd = cu * cu * 4.5 - 1.5 * usq, 3.0 * cu
+        g = w * lam_even[i]
+        even_w, lam_f_even = even_w + g, lam_f_even + lam_even[i] * f[i]
+        even_p = even_p + g * (p_even + p_odd if lam_odd is None else p_even)
+        if lam_odd is not None and lattice.c[i].any():
+            odd_p, lam_f_odd = odd_p + w * lam_odd[i] * p_odd, lam_f_odd + lam_odd[i] * f[i]
+        m = w * mu[i]
+        total = total + m
+        if lattice.c[i].any():
+            k = m * (3.0 + 9.0 * cu)
+            flux = [fa + k if ca > 0 else fa - k if ca < 0 else fa for fa, ca in zip(flux, lattice.c[i], strict=True)]
+    # sum_i w_i mu_i (1 + P_i) = omega+ (sum g + sum g P) + omega- sum g- P (parity: the other terms vanish)
+    drho_bar = omega_plus * (even_w + even_p) + (omega_minus * odd_p if two_rates else 0.0)
+    bars = jax.lax.optimization_barrier(jnp.stack([drho_bar, *(rho * (flux[a] - 3.0 * u[a] * total)
+                                                               for a in range(lattice.d))]))
+    bar_plus = -jnp.sum(lam_f_even - drho * even_w - rho * even_p)
+    bar_minus = -jnp.sum(lam_f_odd - rho * odd_p) if two_rates else jnp.zeros_like(bar_plus)
+    cast = [jnp.asarray(b).astype(jnp.result_type(w)) for b, w in ((bar_plus, omega_plus), (bar_minus, omega_minus))]
+    return (lam - mu, bars[0], bars[1:], cast[0].reshape(jnp.shape(omega_plus)),
+            cast[1].reshape(jnp.shape(omega_minus)))
+
+
+relax_equilibrium.defvjp(_relax_equilibrium_fwd, _relax_equilibrium_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -304,12 +366,39 @@ def _collision(s: StepState, setup: Setup) -> jnp.ndarray:
     rates = setup.collision
     if rates.spec is not None:  # the kinds beyond BGK and TRT: their kernel, differentiated by jax
         return rates(s.f, s.feq, s.u, setup.lattice)
-    out = relax(s.f, s.feq, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates)
-    if rates.force is not None:
-        out = out + rates.source(s.u, setup.lattice).astype(out.dtype)
-    return out
+    return _with_source(relax(s.f, s.feq, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates), s,
+                        setup)
+
+
+def _relaxed_equilibrium(s: StepState, setup: Setup) -> jnp.ndarray:
+    rates = setup.collision
+    return _with_source(relax_equilibrium(s.f, s.drho, s.u, rates.omega_plus, rates.omega_minus, setup.lattice,
+                                          rates.two_rates), s, setup)
+
+
+def _with_source(out: jnp.ndarray, s: StepState, setup: Setup) -> jnp.ndarray:
+    """The collided populations ``out`` with Guo's term of the Relaxation's traced force, if any."""
+    rates = setup.collision
+    return out if rates.force is None else out + rates.source(s.u, setup.lattice).astype(out.dtype)
+
+
+def core_for(setup: Setup, boundaries: tuple[BoundaryCondition, ...]) -> Core:
+    """The core stages with hand-written adjoints for ``setup`` and ``boundaries``: :data:`RELAXED` (equilibrium
+    and collision under one adjoint) where the collision is BGK or TRT and no condition acts between the two stages
+    (an inlet rewrites the equilibrium there), else :data:`CORE`."""
+    between = STAGES[STAGES.index("equilibrium"):STAGES.index("collide")]
+    if setup.collision.spec is not None or any(bc.stage in between for bc in boundaries):
+        return CORE
+    return RELAXED
 
 
 CORE = core_stages(lambda f, setup: moments_of(f, setup.lattice, setup.force), equilibrium_of, _collision, streamed)
 """The core stages (lbm.stages.CORE_STAGES) with hand-written adjoints, for a Setup whose collision is a
 lbm.diff.parameters.Relaxation (what lbm.engines.timestep.timestep takes as ``core``)."""
+
+
+RELAXED = core_stages(lambda f, setup: moments_of(f, setup.lattice, setup.force), lambda drho, u, lattice: None,
+                      _relaxed_equilibrium, streamed)
+"""The core stages with :func:`relax_equilibrium` in ``collide`` (the equilibrium computed there, under its own
+scope, and no ``feq`` set by the ``equilibrium`` stage): for a BGK or TRT Relaxation with no condition between
+the equilibrium and the collision (:func:`core_for`)."""
