@@ -11,6 +11,7 @@ from lbm.boundaries.bounce_back import bounce_back_halfway, bounce_back_halfway_
 from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.diff.adjoint import (
     Halfway,
+    collide_cell,
     equilibrium_of,
     halfway,
     moments_of,
@@ -72,6 +73,14 @@ def test_core_adjoints_equal_autodiff_of_the_kernels(lat):
              lambda f, r, v, wp, wm: trt(f, equilibrium(r, v, lat), lat, wp, wm), (f, drho, u, *rates), ct)
     same_vjp(lambda f, r, v, w: relax_equilibrium(f, r, v, w, w, lat, False),
              lambda f, r, v, w: bgk(f, equilibrium(r, v, lat), w), (f, drho, u, rates[0]), ct)
+    # moments, equilibrium and collision under one adjoint (with the Setup's static force in the moments)
+    def kernels(f, wp, wm, force=None):
+        r, v = macroscopic(f, lat, None if force is None else np.asarray(force))
+        return trt(f, equilibrium(r, v, lat), lat, wp, wm)
+
+    same_vjp(lambda f, wp, wm: collide_cell(f, wp, wm, lat, True, force), lambda f, wp, wm: kernels(f, wp, wm, force),
+             (f, *rates), ct)
+    same_vjp(lambda f, w: collide_cell(f, w, w, lat, False, None), lambda f, w: kernels(f, w, w), (f, rates[0]), ct)
 
 
 @pytest.mark.parametrize("lat", LATTICES)

@@ -173,12 +173,11 @@ def _relax_equilibrium_fwd(f: jnp.ndarray, drho: jnp.ndarray, u: jnp.ndarray, om
     return out, (f, drho, u, omega_plus, omega_minus)
 
 
-def _relax_equilibrium_bwd(lattice: Lattice, two_rates: bool, res: Any, lam: jnp.ndarray) -> tuple[Any, ...]:
-    """f_bar = lam - mu and the equilibrium's adjoint of feq_bar = mu, mu = (omega+ P+ + omega- P-) lam (BGK: omega
-    lam), in one pass over the directions. The rates' cotangents -sum lam.P+-(f - feq) take sum lam.P+- feq from
-    the same per-cell sums: with g_i = w_i lam_i (even or odd part), sum_i lam_i (feq_i - w_i) = drho sum g_i +
-    rho sum g_i P_i, and the odd part's sum g_i vanishes."""
-    f, drho, u, omega_plus, omega_minus = res
+def _relaxation_sums(f: jnp.ndarray, drho: jnp.ndarray, u: jnp.ndarray, omega_plus: Any, omega_minus: Any,
+                     lam: jnp.ndarray, lattice: Lattice, two_rates: bool) -> tuple[Any, ...]:
+    """The adjoint of relax(f, equilibrium(drho, u)) at ``lam``, cell by cell: f_bar = lam - mu, drho_bar, u_bar (D)
+    (the equilibrium's adjoint of mu) and the rates' per-cell terms (one for BGK, two for TRT), whose sums over the
+    cells are the rates' cotangents (:func:`_relax_equilibrium_bwd`)."""
     rho = 1.0 + drho
     usq = sum(u[a] * u[a] for a in range(lattice.d))
     if two_rates:
@@ -204,16 +203,69 @@ def _relax_equilibrium_bwd(lattice: Lattice, two_rates: bool, res: Any, lam: jnp
             flux = [fa + k if ca > 0 else fa - k if ca < 0 else fa for fa, ca in zip(flux, lattice.c[i], strict=True)]
     # sum_i w_i mu_i (1 + P_i) = omega+ (sum g + sum g P) + omega- sum g- P (parity: the other terms vanish)
     drho_bar = omega_plus * (even_w + even_p) + (omega_minus * odd_p if two_rates else 0.0)
-    bars = jax.lax.optimization_barrier(jnp.stack([drho_bar, *(rho * (flux[a] - 3.0 * u[a] * total)
-                                                               for a in range(lattice.d))]))
-    bar_plus = -jnp.sum(lam_f_even - drho * even_w - rho * even_p)
-    bar_minus = -jnp.sum(lam_f_odd - rho * odd_p) if two_rates else jnp.zeros_like(bar_plus)
-    cast = [jnp.asarray(b).astype(jnp.result_type(w)) for b, w in ((bar_plus, omega_plus), (bar_minus, omega_minus))]
-    return (lam - mu, bars[0], bars[1:], cast[0].reshape(jnp.shape(omega_plus)),
-            cast[1].reshape(jnp.shape(omega_minus)))
+    u_bar = [rho * (flux[a] - 3.0 * u[a] * total) for a in range(lattice.d)]
+    rates = [lam_f_even - drho * even_w - rho * even_p, *([lam_f_odd - rho * odd_p] if two_rates else [])]
+    return lam - mu, drho_bar, u_bar, rates
+
+
+def _rate_cotangents(terms: Any, omega_plus: Any, omega_minus: Any, two_rates: bool) -> tuple[Any, Any]:
+    """The rates' cotangents, -(sums over the cells of their per-cell ``terms``), shaped and typed as the rates."""
+    bar_plus = -jnp.sum(terms[0])
+    bar_minus = -jnp.sum(terms[1]) if two_rates else jnp.zeros_like(bar_plus)
+    return tuple(jnp.asarray(b).astype(jnp.result_type(w)).reshape(jnp.shape(w))
+                 for b, w in ((bar_plus, omega_plus), (bar_minus, omega_minus)))
+
+
+def _relax_equilibrium_bwd(lattice: Lattice, two_rates: bool, res: Any, lam: jnp.ndarray) -> tuple[Any, ...]:
+    """f_bar = lam - mu and the equilibrium's adjoint of feq_bar = mu, mu = (omega+ P+ + omega- P-) lam (BGK: omega
+    lam), in one pass over the directions. The rates' cotangents -sum lam.P+-(f - feq) take sum lam.P+- feq from
+    the same per-cell sums: with g_i = w_i lam_i (even or odd part), sum_i lam_i (feq_i - w_i) = drho sum g_i +
+    rho sum g_i P_i, and the odd part's sum g_i vanishes."""
+    f, drho, u, omega_plus, omega_minus = res
+    f_bar, drho_bar, u_bar, rates = _relaxation_sums(f, drho, u, omega_plus, omega_minus, lam, lattice, two_rates)
+    # the per-cell sums in one array, kept whole: one kernel computes them all, reading lam once; the rates' sums
+    # over the cells then read one field each
+    bars = jax.lax.optimization_barrier(jnp.stack([drho_bar, *u_bar, *rates]))
+    d = lattice.d
+    return (f_bar, bars[0], bars[1:d + 1], *_rate_cotangents(bars[d + 1:], omega_plus, omega_minus, two_rates))
 
 
 relax_equilibrium.defvjp(_relax_equilibrium_fwd, _relax_equilibrium_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def collide_cell(f: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool,
+             force: tuple[float, ...] | None) -> jnp.ndarray:
+    """The cell-local core of a step, moments, equilibrium and BGK/TRT relaxation of ``f`` (each under its stage's
+    scope; ``force``: the Setup's static body force in the moments), with one adjoint for the three."""
+    with jax.named_scope("macroscopic"):
+        drho, u = moments_of(f, lattice, force)
+    return relax_equilibrium(f, drho, u, omega_plus, omega_minus, lattice, two_rates)
+
+
+def _collide_cell_fwd(f: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool,
+                  force: tuple[float, ...] | None) -> tuple[jnp.ndarray, Any]:
+    return collide_cell(f, omega_plus, omega_minus, lattice, two_rates, force), (f, omega_plus, omega_minus)
+
+
+def _collide_cell_bwd(lattice: Lattice, two_rates: bool, force: tuple[float, ...] | None, res: Any, lam: jnp.ndarray
+                  ) -> tuple[Any, ...]:
+    """:func:`_relaxation_sums` at the moments of ``f``, then the moments' adjoint (:func:`moments_of`): f_bar_j +=
+    base + c_j . m_bar, base = drho_bar - u . m_bar, m_bar = u_bar / rho. One array holds base, m_bar and the rates'
+    per-cell terms, kept whole: one kernel reads f and lam for all of them, and the per-direction results then read
+    D + 1 fields and lam, not f."""
+    f, omega_plus, omega_minus = res
+    drho, u = moments_of(f, lattice, force)
+    f_bar, drho_bar, u_bar, rates = _relaxation_sums(f, drho, u, omega_plus, omega_minus, lam, lattice, two_rates)
+    m_bar = [b / (1.0 + drho) for b in u_bar]
+    base = drho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))
+    cell = jax.lax.optimization_barrier(jnp.stack([base, *m_bar, *rates]))
+    d = lattice.d
+    f_bar = jnp.stack([f_bar[j] + cell[0] + _dot(lattice.c[j], cell[1:d + 1]) for j in range(lattice.q)])
+    return (f_bar, *_rate_cotangents(cell[d + 1:], omega_plus, omega_minus, two_rates))
+
+
+collide_cell.defvjp(_collide_cell_fwd, _collide_cell_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -382,14 +434,24 @@ def _with_source(out: jnp.ndarray, s: StepState, setup: Setup) -> jnp.ndarray:
     return out if rates.force is None else out + rates.source(s.u, setup.lattice).astype(out.dtype)
 
 
+def _cell(s: StepState, setup: Setup) -> jnp.ndarray:
+    rates = setup.collision
+    return collide_cell(s.f, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates, setup.force)
+
+
 def core_for(setup: Setup, boundaries: tuple[BoundaryCondition, ...]) -> Core:
-    """The core stages with hand-written adjoints for ``setup`` and ``boundaries``: :data:`RELAXED` (equilibrium
-    and collision under one adjoint) where the collision is BGK or TRT and no condition acts between the two stages
-    (an inlet rewrites the equilibrium there), else :data:`CORE`."""
-    between = STAGES[STAGES.index("equilibrium"):STAGES.index("collide")]
-    if setup.collision.spec is not None or any(bc.stage in between for bc in boundaries):
+    """The core stages with hand-written adjoints for ``setup`` and ``boundaries``, the collision BGK or TRT: where
+    no condition acts from the moments to the collision and none reads them after it, and no traced force,
+    :data:`CELL` (moments, equilibrium and collision under one adjoint); else where none acts between the
+    equilibrium and the collision (an inlet rewrites the equilibrium there), :data:`RELAXED`; else :data:`CORE`."""
+    if setup.collision.spec is not None:
         return CORE
-    return RELAXED
+    stages = {bc.stage for bc in boundaries}
+    if stages.isdisjoint(STAGES[STAGES.index("macroscopic"):STAGES.index("stream")]) and setup.collision.force is None:
+        return CELL
+    if stages.isdisjoint(STAGES[STAGES.index("equilibrium"):STAGES.index("collide")]):
+        return RELAXED
+    return CORE
 
 
 CORE = core_stages(lambda f, setup: moments_of(f, setup.lattice, setup.force), equilibrium_of, _collision, streamed)
@@ -402,3 +464,9 @@ RELAXED = core_stages(lambda f, setup: moments_of(f, setup.lattice, setup.force)
 """The core stages with :func:`relax_equilibrium` in ``collide`` (the equilibrium computed there, under its own
 scope, and no ``feq`` set by the ``equilibrium`` stage): for a BGK or TRT Relaxation with no condition between
 the equilibrium and the collision (:func:`core_for`)."""
+
+
+CELL = core_stages(lambda f, setup: (None, None), lambda drho, u, lattice: None, _cell, streamed)
+"""The core stages with :func:`collide_cell` in ``collide`` (the moments and the equilibrium computed there, under their
+own scopes; the ``macroscopic`` and ``equilibrium`` stages set nothing): for a BGK or TRT Relaxation without a
+traced force where no condition acts from ``macroscopic`` to ``forces`` (:func:`core_for`)."""
