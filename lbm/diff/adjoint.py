@@ -259,9 +259,10 @@ def _collide_cell_bwd(lattice: Lattice, two_rates: bool, force: tuple[float, ...
     f_bar, drho_bar, u_bar, rates = _relaxation_sums(f, drho, u, omega_plus, omega_minus, lam, lattice, two_rates)
     m_bar = [b / (1.0 + drho) for b in u_bar]
     base = drho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))
-    cell = jax.lax.optimization_barrier(jnp.stack([base, *m_bar, *rates]))
+    cell = jax.lax.optimization_barrier((base, *m_bar, *rates))
     d = lattice.d
-    f_bar = jnp.stack([f_bar[j] + cell[0] + _dot(lattice.c[j], cell[1:d + 1]) for j in range(lattice.q)])
+    m_bar = list(cell[1:d + 1])
+    f_bar = jnp.stack([f_bar[j] + cell[0] + _dot(lattice.c[j], m_bar) for j in range(lattice.q)])
     return (f_bar, *_rate_cotangents(cell[d + 1:], omega_plus, omega_minus, two_rates))
 
 
