@@ -14,6 +14,11 @@ under ``jax.custom_vjp`` with its transposed Jacobian written out, cell-locally 
   antisymmetric under c -> -c, both symmetric matrices): f_bar = lambda - mu, feq_bar = mu with
   mu = (omega+ P+ + omega- P-) lambda, and the rates' cotangents -sum lambda . P+- (f - feq); Guo's
   source term of a traced body force by jax.vjp (it is small);
+- the three together (:func:`collide_cell`, where no condition acts from the moments to the collision and no
+  traced force) or equilibrium and collision together (:func:`relax_equilibrium`, where none acts between
+  them): one adjoint that never recomputes the equilibrium; the rates' cotangents take sum lambda.P+- feq from
+  the equilibrium adjoint's per-cell sums, and the per-cell sums come out of one kernel (:func:`core_for`
+  chooses, statically);
 - ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i;
 - half-way and moving walls (:func:`with_adjoints`): applied while streaming as the xla engine does
   (:class:`Pulled`), a rule whose transpose is cell-local (bounce-back is its own transpose; the wall's
@@ -259,11 +264,18 @@ def _collide_cell_bwd(lattice: Lattice, two_rates: bool, force: tuple[float, ...
     f_bar, drho_bar, u_bar, rates = _relaxation_sums(f, drho, u, omega_plus, omega_minus, lam, lattice, two_rates)
     m_bar = [b / (1.0 + drho) for b in u_bar]
     base = drho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))
-    cell = jax.lax.optimization_barrier((base, *m_bar, *rates))
+    cell = jax.lax.platform_dependent((base, *m_bar, *rates), cpu=_stacked, default=jax.lax.optimization_barrier)
     d = lattice.d
     m_bar = list(cell[1:d + 1])
     f_bar = jnp.stack([f_bar[j] + cell[0] + _dot(lattice.c[j], m_bar) for j in range(lattice.q)])
     return (f_bar, *_rate_cotangents(cell[d + 1:], omega_plus, omega_minus, two_rates))
+
+
+def _stacked(fields: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
+    """``fields`` written out as one array under an optimisation barrier (XLA:CPU then computes them in one loop, where
+    it gives each field of a tuple a kernel of its own that reads the populations again)."""
+    whole = jax.lax.optimization_barrier(jnp.stack(fields))
+    return tuple(whole[k] for k in range(len(fields)))
 
 
 collide_cell.defvjp(_collide_cell_fwd, _collide_cell_bwd)
