@@ -174,3 +174,21 @@ def test_the_cell_local_stages_share_one_adjoint_only_where_nothing_acts_between
     # the traced body force shifts the velocity in the macroscopic stage
     assert core(["case=poiseuille", "grid.nx=4", "grid.ny=10", "steps=6", *F64]) is RELAXED
     assert core(CYLINDER) is CORE  # the inlet rewrites the equilibrium between the two stages
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("collision", ["bgk", "trt"])
+def test_the_joint_cell_adjoint_gives_the_gradient_of_the_kernels(monkeypatch, collision):
+    from lbm.diff import adjoint
+
+    monkeypatch.setitem(adjoint.CELL_FORMS, "cpu", adjoint.CELL_FORMS["default"])  # the GPU's form, here on the CPU
+    param = prepare_gradient(["case=cavity", "grid.nx=6", "grid.ny=6", "steps=11", f"collision={collision}", *F64],
+                             ["flow.u_lattice"])
+
+    def grad(forward_mode: bool) -> float:
+        def ke(u: jnp.ndarray) -> jnp.ndarray:
+            out = differentiable_run(param, {"flow.u_lattice": u}, 11, "sqrt", forward_mode=forward_mode)
+            return jnp.sum(out["rho"] * jnp.sum(out["u"] ** 2, axis=0))
+        return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
+
+    assert grad(False) == pytest.approx(grad(True), rel=1e-12)  # jax's differentiation of the kernels' stages

@@ -264,18 +264,11 @@ def _collide_cell_bwd(lattice: Lattice, two_rates: bool, force: tuple[float, ...
     f_bar, drho_bar, u_bar, rates = _relaxation_sums(f, drho, u, omega_plus, omega_minus, lam, lattice, two_rates)
     m_bar = [b / (1.0 + drho) for b in u_bar]
     base = drho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))
-    cell = jax.lax.platform_dependent((base, *m_bar, *rates), cpu=_stacked, default=jax.lax.optimization_barrier)
+    cell = jax.lax.optimization_barrier((base, *m_bar, *rates))
     d = lattice.d
     m_bar = list(cell[1:d + 1])
     f_bar = jnp.stack([f_bar[j] + cell[0] + _dot(lattice.c[j], m_bar) for j in range(lattice.q)])
     return (f_bar, *_rate_cotangents(cell[d + 1:], omega_plus, omega_minus, two_rates))
-
-
-def _stacked(fields: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
-    """``fields`` written out as one array under an optimisation barrier (XLA:CPU then computes them in one loop, where
-    it gives each field of a tuple a kernel of its own that reads the populations again)."""
-    whole = jax.lax.optimization_barrier(jnp.stack(fields))
-    return tuple(whole[k] for k in range(len(fields)))
 
 
 collide_cell.defvjp(_collide_cell_fwd, _collide_cell_bwd)
@@ -447,9 +440,26 @@ def _with_source(out: jnp.ndarray, s: StepState, setup: Setup) -> jnp.ndarray:
     return out if rates.force is None else out + rates.source(s.u, setup.lattice).astype(out.dtype)
 
 
+def _relaxed_cell(f: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool,
+                  force: tuple[float, ...] | None) -> jnp.ndarray:
+    """What :func:`collide_cell` computes, with the moments' and :func:`relax_equilibrium`'s adjoints."""
+    with jax.named_scope("macroscopic"):
+        drho, u = moments_of(f, lattice, force)
+    return relax_equilibrium(f, drho, u, omega_plus, omega_minus, lattice, two_rates)
+
+
+CELL_FORMS = {"cpu": _relaxed_cell, "default": collide_cell}
+"""The cell-local core of :data:`CELL` per platform: XLA:CPU gives each per-cell sum of :func:`collide_cell` a kernel
+of its own that reads the populations again (the value and gradient of a 256² cavity took 1.5x the time it takes
+with :func:`_relaxed_cell`, docs/differentiable.md); a GPU computes them in one kernel."""
+
+
 def _cell(s: StepState, setup: Setup) -> jnp.ndarray:
     rates = setup.collision
-    return collide_cell(s.f, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates, setup.force)
+    static = (setup.lattice, rates.two_rates, setup.force)
+    return jax.lax.platform_dependent(s.f, rates.omega_plus, rates.omega_minus,
+                                      cpu=lambda *a: CELL_FORMS["cpu"](*a, *static),
+                                      default=lambda *a: CELL_FORMS["default"](*a, *static))
 
 
 def core_for(setup: Setup, boundaries: tuple[BoundaryCondition, ...]) -> Core:
