@@ -190,26 +190,27 @@ def _relaxation_sums(f: jnp.ndarray, drho: jnp.ndarray, u: jnp.ndarray, omega_pl
         mu = omega_plus * lam_even + omega_minus * lam_odd
     else:
         lam_even, lam_odd, mu = lam, None, omega_plus * lam
-    even_w = even_p = odd_p = lam_f_even = lam_f_odd = 0.0
-    total, flux = 0.0, [0.0] * lattice.d
-    for i in range(lattice.q):
-        w = float(lattice.w[i])
-        cu = _dot(lattice.c[i], u)
-        p_even, p_odd = cu * cu * 4.5 - 1.5 * usq, 3.0 * cu
-        g = w * lam_even[i]
-        even_w, lam_f_even = even_w + g, lam_f_even + lam_even[i] * f[i]
-        even_p = even_p + g * (p_even + p_odd if lam_odd is None else p_even)
-        if lam_odd is not None and lattice.c[i].any():
-            odd_p, lam_f_odd = odd_p + w * lam_odd[i] * p_odd, lam_f_odd + lam_odd[i] * f[i]
-        m = w * mu[i]
-        total = total + m
-        if lattice.c[i].any():
-            k = m * (3.0 + 9.0 * cu)
-            flux = [fa + k if ca > 0 else fa - k if ca < 0 else fa for fa, ca in zip(flux, lattice.c[i], strict=True)]
-    # sum_i w_i mu_i (1 + P_i) = omega+ (sum g + sum g P) + omega- sum g- P (parity: the other terms vanish)
-    drho_bar = omega_plus * (even_w + even_p) + (omega_minus * odd_p if two_rates else 0.0)
-    u_bar = [rho * (flux[a] - 3.0 * u[a] * total) for a in range(lattice.d)]
-    rates = [lam_f_even - drho * even_w - rho * even_p, *([lam_f_odd - rho * odd_p] if two_rates else [])]
+    with jax.named_scope("equilibrium"):  # the equilibrium adjoint's sums (and the rates', from them)
+        even_w = even_p = odd_p = lam_f_even = lam_f_odd = 0.0
+        total, flux = 0.0, [0.0] * lattice.d
+        for i in range(lattice.q):
+            w = float(lattice.w[i])
+            cu = _dot(lattice.c[i], u)
+            p_even, p_odd = cu * cu * 4.5 - 1.5 * usq, 3.0 * cu
+            g = w * lam_even[i]
+            even_w, lam_f_even = even_w + g, lam_f_even + lam_even[i] * f[i]
+            even_p = even_p + g * (p_even + p_odd if lam_odd is None else p_even)
+            if lam_odd is not None and lattice.c[i].any():
+                odd_p, lam_f_odd = odd_p + w * lam_odd[i] * p_odd, lam_f_odd + lam_odd[i] * f[i]
+            m = w * mu[i]
+            total = total + m
+            if lattice.c[i].any():
+                k = m * (3.0 + 9.0 * cu)
+                flux = [fa + k if ca > 0 else fa - k if ca < 0 else fa for fa, ca in zip(flux, lattice.c[i], strict=True)]
+        # sum_i w_i mu_i (1 + P_i) = omega+ (sum g + sum g P) + omega- sum g- P (parity: the other terms vanish)
+        drho_bar = omega_plus * (even_w + even_p) + (omega_minus * odd_p if two_rates else 0.0)
+        u_bar = [rho * (flux[a] - 3.0 * u[a] * total) for a in range(lattice.d)]
+        rates = [lam_f_even - drho * even_w - rho * even_p, *([lam_f_odd - rho * odd_p] if two_rates else [])]
     return lam - mu, drho_bar, u_bar, rates
 
 
@@ -260,14 +261,16 @@ def _collide_cell_bwd(lattice: Lattice, two_rates: bool, force: tuple[float, ...
     per-cell terms, kept whole: one kernel reads f and lam for all of them, and the per-direction results then read
     D + 1 fields and lam, not f."""
     f, omega_plus, omega_minus = res
-    drho, u = moments_of(f, lattice, force)
+    with jax.named_scope("macroscopic"):
+        drho, u = moments_of(f, lattice, force)
     f_bar, drho_bar, u_bar, rates = _relaxation_sums(f, drho, u, omega_plus, omega_minus, lam, lattice, two_rates)
-    m_bar = [b / (1.0 + drho) for b in u_bar]
-    base = drho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))
-    cell = jax.lax.optimization_barrier((base, *m_bar, *rates))
-    d = lattice.d
-    m_bar = list(cell[1:d + 1])
-    f_bar = jnp.stack([f_bar[j] + cell[0] + _dot(lattice.c[j], m_bar) for j in range(lattice.q)])
+    with jax.named_scope("macroscopic"):  # the moments' adjoint
+        m_bar = [b / (1.0 + drho) for b in u_bar]
+        base = drho_bar - sum(m_bar[a] * u[a] for a in range(lattice.d))
+        cell = jax.lax.optimization_barrier((base, *m_bar, *rates))
+        d = lattice.d
+        m_bar = list(cell[1:d + 1])
+        f_bar = jnp.stack([f_bar[j] + cell[0] + _dot(lattice.c[j], m_bar) for j in range(lattice.q)])
     return (f_bar, *_rate_cotangents(cell[d + 1:], omega_plus, omega_minus, two_rates))
 
 
