@@ -453,8 +453,9 @@ def _relaxed_cell(f: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: La
 
 CELL_FORMS = {"cpu": _relaxed_cell, "default": collide_cell}
 """The cell-local core of :data:`CELL` per platform: XLA:CPU gives each per-cell sum of :func:`collide_cell` a kernel
-of its own that reads the populations again (the value and gradient of a 256² cavity took 1.5x the time it takes
-with :func:`_relaxed_cell`, docs/differentiable.md); a GPU computes them in one kernel."""
+of its own that reads the populations again (the value and gradient of a 256² cavity, 1000 steps, took 3.3 s with
+the sums stacked and 4.5 s as a tuple against 2.2 s with :func:`_relaxed_cell`, measured once in one process at load
+4); a GPU computes them in one kernel."""
 
 
 def _cell(s: StepState, setup: Setup) -> jnp.ndarray:
