@@ -9,7 +9,17 @@ from conftest import ALL_LATTICES, random_state, shape_for
 from lbm.boundaries.base import StepState
 from lbm.boundaries.bounce_back import bounce_back_halfway, bounce_back_halfway_pulled, halfway_links, pull_bits
 from lbm.boundaries.moving_wall import moving_wall_term
-from lbm.diff.adjoint import Halfway, equilibrium_of, halfway, moments_of, pulled, relax, streamed
+from lbm.diff.adjoint import (
+    Halfway,
+    collide_cell,
+    equilibrium_of,
+    halfway,
+    moments_of,
+    pulled,
+    relax,
+    relax_equilibrium,
+    streamed,
+)
 from lbm.kernels.collision import bgk, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
@@ -58,6 +68,19 @@ def test_core_adjoints_equal_autodiff_of_the_kernels(lat):
     same_vjp(lambda *a: relax(*a, lat, True), lambda f, e, wp, wm: trt(f, e, lat, wp, wm), (f, feq, *rates), ct)
     same_vjp(lambda f, e, w: relax(f, e, w, w, lat, False), lambda f, e, w: bgk(f, e, w), (f, feq, rates[0]), ct)
     same_vjp(lambda p: streamed(p, lat), lambda p: stream(p, lat), (f,), ct)
+    # equilibrium and collision under one adjoint (the rates' sums from the equilibrium's)
+    same_vjp(lambda *a: relax_equilibrium(*a, lat, True),
+             lambda f, r, v, wp, wm: trt(f, equilibrium(r, v, lat), lat, wp, wm), (f, drho, u, *rates), ct)
+    same_vjp(lambda f, r, v, w: relax_equilibrium(f, r, v, w, w, lat, False),
+             lambda f, r, v, w: bgk(f, equilibrium(r, v, lat), w), (f, drho, u, rates[0]), ct)
+    # moments, equilibrium and collision under one adjoint (with the Setup's static force in the moments)
+    def kernels(f, wp, wm, force=None):
+        r, v = macroscopic(f, lat, None if force is None else np.asarray(force))
+        return trt(f, equilibrium(r, v, lat), lat, wp, wm)
+
+    same_vjp(lambda f, wp, wm: collide_cell(f, wp, wm, lat, True, force), lambda f, wp, wm: kernels(f, wp, wm, force),
+             (f, *rates), ct)
+    same_vjp(lambda f, w: collide_cell(f, w, w, lat, False, None), lambda f, w: kernels(f, w, w), (f, rates[0]), ct)
 
 
 @pytest.mark.parametrize("lat", LATTICES)

@@ -159,3 +159,36 @@ def test_the_checkpointing_policy_comes_from_the_config_unless_given(monkeypatch
     assert seen == [("binomial", None, None, 3), ("every", 2, None, 3)]
     with pytest.raises(LbmError, match="gradient.every=null is invalid"):
         lbm.value_and_grad([*overrides, "gradient.checkpoint=every"], ["flow.u_lattice"], "kinetic_energy")
+
+
+def test_the_cell_local_stages_share_one_adjoint_only_where_nothing_acts_between():
+    from lbm.diff.adjoint import CELL, CORE, RELAXED, core_for, with_adjoints
+
+    def core(overrides: list[str]) -> object:
+        traced = prepare_gradient(overrides, ["flow.u_lattice"]).build({})
+        return core_for(traced.setup, with_adjoints(traced.boundaries, traced.setup.lattice))
+
+    assert core(CAVITY) is CELL  # the walls act while streaming
+    assert core([*CAVITY, "collision=trt"]) is CELL
+    assert core([*CAVITY, "collision=mrt"]) is CORE  # jax differentiates the other kinds' kernels
+    # the traced body force shifts the velocity in the macroscopic stage
+    assert core(["case=poiseuille", "grid.nx=4", "grid.ny=10", "steps=6", *F64]) is RELAXED
+    assert core(CYLINDER) is CORE  # the inlet rewrites the equilibrium between the two stages
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("collision", ["bgk", "trt"])
+def test_the_joint_cell_adjoint_gives_the_gradient_of_the_kernels(monkeypatch, collision):
+    from lbm.diff import adjoint
+
+    monkeypatch.setitem(adjoint.CELL_FORMS, "cpu", adjoint.CELL_FORMS["default"])  # the GPU's form, here on the CPU
+    param = prepare_gradient(["case=cavity", "grid.nx=6", "grid.ny=6", "steps=11", f"collision={collision}", *F64],
+                             ["flow.u_lattice"])
+
+    def grad(forward_mode: bool) -> float:
+        def ke(u: jnp.ndarray) -> jnp.ndarray:
+            out = differentiable_run(param, {"flow.u_lattice": u}, 11, "sqrt", forward_mode=forward_mode)
+            return jnp.sum(out["rho"] * jnp.sum(out["u"] ** 2, axis=0))
+        return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
+
+    assert grad(False) == pytest.approx(grad(True), rel=1e-12)  # jax's differentiation of the kernels' stages

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from lbm.boundaries.base import StepState
-from lbm.diff.adjoint import CORE, affine_stream, with_adjoints
+from lbm.diff.adjoint import affine_stream, core_for, with_adjoints
 from lbm.diff.checkpointing import SNAPSHOTS, Split, Step, run_steps, segment_length
 from lbm.diff.parameters import Parameterisation
 from lbm.engines.timestep import CORE as KERNELS
@@ -45,7 +45,7 @@ def step_function(traced: Any, start: int, forward_mode: bool = False) -> tuple[
     hand-written adjoints, or (``forward_mode``) the kernels' own stages."""
     setup = traced.setup
     bcs = traced.boundaries if forward_mode else with_adjoints(traced.boundaries, setup.lattice)
-    core = KERNELS if forward_mode else CORE
+    core = KERNELS if forward_mode else core_for(setup, bcs)
     names = active_stages(setup)
 
     def local(carry: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:  # every stage before stream: the collided state
