@@ -68,8 +68,13 @@ def _suite_compilation_cache() -> Path | None:
     already set is kept (empty: no cache)."""
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(SUITE_CACHE_DEFAULT))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # the suite's programs are small
+    # the key holds the programs' metadata (op names): tests read the stages' scope names from the compiled program
+    # (profiles, inspect), and a renamed scope must not load an executable compiled under the old name
+    os.environ.setdefault("JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY", "true")
     directory = os.environ["JAX_COMPILATION_CACHE_DIR"]
     jax.config.update("jax_compilation_cache_dir", directory or None)
+    jax.config.update("jax_compilation_cache_include_metadata_in_key",
+                      os.environ["JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY"].lower() in ("1", "true"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs",
                       float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
     return Path(directory) if directory else None

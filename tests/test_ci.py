@@ -51,6 +51,8 @@ def test_the_suite_builds_at_its_lanes_level_and_caches_its_compiles_here_and_in
     assert os.environ["LBM_NATIVE_OPT"] == level and f"-O{level}" in cxxflags()
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(SUITE_CACHE) == jax.config.jax_compilation_cache_dir
     assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    assert os.environ["JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY"] == "true"
+    assert jax.config.jax_compilation_cache_include_metadata_in_key
 
 
 def test_the_suite_cache_is_trimmed_oldest_first(tmp_path: Path) -> None:
