@@ -23,6 +23,12 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <vector>
+
+#ifdef __linux__
+#include <pthread.h>
+#include <sched.h>
+#endif
 
 #include "xla/ffi/api/ffi.h"
 namespace ffi = xla::ffi;
@@ -266,29 +272,74 @@ static void rows(const Geometry& g, const store* src, store* dst, int64_t o0, in
 }
 
 // ---- work shared among XLA's intra-op threads ------------------------------------------------------------------
-// The calling thread is one of the pool's: pool.num_threads() workers in all (one more oversubscribes
-// the cores: measured 5-10% slower on 2 cores). LBM_NATIVE_THREADS overrides the count.
-static int64_t worker_count(ffi::ThreadPool& pool) {
-  int64_t workers = std::max<int64_t>(1, pool.num_threads());
+// `threads` workers (the config's native.threads), or with 0 pool.num_threads(): the calling thread is one of the
+// pool's (one more oversubscribes the cores: measured 5-10% slower on 2 cores). LBM_NATIVE_THREADS overrides both.
+static int64_t worker_count(ffi::ThreadPool& pool, int64_t threads) {
+  int64_t workers = threads >= 1 ? threads : std::max<int64_t>(1, pool.num_threads());
   if (const char* env = std::getenv("LBM_NATIVE_THREADS")) { int64_t t = std::atoll(env); if (t >= 1) workers = t; }
   return workers;
 }
 
-// fn(i0, i1) over [0, n) in blocks of `block` items. Dynamic schedule: workers (the caller included) claim blocks
-// until none is left, so a worker slowed by other load does less. The state lives on the heap: a pool task that
-// starts after the caller has returned finds no items left and touches nothing else.
-static void parallel_for(ffi::ThreadPool& pool, int64_t workers, int64_t n, int64_t block,
+// While it lives, binds the calling thread to the p-th CPU (p >= 0) (modulo their count) the process could run on when this
+// was first used; then restores the thread's former CPU set. Nothing on systems without pthread affinity.
+struct Pin {
+#ifdef __linux__
+  cpu_set_t old;
+  bool active = false;
+  explicit Pin(int64_t p) {
+    static const std::vector<int> cpus = [] {
+      std::vector<int> v;
+      cpu_set_t set;
+      if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; ++c) if (CPU_ISSET(c, &set)) v.push_back(c);
+      return v;
+    }();
+    if (p < 0 || cpus.empty() || pthread_getaffinity_np(pthread_self(), sizeof old, &old) != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[(size_t)p % cpus.size()], &one);
+    active = pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+  }
+  ~Pin() { if (active) pthread_setaffinity_np(pthread_self(), sizeof old, &old); }
+#else
+  explicit Pin(int64_t) {}
+#endif
+};
+
+// fn(i0, i1) over [0, n). Dynamic schedule (pin false): workers (the caller included) claim blocks of `block` items
+// until none is left, so a worker slowed by other load does less. Pinned (native.pinning): the static split, worker
+// p takes items [p n / workers, (p + 1) n / workers) on the p-th CPU, the same rows on the same core every step
+// (NUMA: the pages its writes place stay local). The state lives on the heap: a pool task that starts after the
+// caller has returned finds no work left and touches nothing else.
+static void parallel_for(ffi::ThreadPool& pool, int64_t workers, int64_t n, int64_t block, bool pin,
                          std::function<void(int64_t, int64_t)> fn) {
-  if (workers <= 1 || n <= block) { if (n > 0) fn(0, n); return; }
-  struct Shared { std::atomic<int64_t> next{0}, done{0}; int64_t n, block; std::function<void(int64_t, int64_t)> fn; };
+  if (workers <= 1 || n <= block) {
+    if (n > 0) { Pin guard(pin ? 0 : -1); (void)guard; fn(0, n); }
+    return;
+  }
+  struct Shared {
+    std::atomic<int64_t> next{0}, done{0};
+    int64_t n, block, workers;
+    bool pin;
+    std::function<void(int64_t, int64_t)> fn;
+  };
   auto sh = std::make_shared<Shared>();
-  sh->n = n; sh->block = block; sh->fn = std::move(fn);
+  sh->n = n; sh->block = block; sh->workers = workers; sh->pin = pin; sh->fn = std::move(fn);
   auto work = [](Shared& st) {
     for (;;) {
-      int64_t i0 = st.next.fetch_add(st.block, std::memory_order_relaxed);
-      if (i0 >= st.n) return;
-      int64_t i1 = std::min(i0 + st.block, st.n);
-      st.fn(i0, i1);
+      int64_t i0, i1;
+      if (st.pin) {
+        const int64_t p = st.next.fetch_add(1, std::memory_order_relaxed);
+        if (p >= st.workers) return;
+        i0 = p * st.n / st.workers; i1 = (p + 1) * st.n / st.workers;
+        Pin guard(p);
+        st.fn(i0, i1);
+      } else {
+        i0 = st.next.fetch_add(st.block, std::memory_order_relaxed);
+        if (i0 >= st.n) return;
+        i1 = std::min(i0 + st.block, st.n);
+        st.fn(i0, i1);
+      }
       st.done.fetch_add(i1 - i0, std::memory_order_release);
     }
   };
@@ -303,7 +354,7 @@ template <int K>
 static ffi::Error run(ffi::ThreadPool& pool, const store* src, store* dst, ffi::Span<const int64_t> dims,
                       double omega_plus, double omega_minus, ffi::Span<const double> force,
                       ffi::Span<const double> rates, const RowWalls* W, const real* u_in, int64_t u_in_size,
-                      bool outflow) {
+                      bool outflow, int64_t threads, bool pin) {
   if ((int64_t)dims.size() != D + 1 || dims[0] != Q)
     return ffi::Error::InvalidArgument("lbm kernel: populations must have shape (Q, *grid) for this lattice");
   Geometry g;
@@ -353,8 +404,8 @@ static ffi::Error run(ffi::ThreadPool& pool, const store* src, store* dst, ffi::
   }
   const char* pf_env = std::getenv("LBM_NATIVE_PREFETCH_BYTES");
   g.prefetch = std::max<int64_t>(0, pf_env ? std::atoll(pf_env) : PREFETCH_BYTES) / (int64_t)sizeof(store);
-  const int64_t workers = g.plane < 16384 ? 1 : worker_count(pool);
-  parallel_for(pool, workers, g.n_outer, std::max<int64_t>(1, g.n_outer / (8 * workers)),
+  const int64_t workers = g.plane < 16384 ? 1 : worker_count(pool, threads);
+  parallel_for(pool, workers, g.n_outer, std::max<int64_t>(1, g.n_outer / (8 * workers)), pin,
                [&](int64_t o0, int64_t o1) { rows<K>(g, src, dst, o0, o1, wp, wm, G, W, S); });
   return ffi::Error::Success();
 }
@@ -410,7 +461,7 @@ static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi:
                        ffi::Buffer<LBM_REAL_FFI_TYPE> u_in, ffi::ResultBuffer<LBM_FFI_TYPE> dst,
                        ffi::ResultBuffer<LBM_FFI_TYPE> pre, ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus,
                        double omega_minus, ffi::Span<const double> force, ffi::Span<const double> rates,
-                       int64_t outflow) {
+                       int64_t outflow, int64_t threads, int64_t pinning) {
   (void)dst_in;
   RowWalls w;
   bool any;
@@ -419,7 +470,7 @@ static ffi::Error Push(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> src, ffi:
   store* d = reinterpret_cast<store*>(dst->typed_data());
   gather(s, idx, pre);
   auto err = run<PUSH>(pool, s, d, src.dimensions(), omega_plus, omega_minus, force, rates, any ? &w : nullptr,
-                       inflow(u_in), (int64_t)u_in.element_count(), outflow != 0);
+                       inflow(u_in), (int64_t)u_in.element_count(), outflow != 0, threads, pinning != 0);
   if (err.failure()) return err;
   gather(d, observe, post);
   return ffi::Error::Success();
@@ -430,7 +481,8 @@ static ffi::Error InPlace(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> a_in, 
                           ffi::Buffer<ffi::S32> observe, LBM_WALL_PARAMS, ffi::Buffer<LBM_REAL_FFI_TYPE> u_in,
                           ffi::ResultBuffer<LBM_FFI_TYPE> a, ffi::ResultBuffer<LBM_FFI_TYPE> pre,
                           ffi::ResultBuffer<LBM_FFI_TYPE> post, double omega_plus, double omega_minus,
-                          ffi::Span<const double> force, ffi::Span<const double> rates, int64_t outflow) {
+                          ffi::Span<const double> force, ffi::Span<const double> rates, int64_t outflow,
+                          int64_t threads, int64_t pinning) {
   (void)a_in;
   RowWalls w;
   bool any;
@@ -438,7 +490,7 @@ static ffi::Error InPlace(ffi::ThreadPool pool, ffi::Buffer<LBM_FFI_TYPE> a_in, 
   store* p = reinterpret_cast<store*>(a->typed_data());
   gather(p, idx, pre);
   auto err = run<K>(pool, nullptr, p, a->dimensions(), omega_plus, omega_minus, force, rates, any ? &w : nullptr,
-                    inflow(u_in), (int64_t)u_in.element_count(), outflow != 0);
+                    inflow(u_in), (int64_t)u_in.element_count(), outflow != 0, threads, pinning != 0);
   if (err.failure()) return err;
   gather(p, observe, post);
   return ffi::Error::Success();
@@ -463,7 +515,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(lbm_scatter, Scatter,
         .Ret<ffi::Buffer<LBM_FFI_TYPE>>());
 
 #define LBM_ATTRS .Attr<double>("omega_plus").Attr<double>("omega_minus").Attr<ffi::Span<const double>>("force") \
-    .Attr<ffi::Span<const double>>("rates").Attr<int64_t>("outflow")
+    .Attr<ffi::Span<const double>>("rates").Attr<int64_t>("outflow").Attr<int64_t>("threads").Attr<int64_t>("pinning")
 #define LBM_S32 .Arg<ffi::Buffer<ffi::S32>>()
 // idx, observe, then the walls: skip_off, skip, rest_off, rest, copy_off, copy_dst, copy_src, copy_add, keep_off,
 // keep_src, keep_dst, the inflow; results: populations, pre (at idx), post (at observe)
