@@ -177,9 +177,9 @@ static inline void cell(const store* const* rp, store* const* wrow, int64_t k, i
     }                                                                                                               \
   }
 template <int K, int B>
-static inline __attribute__((always_inline)) void segment(const store* const* rp, store* const* wrow, int64_t k0,
-                                                          int64_t k1, real wp, real wm, const real* F,
-                                                          const real* const* U, int64_t pf) {
+static inline __attribute__((always_inline)) void lines(const store* const* rp, store* const* wrow, int64_t k0,
+                                                        int64_t k1, real wp, real wm, const real* F,
+                                                        const real* const* U, int64_t pf) {
   (void)wm; (void)U;
   LBM_FORCE_CONSTANTS
   LBM_ROW_POINTERS
@@ -190,6 +190,24 @@ static inline __attribute__((always_inline)) void segment(const store* const* rp
     LBM_SCHEME_LOOP(PUSH, LBM_COLLIDE_INLET) LBM_SCHEME_LOOP(AA_EVEN, LBM_COLLIDE_INLET)
     LBM_SCHEME_LOOP(AA_ODD, LBM_COLLIDE_INLET)
   }
+}
+
+// Cells k0..k1 of a row as lines(); where the last m < LINE cells have a whole line of cells before them in the row,
+// they are the last lanes of one vector over the LINE cells ending at k1, computed into a buffer (the other lanes
+// recompute cells already done from their new values, and are dropped) and copied into the row: one vector pass
+// instead of a narrower one and scalar cells. Every cell reads only its own slots, so the lanes kept are exact.
+template <int K, int B>
+static inline void segment(const store* const* rp, store* const* wrow, int64_t k0, int64_t k1, real wp, real wm,
+                           const real* F, const real* const* U, int64_t pf) {
+  const int64_t m = (k1 - k0) % LINE, start = k1 - LINE;
+  if (m == 0 || start < (K == AA_EVEN ? 0 : 1)) { lines<K, B>(rp, wrow, k0, k1, wp, wm, F, U, pf); return; }
+  lines<K, B>(rp, wrow, k0, k1 - m, wp, wm, F, U, pf);
+  alignas(64) store out[Q][LINE];
+  store* lane[Q];
+  for (int i = 0; i < Q; ++i) lane[i] = out[i] - start - (K == AA_EVEN ? 0 : INNER_OFF[i]);  // out[i][k - start]
+  lines<K, B>(rp, lane, start, k1, wp, wm, F, U, 0);
+  for (int i = 0; i < Q; ++i)
+    std::memcpy(wrow[i] + (k1 - m) + (K == AA_EVEN ? 0 : INNER_OFF[i]), out[i] + (LINE - m), sizeof(store) * m);
 }
 
 // The cells of one row: the edge cells (wrapping) scalar, the rest vectorised, runs of solid cells skipped (walls).
