@@ -40,12 +40,17 @@ def steppers(args: argparse.Namespace, grids: list[tuple[int, ...]]) -> dict[tup
     """One compiled native stepper per grid: (stepper, initial populations, steps per call, cells)."""
     import jax
 
-    from lbm.bench.throughput import PRECISIONS, BenchConfig, make_setup
+    from lbm.bench.throughput import CASES, PRECISIONS, BenchConfig, make_setup
     from lbm.engines import make_engine
+    from lbm.simulation import prepare
 
     out = {}
     for grid in dict.fromkeys(grids):
-        setup = make_setup(BenchConfig(args.case, args.lattice, grid, "native", args.precision))
+        if args.case in CASES:
+            setup = make_setup(BenchConfig(args.case, args.lattice, grid, "native", args.precision))
+        else:  # any run case by name (cavity, poiseuille, ...), on this grid
+            setup = prepare([f"case={args.case}", f"lattice={args.lattice}", f"precision={PRECISIONS[args.precision][0]}",
+                             "steps=1", *(f"grid.{a}={v}" for a, v in zip(("nx", "ny", "nz"), grid, strict=False))])[1]
         stepper = make_engine(setup, "fused", engine="native", storage=PRECISIONS[args.precision][1])
         f0 = setup.initial_populations()
         stepper.compile(f0, 2)
@@ -65,7 +70,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lattice", default="d2q9")
     ap.add_argument("--grid", default="4096,4096")
-    ap.add_argument("--case", default="periodic")
+    ap.add_argument("--case", default="periodic", help="periodic, cylinder (bench's cases) or any run case by name")
     ap.add_argument("--precision", default="float32")
     ap.add_argument("--variant", action="append", required=True)
     ap.add_argument("--rounds", type=int, default=5)

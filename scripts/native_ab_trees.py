@@ -53,8 +53,9 @@ def other_library(other: Path, spec: object, tag: str) -> str:
     return prefix
 
 
-def runner(prefix: str, spec: object, omega: float, pairs: int) -> object:
-    """A jitted function advancing populations by ``pairs`` AA step pairs with the kernels under ``prefix``."""
+def runner(prefix: str, spec: object, omega: float, pairs: int, threading: bool = True) -> object:
+    """A jitted function advancing populations by ``pairs`` AA step pairs with the kernels under ``prefix``
+    (``threading``: whether its kernels take the threads and pinning attributes)."""
     import jax
 
     from lbm.engines.native import build
@@ -64,7 +65,10 @@ def runner(prefix: str, spec: object, omega: float, pairs: int) -> object:
         out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(args[0].shape, a.dtype),
                jax.ShapeDtypeStruct(args[1].shape, a.dtype))
         call = jax.ffi.ffi_call(f"{prefix}_{'aa_even' if parity == 0 else 'aa_odd'}", out, input_output_aliases={0: 0})
-        return call(a, *args, **build._attrs(omega, omega, None, spec.lattice.d, False))[0]
+        attrs = build._attrs(omega, omega, None, spec.lattice.d, False, (), None)
+        if not threading:
+            attrs = {k: v for k, v in attrs.items() if k not in ("threads", "pinning")}
+        return call(a, *args, **attrs)[0]
 
     def run(a: object) -> object:
         return jax.lax.fori_loop(0, pairs, lambda _, x: step(step(x, 0), 1), a)
@@ -104,7 +108,8 @@ def main() -> None:
     t0 = time.perf_counter()
     jax.block_until_ready(probe(a))
     pairs = max(1, math.ceil(args.min_time / (time.perf_counter() - t0) / 2))
-    runs = {k: runner(v, spec, setup.omega_plus, pairs) for k, v in prefixes.items()}
+    other_threading = '"pinning"' in (args.other / "lbm/engines/native/kernels.cc").read_text()
+    runs = {k: runner(v, spec, setup.omega_plus, pairs, k == "this" or other_threading) for k, v in prefixes.items()}
     state = {"this": runs["this"](f_this + 0), "other": runs["other"](f_other + 0)}
     times: dict[str, list[tuple[float, float]]] = {"this": [], "other": []}
     for r in range(args.rounds):

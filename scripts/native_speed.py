@@ -1,10 +1,11 @@
 """Native engine speed against grid size and threads, beside the same-run copy/triad bandwidth.
 
     .venv/bin/python scripts/native_speed.py [--d2 256,512,...] [--d3 32,64,...] [--threads 1,2]
-                                             [--precision float32] [--out FILE.json]
+                                             [--prefetch 0,2048] [--precision float32] [--out FILE.json]
 
-For every grid (D2Q9 n², D3Q19 n³, periodic Taylor-Green box, BGK) and every thread count
-(LBM_NATIVE_THREADS), the fused native chunk is timed (median of --repeats repeats of an even
+For every grid (D2Q9 n², D3Q19 n³, periodic Taylor-Green box, BGK), every thread count
+(LBM_NATIVE_THREADS) and every software prefetch distance (LBM_NATIVE_PREFETCH_BYTES, 0: none), the fused
+native chunk is timed, the variants' repeats interleaved (median of --repeats repeats of an even
 number of steps lasting about --min-time seconds) and reported as MLUPS, effective GB/s
 (72 B per cell in D2Q9 float32: each population read and written once) and the fraction of the
 in-place copy bandwidth measured in the same run (lbm.roofline, as `lbm bench` measures it; plus
@@ -43,9 +44,10 @@ def numpy_bandwidth(nbytes: int, repeats: int = 5) -> dict[str, float]:
     return out
 
 
-def time_native(lattice: str, grid: tuple[int, ...], precision: str, threads: list[int], min_time: float,
-                repeats: int) -> list[dict[str, Any]]:
-    """MLUPS of the native fused chunk on the periodic box for each thread count (one engine, one compile)."""
+def time_native(lattice: str, grid: tuple[int, ...], precision: str, threads: list[int], prefetch: list[str],
+                min_time: float, repeats: int) -> list[dict[str, Any]]:
+    """MLUPS of the native fused chunk on the periodic box for each thread count and prefetch distance (one engine,
+    one compile; the variants' repeats interleaved)."""
     import jax
 
     from lbm.bench.throughput import PRECISIONS, STORAGE_ITEMSIZE, BenchConfig, make_setup
@@ -71,22 +73,29 @@ def time_native(lattice: str, grid: tuple[int, ...], precision: str, threads: li
     per_step = (time.perf_counter() - t0) / 2
     n = max(2, 2 * math.ceil(min_time / per_step / 2))
     stepper.compile(f, n)
-    rows = []
-    for t in threads:
-        os.environ["LBM_NATIVE_THREADS"] = str(t)
-        f, _ = stepper.advance(f, n)
-        jax.block_until_ready(f)
-        times = []
-        for _ in range(repeats):
+    variants = [(t, pf) for t in threads for pf in prefetch]
+    times: dict[tuple[int, str], list[float]] = {v: [] for v in variants}
+    for r in range(repeats + 1):  # round 0 warms up; each round times every variant once, in rotating order
+        for j in np.roll(np.arange(len(variants)), r):
+            t, pf = variants[j]
+            os.environ["LBM_NATIVE_THREADS"] = str(t)
+            if pf:
+                os.environ["LBM_NATIVE_PREFETCH_BYTES"] = pf
+            else:
+                os.environ.pop("LBM_NATIVE_PREFETCH_BYTES", None)
             t0 = time.perf_counter()
             f, _ = stepper.advance(f, n)
             jax.block_until_ready(f)
-            times.append(time.perf_counter() - t0)
-        mlups = [cells * n / s / 1e6 for s in times]
+            if r:
+                times[variants[j]].append(time.perf_counter() - t0)
+    rows = []
+    for (t, pf), secs in times.items():
+        mlups = [cells * n / s / 1e6 for s in secs]
         med = statistics.median(mlups)
-        rows.append({"lattice": lattice, "grid": list(grid), "precision": precision, "threads": t, "steps": n,
-                     "population_bytes": cells * q * item, "bytes_per_cell": bpc, "mlups": med,
-                     "mlups_values": mlups, "effective_gbs": med * bpc / 1e3})
+        rows.append({"lattice": lattice, "grid": list(grid), "precision": precision, "threads": t,
+                     "prefetch_bytes": pf or "default", "steps": n, "population_bytes": cells * q * item,
+                     "bytes_per_cell": bpc, "mlups": med, "mlups_values": mlups, "effective_gbs": med * bpc / 1e3})
+    os.environ.pop("LBM_NATIVE_PREFETCH_BYTES", None)
     os.environ.pop("LBM_NATIVE_THREADS", None)
     del f, stepper
     return rows
@@ -98,6 +107,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--d2", default="256,512,1024,2048,4096,8192")
     ap.add_argument("--d3", default="32,64,128,192,256")
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--prefetch", default="", help="LBM_NATIVE_PREFETCH_BYTES values to compare, e.g. 0,2048 "
+                    "(empty: the kernel's default)")
     ap.add_argument("--precision", default="float32")
     ap.add_argument("--min-time", type=float, default=0.4)
     ap.add_argument("--repeats", type=int, default=3)
@@ -107,6 +118,7 @@ def main(argv: list[str]) -> int:
     from lbm.roofline import measure_bandwidth
 
     threads = [int(t) for t in args.threads.split(",")]
+    prefetch = args.prefetch.split(",")
     result: dict[str, Any] = {"load_average_start": os.getloadavg(), "rows": []}
     bw = measure_bandwidth(args.bandwidth_bytes)
     result["bandwidth"] = {k: bw[k]["median_gbs"] for k in ("copy", "triad", "copy_2buf", "triad_2buf")}
@@ -115,14 +127,15 @@ def main(argv: list[str]) -> int:
     ref = result["bandwidth"]["copy"]
     plan = [("d2q9", (int(n), int(n))) for n in args.d2.split(",") if n] + \
            [("d3q19", (int(n),) * 3) for n in args.d3.split(",") if n]
-    print("| lattice | grid | MB | threads | MLUPS | GB/s | % of in-place copy |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| lattice | grid | MB | threads | prefetch | MLUPS | GB/s | % of in-place copy |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for lattice, grid in plan:
-        for row in time_native(lattice, grid, args.precision, threads, args.min_time, args.repeats):
+        for row in time_native(lattice, grid, args.precision, threads, prefetch, args.min_time, args.repeats):
             row["fraction_of_copy"] = row["effective_gbs"] / ref
             result["rows"].append(row)
             print(f"| {lattice} | {'x'.join(map(str, grid))} | {row['population_bytes'] / 1e6:.0f} | {row['threads']} "
-                  f"| {row['mlups']:.1f} | {row['effective_gbs']:.1f} | {100 * row['fraction_of_copy']:.0f}% |",
+                  f"| {row['prefetch_bytes']} | {row['mlups']:.1f} | {row['effective_gbs']:.1f} "
+                  f"| {100 * row['fraction_of_copy']:.0f}% |",
                   flush=True)
     bw2 = measure_bandwidth(args.bandwidth_bytes)
     result["bandwidth_after"] = {k: bw2[k]["median_gbs"] for k in ("copy", "triad", "copy_2buf", "triad_2buf")}

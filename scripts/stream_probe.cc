@@ -1,8 +1,10 @@
 // Controlled memory experiment: S populations stored as planes (S, n), each cell read and written in place,
 // with a configurable amount of arithmetic per element; 1..T threads (OpenMP, static split, first touch by the
 // same split). GB/s counts one read and one write per element (the in-place AA step's traffic).
-//   g++ -O3 -march=native -fopenmp -DS=9 -DW=0 scripts/stream_probe.cc -o /tmp/probe9 && /tmp/probe9 MB WORK THREADS [HUGE [BLOCK]]
-// WORK < 0: each stream scaled in its own pass (one stream at a time).
+//   g++ -O3 -march=native -fopenmp -DS=9 -DW=0 scripts/stream_probe.cc -o /tmp/probe9 &&
+//   /tmp/probe9 MB WORK THREADS [HUGE [BLOCK [PREFETCH]]]
+// WORK < 0: each stream scaled in its own pass (one stream at a time). HUGE: madvise(MADV_HUGEPAGE) before the
+// first touch. PREFETCH > 0: a software prefetch (for writing) of every stream PREFETCH floats ahead, one per line.
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -23,6 +25,7 @@ int main(int argc, char** argv) {
   const int work = argc > 2 ? atoi(argv[2]) : 0, T = argc > 3 ? atoi(argv[3]) : 1;
   const int huge = argc > 4 ? atoi(argv[4]) : 0;
   const size_t block = argc > 5 ? atol(argv[5]) : 1024;
+  const size_t pf = argc > 6 ? atol(argv[6]) : 0;
   const size_t n = mb * 1000000 / 4 / S;
   float* a = static_cast<float*>(aligned_alloc(2 << 20, ((S * n * 4) | ((2 << 20) - 1)) + 1));
   if (huge) madvise(a, S * n * 4, MADV_HUGEPAGE);
@@ -44,6 +47,9 @@ int main(int argc, char** argv) {
       if (work < 0) continue;
       float* p[S];
       for (int s = 0; s < S; ++s) p[s] = a + s * n;
+      if (pf)
+        for (size_t k = kb; k < ke; k += 16)
+          for (int s = 0; s < S; ++s) __builtin_prefetch(p[s] + k + pf, 1);
 #pragma omp simd
       for (size_t k = kb; k < ke; ++k) {
         float x[S], acc = 0.f;
@@ -59,6 +65,6 @@ int main(int argc, char** argv) {
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(t.begin() + 1, t.end());
-  printf("MB %zu streams %d W %d threads %d huge %d block %zu: %.1f GB/s (median)\n", mb, S, W, T, huge, block,
-         2.0 * S * n * 4 / t[3] / 1e9);
+  printf("MB %zu streams %d W %d threads %d huge %d block %zu prefetch %zu: %.1f GB/s (median)\n", mb, S, W, T, huge,
+         block, pf, 2.0 * S * n * 4 / t[3] / 1e9);
 }

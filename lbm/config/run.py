@@ -33,6 +33,7 @@ from lbm.config.sections import (
     Flow,
     Gradient,
     Grid,
+    Native,
     Output,
     Parallel,
     Profile,
@@ -96,6 +97,8 @@ class RunConfig:
     gradient: Gradient
     parallel: Parallel
     """As configured (``parallel.devices`` -1: every device; ``parallel.mesh`` null: all along x)."""
+    native: Native
+    """The native engine's threads per step (0: XLA's intra-op pool size) and pinning."""
     profile: Profile
     mesh_shape: tuple[int, ...] | None
     """The blocks per grid axis the run uses (lbm.parallel), None on one device; with ``parallel.devices=-1`` and no
@@ -180,11 +183,13 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     gradient = validate_gradient(tree.gradient)
     spd = check_int("steps_per_dispatch", tree.steps_per_dispatch, 0)
     mesh, par = validate_parallel(tree.parallel, grid, engine)
+    native = validate_native(tree.native)
     profile = validate_profile(tree.profile)
     return RunConfig(
         case_params=tree.case, lattice=lattice, collision_params=collision, mode=mode, engine=engine,
         precision=precision, steps=steps, steps_auto=steps is None, grid=grid, flow=flow, steps_per_dispatch=spd,
-        output=output, checkpoint=checkpoint, gradient=gradient, parallel=par, profile=profile, mesh_shape=mesh,
+        output=output, checkpoint=checkpoint, gradient=gradient, parallel=par, native=native, profile=profile,
+        mesh_shape=mesh,
         source=tree,
     )
 
@@ -335,6 +340,13 @@ def validate_parallel(section: Parallel, grid: tuple[int, ...],
     checked = Parallel(devices=section.devices, mesh=list(mesh) if mesh else None, partitioner=partitioner,
                        coordinator=coordinator, num_processes=nproc, process_id=pid)
     return (shape if shape is not None and devices > 1 else None), checked
+
+
+def validate_native(section: Native) -> Native:
+    """The ``native`` section: threads per step (0: as many as XLA's intra-op thread pool) and pinning."""
+    threads = check_int("native.threads", section.threads, 0,
+                        words="an integer >= 0 (threads per step; 0: as many as XLA's intra-op thread pool)")
+    return Native(threads=threads, pinning=check_bool("native.pinning", section.pinning))
 
 
 PROFILE_BACKENDS = ("auto", "sqlite", "perfetto")

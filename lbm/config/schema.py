@@ -32,6 +32,7 @@ from lbm.config.sections import (
     Gradient,
     Grid,
     Lattice,
+    Native,
     Output,
     Parallel,
     Profile,
@@ -62,6 +63,7 @@ class RunSchema:
     checkpoint: Checkpoint = dataclasses.field(default_factory=Checkpoint)
     gradient: Gradient = dataclasses.field(default_factory=Gradient)
     parallel: Parallel = dataclasses.field(default_factory=Parallel)
+    native: Native = dataclasses.field(default_factory=Native)
     profile: Profile = dataclasses.field(default_factory=Profile)
 
 

@@ -99,6 +99,14 @@ class Parallel(Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class Native(Section):
+    """How the native engine's kernel shares a step among CPU threads (docs/performance.md, "Threads and pinning")."""
+
+    threads: int = MISSING
+    pinning: bool = MISSING
+
+
+@dataclasses.dataclass(frozen=True)
 class Profile(Section):
     """The jax.profiler capture and its breakdown."""
 

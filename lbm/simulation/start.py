@@ -155,7 +155,7 @@ def engine_for(run: RunConfig, setup: Setup) -> Engine:
     """The run's engine (one line naming it); LbmError when the engine asked for cannot run here."""
     try:
         engine = make_engine(setup, run.mode, engine=run.engine, sync=run.profile.sync,
-                             mesh=run.mesh_shape, partitioner=run.parallel.partitioner)
+                             mesh=run.mesh_shape, partitioner=run.parallel.partitioner, native=run.native)
     except EngineUnavailable as exc:
         hint = "" if run.mesh_shape else "; engine=auto falls back to the xla engine"
         raise LbmError(f"engine={run.engine} is not available here: {exc}{hint}") from None

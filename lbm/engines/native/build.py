@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbm.config.sections import Native
 from lbm.engines.native.codegen import KernelSpec, header
 from lbm.environment import cpu_id
 from lbm.errors import LbmError
@@ -190,10 +191,12 @@ def available(spec: KernelSpec | None = None) -> bool:
 
 
 def _attrs(omega_plus: float, omega_minus: float, force: np.ndarray | None, d: int, outflow: bool,
-           rates: tuple[float, ...] = ()) -> dict[str, Any]:
+           rates: tuple[float, ...], threading: Native | None) -> dict[str, Any]:
     f = np.zeros(d) if force is None else np.asarray(force, np.float64)
     return {"omega_plus": np.float64(omega_plus), "omega_minus": np.float64(omega_minus), "force": f.astype(np.float64),
-            "rates": np.asarray(rates or (omega_plus,), np.float64), "outflow": np.int64(bool(outflow))}
+            "rates": np.asarray(rates or (omega_plus,), np.float64), "outflow": np.int64(bool(outflow)),
+            "threads": np.int64(threading.threads if threading else 0),
+            "pinning": np.int64(bool(threading and threading.pinning))}
 
 
 def _no_slots() -> np.ndarray:
@@ -216,30 +219,35 @@ def _step_args(spec: KernelSpec, slots: Any, observe: Any, walls: dict[str, Any]
 def push(spec: KernelSpec, src: jnp.ndarray, dst: jnp.ndarray, omega_plus: float, omega_minus: float,
          force: np.ndarray | None = None, slots: jnp.ndarray | None = None, walls: dict[str, Any] | None = None,
          observe: jnp.ndarray | None = None, u_in: jnp.ndarray | None = None, outflow: bool = False,
-         rates: tuple[float, ...] = ()) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+         rates: tuple[float, ...] = (), threading: Native | None = None
+         ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """One collide-and-stream step from ``src`` into ``dst``'s buffer (``dst`` is overwritten), walls and faces applied.
 
     Returns the new populations, ``src`` at the flat ``slots`` (int32, any shape; read first) and the new
     populations at the flat ``observe`` slots (read last). ``walls``: the step's wall records (WALL_RECORDS);
     ``u_in``: the inflow ``(D, *face)`` of a velocity inlet on x = 0 (``spec.inlet`` its kind); ``outflow``: a
-    zero-gradient outflow on x = nx - 1; ``rates``: the rates of ``spec.collision`` (lbm.engines.native.collisions.RATES).
+    zero-gradient outflow on x = nx - 1; ``rates``: the rates of ``spec.collision`` (lbm.engines.native.collisions.RATES);
+    ``threading``: the run config's ``native`` section (threads per step, 0 for XLA's intra-op pool size; pinning),
+    None for its defaults (kernels.cc, ``parallel_for``).
     """
     prefix = register(spec)
     args = _step_args(spec, slots, observe, walls, u_in)
     out = (jax.ShapeDtypeStruct(src.shape, src.dtype), jax.ShapeDtypeStruct(args[0].shape, src.dtype),
            jax.ShapeDtypeStruct(args[1].shape, src.dtype))
     call = jax.ffi.ffi_call(f"{prefix}_push", out, input_output_aliases={1: 0})
-    return call(src, dst, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d, outflow, rates))
+    return call(src, dst, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d, outflow, rates, threading))
 
 
 def aa_step(spec: KernelSpec, a: jnp.ndarray, parity: int, omega_plus: float, omega_minus: float,
             force: np.ndarray | None = None, slots: jnp.ndarray | None = None, walls: dict[str, Any] | None = None,
             observe: jnp.ndarray | None = None, u_in: jnp.ndarray | None = None, outflow: bool = False,
-            rates: tuple[float, ...] = ()) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+            rates: tuple[float, ...] = (), threading: Native | None = None
+            ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """One in-place AA-pattern step, parity 0 (even, local) or 1 (odd, neighbours), walls and faces applied.
 
     Returns the new populations, the old ones at the flat ``slots`` (int32, any shape; read first) and the new
-    ones at the flat ``observe`` slots (read last). ``walls``, ``u_in``, ``outflow``, ``rates``: as for :func:`push`.
+    ones at the flat ``observe`` slots (read last). ``walls``, ``u_in``, ``outflow``, ``rates``, ``threading``: as for
+    :func:`push`.
     """
     prefix = register(spec)
     name = f"{prefix}_{'aa_even' if parity == 0 else 'aa_odd'}"
@@ -247,7 +255,7 @@ def aa_step(spec: KernelSpec, a: jnp.ndarray, parity: int, omega_plus: float, om
     out = (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(args[0].shape, a.dtype),
            jax.ShapeDtypeStruct(args[1].shape, a.dtype))
     call = jax.ffi.ffi_call(name, out, input_output_aliases={0: 0})
-    return call(a, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d, outflow, rates))
+    return call(a, *args, **_attrs(omega_plus, omega_minus, force, spec.lattice.d, outflow, rates, threading))
 
 
 def scatter(spec: KernelSpec, a: jnp.ndarray, slots: jnp.ndarray, values: jnp.ndarray) -> jnp.ndarray:

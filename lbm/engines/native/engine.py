@@ -25,6 +25,7 @@ import numpy as np
 
 from lbm.boundaries.base import StepState, pytree_dataclass
 from lbm.cases.base import Setup
+from lbm.config.sections import Native
 from lbm.engines.base import EngineUnavailable, decode, encode
 from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.native import build
@@ -56,8 +57,9 @@ class NativeEngine(BulkKernelEngine):
 
     name = "native"
 
-    def __init__(self, setup: Setup, storage: str = "compute") -> None:
+    def __init__(self, setup: Setup, storage: str = "compute", native: Native | None = None) -> None:
         super().__init__(setup, storage)
+        self.threading = native  # threads per step and pinning (the run config's native section; None: defaults)
         dtype = jnp.dtype(setup.dtype)
         collision = setup.collision
         if collision is not None and collision.smagorinsky:
@@ -114,12 +116,12 @@ class NativeEngine(BulkKernelEngine):
                 u_in = params.inlet.velocity(t)
         gather = slots.gather if slots is not None else None
         args = (setup.omega_plus, setup.omega_minus, setup.force_array, gather, params.walls.get(scheme),
-                observe, u_in, plan.outflow)
+                observe, u_in, plan.outflow, self.rates, self.threading)
         with jax.named_scope(self.bulk_scope):  # names the stages the kernel does, for traces and the profiler
             if scheme == "push":
-                out, old, seen = build.push(spec, a, jnp.zeros_like(a), *args, rates=self.rates)
+                out, old, seen = build.push(spec, a, jnp.zeros_like(a), *args)
             else:
-                out, old, seen = build.aa_step(spec, a, 0 if scheme == "aa_even" else 1, *args, rates=self.rates)
+                out, old, seen = build.aa_step(spec, a, 0 if scheme == "aa_even" else 1, *args)
         aux = {}
         if links:
             with jax.named_scope("forces"):  # the momentum exchange on the kernel's link populations
