@@ -4,7 +4,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import NATIVE_TEST_OPT
+from conftest import FAST_LANE_NATIVE_OPT, NATIVE_TEST_OPT
 
 from lbm.engines.native import build
 from lbm.engines.native.codegen import KernelSpec
@@ -108,7 +108,8 @@ def test_the_optimisation_level_is_in_the_flags_and_the_cache_key(tmp_path, monk
 @pytest.mark.native
 @pytest.mark.slow  # one -O3 build: ~10 s of CPU
 def test_every_optimisation_level_gives_bitwise_the_same_populations(monkeypatch):
-    """-O1 (the suite's level, tests/conftest.py) and -O3 (the default) libraries give identical bits.
+    """-O0 (the fast lane's level), -O1 (the full suite's, tests/conftest.py) and -O3 (the default) libraries give
+    identical bits.
 
     One push and one AA pair of a kernel with every kind of code the kernels hold: the bulk collision (KBC, the
     longest), a body force, walls, a Zou-He inlet and an outflow, and 16-bit storage's conversions.
@@ -130,7 +131,7 @@ def test_every_optimisation_level_gives_bitwise_the_same_populations(monkeypatch
     step = {"force": np.array([2e-4, -1e-4]), "u_in": jnp.asarray(0.03 + 0.01 * rng.standard_normal((2, 8))),
             "outflow": True, "rates": collision_rates(Collision("kbc", 1 / 0.6))}
     results, prefixes = [], set()
-    for level in (NATIVE_TEST_OPT, "3"):
+    for level in (FAST_LANE_NATIVE_OPT, NATIVE_TEST_OPT, "3"):
         monkeypatch.setenv("LBM_NATIVE_OPT", level)
         prefixes.add(build.register(spec))
         rec = {s: {k: jnp.asarray(v) for k, v in wall_records(lat, shape, (HalfwayBounceBack.around(solid, lat),),
@@ -139,7 +140,8 @@ def test_every_optimisation_level_gives_bitwise_the_same_populations(monkeypatch
         a, *_ = build.aa_step(spec, f + 0, 0, 1 / 0.6, 1 / 0.6, walls=rec["aa_even"], **step)
         a, *_ = build.aa_step(spec, a, 1, 1 / 0.6, 1 / 0.6, walls=rec["aa_odd"], **step)
         results.append((np.asarray(pushed), np.asarray(a)))
-    assert len(prefixes) == 2  # two libraries were built and called
+    assert len(prefixes) == 3  # three libraries were built and called
     assert np.abs(results[0][0].astype(np.float64) - np.asarray(f, np.float64)).max() > 1e-3  # the step acts
-    for low, high in zip(results[0], results[1], strict=True):
-        np.testing.assert_array_equal(low.view(np.uint16), high.view(np.uint16))
+    for other in results[1:]:
+        for low, high in zip(results[0], other, strict=True):
+            np.testing.assert_array_equal(low.view(np.uint16), high.view(np.uint16))
