@@ -51,8 +51,23 @@ def test_the_suite_builds_at_its_lanes_level_and_caches_its_compiles_here_and_in
     assert os.environ["LBM_NATIVE_OPT"] == level and f"-O{level}" in cxxflags()
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(SUITE_CACHE) == jax.config.jax_compilation_cache_dir
     assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
-    assert os.environ["JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY"] == "true"
-    assert jax.config.jax_compilation_cache_include_metadata_in_key
+
+
+
+def test_the_suite_cache_is_one_per_state_of_the_sources(tmp_path: Path) -> None:
+    """A changed source (a renamed stage scope) gets a cache of its own: JAX's key leaves the op names out."""
+    import shutil
+
+    from conftest import SUITE_CACHE_DEFAULT, source_digest
+
+    package = Path(__file__).resolve().parent.parent / "lbm"
+    assert SUITE_CACHE_DEFAULT.name == source_digest(package)
+    copy = tmp_path / "lbm"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    assert source_digest(copy) == source_digest(package)
+    stages = copy / "stages.py"
+    stages.write_text(stages.read_text() + "\n# a comment\n")
+    assert source_digest(copy) != source_digest(package)
 
 
 def test_the_suite_cache_is_trimmed_oldest_first(tmp_path: Path) -> None:
