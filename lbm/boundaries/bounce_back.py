@@ -152,6 +152,13 @@ def halfway_links(solid: np.ndarray, lattice: Lattice) -> np.ndarray:
     ])
 
 
+def foldable_solid(solid: Any, links: Any, lattice: Lattice) -> np.ndarray | None:
+    """``solid`` as a boolean array where ``links`` are exactly its half-way links (a wall streaming can fold); None
+    otherwise."""
+    solid = np.asarray(solid, bool)
+    return solid if np.array_equal(np.asarray(links, bool), halfway_links(solid, lattice)) else None
+
+
 @pytree_dataclass
 class FullwayBounceBack(BoundaryCondition):
     """Full-way bounce-back on the cells of ``solid``: the wall lies on the solid nodes."""
@@ -250,8 +257,8 @@ class HalfwayBounceBack(BoundaryCondition):
 
     def folded(self, lattice: Lattice) -> PulledHalfway | None:
         """The same walls applied while streaming (:class:`PulledHalfway`); None if ``links`` are not those of ``solid``."""
-        solid = np.asarray(self.solid, bool)
-        if not np.array_equal(np.asarray(self.links, bool), halfway_links(solid, lattice)):
+        solid = foldable_solid(self.solid, self.links, lattice)
+        if solid is None:
             return None
         if self.wall is None:
             return PulledHalfway(bits=pull_bits(solid, lattice))

@@ -42,7 +42,7 @@ from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
 from lbm.boundaries.bounce_back import (
     bounce_back_halfway,
     bounce_back_halfway_pulled,
-    halfway_links,
+    foldable_solid,
     pull_bits,
     written_out_on_cpu,
 )
@@ -347,8 +347,8 @@ class Halfway(BoundaryCondition):
 
     def folded(self, lattice: Lattice) -> Pulled | None:
         """The same walls applied while streaming (:class:`Pulled`), as lbm.engines.timestep.fold_walls asks."""
-        solid = np.asarray(self.solid, bool)
-        if not np.array_equal(np.asarray(self.links, bool), halfway_links(solid, lattice)):
+        solid = foldable_solid(self.solid, self.links, lattice)
+        if solid is None:
             return None
         if self.wall_term is None:
             return Pulled(bits=pull_bits(solid, lattice))
