@@ -70,6 +70,7 @@ def _compose(overrides: list[str], config_name: str) -> tuple[dict[str, Any], di
     from lbm.config.schema import register
 
     register()
+    _check_literal_bools(overrides, config_name)
     for _ in range(len(overrides) + 1):
         GlobalHydra.instance().clear()
         try:
@@ -87,6 +88,25 @@ def _compose(overrides: list[str], config_name: str) -> tuple[dict[str, Any], di
         finally:
             GlobalHydra.instance().clear()
     raise AssertionError("unreachable: every retry adds a '+' to one more override")
+
+
+def _check_literal_bools(overrides: list[str], config_name: str) -> None:
+    """Refuse a number given to a true/false key (OmegaConf would read ``native.pinning=3`` as true)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from lbm.config.schema import SCHEMAS, field_type
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:
+        return  # a syntax error: Hydra's composition names it
+    for o in parsed:
+        if o.is_delete() or o.is_sweep_override() or o.key_or_group.startswith("hydra."):
+            continue
+        value = o.value()
+        if field_type(SCHEMAS[config_name], o.key_or_group) is bool and not isinstance(value, bool | None):
+            raise ConfigError(o.key_or_group, o.get_value_element_as_str(), "true or false")
 
 
 def _unknown_key_retry(exc: Exception, overrides: list[str]) -> list[str] | None:
