@@ -13,8 +13,9 @@ while the window is not stationary:
 - the oscillation amplitude drifts: the reference's cycles by DRIFT_TOLERANCE; without cycles, the
   batches' half range (beyond Z errors and DRIFT_TOLERANCE of the mean) or the halves' standard
   deviations (by more than SPREAD_RATIO);
-- without cycles, successive batch means are correlated (von Neumann's ratio): the batches are
-  shorter than the signal's slow changes, and their standard error would be too small.
+- without cycles, successive batch means are correlated (von Neumann's ratio), or a sinusoid slower than the
+  batches carries a quarter of the window's variance: the batches are shorter than the signal's slow changes,
+  and their means follow its phase.
 
 No window is found when fewer than MIN_BATCHES batches remain; :func:`nonstationary_reason` says why.
 """
@@ -35,6 +36,9 @@ SPREAD_RATIO = 1.5
 """Without cycles, the two halves' standard deviations may differ by this factor (a decaying transient differs more)."""
 MEAN_TOLERANCE = 1e-3
 """A difference of the halves' means below this fraction of the mean counts as stationary, however significant."""
+OSCILLATION_SHARE = 0.25
+"""Without cycles, a sinusoid that carries this share of a window's variance (detrended), with an amplitude above
+DRIFT_TOLERANCE of the mean, is an oscillation each batch must span a period of (shorter batches follow its phase)."""
 
 
 def dominant_frequency(signal: np.ndarray) -> tuple[float, float]:
@@ -52,6 +56,35 @@ def dominant_frequency(signal: np.ndarray) -> tuple[float, float]:
         k = k + (0.5 * (a - c) / denom if denom != 0 else 0.0)
     freq = k / pad
     return float(freq), float(freq * n)
+
+
+def slow_oscillation(signal: np.ndarray) -> tuple[float, float]:
+    """(Samples per period, amplitude) of the sinusoid carrying OSCILLATION_SHARE of the variance of ``signal``
+    (linearly detrended), else (0, 0)."""
+    x = np.asarray(signal, dtype=np.float64)
+    t = np.arange(len(x), dtype=np.float64)
+    if len(x) < 8:
+        return 0.0, 0.0
+    x = x - np.polyval(np.polyfit(t, x, 1), t)
+    total = float(x @ x)
+    freq, _ = dominant_frequency(x)
+    if total == 0 or freq <= 0:
+        return 0.0, 0.0
+    basis = np.stack([np.cos(2 * np.pi * freq * t), np.sin(2 * np.pi * freq * t)], axis=1)
+    coef = np.linalg.lstsq(basis, x, rcond=None)[0]
+    fit = basis @ coef
+    return (1.0 / freq, float(np.hypot(*coef))) if float(fit @ fit) >= OSCILLATION_SHARE * total else (0.0, 0.0)
+
+
+def batch_edges(signal: np.ndarray, reference: np.ndarray, batches: int = 20, oscillation: float = 1e-3,
+                min_cycle: int = 0) -> tuple[np.ndarray, bool]:
+    """(Batch edges, whether they are ``reference``'s cycles) for the window rules of :func:`stationary_window`."""
+    x, ref = np.asarray(signal, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if 0.5 * np.ptp(ref[len(ref) // 2:]) > oscillation:
+        return cycle_starts(ref, min_cycle=min_cycle), True
+    if len(x) < 2 * batches:  # batches of at least two samples: a shorter series has no window to judge
+        return np.zeros(0, np.int64), False
+    return np.linspace(0, len(x), batches + 1).astype(int), False
 
 
 def cycle_starts(signal: np.ndarray, hysteresis: float = 0.2, min_cycle: int = 0) -> np.ndarray:
@@ -128,13 +161,7 @@ def stationary_window(signal: np.ndarray, reference: np.ndarray | None = None, b
     """
     x = np.asarray(signal, dtype=np.float64)
     ref = x if reference is None else np.asarray(reference, dtype=np.float64)
-    periodic = 0.5 * np.ptp(ref[len(ref) // 2:]) > oscillation
-    if periodic:
-        edges = cycle_starts(ref, min_cycle=min_cycle)
-    elif len(x) < 2 * batches:  # batches of at least two samples: a shorter series has no window to judge
-        return None
-    else:
-        edges = np.linspace(0, len(x), batches + 1).astype(int)
+    edges, periodic = batch_edges(x, ref, batches, oscillation, min_cycle)
     if len(edges) - 1 < MIN_BATCHES:
         return None
     full = Window(int(edges[0]), int(edges[-1]), edges, periodic)
@@ -160,6 +187,10 @@ def window_problem(window: Window, signal: np.ndarray, reference: np.ndarray) ->
     if not window.periodic and (_drifts(window.batch_amplitudes(signal), DRIFT_TOLERANCE * level)
                                 or _spread_changes(signal[window.start:window.stop], DRIFT_TOLERANCE * level)):
         return "its fluctuations still grow or decay"
+    if not window.periodic:
+        period, amplitude = slow_oscillation(signal[window.start:window.stop])
+        if period > float(np.min(np.diff(window.edges))) and amplitude > DRIFT_TOLERANCE * level:
+            return f"its batches are shorter than its oscillation's period ({period:.0f} samples)"
     return None
 
 
@@ -206,9 +237,7 @@ def nonstationary_reason(signal: np.ndarray, reference: np.ndarray | None = None
     """Why :func:`stationary_window` finds no window in ``signal`` (same arguments), as a phrase for a report."""
     x = np.asarray(signal, dtype=np.float64)
     ref = x if reference is None else np.asarray(reference, dtype=np.float64)
-    periodic = 0.5 * np.ptp(ref[len(ref) // 2:]) > oscillation
-    edges = cycle_starts(ref, min_cycle=min_cycle) if periodic else (
-        np.linspace(0, len(x), batches + 1).astype(int) if len(x) >= 2 * batches else np.zeros(0, np.int64))
+    edges, periodic = batch_edges(x, ref, batches, oscillation, min_cycle)
     if len(edges) - 1 < MIN_BATCHES:
         kind = "oscillation cycles" if periodic else "batches"
         return f"{max(len(edges) - 1, 0)} {kind}, fewer than the {MIN_BATCHES} a window needs"
