@@ -227,6 +227,16 @@ def regularized_lines(spec: KernelSpec) -> list[str]:
     return lines
 
 
+def _opposite_reciprocals(lat: Lattice) -> list[str]:
+    """C statements ``iv{i}`` = 1 / ``a{i}`` as lbm.kernels.collision.opposite_reciprocals: one division per pair."""
+    reps, rest = _pairs(lat)
+    lines = []
+    for i in reps:
+        o = int(lat.opposite[i])
+        lines.append(f"real r{i} = (real)1 / (a{i} * a{o}), iv{i} = a{o} * r{i}, iv{o} = a{i} * r{i};")
+    return lines + [f"real r{i} = (real)1 / (a{i} * a{i}), iv{i} = a{i} * r{i};" for i in rest]
+
+
 def kbc_lines(spec: KernelSpec) -> list[str]:
     """C statements of the KBC collision (lbm.kernels.collision.kbc): its split, the entropic stabiliser gamma."""
     lat = spec.lattice
@@ -244,7 +254,8 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
         if i in shear:
             lines.append(f"real ds{i} = {_lin(s_mat[i], names)};")
         lines.append(f"real kp{i} = {_lin(kept[i], names)};")
-        lines.append(f"real dh{i} = g{i} - kp{i}, iv{i} = (real)1 / (feq{i} + (real){_fmt(lat.w[i])});")  # absolute f_eq
+        lines.append(f"real dh{i} = g{i} - kp{i}, a{i} = feq{i} + (real){_fmt(lat.w[i])};")  # the absolute f_eq
+    lines += _opposite_reciprocals(lat)
     lines.append(f"real sh = {pairwise_sum([f'ds{i} * (dh{i} * iv{i})' for i in shear])};")
     lines.append(f"real hh = {pairwise_sum([f'dh{i} * (dh{i} * iv{i})' for i in range(q)])};")
     lines.append(f"real ss = {pairwise_sum([f'ds{i} * (ds{i} * iv{i})' for i in shear])};")
