@@ -476,13 +476,17 @@ def kbc(
     f* = f - omega dk - beta (2 ds + gamma dh), beta = omega/2 (:func:`kbc_matrices`): the shear part relaxes
     at omega (it sets nu), the higher-order part dh at the rate beta gamma that minimises the entropy
     functional's second-order estimate: gamma = 1/beta - (2 - 1/beta) <ds|dh> / <dh|dh>, <x|y> =
-    sum_i x_i y_i / feq_i. gamma = 2 (BGK) where dh vanishes (to rounding) or at omega = 1.
+    sum_i x_i y_i / feq_i. gamma = 2 (BGK) where dh vanishes (to rounding) or at omega = 1. Without a force
+    dk = 0 (the equilibrium has the populations' mass and momentum) and is not computed.
     """
     b_mat, k_mat, s_mat = kbc_matrices(lattice)
     neq = f - feq
+    if force is None:  # neq carries no mass or momentum (dk = 0 but for rounding): only the second moments
+        n_cons = 1 + lattice.d
+        b_mat, k_mat, s_mat = b_mat[n_cons:], k_mat[:, n_cons:], s_mat[:, n_cons:]
     m = _project(b_mat, neq)
     ds = _project(s_mat, m)
-    kept = _project(k_mat + s_mat, m)  # dk + ds
+    kept = ds if force is None else _project(k_mat + s_mat, m)  # dk + ds
     dh = neq - kept
     inverse = opposite_reciprocals(feq + per_direction(lattice.w, u, lattice.d), lattice)  # 1 / the absolute f_eq
     weighted = dh * inverse
