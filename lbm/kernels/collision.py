@@ -457,16 +457,6 @@ def kbc_matrices(lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return v[rows], k_mat, s_mat
 
 
-def opposite_reciprocals(a: Pops, lattice: Lattice) -> Pops:
-    """1 / a_i of every direction as a_opp(i) / (a_i a_opp(i)): one division per pair of opposite directions.
-
-    The product is the same number for i and opp(i), so a kernel that divides once per pair (the native one)
-    gets the same values; the rest direction is a_0 / a_0^2. Within 3 roundings of 1 / a_i.
-    """
-    a_opp = stack([a[int(o)] for o in lattice.opposite], a)
-    return a_opp * (1.0 / (a * a_opp))
-
-
 def kbc(
     f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice, omega: float,
     force: np.ndarray | None = None,
@@ -488,7 +478,7 @@ def kbc(
     ds = _project(s_mat, m)
     kept = ds if force is None else _project(k_mat + s_mat, m)  # dk + ds
     dh = neq - kept
-    inverse = opposite_reciprocals(feq + per_direction(lattice.w, u, lattice.d), lattice)  # 1 / the absolute f_eq
+    inverse = 1.0 / (feq + per_direction(lattice.w, u, lattice.d))  # the entropic weights: 1 / the absolute f_eq
     weighted = dh * inverse
     sh = qsum(ds * weighted)
     hh = qsum(dh * weighted)

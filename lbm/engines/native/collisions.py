@@ -227,16 +227,6 @@ def regularized_lines(spec: KernelSpec) -> list[str]:
     return lines
 
 
-def _opposite_reciprocals(lat: Lattice) -> list[str]:
-    """C statements ``iv{i}`` = 1 / ``a{i}`` as lbm.kernels.collision.opposite_reciprocals: one division per pair."""
-    reps, rest = _pairs(lat)
-    lines = []
-    for i in reps:
-        o = int(lat.opposite[i])
-        lines.append(f"real r{i} = (real)1 / (a{i} * a{o}), iv{i} = a{o} * r{i}, iv{o} = a{i} * r{i};")
-    return lines + [f"real r{i} = (real)1 / (a{i} * a{i}), iv{i} = a{i} * r{i};" for i in rest]
-
-
 def _sign_classes(mat: np.ndarray, dirs: list[int]) -> list[tuple[int, list[tuple[int, int]]]]:
     """The directions ``dirs`` grouped by their row of ``mat`` up to its sign: (representative, [(i, +-1), ...])."""
     classes: list[tuple[int, list[tuple[int, int]]]] = []
@@ -281,7 +271,7 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
         rep, sign = kept_of.get(i, (None, 0))
         dh = f"g{i} {'-' if sign > 0 else '+'} kp{rep}" if sign else f"g{i}"
         lines.append(f"real dh{i} = {dh}, a{i} = feq{i} + (real){_fmt(lat.w[i])};")  # a: the absolute f_eq
-    lines += _opposite_reciprocals(lat)
+    lines += [f"real iv{i} = (real)1 / a{i};" for i in range(q)]
     lines += [f"real v{i} = dh{i} * iv{i};" for i in range(q)]
     lines.append(f"real hh = {pairwise_sum([f'dh{i} * v{i}' for i in range(q)])};")
     sums = [(rep, _lin([s for _, s in m], [f"v{i}" for i, _ in m]), " + ".join(f"iv{i}" for i, _ in m))
