@@ -251,17 +251,20 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
     lat = spec.lattice
     q = lat.q
     b_mat, k_mat, s_mat = kbc_matrices(lat)
-    if not spec.forced:  # dk = 0: only the second moments (lbm.kernels.collision.kbc)
+    # dk = 0 (but for rounding) where the equilibrium has the populations' mass and momentum: without a force and
+    # without a velocity inlet (whose reconstructed populations need not carry the imposed moments exactly)
+    conserved = not spec.forced and not spec.inlet
+    if conserved:  # only the second moments
         n_cons = 1 + lat.d
         b_mat, k_mat, s_mat = b_mat[n_cons:], k_mat[:, n_cons:], s_mat[:, n_cons:]
     eps = float(np.finfo(np.float64 if spec.storage == "float64" else np.float32).eps)
     lines = [f"real g{i} = f{i} - feq{i};" for i in range(q)]
     reps, _ = _pairs(lat)
-    lines += _parity_sums(lat, "g") if spec.forced else [f"real gs{i} = g{i} + g{int(lat.opposite[i])};" for i in reps]
+    lines += [f"real gs{i} = g{i} + g{int(lat.opposite[i])};" for i in reps] if conserved else _parity_sums(lat, "g")
     n_m = b_mat.shape[0]
     lines += [f"real m{k}_ = {_moment(lat, b_mat[k], 'g')};" for k in range(n_m)]
     names = [f"m{k}_" for k in range(n_m)]
-    kept = k_mat + s_mat if spec.forced else s_mat
+    kept = s_mat if conserved else k_mat + s_mat
     kept_classes = _sign_classes(kept, [i for i in range(q) if np.abs(kept[i]).max() > 1e-13])
     shear_classes = _sign_classes(s_mat, [i for i in range(q) if np.abs(s_mat[i]).max() > 1e-13])
     lines += [f"real kp{rep} = {_lin(kept[rep], names)};" for rep, _ in kept_classes]
