@@ -466,7 +466,9 @@ def kbc(
     f* = f - omega dk - beta (2 ds + gamma dh), beta = omega/2 (:func:`kbc_matrices`): the shear part relaxes
     at omega (it sets nu), the higher-order part dh at the rate beta gamma that minimises the entropy
     functional's second-order estimate: gamma = 1/beta - (2 - 1/beta) <ds|dh> / <dh|dh>, <x|y> =
-    sum_i x_i y_i / feq_i. gamma = 2 (BGK) where dh vanishes (to rounding) or at omega = 1.
+    sum_i x_i y_i / feq_i. gamma = 2 (BGK) where dh vanishes (to rounding) or at omega = 1. dk is computed
+    everywhere: a velocity inlet's reconstructed populations need not carry the imposed mass and momentum exactly
+    (the native kernel leaves dk out where neither a force nor an inlet acts, where it is rounding).
     """
     b_mat, k_mat, s_mat = kbc_matrices(lattice)
     neq = f - feq

@@ -227,36 +227,72 @@ def regularized_lines(spec: KernelSpec) -> list[str]:
     return lines
 
 
+def _sign_classes(mat: np.ndarray, dirs: list[int]) -> list[tuple[int, list[tuple[int, int]]]]:
+    """The directions ``dirs`` grouped by their row of ``mat`` up to its sign: (representative, [(i, +-1), ...])."""
+    classes: list[tuple[int, list[tuple[int, int]]]] = []
+    for i in dirs:
+        for rep, members in classes:
+            sign = next((s for s in (1, -1) if np.allclose(mat[i], s * mat[rep], rtol=0, atol=1e-13)), 0)
+            if sign:
+                members.append((i, sign))
+                break
+        else:
+            classes.append((i, [(i, 1)]))
+    return classes
+
+
 def kbc_lines(spec: KernelSpec) -> list[str]:
-    """C statements of the KBC collision (lbm.kernels.collision.kbc): its split, the entropic stabiliser gamma."""
+    """C statements of the KBC collision (lbm.kernels.collision.kbc): its split, the entropic stabiliser gamma.
+
+    Directions whose kept part dk + ds (or shear part ds) is the same row of moments up to its sign share one
+    value of it; the entropic sums take ds out of each such class: sh = sum_c ds_c sum_(i in c) +-dh_i/feq_i,
+    ss = sum_c ds_c^2 sum_(i in c) 1/feq_i.
+    """
     lat = spec.lattice
     q = lat.q
     b_mat, k_mat, s_mat = kbc_matrices(lat)
+    # dk = 0 (but for rounding) where the equilibrium has the populations' mass and momentum: without a force and
+    # without a velocity inlet (whose reconstructed populations need not carry the imposed moments exactly)
+    conserved = not spec.forced and not spec.inlet
+    if conserved:  # only the second moments
+        n_cons = 1 + lat.d
+        b_mat, k_mat, s_mat = b_mat[n_cons:], k_mat[:, n_cons:], s_mat[:, n_cons:]
     eps = float(np.finfo(np.float64 if spec.storage == "float64" else np.float32).eps)
     lines = [f"real g{i} = f{i} - feq{i};" for i in range(q)]
-    lines += _parity_sums(lat, "g")
+    reps, _ = _pairs(lat)
+    lines += [f"real gs{i} = g{i} + g{int(lat.opposite[i])};" for i in reps] if conserved else _parity_sums(lat, "g")
     n_m = b_mat.shape[0]
     lines += [f"real m{k}_ = {_moment(lat, b_mat[k], 'g')};" for k in range(n_m)]
     names = [f"m{k}_" for k in range(n_m)]
-    kept = k_mat + s_mat
-    shear = [i for i in range(q) if np.abs(s_mat[i]).max() > 1e-13]  # directions with a shear part
+    kept = s_mat if conserved else k_mat + s_mat
+    kept_classes = _sign_classes(kept, [i for i in range(q) if np.abs(kept[i]).max() > 1e-13])
+    shear_classes = _sign_classes(s_mat, [i for i in range(q) if np.abs(s_mat[i]).max() > 1e-13])
+    lines += [f"real kp{rep} = {_lin(kept[rep], names)};" for rep, _ in kept_classes]
+    lines += [f"real ds{rep} = {_lin(s_mat[rep], names)};" for rep, _ in shear_classes]
+    kept_of = {i: (rep, sign) for rep, members in kept_classes for i, sign in members}
     for i in range(q):
-        if i in shear:
-            lines.append(f"real ds{i} = {_lin(s_mat[i], names)};")
-        lines.append(f"real kp{i} = {_lin(kept[i], names)};")
-        lines.append(f"real dh{i} = g{i} - kp{i}, iv{i} = (real)1 / (feq{i} + (real){_fmt(lat.w[i])});")  # absolute f_eq
-    lines.append(f"real sh = {pairwise_sum([f'ds{i} * (dh{i} * iv{i})' for i in shear])};")
-    lines.append(f"real hh = {pairwise_sum([f'dh{i} * (dh{i} * iv{i})' for i in range(q)])};")
-    lines.append(f"real ss = {pairwise_sum([f'ds{i} * (ds{i} * iv{i})' for i in shear])};")
+        rep, sign = kept_of.get(i, (None, 0))
+        dh = f"g{i} {'-' if sign > 0 else '+'} kp{rep}" if sign else f"g{i}"
+        lines.append(f"real dh{i} = {dh}, a{i} = feq{i} + (real){_fmt(lat.w[i])};")  # a: the absolute f_eq
+    lines += [f"real iv{i} = (real)1 / a{i};" for i in range(q)]
+    lines += [f"real v{i} = dh{i} * iv{i};" for i in range(q)]
+    lines.append(f"real hh = {pairwise_sum([f'dh{i} * v{i}' for i in range(q)])};")
+    sums = [(rep, _lin([s for _, s in m], [f"v{i}" for i, _ in m]), " + ".join(f"iv{i}" for i, _ in m))
+            for rep, m in shear_classes]
+    lines.append(f"real sh = {pairwise_sum([f'ds{rep} * ({v})' for rep, v, _ in sums])};")
+    lines.append(f"real ss = {pairwise_sum([f'ds{rep} * (ds{rep} * ({iv}))' for rep, _, iv in sums])};")
     # gamma = 2 (BGK) where dh is rounding noise: |dh| < 1e3 eps |ds| in the entropic norm
     lines.append(f"bool resolved = hh > (real){_fmt((1e3 * eps) ** 2)} * (ss + hh);")
     lines.append("real bg = resolved ? (real)1 - om1_ * (sh / hh) : om_;")
     lines.append("real rest_ = om_ - bg;")
+    lines += [f"real pk{rep} = rest_ * kp{rep};" for rep, _ in kept_classes]
     if spec.forced:  # BGK's (1 - omega/2) F_i: the table's prefactors with omega+ = omega- = omega
         lines.append(_guo_sf(spec))
     for i in range(q):
+        rep, sign = kept_of.get(i, (None, 0))
+        kept_term = f" {'-' if sign > 0 else '+'} pk{rep}" if sign else ""
         force = f" + {_guo(spec, i)}" if spec.forced else ""
-        lines.append(f"real o{i} = (f{i} - bg * g{i} - rest_ * kp{i}){force};")
+        lines.append(f"real o{i} = (f{i} - bg * g{i}{kept_term}){force};")
     return lines
 
 
