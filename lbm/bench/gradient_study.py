@@ -155,7 +155,7 @@ def pass_programs(param: Any, values: dict[str, Any], steps: int, policy: str) -
     import jax
     import jax.numpy as jnp
 
-    from lbm.diff.checkpointing import advance_paired, pull_back, recompute, segment_length, zero_cotangents
+    from lbm.diff.checkpointing import advance_kept, into_reverse, pull_back, recompute, segment_length, zero_cotangents
     from lbm.diff.run import step_function
 
     length = min(segment_length(policy, steps, max(1, steps // 10)), steps) if policy in ("every", "sqrt") else 0
@@ -168,15 +168,16 @@ def pass_programs(param: Any, values: dict[str, Any], steps: int, policy: str) -
     def states_like(carry: Any) -> Any:
         return jax.tree_util.tree_map(lambda x: jnp.zeros((length, *jnp.shape(x)), jnp.result_type(x)), carry)
 
-    forward = jax.jit(lambda v: advance_paired(*parts(v), steps))
-    fill = jax.jit(lambda v, states: recompute(*parts(v), states), donate_argnums=1)
+    forward = jax.jit(lambda v: advance_kept(*parts(v), steps))
+    fill = jax.jit(lambda v, states: recompute(*parts(v), states, length), donate_argnums=1)
 
     @jax.jit
     def adjoint(v: dict[str, Any], states: Any) -> Any:
         step, carry, params = parts(v)
         lam = zero_cotangents(carry)
         lam = (jnp.ones_like(lam[0]), *lam[1:])
-        return pull_back(step, states, params, lam, zero_cotangents(params))
+        return pull_back(step, states, length, params, into_reverse(step, carry, params, lam, zero_cotangents(params)),
+                         False)
 
     states = [fill(values, jax.jit(lambda v: states_like(parts(v)[1]))(values))]
 
