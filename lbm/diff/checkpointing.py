@@ -7,11 +7,12 @@ cotangent back through each step with ``jax.vjp`` of that one step (which recomp
 intermediate values inside it: nothing per step is kept but the state). The policies:
 
 - ``none``: every state kept (memory grows with the steps: one state per step), no recomputation;
-- ``every``: the state every k steps (``every=k``): N/k states kept (the first segment the remainder, so that
-  one compiled segment serves all); the backward pass recomputes one segment's k states at a time into one
-  buffer, written in place (:func:`recompute`: one extra forward run), then pulls back through them
-  (:func:`pull_back`);
-- ``sqrt``: k = ceil(sqrt N): about 2 sqrt N states, one extra forward run;
+- ``every``: the state every k steps (``every=k``): N/k states kept; the backward pass recomputes one
+  segment's k states at a time into one buffer, written in place (:func:`recompute`: one extra forward
+  run), then pulls back through them (:func:`pull_back`); a last segment of N mod k steps is a second
+  program (compiled anew);
+- ``sqrt``: k the smallest divisor of N in [ceil(sqrt N), 2 ceil(sqrt N)], else ceil(sqrt N): about 2 sqrt N
+  states, one extra forward run;
 - ``binomial``: Griewank's binomial checkpointing (revolve): a fixed number of ``snapshots`` states
   (the first is the initial state), whatever N, each step recomputed at most r times where r is the
   smallest with C(s + r, s) >= N (:func:`binomial_schedule`; Griewank & Walther 2000, ACM TOMS 26:19).
@@ -62,7 +63,8 @@ def segment_length(policy: str, steps: int, every: int | None = None, snapshots:
             raise LbmError(f"checkpoint='every' needs every=k, an integer >= 1 (steps between kept states), not {every!r}")
         return every
     if policy == "sqrt":
-        return max(1, math.isqrt(steps - 1) + 1 if steps > 1 else 1)
+        root = math.isqrt(steps - 1) + 1 if steps > 1 else 1
+        return next((k for k in range(root, 2 * root + 1) if steps % k == 0), root)
     if isinstance(snapshots, bool) or not isinstance(snapshots, int) or snapshots < 1:
         raise LbmError(f"checkpoint='binomial' needs snapshots=s, an integer >= 1 (states kept), not {snapshots!r}")
     return 0
@@ -147,14 +149,6 @@ def advance_kept(step: Step, carry: Any, params: Any, n: Any) -> Any:
     return jax.lax.fori_loop(0, n, lambda _, c: _barrier(step(c, params)), carry)
 
 
-def segment_counts(steps: int, length: int) -> np.ndarray:
-    """The steps of each segment of at most ``length`` steps, the first the shortest: one compiled segment serves all."""
-    segments = -(-steps // length)
-    counts = np.full(segments, length, np.int32)
-    counts[0] = steps - (segments - 1) * length
-    return counts
-
-
 def recompute(step: Step, start: Any, params: Any, states: Any, n: Any) -> Any:
     """``states`` (a buffer of states, leading axis) holding in its first ``n`` slots the states from ``start``
     (``start`` first, then n - 1 steps), written in place (scope ``recompute``)."""
@@ -228,35 +222,32 @@ def pull_back(step: Step, states: Any, n: Any, params: Any, carry: Any, first: A
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def segmented(step: Step, steps: int, length: int, carry: Any, params: Any) -> Any:
-    """``steps`` steps; the backward pass keeps the first state of each segment of ``length`` steps (the first
-    segment the remainder; policies every, sqrt)."""
-    return advance_kept(step, carry, params, steps)
+def segmented(step: Step, segments: int, length: int, carry: Any, params: Any) -> Any:
+    """``segments`` x ``length`` steps; the backward pass keeps each segment's first state (policies every, sqrt)."""
+    return jax.lax.scan(lambda c, _: (advance_kept(step, c, params, length), None), carry, None, length=segments)[0]
 
 
-def _segmented_fwd(step: Step, steps: int, length: int, carry: Any, params: Any) -> tuple[Any, Any]:
-    counts = jnp.asarray(segment_counts(steps, length))
-    out, starts = jax.lax.scan(lambda c, n: (advance_kept(step, c, params, n), c), carry, counts)
+def _segmented_fwd(step: Step, segments: int, length: int, carry: Any, params: Any) -> tuple[Any, Any]:
+    out, starts = jax.lax.scan(lambda c, _: (advance_kept(step, c, params, length), c), carry, None, length=segments)
     return out, (starts, params)
 
 
-def _segmented_bwd(step: Step, steps: int, length: int, res: Any, ct: Any) -> tuple[Any, Any]:
+def _segmented_bwd(step: Step, segments: int, length: int, res: Any, ct: Any) -> tuple[Any, Any]:
     starts, params = res
     first = jax.tree_util.tree_map(lambda x: x[0], starts)
-    counts = segment_counts(steps, length)
 
-    def segment(state: tuple[Any, Any, Any], xs: tuple[Any, Any, Any]) -> tuple[tuple[Any, Any, Any], None]:
+    def segment(state: tuple[Any, Any, Any], xs: tuple[Any, Any]) -> tuple[tuple[Any, Any, Any], None]:
         lam, p_bar, states = state
-        start, n, index = xs
-        states = recompute(step, start, params, states, n)
-        lam, p_bar = pull_back(step, states, n, params, (lam, p_bar), index == 0)
+        start, index = xs
+        states = recompute(step, start, params, states, length)
+        lam, p_bar = pull_back(step, states, length, params, (lam, p_bar), index == 0)
         return (lam, p_bar, states), None
 
     buffer = jax.tree_util.tree_map(lambda x: jnp.zeros((length, *jnp.shape(x)), jnp.result_type(x)), first)
-    # the barrier keeps the objective's own adjoint out of streaming's transpose (else XLA copies it into each direction's kernel)
+    # the barrier keeps the objective's own adjoint out of streaming's transpose (else XLA copies it into each
+    # direction's kernel)
     carry = into_reverse(step, first, params, _barrier(_inexact(ct)), zero_cotangents(params))
-    xs = (starts, jnp.asarray(counts), jnp.arange(len(counts)))
-    (lam, p_bar, _), _ = jax.lax.scan(segment, (*carry, buffer), xs, reverse=True)
+    (lam, p_bar, _), _ = jax.lax.scan(segment, (*carry, buffer), (starts, jnp.arange(segments)), reverse=True)
     return _full(lam, first), _full(p_bar, params)
 
 
@@ -312,4 +303,8 @@ def run_steps(step: Step, carry: Any, params: Any, steps: int, policy: str = "sq
         return binomial(step, steps, min(snapshots, steps), carry, params)
     if policy == "none":  # jax's reverse mode of the plain loop: each step's intermediate values kept
         return advance(step, carry, params, steps)
-    return segmented(step, steps, min(length, steps), carry, params)
+    length = min(length, steps)
+    carry = segmented(step, steps // length, length, carry, params)
+    if steps % length:  # a second program, compiled anew: sqrt picks a length that divides the steps where it can
+        carry = segmented(step, 1, steps % length, carry, params)
+    return carry
