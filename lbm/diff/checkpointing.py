@@ -142,16 +142,21 @@ def _barrier(carry: Any) -> Any:
     return jax.lax.optimization_barrier(carry)
 
 
-def advance_kept(step: Step, carry: Any, params: Any, n: Any) -> Any:
-    """``step`` applied ``n`` times (a traced count allowed), each step followed by an optimisation barrier, as the
-    xla engine's chunk runs it (the loop hands its state buffer back without a copy). Not for jax's
+def advance_kept(step: Step, carry: Any, params: Any, n: Any, paired: bool = False) -> Any:
+    """``step`` applied ``n`` times (a traced count allowed unless ``paired``), each step followed by an optimisation
+    barrier; ``paired``: two steps per loop iteration, as the xla engine's chunk runs them on a GPU, so that the loop
+    hands its state buffer back without a copy (lbm.engines.xla.FusedEngine.paired_chunk). Not for jax's
     differentiation: the custom_vjp rules call it."""
-    return jax.lax.fori_loop(0, n, lambda _, c: _barrier(step(c, params)), carry)
+    if not paired:
+        return jax.lax.fori_loop(0, n, lambda _, c: _barrier(step(c, params)), carry)
+    if n % 2:
+        carry = _barrier(step(carry, params))
+    return jax.lax.fori_loop(0, n // 2, lambda _, c: _barrier(step(_barrier(step(c, params)), params)), carry)
 
 
-def recompute(step: Step, start: Any, params: Any, states: Any, n: Any) -> Any:
+def recompute(step: Step, start: Any, params: Any, states: Any, n: int, paired: bool = False) -> Any:
     """``states`` (a buffer of states, leading axis) holding in its first ``n`` slots the states from ``start``
-    (``start`` first, then n - 1 steps), written in place (scope ``recompute``)."""
+    (``start`` first, then n - 1 steps), written in place (scope ``recompute``); ``paired`` as :func:`advance_kept`."""
     def put(buffer: Any, k: Any, x: Any) -> Any:
         return jax.tree_util.tree_map(lambda b, v: jax.lax.dynamic_update_index_in_dim(b, v, k, 0), buffer, x)
 
@@ -161,7 +166,11 @@ def recompute(step: Step, start: Any, params: Any, states: Any, n: Any) -> Any:
         return x, put(buffer, k, x)
 
     with jax.named_scope(RECOMPUTE):
-        return jax.lax.fori_loop(1, n, fill, (start, put(states, 0, start)))[1]
+        c = (start, put(states, 0, start))
+        if not paired:
+            return jax.lax.fori_loop(1, n, fill, c)[1]
+        c = jax.lax.fori_loop(0, (n - 1) // 2, lambda j, c: fill(2 * j + 2, fill(2 * j + 1, c)), c)
+        return fill(n - 1, c)[1] if (n - 1) % 2 else c[1]
 
 
 class Split(NamedTuple):
@@ -200,10 +209,12 @@ def into_reverse(step: Step, point: Any, params: Any, lam: Any, p_bar: Any) -> t
     return mu, (p_bar[0], _add(p_bar[1], p_t))
 
 
-def pull_back(step: Step, states: Any, n: Any, params: Any, carry: Any, first: Any) -> tuple[Any, Any]:
+def pull_back(step: Step, states: Any, n: int, params: Any, carry: Any, first: Any, paired: bool = False
+              ) -> tuple[Any, Any]:
     """The reverse carry (:func:`into_reverse`) pulled back through the ``n`` steps from the first ``n`` states of
     ``states``, each step's values recomputed from its state; ``first``: whether these are the run's first steps,
-    where the carry that comes out is the first state's cotangent (a Split step skips streaming's transpose there)."""
+    where the carry that comes out is the first state's cotangent (a Split step skips streaming's transpose there);
+    ``paired``: two steps per loop iteration, as :func:`advance_kept`."""
     def at(k: Any) -> Any:
         return jax.tree_util.tree_map(lambda b: jax.lax.dynamic_index_in_dim(b, k, 0, keepdims=False), states)
 
@@ -218,29 +229,36 @@ def pull_back(step: Step, states: Any, n: Any, params: Any, carry: Any, first: A
         initial = jnp.logical_and(first, k == 0)  # one loop body for every step: no step's adjoint compiled twice
         return _where(initial, lam, mu), (_add(p_bar[0], p_l), _add(p_bar[1], _where(initial, zero_cotangents(p_t), p_t)))
 
-    return jax.lax.fori_loop(0, n, back, carry)
+    if not paired:
+        return jax.lax.fori_loop(0, n, back, carry)
+    if n % 2:
+        carry = back(0, carry)
+    return jax.lax.fori_loop(0, n // 2, lambda i, c: back(n % 2 + 2 * i + 1, back(n % 2 + 2 * i, c)), carry)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def segmented(step: Step, segments: int, length: int, carry: Any, params: Any) -> Any:
-    """``segments`` x ``length`` steps; the backward pass keeps each segment's first state (policies every, sqrt)."""
-    return jax.lax.scan(lambda c, _: (advance_kept(step, c, params, length), None), carry, None, length=segments)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def segmented(step: Step, segments: int, length: int, paired: bool, carry: Any, params: Any) -> Any:
+    """``segments`` x ``length`` steps; the backward pass keeps each segment's first state (policies every, sqrt);
+    ``paired`` as :func:`advance_kept`."""
+    return jax.lax.scan(lambda c, _: (advance_kept(step, c, params, length, paired), None), carry, None,
+                        length=segments)[0]
 
 
-def _segmented_fwd(step: Step, segments: int, length: int, carry: Any, params: Any) -> tuple[Any, Any]:
-    out, starts = jax.lax.scan(lambda c, _: (advance_kept(step, c, params, length), c), carry, None, length=segments)
+def _segmented_fwd(step: Step, segments: int, length: int, paired: bool, carry: Any, params: Any) -> tuple[Any, Any]:
+    out, starts = jax.lax.scan(lambda c, _: (advance_kept(step, c, params, length, paired), c), carry, None,
+                               length=segments)
     return out, (starts, params)
 
 
-def _segmented_bwd(step: Step, segments: int, length: int, res: Any, ct: Any) -> tuple[Any, Any]:
+def _segmented_bwd(step: Step, segments: int, length: int, paired: bool, res: Any, ct: Any) -> tuple[Any, Any]:
     starts, params = res
     first = jax.tree_util.tree_map(lambda x: x[0], starts)
 
     def segment(state: tuple[Any, Any, Any], xs: tuple[Any, Any]) -> tuple[tuple[Any, Any, Any], None]:
         lam, p_bar, states = state
         start, index = xs
-        states = recompute(step, start, params, states, length)
-        lam, p_bar = pull_back(step, states, length, params, (lam, p_bar), index == 0)
+        states = recompute(step, start, params, states, length, paired)
+        lam, p_bar = pull_back(step, states, length, params, (lam, p_bar), index == 0, paired)
         return (lam, p_bar, states), None
 
     buffer = jax.tree_util.tree_map(lambda x: jnp.zeros((length, *jnp.shape(x)), jnp.result_type(x)), first)
@@ -293,9 +311,9 @@ binomial.defvjp(_binomial_fwd, _binomial_bwd)
 
 
 def run_steps(step: Step, carry: Any, params: Any, steps: int, policy: str = "sqrt", every: int | None = None,
-              snapshots: int | None = SNAPSHOTS) -> Any:
+              snapshots: int | None = SNAPSHOTS, paired: bool = False) -> Any:
     """``step`` applied ``steps`` times to ``carry``, differentiable by carry and params under the checkpointing
-    ``policy`` (see the module doc)."""
+    ``policy`` (see the module doc); ``paired``: the loops of every and sqrt two steps per iteration (on a GPU)."""
     length = segment_length(policy, steps, every, snapshots)
     if steps <= 0:
         return carry
@@ -304,7 +322,7 @@ def run_steps(step: Step, carry: Any, params: Any, steps: int, policy: str = "sq
     if policy == "none":  # jax's reverse mode of the plain loop: each step's intermediate values kept
         return advance(step, carry, params, steps)
     length = min(length, steps)
-    carry = segmented(step, steps // length, length, carry, params)
+    carry = segmented(step, steps // length, length, paired, carry, params)
     if steps % length:  # a second program, compiled anew: sqrt picks a length that divides the steps where it can
-        carry = segmented(step, 1, steps % length, carry, params)
+        carry = segmented(step, 1, steps % length, paired, carry, params)
     return carry

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from lbm.boundaries.base import StepState
-from lbm.diff.adjoint import affine_stream, core_for, with_adjoints
+from lbm.diff.adjoint import affine_stream, cell_form, core_for, with_adjoints
 from lbm.diff.checkpointing import SNAPSHOTS, Split, Step, run_steps, segment_length
 from lbm.diff.parameters import Parameterisation
 from lbm.engines.timestep import CORE as KERNELS
@@ -91,7 +91,10 @@ def differentiable_run(param: Parameterisation, values: dict[str, Any], steps: i
         segment_length(checkpoint, steps, every, snapshots)  # the same arguments checked
         f, t, acc = jax.lax.scan(lambda c, _: (step(c, None), None), carry, None, length=steps)[0]
     else:
-        f, t, acc = run_steps(step, carry, params, steps, checkpoint, every, snapshots)
+        # XLA:CPU loops hand their buffers back without a copy at one step per iteration, a GPU's at two (as the xla
+        # engine's chunk): each loop body compiled once on a CPU (the first call's cost), twice on a GPU
+        paired = cell_form(platform) != "cpu"
+        f, t, acc = run_steps(step, carry, params, steps, checkpoint, every, snapshots, paired)
     rho, u = moments(f, t, traced.boundaries, traced.setup)
     out = {"f": f, "rho": rho, "u": u}
     if forces:
