@@ -75,8 +75,9 @@ def test_checkpoint_policies_give_the_gradient_of_the_kernels():
         return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
 
     reference = grad("none", forward_mode=True)  # jax's differentiation of the kernels' own stages
+    # platform cuda: a GPU's form of the joint cell adjoint (collide_cell) and its loops of two steps, here on the CPU
     for policy, options in (("none", {}), ("every", {"every": 4}), ("sqrt", {}), ("binomial", {"snapshots": 3}),
-                            ("binomial", {"snapshots": 1})):
+                            ("binomial", {"snapshots": 1}), ("sqrt", {"platform": "cuda"})):
         assert grad(policy, **options) == pytest.approx(reference, rel=1e-12), (policy, options)
 
 
@@ -84,6 +85,8 @@ def test_segment_length_and_the_binomial_schedule():
     assert segment_length("none", 100) == 1
     assert segment_length("every", 100, every=8) == 8
     assert segment_length("sqrt", 10000) == 100
+    # a divisor of the steps from ceil(sqrt N) to twice that: no remainder segment (a second program) to compile
+    assert segment_length("sqrt", 1000) == 40 and segment_length("sqrt", 11) == 4
     with pytest.raises(LbmError, match="every=k"):
         segment_length("every", 10)
     with pytest.raises(LbmError, match="choose one of"):
@@ -178,9 +181,9 @@ def test_the_cell_local_stages_share_one_adjoint_only_where_nothing_acts_between
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("collision", ["bgk", "trt"])
-def test_the_joint_cell_adjoint_gives_the_gradient_of_the_kernels(collision):
-    param = prepare_gradient(["case=cavity", "grid.nx=6", "grid.ny=6", "steps=11", f"collision={collision}", *F64],
+def test_the_joint_cell_adjoint_gives_the_gradient_of_the_kernels_with_two_rates():
+    """TRT (BGK: test_checkpoint_policies_give_the_gradient_of_the_kernels), the GPU's form here on the CPU."""
+    param = prepare_gradient(["case=cavity", "grid.nx=6", "grid.ny=6", "steps=11", "collision=trt", *F64],
                              ["flow.u_lattice"])
 
     def grad(forward_mode: bool) -> float:
