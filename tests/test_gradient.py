@@ -75,8 +75,9 @@ def test_checkpoint_policies_give_the_gradient_of_the_kernels():
         return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
 
     reference = grad("none", forward_mode=True)  # jax's differentiation of the kernels' own stages
+    # platform cuda: a GPU's form of the joint cell adjoint (collide_cell) and its loops of two steps, here on the CPU
     for policy, options in (("none", {}), ("every", {"every": 4}), ("sqrt", {}), ("binomial", {"snapshots": 3}),
-                            ("binomial", {"snapshots": 1})):
+                            ("binomial", {"snapshots": 1}), ("sqrt", {"platform": "cuda"})):
         assert grad(policy, **options) == pytest.approx(reference, rel=1e-12), (policy, options)
 
 
@@ -84,6 +85,8 @@ def test_segment_length_and_the_binomial_schedule():
     assert segment_length("none", 100) == 1
     assert segment_length("every", 100, every=8) == 8
     assert segment_length("sqrt", 10000) == 100
+    # a divisor of the steps from ceil(sqrt N) to twice that: no remainder segment (a second program) to compile
+    assert segment_length("sqrt", 1000) == 40 and segment_length("sqrt", 11) == 4
     with pytest.raises(LbmError, match="every=k"):
         segment_length("every", 10)
     with pytest.raises(LbmError, match="choose one of"):
@@ -150,7 +153,7 @@ def test_refusals_are_one_line_errors():
 def test_the_checkpointing_policy_comes_from_the_config_unless_given(monkeypatch):
     seen = []
     real = api.differentiable_run
-    monkeypatch.setattr(api, "differentiable_run", lambda *a: seen.append(a[3:]) or real(*a))
+    monkeypatch.setattr(api, "differentiable_run", lambda *a, **k: seen.append(a[3:]) or real(*a, **k))
     overrides = [*CAVITY, "gradient.checkpoint=binomial", "gradient.snapshots=3"]
     param = prepare_gradient(overrides, ["flow.u_lattice"])
     values = {"flow.u_lattice": jnp.asarray(0.1)}
@@ -164,12 +167,13 @@ def test_the_checkpointing_policy_comes_from_the_config_unless_given(monkeypatch
 def test_the_cell_local_stages_share_one_adjoint_only_where_nothing_acts_between():
     from lbm.diff.adjoint import CELL, CORE, RELAXED, core_for, with_adjoints
 
-    def core(overrides: list[str]) -> object:
+    def core(overrides: list[str], platform: str | None = None) -> object:
         traced = prepare_gradient(overrides, ["flow.u_lattice"]).build({})
-        return core_for(traced.setup, with_adjoints(traced.boundaries, traced.setup.lattice))
+        return core_for(traced.setup, with_adjoints(traced.boundaries, traced.setup.lattice), platform)
 
-    assert core(CAVITY) is CELL  # the walls act while streaming
-    assert core([*CAVITY, "collision=trt"]) is CELL
+    assert core(CAVITY) is CELL["cpu"]  # the walls act while streaming; the form for the platform jax runs on
+    assert core([*CAVITY, "collision=trt"]) is CELL["cpu"]
+    assert core(CAVITY, "cuda") is CELL["default"]  # chosen when traced: inspect compiles for a GPU on this CPU
     assert core([*CAVITY, "collision=mrt"]) is CORE  # jax differentiates the other kinds' kernels
     # the traced body force shifts the velocity in the macroscopic stage
     assert core(["case=poiseuille", "grid.nx=4", "grid.ny=10", "steps=6", *F64]) is RELAXED
@@ -177,17 +181,15 @@ def test_the_cell_local_stages_share_one_adjoint_only_where_nothing_acts_between
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("collision", ["bgk", "trt"])
-def test_the_joint_cell_adjoint_gives_the_gradient_of_the_kernels(monkeypatch, collision):
-    from lbm.diff import adjoint
-
-    monkeypatch.setitem(adjoint.CELL_FORMS, "cpu", adjoint.CELL_FORMS["default"])  # the GPU's form, here on the CPU
-    param = prepare_gradient(["case=cavity", "grid.nx=6", "grid.ny=6", "steps=11", f"collision={collision}", *F64],
+def test_the_joint_cell_adjoint_gives_the_gradient_of_the_kernels_with_two_rates():
+    """TRT (BGK: test_checkpoint_policies_give_the_gradient_of_the_kernels), the GPU's form here on the CPU."""
+    param = prepare_gradient(["case=cavity", "grid.nx=6", "grid.ny=6", "steps=11", "collision=trt", *F64],
                              ["flow.u_lattice"])
 
     def grad(forward_mode: bool) -> float:
         def ke(u: jnp.ndarray) -> jnp.ndarray:
-            out = differentiable_run(param, {"flow.u_lattice": u}, 11, "sqrt", forward_mode=forward_mode)
+            # the GPU's form, here on the CPU
+            out = differentiable_run(param, {"flow.u_lattice": u}, 11, "sqrt", forward_mode=forward_mode, platform="cuda")
             return jnp.sum(out["rho"] * jnp.sum(out["u"] ** 2, axis=0))
         return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
 

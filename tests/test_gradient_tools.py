@@ -134,10 +134,12 @@ one = lbm.value_and_grad(overrides, wrt, "drag", window=20)
 out = {"one": one}
 for mesh in ("[2,2]",):
     mesh_run = [*overrides, "parallel.devices=4", f"parallel.mesh={mesh}"]
-    param = prepare_gradient(mesh_run, wrt)
-    text = gradient_function(param, wrt, "drag", window=20).lower(
-        {k: jnp.asarray(param.base[k]) for k in wrt}).compile().as_text()
-    out[mesh] = {"result": lbm.value_and_grad(mesh_run, wrt, "drag", window=20), "collectives": sum(
+    param = prepare_gradient(mesh_run, wrt)  # what lbm.value_and_grad runs, compiled once: its program and result
+    values = {k: jnp.asarray(param.base[k]) for k in wrt}
+    compiled = gradient_function(param, wrt, "drag", window=20).lower(values).compile()
+    value, grads = compiled(values)
+    text = compiled.as_text()
+    out[mesh] = {"result": [float(value), {k: float(grads[k]) for k in wrt}], "collectives": sum(
         text.count(op) for op in ("all-reduce", "collective-permute", "all-gather"))}
 print(json.dumps(out))
 """
@@ -172,9 +174,9 @@ def test_gradient_on_four_devices_equals_one_device():
 
 @pytest.mark.parametrize("overrides,wrt,objective,checkpoint", [
     pytest.param(CAVITY + ["steps=12"], ["flow.u_lattice", "flow.reynolds"], "kinetic_energy", "binomial", id="cavity"),
-    pytest.param(ELLIPSE + ["steps=30"], ["case.axes.a", "flow.u_lattice"], "drag", "every", id="ellipse",
-                 marks=pytest.mark.slow),
-    pytest.param(ELLIPSE + ["steps=20"], ["case.axes.b"], "drag", "none", id="ellipse-none", marks=pytest.mark.slow),
+    pytest.param(ELLIPSE + ["steps=16"], ["case.axes.a", "flow.u_lattice"], "drag", "every", id="ellipse",
+                 marks=pytest.mark.slow),  # segments of 5, 5, 5 and 1 steps
+    pytest.param(ELLIPSE + ["steps=10"], ["case.axes.b"], "drag", "none", id="ellipse-none", marks=pytest.mark.slow),
 ])
 def test_instrumented_gradient_equals_the_fused_one(overrides, wrt, objective, checkpoint, caplog):
     with caplog.at_level("INFO", logger="lbm"):
@@ -249,13 +251,14 @@ def test_ellipse_script_reaches_a_target_drag_at_fixed_area(tmp_path):
     from conftest import load_script
 
     script = load_script("ellipse_drag")
-    args = ["--grid", "48", "24", "--start", "3", "3", "--steps", "300", "--window", "100", "--target", "11.0",
-            "--iterations", "8", "--out", str(tmp_path)]
+    # each iteration compiles the gradient of its own mask: a target a few iterations away (cd_R 12.25 -> 11.6)
+    args = ["--grid", "48", "24", "--start", "3", "3", "--steps", "300", "--window", "100", "--target", "11.6",
+            "--iterations", "6", "--out", str(tmp_path)]
     assert script.main(args) == 0
     record = json.loads((tmp_path / "ellipse_drag.json").read_text())
-    assert record["converged"] and record["iterations"] <= 8
+    assert record["converged"] and record["iterations"] <= 6
     last = record["history"][-1]
-    assert abs(last["cd_R"] / 11.0 - 1) < 1e-3
+    assert abs(last["cd_R"] / 11.6 - 1) < 1e-3
     assert all(math.isclose(h["a"] * h["b"], 9.0, rel_tol=1e-12) for h in record["history"])  # the area is kept
     assert last["aspect"] > 1.2  # from the circle's 12.25: less drag, streamlined along the flow
     # the drag the optimiser saw is the simulator's: lbm.run of the final shape (cd on 2b -> on 2R)

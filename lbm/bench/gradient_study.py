@@ -114,22 +114,34 @@ def cavity(grid: int, steps: int, precision: str = "float32") -> list[str]:
             f"precision={precision}", "engine=xla"]
 
 
-def programs(grid: int, steps: int, policy: str, snapshots: int = 8) -> tuple[Any, Any, Any, Any, Any]:
-    """(compiled forward chunk, its input, compiled value-and-grad, its input, the parameterisation)."""
-    import jax.numpy as jnp
-
-    from lbm.diff.api import gradient_function, prepare_gradient
+def forward_chunk(param: Any, steps: int) -> tuple[Any, Any]:
+    """(the xla engine's chunk of ``steps`` steps of the run, compiled; its input (f0, engine, t0))."""
     from lbm.engines.timestep import step_index
     from lbm.engines.xla import XlaEngine
 
-    param = prepare_gradient(cavity(grid, steps), ["flow.u_lattice"])
     engine = XlaEngine(param.setup)
     f0 = param.setup.initial_populations()
-    forward = engine.chunk_function(steps).lower(f0, engine.params, step_index(0)).compile()
+    return engine.chunk_function(steps).lower(f0, engine.params, step_index(0)).compile(), (f0, engine, step_index(0))
+
+
+def compiled_gradient(param: Any, steps: int, policy: str, snapshots: int = 8) -> tuple[Any, Any]:
+    """(the compiled value-and-grad of the cavity's kinetic energy by its lid speed under ``policy``; its input)."""
+    import jax.numpy as jnp
+
+    from lbm.diff.api import gradient_function
+
     every = max(1, steps // 10) if policy == "every" else None
     fn = gradient_function(param, ["flow.u_lattice"], "kinetic_energy", policy, every, snapshots=snapshots)
     values = {"flow.u_lattice": jnp.asarray(param.base["flow.u_lattice"], jnp.float32)}
-    return forward, (f0, engine, step_index(0)), fn.lower(values).compile(), values, param
+    return fn.lower(values).compile(), values
+
+
+def programs(grid: int, steps: int, policy: str, snapshots: int = 8) -> tuple[Any, Any, Any, Any, Any]:
+    """(compiled forward chunk, its input, compiled value-and-grad, its input, the parameterisation)."""
+    from lbm.diff.api import prepare_gradient
+
+    param = prepare_gradient(cavity(grid, steps), ["flow.u_lattice"])
+    return (*forward_chunk(param, steps), *compiled_gradient(param, steps, policy, snapshots), param)
 
 
 def clocks(call: Any) -> tuple[float, float]:
@@ -155,7 +167,7 @@ def pass_programs(param: Any, values: dict[str, Any], steps: int, policy: str) -
     import jax
     import jax.numpy as jnp
 
-    from lbm.diff.checkpointing import advance_paired, pull_back, recompute, segment_length, zero_cotangents
+    from lbm.diff.checkpointing import advance_kept, into_reverse, pull_back, recompute, segment_length, zero_cotangents
     from lbm.diff.run import step_function
 
     length = min(segment_length(policy, steps, max(1, steps // 10)), steps) if policy in ("every", "sqrt") else 0
@@ -168,15 +180,16 @@ def pass_programs(param: Any, values: dict[str, Any], steps: int, policy: str) -
     def states_like(carry: Any) -> Any:
         return jax.tree_util.tree_map(lambda x: jnp.zeros((length, *jnp.shape(x)), jnp.result_type(x)), carry)
 
-    forward = jax.jit(lambda v: advance_paired(*parts(v), steps))
-    fill = jax.jit(lambda v, states: recompute(*parts(v), states), donate_argnums=1)
+    forward = jax.jit(lambda v: advance_kept(*parts(v), steps))
+    fill = jax.jit(lambda v, states: recompute(*parts(v), states, length), donate_argnums=1)
 
     @jax.jit
     def adjoint(v: dict[str, Any], states: Any) -> Any:
         step, carry, params = parts(v)
         lam = zero_cotangents(carry)
         lam = (jnp.ones_like(lam[0]), *lam[1:])
-        return pull_back(step, states, params, lam, zero_cotangents(params))
+        return pull_back(step, states, length, params, into_reverse(step, carry, params, lam, zero_cotangents(params)),
+                         False)
 
     states = [fill(values, jax.jit(lambda v: states_like(parts(v)[1]))(values))]
 
@@ -225,14 +238,17 @@ def timing(grid: int, steps: int, policy: str, repeats: int, snapshots: int = 8)
 def memory(grid: int, steps_list: list[int], policies: list[str], snapshots: list[int]) -> list[dict[str, Any]]:
     """Planned peak bytes of the forward chunk and of the gradient program per policy (and snapshot count) and step
     count."""
+    from lbm.diff.api import prepare_gradient
+
     rows = []
     runs = [(p, s) for p in policies for s in (snapshots if p == "binomial" else [snapshots[0]])]
     for steps in steps_list:
+        param = prepare_gradient(cavity(grid, steps), ["flow.u_lattice"])
+        forward = planned_bytes(forward_chunk(param, steps)[0])  # one forward chunk for every policy
         for policy, count in runs:
-            forward, _, grad, _, param = programs(grid, steps, policy, count)
             rows.append({"policy": policy, "steps": steps, "grid": [grid, grid], "precision": "float32",
-                         "snapshots": count if policy == "binomial" else None,
-                         "forward_bytes": planned_bytes(forward), "gradient_bytes": planned_bytes(grad),
+                         "snapshots": count if policy == "binomial" else None, "forward_bytes": forward,
+                         "gradient_bytes": planned_bytes(compiled_gradient(param, steps, policy, count)[0]),
                          "population_bytes": int(param.setup.initial_populations().nbytes)})
             rows[-1]["ratio"] = rows[-1]["gradient_bytes"] / rows[-1]["forward_bytes"]
     return rows

@@ -44,8 +44,10 @@ def gradient_options(args: list[str]) -> tuple[dict[str, str] | None, list[str]]
     return options, rest
 
 
-def gradient_program(overrides: list[str], options: dict[str, str]) -> tuple[Any, dict[str, Any], Any, list[str]]:
-    """The jitted value-and-gradient function of the run, its example arguments, the Parameterisation and the keys."""
+def gradient_program(overrides: list[str], options: dict[str, str], platform: str | None = None
+                     ) -> tuple[Any, dict[str, Any], Any, list[str]]:
+    """The jitted value-and-gradient function of the run for ``platform`` (default jax's backend), its example
+    arguments, the Parameterisation and the keys."""
     import jax
 
     from lbm.diff.api import gradient_function, prepare_gradient
@@ -59,7 +61,7 @@ def gradient_program(overrides: list[str], options: dict[str, str]) -> tuple[Any
     if param.case.run.mode != "fused":
         raise LbmError("gradient=true inspects the fused gradient program: set mode=fused")
     objective = options.get("gradient.objective", "kinetic_energy")
-    fn = gradient_function(param, wrt, objective)
+    fn = gradient_function(param, wrt, objective, platform=platform)
     values = {k: jax.ShapeDtypeStruct((), param.setup.dtype) for k in wrt}
     return fn, values, param, wrt
 
@@ -124,7 +126,7 @@ def inspect_gradient(overrides: list[str], options: dict[str, str], target: Any,
 
     if target.devices > 1:
         raise LbmError("gradient=true compiles for one device: a target of one chip (e.g. target=h100)")
-    fn, values, param, wrt = gradient_program(overrides, options)
+    fn, values, param, wrt = gradient_program(overrides, options, target.platform)
     text, compile_s = compile_chunk(fn, (values,), target_sharding(target), target)
     record = gradient_record(text, param, wrt, forward["bytes_per_cell_step"], options)
     record["compile_time_s"] = round(compile_s, 3)

@@ -458,24 +458,30 @@ the sums stacked and 4.5 s as a tuple against 2.2 s with :func:`_relaxed_cell`, 
 4); a GPU computes them in one kernel."""
 
 
-def _cell(s: StepState, setup: Setup) -> jnp.ndarray:
-    rates = setup.collision
-    static = (setup.lattice, rates.two_rates, setup.force)
-    return jax.lax.platform_dependent(s.f, rates.omega_plus, rates.omega_minus,
-                                      cpu=lambda *a: CELL_FORMS["cpu"](*a, *static),
-                                      default=lambda *a: CELL_FORMS["default"](*a, *static))
+def cell_form(platform: str | None = None) -> str:
+    """The key of :data:`CELL_FORMS` for a platform (cpu, cuda, gpu, tpu; None: jax's default backend), chosen when
+    the step is traced: a form chosen in the program (``jax.lax.platform_dependent``) traces and compiles both."""
+    return "cpu" if (platform or jax.default_backend()) == "cpu" else "default"
 
 
-def core_for(setup: Setup, boundaries: tuple[BoundaryCondition, ...]) -> Core:
+def _cell(form: str) -> Any:
+    def cell(s: StepState, setup: Setup) -> jnp.ndarray:
+        rates = setup.collision
+        return CELL_FORMS[form](s.f, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates, setup.force)
+    return cell
+
+
+def core_for(setup: Setup, boundaries: tuple[BoundaryCondition, ...], platform: str | None = None) -> Core:
     """The core stages with hand-written adjoints for ``setup`` and ``boundaries``, the collision BGK or TRT: where
     no condition acts from the moments to the collision and none reads them after it, and no traced force,
-    :data:`CELL` (moments, equilibrium and collision under one adjoint); else where none acts between the
-    equilibrium and the collision (an inlet rewrites the equilibrium there), :data:`RELAXED`; else :data:`CORE`."""
+    :data:`CELL` of the ``platform``'s form (moments, equilibrium and collision under one adjoint); else where none
+    acts between the equilibrium and the collision (an inlet rewrites the equilibrium there), :data:`RELAXED`; else
+    :data:`CORE`."""
     if setup.collision.spec is not None:
         return CORE
     stages = {bc.stage for bc in boundaries}
     if stages.isdisjoint(STAGES[STAGES.index("macroscopic"):STAGES.index("stream")]) and setup.collision.force is None:
-        return CELL
+        return CELL[cell_form(platform)]
     if stages.isdisjoint(STAGES[STAGES.index("equilibrium"):STAGES.index("collide")]):
         return RELAXED
     return CORE
@@ -493,7 +499,9 @@ scope, and no ``feq`` set by the ``equilibrium`` stage): for a BGK or TRT Relaxa
 the equilibrium and the collision (:func:`core_for`)."""
 
 
-CELL = core_stages(lambda f, setup: (None, None), lambda drho, u, lattice: None, _cell, streamed)
-"""The core stages with :func:`collide_cell` in ``collide`` (the moments and the equilibrium computed there, under their
-own scopes; the ``macroscopic`` and ``equilibrium`` stages set nothing): for a BGK or TRT Relaxation without a
-traced force where no condition acts from ``macroscopic`` to ``forces`` (:func:`core_for`)."""
+CELL = {form: core_stages(lambda f, setup: (None, None), lambda drho, u, lattice: None, _cell(form), streamed)
+        for form in CELL_FORMS}
+"""Per form of :data:`CELL_FORMS`, the core stages with :func:`collide_cell` (or its CPU form) in ``collide`` (the
+moments and the equilibrium computed there, under their own scopes; the ``macroscopic`` and ``equilibrium`` stages
+set nothing): for a BGK or TRT Relaxation without a traced force where no condition acts from ``macroscopic`` to
+``forces`` (:func:`core_for`)."""

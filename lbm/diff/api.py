@@ -83,10 +83,12 @@ def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameteri
 
 
 def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Objective, checkpoint: str | None = None,
-                      every: int | None = None, window: int | None = None, snapshots: int | None = None) -> Any:
+                      every: int | None = None, window: int | None = None, snapshots: int | None = None,
+                      platform: str | None = None) -> Any:
     """The jitted ``values -> (objective, {key: derivative})`` of a prepared run (values: key -> scalar); in
     instrumented mode its stage-by-stage form (lbm.diff.instrumented). The checkpointing arguments left None take
-    the run's config (``gradient.checkpoint``, ``.every``, ``.snapshots``)."""
+    the run's config (``gradient.checkpoint``, ``.every``, ``.snapshots``); ``platform``: the one it is compiled for
+    (default jax's backend)."""
     import jax
 
     steps = param.case.run.steps
@@ -102,7 +104,7 @@ def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Ob
     solid = np.asarray(param.setup.solid, bool)
 
     def value(values: dict[str, Any]) -> Any:
-        out = differentiable_run(param, values, steps, checkpoint, every, window, snapshots)
+        out = differentiable_run(param, values, steps, checkpoint, every, window, snapshots, platform=platform)
         return evaluate(objective, out, solid)
 
     return jax.jit(jax.value_and_grad(value))

@@ -9,16 +9,20 @@ intermediate values inside it: nothing per step is kept but the state). The poli
 - ``none``: every state kept (memory grows with the steps: one state per step), no recomputation;
 - ``every``: the state every k steps (``every=k``): N/k states kept; the backward pass recomputes one
   segment's k states at a time into one buffer, written in place (:func:`recompute`: one extra forward
-  run), then pulls back through them (:func:`pull_back`);
-- ``sqrt``: k = ceil(sqrt N): about 2 sqrt N states, one extra forward run;
+  run), then pulls back through them (:func:`pull_back`); a last segment of N mod k steps is a second
+  program (compiled anew);
+- ``sqrt``: k the smallest divisor of N in [ceil(sqrt N), 2 ceil(sqrt N)], else ceil(sqrt N): about 2 sqrt N
+  states, one extra forward run;
 - ``binomial``: Griewank's binomial checkpointing (revolve): a fixed number of ``snapshots`` states
   (the first is the initial state), whatever N, each step recomputed at most r times where r is the
   smallest with C(s + r, s) >= N (:func:`binomial_schedule`; Griewank & Walther 2000, ACM TOMS 26:19).
 
-The forward pass and the recomputation run two steps per loop iteration with an optimisation barrier after
-each, as the xla engine's chunk does (:func:`advance_paired`); a :class:`Split` step (the cell-local stages,
-then streaming) lets :func:`pull_back` carry the cotangent of the collided populations from step to step, so
-that XLA fuses each step's adjoint with the pull of its result, as it fuses collide and stream.
+The forward pass and the recomputation run one step per loop iteration with an optimisation barrier after each
+(:func:`advance_kept`); a :class:`Split` step (the cell-local stages, then streaming) lets :func:`pull_back`
+carry the cotangent of the collided populations from step to step, so that XLA fuses each step's adjoint with
+the pull of its result, as it fuses collide and stream. Each pass is one loop whose body holds one step (or one
+step's adjoint): the program compiles each once (a body of two steps, or a step peeled off a loop, is compiled
+again and doubles the compile time of the gradient program, the cost of every first call).
 
 Every policy gives the same gradient: the adjoint of each step is that of the same step function.
 """
@@ -59,7 +63,8 @@ def segment_length(policy: str, steps: int, every: int | None = None, snapshots:
             raise LbmError(f"checkpoint='every' needs every=k, an integer >= 1 (steps between kept states), not {every!r}")
         return every
     if policy == "sqrt":
-        return max(1, math.isqrt(steps - 1) + 1 if steps > 1 else 1)
+        root = math.isqrt(steps - 1) + 1 if steps > 1 else 1
+        return next((k for k in range(root, 2 * root + 1) if steps % k == 0), root)
     if isinstance(snapshots, bool) or not isinstance(snapshots, int) or snapshots < 1:
         raise LbmError(f"checkpoint='binomial' needs snapshots=s, an integer >= 1 (states kept), not {snapshots!r}")
     return 0
@@ -137,37 +142,35 @@ def _barrier(carry: Any) -> Any:
     return jax.lax.optimization_barrier(carry)
 
 
-def advance_paired(step: Step, carry: Any, params: Any, n: int) -> Any:
-    """``step`` applied ``n`` (static) times as the xla engine's chunk runs it: two steps per loop iteration, each
-    followed by an optimisation barrier, so the loop hands its state buffer back without a copy
-    (lbm.engines.xla.FusedEngine.paired_chunk). Not for jax's differentiation: the custom_vjp rules call it."""
+def advance_kept(step: Step, carry: Any, params: Any, n: Any, paired: bool = False) -> Any:
+    """``step`` applied ``n`` times (a traced count allowed unless ``paired``), each step followed by an optimisation
+    barrier; ``paired``: two steps per loop iteration, as the xla engine's chunk runs them on a GPU, so that the loop
+    hands its state buffer back without a copy (lbm.engines.xla.FusedEngine.paired_chunk). Not for jax's
+    differentiation: the custom_vjp rules call it."""
+    if not paired:
+        return jax.lax.fori_loop(0, n, lambda _, c: _barrier(step(c, params)), carry)
     if n % 2:
         carry = _barrier(step(carry, params))
-    if n >= 2:
-        carry = jax.lax.fori_loop(0, n // 2, lambda _, c: _barrier(step(_barrier(step(c, params)), params)), carry)
-    return carry
+    return jax.lax.fori_loop(0, n // 2, lambda _, c: _barrier(step(_barrier(step(c, params)), params)), carry)
 
 
-def recompute(step: Step, start: Any, params: Any, states: Any) -> Any:
-    """``states`` (a buffer of L states, leading axis) holding the L states from ``start`` (``start`` first, then
-    L - 1 steps), written in place (scope ``recompute``); two steps per loop iteration, as :func:`advance_paired`."""
-    length = jax.tree_util.tree_leaves(states)[0].shape[0]
-
+def recompute(step: Step, start: Any, params: Any, states: Any, n: int, paired: bool = False) -> Any:
+    """``states`` (a buffer of states, leading axis) holding in its first ``n`` slots the states from ``start``
+    (``start`` first, then n - 1 steps), written in place (scope ``recompute``); ``paired`` as :func:`advance_kept`."""
     def put(buffer: Any, k: Any, x: Any) -> Any:
         return jax.tree_util.tree_map(lambda b, v: jax.lax.dynamic_update_index_in_dim(b, v, k, 0), buffer, x)
 
-    def fill(j: Any, c: tuple[Any, Any]) -> tuple[Any, Any]:
+    def fill(k: Any, c: tuple[Any, Any]) -> tuple[Any, Any]:
         x, buffer = c
         x = _barrier(step(x, params))
-        buffer = put(buffer, 2 * j + 1, x)
-        x = _barrier(step(x, params))
-        return x, put(buffer, 2 * j + 2, x)
+        return x, put(buffer, k, x)
 
     with jax.named_scope(RECOMPUTE):
-        x, states = jax.lax.fori_loop(0, (length - 1) // 2, fill, (start, put(states, 0, start)))
-        if (length - 1) % 2:
-            states = put(states, length - 1, step(x, params))
-    return states
+        c = (start, put(states, 0, start))
+        if not paired:
+            return jax.lax.fori_loop(1, n, fill, c)[1]
+        c = jax.lax.fori_loop(0, (n - 1) // 2, lambda j, c: fill(2 * j + 2, fill(2 * j + 1, c)), c)
+        return fill(n - 1, c)[1] if (n - 1) % 2 else c[1]
 
 
 class Split(NamedTuple):
@@ -191,77 +194,78 @@ class Split(NamedTuple):
         return lambda carry, params: self(carry, params)
 
 
-def pull_back(step: Step, states: Any, params: Any, lam: Any, p_bar: Any) -> tuple[Any, Any]:
-    """The cotangents of the first state of ``states`` and of ``params`` from ``lam``, the cotangent of the state
-    after the last: each step's adjoint in reverse order, the step's values recomputed from its state."""
-    length = jax.tree_util.tree_leaves(states)[0].shape[0]
+def _where(pred: Any, a: Any, b: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x, y: None if x is None else jnp.where(pred, x, y), a, b,
+                                  is_leaf=lambda x: x is None)
 
+
+def into_reverse(step: Step, point: Any, params: Any, lam: Any, p_bar: Any) -> tuple[Any, Any]:
+    """What :func:`pull_back` carries, from the cotangent ``lam`` of the state after the last step (and ``p_bar``):
+    ``lam`` itself, or for a :class:`Split` step the cotangent of the collided populations (streaming's transpose,
+    affine: its pullback is the same at any ``point`` of the state's shape)."""
+    if not isinstance(step, Split):
+        return lam, p_bar
+    mu, p_t = _pull(step.transport, point, params[1], lam)
+    return mu, (p_bar[0], _add(p_bar[1], p_t))
+
+
+def pull_back(step: Step, states: Any, n: int, params: Any, carry: Any, first: Any, paired: bool = False
+              ) -> tuple[Any, Any]:
+    """The reverse carry (:func:`into_reverse`) pulled back through the ``n`` steps from the first ``n`` states of
+    ``states``, each step's values recomputed from its state; ``first``: whether these are the run's first steps,
+    where the carry that comes out is the first state's cotangent (a Split step skips streaming's transpose there);
+    ``paired``: two steps per loop iteration, as :func:`advance_kept`."""
     def at(k: Any) -> Any:
         return jax.tree_util.tree_map(lambda b: jax.lax.dynamic_index_in_dim(b, k, 0, keepdims=False), states)
 
-    if isinstance(step, Split):
-        return _pull_back_split(step, at, length, params, lam, p_bar)
-
-    def back(k: Any, c: tuple[Any, Any]) -> tuple[Any, Any]:
+    def back(j: Any, c: tuple[Any, Any]) -> tuple[Any, Any]:
         lam, p_bar = c
-        x_bar, p_step = _pull(step, at(k), params, lam)
-        return x_bar, _add(p_bar, p_step)
+        k = n - 1 - j
+        if not isinstance(step, Split):
+            x_bar, p_step = _pull(step, at(k), params, lam)
+            return x_bar, _add(p_bar, p_step)
+        lam, p_l = _pull(step.local, at(k), params[0], lam)
+        mu, p_t = _pull(step.transport, at(k), params[1], lam)
+        initial = jnp.logical_and(first, k == 0)  # one loop body for every step: no step's adjoint compiled twice
+        return _where(initial, lam, mu), (_add(p_bar[0], p_l), _add(p_bar[1], _where(initial, zero_cotangents(p_t), p_t)))
 
-    return _reversed(back, length, (lam, p_bar))
-
-
-def _reversed(back: Callable[[Any, Any], Any], n: int, c: Any) -> Any:
-    """``back(k, c)`` for k = n - 1 down to 0, two per loop iteration (the loop hands its carry back without a copy)."""
+    if not paired:
+        return jax.lax.fori_loop(0, n, back, carry)
     if n % 2:
-        c = back(n - 1, c)
-    return jax.lax.fori_loop(0, n // 2, lambda j, c: back(n - n % 2 - 2 - 2 * j, back(n - n % 2 - 1 - 2 * j, c)), c)
+        carry = back(0, carry)
+    return jax.lax.fori_loop(0, n // 2, lambda i, c: back(n % 2 + 2 * i + 1, back(n % 2 + 2 * i, c)), carry)
 
 
-def _pull_back_split(step: Split, at: Callable[[Any], Any], length: int, params: Any, lam: Any, p_bar: Any
-                     ) -> tuple[Any, Any]:
-    """:func:`pull_back` of a :class:`Split` step: the loop carries the cotangent of the collided populations."""
-    p_local, p_transport = params
-
-    def transposed(k: Any, lam: Any) -> tuple[Any, Any]:  # affine: its pullback at any point (state k's shape)
-        return _pull(step.transport, at(k), p_transport, lam)
-
-    def back(k: Any, c: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-        mu, bar_local, bar_transport = c
-        lam, p_l = _pull(step.local, at(k + 1), p_local, mu)
-        mu, p_t = transposed(k, lam)
-        return mu, _add(bar_local, p_l), _add(bar_transport, p_t)
-
-    mu, p_t = transposed(length - 1, lam)
-    mu, bar_local, bar_transport = _reversed(back, length - 1, (mu, p_bar[0], _add(p_bar[1], p_t)))
-    lam, p_l = _pull(step.local, at(0), p_local, mu)
-    return lam, (_add(bar_local, p_l), bar_transport)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def segmented(step: Step, segments: int, length: int, carry: Any, params: Any) -> Any:
-    """``segments`` x ``length`` steps; the backward pass keeps each segment's first state (policies none, every, sqrt)."""
-    return jax.lax.scan(lambda c, _: (advance_paired(step, c, params, length), None), carry, None,
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def segmented(step: Step, segments: int, length: int, paired: bool, carry: Any, params: Any) -> Any:
+    """``segments`` x ``length`` steps; the backward pass keeps each segment's first state (policies every, sqrt);
+    ``paired`` as :func:`advance_kept`."""
+    return jax.lax.scan(lambda c, _: (advance_kept(step, c, params, length, paired), None), carry, None,
                         length=segments)[0]
 
 
-def _segmented_fwd(step: Step, segments: int, length: int, carry: Any, params: Any) -> tuple[Any, Any]:
-    out, starts = jax.lax.scan(lambda c, _: (advance_paired(step, c, params, length), c), carry, None,
+def _segmented_fwd(step: Step, segments: int, length: int, paired: bool, carry: Any, params: Any) -> tuple[Any, Any]:
+    out, starts = jax.lax.scan(lambda c, _: (advance_kept(step, c, params, length, paired), c), carry, None,
                                length=segments)
     return out, (starts, params)
 
 
-def _segmented_bwd(step: Step, segments: int, length: int, res: Any, ct: Any) -> tuple[Any, Any]:
+def _segmented_bwd(step: Step, segments: int, length: int, paired: bool, res: Any, ct: Any) -> tuple[Any, Any]:
     starts, params = res
     first = jax.tree_util.tree_map(lambda x: x[0], starts)
 
-    def segment(state: tuple[Any, Any, Any], start: Any) -> tuple[tuple[Any, Any, Any], None]:
+    def segment(state: tuple[Any, Any, Any], xs: tuple[Any, Any]) -> tuple[tuple[Any, Any, Any], None]:
         lam, p_bar, states = state
-        states = recompute(step, start, params, states)
-        lam, p_bar = pull_back(step, states, params, lam, p_bar)
+        start, index = xs
+        states = recompute(step, start, params, states, length, paired)
+        lam, p_bar = pull_back(step, states, length, params, (lam, p_bar), index == 0, paired)
         return (lam, p_bar, states), None
 
     buffer = jax.tree_util.tree_map(lambda x: jnp.zeros((length, *jnp.shape(x)), jnp.result_type(x)), first)
-    (lam, p_bar, _), _ = jax.lax.scan(segment, (_inexact(ct), zero_cotangents(params), buffer), starts, reverse=True)
+    # the barrier keeps the objective's own adjoint out of streaming's transpose (else XLA copies it into each
+    # direction's kernel)
+    carry = into_reverse(step, first, params, _barrier(_inexact(ct)), zero_cotangents(params))
+    (lam, p_bar, _), _ = jax.lax.scan(segment, (*carry, buffer), (starts, jnp.arange(segments)), reverse=True)
     return _full(lam, first), _full(p_bar, params)
 
 
@@ -271,11 +275,11 @@ segmented.defvjp(_segmented_fwd, _segmented_bwd)
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
 def binomial(step: Step, steps: int, snapshots: int, carry: Any, params: Any) -> Any:
     """``steps`` steps; the backward pass follows :func:`binomial_schedule` with ``snapshots`` kept states."""
-    return advance(step, carry, params, steps)
+    return advance_kept(step, carry, params, steps)
 
 
 def _binomial_fwd(step: Step, steps: int, snapshots: int, carry: Any, params: Any) -> tuple[Any, Any]:
-    return advance(step, carry, params, steps), (carry, params)
+    return advance_kept(step, carry, params, steps), (carry, params)
 
 
 def _binomial_bwd(step: Step, steps: int, snapshots: int, res: Any, ct: Any) -> tuple[Any, Any]:
@@ -288,7 +292,7 @@ def _binomial_bwd(step: Step, steps: int, snapshots: int, res: Any, ct: Any) -> 
         slots, lam, p_bar = state
         source, count, target, adjoint = (actions[a, k] for k in range(4))
         with jax.named_scope(RECOMPUTE):  # the states re-run without residuals (lbm.profiling.gradient.pass_of)
-            x = advance(step, jax.tree_util.tree_map(lambda s: s[source], slots), params, count)
+            x = advance_kept(step, jax.tree_util.tree_map(lambda s: s[source], slots), params, count)
 
         def pull(_: None) -> tuple[Any, Any, Any]:
             x_bar, p_step = _pull(step, x, params, lam)
@@ -307,9 +311,9 @@ binomial.defvjp(_binomial_fwd, _binomial_bwd)
 
 
 def run_steps(step: Step, carry: Any, params: Any, steps: int, policy: str = "sqrt", every: int | None = None,
-              snapshots: int | None = SNAPSHOTS) -> Any:
+              snapshots: int | None = SNAPSHOTS, paired: bool = False) -> Any:
     """``step`` applied ``steps`` times to ``carry``, differentiable by carry and params under the checkpointing
-    ``policy`` (see the module doc)."""
+    ``policy`` (see the module doc); ``paired``: the loops of every and sqrt two steps per iteration (on a GPU)."""
     length = segment_length(policy, steps, every, snapshots)
     if steps <= 0:
         return carry
@@ -318,7 +322,7 @@ def run_steps(step: Step, carry: Any, params: Any, steps: int, policy: str = "sq
     if policy == "none":  # jax's reverse mode of the plain loop: each step's intermediate values kept
         return advance(step, carry, params, steps)
     length = min(length, steps)
-    carry = segmented(step, steps // length, length, carry, params)
-    if steps % length:
-        carry = segmented(step, 1, steps % length, carry, params)
+    carry = segmented(step, steps // length, length, paired, carry, params)
+    if steps % length:  # a second program, compiled anew: sqrt picks a length that divides the steps where it can
+        carry = segmented(step, 1, steps % length, paired, carry, params)
     return carry

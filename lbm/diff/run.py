@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from lbm.boundaries.base import StepState
-from lbm.diff.adjoint import affine_stream, core_for, with_adjoints
+from lbm.diff.adjoint import affine_stream, cell_form, core_for, with_adjoints
 from lbm.diff.checkpointing import SNAPSHOTS, Split, Step, run_steps, segment_length
 from lbm.diff.parameters import Parameterisation
 from lbm.engines.timestep import CORE as KERNELS
@@ -38,14 +38,16 @@ def check_window(window: int | None, steps: int) -> int:
     return window
 
 
-def step_function(traced: Any, start: int, forward_mode: bool = False) -> tuple[Step, Any, Any]:
+def step_function(traced: Any, start: int, forward_mode: bool = False, platform: str | None = None
+                  ) -> tuple[Step, Any, Any]:
     """One step of the differentiable run of the traced case ``traced`` (lbm.diff.parameters), its initial carry and its
     parameters: ``step(carry, params) -> carry`` on the carry (populations, step index, the force summed from step
     ``start`` on); a :class:`~lbm.diff.checkpointing.Split` of the stages before ``stream`` and ``stream``, with the
-    hand-written adjoints, or (``forward_mode``) the kernels' own stages."""
+    hand-written adjoints (their forms for ``platform``, default jax's backend), or (``forward_mode``) the kernels'
+    own stages."""
     setup = traced.setup
     bcs = traced.boundaries if forward_mode else with_adjoints(traced.boundaries, setup.lattice)
-    core = KERNELS if forward_mode else core_for(setup, bcs)
+    core = KERNELS if forward_mode else core_for(setup, bcs, platform)
     names = active_stages(setup)
 
     def local(carry: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:  # every stage before stream: the collided state
@@ -72,23 +74,27 @@ def step_function(traced: Any, start: int, forward_mode: bool = False) -> tuple[
 
 def differentiable_run(param: Parameterisation, values: dict[str, Any], steps: int, checkpoint: str = "sqrt",
                        every: int | None = None, window: int | None = None, snapshots: int = SNAPSHOTS,
-                       forward_mode: bool = False) -> dict[str, jnp.ndarray]:
+                       forward_mode: bool = False, platform: str | None = None) -> dict[str, jnp.ndarray]:
     """Final ``f``, ``rho``, ``u`` (and ``force_mean``, ``drag``, ``lift`` with an obstacle) after ``steps`` steps.
 
     ``values``: config key -> value (a jax scalar to differentiate by; keys left out keep the run's
     value). ``checkpoint``/``every``/``snapshots``: the policy of lbm.diff.checkpointing. ``forward_mode``:
     the kernels' stages in a plain ``lax.scan``, for ``jax.jvp`` (the hand-written adjoints are reverse mode
-    only; reverse mode through this form keeps every step's values and is slow).
+    only; reverse mode through this form keeps every step's values and is slow). ``platform``: the one the program
+    is compiled for (cpu, cuda, tpu; default jax's backend), which picks the adjoints' forms.
     """
     window = check_window(window, steps)
     traced = param.build(values)
     forces = any(bc.stage == "forces" for bc in traced.boundaries)
-    step, carry, params = step_function(traced, steps - window, forward_mode)
+    step, carry, params = step_function(traced, steps - window, forward_mode, platform)
     if forward_mode:
         segment_length(checkpoint, steps, every, snapshots)  # the same arguments checked
         f, t, acc = jax.lax.scan(lambda c, _: (step(c, None), None), carry, None, length=steps)[0]
     else:
-        f, t, acc = run_steps(step, carry, params, steps, checkpoint, every, snapshots)
+        # XLA:CPU loops hand their buffers back without a copy at one step per iteration, a GPU's at two (as the xla
+        # engine's chunk): each loop body compiled once on a CPU (the first call's cost), twice on a GPU
+        paired = cell_form(platform) != "cpu"
+        f, t, acc = run_steps(step, carry, params, steps, checkpoint, every, snapshots, paired)
     rho, u = moments(f, t, traced.boundaries, traced.setup)
     out = {"f": f, "rho": rho, "u": u}
     if forces:
