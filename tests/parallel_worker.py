@@ -62,11 +62,12 @@ its nx = 22 N + 1 is odd)."""
 def equality(args: dict[str, Any]) -> dict[str, Any]:
     """Max |difference| of populations and forces between each mesh and the 1-device xla run, per case; a case
     may name another engine (5th entry), then ``same`` is the difference from that engine on one device.
-    ``precision`` (default float64) for every run; ``changes``: label -> a SETUP_CHANGES name for that case."""
-    precision = args.get("precision", "float64")
-    jax.config.update("jax_enable_x64", precision == "float64")
+    ``precision`` (default float64) for every run, ``precisions``: label -> the precision of that case;
+    ``changes``: label -> a SETUP_CHANGES name for that case."""
     out = {}
     for label, overrides, meshes, modes, *name in args["cases"]:
+        precision = args.get("precisions", {}).get(label, args.get("precision", "float64"))
+        jax.config.update("jax_enable_x64", precision == "float64")
         overrides = list(overrides) + [f"precision={precision}"]
         change = SETUP_CHANGES[args["changes"][label]] if label in args.get("changes", {}) else None
         ref, aux_ref, _ = advance(overrides, None, args["steps"], setup_change=change)
