@@ -141,7 +141,14 @@ def run_dirs(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+TASKS = {"equality": equality, "vortex": vortex, "refusals": refusals, "run_dirs": run_dirs}
+
+
+def tasks(args: dict[str, Any]) -> dict[str, Any]:
+    """Several tasks in this one process (one start of JAX and lbm): task name -> its payload, in order."""
+    return {name: TASKS[name](payload) for name, payload in args.items()}
+
+
 if __name__ == "__main__":
     task, payload = sys.argv[1], json.loads(sys.argv[2])
-    result = {"equality": equality, "vortex": vortex, "refusals": refusals, "run_dirs": run_dirs}[task](payload)
-    print(json.dumps(result))
+    print(json.dumps((TASKS | {"tasks": tasks})[task](payload)))

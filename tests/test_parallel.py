@@ -224,19 +224,34 @@ def test_xla_per_block_plan_equals_one_device():
         assert r["f"] <= ROUNDING and r["force"] <= FORCE_ROUNDING, (key, r)
 
 
-def test_fast_lane_sharded_run_with_boundary_conditions():
+REFUSED = [["parallel.devices=16", "grid.nx=416"], ["parallel.devices=4", "parallel.mesh=[2,3]"],
+           ["parallel.devices=4", "grid.nx=422"], ["parallel.devices=4", "engine=native"],
+           ["parallel.devices=2", "mode=instrumented"], ["parallel.devices=-1", "parallel.mesh=[4,2]"]]
+
+
+@pytest.fixture(scope="module")
+def fast_lane_tasks() -> dict:
+    """The fast lane's sharded work in one subprocess on 8 forced devices (one start of JAX and lbm, not three): the
+    cylinder on 2 blocks, the vortex across 4, the refusals of bad parallel settings."""
+    cylinder = [["cylinder", ["case=cylinder", "grid.nx=40", "grid.ny=24"], [[2]], ["fused"]]]
+    return worker("tasks", {"equality": {"steps": 3, "cases": cylinder}, "vortex": {"steps": 500},
+                            "refusals": {"overrides": REFUSED}})
+
+
+@pytest.mark.xdist_group("parallel_fast_lane")
+def test_fast_lane_sharded_run_with_boundary_conditions(fast_lane_tasks):
     """The fast lane's representative of the mesh engines with boundary conditions: the cylinder (inlet, outflow,
     wall and forces on the blocks holding them) by the dense block forms, 3 float64 steps on 2 blocks against one
     device. (The Pallas kernel with boundary conditions: tests/test_engines_pallas.py's fast case, the cavity.)"""
-    cases = [["cylinder", ["case=cylinder", "grid.nx=40", "grid.ny=24"], [[2]], ["fused"]]]
-    result = worker("equality", {"steps": 3, "cases": cases}, devices=2)
+    result = fast_lane_tasks["equality"]
     assert result["cylinder|2|fused"]["engine"] == "ShardedEngine"
     for key, r in result.items():
         assert r["f"] <= FAST_ROUNDING and r["force"] <= FAST_ROUNDING, (key, r)
 
 
-def test_a_vortex_crosses_block_faces_without_a_seam():
-    r = worker("vortex", {"steps": 500}, devices=4)
+@pytest.mark.xdist_group("parallel_fast_lane")
+def test_a_vortex_crosses_block_faces_without_a_seam(fast_lane_tasks):
+    r = fast_lane_tasks["vortex"]
     assert r["f"] <= 3e-15 and r["u"] <= 3e-15, r  # 500 steps of float64 rounding (measured 1.3e-15, 1.2e-15)
     # the vortex started at x = 12 in block 0 and is carried at u = 0.05 across the face at x = 15.5
     assert 30 <= r["centre_x"] <= 45, r
@@ -244,11 +259,9 @@ def test_a_vortex_crosses_block_faces_without_a_seam():
     assert r["face_jump"] <= r["interior_jump"], r
 
 
-def test_bad_parallel_settings_are_one_line_errors():
-    cases = [["parallel.devices=16", "grid.nx=416"], ["parallel.devices=4", "parallel.mesh=[2,3]"],
-             ["parallel.devices=4", "grid.nx=422"], ["parallel.devices=4", "engine=native"],
-             ["parallel.devices=2", "mode=instrumented"], ["parallel.devices=-1", "parallel.mesh=[4,2]"]]
-    r = worker("refusals", {"overrides": cases})
+@pytest.mark.xdist_group("parallel_fast_lane")
+def test_bad_parallel_settings_are_one_line_errors(fast_lane_tasks):
+    r = fast_lane_tasks["refusals"]
     assert "at most 8" in r["parallel.devices=16 grid.nx=416"]
     assert "product is parallel.devices=4 (it is 6)" in r["parallel.devices=4 parallel.mesh=[2,3]"]
     assert "multiple of 4" in r["parallel.devices=4 grid.nx=422"]
