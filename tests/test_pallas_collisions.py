@@ -138,7 +138,8 @@ def _engines_agree(overrides, precision, steps):
     return np.abs(np.asarray(f) - np.asarray(f_ref)).max()
 
 
-@pytest.mark.parametrize("kind,case,precision", slow_except(ENGINE_CASES, fast={("mrt", "box", "float32")}))
+@pytest.mark.slow  # the fast lane: the Pallas engine with walls (BGK, tests/test_engines_pallas.py) and KBC's kernel
+@pytest.mark.parametrize("kind,case,precision", ENGINE_CASES)
 def test_the_pallas_engine_equals_the_xla_engine(kind, case, precision):
     """3 steps: the lone first step of an odd chunk and one loop iteration of two."""
     assert _engines_agree(CASES[case] + [f"collision={kind}"], precision, 3) <= TOL[precision]
