@@ -34,29 +34,27 @@ a level already named there is kept."""
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAG}".strip()
 
-NATIVE_TEST_OPT = "1"
-"""The suite builds the native kernels at -O1 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every
-subprocess): the same bits as -O3 (tests/test_engines_native_build.py), about half the compiler's time per kernel
-(a dozen and more kernels on a clean machine), and kernels as fast as -O3's at the suite's grid sizes. A level
-already in LBM_NATIVE_OPT is kept (``LBM_NATIVE_OPT=3`` tests the default build)."""
-FAST_LANE_NATIVE_OPT = "0"
-"""The fast lane (a mark expression that leaves the slow tests out) builds at -O0: the same bits again, builds 0.6-3
-CPU-s cheaper per kernel, kernels 8-11x slower, which its short runs do not feel (its 11 kernels on a clean machine:
-199 against 209 CPU-s for the whole lane, measured side by side at load 5). The slow lane's long native runs
-would take that back, so the full suite keeps -O1."""
+NATIVE_TEST_OPT = "0"
+"""The suite builds the native kernels at -O0 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every
+subprocess): the same bits as -O3 (tests/test_engines_native_build.py), and about half the compiler's time of -O1
+(one process, load 8: D3Q19 BGK with an inlet 3.0 against 5.3 CPU-s, D2Q9 MRT with a force 2.5 against 4.3, D3Q27
+KBC with a force 3.1 against 7.9), for the 50-odd kernels a clean machine builds. Its kernels are 8-11x slower, which
+most tests' short runs do not feel; the few long native runs are marked ``native_optimised`` and build at
+OPTIMISED_TEST_OPT. A level already in LBM_NATIVE_OPT is kept for every test (``LBM_NATIVE_OPT=3`` tests the
+default build)."""
+OPTIMISED_TEST_OPT = "1"
+"""The level of tests marked ``native_optimised``: runs of 10^8 and more cell updates on the native engine (the DFG
+convergence study, the Re 1000 cavity, the Schafer-Turek runs), where -O0's slower kernel costs more than -O1's
+compile (the DFG study: 51.7 CPU-s with its kernel at -O0, 19.0 at -O1, in two runs of the suite)."""
 
 
 NATIVE_OPT_GIVEN = os.environ.get("LBM_NATIVE_OPT")
-"""The level the user named in LBM_NATIVE_OPT (None: the lane's own)."""
+"""The level the user named in LBM_NATIVE_OPT (None: the suite's own, per test)."""
 
 
-def native_test_opt(markexpr: str) -> str:
-    """The native optimisation level the suite builds at for the mark expression ``-m`` (FAST_LANE_NATIVE_OPT where
-    it leaves the slow tests out)."""
-    from _pytest.mark.expression import Expression
-
-    fast = bool(markexpr) and not Expression.compile(markexpr).evaluate(lambda name, **_: name == "slow")
-    return FAST_LANE_NATIVE_OPT if fast else NATIVE_TEST_OPT
+def native_test_opt(item: pytest.Item) -> str:
+    """The native optimisation level a test builds at: OPTIMISED_TEST_OPT where it is marked ``native_optimised``."""
+    return OPTIMISED_TEST_OPT if item.get_closest_marker("native_optimised") else NATIVE_TEST_OPT
 
 
 def source_digest(package: Path) -> str:
@@ -109,8 +107,8 @@ def trim_cache(directory: Path, limit: int) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Set the native optimisation level of this lane (native_test_opt) unless LBM_NATIVE_OPT names one."""
-    os.environ.setdefault("LBM_NATIVE_OPT", native_test_opt(config.getoption("markexpr", "") or ""))
+    """Set the suite's native optimisation level (NATIVE_TEST_OPT) unless LBM_NATIVE_OPT names one."""
+    os.environ.setdefault("LBM_NATIVE_OPT", NATIVE_TEST_OPT)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -203,6 +201,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"LBM_REQUIRE_ACCEL=1 but this accel test skipped: {reason}"
+
+
+@pytest.fixture(autouse=True)
+def _native_opt_of_the_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """LBM_NATIVE_OPT for this test (native_test_opt), here and in its subprocesses, unless the user named one."""
+    if NATIVE_OPT_GIVEN is None:
+        monkeypatch.setenv("LBM_NATIVE_OPT", native_test_opt(request.node))
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -115,6 +115,7 @@ def test_cavity_re100_matches_ghia():
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_cavity_re1000_matches_ghia_with_resting_lid_edges():
     """Re 1000 on 64 x 64 cells, steady: within 2x of the measured deviation from Ghia et al.
 

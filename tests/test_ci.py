@@ -37,21 +37,19 @@ def test_ci_runs_the_readme_test_command_and_the_accel_lane() -> None:
     assert "bash scripts/ci_accel.sh" in without_env
 
 
-def test_the_suite_builds_at_its_lanes_level_and_caches_its_compiles_here_and_in_subprocesses(
-        pytestconfig: pytest.Config) -> None:
+@pytest.mark.parametrize("optimised", [False, pytest.param(True, marks=pytest.mark.native_optimised)])
+def test_the_suite_builds_at_its_tests_level_and_caches_its_compiles_here_and_in_subprocesses(optimised: bool) -> None:
     """Set in the environment, so that every ``python -m lbm`` a test starts gets them too."""
     import jax
-    from conftest import NATIVE_OPT_GIVEN, SUITE_CACHE, native_test_opt
+    from conftest import NATIVE_OPT_GIVEN, NATIVE_TEST_OPT, OPTIMISED_TEST_OPT, SUITE_CACHE
 
     from lbm.engines.native.build import cxxflags
 
-    assert [native_test_opt(m) for m in ("", "slow", "not slow", "not slow and not accel", "slow or native")] == \
-        ["1", "1", "0", "0", "1"]
-    level = NATIVE_OPT_GIVEN or native_test_opt(pytestconfig.getoption("markexpr") or "")
+    assert (NATIVE_TEST_OPT, OPTIMISED_TEST_OPT) == ("0", "1")
+    level = NATIVE_OPT_GIVEN or (OPTIMISED_TEST_OPT if optimised else NATIVE_TEST_OPT)
     assert os.environ["LBM_NATIVE_OPT"] == level and f"-O{level}" in cxxflags()
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(SUITE_CACHE) == jax.config.jax_compilation_cache_dir
     assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
-
 
 
 def test_the_suite_cache_is_one_per_state_of_the_sources(tmp_path: Path) -> None:
