@@ -44,8 +44,9 @@ OPTIMISED_TEST_OPT. A level already in LBM_NATIVE_OPT is kept for every test (``
 default build)."""
 OPTIMISED_TEST_OPT = "1"
 """The level of tests marked ``native_optimised``: runs of 10^8 and more cell updates on the native engine (the DFG
-convergence study, the Re 1000 cavity, the Schafer-Turek runs, ``validate --quick``), where -O0's slower kernel costs more than -O1's
-compile (the DFG study: 51.7 CPU-s with its kernel at -O0, 19.0 at -O1, in two runs of the suite)."""
+convergence study, the Re 1000 cavity, the Schafer-Turek runs, ``validate --quick``), where -O0's slower kernel
+costs more than -O1's compile (the DFG study: 51.7 CPU-s with its kernel at -O0, 19.0 at -O1, in two runs of the
+suite)."""
 
 
 NATIVE_OPT_GIVEN = os.environ.get("LBM_NATIVE_OPT")

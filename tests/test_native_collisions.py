@@ -84,8 +84,9 @@ CASES = {
     "cavity_d3q19": ["case=cavity", "lattice=d3q19", "grid.nx=10", "grid.ny=9", "grid.nz=8"],
     "poiseuille_d3q19": ["case=poiseuille", "lattice=d3q19", "grid.ny=10", "grid.nz=4", "grid.nx=6"],
 }
-TOL = {"float64": 1e-13, "float32": 1e-5}
-"""Bounds on max |native - xla| / max |f| after 9 steps: 2-3x the largest measured over every case below."""
+TOL = {"float64": 8e-15, "float32": 1e-5}
+"""Bounds on max |native - xla| / max |f| after 9 steps: about 3x the largest measured over the cases below at XLA's
+backend level 0 (the suite's) and 3: float64 2.8e-15 and 2.1e-15, float32 1.8e-6 and 3.1e-6 (both KBC)."""
 ENGINE_CASES = [("taylor_green", "recursive_regularized", "float64"), ("cavity", "mrt", "float64"),
                 ("poiseuille", "kbc", "float64"), ("cavity_d3q19", "kbc", "float64"),
                 ("cavity_d3q19", "regularized", "float64"), ("poiseuille_d3q19", "recursive_regularized", "float64"),
