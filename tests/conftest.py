@@ -167,11 +167,26 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` first, the rest after, each group in collection order."""
+    """Tests marked ``slow`` first, the rest after, each group in collection order; xdist groups kept together."""
     # pytest-xdist (pyproject addopts: --dist loadgroup) hands a worker the next test when it is nearly free: the
     # long tests start first and the short ones fill the gaps, instead of one worker starting a 90 s test at the end
     # while the others idle. Python's sort is stable.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if getattr(config.option, "loadgroup", False):
+        keep_xdist_groups(items)
+
+
+def keep_xdist_groups(items: list[pytest.Item]) -> None:
+    """Give each test marked ``xdist_group`` the ``@group`` suffix by which ``--dist loadgroup`` sends a group to one
+    worker (its module fixture then runs once). pytest-xdist sets ``item._nodeid``, which pytest 9.2 no longer reads
+    (``nodeid`` comes from ``item._id``): without this, a group's tests spread over the workers."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -78,3 +78,13 @@ def test_the_suite_cache_is_trimmed_oldest_first(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mid", "new"]
     trim_cache(tmp_path, 100)
     assert [p.name for p in tmp_path.iterdir()] == ["new"]
+
+
+@pytest.mark.xdist_group("suite_groups")
+def test_an_xdist_group_reaches_the_scheduler_as_one_unit(request: pytest.FixtureRequest) -> None:
+    """Under ``--dist loadgroup`` (pyproject addopts) a test marked ``xdist_group`` carries the ``@group`` suffix by
+    which the scheduler sends its group to one worker (tests/conftest.py keep_xdist_groups), so a module fixture
+    shared by a group (the sharded fast-lane runs, the profiled runs, the real benches) runs once."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("runs under pytest-xdist with --dist loadgroup (the suite's default), not with -n 0")
+    assert request.node.nodeid.endswith("@suite_groups"), request.node.nodeid
