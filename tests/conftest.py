@@ -49,7 +49,10 @@ costs more than -O1's compile (the DFG study: 51.7 CPU-s with its kernel at -O0,
 suite)."""
 
 
-NATIVE_OPT_GIVEN = os.environ.get("LBM_NATIVE_OPT")
+SUITE_SET_NATIVE_OPT = "LBM_NATIVE_OPT_SET_BY_SUITE"
+"""Set (to 1) beside LBM_NATIVE_OPT where the suite, not the user, put it there (pytest_configure): xdist workers and
+subprocesses inherit both, and a worker must not take the suite's default for the user's choice."""
+NATIVE_OPT_GIVEN = None if os.environ.get(SUITE_SET_NATIVE_OPT) else os.environ.get("LBM_NATIVE_OPT")
 """The level the user named in LBM_NATIVE_OPT (None: the suite's own, per test)."""
 
 
@@ -109,7 +112,9 @@ def trim_cache(directory: Path, limit: int) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Set the suite's native optimisation level (NATIVE_TEST_OPT) unless LBM_NATIVE_OPT names one."""
-    os.environ.setdefault("LBM_NATIVE_OPT", NATIVE_TEST_OPT)
+    if NATIVE_OPT_GIVEN is None:  # the default for what runs outside a test (module fixtures); tests set their own
+        os.environ["LBM_NATIVE_OPT"] = NATIVE_TEST_OPT
+        os.environ[SUITE_SET_NATIVE_OPT] = "1"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

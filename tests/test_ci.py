@@ -41,11 +41,13 @@ def test_ci_runs_the_readme_test_command_and_the_accel_lane() -> None:
 def test_the_suite_builds_at_its_tests_level_and_caches_its_compiles_here_and_in_subprocesses(optimised: bool) -> None:
     """Set in the environment, so that every ``python -m lbm`` a test starts gets them too."""
     import jax
-    from conftest import NATIVE_OPT_GIVEN, NATIVE_TEST_OPT, OPTIMISED_TEST_OPT, SUITE_CACHE
+    from conftest import NATIVE_OPT_GIVEN, NATIVE_TEST_OPT, OPTIMISED_TEST_OPT, SUITE_CACHE, SUITE_SET_NATIVE_OPT
 
     from lbm.engines.native.build import cxxflags
 
     assert (NATIVE_TEST_OPT, OPTIMISED_TEST_OPT) == ("0", "1")
+    # the suite's default, inherited by an xdist worker, is not the user's choice (else every test would keep it)
+    assert (NATIVE_OPT_GIVEN is None) == (os.environ.get(SUITE_SET_NATIVE_OPT) == "1")
     level = NATIVE_OPT_GIVEN or (OPTIMISED_TEST_OPT if optimised else NATIVE_TEST_OPT)
     assert os.environ["LBM_NATIVE_OPT"] == level and f"-O{level}" in cxxflags()
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(SUITE_CACHE) == jax.config.jax_compilation_cache_dir
