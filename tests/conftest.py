@@ -45,7 +45,7 @@ default build)."""
 OPTIMISED_TEST_OPT = "1"
 """The level of tests marked ``native_optimised``: runs of 10^8 and more cell updates on the native engine (the DFG
 convergence study, the Re 100 and 1000 cavities, the Schafer-Turek runs, ``validate --quick``), where -O0's slower kernel
-costs more than -O1's compile (the DFG study: 61.0 CPU-s with its kernel at -O0, 18.3 at -O1; these six tests
+costs more than -O1's compile (the DFG study: 61.0 CPU-s with its kernel at -O0, 18.3 at -O1; five such tests
 102 against 36 CPU-s, cold caches, load 9-10)."""
 
 
