@@ -34,29 +34,31 @@ a level already named there is kept."""
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAG}".strip()
 
-NATIVE_TEST_OPT = "1"
-"""The suite builds the native kernels at -O1 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every
-subprocess): the same bits as -O3 (tests/test_engines_native_build.py), about half the compiler's time per kernel
-(a dozen and more kernels on a clean machine), and kernels as fast as -O3's at the suite's grid sizes. A level
-already in LBM_NATIVE_OPT is kept (``LBM_NATIVE_OPT=3`` tests the default build)."""
-FAST_LANE_NATIVE_OPT = "0"
-"""The fast lane (a mark expression that leaves the slow tests out) builds at -O0: the same bits again, builds 0.6-3
-CPU-s cheaper per kernel, kernels 8-11x slower, which its short runs do not feel (its 11 kernels on a clean machine:
-199 against 209 CPU-s for the whole lane, measured side by side at load 5). The slow lane's long native runs
-would take that back, so the full suite keeps -O1."""
+NATIVE_TEST_OPT = "0"
+"""The suite builds the native kernels at -O0 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every
+subprocess): the same bits as -O3 (tests/test_engines_native_build.py), and about half the compiler's time of -O1
+(one process, load 8: D3Q19 BGK with an inlet 3.0 against 5.3 CPU-s, D2Q9 MRT with a force 2.5 against 4.3, D3Q27
+KBC with a force 3.1 against 7.9), for the 50-odd kernels a clean machine builds. Its kernels are 8-11x slower, which
+most tests' short runs do not feel; the few long native runs are marked ``native_optimised`` and build at
+OPTIMISED_TEST_OPT. A level already in LBM_NATIVE_OPT is kept for every test (``LBM_NATIVE_OPT=3`` tests the
+default build)."""
+OPTIMISED_TEST_OPT = "1"
+"""The level of tests marked ``native_optimised``: runs of 10^8 and more cell updates on the native engine (the DFG
+convergence study, the Re 100 and 1000 cavities, the Schafer-Turek runs, ``validate --quick``), where -O0's slower kernel
+costs more than -O1's compile (the DFG study: 61.0 CPU-s with its kernel at -O0, 18.3 at -O1; five such tests
+102 against 36 CPU-s, cold caches, load 9-10)."""
 
 
-NATIVE_OPT_GIVEN = os.environ.get("LBM_NATIVE_OPT")
-"""The level the user named in LBM_NATIVE_OPT (None: the lane's own)."""
+SUITE_SET_NATIVE_OPT = "LBM_NATIVE_OPT_SET_BY_SUITE"
+"""Set (to 1) beside LBM_NATIVE_OPT where the suite, not the user, put it there (pytest_configure): xdist workers and
+subprocesses inherit both, and a worker must not take the suite's default for the user's choice."""
+NATIVE_OPT_GIVEN = None if os.environ.get(SUITE_SET_NATIVE_OPT) else os.environ.get("LBM_NATIVE_OPT")
+"""The level the user named in LBM_NATIVE_OPT (None: the suite's own, per test)."""
 
 
-def native_test_opt(markexpr: str) -> str:
-    """The native optimisation level the suite builds at for the mark expression ``-m`` (FAST_LANE_NATIVE_OPT where
-    it leaves the slow tests out)."""
-    from _pytest.mark.expression import Expression
-
-    fast = bool(markexpr) and not Expression.compile(markexpr).evaluate(lambda name, **_: name == "slow")
-    return FAST_LANE_NATIVE_OPT if fast else NATIVE_TEST_OPT
+def native_test_opt(item: pytest.Item) -> str:
+    """The native optimisation level a test builds at: OPTIMISED_TEST_OPT where it is marked ``native_optimised``."""
+    return OPTIMISED_TEST_OPT if item.get_closest_marker("native_optimised") else NATIVE_TEST_OPT
 
 
 def source_digest(package: Path) -> str:
@@ -109,8 +111,10 @@ def trim_cache(directory: Path, limit: int) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Set the native optimisation level of this lane (native_test_opt) unless LBM_NATIVE_OPT names one."""
-    os.environ.setdefault("LBM_NATIVE_OPT", native_test_opt(config.getoption("markexpr", "") or ""))
+    """Set the suite's native optimisation level (NATIVE_TEST_OPT) unless LBM_NATIVE_OPT names one."""
+    if NATIVE_OPT_GIVEN is None:  # the default for what runs outside a test (module fixtures); tests set their own
+        os.environ["LBM_NATIVE_OPT"] = NATIVE_TEST_OPT
+        os.environ[SUITE_SET_NATIVE_OPT] = "1"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -168,11 +172,26 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` first, the rest after, each group in collection order."""
+    """Tests marked ``slow`` first, the rest after, each group in collection order; xdist groups kept together."""
     # pytest-xdist (pyproject addopts: --dist loadgroup) hands a worker the next test when it is nearly free: the
     # long tests start first and the short ones fill the gaps, instead of one worker starting a 90 s test at the end
     # while the others idle. Python's sort is stable.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if getattr(config.option, "loadgroup", False):
+        keep_xdist_groups(items)
+
+
+def keep_xdist_groups(items: list[pytest.Item]) -> None:
+    """Give each test marked ``xdist_group`` the ``@group`` suffix by which ``--dist loadgroup`` sends a group to one
+    worker (its module fixture then runs once). pytest-xdist sets ``item._nodeid``, which pytest 9.2 no longer reads
+    (``nodeid`` comes from ``item._id``): without this, a group's tests spread over the workers."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -203,6 +222,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"LBM_REQUIRE_ACCEL=1 but this accel test skipped: {reason}"
+
+
+@pytest.fixture(autouse=True)
+def _native_opt_of_the_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """LBM_NATIVE_OPT for this test (native_test_opt), here and in its subprocesses, unless the user named one."""
+    if NATIVE_OPT_GIVEN is None:
+        monkeypatch.setenv("LBM_NATIVE_OPT", native_test_opt(request.node))
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -62,11 +62,12 @@ its nx = 22 N + 1 is odd)."""
 def equality(args: dict[str, Any]) -> dict[str, Any]:
     """Max |difference| of populations and forces between each mesh and the 1-device xla run, per case; a case
     may name another engine (5th entry), then ``same`` is the difference from that engine on one device.
-    ``precision`` (default float64) for every run; ``changes``: label -> a SETUP_CHANGES name for that case."""
-    precision = args.get("precision", "float64")
-    jax.config.update("jax_enable_x64", precision == "float64")
+    ``precision`` (default float64) for every run, ``precisions``: label -> the precision of that case;
+    ``changes``: label -> a SETUP_CHANGES name for that case."""
     out = {}
     for label, overrides, meshes, modes, *name in args["cases"]:
+        precision = args.get("precisions", {}).get(label, args.get("precision", "float64"))
+        jax.config.update("jax_enable_x64", precision == "float64")
         overrides = list(overrides) + [f"precision={precision}"]
         change = SETUP_CHANGES[args["changes"][label]] if label in args.get("changes", {}) else None
         ref, aux_ref, _ = advance(overrides, None, args["steps"], setup_change=change)
@@ -140,7 +141,14 @@ def run_dirs(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+TASKS = {"equality": equality, "vortex": vortex, "refusals": refusals, "run_dirs": run_dirs}
+
+
+def tasks(args: dict[str, Any]) -> dict[str, Any]:
+    """Several tasks in this one process (one start of JAX and lbm): task name -> its payload, in order."""
+    return {name: TASKS[name](payload) for name, payload in args.items()}
+
+
 if __name__ == "__main__":
     task, payload = sys.argv[1], json.loads(sys.argv[2])
-    result = {"equality": equality, "vortex": vortex, "refusals": refusals, "run_dirs": run_dirs}[task](payload)
-    print(json.dumps(result))
+    print(json.dumps((TASKS | {"tasks": tasks})[task](payload)))

@@ -55,6 +55,7 @@ def test_poiseuille_between_interpolated_walls_converges_at_second_order(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_dfg_2d1_drag_converges_at_second_order(tmp_path):
     """|cd - 5.57953| of DFG 2D-1 (TRT, tau 0.55, characteristic outlet) on 8 and 16 cells per diameter: measured
     2.36e-2 and 4.53e-3 (order 2.38; 10/20/30 gives 1.9e-2, 5.1e-3, 2.0e-3 in docs/convergence.md).

@@ -99,6 +99,7 @@ def test_ghia_reference_excludes_misprints():
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_cavity_re100_matches_ghia():
     run = run_config("case=cavity", "grid.nx=66", "grid.ny=66", "flow.reynolds=100", "flow.u_lattice=0.1",
                      "steps=15000", "output.every=1000")
@@ -115,6 +116,7 @@ def test_cavity_re100_matches_ghia():
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_cavity_re1000_matches_ghia_with_resting_lid_edges():
     """Re 1000 on 64 x 64 cells, steady: within 2x of the measured deviation from Ghia et al.
 

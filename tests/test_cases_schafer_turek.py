@@ -115,6 +115,7 @@ def test_metrics_of_a_short_run_are_named_as_published():
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_coarse_2d1_run_is_near_the_published_values():
     """2D-1 at 10 cells per diameter (tau 0.6, steps=auto: steady after 14 s of flow, 4200 steps).
 
@@ -132,6 +133,7 @@ def test_coarse_2d1_run_is_near_the_published_values():
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_characteristic_outlet_lets_the_start_up_wave_out_and_keeps_the_outlet_near_density_one():
     """case.outlet=characteristic on a coarse 2D-1 (8 cells per diameter, TRT, tau 0.53, 3000 steps).
 
@@ -205,6 +207,7 @@ def test_the_log_says_how_far_from_the_published_interval_the_resolution_is(capl
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_2d2_with_the_default_rules_is_stable_where_bgk_and_the_pressure_outlet_diverge():
     """2D-2 at N = 20, tau 0.53: BGK with the pressure outlet (the old defaults) diverged by step 750 (native engine);
     TRT with the characteristic outlet (the validated rules) stays finite, with the lift already shedding."""

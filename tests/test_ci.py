@@ -37,21 +37,21 @@ def test_ci_runs_the_readme_test_command_and_the_accel_lane() -> None:
     assert "bash scripts/ci_accel.sh" in without_env
 
 
-def test_the_suite_builds_at_its_lanes_level_and_caches_its_compiles_here_and_in_subprocesses(
-        pytestconfig: pytest.Config) -> None:
+@pytest.mark.parametrize("optimised", [False, pytest.param(True, marks=pytest.mark.native_optimised)])
+def test_the_suite_builds_at_its_tests_level_and_caches_its_compiles_here_and_in_subprocesses(optimised: bool) -> None:
     """Set in the environment, so that every ``python -m lbm`` a test starts gets them too."""
     import jax
-    from conftest import NATIVE_OPT_GIVEN, SUITE_CACHE, native_test_opt
+    from conftest import NATIVE_OPT_GIVEN, NATIVE_TEST_OPT, OPTIMISED_TEST_OPT, SUITE_CACHE, SUITE_SET_NATIVE_OPT
 
     from lbm.engines.native.build import cxxflags
 
-    assert [native_test_opt(m) for m in ("", "slow", "not slow", "not slow and not accel", "slow or native")] == \
-        ["1", "1", "0", "0", "1"]
-    level = NATIVE_OPT_GIVEN or native_test_opt(pytestconfig.getoption("markexpr") or "")
+    assert (NATIVE_TEST_OPT, OPTIMISED_TEST_OPT) == ("0", "1")
+    # the suite's default, inherited by an xdist worker, is not the user's choice (else every test would keep it)
+    assert (NATIVE_OPT_GIVEN is None) == (os.environ.get(SUITE_SET_NATIVE_OPT) == "1")
+    level = NATIVE_OPT_GIVEN or (OPTIMISED_TEST_OPT if optimised else NATIVE_TEST_OPT)
     assert os.environ["LBM_NATIVE_OPT"] == level and f"-O{level}" in cxxflags()
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(SUITE_CACHE) == jax.config.jax_compilation_cache_dir
     assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
-
 
 
 def test_the_suite_cache_is_one_per_state_of_the_sources(tmp_path: Path) -> None:
@@ -80,3 +80,13 @@ def test_the_suite_cache_is_trimmed_oldest_first(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mid", "new"]
     trim_cache(tmp_path, 100)
     assert [p.name for p in tmp_path.iterdir()] == ["new"]
+
+
+@pytest.mark.xdist_group("suite_groups")
+def test_an_xdist_group_reaches_the_scheduler_as_one_unit(request: pytest.FixtureRequest) -> None:
+    """Under ``--dist loadgroup`` (pyproject addopts) a test marked ``xdist_group`` carries the ``@group`` suffix by
+    which the scheduler sends its group to one worker (tests/conftest.py keep_xdist_groups), so a module fixture
+    shared by a group (the sharded fast-lane runs, the profiled runs, the real benches) runs once."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("runs under pytest-xdist with --dist loadgroup (the suite's default), not with -n 0")
+    assert request.node.nodeid.endswith("@suite_groups"), request.node.nodeid

@@ -386,6 +386,11 @@ def test_help_prints_options_without_jax(command):
         assert "min_time_s:" in proc.stdout and "variants:" in proc.stdout and "usage: python -m lbm bench" in proc.stdout
 
 
+SUITE_XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
+"""The suite's XLA flags (tests/conftest.py: no LLVM optimisation): the same HLO, so the same evidence, and cheaper
+compiles for the real benches and workers below, which judge programs, not speed."""
+
+
 def run_bench(tmp_path, name, xla_flags):
     env = {**os.environ, "XLA_FLAGS": xla_flags}
     proc = subprocess.run([sys.executable, "-m", "lbm", "bench", "cases=[cylinder]", "variants=[xla]",
@@ -399,7 +404,7 @@ def run_bench(tmp_path, name, xla_flags):
 @pytest.fixture(scope="module")
 def base_bench(tmp_path_factory):
     """One real bench.json (the cylinder on the xla engine), shared by the tests of the group "real_bench"."""
-    return run_bench(tmp_path_factory.mktemp("real_bench"), "base", "")
+    return run_bench(tmp_path_factory.mktemp("real_bench"), "base", SUITE_XLA_FLAGS)
 
 
 @pytest.mark.slow
@@ -409,8 +414,8 @@ def test_real_benches_identical_code_same_evidence_and_fusion_disabled_caught(tm
     a REGRESSION and names the flag (the repeats' timing cannot change either verdict)."""
     from lbm.bench.evidence import diff
 
-    base, again = base_bench, run_bench(tmp_path, "again", "")
-    unfused = run_bench(tmp_path, "unfused", "--xla_disable_hlo_passes=fusion")
+    base, again = base_bench, run_bench(tmp_path, "again", SUITE_XLA_FLAGS)
+    unfused = run_bench(tmp_path, "unfused", f"{SUITE_XLA_FLAGS} --xla_disable_hlo_passes=fusion")
     docs = {p: json.loads(open(p).read()) for p in (base, again, unfused)}
     assert diff(docs[base]["records"][0]["evidence"], docs[again]["records"][0]["evidence"], 0.1).kind == "identical"
     same_timing = copy.deepcopy(docs[again])
@@ -419,7 +424,8 @@ def test_real_benches_identical_code_same_evidence_and_fusion_disabled_caught(tm
     assert "| identical |" in capsys.readouterr().out
     assert main(["compare", base, unfused]) == 1
     out = capsys.readouterr().out
-    assert "| more work |" in out and "XLA_FLAGS '' -> '--xla_disable_hlo_passes=fusion'" in out
+    assert "| more work |" in out
+    assert f"XLA_FLAGS '{SUITE_XLA_FLAGS}' -> '{SUITE_XLA_FLAGS} --xla_disable_hlo_passes=fusion'" in out
 
 
 @pytest.mark.slow
@@ -436,13 +442,13 @@ def test_interleaved_workers_time_both_sides_and_check_their_programs(base_bench
     other["evidence"]["custom_call_targets"] = ["lbm_some_other_kernel"]
     # the first configuration's base file claims another program than its worker compiles; the second is honest
     assert block_plan(2) == [1, 1]
-    claimed, honest = measure([(other, rec), (rec, rec)], "", "", 2, None)
+    claimed, honest = measure([(other, rec), (rec, rec)], SUITE_XLA_FLAGS, SUITE_XLA_FLAGS, 2, None)
     for got in (claimed, honest):
         assert got.rounds == 2 and len(got.log_ratios) == 2 and all(math.isfinite(x) for x in got.log_ratios)
         assert got.load[0] is not None
     assert len(claimed.mismatch) == 1 and claimed.mismatch[0].startswith("the base side") and not honest.mismatch
     with pytest.raises(LbmError, match="stopped"):
-        measure([(rec, rec)], "", "", 1, base_bench)  # not an interpreter: the worker fails
+        measure([(rec, rec)], SUITE_XLA_FLAGS, SUITE_XLA_FLAGS, 1, base_bench)  # not an interpreter: the worker fails
 
 
 def instrumented_evidence(setup):

@@ -4,7 +4,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FAST_LANE_NATIVE_OPT, NATIVE_TEST_OPT
+from conftest import NATIVE_TEST_OPT, OPTIMISED_TEST_OPT
 
 from lbm.engines.native import build
 from lbm.engines.native.codegen import KernelSpec
@@ -108,7 +108,7 @@ def test_the_optimisation_level_is_in_the_flags_and_the_cache_key(tmp_path, monk
 @pytest.mark.native
 @pytest.mark.slow  # one -O3 build: ~10 s of CPU
 def test_every_optimisation_level_gives_bitwise_the_same_populations(monkeypatch):
-    """-O0 (the fast lane's level), -O1 (the full suite's, tests/conftest.py) and -O3 (the default) libraries give
+    """-O0 (the suite's level), -O1 (its long native runs', tests/conftest.py) and -O3 (the default) libraries give
     identical bits.
 
     One push and one AA pair of a kernel with every kind of code the kernels hold: the bulk collision (KBC, the
@@ -131,7 +131,7 @@ def test_every_optimisation_level_gives_bitwise_the_same_populations(monkeypatch
     step = {"force": np.array([2e-4, -1e-4]), "u_in": jnp.asarray(0.03 + 0.01 * rng.standard_normal((2, 8))),
             "outflow": True, "rates": collision_rates(Collision("kbc", 1 / 0.6))}
     results, prefixes = [], set()
-    for level in (FAST_LANE_NATIVE_OPT, NATIVE_TEST_OPT, "3"):
+    for level in (NATIVE_TEST_OPT, OPTIMISED_TEST_OPT, "3"):
         monkeypatch.setenv("LBM_NATIVE_OPT", level)
         prefixes.add(build.register(spec))
         rec = {s: {k: jnp.asarray(v) for k, v in wall_records(lat, shape, (HalfwayBounceBack.around(solid, lat),),

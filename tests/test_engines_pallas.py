@@ -57,11 +57,16 @@ def _compare(setup, engine, steps, tol, aux_tol=None):
                                    atol=tol * 10 if aux_tol is None else aux_tol)
 
 
+FLOAT64 = ("cylinder", "cavity_d3q19")
+"""The cases compared in float64 (2 steps); the others in float32 (3 steps). The cylinder's inlet, outflow and
+obstacle also run in float32 with TRT, Zou-He and half-way walls (cylinder_trt_zou_he)."""
+
+
 @pytest.mark.parametrize("name,precision,steps", slow_except(
-    [(n, "float32", 3) for n in sorted(CASES)] + [(n, "float64", 2) for n in ("cylinder", "cavity_d3q19")],
+    [(n, "float32", 3) for n in sorted(CASES) if n not in FLOAT64] + [(n, "float64", 2) for n in FLOAT64],
     fast={("cavity", "float32", 3)}))
 def test_flat_kernel_engine_equals_the_reference(name, precision, steps):
-    """float32 over an odd step count on every case, float64 over an even one on two (the suite's time budget)."""
+    """Every case once: float32 over an odd step count, float64 over an even one on two (the suite's time budget)."""
     setup = setup_for(CASES[name], precision)
     engine = make_engine(setup, engine="pallas")
     assert isinstance(engine, PallasEngine) and engine.form == "flat" and engine.interpret
@@ -78,8 +83,8 @@ def test_rows_kernel_engine_equals_the_reference(name, steps):
 
 
 @pytest.mark.parametrize("lattice,shape,precision", slow_except(
-    [(lat, shape, p) for lat, shape in (("d2q9", (16, 6)), ("d3q19", (4, 5, 3))) for p in ("float32", "float64")]
-    + [("d3q27", (3, 4, 5), "float32")], fast={("d2q9", (16, 6), "float32")}))
+    [("d2q9", (16, 6), "float32"), ("d3q19", (4, 5, 3), "float64"), ("d3q27", (3, 4, 5), "float32")],
+    fast={("d2q9", (16, 6), "float32")}))
 def test_kernels_equal_collide_then_stream(lattice, shape, precision):
     """One periodic step with TRT and a body force, on random populations; grids that no block divides."""
     if precision == "float64":

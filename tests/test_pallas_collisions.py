@@ -114,9 +114,15 @@ CASES = {  # periodic boxes; walled cases (bounce-back and the moving lid on the
     "cavity": ["case=cavity", "grid.nx=16", "grid.ny=12"],
     "poiseuille": ["case=poiseuille", "grid.nx=16", "grid.ny=10"],  # walls and a body force
     "cavity_d3q19": ["case=cavity", "lattice=d3q19", "grid.nx=8", "grid.ny=8", "grid.nz=6"],
-    "cavity_d3q27": ["case=cavity", "lattice=d3q27", "grid.nx=6", "grid.ny=6", "grid.nz=5"],
-    "box_d3q27": ["case=taylor_green", "lattice=d3q27", "grid.nx=6", "grid.ny=4", "grid.nz=4"],
 }
+ENGINE_CASES = [("mrt", "box", "float32"), ("mrt", "poiseuille", "float64"),
+                ("regularized", "cavity", "float32"), ("regularized", "poiseuille", "float64"),
+                ("recursive_regularized", "box", "float64"), ("recursive_regularized", "poiseuille", "float32"),
+                ("kbc", "cavity", "float64"), ("kbc", "cavity_d3q19", "float32")]
+"""Each collision on the engine twice, in both precisions, with walls (resting, moving or with a body force) and
+KBC in 3D. Each collision on D3Q19 and D3Q27 is the flat kernel's test above, and the engine's 3D boundary cells are
+tests/test_engines_pallas.py's (BGK): a 3D engine case per collision cost 6-22 CPU-s each in interpret mode and
+checked nothing those two do not."""
 
 
 def _engines_agree(overrides, precision, steps):
@@ -132,12 +138,16 @@ def _engines_agree(overrides, precision, steps):
     return np.abs(np.asarray(f) - np.asarray(f_ref)).max()
 
 
-@pytest.mark.parametrize("kind,case,precision", slow_except(
-    [(k, c, alternate(i // 2, j // 2, ("float32", "float64"))) for i, k in enumerate(NEW_KINDS)
-     for j, c in enumerate(CASES) if (i + j) % 2 == 0], fast={("mrt", "box", "float32")}))
+ENGINE_TOL = {"float32": 1e-8, "float64": 5e-17}
+"""Bounds on max |pallas - xla| after 3 steps on the populations f - w (~0.01): about 3x the largest measured over
+ENGINE_CASES at XLA's backend level 3 (float32 2.8e-9, float64 1.4e-17; at level 0, the suite's: 1.2e-10, 3.5e-18)."""
+
+
+@pytest.mark.slow  # the fast lane: the Pallas engine with walls (BGK, tests/test_engines_pallas.py) and KBC's kernel
+@pytest.mark.parametrize("kind,case,precision", ENGINE_CASES)
 def test_the_pallas_engine_equals_the_xla_engine(kind, case, precision):
     """3 steps: the lone first step of an odd chunk and one loop iteration of two."""
-    assert _engines_agree(CASES[case] + [f"collision={kind}"], precision, 3) <= TOL[precision]
+    assert _engines_agree(CASES[case] + [f"collision={kind}"], precision, 3) <= ENGINE_TOL[precision]
 
 
 @pytest.mark.slow
@@ -164,9 +174,14 @@ BOXES = {
 }
 
 
+H100_CASES = [(k, "d3q27") for k in NEW_KINDS] + [("mrt", "d3q19"), ("recursive_regularized", "d3q19"),
+                                                   ("kbc", "d2q9"), ("regularized", "d2q9")]
+"""Every collision on D3Q27 (the most populations a kernel holds: where it would spill first), and each on one
+smaller lattice besides."""
+
+
 @pytest.mark.accel
-@pytest.mark.parametrize("kind,lattice", [(k, lat) for k in NEW_KINDS for lat in ("d3q19", "d3q27")]
-                         + [(k, "d2q9") for k in NEW_KINDS])
+@pytest.mark.parametrize("kind,lattice", H100_CASES)
 def test_h100_compiles_each_collision_into_one_pallas_kernel_per_step(tmp_path, kind, lattice):
     """Issue 23's target: within 1.15x of the minimum traffic; each kernel reads and writes every population once."""
     if cuda_plugin() is None:

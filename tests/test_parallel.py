@@ -77,12 +77,9 @@ def test_every_case_on_1d_and_2d_meshes_equals_one_device():
         ["cavity", CASES_2D["cavity"], [[4, 2]], ["fused"]],
         ["poiseuille", CASES_2D["poiseuille"], [[2]], ["fused"]],
         ["taylor_green", CASES_2D["taylor_green"], [[8]], ["fused"]],
-        # the Pallas kernel on each block (interpret mode on CPU), the wrapped populations returned by the halo
-        ["taylor_green-pallas", ["case=taylor_green", "grid.nx=16", "grid.ny=16"], [[2, 2]], ["fused"], "pallas"],
-    ]
+    ]  # the Pallas kernel on each block: test_sharded_pallas_equals_the_one_device_pallas_run_bitwise
     result = worker("equality", {"steps": 6, "cases": cases})
     check_equal(result)
-    assert result["taylor_green-pallas|2x2|fused"]["engine"] == "ShardedPallasEngine"
     # the halo sits before the first stage that reads across a face
     assert result["cylinder|4|fused"]["pieces"][-3:] == ["halo", "forces", "stream"]
     assert result["cylinder-halfway|2x2|fused"]["pieces"][-4:] == ["halo", "bounce_back", "forces", "stream"]
@@ -91,13 +88,13 @@ def test_every_case_on_1d_and_2d_meshes_equals_one_device():
 
 @pytest.mark.slow
 def test_every_case_on_more_meshes_and_3d():
-    """Every case on a 1x4 mesh, the cylinder and the periodic box on 8; D3Q19 on 2x2x2; instrumented mode on two more
-    cases. With the fast-lane-free tests above and below, each case meets 1D and 2D meshes and both modes."""
-    # [2], [4], [2, 2] and [4, 2] run in the test above; instrumented mode: cylinder-halfway above, the outlets and
-    # walls of test_every_condition_has_a_dense_block_form_in_both_modes, the cylinder and the cavity here
-    eight = {"cylinder", "taylor_green"}
-    cases = [[name, ov, [[8], [1, 4]] if name in eight else [[1, 4]], ["fused"]] for name, ov in CASES_2D.items()]
-    cases += [[f"{name}-instrumented", CASES_2D[name], [[4]], ["instrumented"]] for name in ("cylinder", "cavity")]
+    """Meshes split across y (the cylinder's inlet and outlet on every block, the channel's walls and force on the
+    outer blocks), instrumented mode on the cavity's moving lid, and D3Q19 on 2x2x2. With the tests above and below,
+    each case meets 1D and 2D meshes, and both modes are run on walls, obstacles and outlets."""
+    # [2], [4], [2, 2], [4, 2] and [8] run in the test above; instrumented mode: cylinder-halfway above, the outlets
+    # and walls of test_every_condition_has_a_dense_block_form_in_both_modes, the cavity here
+    cases = [[name, CASES_2D[name], [[1, 4]], ["fused"]] for name in ("cylinder", "poiseuille")]
+    cases += [["cavity-instrumented", CASES_2D["cavity"], [[4]], ["instrumented"]]]
     cases += [["cylinder-3d", ["case=cylinder", "lattice=d3q19", "grid.nx=32", "grid.ny=16", "grid.nz=8"],
                [[2, 2, 2]], ["fused"]],
               ["cavity-3d", ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=16", "grid.nz=16"],
@@ -109,9 +106,8 @@ def test_every_case_on_more_meshes_and_3d():
 def test_sharded_pallas_equals_the_one_device_pallas_run_bitwise():
     """The sharded Pallas engine does the 1-device kernel's arithmetic on every cell and only moves populations
     across faces: equal to the 1-device Pallas run to the last bit, on 1D, 2D and 3D meshes (and to the xla run to
-    rounding). With boundary conditions, the boundary cells by the plan per block: equal to rounding."""
-    cases = [["tg-pallas", ["case=taylor_green", "grid.nx=16", "grid.ny=16"], [[8], [4, 2]], ["fused"],
-              "pallas"],
+    rounding). With boundary conditions (the cavity's walls and lid, by the plan per block) too."""
+    cases = [["tg-pallas", ["case=taylor_green", "grid.nx=16", "grid.ny=16"], [[8]], ["fused"], "pallas"],
              ["tg3d-pallas", ["case=taylor_green", "lattice=d3q19", "grid.nx=8", "grid.ny=8", "grid.nz=8"],
               [[2, 2, 2]], ["fused"], "pallas"],
              ["cavity-pallas", ["case=cavity", "grid.nx=16", "grid.ny=16"], [[2, 2]], ["fused"], "pallas"]]
@@ -119,22 +115,18 @@ def test_sharded_pallas_equals_the_one_device_pallas_run_bitwise():
     check_equal(result)
     for key, r in result.items():
         assert r["engine"] == "ShardedPallasEngine", (key, r)
-        if key.startswith("cavity"):  # boundary cells by the stage functions, bulk by the kernel: rounding
-            assert r["same"] == 0, (key, r)  # bitwise (measured 0)
-        else:
-            assert r["same"] == 0.0, (key, r)
+        assert r["same"] == 0.0, (key, r)  # the cavity's boundary cells too (the same stage functions)
 
 
 # The Pallas kernel on every block WITH boundary conditions (interpret mode on CPU): obstacles straddling a seam
-# (the 40x24 cylinder spans x 9..11 and y 11..13: seams at x = 10 on 4 blocks, at y = 12 on 2x2), the cavity's
-# moving lid, inlet and outlet faces on the blocks holding them, walls across seams, forces summed over blocks.
+# (the 40x24 cylinder spans x 9..11 and y 11..13: seams at x = 10 on 4 blocks, at y = 12 on 2x2), inlet and
+# outlet faces on the blocks holding them, walls across seams, forces summed over blocks.
 # Deliberately dropping one block's boundary cells from its plan makes the populations differ by 1e-2 and the
 # force by 0.1 (measured), far above these bounds.
 PALLAS_BC = {
     "cylinder": ["case=cylinder", "grid.nx=40", "grid.ny=24"],
     "cylinder-halfway-characteristic": ["case=cylinder", "grid.nx=40", "grid.ny=24", "case.bounce_back=halfway",
                                         "case.outlet=characteristic"],
-    "cavity": ["case=cavity", "grid.nx=24", "grid.ny=24"],
     "poiseuille-interpolated": ["case=poiseuille", "grid.nx=16", "grid.ny=16", "case.wall_fraction=0.3"],
 }
 
@@ -149,9 +141,10 @@ def check_pallas_bc(result: dict, bound: float, force_bound: float) -> None:
 @pytest.mark.slow
 def test_sharded_pallas_with_boundary_conditions_equals_one_device_odd_steps():
     """1D and 2D meshes, 5 steps, float64, against the 1-device xla run (fields and forces, to rounding)."""
-    meshes = {"cylinder": [[4]], "cylinder-halfway-characteristic": [[2, 2]], "cavity": [[2, 2]],
-              "poiseuille-interpolated": [[1, 4]]}  # the cylinder on 8 blocks and 2x2 in the next test
-    cases = [[name, ov, meshes[name], ["fused"], "pallas"] for name, ov in PALLAS_BC.items()]
+    meshes = {"cylinder": [[4]], "cylinder-halfway-characteristic": [[2, 2]],
+              "poiseuille-interpolated": [[1, 4]]}  # the cylinder on 8 blocks and 2x2 in the next test; the cavity
+    # (the moving lid) on 2x2 in test_sharded_pallas_equals_the_one_device_pallas_run_bitwise
+    cases = [[name, PALLAS_BC[name], mesh, ["fused"], "pallas"] for name, mesh in meshes.items()]
     check_pallas_bc(worker("equality", {"steps": 5, "cases": cases}, timeout=1800), ROUNDING, FORCE_ROUNDING)
 
 
@@ -170,11 +163,14 @@ def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
                               "case.bounce_back=halfway"], [[2, 2, 2]], ["fused"], "pallas"],
              ["duct", ["case=duct", "lattice=d3q19", "grid.nx=4", "grid.ny=8", "grid.nz=8"], [[1, 2, 2]], ["fused"],
               "pallas"],
-             ["schafer_turek", ST, [[1, 2]], ["fused"], "pallas"]]
-    check_pallas_bc(worker("equality", {"steps": 6, "cases": cases}, timeout=1800), ROUNDING, FORCE_ROUNDING)
-    cases = [["cylinder", PALLAS_BC["cylinder"], [[2, 2]], ["fused"], "pallas"]]
-    check_pallas_bc(worker("equality", {"steps": 6, "cases": cases, "precision": "float32"}, timeout=1800), 2e-6,
-                    1e-6)  # float32 forces: measured 3.2e-7
+             ["schafer_turek", ST, [[1, 2]], ["fused"], "pallas"],
+             ["cylinder-float32", PALLAS_BC["cylinder"], [[2, 2]], ["fused"], "pallas"]]
+    result = worker("equality", {"steps": 6, "cases": cases, "precisions": {"cylinder-float32": "float32"}},
+                    timeout=1800)
+    float32 = {k: result.pop(k) for k in list(result) if k.startswith("cylinder-float32")}
+    assert len(result) == 4 and len(float32) == 1
+    check_pallas_bc(result, ROUNDING, FORCE_ROUNDING)
+    check_pallas_bc(float32, 2e-6, 1e-6)  # float32 forces: measured 3.2e-7
 
 
 DENSE_FORMS = {  # the conditions whose mesh forms read beyond a plain mask (their on_mesh)
@@ -228,19 +224,34 @@ def test_xla_per_block_plan_equals_one_device():
         assert r["f"] <= ROUNDING and r["force"] <= FORCE_ROUNDING, (key, r)
 
 
-def test_fast_lane_sharded_run_with_boundary_conditions():
+REFUSED = [["parallel.devices=16", "grid.nx=416"], ["parallel.devices=4", "parallel.mesh=[2,3]"],
+           ["parallel.devices=4", "grid.nx=422"], ["parallel.devices=4", "engine=native"],
+           ["parallel.devices=2", "mode=instrumented"], ["parallel.devices=-1", "parallel.mesh=[4,2]"]]
+
+
+@pytest.fixture(scope="module")
+def fast_lane_tasks() -> dict:
+    """The fast lane's sharded work in one subprocess on 8 forced devices (one start of JAX and lbm, not three): the
+    cylinder on 2 blocks, the vortex across 4, the refusals of bad parallel settings."""
+    cylinder = [["cylinder", ["case=cylinder", "grid.nx=40", "grid.ny=24"], [[2]], ["fused"]]]
+    return worker("tasks", {"equality": {"steps": 3, "cases": cylinder}, "vortex": {"steps": 500},
+                            "refusals": {"overrides": REFUSED}})
+
+
+@pytest.mark.xdist_group("parallel_fast_lane")
+def test_fast_lane_sharded_run_with_boundary_conditions(fast_lane_tasks):
     """The fast lane's representative of the mesh engines with boundary conditions: the cylinder (inlet, outflow,
     wall and forces on the blocks holding them) by the dense block forms, 3 float64 steps on 2 blocks against one
     device. (The Pallas kernel with boundary conditions: tests/test_engines_pallas.py's fast case, the cavity.)"""
-    cases = [["cylinder", ["case=cylinder", "grid.nx=40", "grid.ny=24"], [[2]], ["fused"]]]
-    result = worker("equality", {"steps": 3, "cases": cases}, devices=2)
+    result = fast_lane_tasks["equality"]
     assert result["cylinder|2|fused"]["engine"] == "ShardedEngine"
     for key, r in result.items():
         assert r["f"] <= FAST_ROUNDING and r["force"] <= FAST_ROUNDING, (key, r)
 
 
-def test_a_vortex_crosses_block_faces_without_a_seam():
-    r = worker("vortex", {"steps": 500}, devices=4)
+@pytest.mark.xdist_group("parallel_fast_lane")
+def test_a_vortex_crosses_block_faces_without_a_seam(fast_lane_tasks):
+    r = fast_lane_tasks["vortex"]
     assert r["f"] <= 3e-15 and r["u"] <= 3e-15, r  # 500 steps of float64 rounding (measured 1.3e-15, 1.2e-15)
     # the vortex started at x = 12 in block 0 and is carried at u = 0.05 across the face at x = 15.5
     assert 30 <= r["centre_x"] <= 45, r
@@ -248,11 +259,9 @@ def test_a_vortex_crosses_block_faces_without_a_seam():
     assert r["face_jump"] <= r["interior_jump"], r
 
 
-def test_bad_parallel_settings_are_one_line_errors():
-    cases = [["parallel.devices=16", "grid.nx=416"], ["parallel.devices=4", "parallel.mesh=[2,3]"],
-             ["parallel.devices=4", "grid.nx=422"], ["parallel.devices=4", "engine=native"],
-             ["parallel.devices=2", "mode=instrumented"], ["parallel.devices=-1", "parallel.mesh=[4,2]"]]
-    r = worker("refusals", {"overrides": cases})
+@pytest.mark.xdist_group("parallel_fast_lane")
+def test_bad_parallel_settings_are_one_line_errors(fast_lane_tasks):
+    r = fast_lane_tasks["refusals"]
     assert "at most 8" in r["parallel.devices=16 grid.nx=416"]
     assert "product is parallel.devices=4 (it is 6)" in r["parallel.devices=4 parallel.mesh=[2,3]"]
     assert "multiple of 4" in r["parallel.devices=4 grid.nx=422"]
@@ -400,19 +409,19 @@ def test_slurm_preset_composes():
     assert "SlurmLauncher" in done.stdout and "partition: gpu" in done.stdout and "gpus_per_task: 1" in done.stdout
 
 
-@pytest.mark.parametrize("mode", ["instrumented", "fused"])
 @pytest.mark.slow
-def test_profiled_four_device_run_has_a_halo_row(tmp_path, mode):
-    """The halo exchange is a stage of the breakdown: measured, with a share of the step."""
+def test_profiled_four_device_run_has_a_halo_row(tmp_path):
+    """The halo exchange is a stage of the breakdown, in both modes: measured, with a share of the step (both runs in
+    one subprocess)."""
     import csv
 
-    run_dir = tmp_path / mode
-    env = forced(4)
-    proc = subprocess.run([sys.executable, "-m", "lbm", "run", "case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40",
-                           "parallel.devices=4", "engine=xla", f"mode={mode}", "profile.enabled=true",
-                           "output.plots=false", "output.progress=none", f"hydra.run.dir={run_dir}"],
-                          capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = {r["stage"]: r for r in csv.DictReader((run_dir / "profile" / "breakdown.csv").open())}
-    assert rows["halo"]["status"] == "measured"
-    assert 0 < float(rows["halo"]["share"]) < 1
+    base = ["case=taylor_green", "grid.nx=32", "grid.ny=32", "steps=40", "parallel.devices=4", "engine=xla",
+            "profile.enabled=true", "output.plots=false", "output.progress=none"]
+    modes = ("instrumented", "fused")
+    r = worker("run_dirs", {"root": str(tmp_path), "runs": [[mode, base + [f"mode={mode}"]] for mode in modes]},
+               devices=4)
+    for mode in modes:
+        assert r[mode].get("status") == "completed", r
+        rows = {row["stage"]: row for row in csv.DictReader((tmp_path / mode / "profile" / "breakdown.csv").open())}
+        assert rows["halo"]["status"] == "measured", mode
+        assert 0 < float(rows["halo"]["share"]) < 1, mode

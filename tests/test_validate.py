@@ -41,6 +41,7 @@ def test_the_dfg_checks_read_the_published_intervals_and_run_the_variants_defaul
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_the_quick_level_passes(tmp_path):
     """``validate --quick``: every check of the quick level passes (measured 51 s on a quiet 2-core box, docs/dfg.md)."""
     out = tmp_path / "quick"

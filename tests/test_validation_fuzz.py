@@ -1,5 +1,7 @@
 """Property-based: random and hostile configs give a clean error or a valid run, never anything else."""
 
+import copy
+import functools
 import json
 import math
 import warnings
@@ -64,6 +66,12 @@ def refused_key(message: str, keys: set[str]) -> bool:
     return any(message.startswith((f"{k}=", f"{k} ")) for k in keys)
 
 
+@functools.cache
+def composed(case: str) -> dict:
+    """The composed config of ``case`` on BASE (composed once per case: Hydra takes ~0.1 s; the tests edit copies)."""
+    return compose([f"case={case}", *BASE])
+
+
 def mutate(cfg: dict, key: str, value) -> dict:
     node = cfg
     parts = key.split(".")
@@ -77,7 +85,7 @@ def mutate(cfg: dict, key: str, value) -> dict:
 @given(case=st.sampled_from(CASES), edits=st.lists(edit, max_size=4))
 @pytest.mark.slow
 def test_validator_accepts_valid_configs_and_refuses_invalid_ones_by_key(case, edits):
-    cfg = compose([f"case={case}", *BASE])
+    cfg = copy.deepcopy(composed(case))
     for key, (value, _) in edits:
         mutate(cfg, key, value)
     bad = expected_refusals(case, edits)
