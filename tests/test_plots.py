@@ -122,3 +122,11 @@ def test_convergence_plot_ticks_are_the_grid_sizes(tmp_path, monkeypatch):
     labels = [t.get_text() for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
     assert labels == ["16", "24", "32"]
     assert ax.xaxis.get_minorticklabels() == [] or all(not t.get_text() for t in ax.xaxis.get_minorticklabels())
+
+
+def test_force_title_without_a_window_is_the_note_wrapped_to_the_plot():
+    """A long reason must not widen the figure: the title is the note itself, in lines of at most 80 characters."""
+    note = ("no statistically stationary window in 1500 steps (even the last 4 batches: its batches are shorter "
+            "than its oscillation's period (173 samples); 7.5 lift periods in the second half): run more steps")
+    title = plots.force_title({"cd_mean": None, "stationary_note": note})
+    assert title.replace("\n", " ") == note and max(len(line) for line in title.split("\n")) <= 80

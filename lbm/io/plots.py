@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -179,9 +180,10 @@ def with_error(value: float, error: float | None) -> str:
 
 
 def force_title(metrics: dict[str, Any]) -> str:
-    """One line of the force statistics with their standard errors (or why there are none)."""
+    """The force statistics with their standard errors in one line, or why there are none (wrapped to the plot)."""
     if metrics.get("cd_mean") is None:
-        return "no stationary window: " + str(metrics.get("stationary_note", "run more steps"))
+        note = str(metrics.get("stationary_note", "no stationary window: run more steps"))
+        return textwrap.fill(note, width=80)
     text = f"cd = {with_error(metrics['cd_mean'], metrics.get('cd_mean_error'))}"
     if metrics.get("strouhal") is not None:
         text += (f", cl amplitude = {with_error(metrics['cl_amplitude'], metrics.get('cl_amplitude_error'))}"
