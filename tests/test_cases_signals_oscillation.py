@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import advance, run_config
 
-from lbm.cases.signals import mean_with_error, nonstationary_reason, slow_oscillation, stationary_window
+from lbm.cases.signals import cycles_phrase, mean_with_error, nonstationary_reason, slow_oscillation, stationary_window
 
 
 @pytest.mark.parametrize("period", [137.0, 400.0, 900.0])
@@ -40,6 +40,14 @@ def test_a_fast_or_small_oscillation_keeps_its_window(period, amplitude):
     assert abs(mean - 2.0) < 3 * error + 1e-3
 
 
+def test_cycles_phrase_counts_periods_only_of_an_oscillating_lift():
+    """A report names the lift's periods only when it oscillates (a flat lift once read "7.5 lift periods")."""
+    t = np.arange(2000.0)
+    assert cycles_phrase(0.4 * np.sin(2 * np.pi * t / 125.0), "lift") == "8.0 lift periods in the second half"
+    flat = 4e-4 * np.sin(2 * np.pi * t / 133.0)
+    assert cycles_phrase(flat, "lift") == "the lift does not oscillate (half-range 0.0004 in the second half)"
+
+
 @pytest.mark.slow
 def test_the_default_cylinders_first_1500_steps_hold_no_window():
     """The default cylinder's drag over its first 1500 steps swings between about -4.5 and 6.5 with the start-up's
@@ -51,3 +59,4 @@ def test_the_default_cylinders_first_1500_steps_hold_no_window():
     assert len(cd) == 1500 and cd[400:].min() < -3 and cd[400:].max() > 5 and np.ptp(cl[750:]) < 2e-3
     assert stationary_window(cd, reference=cl) is None
     assert "shorter than its oscillation's period" in nonstationary_reason(cd, cl)
+    assert cycles_phrase(cl, "lift").startswith("the lift does not oscillate")

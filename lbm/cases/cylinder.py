@@ -26,7 +26,7 @@ from lbm.boundaries import INLET_KINDS, CharacteristicOutlet, Forces, FullwayBou
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
 from lbm.boundaries.interpolated import InterpolatedBounceBack, Intersect, ball_intersect
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
-from lbm.cases.signals import Window, dominant_frequency, mean_with_error, nonstationary_reason, stationary_window
+from lbm.cases.signals import Window, cycles_phrase, mean_with_error, nonstationary_reason, stationary_window
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
 
@@ -254,10 +254,9 @@ class Cylinder(Case):
                                "cl_amplitude_error": None, "strouhal": None, "strouhal_error": None,
                                "stationary_window_steps": None, "stationary_cycles": 0}
         if window is None:
-            freq, periods = dominant_frequency(cl[len(cl) // 2:])
             out["stationary_note"] = (
                 f"no statistically stationary window in {len(rows)} steps ({nonstationary_reason(cd, cl, min_cycle=min_cycle)}; "
-                f"{periods:.1f} lift periods in the second half): run more steps")
+                f"{cycles_phrase(cl, 'lift')}): run more steps")
             return out
         out["stationary_window_steps"] = [int(rows[window.start, 0]), int(rows[window.stop - 1, 0])]
         out["cd_mean"], out["cd_mean_error"] = mean_with_error(window.batch_means(cd))

@@ -50,7 +50,8 @@ from lbm.boundaries.inlet import INLET_KINDS
 from lbm.boundaries.pressure import PRESSURE_KINDS
 from lbm.cases.base import Setup, make_setup
 from lbm.cases.cavity import read_reference_csv
-from lbm.cases.cylinder import Cylinder, dominant_frequency
+from lbm.cases.cylinder import Cylinder
+from lbm.cases.signals import dominant_frequency
 from lbm.config import RunConfig
 from lbm.config.schema import option_file
 from lbm.config.sections import TrtRates

@@ -58,6 +58,16 @@ def dominant_frequency(signal: np.ndarray) -> tuple[float, float]:
     return float(freq), float(freq * n)
 
 
+def cycles_phrase(reference: np.ndarray, name: str, oscillation: float = 1e-3) -> str:
+    """How many periods of ``reference`` its second half spans, or that it does not oscillate, as a report phrase."""
+    second = np.asarray(reference, dtype=np.float64)[len(reference) // 2:]
+    half_range = 0.5 * float(np.ptp(second)) if len(second) else 0.0
+    if half_range <= oscillation:
+        return f"the {name} does not oscillate (half-range {half_range:.2g} in the second half)"
+    _, periods = dominant_frequency(second)
+    return f"{periods:.1f} {name} periods in the second half"
+
+
 def slow_oscillation(signal: np.ndarray) -> tuple[float, float]:
     """(Samples per period, amplitude) of the sinusoid carrying OSCILLATION_SHARE of the variance of ``signal``
     (linearly detrended), else (0, 0)."""
