@@ -528,3 +528,32 @@ def test_instrumented_evidence_is_per_stage_and_names_the_stage_that_changed(mon
     out, word = verdict_of(capsys)
     assert word == "REGRESSION" and "| more work |" in out and "in stage(s) collide" in out
     assert "| collide: flops per cell and step |" in out and "| stream:" not in out
+
+
+def two_configurations(second_values, second_ev=None):
+    """A bench.json with the D2Q9 record of ``bench_doc`` and a D3Q19 one with its own repeats and evidence."""
+    doc = bench_doc([100, 101, 99, 100.5, 99.5])
+    rec = copy.deepcopy(doc["records"][0])
+    rec.update(lattice="d3q19", grid=[64, 64, 64])
+    rec["mlups"] = {"median": sorted(second_values)[2], "min": min(second_values), "max": max(second_values),
+                    "values": list(second_values)}
+    if second_ev is not None:
+        rec["evidence"] = second_ev
+    doc["records"].append(rec)
+    return doc
+
+
+def test_a_regression_in_one_configuration_outweighs_an_inconclusive_one(tmp_path, capsys):
+    """One configuration INCONCLUSIVE (another program, slower in two files), the other a structural REGRESSION:
+    REGRESSION, exit 1, naming only the regressed one; without the regression the report is INCONCLUSIVE, exit 3."""
+    a = two_configurations([100, 101, 99, 100.5, 99.5])
+    b = two_configurations([100, 101, 99, 100.5, 99.5], second_ev=evidence(flops=260.0))
+    b["records"][0]["mlups"].update(values=[75, 75.5, 74.5, 75, 75], median=75, min=74.5, max=75.5)
+    b["records"][0]["evidence"]["custom_call_targets"] = ["lbm_d2q9_bbbb_aa_even"]
+    assert run_compare(tmp_path, a, b) == 1
+    out, word = verdict_of(capsys)
+    closing = out.split("**Verdict")[-1]
+    assert word == "REGRESSION" and "periodic 64x64x64 d3q19" in closing and "256x256" not in closing
+    b["records"][1]["evidence"] = evidence()
+    assert run_compare(tmp_path, a, b) == 3
+    assert verdict_of(capsys)[1] == "INCONCLUSIVE"

@@ -161,26 +161,15 @@ def best_change(a: dict[str, Any], b: dict[str, Any]) -> float:
 
 
 def judge(a: dict[str, Any], b: dict[str, Any], threshold: float) -> dict[str, Any]:
-    """The verdict on one configuration: change of the fastest repeat, threshold, p-value, and the verdict."""
+    """The two files' timing of one configuration: change of the fastest repeat, noise limit, p-value, medians."""
     cpu = cpu_timed(a, b)
     va, vb = values(a, cpu), values(b, cpu)
-    change = best_change(a, b)
     limit = max(threshold, noise(a, cpu) + noise(b, cpu))
     p = permutation_p(va, vb)
     testable = not math.isnan(p) and min_p(len(va), len(vb)) <= P_MAX
-    beyond = abs(change) > limit
-    significant = beyond and (p <= P_MAX if testable else True)
-    if significant:
-        verdict = "slower beyond noise" if change < 0 else "faster beyond noise"
-    elif beyond:
-        verdict = "within noise (not significant)"
-    else:
-        verdict = "unchanged"
     ma, mb = statistics.median(va), statistics.median(vb)
-    return {"change": change, "median_change": ma and mb / ma - 1.0, "medians": (ma, mb),
-            "spreads": (spread(va), spread(vb)),
-            "limit": limit, "p": p, "testable": testable, "verdict": verdict, "cpu": cpu,
-            "slower": significant and change < 0, "faster": significant and change > 0}
+    return {"change": best_change(a, b), "median_change": ma and mb / ma - 1.0, "medians": (ma, mb),
+            "spreads": (spread(va), spread(vb)), "limit": limit, "p": p, "testable": testable, "cpu": cpu}
 
 
 def spread(repeats: list[float]) -> float:

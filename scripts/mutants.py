@@ -1,0 +1,156 @@
+"""Does the suite fail when the code breaks? Apply hand-written mutations one at a time and run the tests.
+
+    python scripts/mutants.py [--lane fast|full] [--only NAME ...] [--tree DIR] [--out mutants.json]
+
+Each mutation replaces one exact string in one file of a scratch copy of the tree (``git archive HEAD``, or
+``--tree``), then runs pytest there (``-x``; ``--lane fast`` adds ``-m "not slow"``) on the mutation's test
+files. A mutation is *killed* when pytest fails, *survived* when it passes. Every mutation's string must occur
+exactly once in its file, so a mutation that no longer applies is reported, not silently skipped. The lists are
+the engines, the boundaries, the profiler, the checkpoints and compare (issue 21: "applies its own set of code
+mutations ... and expects each to make the suite fail"). Exit 1 when any mutation survived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+
+class Mutation(NamedTuple):
+    """One exact replacement in one file, and the tests that should notice it."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+ENGINES = ("tests/test_kernels.py", "tests/test_engines.py", "tests/test_engines_xla.py", "tests/test_collision.py")
+WALLS = ("tests/test_boundaries.py", "tests/test_cases.py", "tests/test_boundaries_interpolated.py")
+PROFILE = ("tests/test_profiling_pipeline.py", "tests/test_profiling_equal.py", "tests/test_profiling_run.py",
+           "tests/test_profiling_device_fixtures.py", "tests/test_profiling_tracedb.py")
+CKPT = ("tests/test_simulation.py", "tests/test_cli.py", "tests/test_api.py", "tests/test_deviations.py")
+COMPARE = ("tests/test_compare.py",)
+
+MUTATIONS = [
+    # engines
+    Mutation("equilibrium 4.5 -> 4.4", "lbm/kernels/equilibrium.py", "3.0 + 4.5 * cu", "3.0 + 4.4 * cu", ENGINES),
+    Mutation("equilibrium -1.5 u^2 -> -1.4 u^2", "lbm/kernels/equilibrium.py", "base = -1.5 * usq",
+             "base = -1.4 * usq", ENGINES),
+    Mutation("streaming shifts backwards", "lbm/kernels/streaming.py",
+             "shift = tuple(int(s) for s in lattice.c[i])", "shift = tuple(-int(s) for s in lattice.c[i])", ENGINES),
+    # boundaries
+    Mutation("moving wall without the factor 2", "lbm/boundaries/moving_wall.py",
+             "2.0 * w * rho_wall * cu / CS2", "1.0 * w * rho_wall * cu / CS2", WALLS),
+    Mutation("bounce-back keeps the post-collision value", "lbm/boundaries/bounce_back.py",
+             "return jnp.where(solid, f_pre[lattice.opposite], f_post)", "return jnp.where(solid, f_pre, f_post)",
+             WALLS),
+    Mutation("Bouzidi q<1/2 weight 2q -> q", "lbm/boundaries/interpolated.py",
+             "w[0] = np.where(low, 2 * q,", "w[0] = np.where(low, q,", WALLS),
+    Mutation("Bouzidi q>=1/2 second weight dropped", "lbm/boundaries/interpolated.py",
+             "w[2] = np.where(high, (2 * q - 1) / (2 * np.maximum(q, 0.5)), 0.0)", "w[2] = np.where(high, 0.0, 0.0)",
+             WALLS),
+    # profiler
+    Mutation("shares over the total of the medians doubled", "lbm/profiling/breakdown.py",
+             'r["share"] = r[STATISTIC] / total if total else None',
+             'r["share"] = r[STATISTIC] / (2 * total) if total else None', PROFILE),
+    Mutation("sum row's total left out of one stage", "lbm/profiling/breakdown.py",
+             'sum_total = sum(r["total_ms"] or 0.0 for r in timed)',
+             'sum_total = sum(r["total_ms"] or 0.0 for r in timed[1:])', PROFILE),
+    # checkpoints
+    Mutation("checkpoint step off by one", "lbm/io/checkpoint.py", '"step": int(step), "populations"',
+             '"step": int(step) - 1, "populations"', CKPT),
+    Mutation("checkpoint drops the accumulated state", "lbm/io/checkpoint.py",
+             'arrays = {f"state/{k}": np.asarray(v) for k, v in state.items()}', "arrays = {}", CKPT),
+    Mutation("checkpoint.keep keeps one more", "lbm/io/checkpoint.py", "sorted(directory.glob(GLOB))[:-keep]",
+             "sorted(directory.glob(GLOB))[:-keep - 1]", CKPT),
+    Mutation("resume takes the oldest checkpoint", "lbm/io/checkpoint.py", "return found[-1]", "return found[0]",
+             CKPT),
+    Mutation("resume ignores the case", "lbm/io/checkpoint.py", "    for key in COMPATIBLE_KEYS:",
+             "    for key in COMPATIBLE_KEYS[1:]:", CKPT),
+    # compare
+    Mutation("compare's noise limit ignored", "lbm/bench/compare.py",
+             "limit = max(threshold, noise(a, cpu) + noise(b, cpu))", "limit = threshold", COMPARE),
+    Mutation("compare's two files see no slowdown", "lbm/bench/compare.py",
+             'slower = timing["change"] < -timing["limit"]', 'slower = timing["change"] < -2 * timing["limit"]',
+             COMPARE),
+    Mutation("compare's overall verdict prefers INCONCLUSIVE", "lbm/bench/compare.py",
+             'for x in ("REGRESSION", "INCONCLUSIVE")', 'for x in ("INCONCLUSIVE", "REGRESSION")', COMPARE),
+]
+
+
+def scratch_tree(source: Path | None) -> Path:
+    """A copy of HEAD's tracked files (or of ``source``) in a new temporary directory."""
+    dest = Path(tempfile.mkdtemp(prefix="lbm_mutants_"))
+    if source is not None:
+        shutil.copytree(source, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".venv", ".git", "outputs"))
+        return dest
+    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def run_one(tree: Path, m: Mutation, lane: str) -> dict[str, object]:
+    """Apply ``m`` in ``tree``, run its tests, restore the file; the outcome as a record."""
+    target = tree / m.path
+    original = target.read_text()
+    count = original.count(m.old)
+    if count != 1:
+        return {"name": m.name, "outcome": "not applicable", "why": f"{m.path} holds the string {count} times"}
+    tests = [t for t in m.tests if (tree / t).exists()]
+    target.write_text(original.replace(m.old, m.new))
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    if lane == "fast":
+        cmd += ["-m", "not slow"]
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+    finally:
+        target.write_text(original)
+    tail = proc.stdout.strip().splitlines()[-1:] or [""]
+    failed = proc.returncode == 1 or (proc.returncode == 2 and " failed" in tail[0])  # -x under xdist: exit 2
+    outcome = "survived" if proc.returncode == 0 else "killed" if failed else f"error (pytest exit {proc.returncode})"
+    return {"name": m.name, "path": m.path, "tests": tests, "outcome": outcome, "summary": tail[0],
+            "seconds": round(time.monotonic() - start, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the mutations; print one line each; exit 1 if any survived."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lane", choices=("fast", "full"), default="full")
+    parser.add_argument("--only", nargs="*", default=None, help="names (substrings) of the mutations to run")
+    parser.add_argument("--tree", type=Path, default=None, help="copy this tree instead of git HEAD")
+    parser.add_argument("--out", type=Path, default=None, help="write the records as JSON")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTATIONS if not args.only or any(s in m.name for s in args.only)]
+    tree = scratch_tree(args.tree)
+    records = []
+    try:
+        for m in chosen:
+            rec = run_one(tree, m, args.lane)
+            records.append(rec)
+            print(f"{rec['outcome']:>16}  {m.name}  ({rec.get('seconds', 0)} s; {rec.get('summary', rec.get('why'))})",
+                  flush=True)
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    if args.out:
+        args.out.write_text(json.dumps(records, indent=1))
+    survived = [r for r in records if r["outcome"] != "killed"]
+    print(f"{len(records) - len(survived)} of {len(records)} mutations killed")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
