@@ -41,6 +41,10 @@ PROFILE = ("tests/test_profiling_pipeline.py", "tests/test_profiling_equal.py", 
            "tests/test_profiling_device_fixtures.py", "tests/test_profiling_tracedb.py")
 CKPT = ("tests/test_simulation.py", "tests/test_cli.py", "tests/test_api.py", "tests/test_deviations.py")
 COMPARE = ("tests/test_compare.py",)
+FACES = ("tests/test_boundaries.py", "tests/test_boundaries_outlet.py", "tests/test_boundaries_pressure.py")
+NATIVE = ("tests/test_engines_native.py", "tests/test_native_collisions.py", "tests/test_engines_agree.py")
+PALLAS = ("tests/test_engines_pallas.py", "tests/test_pallas_collisions.py")
+RUNS = ("tests/test_simulation.py", "tests/test_fields.py", "tests/test_divergence.py", "tests/test_cases_obstacle.py")
 
 MUTATIONS = [
     # engines
@@ -49,7 +53,22 @@ MUTATIONS = [
              "base = -1.4 * usq", ENGINES),
     Mutation("streaming shifts backwards", "lbm/kernels/streaming.py",
              "shift = tuple(int(s) for s in lattice.c[i])", "shift = tuple(-int(s) for s in lattice.c[i])", ENGINES),
+    Mutation("native equilibrium 4.5 -> 4.4", "lbm/engines/native/codegen.py",
+             "((real)3 + (real)4.5 * cu{i})", "((real)3 + (real)4.4 * cu{i})", NATIVE),
+    Mutation("native TRT/force constant 4.5 -> 4.4", "lbm/engines/native/codegen.py", "pc = (real)4.5 * wr;",
+             "pc = (real)4.4 * wr;", NATIVE),
+    Mutation("Pallas cell: the force's half shift doubled", "lbm/engines/pallas/cell.py",
+             "mom = [m + 0.5 * float(force[a])", "mom = [m + 1.0 * float(force[a])", PALLAS),
+    Mutation("Pallas cell: density misses a population", "lbm/engines/pallas/cell.py", "drho = sum(f[1:], f[0])",
+             "drho = sum(f[2:], f[0])", PALLAS),
     # boundaries
+    Mutation("outflow copies two columns upstream", "lbm/boundaries/outflow.py", "f.at[unknown, -1].set(f[unknown, -2])",
+             "f.at[unknown, -1].set(f[unknown, -3])", FACES),
+    Mutation("Zou-He known sum counts the leaving ones once", "lbm/boundaries/inlet.py",
+             "+ 2.0 * jnp.sum(f0[leaving], axis=0)", "+ 1.0 * jnp.sum(f0[leaving], axis=0)", FACES),
+    Mutation("pressure outlet velocity over the wrong density", "lbm/boundaries/pressure.py",
+             "un = (drho - known_sum(g, lattice)) / (1.0 + drho)", "un = (drho - known_sum(g, lattice)) / (1.0 + 0.5 * drho)",
+             FACES),
     Mutation("moving wall without the factor 2", "lbm/boundaries/moving_wall.py",
              "2.0 * w * rho_wall * cu / CS2", "1.0 * w * rho_wall * cu / CS2", WALLS),
     Mutation("bounce-back keeps the post-collision value", "lbm/boundaries/bounce_back.py",
@@ -67,6 +86,16 @@ MUTATIONS = [
     Mutation("sum row's total left out of one stage", "lbm/profiling/breakdown.py",
              'sum_total = sum(r["total_ms"] or 0.0 for r in timed)',
              'sum_total = sum(r["total_ms"] or 0.0 for r in timed[1:])', PROFILE),
+    Mutation("breakdown median is the largest sample", "lbm/profiling/breakdown.py",
+             "median_ms=statistics.median(vals) / 1e6", "median_ms=max(vals) / 1e6", PROFILE),
+    # runs: signals, frames, divergence
+    Mutation("a signal stops without its checkpoint", "lbm/simulation/chunks.py",
+             "s.run_dir, s.checkpoint(at.step, at.f))", 's.run_dir, s.run_dir / "checkpoints")', RUNS),
+    Mutation("each frame its own colour scale", "lbm/simulation/chunks.py",
+             "self.frame_limit = frame(path, fields, step, self.frame_limit)",
+             "self.frame_limit = frame(path, fields, step, None)", RUNS),
+    Mutation("divergence misses densities above the bound", "lbm/simulation/chunks.py",
+             "| (rho >= RHO_BOUNDS[1])", "| (rho >= 10 * RHO_BOUNDS[1])", RUNS),
     # checkpoints
     Mutation("checkpoint step off by one", "lbm/io/checkpoint.py", '"step": int(step), "populations"',
              '"step": int(step) - 1, "populations"', CKPT),
