@@ -44,6 +44,7 @@ COMPARE = ("tests/test_compare.py",)
 FACES = ("tests/test_boundaries.py", "tests/test_boundaries_outlet.py", "tests/test_boundaries_pressure.py")
 NATIVE = ("tests/test_engines_native.py", "tests/test_native_collisions.py", "tests/test_engines_agree.py")
 PALLAS = ("tests/test_engines_pallas.py", "tests/test_pallas_collisions.py")
+SHARDED = ("tests/test_parallel.py",)
 RUNS = ("tests/test_simulation.py", "tests/test_fields.py", "tests/test_divergence.py", "tests/test_cases_obstacle.py")
 
 MUTATIONS = [
@@ -61,6 +62,12 @@ MUTATIONS = [
              "mom = [m + 0.5 * float(force[a])", "mom = [m + 1.0 * float(force[a])", PALLAS),
     Mutation("Pallas cell: density misses a population", "lbm/engines/pallas/cell.py", "drho = sum(f[1:], f[0])",
              "drho = sum(f[2:], f[0])", PALLAS),
+    Mutation("halo: populations from below come from two blocks down", "lbm/engines/sharded/halo.py",
+             "from_below = jax.lax.ppermute(high[up], AXES[axis], [(i, (i + 1) % m) for i in range(m)])",
+             "from_below = jax.lax.ppermute(high[up], AXES[axis], [(i, (i + 2) % m) for i in range(m)])", SHARDED),
+    Mutation("halo: a field's plane from below comes from two blocks down", "lbm/engines/sharded/halo.py",
+             "from_below = jax.lax.ppermute(high, AXES[axis], [(i, (i + 1) % m) for i in range(m)])",
+             "from_below = jax.lax.ppermute(high, AXES[axis], [(i, (i + 2) % m) for i in range(m)])", SHARDED),
     # boundaries
     Mutation("outflow copies two columns upstream", "lbm/boundaries/outflow.py", "f.at[unknown, -1].set(f[unknown, -2])",
              "f.at[unknown, -1].set(f[unknown, -3])", FACES),
@@ -96,6 +103,9 @@ MUTATIONS = [
              "self.frame_limit = frame(path, fields, step, None)", RUNS),
     Mutation("divergence misses densities above the bound", "lbm/simulation/chunks.py",
              "| (rho >= RHO_BOUNDS[1])", "| (rho >= 10 * RHO_BOUNDS[1])", RUNS),
+    Mutation("compare's evidence misses added work", "lbm/bench/evidence.py",
+             "up = {f for f, _, _, rel in fields if rel > threshold}",
+             "up = {f for f, _, _, rel in fields if rel > 10 * threshold}", COMPARE),
     # checkpoints
     Mutation("checkpoint step off by one", "lbm/io/checkpoint.py", '"step": int(step), "populations"',
              '"step": int(step) - 1, "populations"', CKPT),
