@@ -12,6 +12,7 @@ from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.diff.adjoint import (
     Halfway,
     collide_cell,
+    collide_cell_cpu,
     equilibrium_of,
     halfway,
     moments_of,
@@ -78,9 +79,10 @@ def test_core_adjoints_equal_autodiff_of_the_kernels(lat):
         r, v = macroscopic(f, lat, None if force is None else np.asarray(force))
         return trt(f, equilibrium(r, v, lat), lat, wp, wm)
 
-    same_vjp(lambda f, wp, wm: collide_cell(f, wp, wm, lat, True, force), lambda f, wp, wm: kernels(f, wp, wm, force),
-             (f, *rates), ct)
-    same_vjp(lambda f, w: collide_cell(f, w, w, lat, False, None), lambda f, w: kernels(f, w, w), (f, rates[0]), ct)
+    for cell in (collide_cell, collide_cell_cpu):  # the GPU's form and the CPU's (from the cotangent's moments)
+        same_vjp(lambda f, wp, wm: cell(f, wp, wm, lat, True, force), lambda f, wp, wm: kernels(f, wp, wm, force),
+                 (f, *rates), ct)
+        same_vjp(lambda f, w: cell(f, w, w, lat, False, None), lambda f, w: kernels(f, w, w), (f, rates[0]), ct)
 
 
 @pytest.mark.parametrize("lat", LATTICES)
