@@ -80,9 +80,10 @@ def test_core_adjoints_equal_autodiff_of_the_kernels(lat):
         return trt(f, equilibrium(r, v, lat), lat, wp, wm)
 
     for cell in (collide_cell, collide_cell_cpu):  # the GPU's form and the CPU's (from the cotangent's moments)
-        same_vjp(lambda f, wp, wm: cell(f, wp, wm, lat, True, force), lambda f, wp, wm: kernels(f, wp, wm, force),
+        same_vjp(lambda f, wp, wm, cell=cell: cell(f, wp, wm, lat, True, force), lambda f, wp, wm: kernels(f, wp, wm, force),
                  (f, *rates), ct)
-        same_vjp(lambda f, w: cell(f, w, w, lat, False, None), lambda f, w: kernels(f, w, w), (f, rates[0]), ct)
+        same_vjp(lambda f, w, cell=cell: cell(f, w, w, lat, False, None), lambda f, w: kernels(f, w, w), (f, rates[0]),
+                 ct)
 
 
 @pytest.mark.parametrize("lat", LATTICES)

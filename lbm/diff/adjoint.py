@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
+from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass, static
 from lbm.boundaries.bounce_back import (
     bounce_back_halfway,
     bounce_back_halfway_pulled,
@@ -426,6 +426,7 @@ class Halfway(BoundaryCondition):
     solid: Any
     links: Any
     wall_term: Any = None
+    gathered: bool = static(False)
     stage = "bounce_back"
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
@@ -443,7 +444,14 @@ class Halfway(BoundaryCondition):
         # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) term
         directions, cells = np.nonzero(moved_to_fluid(np.asarray(self.links, bool), lattice).reshape(lattice.q, -1))
         term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
-        return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=np.stack([directions, cells]).astype(np.int32))
+        at = np.stack([directions, cells]).astype(np.int32)
+        if not self.gathered:
+            return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=at)
+        carried = tuple(int(i) for i in np.unique(directions))
+        index = np.full((len(carried), solid.size), directions.size, np.int16 if directions.size < 2 ** 15 else np.int32)
+        index[np.searchsorted(carried, directions), cells] = np.arange(directions.size)
+        return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=at, index=index.reshape(-1, *solid.shape),
+                      carried=carried)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -481,25 +489,56 @@ class Pulled(BoundaryCondition):
     bits: Any
     term: Any = None
     term_at: Any = None
+    index: Any = None
+    carried: tuple[int, ...] = static(())
     stage = "stream"
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The streamed populations with the links that came out of solid cells replaced."""
         f = pulled(s.f, s.post, self.bits, lattice)
-        if self.term is not None:
-            moved = f.reshape(lattice.q, -1).at[self.term_at[0], self.term_at[1]].add(self.term.astype(f.dtype))
-            f = moved.reshape(f.shape)
-        return s.replace(f=f)
+        if self.term is None:
+            return s.replace(f=f)
+        if self.index is not None:
+            return s.replace(f=on_links(f, self.term.astype(f.dtype), self.index, self.term_at, self.carried))
+        moved = f.reshape(lattice.q, -1).at[self.term_at[0], self.term_at[1]].add(self.term.astype(f.dtype))
+        return s.replace(f=moved.reshape(f.shape))
 
 
-def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice) -> tuple[BoundaryCondition, ...]:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def on_links(f: jnp.ndarray, term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
+             ) -> jnp.ndarray:
+    """``f`` plus the per-link ``term`` (n,), gathered into the planes of the directions ``carried`` through ``index``
+    (one plane per carried direction: each cell's link number, n where it has none): an elementwise add a GPU fuses
+    into the stream kernel (a scatter of the links is a kernel of its own after it, so a loop that stores the result
+    copies it). Its adjoint takes the cotangents at the links ``at`` ((direction, flat cell), (2, n))."""
+    table = jnp.concatenate([term, jnp.zeros((1,), term.dtype)])
+    planes = {i: jnp.take(table, index[k], mode="clip") for k, i in enumerate(carried)}
+    return jnp.stack([f[i] + planes[i] if i in planes else f[i] for i in range(f.shape[0])])
+
+
+def _on_links_fwd(f: jnp.ndarray, term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
+                  ) -> tuple[jnp.ndarray, Any]:
+    return on_links(f, term, index, at, carried), at
+
+
+def _on_links_bwd(carried: tuple[int, ...], at: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
+    return ct, ct.reshape(ct.shape[0], -1)[at[0], at[1]], None, None
+
+
+on_links.defvjp(_on_links_fwd, _on_links_bwd)
+
+
+def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice, platform: str | None = None
+                  ) -> tuple[BoundaryCondition, ...]:
     """``boundaries`` with the conditions that have a hand-written adjoint here in that form (the others as they are:
-    jax differentiates their rule), half-way walls applied while streaming where the xla engine does so."""
+    jax differentiates their rule), half-way walls applied while streaming where the xla engine does so; a moving
+    wall's term gathered into the stream kernel on a GPU or TPU (``platform``, default jax's backend), scattered onto
+    its links after it on a CPU (in place there)."""
     out = []
     for bc in boundaries:
         wall = bc.halfway_wall
         if wall is not None:
-            bc = Halfway(*wall)
+            bc = Halfway(*wall, gathered=cell_form(platform) != "cpu")
         out.append(bc)
     return fold_walls(tuple(out), lattice)
 

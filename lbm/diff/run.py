@@ -46,7 +46,7 @@ def step_function(traced: Any, start: int, forward_mode: bool = False, platform:
     hand-written adjoints (their forms for ``platform``, default jax's backend), or (``forward_mode``) the kernels'
     own stages."""
     setup = traced.setup
-    bcs = traced.boundaries if forward_mode else with_adjoints(traced.boundaries, setup.lattice)
+    bcs = traced.boundaries if forward_mode else with_adjoints(traced.boundaries, setup.lattice, platform)
     core = KERNELS if forward_mode else core_for(setup, bcs, platform)
     names = active_stages(setup)
 
