@@ -21,9 +21,10 @@ import jax
 import jax.numpy as jnp
 
 from lbm.boundaries.base import StepState
-from lbm.diff.adjoint import affine_stream, cell_form, core_for, with_adjoints
+from lbm.diff.adjoint import cell_form, core_for
 from lbm.diff.checkpointing import SNAPSHOTS, Split, Step, run_steps, segment_length
 from lbm.diff.parameters import Parameterisation
+from lbm.diff.walls import affine_stream, with_adjoints
 from lbm.engines.timestep import CORE as KERNELS
 from lbm.engines.timestep import active_stages, moments, run_stages, step_index
 from lbm.errors import LbmError
