@@ -8,9 +8,9 @@ intermediate values inside it: nothing per step is kept but the state). The poli
 
 - ``none``: every state kept (memory grows with the steps: one state per step), no recomputation;
 - ``every``: the state every k steps (``every=k``): N/k states kept; the backward pass recomputes one
-  segment's k states at a time into one buffer, written in place (:func:`recompute`: one extra forward
-  run), then pulls back through them (:func:`pull_back`); a last segment of N mod k steps is a second
-  program (compiled anew);
+  segment's k states at a time into a buffer allocated once, written in place (:func:`recompute`,
+  :func:`state_buffer`: one extra forward run), then pulls back through them (:func:`pull_back`); a last
+  segment of N mod k steps is a second program (compiled anew);
 - ``sqrt``: k the smallest divisor of N in [ceil(sqrt N), 2 ceil(sqrt N)], else ceil(sqrt N): about 2 sqrt N
   states, one extra forward run;
 - ``binomial``: Griewank's binomial checkpointing (revolve): a fixed number of ``snapshots`` states
@@ -18,7 +18,8 @@ intermediate values inside it: nothing per step is kept but the state). The poli
   smallest with C(s + r, s) >= N (:func:`binomial_schedule`; Griewank & Walther 2000, ACM TOMS 26:19).
 
 The forward pass and the recomputation run one step per loop iteration with an optimisation barrier after each
-(:func:`advance_kept`); a :class:`Split` step (the cell-local stages, then streaming) lets :func:`pull_back`
+(:func:`advance_kept`; on a GPU two, each state of the recomputation read from one of two buffers and written into
+the other); a :class:`Split` step (the cell-local stages, then streaming) lets :func:`pull_back`
 carry the cotangent of the collided populations from step to step, so that XLA fuses each step's adjoint with
 the pull of its result, as it fuses collide and stream. Each pass is one loop whose body holds one step (or one
 step's adjoint): the program compiles each once (a body of two steps, or a step peeled off a loop, is compiled
