@@ -1,4 +1,4 @@
-"""lbm.diff.adjoint: each hand-written adjoint equals jax's own differentiation of the kernel it stands for."""
+"""lbm.diff.adjoint and lbm.diff.walls: each hand-written adjoint equals jax's own differentiation of the kernel it stands for."""
 
 import jax
 import jax.numpy as jnp

@@ -8,8 +8,8 @@ lbm.diff.checkpointing, and returns plain jax arrays: ``f`` (Q, *grid) after the
 holds), and where the case has an obstacle ``force_mean`` (D,), the momentum-exchange force averaged
 over the last ``window`` steps, with ``drag`` and ``lift`` (cd and cl, the cylinder's normalisation).
 It is differentiable by ``jax.grad``/``jax.vjp`` in every value, and jit-able: the core stages and the
-half-way walls run with the hand-written adjoints of lbm.diff.adjoint (half-way walls applied while
-streaming, as the xla engine does). ``forward_mode=True`` runs the kernels' own stages instead, for
+half-way walls run with the hand-written adjoints of lbm.diff.adjoint and lbm.diff.walls (half-way walls
+applied while streaming, as the xla engine does). ``forward_mode=True`` runs the kernels' own stages instead, for
 ``jax.jvp`` (a ``jax.custom_vjp`` function has no forward mode).
 """
 
