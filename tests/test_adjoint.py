@@ -1,4 +1,4 @@
-"""lbm.diff.adjoint: each hand-written adjoint equals jax's own differentiation of the kernel it stands for."""
+"""lbm.diff.adjoint and lbm.diff.walls: each hand-written adjoint equals jax's own differentiation of the kernel it stands for."""
 
 import jax
 import jax.numpy as jnp
@@ -10,16 +10,15 @@ from lbm.boundaries.base import StepState
 from lbm.boundaries.bounce_back import bounce_back_halfway, bounce_back_halfway_pulled, halfway_links, pull_bits
 from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.diff.adjoint import (
-    Halfway,
     collide_cell,
+    collide_cell_cpu,
     equilibrium_of,
-    halfway,
     moments_of,
-    pulled,
     relax,
     relax_equilibrium,
     streamed,
 )
+from lbm.diff.walls import Halfway, halfway, pulled
 from lbm.kernels.collision import bgk, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
@@ -78,9 +77,11 @@ def test_core_adjoints_equal_autodiff_of_the_kernels(lat):
         r, v = macroscopic(f, lat, None if force is None else np.asarray(force))
         return trt(f, equilibrium(r, v, lat), lat, wp, wm)
 
-    same_vjp(lambda f, wp, wm: collide_cell(f, wp, wm, lat, True, force), lambda f, wp, wm: kernels(f, wp, wm, force),
-             (f, *rates), ct)
-    same_vjp(lambda f, w: collide_cell(f, w, w, lat, False, None), lambda f, w: kernels(f, w, w), (f, rates[0]), ct)
+    for cell in (collide_cell, collide_cell_cpu):  # the GPU's form and the CPU's (from the cotangent's moments)
+        same_vjp(lambda f, wp, wm, cell=cell: cell(f, wp, wm, lat, True, force), lambda f, wp, wm: kernels(f, wp, wm, force),
+                 (f, *rates), ct)
+        same_vjp(lambda f, w, cell=cell: cell(f, w, w, lat, False, None), lambda f, w: kernels(f, w, w), (f, rates[0]),
+                 ct)
 
 
 @pytest.mark.parametrize("lat", LATTICES)
@@ -102,8 +103,9 @@ def test_wall_adjoints_equal_autodiff_of_the_rules(lat):
     same_vjp(lambda s, p: pulled(s, p, bits, lat), lambda s, p: bounce_back_halfway_pulled(s, p, bits, lat),
              (stream(post, lat), post), ct)
 
-    def folded(p, w):  # the folded form (the moving wall's term on its links): the dense rule, then streaming
-        return Halfway(solid=solid, links=links, wall_term=w).folded(lat).apply(StepState(f=stream(p, lat), post=p),
-                                                                               lat).f
+    for gathered in (False, True):  # the term scattered onto its links (CPU), gathered into the stream kernel (GPU)
+        def folded(p, w, gathered=gathered):  # the folded form: the dense rule, then streaming
+            walls = Halfway(solid=solid, links=links, wall_term=w, gathered=gathered).folded(lat)
+            return walls.apply(StepState(f=stream(p, lat), post=p), lat).f
 
-    same_vjp(folded, lambda p, w: stream(bounce_back_halfway(p, solid, links, lat, w), lat), (post, term), ct)
+        same_vjp(folded, lambda p, w: stream(bounce_back_halfway(p, solid, links, lat, w), lat), (post, term), ct)

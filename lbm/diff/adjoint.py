@@ -18,12 +18,11 @@ under ``jax.custom_vjp`` with its transposed Jacobian written out, cell-locally 
   traced force) or equilibrium and collision together (:func:`relax_equilibrium`, where none acts between
   them): one adjoint that never recomputes the equilibrium; the rates' cotangents take sum lambda.P+- feq from
   the equilibrium adjoint's per-cell sums, and the per-cell sums come out of one kernel (:func:`core_for`
-  chooses, statically);
-- ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i;
-- half-way and moving walls (:func:`with_adjoints`): applied while streaming as the xla engine does
-  (:class:`Pulled`), a rule whose transpose is cell-local (bounce-back is its own transpose; the wall's
-  momentum term is affine).
+  chooses, statically). On a CPU (:func:`collide_cell_cpu`) the equilibrium's and the moments' adjoints reduce to
+  f_bar_j = lambda_j - mu_j + A + c_j . B, A and B from the cotangent's weighted moments (:func:`_cell_adjoint`);
+- ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i.
 
+Half-way and moving walls, applied while streaming as the xla engine does, have theirs in lbm.diff.walls.
 The other boundary conditions and the objectives stay with jax's automatic differentiation: they act
 on a face or on a wall's links. :data:`CORE` is what lbm.engines.timestep.timestep takes as its ``core``
 stages; the forward values are the kernels' own.
@@ -38,17 +37,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
-from lbm.boundaries.bounce_back import (
-    bounce_back_halfway,
-    bounce_back_halfway_pulled,
-    foldable_solid,
-    pull_bits,
-    written_out_on_cpu,
-)
-from lbm.boundaries.bounce_back import pulled as moved_to_fluid
+from lbm.boundaries.base import BoundaryCondition, StepState
 from lbm.cases.base import Setup
-from lbm.engines.timestep import Core, core_stages, fold_walls
+from lbm.engines.timestep import Core, core_stages
 from lbm.kernels.equilibrium import equilibrium, velocity_dot
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
@@ -244,6 +235,12 @@ def collide_cell(f: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lat
              force: tuple[float, ...] | None) -> jnp.ndarray:
     """The cell-local core of a step, moments, equilibrium and BGK/TRT relaxation of ``f`` (each under its stage's
     scope; ``force``: the Setup's static body force in the moments), with one adjoint for the three."""
+    return _cell_values(f, omega_plus, omega_minus, lattice, two_rates, force)
+
+
+def _cell_values(f: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool,
+                 force: tuple[float, ...] | None) -> jnp.ndarray:
+    """The collided populations of :func:`collide_cell` (its forms' forward values, the kernels' own)."""
     with jax.named_scope("macroscopic"):
         drho, u = moments_of(f, lattice, force)
     return relax_equilibrium(f, drho, u, omega_plus, omega_minus, lattice, two_rates)
@@ -277,6 +274,93 @@ def _collide_cell_bwd(lattice: Lattice, two_rates: bool, force: tuple[float, ...
 collide_cell.defvjp(_collide_cell_fwd, _collide_cell_bwd)
 
 
+def _weighted_moments(lam: jnp.ndarray, lattice: Lattice) -> tuple[Any, list[Any], dict[tuple[int, int], Any]]:
+    """Sum_i w_i lam_i, sum_i w_i c_ia lam_i (D) and sum_i w_i c_ia c_ib lam_i (a <= b) of a per-direction ``lam``:
+    sums of the planes with constant coefficients, each weight multiplied once."""
+    def combination(coef: np.ndarray) -> Any:
+        groups: dict[float, list[tuple[int, int]]] = {}
+        for i, k in enumerate(coef):
+            if k != 0:
+                groups.setdefault(abs(float(k)), []).append((i, 1 if k > 0 else -1))
+        total = None
+        for k, members in groups.items():
+            part = None
+            for i, sign in members:
+                part = (lam[i] if sign > 0 else -lam[i]) if part is None else (part + lam[i] if sign > 0 else part - lam[i])
+            total = k * part if total is None else total + k * part
+        return total
+
+    w, c = lattice.w, lattice.c
+    d = lattice.d
+    return (combination(w), [combination(w * c[:, a]) for a in range(d)],
+            {(a, b): combination(w * c[:, a] * c[:, b]) for a in range(d) for b in range(a, d)})
+
+
+def _cell_adjoint(f: jnp.ndarray, lam: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice,
+                  two_rates: bool, force: tuple[float, ...] | None) -> tuple[jnp.ndarray, list[Any]]:
+    """f_bar and the rates' per-cell terms of :func:`collide_cell` at ``f`` from the cotangent ``lam``, through the
+    weighted moments of lam (:func:`_weighted_moments`: L0, L1, L2). With mu = (omega+ P+ + omega- P-) lam, the
+    equilibrium's and the moments' adjoints reduce to f_bar_j = lam_j - mu_j + A + c_j . B, A = omega+ (L0 (1 + 3/2 u.u)
+    - 9/2 u.L2.u), B = 3 omega- L1 + omega+ (9 L2.u - 3 u L0) (B = u_bar / rho: the density cancels), and the rates'
+    terms sum_i lam+-_i (f - feq)_i to sums of lam.f, L0, L1.u and u.L2.u."""
+    d = lattice.d
+    with jax.named_scope("macroscopic"):
+        drho, u = moments_of(f, lattice, force)
+    with jax.named_scope("equilibrium"):
+        lam0, lam1, lam2 = _weighted_moments(lam, lattice)
+        rho = 1.0 + drho
+        usq = sum(u[a] * u[a] for a in range(d))
+        l2u = [sum(lam2[min(a, b), max(a, b)] * u[b] for b in range(d)) for a in range(d)]
+        ul2u = sum(u[a] * l2u[a] for a in range(d))
+        l1u = sum(lam1[a] * u[a] for a in range(d))
+        odd_rate = omega_minus if two_rates else omega_plus
+        base = omega_plus * (lam0 * (1.0 + 1.5 * usq) - 4.5 * ul2u)
+        flux = [3.0 * odd_rate * lam1[a] + omega_plus * (9.0 * l2u[a] - 3.0 * u[a] * lam0) for a in range(d)]
+    with jax.named_scope("collide"):
+        even_feq = drho * lam0 + rho * (4.5 * ul2u - 1.5 * usq * lam0)  # sum_i lam_i (feq_i - w_i), even part
+        lam_f = sum(lam[i] * f[i] for i in range(lattice.q))
+        if two_rates:
+            opp = lattice.opposite
+            lam_f_even = 0.5 * sum(lam[i] * (f[i] + f[int(opp[i])]) for i in range(lattice.q))
+            rates = [lam_f_even - even_feq, lam_f - lam_f_even - 3.0 * rho * l1u]
+            lam_even = 0.5 * (lam + lam[opp])
+            direct = lam - omega_plus * lam_even - omega_minus * (lam - lam_even)
+        else:
+            rates = [lam_f - even_feq - 3.0 * rho * l1u]
+            direct = (1.0 - omega_plus) * lam
+    # the per-cell fields kept whole: XLA:CPU then computes each once, not once per direction
+    base, *flux = jax.lax.optimization_barrier((base, *flux))
+    rates = list(jax.lax.optimization_barrier(tuple(rates)))
+    shape = (lattice.q,) + (1,) * d
+    with jax.named_scope("macroscopic"):
+        f_bar = direct + base[None] + sum(np.asarray(lattice.c[:, a], lam.dtype).reshape(shape) * flux[a][None]
+                                          for a in range(d) if lattice.c[:, a].any())
+    return f_bar, rates
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def collide_cell_cpu(f: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool,
+                     force: tuple[float, ...] | None) -> jnp.ndarray:
+    """:func:`collide_cell` with the adjoint XLA:CPU compiles to fewer passes (:func:`_cell_adjoint`)."""
+    return _cell_values(f, omega_plus, omega_minus, lattice, two_rates, force)
+
+
+def _collide_cell_cpu_fwd(f: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool,
+                          force: tuple[float, ...] | None) -> tuple[jnp.ndarray, Any]:
+    return collide_cell_cpu(f, omega_plus, omega_minus, lattice, two_rates, force), (f, omega_plus, omega_minus)
+
+
+def _collide_cell_cpu_bwd(lattice: Lattice, two_rates: bool, force: tuple[float, ...] | None, res: Any,
+                          lam: jnp.ndarray) -> tuple[Any, ...]:
+    f, omega_plus, omega_minus = res
+    f = jax.lax.optimization_barrier(f)  # one copy of a stored state, read by every kernel of the adjoint
+    f_bar, rates = _cell_adjoint(f, lam, omega_plus, omega_minus, lattice, two_rates, force)
+    return (f_bar, *_rate_cotangents(rates, omega_plus, omega_minus, two_rates))
+
+
+collide_cell_cpu.defvjp(_collide_cell_cpu_fwd, _collide_cell_cpu_bwd)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def streamed(post: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
     """lbm.kernels.streaming.stream (pull, periodic) with its transpose, the pull from x + c_i, as its adjoint."""
@@ -299,130 +383,6 @@ def _streamed_bwd(lattice: Lattice, res: None, ct: jnp.ndarray) -> tuple[jnp.nda
 streamed.defvjp(_streamed_fwd, _streamed_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def halfway(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice) -> jnp.ndarray:
-    """lbm.boundaries.bounce_back.bounce_back_halfway (``wall_term`` None: resting walls) with its transpose as adjoint.
-
-    The rule's linear part is a reflection: its transpose sends the cotangent of the slot j of a solid
-    cell s back to the slot opp(j) of the fluid cell s + c_j it came from (a roll by +c_j), and passes the
-    fluid cells' own cotangents through.
-    """
-    return bounce_back_halfway(post, solid, links, lattice, wall_term)
-
-
-def _halfway_fwd(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice
-                 ) -> tuple[jnp.ndarray, Any]:
-    return halfway(post, solid, links, wall_term, lattice), (solid, links, wall_term)
-
-
-def _halfway_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
-    solid, links, wall_term = res
-    axes = tuple(range(lattice.d))
-    zero = jnp.zeros((), ct.dtype)
-    out = []
-    for i in range(lattice.q):
-        j = int(lattice.opposite[i])
-        back = jnp.where(links[j], ct[j], zero)
-        shift = tuple(int(x) for x in lattice.c[j])
-        out.append(jnp.where(solid, zero, ct[i]) + (jnp.roll(back, shift, axis=axes) if any(shift) else back))
-    wall_bar = None if wall_term is None else jnp.where(links, ct, zero).astype(wall_term.dtype)
-    return jnp.stack(out), None, None, wall_bar
-
-
-halfway.defvjp(_halfway_fwd, _halfway_bwd)
-
-
-@pytree_dataclass
-class Halfway(BoundaryCondition):
-    """lbm.boundaries.HalfwayBounceBack or MovingWall (``wall_term`` None or the wall's term) with :func:`halfway`."""
-
-    solid: Any
-    links: Any
-    wall_term: Any = None
-    stage = "bounce_back"
-
-    def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """Solid cells take the reflected populations of their fluid neighbours (and the wall's momentum)."""
-        return s.replace(post=halfway(s.post, self.solid, self.links, self.wall_term, lattice))
-
-    def folded(self, lattice: Lattice) -> Pulled | None:
-        """The same walls applied while streaming (:class:`Pulled`), as lbm.engines.timestep.fold_walls asks."""
-        solid = foldable_solid(self.solid, self.links, lattice)
-        if solid is None:
-            return None
-        if self.wall_term is None:
-            return Pulled(bits=pull_bits(solid, lattice))
-        # the term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
-        # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) term
-        directions, cells = np.nonzero(moved_to_fluid(np.asarray(self.links, bool), lattice).reshape(lattice.q, -1))
-        term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
-        return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=np.stack([directions, cells]).astype(np.int32))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def pulled(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
-    """lbm.boundaries.bounce_back.bounce_back_halfway_pulled of resting walls, as the xla engine runs it (post written
-    out once on a CPU), with its transpose as adjoint: cell-local, each slot's cotangent goes to the slot it was
-    taken from."""
-    return bounce_back_halfway_pulled(streamed, written_out_on_cpu(post), bits, lattice)
-
-
-def _pulled_fwd(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice
-                ) -> tuple[jnp.ndarray, Any]:
-    return pulled(streamed, post, bits, lattice), bits
-
-
-def _pulled_bwd(lattice: Lattice, bits: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
-    q = lattice.q
-    zero = jnp.zeros((), ct.dtype)
-    fluid = (bits >> q) & 1 == 0
-    from_solid = [(bits >> i) & 1 == 1 for i in range(q)]
-    streamed_bar = jnp.stack([jnp.where(from_solid[i], zero, ct[i]) for i in range(q)])
-    reflected = [jnp.where(from_solid[i] & fluid, ct[i], zero) for i in range(q)]
-    post_bar = jnp.stack([reflected[int(lattice.opposite[j])] for j in range(q)])
-    return streamed_bar, post_bar, None
-
-
-pulled.defvjp(_pulled_fwd, _pulled_bwd)
-
-
-@pytree_dataclass
-class Pulled(BoundaryCondition):
-    """:class:`Halfway` applied while streaming (stage ``stream``): lbm.boundaries.bounce_back.PulledHalfway's rule
-    (:func:`pulled`), and a moving wall's ``term`` added on its links, (direction, flat cell) ``term_at`` (2, n)."""
-
-    bits: Any
-    term: Any = None
-    term_at: Any = None
-    stage = "stream"
-
-    def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """The streamed populations with the links that came out of solid cells replaced."""
-        f = pulled(s.f, s.post, self.bits, lattice)
-        if self.term is not None:
-            moved = f.reshape(lattice.q, -1).at[self.term_at[0], self.term_at[1]].add(self.term.astype(f.dtype))
-            f = moved.reshape(f.shape)
-        return s.replace(f=f)
-
-
-def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice) -> tuple[BoundaryCondition, ...]:
-    """``boundaries`` with the conditions that have a hand-written adjoint here in that form (the others as they are:
-    jax differentiates their rule), half-way walls applied while streaming where the xla engine does so."""
-    out = []
-    for bc in boundaries:
-        wall = bc.halfway_wall
-        if wall is not None:
-            bc = Halfway(*wall)
-        out.append(bc)
-    return fold_walls(tuple(out), lattice)
-
-
-def affine_stream(boundaries: tuple[BoundaryCondition, ...]) -> bool:
-    """Whether the stream stage with ``boundaries`` is affine in the collided populations (the pull, and walls applied
-    while streaming as :class:`Pulled`): its pullback is then the same at every point (lbm.diff.checkpointing.Split)."""
-    return all(isinstance(bc, Pulled) for bc in boundaries if bc.stage == "stream")
-
-
 def _collision(s: StepState, setup: Setup) -> jnp.ndarray:
     rates = setup.collision
     if rates.spec is not None:  # the kinds beyond BGK and TRT: their kernel, differentiated by jax
@@ -443,19 +403,12 @@ def _with_source(out: jnp.ndarray, s: StepState, setup: Setup) -> jnp.ndarray:
     return out if rates.force is None else out + rates.source(s.u, setup.lattice).astype(out.dtype)
 
 
-def _relaxed_cell(f: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool,
-                  force: tuple[float, ...] | None) -> jnp.ndarray:
-    """What :func:`collide_cell` computes, with the moments' and :func:`relax_equilibrium`'s adjoints."""
-    with jax.named_scope("macroscopic"):
-        drho, u = moments_of(f, lattice, force)
-    return relax_equilibrium(f, drho, u, omega_plus, omega_minus, lattice, two_rates)
-
-
-CELL_FORMS = {"cpu": _relaxed_cell, "default": collide_cell}
-"""The cell-local core of :data:`CELL` per platform: XLA:CPU gives each per-cell sum of :func:`collide_cell` a kernel
-of its own that reads the populations again (the value and gradient of a 256² cavity, 1000 steps, took 3.3 s with
-the sums stacked and 4.5 s as a tuple against 2.2 s with :func:`_relaxed_cell`, measured once in one process at load
-4); a GPU computes them in one kernel."""
+CELL_FORMS = {"cpu": collide_cell_cpu, "default": collide_cell}
+"""The cell-local core of :data:`CELL` per platform. A GPU computes :func:`collide_cell`'s per-cell sums in one kernel
+that reads the state and the cotangent once. XLA:CPU gives each field of such a tuple a kernel of its own that reads
+the populations again, and fuses the stored state's dynamic slice into every kernel that reads it;
+:func:`collide_cell_cpu` reads the stored state once (one copy) and takes its per-cell fields from the cotangent's
+weighted moments, a few operations each (docs/differentiable.md, "The adjoint step")."""
 
 
 def cell_form(platform: str | None = None) -> str:

@@ -8,9 +8,9 @@ intermediate values inside it: nothing per step is kept but the state). The poli
 
 - ``none``: every state kept (memory grows with the steps: one state per step), no recomputation;
 - ``every``: the state every k steps (``every=k``): N/k states kept; the backward pass recomputes one
-  segment's k states at a time into one buffer, written in place (:func:`recompute`: one extra forward
-  run), then pulls back through them (:func:`pull_back`); a last segment of N mod k steps is a second
-  program (compiled anew);
+  segment's k states at a time into a buffer allocated once, written in place (:func:`recompute`,
+  :func:`state_buffer`: one extra forward run), then pulls back through them (:func:`pull_back`); a last
+  segment of N mod k steps is a second program (compiled anew);
 - ``sqrt``: k the smallest divisor of N in [ceil(sqrt N), 2 ceil(sqrt N)], else ceil(sqrt N): about 2 sqrt N
   states, one extra forward run;
 - ``binomial``: Griewank's binomial checkpointing (revolve): a fixed number of ``snapshots`` states
@@ -18,7 +18,8 @@ intermediate values inside it: nothing per step is kept but the state). The poli
   smallest with C(s + r, s) >= N (:func:`binomial_schedule`; Griewank & Walther 2000, ACM TOMS 26:19).
 
 The forward pass and the recomputation run one step per loop iteration with an optimisation barrier after each
-(:func:`advance_kept`); a :class:`Split` step (the cell-local stages, then streaming) lets :func:`pull_back`
+(:func:`advance_kept`; on a GPU two, each state of the recomputation read from one of two buffers and written into
+the other); a :class:`Split` step (the cell-local stages, then streaming) lets :func:`pull_back`
 carry the cotangent of the collided populations from step to step, so that XLA fuses each step's adjoint with
 the pull of its result, as it fuses collide and stream. Each pass is one loop whose body holds one step (or one
 step's adjoint): the program compiles each once (a body of two steps, or a step peeled off a loop, is compiled
@@ -154,23 +155,55 @@ def advance_kept(step: Step, carry: Any, params: Any, n: Any, paired: bool = Fal
     return jax.lax.fori_loop(0, n // 2, lambda _, c: _barrier(step(_barrier(step(c, params)), params)), carry)
 
 
+def state_buffer(state: Any, length: int, paired: bool = False) -> Any:
+    """Zeros for the ``length`` states of a segment (a leading axis on each leaf); ``paired``: two buffers, the states
+    of the even steps and of the odd ones, so that each step of a pair reads one buffer and writes the other in
+    place (a step that reads and writes slots of one buffer has its result copied in)."""
+    def zeros(n: int) -> Any:
+        return jax.tree_util.tree_map(lambda x: jnp.zeros((n, *jnp.shape(x)), jnp.result_type(x)), state)
+
+    return (zeros((length + 1) // 2), zeros(length // 2)) if paired else zeros(length)
+
+
+def _slot(states: Any, k: Any, paired: bool, odd: bool) -> tuple[Any, Any]:
+    """(the buffer that holds state ``k`` of :func:`state_buffer`'s layout, its index there); ``odd``: k's parity, static
+    where ``paired``."""
+    return (states[int(odd)], k // 2) if paired else (states, k)
+
+
+def _read(states: Any, k: Any, paired: bool, odd: bool = False) -> Any:
+    buffer, j = _slot(states, k, paired, odd)
+    return jax.tree_util.tree_map(lambda b: jax.lax.dynamic_index_in_dim(b, j, 0, keepdims=False), buffer)
+
+
+def _write(states: Any, k: Any, x: Any, paired: bool, odd: bool = False) -> Any:
+    buffer, j = _slot(states, k, paired, odd)
+    buffer = jax.tree_util.tree_map(lambda b, v: jax.lax.dynamic_update_index_in_dim(b, v, j, 0), buffer, x)
+    if not paired:
+        return buffer
+    return (states[0], buffer) if odd else (buffer, states[1])
+
+
 def recompute(step: Step, start: Any, params: Any, states: Any, n: int, paired: bool = False) -> Any:
-    """``states`` (a buffer of states, leading axis) holding in its first ``n`` slots the states from ``start``
-    (``start`` first, then n - 1 steps), written in place (scope ``recompute``); ``paired`` as :func:`advance_kept`."""
-    def put(buffer: Any, k: Any, x: Any) -> Any:
-        return jax.tree_util.tree_map(lambda b, v: jax.lax.dynamic_update_index_in_dim(b, v, k, 0), buffer, x)
-
-    def fill(k: Any, c: tuple[Any, Any]) -> tuple[Any, Any]:
-        x, buffer = c
-        x = _barrier(step(x, params))
-        return x, put(buffer, k, x)
-
+    """``states`` (:func:`state_buffer`) holding the first ``n`` states from ``start`` (``start`` first, then n - 1
+    steps), written in place (scope ``recompute``); ``paired`` as :func:`advance_kept`: each step reads its state from
+    one buffer and writes the next into the other."""
     with jax.named_scope(RECOMPUTE):
-        c = (start, put(states, 0, start))
+        states = _write(states, 0, start, paired)
         if not paired:
-            return jax.lax.fori_loop(1, n, fill, c)[1]
-        c = jax.lax.fori_loop(0, (n - 1) // 2, lambda j, c: fill(2 * j + 2, fill(2 * j + 1, c)), c)
-        return fill(n - 1, c)[1] if (n - 1) % 2 else c[1]
+            def fill(k: Any, c: tuple[Any, Any]) -> tuple[Any, Any]:
+                x, buffer = c
+                x = _barrier(step(x, params))
+                return x, _write(buffer, k, x, paired)
+
+            return jax.lax.fori_loop(1, n, fill, (start, states))[1]
+
+        def advance_slot(k: Any, states: Any, odd: bool) -> Any:  # state k from state k - 1, of the other parity
+            return _barrier(_write(states, k, step(_read(states, k - 1, paired, not odd), params), paired, odd))
+
+        states = jax.lax.fori_loop(0, (n - 1) // 2, lambda j, b: advance_slot(2 * j + 2, advance_slot(2 * j + 1, b, True),
+                                                                               False), states)
+        return advance_slot(n - 1, states, True) if (n - 1) % 2 else states
 
 
 class Split(NamedTuple):
@@ -215,25 +248,25 @@ def pull_back(step: Step, states: Any, n: int, params: Any, carry: Any, first: A
     ``states``, each step's values recomputed from its state; ``first``: whether these are the run's first steps,
     where the carry that comes out is the first state's cotangent (a Split step skips streaming's transpose there);
     ``paired``: two steps per loop iteration, as :func:`advance_kept`."""
-    def at(k: Any) -> Any:
-        return jax.tree_util.tree_map(lambda b: jax.lax.dynamic_index_in_dim(b, k, 0, keepdims=False), states)
-
-    def back(j: Any, c: tuple[Any, Any]) -> tuple[Any, Any]:
+    def back(j: Any, c: tuple[Any, Any], odd: bool = False) -> tuple[Any, Any]:  # odd: k's parity where paired
         lam, p_bar = c
         k = n - 1 - j
+        x = _read(states, k, paired, odd)
         if not isinstance(step, Split):
-            x_bar, p_step = _pull(step, at(k), params, lam)
+            x_bar, p_step = _pull(step, x, params, lam)
             return x_bar, _add(p_bar, p_step)
-        lam, p_l = _pull(step.local, at(k), params[0], lam)
-        mu, p_t = _pull(step.transport, at(k), params[1], lam)
+        lam, p_l = _pull(step.local, x, params[0], lam)
+        mu, p_t = _pull(step.transport, x, params[1], lam)
         initial = jnp.logical_and(first, k == 0)  # one loop body for every step: no step's adjoint compiled twice
         return _where(initial, lam, mu), (_add(p_bar[0], p_l), _add(p_bar[1], _where(initial, zero_cotangents(p_t), p_t)))
 
     if not paired:
         return jax.lax.fori_loop(0, n, back, carry)
     if n % 2:
-        carry = back(0, carry)
-    return jax.lax.fori_loop(0, n // 2, lambda i, c: back(n % 2 + 2 * i + 1, back(n % 2 + 2 * i, c)), carry)
+        carry = back(0, carry, False)  # k = n - 1, even
+    # each pair: k = n - 1 - n % 2 - 2 i (odd), then k - 1
+    return jax.lax.fori_loop(0, n // 2, lambda i, c: back(n % 2 + 2 * i + 1, back(n % 2 + 2 * i, c, True), False),
+                             carry)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
@@ -261,7 +294,7 @@ def _segmented_bwd(step: Step, segments: int, length: int, paired: bool, res: An
         lam, p_bar = pull_back(step, states, length, params, (lam, p_bar), index == 0, paired)
         return (lam, p_bar, states), None
 
-    buffer = jax.tree_util.tree_map(lambda x: jnp.zeros((length, *jnp.shape(x)), jnp.result_type(x)), first)
+    buffer = state_buffer(first, length, paired)
     # the barrier keeps the objective's own adjoint out of streaming's transpose (else XLA copies it into each
     # direction's kernel)
     carry = into_reverse(step, first, params, _barrier(_inexact(ct)), zero_cotangents(params))

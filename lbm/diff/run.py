@@ -8,8 +8,8 @@ lbm.diff.checkpointing, and returns plain jax arrays: ``f`` (Q, *grid) after the
 holds), and where the case has an obstacle ``force_mean`` (D,), the momentum-exchange force averaged
 over the last ``window`` steps, with ``drag`` and ``lift`` (cd and cl, the cylinder's normalisation).
 It is differentiable by ``jax.grad``/``jax.vjp`` in every value, and jit-able: the core stages and the
-half-way walls run with the hand-written adjoints of lbm.diff.adjoint (half-way walls applied while
-streaming, as the xla engine does). ``forward_mode=True`` runs the kernels' own stages instead, for
+half-way walls run with the hand-written adjoints of lbm.diff.adjoint and lbm.diff.walls (half-way walls
+applied while streaming, as the xla engine does). ``forward_mode=True`` runs the kernels' own stages instead, for
 ``jax.jvp`` (a ``jax.custom_vjp`` function has no forward mode).
 """
 
@@ -21,9 +21,10 @@ import jax
 import jax.numpy as jnp
 
 from lbm.boundaries.base import StepState
-from lbm.diff.adjoint import affine_stream, cell_form, core_for, with_adjoints
+from lbm.diff.adjoint import cell_form, core_for
 from lbm.diff.checkpointing import SNAPSHOTS, Split, Step, run_steps, segment_length
 from lbm.diff.parameters import Parameterisation
+from lbm.diff.walls import affine_stream, with_adjoints
 from lbm.engines.timestep import CORE as KERNELS
 from lbm.engines.timestep import active_stages, moments, run_stages, step_index
 from lbm.errors import LbmError
@@ -46,7 +47,7 @@ def step_function(traced: Any, start: int, forward_mode: bool = False, platform:
     hand-written adjoints (their forms for ``platform``, default jax's backend), or (``forward_mode``) the kernels'
     own stages."""
     setup = traced.setup
-    bcs = traced.boundaries if forward_mode else with_adjoints(traced.boundaries, setup.lattice)
+    bcs = traced.boundaries if forward_mode else with_adjoints(traced.boundaries, setup.lattice, platform)
     core = KERNELS if forward_mode else core_for(setup, bcs, platform)
     names = active_stages(setup)
 
