@@ -22,7 +22,7 @@ from lbm.engines.pallas.kernels import flat_step
 from lbm.engines.xla import XlaEngine
 from lbm.errors import ConfigError
 from lbm.kernels.collision import Collision
-from lbm.kernels.cumulant import cumulant_rates, parametrised, relax_cell
+from lbm.kernels.cumulant import cumulant_rates, parametrised
 from lbm.kernels.directions import Directions
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic

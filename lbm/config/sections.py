@@ -174,8 +174,8 @@ class MrtRates(TrtRates):
 
 
 COLLISION_KINDS: dict[str, type[CollisionKind]] = {
-    "bgk": CollisionKind, "cumulant": CollisionKind, "kbc": CollisionKind, "mrt": MrtRates, "recursive_regularized": RegularizedRates,
-    "regularized": RegularizedRates, "trt": TrtRates,
+    "bgk": CollisionKind, "cumulant": CollisionKind, "kbc": CollisionKind, "mrt": MrtRates,
+    "recursive_regularized": RegularizedRates, "regularized": RegularizedRates, "trt": TrtRates,
 }
 """Each collision kind's keys, stored in Hydra's ``collision`` group as ``<kind>_schema``."""
 COLLISION_LATTICES: dict[str, tuple[str, ...]] = {"cumulant": ("d2q9", "d3q27")}
