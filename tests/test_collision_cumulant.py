@@ -132,14 +132,15 @@ def test_shear_wave_decays_at_the_viscosity(name, tau, bound):
 
 
 @pytest.mark.usefixtures("x64")
-def test_the_pallas_kernel_equals_collide_then_stream():
-    """The flat Pallas kernel (interpret mode) on a D3Q27 box with a force: the operator on per-direction arrays."""
-    lat = LATTICES["d3q27"]
-    f, _, _ = _state(lat, (3, 4, 5), 1)
+@pytest.mark.parametrize("name", ["d2q9", pytest.param("d3q27", marks=pytest.mark.slow)])
+def test_the_pallas_kernel_equals_collide_then_stream(name):
+    """The flat Pallas kernel (interpret mode) on a box with a force: the operator on per-direction arrays."""
+    lat = LATTICES[name]
+    f, _, _ = _state(lat, (3, 4, 5)[: lat.d] if lat.d == 3 else (16, 6), 1)
     spec = Collision("cumulant", 1 / TAU_NEAR_HALF)
-    drho, u = macroscopic(f, lat, FORCE)
-    ref = np.asarray(stream(spec(f, equilibrium(drho, u, lat), u, lat, FORCE), lat))
-    out = flat_step(f, lat, spec.omega, spec.omega, FORCE, interpret=True, block=64, collision=spec)
+    drho, u = macroscopic(f, lat, FORCE[: lat.d])
+    ref = np.asarray(stream(spec(f, equilibrium(drho, u, lat), u, lat, FORCE[: lat.d]), lat))
+    out = flat_step(f, lat, spec.omega, spec.omega, FORCE[: lat.d], interpret=True, block=64, collision=spec)
     np.testing.assert_allclose(np.asarray(out), ref, rtol=0, atol=1e-15)  # measured 0
 
 
@@ -174,12 +175,17 @@ def test_native_kernel_equals_collide_then_stream(name, forced):
 
 BOX = ["case=taylor_green_3d", "lattice=d3q27", "collision=cumulant", "grid.nx=8", "grid.ny=8", "grid.nz=8",
        "flow.reynolds=100"]
+BOX_2D = ["case=taylor_green", "collision=cumulant", "grid.nx=16", "grid.ny=12", "flow.reynolds=100"]
 
 
-@pytest.mark.parametrize("engine", [pytest.param("native", marks=pytest.mark.native), "instrumented"])
-def test_engines_equal_the_xla_engine_on_the_taylor_green_box(engine):
-    """Ten steps of the 3D vortex, float64."""
-    setup = setup_for(BOX, "float64")
+@pytest.mark.parametrize("engine,box", [
+    ("instrumented", BOX_2D),
+    pytest.param("instrumented", BOX, marks=pytest.mark.slow),
+    pytest.param("native", BOX, marks=[pytest.mark.native, pytest.mark.slow]),  # the fast lane: the kernel test above
+])
+def test_engines_equal_the_xla_engine_on_the_taylor_green_box(engine, box):
+    """Ten steps of the vortex (2D, and 3D), float64."""
+    setup = setup_for(box, "float64")
     if engine == "instrumented":
         other = InstrumentedEngine(setup)
     else:
