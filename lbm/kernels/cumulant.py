@@ -38,9 +38,11 @@ import functools
 import itertools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import jax
 
 from lbm.kernels.directions import Pops, qsum, split, stack
 from lbm.lattice import Lattice
@@ -264,13 +266,18 @@ def _weights_excess(e: Exps, u: Sequence[Any], usq: Sequence[Any]) -> Split:
 # --- the collision ---------------------------------------------------------------------------------
 
 def relax_cell(g: Sequence[Any], drho: Any, u: Sequence[Any], lattice: Lattice, rates: CumulantRates,
-               force: Sequence[float] | None = None) -> list[Any]:
+               force: Sequence[float] | None = None, barrier: Callable[[list[Any]], list[Any]] | None = None,
+               ) -> list[Any]:
     """Post-collision deviations g*_i of one cell (or of arrays of cells) from g_i = f_i - w_i, the frame's density
-    deviation ``drho`` (rho = 1 + drho), its velocity ``u`` and the ``rates``; the steps of the module doc."""
+    deviation ``drho`` (rho = 1 + drho), its velocity ``u`` and the ``rates``; the steps of the module doc.
+
+    ``barrier`` (the xla form: jax.lax.optimization_barrier) takes the central moments and the post-collision ones
+    and returns them as they are: XLA's CPU fusion otherwise re-computes them inside the consumers (0.08 against
+    0.5 MLUPS at 24³, measured in one process)."""
     d = lattice.d
     vel = _velocities(lattice)
     usq = [ua * ua for ua in u]
-    kappa = chimera(dict(zip(vel, g, strict=True)), u, d)
+    kappa = _fenced(chimera(dict(zip(vel, g, strict=True)), u, d), barrier)
     rho = 1.0 + drho
     inv_rho = 1.0 / rho
     weights = {e: _weights_excess(e, u, usq) for e in exponents(d)}
@@ -300,8 +307,14 @@ def relax_cell(g: Sequence[Any], drho: Any, u: Sequence[Any], lattice: Lattice, 
         if weights[e].s is not None:
             val = _add(val, -weights[e].s)
         back[e] = val if val is not None else 0.0 * drho
-    out = chimera(back, u, d, inverse=True)
+    out = chimera(_fenced(back, barrier), u, d, inverse=True)
     return [out[v] for v in vel]
+
+
+def _fenced(values: dict[Exps, Any], barrier: Callable[[list[Any]], list[Any]] | None) -> dict[Exps, Any]:
+    if barrier is None:
+        return values
+    return dict(zip(values, barrier(list(values.values())), strict=True))
 
 
 def _relax(c: dict[Exps, Split], u: Sequence[Any], d: int, r: CumulantRates) -> dict[Exps, Split]:
@@ -367,5 +380,6 @@ def _relax_3d(c: dict[Exps, Split], post: dict[Exps, Split], grad: list[Any], sh
 def cumulant(f: Pops, feq: Pops, u: Any, lattice: Lattice, omega: Any, force: Sequence[float] | None = None) -> Pops:
     """Post-collision populations (deviations f - w, in the form of ``f``) of the cumulant operator (module doc)."""
     g = list(f) if split(f) else [f[i] for i in range(lattice.q)]
-    out = relax_cell(g, qsum(feq), [u[a] for a in range(lattice.d)], lattice, cumulant_rates(omega), force)
+    barrier = None if split(f) else jax.lax.optimization_barrier
+    out = relax_cell(g, qsum(feq), [u[a] for a in range(lattice.d)], lattice, cumulant_rates(omega), force, barrier)
     return stack(out, f)
