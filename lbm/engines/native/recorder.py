@@ -38,6 +38,18 @@ class Recorder:
         return CValue(self, name)
 
 
+def _binary(op: str) -> tuple[Any, Any]:
+    """The forward and reflected methods of a binary operator on CValues."""
+
+    def forward(self: CValue, other: Any) -> CValue:
+        return self._op(other, op)
+
+    def reflected(self: CValue, other: Any) -> CValue:
+        return self._op(other, op, swap=True)
+
+    return forward, reflected
+
+
 class CValue:
     """A number in the generated C: its text (a name, an expression) or a static constant (``const``)."""
 
@@ -69,29 +81,10 @@ class CValue:
             return -b
         return self.rec.record(f"{a.text} {op} {b.text}")
 
-    def __add__(self, o: Any) -> CValue:
-        return self._op(o, "+")
-
-    def __radd__(self, o: Any) -> CValue:
-        return self._op(o, "+", swap=True)
-
-    def __sub__(self, o: Any) -> CValue:
-        return self._op(o, "-")
-
-    def __rsub__(self, o: Any) -> CValue:
-        return self._op(o, "-", swap=True)
-
-    def __mul__(self, o: Any) -> CValue:
-        return self._op(o, "*")
-
-    def __rmul__(self, o: Any) -> CValue:
-        return self._op(o, "*", swap=True)
-
-    def __truediv__(self, o: Any) -> CValue:
-        return self._op(o, "/")
-
-    def __rtruediv__(self, o: Any) -> CValue:
-        return self._op(o, "/", swap=True)
+    __add__, __radd__ = _binary("+")
+    __sub__, __rsub__ = _binary("-")
+    __mul__, __rmul__ = _binary("*")
+    __truediv__, __rtruediv__ = _binary("/")
 
     def __neg__(self) -> CValue:
         if self.const is not None:
