@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-COLLISIONS = ("bgk", "trt", "mrt", "regularized", "recursive_regularized", "kbc")
+COLLISIONS = ("bgk", "trt", "mrt", "regularized", "recursive_regularized", "kbc", "cumulant")
 
 
 def prepare(lattice: str, grid: tuple[int, ...], collision: str, engine: str, precision: str) -> tuple[Any, Any]:

@@ -239,7 +239,7 @@ class Case:
         if kind == "mrt":
             omega_minus = rates.odd or omega_minus
             collision = Collision("mrt", omega_plus, omega_minus, rates.bulk, rates.ghost, **les)
-        elif kind in ("regularized", "recursive_regularized", "kbc"):
+        elif kind in ("regularized", "recursive_regularized", "kbc", "cumulant"):
             collision = Collision(kind, omega_plus, bulk=rates.bulk, **les)
         return dict(nu=nu, tau=tau, reynolds=reynolds, omega_plus=omega_plus, omega_minus=omega_minus,
                     collision=collision)

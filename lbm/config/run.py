@@ -27,6 +27,7 @@ from lbm.config.checks import (
 )
 from lbm.config.schema import RunSchema
 from lbm.config.sections import (
+    COLLISION_LATTICES,
     Checkpoint,
     Collision,
     CollisionKind,
@@ -172,6 +173,9 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     tree = read_tree(cfg)
     lattice = check_choice("lattice", tree.lattice.name, tuple(LATTICES))
     collision = validate_collision(tree.collision)
+    if lattice not in COLLISION_LATTICES.get(collision.name, (lattice,)):
+        raise ConfigError("lattice", lattice, f"one of {', '.join(COLLISION_LATTICES[collision.name])} with "
+                          f"collision={collision.name}", "it needs every velocity of {-1, 0, 1}^d")
     mode = check_choice("mode", tree.mode, MODES)
     engine = check_choice("engine", tree.engine, ENGINES)
     precision = check_choice("precision", tree.precision, PRECISIONS)

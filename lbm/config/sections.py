@@ -174,10 +174,12 @@ class MrtRates(TrtRates):
 
 
 COLLISION_KINDS: dict[str, type[CollisionKind]] = {
-    "bgk": CollisionKind, "kbc": CollisionKind, "mrt": MrtRates, "recursive_regularized": RegularizedRates,
-    "regularized": RegularizedRates, "trt": TrtRates,
+    "bgk": CollisionKind, "cumulant": CollisionKind, "kbc": CollisionKind, "mrt": MrtRates,
+    "recursive_regularized": RegularizedRates, "regularized": RegularizedRates, "trt": TrtRates,
 }
 """Each collision kind's keys, stored in Hydra's ``collision`` group as ``<kind>_schema``."""
+COLLISION_LATTICES: dict[str, tuple[str, ...]] = {"cumulant": ("d2q9", "d3q27")}
+"""The lattices a collision kind runs on, where not every one: the cumulant needs every velocity of {-1, 0, 1}^d."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Stage ``collide``: BGK, TRT, MRT, regularized, recursive regularized and KBC relaxation, with Guo's forcing term.
+"""Stage ``collide``: BGK, TRT, MRT, regularized, recursive regularized, KBC and cumulant relaxation, with Guo's forcing term.
 
 Every operator takes populations ``f`` and their equilibrium ``feq`` (shape ``(Q, *grid)``),
 the velocity ``u`` (shape ``(D, *grid)``, half-force shifted when a body force acts) and
@@ -6,7 +6,8 @@ returns the post-collision populations. Populations and equilibria are deviation
 state, f_i - w_i (lbm.kernels.equilibrium): BGK, TRT, MRT and the regularized kinds are affine in f
 and f_eq with weights that keep the rest state (w_i = w_opp(i), zero moments of w beyond the density),
 so they act on the deviations unchanged; where an operator needs ρ it is 1 + Σ f_eq, and KBC's
-entropic weights divide by the absolute f_eq. Lattice constants and rates are static Python/numpy
+entropic weights divide by the absolute f_eq; the cumulant operator (lbm.kernels.cumulant) works on the deviations
+themselves. Lattice constants and rates are static Python/numpy
 values; the moment bases are built once per lattice from its velocity set.
 
 - :func:`collide` is the BGK/TRT entry point (the rates ``omega_plus``, ``omega_minus`` of a Setup).
@@ -33,13 +34,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbm.kernels.cumulant import cumulant
 from lbm.kernels.directions import Directions, Pops, per_direction, qsum, split, stack
 from lbm.lattice import CS2, Lattice
 
 Rate = float | jnp.ndarray
 """A relaxation rate: a constant, or one per cell (Smagorinsky)."""
 
-COLLISION_KINDS = ("bgk", "trt", "mrt", "regularized", "recursive_regularized", "kbc")
+COLLISION_KINDS = ("bgk", "trt", "mrt", "regularized", "recursive_regularized", "kbc", "cumulant")
 """Collision operators :class:`Collision` implements."""
 
 MOMENT_CLASSES = ("density", "momentum", "bulk", "shear", "odd", "even")
@@ -182,7 +184,7 @@ def hermite2(lattice: Lattice) -> tuple[list[tuple[int, int]], np.ndarray]:
 class Collision:
     """A collision operator and its relaxation rates (static, hashable: closed over by jit).
 
-    kind         bgk | trt | mrt | regularized | recursive_regularized | kbc
+    kind         bgk | trt | mrt | regularized | recursive_regularized | kbc | cumulant (D2Q9, D3Q27)
     omega        shear rate 1/tau (sets the viscosity nu = cs2 (1/omega - 1/2))
     omega_minus  trt: the antisymmetric rate; mrt: the rate of the odd ghost moments (energy flux q, ...);
                  None = omega
@@ -208,7 +210,7 @@ class Collision:
                 raise ValueError(f"collision rate {name}={rate!r} must lie in (0, 2)")
         if not self.smagorinsky >= 0.0:
             raise ValueError(f"smagorinsky constant must be >= 0, not {self.smagorinsky!r}")
-        if self.smagorinsky and self.kind in ("trt", "kbc"):
+        if self.smagorinsky and self.kind in ("trt", "kbc", "cumulant"):
             raise ValueError(f"the Smagorinsky model applies to bgk, mrt and the regularized kinds, not {self.kind}")
 
     @classmethod
@@ -239,6 +241,8 @@ class Collision:
                                recursive=self.kind == "recursive_regularized")
         if self.kind == "kbc":
             return kbc(f, feq, u, lattice, self.omega, force)
+        if self.kind == "cumulant":
+            return cumulant(f, feq, u, lattice, self.omega, force)
         if self.smagorinsky:
             omega = smagorinsky_omega(f, feq, u, lattice, self.omega, self.smagorinsky, force)
             out = f - omega * (f - feq)

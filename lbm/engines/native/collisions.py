@@ -1,4 +1,4 @@
-"""The collisions beyond BGK and TRT as generated C: mrt, regularized, recursive_regularized and kbc.
+"""The collisions beyond BGK and TRT as generated C: mrt, regularized, recursive_regularized, kbc and cumulant.
 
 Each generator returns the C statements that turn the populations ``f0..`` of one cell, their equilibrium
 ``feq0..`` (both as deviations f - w), the density ``rho`` (and ``drho`` = rho - 1) and the velocity ``u0..``
@@ -16,6 +16,8 @@ fewer operations per cell, with the same value up to rounding:
   enters as ``f* = f - L(neq + F/2) + F`` (L the relaxation above, F the forcing populations), one relaxation.
 - regularized: the stress relaxation with the trace at its own rate is ``(1 - omega) a2 + delta (omega - bulk)
   tr(a2) / D``; ``H_i : A2 = sum_ab c_ia c_ib A2_ab - cs2 tr(A2)``.
+- cumulant: not rewritten: lbm.kernels.cumulant.relax_cell itself, run on recorded C values
+  (lbm.engines.native.recorder), and its per-call rates from lbm.kernels.cumulant.cumulant_rates the same way.
 """
 
 from __future__ import annotations
@@ -24,16 +26,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lbm.engines.native.recorder import Recorder, literal
 from lbm.kernels.collision import Collision, hermite3, kbc_matrices, moment_basis
+from lbm.kernels.cumulant import OMEGA_PARAMETRISED, CumulantRates, cumulant_rates, relax_cell
 from lbm.lattice import CS2, Lattice
 
 if TYPE_CHECKING:
     from lbm.engines.native.codegen import KernelSpec
 
-KINDS = ("mrt", "regularized", "recursive_regularized", "kbc")
+KINDS = ("mrt", "regularized", "recursive_regularized", "kbc", "cumulant")
 """The collision kinds of lbm.kernels.collision.COLLISION_KINDS beyond bgk and trt that the native kernel computes."""
 RATES = {"mrt": ("bulk", "shear", "odd", "even"), "regularized": ("omega", "bulk"),
-         "recursive_regularized": ("omega", "bulk"), "kbc": ("omega",)}
+         "recursive_regularized": ("omega", "bulk"), "kbc": ("omega",), "cumulant": ("omega",)}
 """The run-time rates each kind's kernel takes, in order (R[0], R[1], ...)."""
 
 
@@ -123,6 +127,11 @@ def _rate_exprs(spec: KernelSpec) -> list[tuple[str, str]]:
                 ("c4_", f"(R[0] - R[1]) / (real){_fmt(2 * lat.d)}")]
     if kind == "kbc":  # R = omega
         return [("om_", "R[0]"), ("om1_", "R[0] - (real)1")]
+    if kind == "cumulant":  # R = omega: the rates of lbm.kernels.cumulant.cumulant_rates, as nested C expressions
+        rec = Recorder(emit=False)
+        on = rec.name(f"(R[0] >= {literal(OMEGA_PARAMETRISED)} ? (real)1 : (real)0)")
+        rates = cumulant_rates(rec.name("R[0]"), on)
+        return [(f"{name}_", getattr(rates, name).text) for name in _CUMULANT_RATES]
     raise ValueError(f"no native collision {kind!r}")
 
 
@@ -296,6 +305,21 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
     return lines
 
 
+_CUMULANT_RATES = ("omega", "w3", "w4", "w5", "a", "b")
+"""The per-call rates of lbm.kernels.cumulant.CumulantRates the cumulant cell reads (bulk is the constant 1)."""
+
+
+def cumulant_lines(spec: KernelSpec) -> list[str]:
+    """C statements of the cumulant collision: lbm.kernels.cumulant.relax_cell run on recorded C values."""
+    lat = spec.lattice
+    rec = Recorder("cu_")
+    rates = CumulantRates(bulk=1.0, **{name: rec.name(f"{name}_") for name in _CUMULANT_RATES})
+    force = [rec.name(f"F{a}_") for a in range(lat.d)] if spec.forced else None
+    out = relax_cell([rec.name(f"f{i}") for i in range(lat.q)], rec.name("drho"),
+                     [rec.name(f"u{a}") for a in range(lat.d)], lat, rates, force)
+    return rec.lines + [f"real o{i} = {o.text};" for i, o in enumerate(out)]
+
+
 def collision_lines(spec: KernelSpec) -> list[str]:
     """C statements computing o0.. for ``spec.collision`` (one of :data:`KINDS`)."""
     if spec.collision == "mrt":
@@ -304,4 +328,6 @@ def collision_lines(spec: KernelSpec) -> list[str]:
         return regularized_lines(spec)
     if spec.collision == "kbc":
         return kbc_lines(spec)
+    if spec.collision == "cumulant":
+        return cumulant_lines(spec)
     raise ValueError(f"no native collision {spec.collision!r}")
