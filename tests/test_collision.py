@@ -241,7 +241,7 @@ def test_smagorinsky_tau_solves_its_closed_form(lat):
 
 
 def test_collision_spec_refuses_bad_rates():
-    for bad in (dict(kind="cumulant"), dict(omega=2.0), dict(kind="mrt", bulk=0.0), dict(smagorinsky=-0.1),
+    for bad in (dict(kind="bogus"), dict(omega=2.0), dict(kind="mrt", bulk=0.0), dict(smagorinsky=-0.1),
                 dict(kind="trt", omega_minus=1.0, smagorinsky=0.1)):
         with pytest.raises(ValueError):
             Collision(**bad)
