@@ -88,6 +88,7 @@ CAVITY = ["case=cavity", "grid.nx=10", "grid.ny=10", "steps=40", "flow.reynolds=
 @pytest.mark.parametrize("overrides,key", [
     pytest.param(CAVITY + ["collision=mrt"], "flow.reynolds", id="cavity-mrt", marks=pytest.mark.slow),
     pytest.param(CAVITY + ["collision=kbc"], "flow.reynolds", id="cavity-kbc", marks=pytest.mark.slow),
+    pytest.param(CAVITY + ["collision=cumulant"], "flow.u_lattice", id="cavity-cumulant", marks=pytest.mark.slow),
     pytest.param(CAVITY + ["collision=recursive_regularized"], "flow.u_lattice", id="cavity-rr",
                  marks=pytest.mark.slow),
     pytest.param(["case=poiseuille", "grid.nx=4", "grid.ny=10", "steps=60", "flow.reynolds=5", "collision=regularized",
