@@ -10,7 +10,8 @@ then the summary (per file, then the dearest tests)::
 
 CPU seconds are this process's (all threads) plus its waited children's (compilers, ``python -m lbm``
 subprocesses): unlike wall time, they hardly move with the machine's load. ``compiles`` counts XLA backend compiles,
-persistent-cache hits included (``hits``); ``kernels`` the native libraries built (a cache miss each).
+persistent-cache hits included (``hits``), and the seconds (wall, this process) spent compiling them (``compile_s``),
+tracing (``trace_s``) and lowering to MLIR (``lower_s``); ``kernels`` the native libraries built (a cache miss each).
 """
 
 from __future__ import annotations
@@ -45,8 +46,17 @@ def _listen() -> None:
 
     from lbm.engines.native import build
 
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, secs, **kw: event == "/jax/core/compile/backend_compile_duration" and _count("compiles"))
+    durations = {"/jax/core/compile/backend_compile_duration": "compile_s",
+                 "/jax/core/compile/jaxpr_trace_duration": "trace_s",
+                 "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s"}
+
+    def _duration(event: str, secs: float, **kw: Any) -> None:
+        if event in durations:
+            _count(durations[event], secs)
+            if event == "/jax/core/compile/backend_compile_duration":
+                _count("compiles")
+
+    jax.monitoring.register_event_duration_secs_listener(_duration)
     jax.monitoring.register_event_listener(
         lambda event, **kw: event == "/jax/compilation_cache/cache_hits" and _count("hits"))
     compile_kernel, popen_init = build._compile, subprocess.Popen.__init__
@@ -89,7 +99,10 @@ def summarise(rows: list[dict[str, Any]], n: int = 30) -> str:
     lines = [f"{len(rows)} tests, {sum(total.values()):.1f} CPU-s (fast lane {total['fast']:.1f}, slow {total['slow']:.1f}); "
              f"{sum(r.get('compiles', 0) for r in rows)} XLA compiles ({sum(r.get('hits', 0) for r in rows)} cache hits); "
              f"{sum(len(r.get('kernels', [])) for r in rows)} native builds ({len(kernels)} kernels); "
-             f"{sum(len(r.get('subprocesses', [])) for r in rows)} subprocesses", "", "CPU-s  tests  file"]
+             f"{sum(len(r.get('subprocesses', [])) for r in rows)} subprocesses",
+             "jax in the test processes (wall s): " + ", ".join(f"{key} {sum(r.get(key, 0) for r in rows):.1f}"
+                                                       for key in ("trace_s", "lower_s", "compile_s")),
+             "", "CPU-s  tests  file"]
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
     for r in rows:
         per[r["id"].split("::")[0]][0] += r["cpu"]

@@ -23,6 +23,7 @@ def test_a_build_logs_its_start_its_time_and_the_cache_path(tmp_path, monkeypatc
     monkeypatch.setenv("LBM_KERNEL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(build, "compiler", lambda: "/usr/bin/c++")
     monkeypatch.setattr(build.subprocess, "run", fake_compile)
+    monkeypatch.setattr(build, "precompiled_header", lambda cxx, flags: [])
     spec = KernelSpec(LATTICES["d2q9"], "float32", trt=False, forced=False)
     with caplog.at_level("INFO", logger="lbm"):
         out = build.build(spec)
@@ -56,6 +57,7 @@ def test_concurrent_builders_of_one_kernel_compile_it_once(tmp_path, monkeypatch
     monkeypatch.setenv("LBM_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setattr(build, "compiler", lambda: "/usr/bin/c++")
     monkeypatch.setattr(build.subprocess, "run", fake_compile)
+    monkeypatch.setattr(build, "precompiled_header", lambda cxx, flags: [])
     spec = KernelSpec(LATTICES["d2q9"], "float32", trt=False, forced=False)
     paths = []
     first = threading.Thread(target=lambda: paths.append(build.build(spec)))
@@ -89,6 +91,7 @@ def test_the_optimisation_level_is_in_the_flags_and_the_cache_key(tmp_path, monk
     monkeypatch.setattr(build, "compiler", lambda: "/usr/bin/c++")
     monkeypatch.setattr(build.subprocess, "run", lambda cmd, cwd, **kw: (Path(cwd) / "kernel.so").write_bytes(b"")
                         or subprocess.CompletedProcess(cmd, 0, "", ""))
+    monkeypatch.setattr(build, "precompiled_header", lambda cxx, flags: [])
     spec = KernelSpec(LATTICES["d2q9"], "float32", trt=False, forced=False)
     paths = {}
     for level in ("3", "1", "0"):
@@ -103,6 +106,50 @@ def test_the_optimisation_level_is_in_the_flags_and_the_cache_key(tmp_path, monk
     monkeypatch.setenv("LBM_NATIVE_OPT", "fast")
     with pytest.raises(LbmError, match=r"LBM_NATIVE_OPT='fast' is invalid: expected one of 0, 1, 2, 3"):
         build.cxxflags()
+
+
+def test_kernels_share_one_precompiled_header_per_compiler_and_flags(tmp_path, monkeypatch, caplog):
+    """The FFI and standard headers are precompiled once per flags (here two levels) and included first by every
+    kernel built with those flags; where the header cannot be precompiled, kernels parse the headers themselves."""
+    calls = []
+
+    def fake_compiler(cmd, cwd=None, **kwargs):
+        calls.append(cmd)
+        if cmd[1:] == ["--version"]:
+            return subprocess.CompletedProcess(cmd, 0, "c++ 1.0\n", "")
+        if "c++-header" in cmd:
+            if "-O1" in cmd:
+                return subprocess.CompletedProcess(cmd, 1, "", "no precompiled headers at -O1")
+            Path(cmd[cmd.index("-o") + 1]).write_bytes(b"")
+        else:
+            (Path(cwd) / "kernel.so").write_bytes(b"")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setenv("LBM_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(build, "compiler", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(build.subprocess, "run", fake_compiler)
+    build.compiler_version.cache_clear()
+    kernels = [KernelSpec(LATTICES["d2q9"], "float32", trt=False, forced=False),
+               KernelSpec(LATTICES["d3q19"], "float64", trt=True, forced=True)]
+    monkeypatch.setenv("LBM_NATIVE_OPT", "0")
+    for spec in kernels:
+        build.build(spec)
+    headers = [c for c in calls if "c++-header" in c]
+    builds = [c for c in calls if "kernels.cc" in c]
+    assert len(headers) == 1 and len(builds) == 2 and "-shared" not in headers[0] and "-O0" in headers[0]
+    header = Path(headers[0][headers[0].index("c++-header") + 1])
+    assert header.parent.parent == tmp_path and "ffi.h" in header.read_text()
+    assert header.with_name("lbm_pch.h.gch").exists()
+    for cmd in builds:  # the header first, then the kernel's own includes
+        assert cmd[cmd.index("-include") + 1] == str(header) and cmd.index("-include") < cmd.index("kernels.cc")
+    calls.clear()
+    monkeypatch.setenv("LBM_NATIVE_OPT", "1")  # other flags, another header; here one that cannot be built
+    with caplog.at_level("INFO", logger="lbm"):
+        for spec in kernels:
+            build.build(spec)
+    assert len([c for c in calls if "c++-header" in c]) == 1  # tried once
+    assert [("-include" in c) for c in calls if "kernels.cc" in c] == [False, False]
+    assert any("no precompiled header" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.native

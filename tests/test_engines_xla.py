@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.inspect_cli import CUDA, consistent, installed, run_cli
+from helpers.inspect_cli import CUDA, consistent, installed, run_inspect
 
 CASES = {"box": ["case=taylor_green", "grid.nx=256", "grid.ny=256", "steps=40"], "cylinder": ["steps=100"]}
 
@@ -26,7 +26,7 @@ def test_xla_engine_on_h100_reads_the_populations_twice_per_step(tmp_path, case)
     """
     if not installed(CUDA):
         pytest.skip(f"{CUDA} is not installed (bash scripts/accel_env.sh)")
-    res = run_cli("target=h100", "engine=xla", *CASES[case], "--out", str(tmp_path))
+    res = run_inspect("target=h100", "engine=xla", *CASES[case], "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr[-2000:]
     rec = json.loads((tmp_path / "inspect.json").read_text())
     assert rec["engine"] == "xla" and rec["steps_per_loop_body"] == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.inspect_cli import CUDA, consistent, installed, run_cli
+from helpers.inspect_cli import CUDA, consistent, installed, run_cli, run_inspect
 
 from lbm.hlo import array_bytes, loop_traffic, main_loop, tuple_elements
 from lbm.stages import STAGES
@@ -280,7 +280,7 @@ CASES = {"box": ["case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=40"], "
 def test_deviceless_compile(tmp_path, target, module, case):
     if not installed(module):
         pytest.skip(f"{module} is not installed (bash scripts/accel_env.sh)")
-    res = run_cli(f"target={target}", *CASES[case], "--out", str(tmp_path))
+    res = run_inspect(f"target={target}", *CASES[case], "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr[-2000:]
     rec = json.loads((tmp_path / "inspect.json").read_text())
     assert KEYS <= set(rec)
@@ -354,7 +354,7 @@ def test_sharded_deviceless_compile_halo_bytes_and_collectives(tmp_path, name):
     module = "libtpu" if name.startswith("v5e") else CUDA
     if not installed(module):
         pytest.skip(f"{module} is not installed (bash scripts/accel_env.sh)")
-    res = run_cli(*args, "--out", str(tmp_path))
+    res = run_inspect(*args, "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr[-2000:]
     rec = json.loads((tmp_path / "inspect.json").read_text())
     p = rec["parallel"]

@@ -1,5 +1,8 @@
-"""Running ``python -m lbm inspect`` in a subprocess and the identities every inspect record must satisfy."""
+"""Running ``python -m lbm inspect`` (in this process or a subprocess) and the identities every inspect record must
+satisfy."""
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -25,9 +28,30 @@ def run_cli(*args):
                           cwd=ROOT, timeout=600)
 
 
+def run_inspect(*args):
+    """``lbm inspect ARGS`` in this process (the command line's own entry point, lbm.cli.main), its output captured:
+    a completed process's returncode, stdout and stderr. The deviceless compiles (tests marked accel) run so, without
+    a start of Python, JAX and the compiler plugins per compile (1-1.5 CPU-s each); run_cli is the real process.
+    The suite's persistent compilation cache is off meanwhile: an executable compiled for a device this machine lacks
+    cannot be loaded from it (JAX warns at each read)."""
+    import jax
+
+    from lbm.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    cache = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["inspect", *args])
+    finally:
+        jax.config.update("jax_enable_compilation_cache", cache)
+    return subprocess.CompletedProcess(["lbm", "inspect", *args], code, out.getvalue(), err.getvalue())
+
+
 def inspect_json(out, *args):
-    """``inspect ARGS --out OUT`` (which must succeed) and the inspect.json it wrote."""
-    res = run_cli(*args, "--out", str(out))
+    """``inspect ARGS --out OUT`` in this process (which must succeed) and the inspect.json it wrote."""
+    res = run_inspect(*args, "--out", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads((Path(out) / "inspect.json").read_text())
 
