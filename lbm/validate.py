@@ -160,8 +160,8 @@ CHECKS_3D = (
           "(measured 0)", levels=("quick",)),
     Check("tgv3d_dissipation_peak_64", "taylor_green_3d", TGV_64, "dissipation_peak_rel_error", 0.06,
           "512^3 spectral DNS (lbm/reference/tgv_re1600_spectral_512.csv): peak of -dK/dt 1.2858e-2 (target 10% at "
-          "64^3; measured -2.9%, cumulant, D3Q27; docs/validation_3d.md)", quantity=lambda m: abs(m["dissipation_peak_rel_error"]),
-          levels=("full",)),
+          "64^3; measured -2.9%, cumulant, D3Q27; docs/validation_3d.md)",
+          quantity=lambda m: abs(m["dissipation_peak_rel_error"]), levels=("full",)),
     Check("tgv3d_dissipation_rms_64", "taylor_green_3d", TGV_64, "dissipation_rms_deviation_over_peak", 0.15,
           "512^3 spectral DNS: rms deviation of -dK/dt over t in [0, 20], over the reference peak (measured 0.053 at "
           "64^3, cumulant, D3Q27; docs/validation_3d.md)", levels=("full",)),
