@@ -53,7 +53,7 @@ def _product_equilibrium(drho, u, lat):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name", ["d2q9", "d3q27"])
+@pytest.mark.parametrize("name", [pytest.param("d2q9", marks=pytest.mark.slow), "d3q27"])
 def test_conserves_mass_and_momentum_and_keeps_its_equilibrium(name):
     lat = LATTICES[name]
     shape = (3, 4, 5)[: lat.d]
@@ -132,7 +132,8 @@ def test_shear_wave_decays_at_the_viscosity(name, tau, bound):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name", ["d2q9", pytest.param("d3q27", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["d2q9", "d3q27"])
 def test_the_pallas_kernel_equals_collide_then_stream(name):
     """The flat Pallas kernel (interpret mode) on a box with a force: the operator on per-direction arrays."""
     lat = LATTICES[name]
@@ -144,6 +145,7 @@ def test_the_pallas_kernel_equals_collide_then_stream(name):
     np.testing.assert_allclose(np.asarray(out), ref, rtol=0, atol=1e-16)  # measured 0 (d2q9, d3q27)
 
 
+@pytest.mark.slow
 def test_directions_and_arrays_give_the_same_cell():
     lat = LATTICES["d3q27"]
     f, drho, u = _state(lat, (2, 3, 2), 2)
@@ -157,7 +159,8 @@ def test_directions_and_arrays_give_the_same_cell():
 
 @pytest.mark.native
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name,forced", [("d3q27", True), pytest.param("d2q9", False, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name,forced", [("d3q27", True), ("d2q9", False)])
 def test_native_kernel_equals_collide_then_stream(name, forced):
     """The generated C (relax_cell on recorded values) against the reference, float64, both rate regimes."""
     lat = LATTICES[name]
@@ -178,10 +181,9 @@ BOX = ["case=taylor_green_3d", "lattice=d3q27", "collision=cumulant", "grid.nx=8
 BOX_2D = ["case=taylor_green", "collision=cumulant", "grid.nx=16", "grid.ny=12", "flow.reynolds=100"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine,box", [
-    ("instrumented", BOX_2D),
-    pytest.param("instrumented", BOX, marks=pytest.mark.slow),
-    pytest.param("native", BOX, marks=[pytest.mark.native, pytest.mark.slow]),  # the fast lane: the kernel test above
+    ("instrumented", BOX_2D), ("instrumented", BOX), pytest.param("native", BOX, marks=pytest.mark.native),
 ])
 def test_engines_equal_the_xla_engine_on_the_taylor_green_box(engine, box):
     """Ten steps of the vortex (2D, and 3D), float64."""
