@@ -28,6 +28,7 @@ def test_taylor_green_decay_matches_analytic_at_64(engine):
     assert case.samples[-1][1] < 0.75 * run.flow.u_lattice
 
 
+@pytest.mark.slow
 def test_mass_is_conserved_to_round_off_in_a_periodic_box():
     run = run_config("case=taylor_green", "grid.nx=32", "grid.ny=24", "steps=500", "precision=float64")
     _, setup, fields = advance(run)
@@ -166,6 +167,7 @@ def test_cylinder_short_run_forces():
     np.testing.assert_allclose(fields["u"][0, 0], np.asarray(inlet.u[0]), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_cylinder_drag_is_symmetric_without_perturbation():
     run = run_config("grid.nx=100", "grid.ny=45", "steps=800", "case.perturbation=0", "precision=float64",
                      "case.center=[25,22]")

@@ -42,6 +42,7 @@ def test_duct_series_solves_the_poisson_problem():
     np.testing.assert_allclose(duct_series(yy, zz, 1.0, 1.0, 1.0, 1.0), fd[np.ix_(pick, pick)], atol=5e-5 * fd.max())
 
 
+@pytest.mark.slow
 def test_coarse_lbm_duct_matches_the_series():
     """8 x 8 cells, TRT (Lambda = 3/16), steps=auto (1.5 diffusion times)."""
     run = run_config("case=duct", "lattice=d3q19", "grid.ny=10", "grid.nz=10", "collision=trt")

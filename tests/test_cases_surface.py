@@ -55,6 +55,7 @@ def _nearest(p: np.ndarray, d: np.ndarray, v0: np.ndarray, e1: np.ndarray, e2: n
     return float(t[hit].min())
 
 
+@pytest.mark.slow
 def test_the_sphere_surface_has_the_analytic_spheres_solid_nodes() -> None:
     assert np.array_equal(solid_nodes(sphere(4), SHAPE), ball(CENTER, RADIUS, SHAPE))
 

@@ -164,6 +164,7 @@ def test_the_checkpointing_policy_comes_from_the_config_unless_given(monkeypatch
         lbm.value_and_grad([*overrides, "gradient.checkpoint=every"], ["flow.u_lattice"], "kinetic_energy")
 
 
+@pytest.mark.slow
 def test_the_cell_local_stages_share_one_adjoint_only_where_nothing_acts_between():
     from lbm.diff.adjoint import CELL, CORE, RELAXED, core_for
     from lbm.diff.walls import with_adjoints

@@ -174,7 +174,8 @@ def test_gradient_on_four_devices_equals_one_device():
 
 
 @pytest.mark.parametrize("overrides,wrt,objective,checkpoint", [
-    pytest.param(CAVITY + ["steps=12"], ["flow.u_lattice", "flow.reynolds"], "kinetic_energy", "binomial", id="cavity"),
+    pytest.param(CAVITY + ["steps=12"], ["flow.u_lattice", "flow.reynolds"], "kinetic_energy", "binomial", id="cavity",
+                 marks=pytest.mark.slow),
     pytest.param(ELLIPSE + ["steps=16"], ["case.axes.a", "flow.u_lattice"], "drag", "every", id="ellipse",
                  marks=pytest.mark.slow),  # segments of 5, 5, 5 and 1 steps
     pytest.param(ELLIPSE + ["steps=10"], ["case.axes.b"], "drag", "none", id="ellipse-none", marks=pytest.mark.slow),
@@ -214,7 +215,8 @@ def test_op_names_of_the_passes():
     assert module_row("jit_backward_bounce_back") == "bounce_back (backward)" and module_row("jit_value") is None
 
 
-@pytest.mark.parametrize("mode", ["fused", pytest.param("instrumented", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fused", "instrumented"])
 def test_profile_of_a_gradient_has_every_stage_forward_and_backward(mode, tmp_path):
     import json
 
