@@ -44,11 +44,12 @@ from typing import Any
 
 import jax
 
+from lbm.config.sections import COLLISION_LATTICES
 from lbm.kernels.directions import Pops, qsum, split, stack
 from lbm.lattice import Lattice
 
-TENSOR_LATTICES = ("d2q9", "d3q27")
-"""The lattices the cumulant operator runs on (every velocity of {-1, 0, 1}^d)."""
+TENSOR_LATTICES = COLLISION_LATTICES["cumulant"]
+"""The lattices the cumulant operator runs on (every velocity of {-1, 0, 1}^d), as the config checks them."""
 
 Exps = tuple[int, ...]
 _M1 = (1.0, 0.0, 1.0 / 3.0)
@@ -109,6 +110,8 @@ class CumulantRates:
     b: Any
 
 
+BULK_RATE = 1.0
+"""The rate of the second-order cumulants' trace (the bulk): the 2017 parametrisation's formulas assume it."""
 OMEGA_PARAMETRISED = 1.8
 """The shear rate from which the 2017 parametrisation is used (tau <= 5/9). Below, its fourth-order terms make the
 D3Q27 shear wave grow (tau = 0.58: measured, tests/test_collision_cumulant.py; the parametrised rates leave (0, 2)
@@ -137,7 +140,7 @@ def cumulant_rates(omega: Any, on: Any = None) -> CumulantRates:
     a = visc * (4.0 + 2.0 * w - 3.0 * w * w) * inv
     b = visc * (4.0 + 28.0 * w - 14.0 * w * w) * inv * (1.0 / 9.0)  # B = num / (3 x), times the 1/3 of c_aabc
     off = 1.0 - on
-    return CumulantRates(omega=omega, bulk=1.0, w3=on * w3 + off, w4=on * w4 + off, w5=on * w5 + off, a=on * a,
+    return CumulantRates(omega=omega, bulk=BULK_RATE, w3=on * w3 + off, w4=on * w4 + off, w5=on * w5 + off, a=on * a,
                          b=on * b)
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from lbm.engines.native.recorder import Recorder, literal
 from lbm.kernels.collision import Collision, hermite3, kbc_matrices, moment_basis
-from lbm.kernels.cumulant import OMEGA_PARAMETRISED, CumulantRates, cumulant_rates, relax_cell
+from lbm.kernels.cumulant import BULK_RATE, OMEGA_PARAMETRISED, CumulantRates, cumulant_rates, relax_cell
 from lbm.lattice import CS2, Lattice
 
 if TYPE_CHECKING:
@@ -306,14 +306,14 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
 
 
 _CUMULANT_RATES = ("omega", "w3", "w4", "w5", "a", "b")
-"""The per-call rates of lbm.kernels.cumulant.CumulantRates the cumulant cell reads (bulk is the constant 1)."""
+"""The per-call rates of lbm.kernels.cumulant.CumulantRates the cumulant cell reads (bulk is the constant BULK_RATE)."""
 
 
 def cumulant_lines(spec: KernelSpec) -> list[str]:
     """C statements of the cumulant collision: lbm.kernels.cumulant.relax_cell run on recorded C values."""
     lat = spec.lattice
     rec = Recorder("cu_")
-    rates = CumulantRates(bulk=1.0, **{name: rec.name(f"{name}_") for name in _CUMULANT_RATES})
+    rates = CumulantRates(bulk=BULK_RATE, **{name: rec.name(f"{name}_") for name in _CUMULANT_RATES})
     force = [rec.name(f"F{a}_") for a in range(lat.d)] if spec.forced else None
     out = relax_cell([rec.name(f"f{i}") for i in range(lat.q)], rec.name("drho"),
                      [rec.name(f"u{a}") for a in range(lat.d)], lat, rates, force)
