@@ -37,9 +37,10 @@ if TYPE_CHECKING:
 KINDS = ("mrt", "regularized", "recursive_regularized", "kbc", "cumulant")
 """The collision kinds of lbm.kernels.collision.COLLISION_KINDS beyond bgk and trt that the native kernel computes."""
 FUSED = ("kbc", "cumulant")
-"""The kinds whose cell body uses fused multiply-adds (LBM_FMA, lbm.engines.native.codegen.arithmetic_macros) and the
-paired equilibrium (lbm.engines.native.codegen.paired_equilibrium): they agree with the xla engine to rounding, not
-bitwise; BGK, TRT and the other kinds keep one rounding per operation, as XLA computes them."""
+"""The long cell bodies: they use fused multiply-adds (LBM_FMA, lbm.engines.native.codegen.arithmetic_macros) and the
+paired equilibrium (lbm.engines.native.codegen.paired_equilibrium), so they agree with the xla engine to rounding, not
+bitwise (BGK, TRT and the other kinds keep one rounding per operation, as XLA computes them); and a row's wrapping edge
+cells are lanes of one vector (LBM_GATHERED_EDGES, kernels.cc), as one scalar cell costs about a vector of cells."""
 RATES = {"mrt": ("bulk", "shear", "odd", "even"), "regularized": ("omega", "bulk"),
          "recursive_regularized": ("omega", "bulk"), "kbc": ("omega",), "cumulant": ("omega",)}
 """The run-time rates each kind's kernel takes, in order (R[0], R[1], ...)."""
