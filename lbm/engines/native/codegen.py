@@ -312,7 +312,9 @@ def header(spec: KernelSpec) -> str:
         _macro("LBM_FORCE_CONSTANTS", force_constants(spec)),
         _macro("LBM_COLLIDE", collide_body(spec)),
         f"#define LBM_INLET {1 if spec.inlet else 0}",
+        "#ifndef LBM_GATHERED_EDGES",  # -DLBM_GATHERED_EDGES=0 in LBM_NATIVE_EXTRA_FLAGS: scripts/native_body_ab.py
         f"#define LBM_GATHERED_EDGES {1 if spec.collision in FUSED else 0}",
+        "#endif",
         _macro("LBM_INLET_POINTERS", [" ".join(f"const real* U{a} = U[{a}];" for a in range(d))]),
         _macro("LBM_COLLIDE_INLET", collide_body(spec, inlet=True) if spec.inlet else ["LBM_COLLIDE"]),
         *row_macros(spec),
