@@ -210,47 +210,35 @@ static inline void segment(const store* const* rp, store* const* wrow, int64_t k
     std::memcpy(wrow[i] + (k1 - m) + (K == AA_EVEN ? 0 : INNER_OFF[i]), out[i] + (LINE - m), sizeof(store) * m);
 }
 
-// The cells ks[0..nk) of a row (nk <= LINE; wrapping edge cells among them) as the lanes of one vector: their
-// populations gathered as cell() reads them, collided by lines() on the copy, stored as cell() writes them (the unused
-// lanes repeat the last cell and are dropped). Each cell reads and writes only its own slots: the order is free.
+// The two wrapping edge cells of a row as two lanes of one vector: their populations gathered as cell() reads them
+// (the other lanes hold the rest state), collided by lines() on the copy, stored as cell() writes them.
 template <int K>
-static inline void gathered(const store* const* rp, store* const* wrow, const int64_t* ks, int64_t nk, int64_t n,
-                            real wp, real wm, const real* F) {
-  alignas(64) store in[Q][LINE], out[Q][LINE];
+static inline void edge_lanes(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F) {
+  alignas(64) store in[Q][LINE] = {}, out[Q][LINE];
   const store* ip[Q];
   store* op[Q];
+  const int64_t ks[2] = {0, n - 1};
   for (int i = 0; i < Q; ++i) {
-    for (int64_t j = 0; j < LINE; ++j) {
-      const int64_t k = ks[j < nk ? j : nk - 1];
-      in[i][j] = rp[i][K == AA_ODD ? wrap(k - INNER_OFF[i], n) : k];
-    }
+    for (int j = 0; j < 2; ++j) in[i][j] = rp[i][K == AA_ODD ? wrap(ks[j] - INNER_OFF[i], n) : ks[j]];
     ip[i] = in[i];
     op[i] = out[i];
   }
   lines<AA_EVEN, 0>(ip, op, 0, LINE, wp, wm, F, nullptr, 0);
   for (int i = 0; i < Q; ++i)
-    for (int64_t j = 0; j < nk; ++j) wrow[i][K == AA_EVEN ? ks[j] : wrap(ks[j] + INNER_OFF[i], n)] = out[i][j];
+    for (int j = 0; j < 2; ++j) wrow[i][wrap(ks[j] + INNER_OFF[i], n)] = out[i][j];
 }
 
 // The cells of one row: the edge cells (wrapping) scalar, the rest vectorised, runs of solid cells skipped (walls).
 // The even AA step reads and writes each cell's own slots (no wrap): the whole row is vectorised. With
-// LBM_GATHERED_EDGES (the long cell bodies, where one scalar cell costs about as much as a vector of cells), a row
-// without solid cells takes its two edge cells and the cells after its last whole vector as the lanes of one vector.
+// LBM_GATHERED_EDGES (the long cell bodies, where one scalar cell costs about as much as a vector of cells), the two
+// edge cells of a row without solid cells are two lanes of one vector (edge_lanes).
 template <int K, int B>
 static inline void row_cells(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F,
                              const real* const* U, const int32_t* sk, int64_t ns, int64_t pf) {
   const int64_t lo = K == AA_EVEN ? 0 : 1, hi = K == AA_EVEN ? n : n - 1;
-  if (LBM_GATHERED_EDGES && K != AA_EVEN && B == 0 && ns == 0 && n > 2 && (n - 2) % LINE + 2 <= LINE) {
-    const int64_t m = (n - 2) % LINE;
-    lines<K, B>(rp, wrow, 1, n - 1 - m, wp, wm, F, U, pf);
-    int64_t ks[LINE];
-    for (int64_t j = 0; j < m; ++j) ks[j] = n - 1 - m + j;
-    ks[m] = 0;
-    ks[m + 1] = n - 1;
-    gathered<K>(rp, wrow, ks, m + 2, n, wp, wm, F);
-    return;
-  }
-  if (K != AA_EVEN) {
+  if (LBM_GATHERED_EDGES && K != AA_EVEN && B == 0 && ns == 0 && n > 2) {
+    edge_lanes<K>(rp, wrow, n, wp, wm, F);
+  } else if (K != AA_EVEN) {
     if (!(ns && sk[0] == 0)) cell<K, B>(rp, wrow, 0, n, wp, wm, F, U);
     if (n > 1 && !(ns && sk[2 * ns - 1] == n)) cell<K, B>(rp, wrow, n - 1, n, wp, wm, F, U);
   }
