@@ -2,10 +2,10 @@
 
     git show be28b82:lbm/engines/native/collisions.py > /tmp/col_base.py
     .venv/bin/python scripts/native_body_ab.py 64,128 kbc kbc@/tmp/col_base.py
-    .venv/bin/python scripts/native_body_ab.py 64 cumulant "cumulant~-ffp-contract=fast" cumulant@/tmp/cumulant_old.py
+    .venv/bin/python scripts/native_body_ab.py 64 cumulant "cumulant@/tmp/col_base.py@/tmp/cumulant_base.py~-DX=1"
 
-Each VARIANT is ``KIND[@FILE][~FLAGS]``: the collision kind (kbc or cumulant), optionally with the body of another
-copy of a source file (of lbm/engines/native/collisions.py: its ``kbc_lines``, ``cumulant_lines`` and ``FUSED``; of
+Each VARIANT is ``KIND[@FILE...][~FLAGS]``: the collision kind (kbc or cumulant), optionally with the body of other
+copies of source files (of lbm/engines/native/collisions.py: its ``kbc_lines``, ``cumulant_lines`` and ``FUSED``; of
 lbm/kernels/cumulant.py: its ``relax_cell``), optionally with extra compiler flags (space-separated, after the kernel
 cache's own). Every variant builds as a library of its own (under LBM_NATIVE_EXTRA_FLAGS=-DBODY_AB_<i> ...). The
 periodic D3Q27 float32 box of scripts/collision_cost.py, native engine: per grid, 9 rounds of an even number of steps
@@ -38,7 +38,7 @@ PATCHED = ("kbc_lines", "cumulant_lines", "relax_cell", "FUSED")
 lbm.engines.native.codegen too: a copy of collisions.py from before it existed fuses nothing)."""
 
 
-def patches_of(path: str, i: int) -> dict[str, Any]:
+def patches_of(path: str, i: str) -> dict[str, Any]:
     """The names of :data:`PATCHED` that a copy of a source file defines."""
     spec = importlib.util.spec_from_file_location(f"body_ab_{i}", path)
     mod = importlib.util.module_from_spec(spec)
@@ -55,15 +55,19 @@ def patch(values: dict[str, Any]) -> None:
     for name, value in values.items():
         setattr(col, name, value)
     codegen.FUSED = col.FUSED
+    col.cumulant_lines.__globals__["relax_cell"] = col.relax_cell  # a copy's cumulant_lines calls the variant's
 
 
 def parse(i: int, text: str) -> tuple[str, str, dict[str, Any], str]:
-    """(label, kind, patches, flags) of the variant ``KIND[@FILE][~FLAGS]``, the i-th on the command line."""
+    """(label, kind, patches, flags) of the variant ``KIND[@FILE...][~FLAGS]``, the i-th on the command line."""
     head, _, flags = text.partition("~")
-    kind, _, path = head.partition("@")
+    kind, *paths = head.split("@")
     if kind not in ("kbc", "cumulant"):
         raise SystemExit(f"native_body_ab: variant {text!r}: the kind is kbc or cumulant")
-    return text, kind, patches_of(path, i) if path else {}, f"-DBODY_AB_{i} {flags}".strip()
+    patches = {}
+    for j, path in enumerate(paths):
+        patches.update(patches_of(path, f"{i}_{j}"))
+    return text, kind, patches, f"-DBODY_AB_{i} {flags}".strip()
 
 
 def measure(n: int, variants: list[tuple[str, str, dict[str, Any], str]]) -> None:

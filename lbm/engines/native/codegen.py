@@ -175,8 +175,8 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
         lines.append(f"real cu{i} = {cu};")
         if spec.collision not in FUSED:
             w = _fmt(lat.w[i])
-            poly = f"base + cu{i} * ((real)3 + (real)4.5 * cu{i})" if c[i].any() else "base"
-            lines.append(f"real feq{i} = (real){w} * (drho + rho * ({poly}));")
+            poly = f"(base + cu{i} * ((real)3 + (real)4.5 * cu{i}))" if c[i].any() else "base"
+            lines.append(f"real feq{i} = (real){w} * (drho + rho * {poly});")
     if spec.collision in FUSED:
         lines += paired_equilibrium(lat)
     if inlet:

@@ -236,9 +236,14 @@ template <int K, int B>
 static inline void row_cells(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F,
                              const real* const* U, const int32_t* sk, int64_t ns, int64_t pf) {
   const int64_t lo = K == AA_EVEN ? 0 : 1, hi = K == AA_EVEN ? n : n - 1;
-  if (LBM_GATHERED_EDGES && K != AA_EVEN && B == 0 && ns == 0 && n > 2) {
-    edge_lanes<K>(rp, wrow, n, wp, wm, F);
-  } else if (K != AA_EVEN) {
+  bool edges_done = false;
+  if constexpr (LBM_GATHERED_EDGES && K != AA_EVEN && B == 0) {
+    if (ns == 0 && n > 2) {
+      edge_lanes<K>(rp, wrow, n, wp, wm, F);
+      edges_done = true;
+    }
+  }
+  if (K != AA_EVEN && !edges_done) {
     if (!(ns && sk[0] == 0)) cell<K, B>(rp, wrow, 0, n, wp, wm, F, U);
     if (n > 1 && !(ns && sk[2 * ns - 1] == n)) cell<K, B>(rp, wrow, n - 1, n, wp, wm, F, U);
   }
