@@ -368,25 +368,8 @@ LIMITER = 0.01
 
 def _limited(relaxing: list[tuple[Any, Any]]) -> list[Any]:
     """Each cumulant x of the (k (1 - omega), x) pairs relaxed at its limited rate omega + (1 - omega) |x| / (|x| +
-    lambda) (1 where x is large: under-resolved), times k: k (x - rate x) = k (1 - omega) x / (1 + |x| / lambda),
-    the divisions shared (:func:`_reciprocals`)."""
-    inv = _reciprocals([1.0 + abs(x) * (1.0 / LIMITER) for _, x in relaxing])
-    return [(keep * x) * r for (keep, x), r in zip(relaxing, inv, strict=True)]
-
-
-def _reciprocals(values: list[Any]) -> list[Any]:
-    """1 / v of each of ``values`` (all >= 1 here, so that their product stays finite) from one division: the
-    running products p_k = v_0 ... v_k and 1 / p_n taken back one factor at a time (3 (n - 1) products)."""
-    prefix = [values[0]]
-    for v in values[1:]:
-        prefix.append(prefix[-1] * v)
-    inv = 1.0 / prefix[-1]
-    out = [None] * len(values)
-    for k in range(len(values) - 1, 0, -1):
-        out[k] = inv * prefix[k - 1]
-        inv = inv * values[k]
-    out[0] = inv
-    return out
+    lambda) (1 where x is large: under-resolved), times k: k (x - rate x) = k (1 - omega) x / (1 + |x| / lambda)."""
+    return [(keep * x) / (1.0 + abs(x) * (1.0 / LIMITER)) for keep, x in relaxing]
 
 
 def _relax_3d(c: dict[Exps, Split], post: dict[Exps, Split], grad: list[Any], shear: dict[tuple[int, int], Any],
