@@ -162,3 +162,18 @@ def test_the_native_kernel_covers_every_collision_kind():
     assert set(KINDS) - set(RATES) == {"cumulant"}  # every other kind is in this file's kernel matrix
     with pytest.raises(ValueError, match="no native collision 'bogus'"):
         KernelSpec(D2Q9, "float64", False, False, "", "bogus")
+
+
+def test_the_recorder_fuses_each_product_that_one_sum_alone_uses():
+    """a b + c -> LBM_FMA(a, b, c), c - a b -> LBM_FMA(-a, b, c); a product with another use stays, dead values go."""
+    from lbm.engines.native.recorder import Recorder
+
+    rec = Recorder("t")
+    a, b, c = rec.name("a"), rec.name("b"), rec.name("c")
+    shared = a * c
+    out = {"o0": a * b + c, "o1": c - b * c, "o2": shared + b, "o3": shared * b}
+    _ = (a - b) * c  # recorded, unused: not in the program
+    assert rec.program(out) == [
+        "real t0 = a * c;", "real t2 = LBM_FMA(a, b, c);", "real t4 = LBM_FMA(-b, c, c);", "real t5 = t0 + b;",
+        "real t6 = t0 * b;", "real o0 = t2;", "real o1 = t4;", "real o2 = t5;", "real o3 = t6;"]
+    assert rec.lines[1:3] == ["real t1 = a * b;", "real t2 = t1 + c;"]  # as recorded

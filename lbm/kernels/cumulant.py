@@ -166,20 +166,23 @@ def recursion(d: int) -> dict[Exps, tuple[tuple[float, Exps, Exps], ...]]:
 
     The moment-cumulant relation mu_n = sum_(m <= n - e_j) C(n - e_j, m) c_(m + e_j) mu_(n - e_j - m), j the first
     axis with n_j > 0, C the product of binomials; the m = n - e_j term is c_n (mu_0 = 1) and every term with a
-    first-order factor vanishes (zero mean), so k and r have degree 2 .. |n| - 2."""
+    first-order factor vanishes (zero mean), so k and r have degree 2 .. |n| - 2. Up to degree 3 moments and cumulants
+    are equal (zero mean), so the terms (C, k, r) and (C', r, k) of such k and r are one, (C + C', k, r)."""
     out = {}
     for n in exponents(d):
         if sum(n) < 2:
             continue
         j = next(a for a in range(d) if n[a])
         n1 = _plus(n, _unit(d, j, -1))
-        terms = []
+        terms: dict[tuple[Exps, Exps], float] = {}
         for m in itertools.product(*(range(x + 1) for x in n1)):
             k, r = _plus(m, _unit(d, j)), tuple(p - q for p, q in zip(n1, m, strict=True))
             if m == n1 or sum(k) < 2 or sum(r) < 2:
                 continue
-            terms.append((float(math.prod(math.comb(p, q) for p, q in zip(n1, m, strict=True))), k, r))
-        out[n] = tuple(terms)
+            if max(sum(k), sum(r)) <= 3 and (r, k) in terms:  # c_k mu_r = c_k c_r = c_r mu_k: one term
+                k, r = r, k
+            terms[(k, r)] = terms.get((k, r), 0.0) + math.prod(math.comb(p, q) for p, q in zip(n1, m, strict=True))
+        out[n] = tuple((float(coef), k, r) for (k, r), coef in terms.items())
     return out
 
 
@@ -236,7 +239,8 @@ def chimera(values: dict[Exps, Any], u: Sequence[Any], d: int, inverse: bool = F
 
     Axis by axis (Geier 2015, Appendix J): forward (x-, x0, x+) -> k0 = x- + x0 + x+, k1 = (x+ - x-) - u k0,
     k2 = (x+ + x-) - 2u (x+ - x-) + u^2 k0; inverse through the raw moments r1 = k1 + u k0, r2 = k2 + 2u r1 - u^2 k0:
-    x0 = k0 - r2, x+- = (r2 +- r1) / 2 (k2 and r2 written with k1, r1: fewer operations)."""
+    x0 = k0 - r2, x+- = (r2 +- r1) / 2 (k2 and r2 written with k1, r1: fewer operations). The inverse's halves are
+    taken once at the end, 1/2 per nonzero component of the velocity (exact: powers of two, the same bits)."""
     out = dict(values)
     axes = range(d - 1, -1, -1) if not inverse else range(d)
     for a in axes:
@@ -256,9 +260,11 @@ def chimera(values: dict[Exps, Any], u: Sequence[Any], d: int, inverse: bool = F
             else:  # r2 = k2 + u (r1 + k1)
                 r1 = mid + ua * lo
                 r2 = hi + ua * (r1 + mid)
-                vals = (0.5 * (r2 - r1), lo - r2, 0.5 * (r2 + r1))
+                vals = (r2 - r1, lo - r2, r2 + r1)
             nxt.update(zip(at, vals, strict=True))
         out = nxt
+    if inverse:
+        out = {v: x * 0.5 ** sum(map(abs, v)) for v, x in out.items()}
     return out
 
 
@@ -360,23 +366,28 @@ LIMITER = 0.01
 """lambda of the third-order limiter (2017 part I, section 6; VirtualFluids' default for P, M and D)."""
 
 
-def _limited(rate: Any, x: Any) -> Any:
-    """The limited rate omega + (1 - omega) |x| / (|x| + lambda): 1 where the cumulant x is large (under-resolved)."""
-    size = abs(x)
-    return rate + (1.0 - rate) * size / (size + LIMITER)
+def _limited(relaxing: list[tuple[Any, Any]]) -> list[Any]:
+    """Each cumulant x of the (k (1 - omega), x) pairs relaxed at its limited rate omega + (1 - omega) |x| / (|x| +
+    lambda) (1 where x is large: under-resolved), times k: k (x - rate x) = k (1 - omega) x / (1 + |x| / lambda)."""
+    return [(keep * x) / (1.0 + abs(x) * (1.0 / LIMITER)) for keep, x in relaxing]
 
 
 def _relax_3d(c: dict[Exps, Split], post: dict[Exps, Split], grad: list[Any], shear: dict[tuple[int, int], Any],
               r: CumulantRates) -> None:
     """D3Q27's third and fourth order (2017 part I): into ``post``, whose higher orders are zero."""
-    for b in range(3):  # c_aab, c_bcc pairs: the odd axis b, the even axes a < c
+    odd = []  # c_aab, c_bcc pairs: the odd axis b, the even axes a < c; their sum p and difference m relaxed, halved
+    relaxing = []
+    for b in range(3):
         a, cc = (x for x in range(3) if x != b)
         e1, e2 = _plus(_unit(3, a, 2), _unit(3, b)), _plus(_unit(3, b), _unit(3, cc, 2))
-        p, m = c[e1].s + c[e2].s, c[e1].s - c[e2].s
-        p, m = p - _limited(r.w3, p) * p, m - _limited(r.w4, m) * m
-        post[e1], post[e2] = Split(0.0, 0.5 * (p + m)), Split(0.0, 0.5 * (p - m))
-    xyz = c[(1, 1, 1)].s
-    post[(1, 1, 1)] = Split(0.0, xyz - _limited(r.w5, xyz) * xyz)
+        odd.append((e1, e2))
+        relaxing += [(0.5 * (1.0 - r.w3), c[e1].s + c[e2].s), (0.5 * (1.0 - r.w4), c[e1].s - c[e2].s)]
+    relaxing.append((1.0 - r.w5, c[(1, 1, 1)].s))
+    relaxed = _limited(relaxing)
+    for k, (e1, e2) in enumerate(odd):
+        p, m = relaxed[2 * k], relaxed[2 * k + 1]
+        post[e1], post[e2] = Split(0.0, p + m), Split(0.0, p - m)
+    post[(1, 1, 1)] = Split(0.0, relaxed[-1])
     for a, b in itertools.combinations(range(3), 2):  # c_aabb
         post[_plus(_unit(3, a, 2), _unit(3, b, 2))] = Split(0.0, (-2.0 / 3.0) * r.a * (grad[a] + grad[b]))
     for a in range(3):  # c_aabc: the off-diagonal gradient of the two other axes

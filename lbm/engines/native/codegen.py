@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lbm.engines.native.collisions import KINDS, RATES, collision_lines, pairwise_sum, rate_constants, rate_table
+from lbm.engines.native.collisions import FUSED, KINDS, RATES, collision_lines, pairwise_sum, rate_constants, rate_table
 from lbm.lattice import CS2, Lattice
 
 STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("float", "float16")}
@@ -163,17 +163,22 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
             if spec.forced:
                 expr = f"({expr}) + (real)0.5 * F{a}_"
             lines.append(f"real m{a} = {expr};")
-        lines += [f"real u{a} = m{a} / rho;" for a in range(d)]
+        if spec.collision in FUSED:  # one division
+            lines.append("real irho = (real)1 / rho;")
+            lines += [f"real u{a} = m{a} * irho;" for a in range(d)]
+        else:
+            lines += [f"real u{a} = m{a} / rho;" for a in range(d)]
     lines.append("real usq = " + " + ".join(f"u{a} * u{a}" for a in range(d)) + ";")
     lines.append("real base = (real)-1.5 * usq;")
     for i in range(q):
-        w = _fmt(lat.w[i])
-        if c[i].any():
-            lines.append(f"real cu{i} = {_signed([(int(c[i, a]), f'u{a}') for a in range(d)])};")
-            lines.append(f"real feq{i} = (real){w} * (drho + rho * (base + cu{i} * ((real)3 + (real)4.5 * cu{i})));")
-        else:
-            lines.append(f"real cu{i} = 0;")
-            lines.append(f"real feq{i} = (real){w} * (drho + rho * base);")
+        cu = _signed([(int(c[i, a]), f"u{a}") for a in range(d)]) or "0"
+        lines.append(f"real cu{i} = {cu};")
+        if spec.collision not in FUSED:
+            w = _fmt(lat.w[i])
+            poly = f"(base + cu{i} * ((real)3 + (real)4.5 * cu{i}))" if c[i].any() else "base"
+            lines.append(f"real feq{i} = (real){w} * (drho + rho * {poly});")
+    if spec.collision in FUSED:
+        lines += paired_equilibrium(lat)
     if inlet:
         lines += inlet_unknowns(spec)
     if spec.collision:
@@ -194,6 +199,22 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
             w = _fmt(lat.w[i])
             lines.append(f"o{i} += (F[{d + 1 + i}] - (real){w} * sf) + F[{d + 1 + q + i}] * cu{i};")
     return lines
+
+
+def paired_equilibrium(lat: Lattice) -> list[str]:
+    """C statements of feq0.. as ``feq_i = w_i e_i``, ``e_i = (drho + rho base + 4.5 rho cu_i^2) + 3 rho cu_i``: the
+    two directions of a pair share the first part (the same polynomial as :func:`collide_body`'s, fewer operations,
+    fused multiply-adds: the kernels of lbm.engines.native.collisions.FUSED)."""
+    c, w, opp = lat.c, lat.w, lat.opposite
+    lines = ["real e0_ = LBM_FMA(rho, base, drho), r3_ = (real)3 * rho, r45_ = (real)4.5 * rho;"]
+    for i in range(lat.q):
+        if not c[i].any():
+            lines.append(f"real e{i} = e0_;")
+        elif i < int(opp[i]):
+            o = int(opp[i])
+            lines.append(f"real x{i} = r3_ * cu{i}, s{i} = LBM_FMA(r45_ * cu{i}, cu{i}, e0_);")
+            lines.append(f"real e{i} = s{i} + x{i}, e{o} = s{i} - x{i};")
+    return lines + [f"real feq{i} = (real){_fmt(w[i])} * e{i};" for i in range(lat.q)]
 
 
 def bgk_folded(spec: KernelSpec) -> list[str]:
@@ -244,6 +265,18 @@ def row_macros(spec: KernelSpec) -> list[str]:
     return out
 
 
+def arithmetic_macros(real: str) -> list[str]:
+    """LBM_FMA(a, b, c): a * b + c rounded once where the target has a fused multiply-add (the same bits at every
+    optimisation level and vector width), else a product and a sum; LBM_ABS(x): |x|. For the compute type ``real``."""
+    suffix = "f" if real == "float" else ""
+    return [f"#if defined(__FP_FAST_FMA{suffix.upper()})",
+            f"#define LBM_FMA(a, b, c) __builtin_fma{suffix}((a), (b), (c))",
+            "#else",
+            "#define LBM_FMA(a, b, c) ((a) * (b) + (c))",
+            "#endif",
+            f"#define LBM_ABS(x) __builtin_fabs{suffix}(x)"]
+
+
 def header(spec: KernelSpec) -> str:
     """The text of ``lbm_generated.h`` for ``spec``."""
     lat = spec.lattice
@@ -265,6 +298,7 @@ def header(spec: KernelSpec) -> str:
         f"#define LBM_REAL_FFI_TYPE {'ffi::F32' if real == 'float' else 'ffi::F64'}",
         f"typedef {real} real;",
         f"typedef {store_t} store;",
+        *arithmetic_macros(real),
         f"static const int Q = {q};",
         f"static const int D = {d};",
         f"static const int OUTER_OFF[Q][D > 1 ? D - 1 : 1] = {{{outer_off}}};",
@@ -278,6 +312,9 @@ def header(spec: KernelSpec) -> str:
         _macro("LBM_FORCE_CONSTANTS", force_constants(spec)),
         _macro("LBM_COLLIDE", collide_body(spec)),
         f"#define LBM_INLET {1 if spec.inlet else 0}",
+        "#ifndef LBM_GATHERED_EDGES",  # -DLBM_GATHERED_EDGES=0 in LBM_NATIVE_EXTRA_FLAGS: scripts/native_body_ab.py
+        f"#define LBM_GATHERED_EDGES {1 if spec.collision in FUSED else 0}",
+        "#endif",
         _macro("LBM_INLET_POINTERS", [" ".join(f"const real* U{a} = U[{a}];" for a in range(d))]),
         _macro("LBM_COLLIDE_INLET", collide_body(spec, inlet=True) if spec.inlet else ["LBM_COLLIDE"]),
         *row_macros(spec),

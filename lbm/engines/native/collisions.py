@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 
 KINDS = ("mrt", "regularized", "recursive_regularized", "kbc", "cumulant")
 """The collision kinds of lbm.kernels.collision.COLLISION_KINDS beyond bgk and trt that the native kernel computes."""
+FUSED = ("kbc", "cumulant")
+"""The long cell bodies: they use fused multiply-adds (LBM_FMA, lbm.engines.native.codegen.arithmetic_macros) and the
+paired equilibrium (lbm.engines.native.codegen.paired_equilibrium), so they agree with the xla engine to rounding, not
+bitwise (BGK, TRT and the other kinds keep one rounding per operation, as XLA computes them); and a row's wrapping edge
+cells are lanes of one vector (LBM_GATHERED_EDGES, kernels.cc), as one scalar cell costs about a vector of cells."""
 RATES = {"mrt": ("bulk", "shear", "odd", "even"), "regularized": ("omega", "bulk"),
          "recursive_regularized": ("omega", "bulk"), "kbc": ("omega",), "cumulant": ("omega",)}
 """The run-time rates each kind's kernel takes, in order (R[0], R[1], ...)."""
@@ -75,6 +80,18 @@ def pairwise_sum(terms: list[str]) -> str:
         return terms[0]
     h = len(terms) // 2
     return f"({pairwise_sum(terms[:h])} + {pairwise_sum(terms[h:])})"
+
+
+def fused_dot(products: list[tuple[str, str]], group: int = 4) -> str:
+    """C expression sum_k a_k b_k of the (a_k, b_k): chains of ``group`` fused multiply-adds, summed pairwise."""
+    chains = []
+    for k in range(0, len(products), group):
+        part = products[k:k + group]
+        expr = f"{part[-1][0]} * {part[-1][1]}"
+        for a, b in reversed(part[:-1]):
+            expr = f"LBM_FMA({a}, {b}, {expr})"
+        chains.append(expr)
+    return pairwise_sum(chains)
 
 
 def _pairs(lat: Lattice) -> tuple[list[int], list[int]]:
@@ -267,7 +284,8 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
         n_cons = 1 + lat.d
         b_mat, k_mat, s_mat = b_mat[n_cons:], k_mat[:, n_cons:], s_mat[:, n_cons:]
     eps = float(np.finfo(np.float64 if spec.storage == "float64" else np.float32).eps)
-    lines = [f"real g{i} = f{i} - feq{i};" for i in range(q)]
+    w = [_fmt(x) for x in lat.w]
+    lines = [f"real g{i} = LBM_FMA(-(real){w[i]}, e{i}, f{i});" for i in range(q)]  # f - feq (paired_equilibrium)
     reps, _ = _pairs(lat)
     lines += [f"real gs{i} = g{i} + g{int(lat.opposite[i])};" for i in reps] if conserved else _parity_sums(lat, "g")
     n_m = b_mat.shape[0]
@@ -282,14 +300,14 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
     for i in range(q):
         rep, sign = kept_of.get(i, (None, 0))
         dh = f"g{i} {'-' if sign > 0 else '+'} kp{rep}" if sign else f"g{i}"
-        lines.append(f"real dh{i} = {dh}, a{i} = feq{i} + (real){_fmt(lat.w[i])};")  # a: the absolute f_eq
+        lines.append(f"real dh{i} = {dh}, a{i} = LBM_FMA((real){w[i]}, e{i}, (real){w[i]});")  # a: the absolute f_eq
     lines += [f"real iv{i} = (real)1 / a{i};" for i in range(q)]
     lines += [f"real v{i} = dh{i} * iv{i};" for i in range(q)]
-    lines.append(f"real hh = {pairwise_sum([f'dh{i} * v{i}' for i in range(q)])};")
+    lines.append(f"real hh = {fused_dot([(f'dh{i}', f'v{i}') for i in range(q)])};")
     sums = [(rep, _lin([s for _, s in m], [f"v{i}" for i, _ in m]), " + ".join(f"iv{i}" for i, _ in m))
             for rep, m in shear_classes]
-    lines.append(f"real sh = {pairwise_sum([f'ds{rep} * ({v})' for rep, v, _ in sums])};")
-    lines.append(f"real ss = {pairwise_sum([f'ds{rep} * (ds{rep} * ({iv}))' for rep, _, iv in sums])};")
+    lines.append(f"real sh = {fused_dot([(f'ds{rep}', f'({v})') for rep, v, _ in sums])};")
+    lines.append(f"real ss = {fused_dot([(f'ds{rep}', f'(ds{rep} * ({iv}))') for rep, _, iv in sums])};")
     # gamma = 2 (BGK) where dh is rounding noise: |dh| < 1e3 eps |ds| in the entropic norm
     lines.append(f"bool resolved = hh > (real){_fmt((1e3 * eps) ** 2)} * (ss + hh);")
     lines.append("real bg = resolved ? (real)1 - om1_ * (sh / hh) : om_;")
@@ -301,7 +319,7 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
         rep, sign = kept_of.get(i, (None, 0))
         kept_term = f" {'-' if sign > 0 else '+'} pk{rep}" if sign else ""
         force = f" + {_guo(spec, i)}" if spec.forced else ""
-        lines.append(f"real o{i} = (f{i} - bg * g{i}{kept_term}){force};")
+        lines.append(f"real o{i} = (LBM_FMA(-bg, g{i}, f{i}){kept_term}){force};")
     return lines
 
 
@@ -317,7 +335,7 @@ def cumulant_lines(spec: KernelSpec) -> list[str]:
     force = [rec.name(f"F{a}_") for a in range(lat.d)] if spec.forced else None
     out = relax_cell([rec.name(f"f{i}") for i in range(lat.q)], rec.name("drho"),
                      [rec.name(f"u{a}") for a in range(lat.d)], lat, rates, force)
-    return rec.lines + [f"real o{i} = {o.text};" for i, o in enumerate(out)]
+    return rec.program({f"o{i}": o for i, o in enumerate(out)})
 
 
 def collision_lines(spec: KernelSpec) -> list[str]:

@@ -210,13 +210,40 @@ static inline void segment(const store* const* rp, store* const* wrow, int64_t k
     std::memcpy(wrow[i] + (k1 - m) + (K == AA_EVEN ? 0 : INNER_OFF[i]), out[i] + (LINE - m), sizeof(store) * m);
 }
 
+// The two wrapping edge cells of a row as two lanes of one vector: their populations gathered as cell() reads them
+// (the other lanes hold the rest state), collided by lines() on the copy, stored as cell() writes them.
+template <int K>
+static inline void edge_lanes(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F) {
+  alignas(64) store in[Q][LINE] = {}, out[Q][LINE];
+  const store* ip[Q];
+  store* op[Q];
+  const int64_t ks[2] = {0, n - 1};
+  for (int i = 0; i < Q; ++i) {
+    for (int j = 0; j < 2; ++j) in[i][j] = rp[i][K == AA_ODD ? wrap(ks[j] - INNER_OFF[i], n) : ks[j]];
+    ip[i] = in[i];
+    op[i] = out[i];
+  }
+  lines<AA_EVEN, 0>(ip, op, 0, LINE, wp, wm, F, nullptr, 0);
+  for (int i = 0; i < Q; ++i)
+    for (int j = 0; j < 2; ++j) wrow[i][wrap(ks[j] + INNER_OFF[i], n)] = out[i][j];
+}
+
 // The cells of one row: the edge cells (wrapping) scalar, the rest vectorised, runs of solid cells skipped (walls).
-// The even AA step reads and writes each cell's own slots (no wrap): the whole row is vectorised.
+// The even AA step reads and writes each cell's own slots (no wrap): the whole row is vectorised. With
+// LBM_GATHERED_EDGES (the long cell bodies, where one scalar cell costs about as much as a vector of cells), the two
+// edge cells of a row without solid cells are two lanes of one vector (edge_lanes).
 template <int K, int B>
 static inline void row_cells(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F,
                              const real* const* U, const int32_t* sk, int64_t ns, int64_t pf) {
   const int64_t lo = K == AA_EVEN ? 0 : 1, hi = K == AA_EVEN ? n : n - 1;
-  if (K != AA_EVEN) {
+  bool edges_done = false;
+  if constexpr (LBM_GATHERED_EDGES && K != AA_EVEN && B == 0) {
+    if (ns == 0 && n > 2) {
+      edge_lanes<K>(rp, wrow, n, wp, wm, F);
+      edges_done = true;
+    }
+  }
+  if (K != AA_EVEN && !edges_done) {
     if (!(ns && sk[0] == 0)) cell<K, B>(rp, wrow, 0, n, wp, wm, F, U);
     if (n > 1 && !(ns && sk[2 * ns - 1] == n)) cell<K, B>(rp, wrow, n - 1, n, wp, wm, F, U);
   }
