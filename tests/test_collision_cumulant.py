@@ -173,7 +173,7 @@ def test_native_kernel_equals_collide_then_stream(name, forced):
         ref = stream(collision(f, equilibrium(drho, u, lat), u, lat, force), lat)
         out, *_ = native.push(spec, f, jnp.zeros_like(f), collision.omega, collision.omega, force,
                               rates=collision_rates(collision))
-        np.testing.assert_allclose(out, ref, rtol=0, atol=1.5e-16)  # measured 5.2e-17 (d3q27), 3.1e-17 (d2q9)
+        np.testing.assert_allclose(out, ref, rtol=0, atol=1.5e-16)  # measured 5.9e-17 (d3q27), 3.1e-17 (d2q9)
 
 
 BOX = ["case=taylor_green_3d", "lattice=d3q27", "collision=cumulant", "grid.nx=8", "grid.ny=8", "grid.nz=8",
