@@ -1,0 +1,93 @@
+"""Energy and dissipation spectra of taylor_green_3d runs from their fields.npz (docs/validation_3d.md).
+
+    python scripts/tgv_spectrum.py OUT_PREFIX RUN_DIR [RUN_DIR ...]
+
+For each run directory, the final velocity field's shell-summed spectra E(k) and 2 nu Omega(k) (the case's own
+``shell_spectra``, in the reference's units: k in 1 / L, dissipation in V0^3 / L). Writes OUT_PREFIX.csv (one row per
+run and shell: N, t, k, energy, dissipation, the cumulative dissipation over the reference's -dK/dt at t) and
+OUT_PREFIX.png (E(k), and the cumulative dissipation), and prints per run the enstrophy-based dissipation against
+the reference's and the run's -dK/dt at that time, split into wavenumber bands.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from lbm.cases.cavity import read_reference_csv  # noqa: E402
+from lbm.cases.taylor_green_3d import REFERENCE, shell_spectra, spectrum_table  # noqa: E402
+
+BANDS = (0, 8, 16, 32, 48, 64, 96)
+"""Edges of the wavenumber bands (1 / L) whose dissipation the summary prints."""
+
+
+def run_spectrum(run: Path) -> dict[str, np.ndarray]:
+    """The spectrum table of a run directory's final velocity, with its N and -dK/dt at the final time."""
+    metrics = json.loads((run / "metrics.json").read_text())
+    u = np.load(run / "fields.npz")["u"]
+    n = u.shape[1]
+    table = spectrum_table(int(metrics["steps"]), np.asarray(shell_spectra(jnp.asarray(u))), metrics["u_lattice"],
+                           n / (2 * math.pi), metrics["nu"])
+    with (run / "dissipation.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    t = np.array([float(r["t"]) for r in rows])
+    eps = np.array([float(r["dissipation"]) for r in rows])
+    return table | {"n": np.full(len(table["k"]), n), "run_dissipation": np.full(len(table["k"]), eps[np.argmin(
+        np.abs(t - table["t"][0]))])}
+
+
+def main(prefix: Path, runs: list[Path]) -> None:
+    """Write the CSV and plot of every run's spectra and print the band summary."""
+    ref = read_reference_csv(REFERENCE)
+    ref_t = np.array([float(r["t"]) for r in ref])
+    ref_eps = np.array([float(r["dissipation"]) for r in ref])
+    tables = [run_spectrum(r) for r in runs]
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+    rows = []
+    print(f"{'N':>4} {'t':>6} {'2nuOmega/eps_ref':>16} {'-dK/dt/eps_ref':>14}  dissipation / eps_ref per band of k "
+          + " ".join(f"[{a},{b})" for a, b in zip(BANDS, BANDS[1:], strict=False)))
+    for tab in tables:
+        n, t = int(tab["n"][0]), float(tab["t"][0])
+        eps_ref = float(np.interp(t, ref_t, ref_eps))
+        k, d = tab["k"], tab["dissipation"]
+        cumulative = np.cumsum(d) / eps_ref
+        rows += [(n, t, kk, e, dd, c) for kk, e, dd, c in zip(k, tab["energy"], d, cumulative, strict=True)]
+        bands = [d[(k >= a) & (k < b)].sum() / eps_ref for a, b in zip(BANDS, BANDS[1:], strict=False)]
+        print(f"{n:4d} {t:6.3f} {d.sum() / eps_ref:16.4f} {tab['run_dissipation'][0] / eps_ref:14.4f}  "
+              + " ".join(f"{b:.4f}" for b in bands))
+        shown = (k >= 2) & (k <= n // 2)  # the vortex's symmetries leave shell 1 empty
+        line = ax[0].loglog(k[shown], tab["energy"][shown], label=f"{n}^3, t = {t:.2f}")[0]
+        ax[1].semilogx(k[k >= 1], cumulative[k >= 1], color=line.get_color(), label=f"{n}^3: sum of 2 nu Omega(k)")
+        ax[1].axhline(tab["run_dissipation"][0] / eps_ref, color=line.get_color(), ls=":", label=f"{n}^3: -dK/dt")
+    kk = np.array([4.0, 40.0])
+    ax[0].loglog(kk, 0.1 * kk ** (-5 / 3), "k:", label="k^-5/3")
+    ax[0].set(xlabel="k (1 / L)", ylabel="E(k) (V0^2 L)", title="energy spectrum (shells up to N/2)")
+    ax[1].axhline(1.0, color="k", lw=1)
+    ax[1].set(xlabel="k (1 / L)", ylabel="dissipation up to k / reference -dK/dt",
+              title="cumulative enstrophy-based dissipation")
+    for a in ax:
+        a.grid(True, which="both", alpha=0.3)
+        a.legend(loc="lower left" if a is ax[0] else "lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(prefix.with_suffix(".png"), dpi=110)
+    with prefix.with_suffix(".csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["n", "t", "k", "energy", "dissipation", "cumulative_over_reference"])
+        w.writerows([[r[0], f"{r[1]:.4f}", int(r[2]), *(f"{v:.6e}" for v in r[3:])] for r in rows])
+    print(f"wrote {prefix.with_suffix('.csv')} and {prefix.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    main(Path(sys.argv[1]), [Path(a) for a in sys.argv[2:]])
