@@ -19,6 +19,7 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import matplotlib
+import matplotlib.ticker
 import numpy as np
 
 matplotlib.use("Agg")
@@ -44,6 +45,27 @@ def run_spectrum(run: Path) -> dict[str, np.ndarray]:
     eps = np.array([float(r["dissipation"]) for r in rows])
     return table | {"n": np.full(len(table["k"]), n), "run_dissipation": np.full(len(table["k"]), eps[np.argmin(
         np.abs(t - table["t"][0]))])}
+
+
+def trend(tables: list[dict[str, np.ndarray]], target: float = 0.05) -> None:
+    """Print where each grid's dissipation spectrum leaves the next finer one's, and the N at which a power law
+    through the numerical shares 1 - 2 nu Omega / (-dK/dt) reaches ``target``."""
+    tables = sorted(tables, key=lambda tab: int(tab["n"][0]))
+    for coarse, fine in zip(tables, tables[1:], strict=False):
+        width = 4  # sums over 4 shells: the vortex's symmetries leave every other shell nearly empty
+        c, f = (np.add.reduceat(tab["dissipation"][2:], np.arange(0, len(coarse["k"]) - 2, width)) for tab in (coarse, fine))
+        below = np.flatnonzero(c < 0.9 * f[: len(c)])
+        k = 2 + width * below[0] if len(below) else np.nan
+        print(f"{int(coarse['n'][0])}^3 keeps 90% of {int(fine['n'][0])}^3's dissipation spectrum up to k = {k:g} "
+              f"(N / {int(coarse['n'][0]) / k:.1f})")
+    n = np.array([tab["n"][0] for tab in tables], dtype=np.float64)
+    share = np.array([1.0 - tab["dissipation"].sum() / tab["run_dissipation"][0] for tab in tables])
+    print("numerical share 1 - 2 nu Omega / (-dK/dt): " + ", ".join(f"{a:.0f}^3 {b:.1%}" for a, b in zip(n, share,
+                                                                                                      strict=True)))
+    for first in range(max(0, len(n) - 3), len(n) - 1):
+        p = -np.polyfit(np.log(n[first:]), np.log(share[first:]), 1)[0]
+        reach = n[-1] * (share[-1] / target) ** (1.0 / p)
+        print(f"  share ~ N^-{p:.2f} through {', '.join(f'{a:.0f}' for a in n[first:])}: {target:.0%} at N = {reach:.0f}")
 
 
 def main(prefix: Path, runs: list[Path]) -> None:
@@ -76,6 +98,7 @@ def main(prefix: Path, runs: list[Path]) -> None:
     ax[1].set(xlabel="k (1 / L)", ylabel="dissipation up to k / reference -dK/dt",
               title="cumulative enstrophy-based dissipation")
     for a in ax:
+        a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         a.grid(True, which="both", alpha=0.3)
         a.legend(loc="lower left" if a is ax[0] else "lower right", fontsize=8)
     fig.tight_layout()
@@ -84,6 +107,7 @@ def main(prefix: Path, runs: list[Path]) -> None:
         w = csv.writer(fh)
         w.writerow(["n", "t", "k", "energy", "dissipation", "cumulative_over_reference"])
         w.writerows([[r[0], f"{r[1]:.4f}", int(r[2]), *(f"{v:.6e}" for v in r[3:])] for r in rows])
+    trend(tables)
     print(f"wrote {prefix.with_suffix('.csv')} and {prefix.with_suffix('.png')}")
 
 
