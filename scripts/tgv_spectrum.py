@@ -47,17 +47,23 @@ def run_spectrum(run: Path) -> dict[str, np.ndarray]:
         np.abs(t - table["t"][0]))])}
 
 
+def _bands4(tab: dict[str, np.ndarray]) -> np.ndarray:
+    """Dissipation over the reference's in bands of 4 shells from k = 2 (the vortex's symmetries leave every other
+    shell nearly empty)."""
+    return np.add.reduceat(tab["dissipation"][2:], np.arange(0, len(tab["k"]) - 2, 4)) / tab["reference"][0]
+
+
 def trend(tables: list[dict[str, np.ndarray]], target: float = 0.05) -> None:
-    """Print where each grid's dissipation spectrum leaves the next finer one's, and the N at which a power law
-    through the numerical shares 1 - 2 nu Omega / (-dK/dt) reaches ``target``."""
+    """Print where each grid's dissipation spectrum leaves the next finer one's, the N at which a power law through
+    the numerical shares 1 - 2 nu Omega / (-dK/dt) reaches ``target``, and the finest grid's tail estimate."""
     tables = sorted(tables, key=lambda tab: int(tab["n"][0]))
+    agree = np.nan
     for coarse, fine in zip(tables, tables[1:], strict=False):
-        width = 4  # sums over 4 shells: the vortex's symmetries leave every other shell nearly empty
-        c, f = (np.add.reduceat(tab["dissipation"][2:], np.arange(0, len(coarse["k"]) - 2, width)) for tab in (coarse, fine))
+        c, f = _bands4(coarse), _bands4(fine)
         below = np.flatnonzero(c < 0.9 * f[: len(c)])
-        k = 2 + width * below[0] if len(below) else np.nan
-        print(f"{int(coarse['n'][0])}^3 keeps 90% of {int(fine['n'][0])}^3's dissipation spectrum up to k = {k:g} "
-              f"(N / {int(coarse['n'][0]) / k:.1f})")
+        agree = 2 + 4 * below[0] if len(below) else np.nan
+        print(f"{int(coarse['n'][0])}^3's dissipation spectrum first falls below 90% of {int(fine['n'][0])}^3's in "
+              f"the shells from k = {agree:g} (N / {int(coarse['n'][0]) / agree:.1f})")
     n = np.array([tab["n"][0] for tab in tables], dtype=np.float64)
     share = np.array([1.0 - tab["dissipation"].sum() / tab["run_dissipation"][0] for tab in tables])
     print("numerical share 1 - 2 nu Omega / (-dK/dt): " + ", ".join(f"{a:.0f}^3 {b:.1%}" for a, b in zip(n, share,
@@ -66,6 +72,16 @@ def trend(tables: list[dict[str, np.ndarray]], target: float = 0.05) -> None:
         p = -np.polyfit(np.log(n[first:]), np.log(share[first:]), 1)[0]
         reach = n[-1] * (share[-1] / target) ** (1.0 / p)
         print(f"  share ~ N^-{p:.2f} through {', '.join(f'{a:.0f}' for a in n[first:])}: {target:.0%} at N = {reach:.0f}")
+    if np.isfinite(agree):
+        # the finest grid's spectrum, trusted below where the next coarser one leaves it, continued as a geometric
+        # series from its band there that holds the rest of the reference's dissipation
+        bands, a = _bands4(tables[-1]), int(agree - 2) // 4
+        rest = 1.0 - bands[:a].sum()
+        ratio = 1.0 - bands[a] / rest
+        cut = n[-1] / 2
+        print(f"tail estimate from {n[-1]:.0f}^3 (k < {agree:g} trusted, geometric beyond with ratio {ratio:.3f} per 4 "
+              f"shells): {rest * ratio ** ((cut - agree) / 4):.1%} of the reference's dissipation beyond k = {cut:.0f}; "
+              f"{target:.0%} beyond k = {agree + 4 * math.log(target / rest) / math.log(ratio):.0f}")
 
 
 def main(prefix: Path, runs: list[Path]) -> None:
@@ -81,6 +97,7 @@ def main(prefix: Path, runs: list[Path]) -> None:
     for tab in tables:
         n, t = int(tab["n"][0]), float(tab["t"][0])
         eps_ref = float(np.interp(t, ref_t, ref_eps))
+        tab["reference"] = np.full(len(tab["k"]), eps_ref)
         k, d = tab["k"], tab["dissipation"]
         cumulative = np.cumsum(d) / eps_ref
         rows += [(n, t, kk, e, dd, c) for kk, e, dd, c in zip(k, tab["energy"], d, cumulative, strict=True)]
