@@ -28,6 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from lbm.cases.cavity import read_reference_csv  # noqa: E402
 from lbm.cases.taylor_green_3d import REFERENCE, shell_spectra, spectrum_table  # noqa: E402
 
+REYNOLDS = 1600.0
+"""Re of the reference (nu = 1 / Re in its units)."""
 BANDS = (0, 8, 16, 32, 48, 64, 96)
 """Edges of the wavenumber bands (1 / L) whose dissipation the summary prints."""
 
@@ -51,6 +53,17 @@ def _bands4(tab: dict[str, np.ndarray]) -> np.ndarray:
     """Dissipation over the reference's in bands of 4 shells from k = 2 (the vortex's symmetries leave every other
     shell nearly empty)."""
     return np.add.reduceat(tab["dissipation"][2:], np.arange(0, len(tab["k"]) - 2, 4)) / tab["reference"][0]
+
+
+def model_tail(k_eta: float, l_over_eta: float) -> float:
+    """Share of the dissipation beyond k eta in Pope's model spectrum (Turbulent Flows, 2000, eq. 6.246; C = 1.5,
+    beta = 5.2, c_eta = 0.4, c_L = 6.78, p0 = 2) with integral scale L = ``l_over_eta`` Kolmogorov lengths."""
+    k = np.geomspace(1e-4, 20.0, 20001)  # k eta
+    spectrum = (1.5 * k ** (-5 / 3) * (k * l_over_eta / np.sqrt((k * l_over_eta) ** 2 + 6.78)) ** (5 / 3 + 2.0)
+                * np.exp(-5.2 * ((k**4 + 0.4**4) ** 0.25 - 0.4)))
+    density = 2 * k * k * spectrum
+    cumulative = np.concatenate([[0.0], np.cumsum(0.5 * (density[1:] + density[:-1]) * np.diff(k))])
+    return float(1.0 - np.interp(k_eta, k, cumulative) / cumulative[-1])
 
 
 def trend(tables: list[dict[str, np.ndarray]], target: float = 0.05) -> None:
@@ -82,6 +95,11 @@ def trend(tables: list[dict[str, np.ndarray]], target: float = 0.05) -> None:
         print(f"tail estimate from {n[-1]:.0f}^3 (k < {agree:g} trusted, geometric beyond with ratio {ratio:.3f} per 4 "
               f"shells): {rest * ratio ** ((cut - agree) / 4):.1%} of the reference's dissipation beyond k = {cut:.0f}; "
               f"{target:.0%} beyond k = {agree + 4 * math.log(target / rest) / math.log(ratio):.0f}")
+    eta = (1.0 / REYNOLDS**3 / tables[-1]["reference"][0]) ** 0.25  # Kolmogorov length in L at the reference's eps
+    shares = ", ".join(f"{model_tail(n[-1] / 2 * eta, r):.1%}" for r in (30, 60, 120))
+    reach = [float(np.interp(-target, [-model_tail(x * eta, 60) for x in range(1, 200)], np.arange(1, 200)))]
+    print(f"Pope's model spectrum, eta = {eta:.4f} L: {shares} of the dissipation beyond k = {n[-1] / 2:.0f} "
+          f"(k eta = {n[-1] / 2 * eta:.2f}) for L / eta = 30, 60, 120; {target:.0%} beyond k = {reach[0]:.0f} (L / eta = 60)")
 
 
 def main(prefix: Path, runs: list[Path]) -> None:
