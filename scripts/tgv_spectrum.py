@@ -130,12 +130,12 @@ def main(prefix: Path, runs: list[Path]) -> None:
     ax[0].loglog(kk, 0.1 * kk ** (-5 / 3), "k:", label="k^-5/3")
     ax[0].set(xlabel="k (1 / L)", ylabel="E(k) (V0^2 L)", title="energy spectrum (shells up to N/2)")
     ax[1].axhline(1.0, color="k", lw=1)
-    ax[1].set(xlabel="k (1 / L)", ylabel="dissipation up to k / reference -dK/dt",
+    ax[1].set(xlabel="k (1 / L)", ylabel="dissipation up to k / reference -dK/dt", ylim=(0, 1.6),
               title="cumulative enstrophy-based dissipation")
     for a in ax:
         a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         a.grid(True, which="both", alpha=0.3)
-        a.legend(loc="lower left" if a is ax[0] else "lower right", fontsize=8)
+        a.legend(loc="lower left" if a is ax[0] else "upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(prefix.with_suffix(".png"), dpi=110)
     with prefix.with_suffix(".csv").open("w", newline="") as fh:
