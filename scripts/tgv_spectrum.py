@@ -1,9 +1,10 @@
 """Energy and dissipation spectra of taylor_green_3d runs from their fields.npz (docs/validation_3d.md).
 
-    python scripts/tgv_spectrum.py OUT_PREFIX RUN_DIR [RUN_DIR ...]
+    python scripts/tgv_spectrum.py OUT_PREFIX RUN [RUN ...]
 
 For each run directory, the final velocity field's shell-summed spectra E(k) and 2 nu Omega(k) (the case's own
-``shell_spectra``, in the reference's units: k in 1 / L, dissipation in V0^3 / L). Writes OUT_PREFIX.csv (one row per
+``shell_spectra``, in the reference's units: k in 1 / L, dissipation in V0^3 / L); a RUN that names a run's
+spectrum.csv takes the spectra the run wrote at the reference's dissipation peak instead. Writes OUT_PREFIX.csv (one row per
 run and shell: N, t, k, energy, dissipation, the cumulative dissipation over the reference's -dK/dt at t) and
 OUT_PREFIX.png (E(k), and the cumulative dissipation), and prints per run the enstrophy-based dissipation against
 the reference's and the run's -dK/dt at that time, split into wavenumber bands.
@@ -35,12 +36,19 @@ BANDS = (0, 8, 16, 32, 48, 64, 96)
 
 
 def run_spectrum(run: Path) -> dict[str, np.ndarray]:
-    """The spectrum table of a run directory's final velocity, with its N and -dK/dt at the final time."""
-    metrics = json.loads((run / "metrics.json").read_text())
-    u = np.load(run / "fields.npz")["u"]
-    n = u.shape[1]
-    table = spectrum_table(int(metrics["steps"]), np.asarray(shell_spectra(jnp.asarray(u))), metrics["u_lattice"],
-                           n / (2 * math.pi), metrics["nu"])
+    """The spectrum table of a run directory's final velocity (or of its spectrum.csv, when ``run`` names that file),
+    with its N and -dK/dt at that time."""
+    if run.name == "spectrum.csv":
+        run, (n, *_) = run.parent, json.loads((run.parent / "metrics.json").read_text())["grid"]
+        with (run / "spectrum.csv").open() as fh:
+            rows = list(csv.DictReader(fh))
+        table = {key: np.array([float(r[key]) for r in rows]) for key in rows[0]}
+    else:
+        metrics = json.loads((run / "metrics.json").read_text())
+        u = np.load(run / "fields.npz")["u"]
+        n = u.shape[1]
+        table = spectrum_table(int(metrics["steps"]), np.asarray(shell_spectra(jnp.asarray(u))), metrics["u_lattice"],
+                               n / (2 * math.pi), metrics["nu"])
     with (run / "dissipation.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     t = np.array([float(r["t"]) for r in rows])
