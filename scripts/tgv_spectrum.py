@@ -99,15 +99,16 @@ def trend(tables: list[dict[str, np.ndarray]], target: float = 0.05) -> None:
         bands, a = _bands4(tables[-1]), int(agree - 2) // 4
         rest = 1.0 - bands[:a].sum()
         ratio = 1.0 - bands[a] / rest
-        cut = n[-1] / 2
+        tails = ", ".join(f"{rest * ratio ** ((cut - agree) / 4):.1%} beyond k = {cut:.0f}" for cut in n[n / 2 > agree] / 2)
         print(f"tail estimate from {n[-1]:.0f}^3 (k < {agree:g} trusted, geometric beyond with ratio {ratio:.3f} per 4 "
-              f"shells): {rest * ratio ** ((cut - agree) / 4):.1%} of the reference's dissipation beyond k = {cut:.0f}; "
+              f"shells) in the reference's dissipation: {tails}; "
               f"{target:.0%} beyond k = {agree + 4 * math.log(target / rest) / math.log(ratio):.0f}")
     eta = (1.0 / REYNOLDS**3 / tables[-1]["reference"][0]) ** 0.25  # Kolmogorov length in L at the reference's eps
-    shares = ", ".join(f"{model_tail(n[-1] / 2 * eta, r):.1%}" for r in (30, 60, 120))
-    reach = [float(np.interp(-target, [-model_tail(x * eta, 60) for x in range(1, 200)], np.arange(1, 200)))]
-    print(f"Pope's model spectrum, eta = {eta:.4f} L: {shares} of the dissipation beyond k = {n[-1] / 2:.0f} "
-          f"(k eta = {n[-1] / 2 * eta:.2f}) for L / eta = 30, 60, 120; {target:.0%} beyond k = {reach[0]:.0f} (L / eta = 60)")
+    shares = "; ".join(f"beyond k = {cut:.0f} (k eta = {cut * eta:.2f}) "
+                       + ", ".join(f"{model_tail(cut * eta, r):.1%}" for r in (30, 60, 120)) for cut in n / 2)
+    reach = float(np.interp(-target, [-model_tail(x * eta, 60) for x in range(1, 200)], np.arange(1, 200)))
+    print(f"Pope's model spectrum, eta = {eta:.4f} L, dissipation for L / eta = 30, 60, 120: {shares}; "
+          f"{target:.0%} beyond k = {reach:.0f} (L / eta = 60)")
 
 
 def main(prefix: Path, runs: list[Path]) -> None:
