@@ -10,7 +10,8 @@ import pytest
 from conftest import advance, run_config
 
 import lbm
-from lbm.cases.taylor_green_3d import REFERENCE, energy_enstrophy, initial_fields, peak
+from lbm.cases.base import Snapshot
+from lbm.cases.taylor_green_3d import REFERENCE, energy_enstrophy, initial_fields, peak, shell_spectra
 from lbm.errors import ConfigError
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
@@ -134,6 +135,50 @@ def test_enstrophy_is_that_of_the_spectral_vorticity_in_physical_space(shape):
     energy, enstrophy = np.asarray(energy_enstrophy(f, D3Q27), dtype=np.float64)
     assert energy == pytest.approx(0.5 * np.mean(np.sum(u * u, axis=0)), rel=1e-6)
     assert enstrophy == pytest.approx(0.5 * np.mean(sum(w * w for w in omega)), rel=1e-5)  # float32: measured 1e-6
+    shells = np.asarray(shell_spectra(jnp.asarray(u)), dtype=np.float64)  # float32: measured 1e-7
+    assert shells.shape == (2, round(math.sqrt(sum((n // 2) ** 2 for n in shape))) + 1)
+    assert shells[0].sum() == pytest.approx(0.5 * np.mean(np.sum(u * u, axis=0)), rel=1e-6)
+    assert shells[1].sum() == pytest.approx(0.5 * np.mean(sum(w * w for w in omega)), rel=1e-5)
+
+
+def test_shell_spectra_put_a_mode_in_its_shell():
+    """Modes with |m| = 3 and sqrt 8 both land in shell 3: E = a^2/2, Omega = (5 + 8) a^2/4 (2 pi/n)^2 (lattice units)."""
+    n, a = 12, 0.01
+    x = np.arange(n) * 2 * math.pi / n
+    xx, yy, zz = np.meshgrid(x, x, x, indexing="ij")
+    u = np.zeros((3, n, n, n))
+    u[0] = a * np.sin(2 * yy - 2 * zz)  # |m| = sqrt 8: shell 3 too (2.83 rounds to 3)
+    u[2] = a * np.sin(xx + 2 * yy + 2 * zz)
+    energy, enstrophy = np.asarray(shell_spectra(jnp.asarray(u)), dtype=np.float64)
+    k = 2 * math.pi / n
+    expected = np.zeros_like(energy)
+    expected[3] = a * a / 2
+    np.testing.assert_allclose(energy, expected, rtol=1e-6, atol=1e-12)  # float32: the others' leak 1e-19
+    expected[3] = a * a / 4 * (5 + 8) * k * k  # each mode's omega: |m|^2 less its own axis's m^2
+    np.testing.assert_allclose(enstrophy, expected, rtol=1e-6, atol=1e-12)
+
+
+def test_run_writes_the_spectrum_at_the_reference_peak(tmp_path):
+    """The first chunk's end at or after t = 8.97 gives spectrum.csv; its dissipation sums to 2 nu Omega there."""
+    n = 8
+    case, setup = prepare(tgv("steps=20", "output.plots=false", n=n))
+    f = setup.initial_populations()
+    per_unit = (n / (2 * math.pi)) / 0.05
+    before, after = math.floor(8.97 * per_unit) - 1, math.floor(8.97 * per_unit) + 1
+    for step in (before, after, after + 20):
+        case.observe(Snapshot(step, {}, dict, populations=f))
+    assert case.spectrum is not None and case.spectrum[0] == after
+    assert case.write_outputs(tmp_path, setup, {}, {}) == ["dissipation.csv", "spectrum.csv"]
+    rows = list(csv.DictReader((tmp_path / "spectrum.csv").open()))
+    assert list(rows[0]) == ["t", "k", "energy", "dissipation"] and len(rows) == 8  # shells 0 .. round(4 sqrt 3)
+    assert float(rows[0]["t"]) == pytest.approx(after / per_unit)
+    assert [float(r["k"]) for r in rows[:3]] == [0, 1, 2]
+    # the initial vortex: all in shell sqrt 3 (E = K = 1/8) and 2 nu Omega = 2/1600 * 3/8
+    assert float(rows[2]["energy"]) == pytest.approx(0.125, rel=1e-5)
+    assert sum(float(r["dissipation"]) for r in rows) == pytest.approx(2 / 1600 * 0.375, rel=1e-4)
+    restored = make_case(case.run)
+    restored.load_state(case.state())
+    assert restored.spectrum[0] == after and np.array_equal(restored.spectrum[1], case.spectrum[1])
 
 
 def test_reference_peak_and_parabola():

@@ -11,6 +11,8 @@ energy K = <|u|^2/2> / V0^2 and the enstrophy <|omega|^2/2> (L / V0)^2, the vort
 spectral derivative of the periodic velocity field; only these two numbers reach the host. The
 dissipation -dK/dt comes from the K series (second-order differences in t), the enstrophy-based one
 is 2 nu <|omega|^2/2> in the same units; their difference measures the numerical dissipation.
+At the first chunk's end at or after the reference's dissipation peak (t = 8.97), the run also takes the
+shell-summed energy and dissipation spectra E(k) and 2 nu Omega(k) (``spectrum.csv``).
 """
 
 from __future__ import annotations
@@ -72,31 +74,82 @@ def initial_non_equilibrium(n: int, u0: float, tau: float, rho: np.ndarray, latt
     return out
 
 
+def _half_spectrum(shape: tuple[int, ...]) -> tuple[list[np.ndarray], np.ndarray]:
+    """Integer wavenumbers per axis in rfftn's layout, and each last-axis plane's weight (2: its conjugate is left out)."""
+    m = [np.fft.fftfreq(n, 1.0 / n) for n in shape[:-1]] + [np.fft.rfftfreq(shape[-1], 1.0 / shape[-1])]
+    weight = np.full(len(m[-1]), 2.0)  # kz = 0 and the Nyquist plane count once
+    weight[0] = 1.0
+    if shape[-1] % 2 == 0:
+        weight[-1] = 1.0
+    return m, weight
+
+
+def _fourier(u: jnp.ndarray) -> tuple[list[jnp.ndarray], list[jnp.ndarray], list[jnp.ndarray], jnp.ndarray]:
+    """Velocity and vorticity modes of a periodic ``(3, *grid)`` field (half spectrum), the sparse integer wavenumbers
+    and the planes' weights.
+
+    The derivative of a Nyquist mode is taken as 0 (the real part of the full-spectrum derivative, which is what it
+    is in physical space).
+    """
+    shape = u.shape[1:]
+    m, weight = _half_spectrum(shape)
+    k = [2 * math.pi / n * np.where(np.abs(a) == n / 2, 0.0, a) for a, n in zip(m, shape, strict=True)]
+    kk = [jnp.asarray(a, u.dtype) for a in np.meshgrid(*k, indexing="ij", sparse=True)]
+    uh = [jnp.fft.rfftn(u[a]) / float(math.prod(shape)) for a in range(3)]  # the mean's normalisation
+    omega = [kk[1] * uh[2] - kk[2] * uh[1], kk[2] * uh[0] - kk[0] * uh[2], kk[0] * uh[1] - kk[1] * uh[0]]
+    mm = [jnp.asarray(a, u.dtype) for a in np.meshgrid(*m, indexing="ij", sparse=True)]
+    return uh, omega, mm, jnp.asarray(weight, u.dtype)
+
+
+def _power(modes: list[jnp.ndarray], weight: jnp.ndarray) -> jnp.ndarray:
+    """|a|^2 / 2 summed over the components, per mode of the half spectrum, weighted for the left-out conjugates."""
+    return 0.5 * sum(jnp.real(a * jnp.conj(a)) for a in modes) * weight
+
+
 def energy_enstrophy(f: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
     """[<|u|^2/2>, <|omega|^2/2>] of populations on a periodic grid (lattice units; spectral vorticity).
 
     The enstrophy is summed in Fourier space (Parseval) over the half spectrum of a real FFT: three forward
-    transforms and no inverse ones. The derivative of the Nyquist mode is taken as 0 (the real part of the
-    full-spectrum derivative, which is what it is in physical space).
+    transforms and no inverse ones.
     """
     _, u = macroscopic(f, lattice)
-    shape = u.shape[1:]
-    k = [np.fft.fftfreq(n, 1.0 / (2 * math.pi)) for n in shape[:-1]] + [np.fft.rfftfreq(shape[-1], 1.0 / (2 * math.pi))]
-    for axis, n in enumerate(shape):
-        if n % 2 == 0:
-            k[axis][n // 2] = 0.0
-    kk = [jnp.asarray(a, u.dtype) for a in np.meshgrid(*k, indexing="ij", sparse=True)]
-    uh = [jnp.fft.rfftn(u[a]) / float(math.prod(shape)) for a in range(3)]  # the mean's normalisation
-    omega = [kk[1] * uh[2] - kk[2] * uh[1], kk[2] * uh[0] - kk[0] * uh[2], kk[0] * uh[1] - kk[1] * uh[0]]
-    # weight 2 for the half spectrum's modes whose conjugates it leaves out (kz = 0 and Nyquist count once)
-    weight = np.full(len(k[-1]), 2.0)
-    weight[0] = 1.0
-    if shape[-1] % 2 == 0:
-        weight[-1] = 1.0
-    power = sum(jnp.real(w * jnp.conj(w)) for w in omega)
-    enstrophy = 0.5 * jnp.sum(jnp.sum(power, axis=(0, 1)) * jnp.asarray(weight, u.dtype))
+    _, omega, _, weight = _fourier(u)
+    enstrophy = jnp.sum(jnp.sum(_power(omega, 1.0), axis=(0, 1)) * weight)
     energy = 0.5 * jnp.mean(jnp.sum(u * u, axis=0))
     return jnp.stack([energy, enstrophy])
+
+
+def shell_spectra(u: jnp.ndarray) -> jnp.ndarray:
+    """[E(m), Omega(m)]: <|u|^2/2> and <|omega|^2/2> of a periodic ``(3, *grid)`` velocity per wavenumber shell.
+
+    Shell m holds the modes with integer wavenumbers |(mx, my, mz)| in [m - 1/2, m + 1/2) (m in 1 / L for the
+    box 2 pi L), m = 0 .. round(sqrt(3) N / 2); each row sums to the whole field's value (lattice units).
+    """
+    uh, omega, mm, weight = _fourier(u)
+    shells = int(round(math.sqrt(sum((n // 2) ** 2 for n in u.shape[1:])))) + 1
+    index = jnp.rint(jnp.sqrt(mm[0] ** 2 + mm[1] ** 2 + mm[2] ** 2)).astype(jnp.int32).ravel()
+    return jnp.stack([jnp.bincount(index, weights=_power(modes, weight).ravel(), length=shells)
+                      for modes in (uh, omega)])
+
+
+def spectrum_table(step: int, spectra: np.ndarray, v0: float, length: float, nu: float) -> dict[str, np.ndarray]:
+    """t, k, energy E(k) and dissipation 2 nu Omega(k) per shell of ``shell_spectra`` in the reference's units (L, V0).
+
+    ``v0``, ``length`` and ``nu`` in lattice units; k in 1 / L; the energy column sums to K, the dissipation column
+    to the enstrophy-based dissipation.
+    """
+    energy, enstrophy = np.asarray(spectra, dtype=np.float64)
+    return {"t": np.full(len(energy), step * v0 / length), "k": np.arange(len(energy), dtype=np.float64),
+            "energy": energy / v0**2, "dissipation": 2 * nu / (v0 * length) * enstrophy * (length / v0) ** 2}
+
+
+def write_table(path: Path, columns: dict[str, np.ndarray]) -> None:
+    """A CSV of equal-length columns, with their names as the header row."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(list(columns))
+        for row in zip(*columns.values(), strict=True):
+            w.writerow([f"{v:.9e}" for v in row])
 
 
 def peak(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -122,6 +175,9 @@ class TaylorGreen3D(Case):
         self.samples: list[tuple[int, float, float]] = []
         """(step, <|u|^2/2>, <|omega|^2/2>) in lattice units, from t = 0 and after each chunk."""
         self._measure = jax.jit(lambda f: energy_enstrophy(f, self.lattice))
+        self.spectrum: tuple[int, np.ndarray] | None = None
+        """(step, [E(m), Omega(m)]) of the first chunk's end at or after the reference's dissipation peak."""
+        self._spectra = jax.jit(lambda f: shell_spectra(macroscopic(f, self.lattice)[1]))
 
     @property
     def n(self) -> int:
@@ -165,14 +221,26 @@ class TaylorGreen3D(Case):
         if not self.samples:
             self.samples.append((0, *self.measure(self._setup.initial_populations())))
         self.samples.append((snapshot.step, *self.measure(snapshot.populations)))
+        if self.spectrum is None and snapshot.step * self.run.flow.u_lattice / self.length >= self.peak_time:
+            self.spectrum = (snapshot.step, np.asarray(self._spectra(snapshot.populations), dtype=np.float64))
+
+    @cached_property
+    def peak_time(self) -> float:
+        """The reference's dissipation peak time, in L / V0."""
+        return peak(self.reference["t"], self.reference["dissipation"])[1]
 
     def state(self) -> dict[str, np.ndarray]:
-        """The samples (step, energy, enstrophy)."""
-        return {"case/samples": np.array(self.samples, dtype=np.float64)}
+        """The samples (step, energy, enstrophy) and the spectra at the peak once taken."""
+        out = {"case/samples": np.array(self.samples, dtype=np.float64)}
+        if self.spectrum is not None:
+            out |= {"case/spectrum_step": np.int64(self.spectrum[0]), "case/spectrum": self.spectrum[1]}
+        return out
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Restore the samples."""
         self.samples = [(int(s), float(e), float(z)) for s, e, z in state["case/samples"]]
+        if "case/spectrum" in state:
+            self.spectrum = (int(state["case/spectrum_step"]), np.asarray(state["case/spectrum"]))
 
     # --- results -------------------------------------------------------------------------
     def series(self, setup: Setup) -> dict[str, np.ndarray]:
@@ -185,6 +253,7 @@ class TaylorGreen3D(Case):
         enstrophy = s[:, 2] * (length / v0) ** 2
         nu = setup.nu / (v0 * length)  # = 1 / Re
         return {"t": t, "kinetic_energy": energy, "dissipation": dissipation, "enstrophy_dissipation": 2 * nu * enstrophy}
+
 
     @cached_property
     def reference(self) -> dict[str, np.ndarray]:
@@ -226,14 +295,14 @@ class TaylorGreen3D(Case):
         return out
 
     def write_outputs(self, run_dir: Path, setup: Setup, fields: dict[str, np.ndarray], metrics: dict[str, Any]) -> list[str]:
-        """dissipation.csv and the plot of both dissipation curves against the reference."""
-        s = self.series(setup)
-        with (run_dir / "dissipation.csv").open("w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(list(s))
-            for row in zip(*s.values(), strict=True):
-                w.writerow([f"{v:.9e}" for v in row])
-        written = ["dissipation.csv"]
+        """dissipation.csv, spectrum.csv (once past the reference's peak) and the plot of both dissipation curves."""
+        tables = {"dissipation.csv": self.series(setup)}
+        if self.spectrum is not None:
+            tables["spectrum.csv"] = spectrum_table(*self.spectrum, self.run.flow.u_lattice, self.length, setup.nu)
+        for name, s in tables.items():
+            write_table(run_dir / name, s)
+        written = list(tables)
+        s = tables["dissipation.csv"]
         if self.run.output.plots:
             from lbm.io.plots import line_plot
 
