@@ -205,6 +205,14 @@ def test_other_lattices_are_refused_in_one_line():
         run_config(*[o.replace("d3q27", "d3q19") for o in BOX])
 
 
+def test_the_3d_taylor_green_case_defaults_to_the_validated_cumulant_and_names_the_alternative():
+    run = run_config("case=taylor_green_3d")  # the case's YAML overrides the lattice and collision groups
+    assert (run.lattice, run.collision, run.grid) == ("d3q27", "cumulant", (64, 64, 64))
+    assert run_config("case=taylor_green_3d", "lattice=d3q19", "collision=kbc").collision == "kbc"
+    with pytest.raises(ConfigError, match="on d3q19 choose another collision, e.g. collision=kbc"):
+        run_config("case=taylor_green_3d", "lattice=d3q19")
+
+
 @pytest.mark.slow
 @pytest.mark.native_optimised
 def test_the_taylor_green_vortex_at_32_cells_stays_finite(tmp_path):

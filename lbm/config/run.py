@@ -175,7 +175,8 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     collision = validate_collision(tree.collision)
     if lattice not in COLLISION_LATTICES.get(collision.name, (lattice,)):
         raise ConfigError("lattice", lattice, f"one of {', '.join(COLLISION_LATTICES[collision.name])} with "
-                          f"collision={collision.name}", "it needs every velocity of {-1, 0, 1}^d")
+                          f"collision={collision.name}", "it needs every velocity of {-1, 0, 1}^d; "
+                          f"on {lattice} choose another collision, e.g. collision=kbc")
     mode = check_choice("mode", tree.mode, MODES)
     engine = check_choice("engine", tree.engine, ENGINES)
     precision = check_choice("precision", tree.precision, PRECISIONS)
