@@ -51,7 +51,10 @@ def test_the_last_log_line_shows_every_metric_the_case_declares(overrides, simul
     with caplog.at_level(logging.INFO, logger="lbm"):
         metrics, _ = simulate_in(*overrides)
     declared = make_case(run_config(*overrides)).summary_keys()
-    assert set(declared) <= set(metrics), sorted(set(declared) - set(metrics))
+    # a metric the run could not compute is left out, and a warning says why (taylor_green_3d's 12 steps: no peak)
+    missing = set(declared) - set(metrics)
+    assert not missing or any(k.endswith("_note") for k in metrics) and metrics["warnings"], sorted(missing)
     result = [r.getMessage() for r in caplog.records if r.getMessage().startswith("result (")]
     assert len(result) == 1
-    assert all(f"{key}=" in result[0] for key in ("mlups", "mass_rel_drift", *declared)), result[0]
+    shown = ("mlups", "mass_rel_drift", *(k for k in declared if k in metrics))
+    assert all(f"{key}=" in result[0] for key in shown) and not any(f"{key}=" in result[0] for key in missing), result[0]

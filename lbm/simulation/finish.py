@@ -96,9 +96,12 @@ def finish(s: Started, f: jnp.ndarray, metrics: dict[str, Any]) -> None:
     fields = setup.written_fields(engine.fields(f, at))
     mass = float(chunk_stats(f, s.fluid, setup.lattice)[1])
     metrics["mass_rel_drift"] = mass / s.mass0 - 1.0
-    metrics.update(case.metrics(setup, fields, reached))
+    own_metrics = case.metrics(setup, fields, reached)
+    metrics.update(own_metrics)
     own = [k for k in case.summary_keys() if k in metrics]
     metrics.update(result_checks(case, setup, metrics, at, own))
+    # a case's notes say why a result is missing or partial (e.g. no stationary window): the user sees them as warnings
+    metrics["warnings"] += [f"{case.name}: {v}" for k, v in own_metrics.items() if k.endswith("_note") and v]
     if not parallel.is_writer():  # the shared files of the run directory come from process 0
         return
     write_fields(run_dir / "fields.npz", fields)
