@@ -165,29 +165,9 @@ static inline void cell(const store* const* rp, store* const* wrow, int64_t k, i
 // One loop per scheme; COLLIDE is the collision of a bulk cell or of an inlet cell.
 // The row is swept one cache line of cells at a time; each line's cells first prefetch (for writing; push steps also
 // for reading) the lines their rows will need pf values further on.
-#ifndef LBM_PASS_VECTORS
-#define LBM_PASS_VECTORS 1
-#endif
-#if LBM_PASS_VECTORS == 2
-#define LBM_PAIRED_LINES(KIND, ...)  /* ...: the collision (its expansion holds commas) */                        \
-  for (; c0 + 2 * LINE <= k1; c0 += 2 * LINE) {                                                                     \
-    if (pf) {                                                                                                       \
-      for (int i = 0; i < Q; ++i) { __builtin_prefetch(wrow[i] + c0 + pf, 1); __builtin_prefetch(wrow[i] + c0 + LINE + pf, 1); } \
-      if (K == PUSH) for (int i = 0; i < Q; ++i) { __builtin_prefetch(rp[i] + c0 + pf, 0); __builtin_prefetch(rp[i] + c0 + LINE + pf, 0); } \
-    }                                                                                                               \
-    _Pragma("omp simd") for (int64_t j = c0; j < c0 + LINE; ++j) {                                                  \
-      { const int64_t k = j; LBM_LOAD_##KIND __VA_ARGS__ LBM_STORE_##KIND }                                         \
-      { const int64_t k = j + LINE; LBM_LOAD_##KIND __VA_ARGS__ LBM_STORE_##KIND }                                  \
-    }                                                                                                               \
-  }
-#else
-#define LBM_PAIRED_LINES(KIND, ...)
-#endif
 #define LBM_SCHEME_LOOP(KIND, COLLIDE)                                                                              \
   if (K == KIND) {                                                                                                  \
-    int64_t c0 = k0;                                                                                                \
-    LBM_PAIRED_LINES(KIND, COLLIDE)                                                                                 \
-    for (; c0 < k1; c0 += LINE) {                                                                                   \
+    for (int64_t c0 = k0; c0 < k1; c0 += LINE) {                                                                    \
       const int64_t c1 = std::min(c0 + LINE, k1);                                                                   \
       if (pf) {                                                                                                     \
         for (int i = 0; i < Q; ++i) __builtin_prefetch(wrow[i] + c0 + pf, 1);                                       \
