@@ -91,8 +91,9 @@ def cxxflags() -> list[str]:
 
 SCHEDULED = ("cumulant",)
 """The collision kinds built with GCC's instruction scheduler before register allocation (-fschedule-insns
--fsched-pressure; the same operations, so the same bits): the cumulant's body took 0.92-0.96x of its time without
-it at 64³ and 0.93x at 128³, KBC's 1.00-1.02x at 64³ (docs/physics.md, "Cost against BGK")."""
+-fsched-pressure; the same operations, so the same bits): the cumulant took 0.92-0.96x of its time without them at
+64³ (two runs, by its ratio to BGK's time in the same round) and 0.93x at 128³; KBC 1.02x at 64³ and 0.93x at 128³,
+so it is left out (docs/physics.md, "Cost against BGK")."""
 
 
 def kernel_flags(spec: KernelSpec, cxx: str) -> list[str]:
