@@ -177,3 +177,16 @@ def test_the_recorder_fuses_each_product_that_one_sum_alone_uses():
         "real t0 = a * c;", "real t2 = LBM_FMA(a, b, c);", "real t4 = LBM_FMA(-b, c, c);", "real t5 = t0 + b;",
         "real t6 = t0 * b;", "real o0 = t2;", "real o1 = t4;", "real o2 = t5;", "real o3 = t6;"]
     assert rec.lines[1:3] == ["real t1 = a * b;", "real t2 = t1 + c;"]  # as recorded
+
+
+def test_only_the_scheduled_kinds_get_the_scheduler_flags(monkeypatch):
+    """The cumulant's library is built with GCC's scheduler (the same operations); BGK's and KBC's flags are cxxflags()."""
+    monkeypatch.delenv("LBM_NATIVE_EXTRA_FLAGS", raising=False)
+    monkeypatch.setattr(native, "compiler_version", lambda cxx: "g++ (GCC) 12.2.0\nFree Software Foundation, Inc.")
+    plain = native.cxxflags()
+    for kind in ("", "kbc", "mrt"):
+        assert native.kernel_flags(KernelSpec(D2Q9, "float32", False, False, collision=kind), "g++") == plain
+    cumulant = native.kernel_flags(KernelSpec(D2Q9, "float32", False, False, collision="cumulant"), "g++")
+    assert cumulant == [*plain, "-fschedule-insns", "-fsched-pressure"]
+    monkeypatch.setattr(native, "compiler_version", lambda cxx: "clang version 17.0.0")
+    assert native.kernel_flags(KernelSpec(D2Q9, "float32", False, False, collision="cumulant"), "clang++") == plain

@@ -89,6 +89,21 @@ def cxxflags() -> list[str]:
     return [*flags, *os.environ.get("LBM_NATIVE_EXTRA_FLAGS", "").split()]
 
 
+SCHEDULED = ("cumulant",)
+"""The collision kinds built with GCC's instruction scheduler before register allocation (-fschedule-insns
+-fsched-pressure; the same operations, so the same bits): the cumulant took 0.92-0.96x of its time without them at
+64³ (two runs, by its ratio to BGK's time in the same round) and 0.93x at 128³; KBC 1.02x at 64³ and 0.93x at 128³,
+so it is left out (docs/physics.md, "Cost against BGK")."""
+
+
+def kernel_flags(spec: KernelSpec, cxx: str) -> list[str]:
+    """The compiler flags of ``spec``'s library: :func:`cxxflags`, with the scheduler for :data:`SCHEDULED` under GCC."""
+    flags, n = cxxflags(), len(CXXFLAGS)  # the scheduler before $LBM_NATIVE_EXTRA_FLAGS (-fno-schedule-insns undoes it)
+    if spec.collision in SCHEDULED and "Free Software Foundation" in compiler_version(cxx):
+        flags[n:n] = ["-fschedule-insns", "-fsched-pressure"]
+    return flags
+
+
 def build_status(message: str) -> Any:
     """A live spinner with ``message`` and the elapsed time on a terminal (rich), else nothing: the log says it."""
     if not sys.stderr.isatty():
@@ -104,7 +119,7 @@ def build(spec: KernelSpec) -> Path:
     if cxx is None:
         raise RuntimeError("no C++ compiler found (set CXX or install g++)")
     gen, src = header(spec), kernel_source()
-    flags = cxxflags()
+    flags = kernel_flags(spec, cxx)
     key = hashlib.sha256("\n".join([gen, src, " ".join(flags), cxx, jax.__version__, sys.platform, cpu_id()]
                                    ).encode()).hexdigest()[:16]
     out = cache_dir() / f"lbm_{spec.tag}_{key}.so"
