@@ -10,7 +10,6 @@ reference over the samples in each window of t (``WINDOWS``), over the reference
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lbm.cases.cavity import read_reference_csv  # noqa: E402
-from lbm.cases.taylor_green_3d import REFERENCE  # noqa: E402
+from lbm.cases.taylor_green_3d import REFERENCE, read_table  # noqa: E402
 
 WINDOWS = ((0, 20), (0, 10), (10, 20), (0, 6), (6, 8), (8, 10), (10, 13), (13, 16), (16, 20))
 """Windows of t (L / V0) for the rms deviations; each holds the samples a <= t < b (t <= 20 in the last)."""
@@ -35,9 +34,9 @@ def print_windows(runs: list[Path], ref: list[dict[str, str]]) -> None:
     top = ref_eps.max()
     print("rms of -dK/dt - reference, % of the peak: run " + " ".join(f"[{a},{b})" for a, b in WINDOWS))
     for run in runs:
-        rows = list(csv.DictReader((run / "dissipation.csv").open()))
-        t = np.array([float(r["t"]) for r in rows])
-        dev = np.array([float(r["dissipation"]) for r in rows]) - np.interp(t, ref_t, ref_eps)
+        series = read_table(run / "dissipation.csv")
+        t = series["t"]
+        dev = series["dissipation"] - np.interp(t, ref_t, ref_eps)
         cells = []
         for a, b in WINDOWS:
             inside = (t >= a) & ((t < b) | ((b == 20) & (t <= 20 + 1e-9)))
@@ -54,11 +53,11 @@ def main(out: Path, runs: list[Path]) -> None:
                label="spectral DNS 512^3")
         for run in runs:
             m = json.loads((run / "metrics.json").read_text())
-            rows = list(csv.DictReader((run / "dissipation.csv").open()))
+            series = read_table(run / "dissipation.csv")
             label = f"{m['grid'][0]}^3 {m['lattice']} {m['collision']}" + (
                 f" ({m['status']})" if m["status"] != "completed" else
                 f" (to t = {m['t_final']:.0f})" if m.get("t_final", 20.0) < 19.9 else "")
-            a.plot([float(r["t"]) for r in rows], [float(r[key]) for r in rows], label=label)
+            a.plot(series["t"], series[key], label=label)
         a.set_xlim(0, 20)
         a.set_ylim(0, 0.016)
         a.set_xlabel("t (L / V0)")

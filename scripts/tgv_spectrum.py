@@ -27,7 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from lbm.cases.cavity import read_reference_csv  # noqa: E402
-from lbm.cases.taylor_green_3d import REFERENCE, shell_spectra, spectrum_table  # noqa: E402
+from lbm.cases.taylor_green_3d import REFERENCE, read_table, shell_spectra, spectrum_table  # noqa: E402
 
 REYNOLDS = 1600.0
 """Re of the reference (nu = 1 / Re in its units)."""
@@ -40,19 +40,15 @@ def run_spectrum(run: Path) -> dict[str, np.ndarray]:
     with its N and -dK/dt at that time."""
     if run.name == "spectrum.csv":
         run, (n, *_) = run.parent, json.loads((run.parent / "metrics.json").read_text())["grid"]
-        with (run / "spectrum.csv").open() as fh:
-            rows = list(csv.DictReader(fh))
-        table = {key: np.array([float(r[key]) for r in rows]) for key in rows[0]}
+        table = read_table(run / "spectrum.csv")
     else:
         metrics = json.loads((run / "metrics.json").read_text())
         u = np.load(run / "fields.npz")["u"]
         n = u.shape[1]
         table = spectrum_table(int(metrics["steps"]), np.asarray(shell_spectra(jnp.asarray(u))), metrics["u_lattice"],
                                n / (2 * math.pi), metrics["nu"])
-    with (run / "dissipation.csv").open() as fh:
-        rows = list(csv.DictReader(fh))
-    t = np.array([float(r["t"]) for r in rows])
-    eps = np.array([float(r["dissipation"]) for r in rows])
+    series = read_table(run / "dissipation.csv")
+    t, eps = series["t"], series["dissipation"]
     return table | {"n": np.full(len(table["k"]), n), "run_dissipation": np.full(len(table["k"]), eps[np.argmin(
         np.abs(t - table["t"][0]))])}
 

@@ -143,12 +143,23 @@ def spectrum_table(step: int, spectra: np.ndarray, v0: float, length: float, nu:
             "energy": energy / v0**2, "dissipation": 2 * nu / (v0 * length) * enstrophy * (length / v0) ** 2}
 
 
-def write_table(path: Path, columns: dict[str, np.ndarray]) -> None:
+def columns(rows: list[dict[str, str]]) -> dict[str, np.ndarray]:
+    """Rows of a CSV (as csv.DictReader gives them) as float columns by name."""
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+
+def read_table(path: Path) -> dict[str, np.ndarray]:
+    """The columns of a CSV that :func:`write_table` wrote (a run's dissipation.csv, spectrum.csv), by name."""
+    with path.open(newline="") as fh:
+        return columns(list(csv.DictReader(fh)))
+
+
+def write_table(path: Path, table: dict[str, np.ndarray]) -> None:
     """A CSV of equal-length columns, with their names as the header row."""
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(list(columns))
-        for row in zip(*columns.values(), strict=True):
+        w.writerow(list(table))
+        for row in zip(*table.values(), strict=True):
             w.writerow([f"{v:.9e}" for v in row])
 
 
@@ -237,7 +248,7 @@ class TaylorGreen3D(Case):
         return out
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
-        """Restore the samples."""
+        """Restore the samples and the spectra at the peak."""
         self.samples = [(int(s), float(e), float(z)) for s, e, z in state["case/samples"]]
         if "case/spectrum" in state:
             self.spectrum = (int(state["case/spectrum_step"]), np.asarray(state["case/spectrum"]))
@@ -258,8 +269,7 @@ class TaylorGreen3D(Case):
     @cached_property
     def reference(self) -> dict[str, np.ndarray]:
         """The spectral reference: t, kinetic_energy, dissipation, enstrophy."""
-        rows = read_reference_csv(REFERENCE)
-        return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+        return columns(read_reference_csv(REFERENCE))
 
     def summary_keys(self) -> tuple[str, ...]:
         """The dissipation peak's relative error against the spectral reference."""
