@@ -38,6 +38,12 @@ def test_the_dfg_checks_read_the_published_intervals_and_run_the_variants_defaul
     assert full["dfg_2d1_cl_n30"].interval == (0.0104, 0.0110)
     assert full["dfg_2d1_cl_n30"].overrides == ("case.variant=2D-1", "precision=float64")
     assert full["dfg_2d2_cd_max_n70"].overrides == ("case.variant=2D-2",)
+    assert full["dfg_2d2_cd_max_n70"].interval == (3.22, 3.24)  # inside: the published interval itself
+    # outside at N = 70 (cl_max 0.98953, -1.05%): the middle widened to 2x the error, named so in the report
+    lo, hi = full["dfg_2d2_cl_max_n70"].interval
+    assert lo == pytest.approx(0.979) and hi == pytest.approx(1.021)
+    assert "widened to 2x the error measured at 70 cells per diameter (-1.05%)" in full["dfg_2d2_cl_max_n70"].reference
+    assert validate.widened(1.0, 2.0, None) == (1.0, 2.0)
 
 
 @pytest.mark.slow
