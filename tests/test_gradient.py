@@ -196,3 +196,18 @@ def test_the_joint_cell_adjoint_gives_the_gradient_of_the_kernels_with_two_rates
         return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
 
     assert grad(False) == pytest.approx(grad(True), rel=1e-12)  # jax's differentiation of the kernels' stages
+
+
+@pytest.mark.parametrize("mode", ["fused", pytest.param("instrumented", marks=pytest.mark.slow)])
+def test_a_callable_sees_the_fields_of_fields_npz_in_solid_cells_too(tmp_path, mode):
+    # fields.npz holds the walls' velocity in solid cells (the lid's speed in the cavity's top row, 0 elsewhere)
+    overrides = [*CAVITY, "steps=6", f"mode={mode}"]
+    run = lbm.run([*overrides, "output.plots=false"], run_dir=tmp_path / "run")
+
+    def lid(fields):  # the x-velocity summed over the solid cells: the lid's speed times its 8 cells
+        return jnp.sum(jnp.where(fields["solid"], fields["u"][0], 0.0))
+
+    value, grads = lbm.value_and_grad(overrides, ["flow.u_lattice"], lid, checkpoint="none")
+    assert value == pytest.approx(float(np.sum(np.where(run.solid, run.u[0], 0.0))), rel=1e-12)
+    assert value == pytest.approx(8 * 0.05, rel=1e-12)
+    assert grads["flow.u_lattice"] == pytest.approx(8.0, rel=1e-12)

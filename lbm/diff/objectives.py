@@ -48,6 +48,12 @@ def check(objective: Objective, case: str) -> None:
                        "or a callable on the final fields {rho, u, solid}")
 
 
+def written_velocity(u: Any, solid: np.ndarray, wall_velocity: Any = None) -> Any:
+    """``u`` as fields.npz holds it (lbm.io.fields.with_wall_velocity): the wall's velocity in solid cells, else 0."""
+    wall = jnp.zeros_like(u) if wall_velocity is None else jnp.asarray(wall_velocity, u.dtype)
+    return jnp.where(jnp.asarray(solid, bool), wall, u)
+
+
 def evaluate(objective: Objective, out: Mapping[str, Any], solid: np.ndarray) -> Any:
     """The objective's value from a differentiable run's output (lbm.diff.run.differentiable_run)."""
     if isinstance(objective, str) and objective in FORCE_OBJECTIVES:

@@ -138,7 +138,8 @@ class Traced:
     boundaries: tuple[BoundaryCondition, ...]
     f0: jnp.ndarray
     scales: dict[str, Any]
-    """Quantities the objectives need (``force_norm``: the force giving cd = 1, where the case has one)."""
+    """Quantities the objectives need (``force_norm``: the force giving cd = 1, where the case has one;
+    ``wall_velocity``: the moving walls' velocity, which fields.npz holds in their solid cells)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +201,8 @@ def _cavity(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float])
     omegas = relaxation(case, float(case.run.grid[0] - 2), v)
     ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # the lid's momentum term is linear in its speed
     bcs = replaced(setup.boundaries, MovingWall, lambda w: dataclasses.replace(w, wall_term=w.wall_term * ratio))
-    return Traced(traced_setup(case, setup, omegas), bcs, setup.initial_populations(), {})
+    wall_u = jnp.asarray(setup.wall_velocity, setup.dtype) * ratio  # fields.npz's u in the lid's solid cells
+    return Traced(traced_setup(case, setup, omegas), bcs, setup.initial_populations(), {"wall_velocity": wall_u})
 
 
 def _taylor_green(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
