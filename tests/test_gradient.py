@@ -211,3 +211,12 @@ def test_a_callable_sees_the_fields_of_fields_npz_in_solid_cells_too(tmp_path, m
     assert value == pytest.approx(float(np.sum(np.where(run.solid, run.u[0], 0.0))), rel=1e-12)
     assert value == pytest.approx(8 * 0.05, rel=1e-12)
     assert grads["flow.u_lattice"] == pytest.approx(8.0, rel=1e-12)
+
+
+def test_a_callable_objective_that_is_not_a_real_scalar_is_refused_in_one_line():
+    with pytest.raises(LbmError, match=r"must return a real \(floating-point\) scalar, it returned shape \(10, 10\)"):
+        lbm.value_and_grad(CAVITY, ["flow.reynolds"], lambda f: f["u"][0])
+    with pytest.raises(LbmError, match=r"returned shape \(\) of int(32|64): return a float"):
+        lbm.value_and_grad(CAVITY, ["flow.reynolds"], lambda f: jnp.sum(f["solid"]))
+    with pytest.raises(LbmError, match=r"the callable failed on the final fields \{rho, u, solid\} .*KeyError: 'vel'"):
+        lbm.value_and_grad(CAVITY, ["flow.reynolds"], lambda f: f["vel"].sum())

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from lbm.diff.objectives import Objective, check, evaluate, from_result
+from lbm.diff.objectives import Objective, check, check_callable, evaluate, from_result
 from lbm.diff.parameters import Parameterisation, parameterise
 from lbm.diff.run import check_window, differentiable_run
 from lbm.errors import LbmError
@@ -97,6 +97,7 @@ def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Ob
     every = policy.every if every is None else every
     snapshots = policy.snapshots if snapshots is None else snapshots
     check(objective, param.case.name)
+    check_callable(objective, tuple(param.setup.shape), param.setup.dtype)
     if param.case.run.mode == "instrumented":
         from lbm.diff.instrumented import InstrumentedGradient
 
