@@ -8,10 +8,11 @@ perturbed overrides), the reference the gradient is tested against.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,17 +125,36 @@ def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Obje
     """
     import jax.numpy as jnp
 
-    param = prepare_gradient(overrides, wrt)
-    check_window(window, param.case.run.steps)
-    out_dir = profile_directory(param, profile_dir)
-    fn = gradient_function(param, wrt, objective, checkpoint, every, window, snapshots)
-    values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
-    value, grads = fn(values)
-    if out_dir is not None:
-        from lbm.diff.profile import profile_gradient
+    with shown_log():
+        param = prepare_gradient(overrides, wrt)
+        check_window(window, param.case.run.steps)
+        out_dir = profile_directory(param, profile_dir)
+        fn = gradient_function(param, wrt, objective, checkpoint, every, window, snapshots)
+        values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
+        value, grads = fn(values)
+        if out_dir is not None:
+            from lbm.diff.profile import profile_gradient
 
-        profile_gradient(param, fn, values, out_dir)
+            profile_gradient(param, fn, values, out_dir)
     return float(value), {k: float(grads[k]) for k in wrt}
+
+
+@contextlib.contextmanager
+def shown_log() -> Iterator[None]:
+    """lbm's INFO lines (the engine a differentiable run uses) on stderr while inside, as ``lbm.run`` shows them
+    where nothing else would (lbm.api.console_log)."""
+    from lbm.api import console_log
+
+    console, logger = console_log(), logging.getLogger("lbm")
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        if console is not None:
+            logging.getLogger().removeHandler(console)
+        logger.setLevel(level)
 
 
 def profile_directory(param: Parameterisation, profile_dir: str | Path | None) -> Path | None:
