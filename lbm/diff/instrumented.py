@@ -26,7 +26,7 @@ import numpy as np
 
 from lbm.boundaries.base import StepState
 from lbm.diff.checkpointing import SNAPSHOTS, binomial_schedule, segment_length
-from lbm.diff.objectives import Objective, evaluate, written_velocity
+from lbm.diff.objectives import Objective, evaluate
 from lbm.diff.parameters import Parameterisation
 from lbm.diff.run import check_window
 from lbm.engines.timestep import active_stages, as_arrays, moments, run_stage, step_index
@@ -115,7 +115,7 @@ class InstrumentedGradient:
         bcs, collision = params
         setup = dataclasses.replace(self.param.setup, collision=collision, force=None)
         rho, u = moments(f, t, bcs, setup)
-        out = {"rho": rho, "u": written_velocity(u, self.solid, scales.get("wall_velocity"))}
+        out = {"rho": rho, "u": u, **({"wall_velocity": scales["wall_velocity"]} if "wall_velocity" in scales else {})}
         if "force_norm" in scales:
             mean = acc / self.window
             out.update(force_mean=mean, drag=mean[0] / scales["force_norm"], lift=mean[1] / scales["force_norm"])

@@ -79,8 +79,10 @@ def evaluate(objective: Objective, out: Mapping[str, Any], solid: np.ndarray) ->
     """The objective's value from a differentiable run's output (lbm.diff.run.differentiable_run)."""
     if isinstance(objective, str) and objective in FORCE_OBJECTIVES:
         return out[objective]
-    fields = {"rho": out["rho"], "u": out["u"], "solid": jnp.asarray(solid)}
-    return kinetic_energy(fields) if objective == "kinetic_energy" else objective(fields)  # type: ignore[operator]
+    if objective == "kinetic_energy":
+        return kinetic_energy({"rho": out["rho"], "u": out["u"], "solid": jnp.asarray(solid)})
+    u = written_velocity(out["u"], solid, out.get("wall_velocity"))  # a callable sees fields.npz's u in solid cells too
+    return objective({"rho": out["rho"], "u": u, "solid": jnp.asarray(solid)})  # type: ignore[operator]
 
 
 def from_result(objective: Objective, fields: Mapping[str, np.ndarray], run_dir: Path, window: int) -> float:

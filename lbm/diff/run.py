@@ -4,8 +4,9 @@
 functions every engine runs, each under its ``jax.named_scope``) from the Setup that
 lbm.diff.parameters rebuilds for the given values, under a checkpointing policy of
 lbm.diff.checkpointing, and returns plain jax arrays: ``f`` (Q, *grid) after the last step, ``rho``
-(grid) and ``u`` (D, *grid) as that step's fields (lbm.engines.timestep.moments, with the walls' velocity in solid
-cells: what ``fields.npz`` holds), and where the case has an obstacle ``force_mean`` (D,), the momentum-exchange force averaged
+(grid) and ``u`` (D, *grid) as that step's fields (lbm.engines.timestep.moments: what ``fields.npz``
+holds in fluid cells; ``wall_velocity``, where the case has moving walls, is what it holds in solid
+cells), and where the case has an obstacle ``force_mean`` (D,), the momentum-exchange force averaged
 over the last ``window`` steps, with ``drag`` and ``lift`` (cd and cl, the cylinder's normalisation).
 It is differentiable by ``jax.grad``/``jax.vjp`` in every value, and jit-able: the core stages and the
 half-way walls run with the hand-written adjoints of lbm.diff.adjoint and lbm.diff.walls (half-way walls
@@ -23,7 +24,6 @@ import jax.numpy as jnp
 from lbm.boundaries.base import StepState
 from lbm.diff.adjoint import cell_form, core_for
 from lbm.diff.checkpointing import SNAPSHOTS, Split, Step, run_steps, segment_length
-from lbm.diff.objectives import written_velocity
 from lbm.diff.parameters import Parameterisation
 from lbm.diff.walls import affine_stream, with_adjoints
 from lbm.engines.timestep import CORE as KERNELS
@@ -98,8 +98,9 @@ def differentiable_run(param: Parameterisation, values: dict[str, Any], steps: i
         paired = cell_form(platform) != "cpu"
         f, t, acc = run_steps(step, carry, params, steps, checkpoint, every, snapshots, paired)
     rho, u = moments(f, t, traced.boundaries, traced.setup)
-    u = written_velocity(u, traced.setup.solid, traced.scales.get("wall_velocity"))
     out = {"f": f, "rho": rho, "u": u}
+    if "wall_velocity" in traced.scales:
+        out["wall_velocity"] = traced.scales["wall_velocity"]
     if forces:
         mean = acc / window
         norm = traced.scales["force_norm"]
