@@ -220,3 +220,19 @@ def test_a_callable_objective_that_is_not_a_real_scalar_is_refused_in_one_line()
         lbm.value_and_grad(CAVITY, ["flow.reynolds"], lambda f: jnp.sum(f["solid"]))
     with pytest.raises(LbmError, match=r"the callable failed on the final fields \{rho, u, solid\} .*KeyError: 'vel'"):
         lbm.value_and_grad(CAVITY, ["flow.reynolds"], lambda f: f["vel"].sum())
+
+
+def test_a_repeated_call_reuses_the_compiled_gradient_and_logs_compile_and_run_times(monkeypatch, caplog):
+    made = []
+    real = api.gradient_function
+    monkeypatch.setattr(api, "gradient_function", lambda *a, **k: made.append(a[1]) or real(*a, **k))
+    monkeypatch.setattr(api, "COMPILED", {})
+    overrides = [*CAVITY, "steps=5"]
+    with caplog.at_level("INFO", logger="lbm"):
+        first = lbm.value_and_grad(overrides, ["flow.u_lattice"], "kinetic_energy")
+        again = lbm.value_and_grad(overrides, ["flow.u_lattice"], "kinetic_energy")
+        other = lbm.value_and_grad(overrides, ["flow.reynolds"], "kinetic_energy")
+    assert first == again and other[0] == first[0]
+    assert made == [["flow.u_lattice"], ["flow.reynolds"]]
+    assert caplog.text.count("value and gradient: compiled in") == 2
+    assert caplog.text.count("value and gradient: 5 steps in") == 3

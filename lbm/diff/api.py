@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -123,20 +124,51 @@ def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Obje
     (default: all). With ``profile.enabled=true`` among the overrides, a profile of the gradient by stage and
     pass is written to ``profile_dir`` (default: a fresh ``outputs/<date>/<time>/profile``; lbm.diff.profile).
     """
+    import jax
     import jax.numpy as jnp
 
     with shown_log():
         param = prepare_gradient(overrides, wrt)
         check_window(window, param.case.run.steps)
         out_dir = profile_directory(param, profile_dir)
-        fn = gradient_function(param, wrt, objective, checkpoint, every, window, snapshots)
         values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
-        value, grads = fn(values)
+        key = (tuple(overrides), tuple(wrt), objective, checkpoint, every, window, snapshots,
+               jax.config.jax_enable_x64, jax.default_backend())
+        fn = compiled(key, lambda: gradient_function(param, wrt, objective, checkpoint, every, window, snapshots),
+                      values)
+        start = time.perf_counter()
+        value, grads = jax.block_until_ready(fn(values))
+        log.info("value and gradient: %d steps in %.3f s", param.case.run.steps, time.perf_counter() - start)
         if out_dir is not None:
             from lbm.diff.profile import profile_gradient
 
             profile_gradient(param, fn, values, out_dir)
     return float(value), {k: float(grads[k]) for k in wrt}
+
+
+COMPILED: dict[Any, Any] = {}
+"""The gradient programs of the last calls (:data:`KEPT`), by their arguments: a repeated call runs without compiling."""
+KEPT = 4
+
+
+def compiled(key: Any, make: Any, values: dict[str, Any]) -> Any:
+    """The compiled gradient function of ``key`` (``make()`` compiled for ``values`` if not kept); logs the compile
+    time. Instrumented runs (no single program) are kept as they are."""
+    try:
+        fn = COMPILED.pop(key, None)
+    except TypeError:  # an unhashable callable objective: not kept
+        key, fn = None, None
+    if fn is None:
+        fn = make()
+        if hasattr(fn, "lower"):
+            start = time.perf_counter()
+            fn = fn.lower(values).compile()
+            log.info("value and gradient: compiled in %.2f s", time.perf_counter() - start)
+    if key is not None:
+        COMPILED[key] = fn
+        while len(COMPILED) > KEPT:
+            COMPILED.pop(next(iter(COMPILED)))
+    return fn
 
 
 @contextlib.contextmanager
