@@ -146,6 +146,8 @@ def test_refusals_are_one_line_errors():
         lbm.value_and_grad([o for o in CYLINDER if "bounce_back" not in o], ["case.radius"], "drag")
     with pytest.raises(LbmError, match="objective='drag' is not defined for case=cavity"):
         lbm.value_and_grad(CAVITY, ["flow.reynolds"], "drag")
+    with pytest.raises(LbmError, match="steps=auto: case=cavity then stops once steady.*give steps=N"):
+        lbm.value_and_grad([o for o in CAVITY if not o.startswith("steps=")], ["flow.reynolds"], "kinetic_energy")
     with pytest.raises(LbmError, match="collision.smagorinsky=0.1: the Smagorinsky rate has no finite derivative"):
         lbm.value_and_grad(CAVITY + ["collision=mrt", "collision.smagorinsky=0.1"], ["flow.reynolds"], "kinetic_energy")
 

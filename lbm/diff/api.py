@@ -71,12 +71,16 @@ def on_mesh(param: Parameterisation, shape: tuple[int, ...]) -> Parameterisation
 
 def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameterisation:
     """Validate the overrides (as ``lbm.run``) and the keys, and build the case's differentiable form."""
+    from lbm.cases.base import Case
     from lbm.simulation import prepare
 
     if isinstance(overrides, str) or isinstance(wrt, str):
         raise LbmError("value_and_grad takes lists: overrides=[\"case=cavity\", ...], wrt=[\"flow.reynolds\", ...]")
     case, setup = prepare(list(overrides))
     check_engine(case.run)
+    if case.run.steps_auto and type(case).converged is not Case.converged:
+        raise LbmError(f"steps=auto: case={case.name} then stops once steady, at a step a differentiable run cannot "
+                       f"follow (its steps are fixed when traced; here up to {case.run.steps}): give steps=N")
     if not wrt:
         raise LbmError("wrt: name at least one config key to differentiate by, e.g. wrt=[\"flow.reynolds\"]")
     param = parameterise(case, setup, tuple(wrt))
