@@ -238,3 +238,15 @@ def test_a_repeated_call_reuses_the_compiled_gradient_and_logs_compile_and_run_t
     assert made == [["flow.u_lattice"], ["flow.reynolds"]]
     assert caplog.text.count("value and gradient: compiled in") == 2
     assert caplog.text.count("value and gradient: 5 steps in") == 3
+
+
+def test_the_engine_line_is_shown_on_stderr_where_no_logging_is_set_up(monkeypatch, capsys):
+    import logging
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # a plain script: no handler anywhere
+    monkeypatch.setattr(logging.getLogger("lbm"), "handlers", [])
+    lbm.value_and_grad([*CAVITY, "steps=3"], ["flow.u_lattice"], "kinetic_energy")
+    err = capsys.readouterr().err
+    assert "lbm: differentiable run: engine xla (engine=auto picks xla: native and pallas have no adjoint)" in err
+    assert "lbm: value and gradient: 3 steps in" in err
+    assert logging.getLogger().handlers == []  # the handler is removed again

@@ -178,8 +178,8 @@ def compiled(key: Any, make: Any, values: dict[str, Any]) -> Any:
 @contextlib.contextmanager
 def shown_log() -> Iterator[None]:
     """lbm's INFO lines (the engine a differentiable run uses) on stderr while inside, as ``lbm.run`` shows them
-    where nothing else would (lbm.api.console_log)."""
-    from lbm.api import console_log
+    where nothing else would (lbm.progress.console_log)."""
+    from lbm.progress import console_log
 
     console, logger = console_log(), logging.getLogger("lbm")
     level = logger.level
