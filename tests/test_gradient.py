@@ -1,6 +1,7 @@
 """lbm.value_and_grad against central finite differences of lbm.run, in float64, on small grids (lbm.diff)."""
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ import pytest
 import lbm
 from lbm.bench.gradient_study import planned_bytes
 from lbm.boundaries.interpolated import InterpolatedBounceBack
+from lbm.config import LbmWarning
 from lbm.diff import api, finite_difference
 from lbm.diff.api import gradient_function, prepare_gradient
 from lbm.diff.checkpointing import binomial_schedule, segment_length
@@ -250,3 +252,16 @@ def test_the_engine_line_is_shown_on_stderr_where_no_logging_is_set_up(monkeypat
     assert "lbm: differentiable run: engine xla (engine=auto picks xla: native and pallas have no adjoint)" in err
     assert "lbm: value and gradient: 3 steps in" in err
     assert logging.getLogger().handlers == []  # the handler is removed again
+
+
+def test_a_node_on_the_curved_wall_is_warned_of():
+    # the case's default circle (radius ny // 9 = 2 about (10, 10)) has nodes on its wall: the mask changes with
+    # any step of the radius, so the drag jumps there (lbm.run's central differences grow as 1/h)
+    default = ["case=cylinder", "grid.nx=40", "grid.ny=20", "steps=10", "flow.reynolds=5", "case.bounce_back=interpolated",
+               *F64]
+    with pytest.warns(LbmWarning, match=r"case.radius: 12 wall links have a node on the wall \(e.g. \(8, 10\)"):
+        prepare_gradient(default, ["case.radius"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LbmWarning)
+        prepare_gradient(CYLINDER, ["case.radius"])  # 3.3 about (10, 10): every node 0.125 cells or more off the wall
+        prepare_gradient(default, ["flow.reynolds"])  # no geometry key: nothing to warn of

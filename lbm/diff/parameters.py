@@ -23,6 +23,7 @@ Keys per case (:data:`KEYS`; ``flow.tau`` replaces ``flow.reynolds`` where the r
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ import numpy as np
 from lbm.boundaries import Inlet, InterpolatedBounceBack, MovingWall
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
 from lbm.cases.base import Case, Setup
+from lbm.config import LbmWarning
 from lbm.diff.geometry import moved_ellipse
 from lbm.errors import LbmError
 from lbm.kernels.collision import Collision, bgk, guo_source, trt
@@ -262,6 +264,26 @@ def base_values(case: Case) -> dict[str, float]:
     return out
 
 
+ON_THE_WALL = 1e-6
+"""A node closer to the curved wall than this (in link lengths, q or 1 - q) counts as on it."""
+
+
+def warn_nodes_on_the_wall(setup: Setup, key: str) -> None:
+    """LbmWarning where a node lies on the curved wall: the solid mask changes with any step of the shape, so the
+    objective jumps there and the derivative (that of the unchanged mask) is one-sided."""
+    wall = next(bc for bc in setup.boundaries if isinstance(bc, InterpolatedBounceBack))
+    q = np.asarray(wall.q, np.float64)
+    near = np.flatnonzero((q < ON_THE_WALL) | (q > 1 - ON_THE_WALL))
+    if near.size:
+        i = near[0]
+        node = np.asarray(wall.link_fluid if q[i] < 0.5 else wall.link_solid)[i]
+        where = tuple(int(x) for x in np.unravel_index(int(node), setup.shape))
+        warnings.warn(f"{key}: {near.size} wall links have a node on the wall (e.g. {where}, within {ON_THE_WALL:g} "
+                      "cells): any change of the shape moves it across, the objective jumps there and the derivative "
+                      "is one-sided (that of the unchanged mask); move the shape off the nodes by a fraction of a "
+                      "cell", LbmWarning, stacklevel=5)
+
+
 def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisation:
     """The differentiable form of a prepared case; LbmError (one line) for a key or setting it cannot differentiate."""
     if case.name not in BUILDERS:
@@ -278,6 +300,8 @@ def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisa
     if set(wrt) & set(GEOMETRY_KEYS) and not any(isinstance(bc, InterpolatedBounceBack) for bc in setup.boundaries):
         raise LbmError(f"{sorted(set(wrt) & set(GEOMETRY_KEYS))[0]}: a wall on a binary mask has no shape gradient; "
                        "set case.bounce_back=interpolated (the wall fraction then moves with the shape)")
+    if set(wrt) & set(GEOMETRY_KEYS):
+        warn_nodes_on_the_wall(setup, sorted(set(wrt) & set(GEOMETRY_KEYS))[0])
     base = base_values(case)
     builder = BUILDERS[case.name]
 
