@@ -265,3 +265,16 @@ def test_a_node_on_the_curved_wall_is_warned_of():
         warnings.simplefilter("error", LbmWarning)
         prepare_gradient(CYLINDER, ["case.radius"])  # 3.3 about (10, 10): every node 0.125 cells or more off the wall
         prepare_gradient(default, ["flow.reynolds"])  # no geometry key: nothing to warn of
+
+
+def test_a_wall_fraction_at_a_node_keeps_its_whole_derivative():
+    # the default circle of 40x20 (radius 2 about (10, 10)) passes through nodes: q = 0 there; the derivative is
+    # that of the unclipped q (the side that keeps the mask), continuous with a radius just below
+    lattice = get_lattice("d2q9")
+    wall = InterpolatedBounceBack.circle((10.0, 10.0), 2.0, (40, 20), lattice)
+    assert np.min(wall.q) == 0.0
+
+    def total(radius):
+        return jnp.sum(moved_circle(wall, (40, 20), lattice, (10.0, 10.0), radius).q)
+
+    assert float(jax.grad(total)(2.0)) == pytest.approx(float(jax.grad(total)(1.9999)), rel=1e-3)

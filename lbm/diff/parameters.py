@@ -279,9 +279,9 @@ def warn_nodes_on_the_wall(setup: Setup, key: str) -> None:
         node = np.asarray(wall.link_fluid if q[i] < 0.5 else wall.link_solid)[i]
         where = tuple(int(x) for x in np.unravel_index(int(node), setup.shape))
         warnings.warn(f"{key}: {near.size} wall links have a node on the wall (e.g. {where}, within {ON_THE_WALL:g} "
-                      "cells): any change of the shape moves it across, the objective jumps there and the derivative "
-                      "is one-sided (that of the unchanged mask); move the shape off the nodes by a fraction of a "
-                      "cell", LbmWarning, stacklevel=5)
+                      "cells): a change of the shape moves it across, the objective jumps there, and the derivative is "
+                      "that of the unchanged mask (one-sided); move the shape off the nodes by a fraction of a cell",
+                      LbmWarning, stacklevel=5)
 
 
 def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisation:
