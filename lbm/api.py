@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lbm.errors import LbmError
+from lbm.progress import console_log
 
 if TYPE_CHECKING:
     from lbm.cases import Case
@@ -61,18 +61,6 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
             jax.config.update("jax_enable_x64", True)
         check_resume(case.run, case.setup())
     return case
-
-
-def console_log() -> logging.Handler | None:
-    """A handler that shows lbm's log (the progress lines among it) on stderr when nothing else would show it."""
-    if logging.getLogger("lbm").handlers or logging.getLogger().handlers:
-        return None
-    handler = logging.StreamHandler(sys.stderr)  # on the root logger, as Hydra's: the progress bar hides its lines
-    handler.setLevel(logging.INFO)
-    handler.addFilter(logging.Filter("lbm"))
-    handler.setFormatter(logging.Formatter("lbm: %(message)s"))
-    logging.getLogger().addHandler(handler)
-    return handler
 
 
 def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Result:

@@ -9,6 +9,18 @@ from typing import Any
 log = logging.getLogger("lbm")
 
 
+def console_log() -> logging.Handler | None:
+    """A handler that shows lbm's log (the progress lines among it) on stderr when nothing else would show it."""
+    if logging.getLogger("lbm").handlers or logging.getLogger().handlers:
+        return None
+    handler = logging.StreamHandler(sys.stderr)  # on the root logger, as Hydra's: the progress bar hides its lines
+    handler.setLevel(logging.INFO)
+    handler.addFilter(logging.Filter("lbm"))
+    handler.setFormatter(logging.Formatter("lbm: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
 class _DropProgress(logging.Filter):
     """Keeps per-chunk progress records off the console while the bar shows them."""
 

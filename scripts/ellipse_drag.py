@@ -2,7 +2,7 @@
 
     python scripts/ellipse_drag.py [--start 4 4] [--grid 100 40] [--steps 1500] [--window 500] [--tau 0.8]
                                    [--u 0.05] [--target CD] [--optimizer lbfgs|adam] [--iterations 50]
-                                   [--tol 1e-3] [--precision float64] [--out DIR]
+                                   [--tol 1e-3] [--s-tol 5e-3] [--precision float64] [--out DIR]
 
 The ellipse (case=cylinder case.shape=ellipse, interpolated walls) starts with the semi-axes --start
 (a along the flow, b across it) and keeps their product, its area / pi = R^2: a = R e^s, b = R e^-s, and
@@ -13,8 +13,12 @@ from ``lbm.value_and_grad`` by the ellipse's axes (case.axes.a, case.axes.b): d/
 flow.tau is fixed, so the viscosity does not change with the shape. Each iteration runs the simulation
 of the current shape (its own solid mask), and an optax optimiser (L-BFGS without line search, its step
 clipped to --max-step and its memory restarted where the last step met no positive curvature, or Adam)
-updates s. Converged: |d cd_R / ds| < --tol cd_R (least drag), or
-|cd_R / target - 1| < --tol (target). Writes ellipse_drag.json (the history), ellipse_drag.png (the
+updates s. The drag is smooth in s between changes of the solid mask and jumps where a node changes
+side, so its derivative may change sign at a jump without passing through zero: a step out of the
+interval where the objective is known to fall at its low end and rise at its high end bisects it instead.
+Converged: |d cd_R / ds| < --tol cd_R (least drag), or |cd_R / target - 1| < --tol (target), or that
+interval narrower than --s-tol (the minimum at a jump of the mask: the record's shape is the best one
+seen, ``at_mask_jump`` true). Writes ellipse_drag.json (the history), ellipse_drag.png (the
 objective and its gradient against the iteration) and ellipse_shapes.png (the shapes) into --out.
 optax is an optional dependency: pip install "lbm[optim]".
 """
@@ -91,7 +95,8 @@ def optimise(args: argparse.Namespace) -> dict[str, Any]:
         history.append({"iteration": it, "s": float(s), "a": a, "b": b, "aspect": a / b, "cd_R": cd,
                         "d_cd_R_ds": d_cd, "objective": value, "gradient": grad})
         print(f"iteration {it}: a {a:.4f} b {b:.4f} (a/b {a / b:.3f}) cd_R {cd:.6f} d cd_R/ds {d_cd:+.3e}", flush=True)
-        if done:
+        low, high = bracket(history)
+        if done or high - low < args.s_tol:  # a minimum where the gradient is zero, or at a jump of the solid mask
             converged = True
             break
         if args.optimizer == "lbfgs" and len(history) > 1 and (
@@ -100,11 +105,26 @@ def optimise(args: argparse.Namespace) -> dict[str, Any]:
             history[-1]["restart"] = True
         updates, state = opt.update(jnp.asarray(grad, s.dtype), state, s)
         s = jnp.clip(optax.apply_updates(s, updates), lo, hi)
-    last = history[-1]
+        if not low < float(s) < high:  # out of the bracket of the minimum: bisect it, the optimiser restarted there
+            s = jnp.asarray(0.5 * (low + high), s.dtype)
+            state = opt.init(s)
+            history[-1]["bisect"] = True
+    best = min(history, key=lambda h: h["objective"]) if converged and not done else history[-1]
     return {"start": [a0, b0], "equal_area_radius": radius, "grid": list(args.grid), "steps": args.steps,
             "window": args.window, "tau": args.tau, "u_lattice": args.u, "precision": args.precision,
-            "optimizer": args.optimizer, "target": args.target, "tol": args.tol, "converged": converged,
-            "iterations": len(history), "axes": [last["a"], last["b"]], "cd_R": last["cd_R"], "history": history}
+            "optimizer": args.optimizer, "target": args.target, "tol": args.tol, "s_tol": args.s_tol,
+            "converged": converged, "at_mask_jump": converged and not done, "iterations": len(history),
+            "best_iteration": best["iteration"], "axes": [best["a"], best["b"]], "cd_R": best["cd_R"],
+            "history": history}
+
+
+def bracket(history: list[dict[str, Any]]) -> tuple[float, float]:
+    """(low, high): the largest s whose objective falls with s and the smallest above it whose objective rises, the
+    interval a minimum is in; (-inf, inf) until both are seen."""
+    falling = [h["s"] for h in history if h["gradient"] < 0]
+    low = max(falling, default=-math.inf)
+    high = min((h["s"] for h in history if h["gradient"] > 0 and h["s"] > low), default=math.inf)
+    return low, high
 
 
 def plot(record: dict[str, Any], out: Path) -> list[Path]:
@@ -160,6 +180,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-step", type=float, default=0.2, help="largest change of s per iteration (lbfgs)")
     p.add_argument("--iterations", type=int, default=50)
     p.add_argument("--tol", type=float, default=1e-3)
+    p.add_argument("--s-tol", type=float, default=5e-3,
+                   help="stop where the objective falls at s and rises at s + S_TOL (a jump of the solid mask)")
     p.add_argument("--precision", choices=("float32", "float64"), default="float64")
     p.add_argument("--out", type=Path, default=Path("outputs/studies/ellipse_drag"))
     args = p.parse_args(argv)
@@ -187,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "ellipse_drag.json").write_text(json.dumps(record, indent=1))
     paths = plot(record, args.out)
     state = "converged" if record["converged"] else "not converged"
+    if record["at_mask_jump"]:
+        state += " at a jump of the solid mask (the best shape seen)"
     print(f"{state} in {record['iterations']} iterations: a {record['axes'][0]:.4f} b {record['axes'][1]:.4f} "
           f"cd_R {record['cd_R']:.6f}; wrote {args.out / 'ellipse_drag.json'}, {paths[0]}, {paths[1]}")
     return 0 if record["converged"] else 1

@@ -1,6 +1,7 @@
 """lbm.value_and_grad against central finite differences of lbm.run, in float64, on small grids (lbm.diff)."""
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ import pytest
 import lbm
 from lbm.bench.gradient_study import planned_bytes
 from lbm.boundaries.interpolated import InterpolatedBounceBack
+from lbm.config import LbmWarning
 from lbm.diff import api, finite_difference
 from lbm.diff.api import gradient_function, prepare_gradient
 from lbm.diff.checkpointing import binomial_schedule, segment_length
@@ -146,6 +148,8 @@ def test_refusals_are_one_line_errors():
         lbm.value_and_grad([o for o in CYLINDER if "bounce_back" not in o], ["case.radius"], "drag")
     with pytest.raises(LbmError, match="objective='drag' is not defined for case=cavity"):
         lbm.value_and_grad(CAVITY, ["flow.reynolds"], "drag")
+    with pytest.raises(LbmError, match="steps=auto: case=cavity then stops once steady.*give steps=N"):
+        lbm.value_and_grad([o for o in CAVITY if not o.startswith("steps=")], ["flow.reynolds"], "kinetic_energy")
     with pytest.raises(LbmError, match="collision.smagorinsky=0.1: the Smagorinsky rate has no finite derivative"):
         lbm.value_and_grad(CAVITY + ["collision=mrt", "collision.smagorinsky=0.1"], ["flow.reynolds"], "kinetic_energy")
 
@@ -196,3 +200,81 @@ def test_the_joint_cell_adjoint_gives_the_gradient_of_the_kernels_with_two_rates
         return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
 
     assert grad(False) == pytest.approx(grad(True), rel=1e-12)  # jax's differentiation of the kernels' stages
+
+
+@pytest.mark.parametrize("mode", ["fused", pytest.param("instrumented", marks=pytest.mark.slow)])
+def test_a_callable_sees_the_fields_of_fields_npz_in_solid_cells_too(tmp_path, mode):
+    # fields.npz holds the walls' velocity in solid cells (the lid's speed in the cavity's top row, 0 elsewhere)
+    overrides = [*CAVITY, "steps=6", f"mode={mode}"]
+    run = lbm.run([*overrides, "output.plots=false"], run_dir=tmp_path / "run")
+
+    def lid(fields):  # the x-velocity summed over the solid cells: the lid's speed times its 8 cells
+        return jnp.sum(jnp.where(fields["solid"], fields["u"][0], 0.0))
+
+    value, grads = lbm.value_and_grad(overrides, ["flow.u_lattice"], lid, checkpoint="none")
+    assert value == pytest.approx(float(np.sum(np.where(run.solid, run.u[0], 0.0))), rel=1e-12)
+    assert value == pytest.approx(8 * 0.05, rel=1e-12)
+    assert grads["flow.u_lattice"] == pytest.approx(8.0, rel=1e-12)
+
+
+def test_a_callable_objective_that_is_not_a_real_scalar_is_refused_in_one_line():
+    with pytest.raises(LbmError, match=r"must return a real \(floating-point\) scalar, it returned shape \(10, 10\)"):
+        lbm.value_and_grad(CAVITY, ["flow.reynolds"], lambda f: f["u"][0])
+    with pytest.raises(LbmError, match=r"returned shape \(\) of int(32|64): return a float"):
+        lbm.value_and_grad(CAVITY, ["flow.reynolds"], lambda f: jnp.sum(f["solid"]))
+    with pytest.raises(LbmError, match=r"the callable failed on the final fields \{rho, u, solid\} .*KeyError: 'vel'"):
+        lbm.value_and_grad(CAVITY, ["flow.reynolds"], lambda f: f["vel"].sum())
+
+
+def test_a_repeated_call_reuses_the_compiled_gradient_and_logs_compile_and_run_times(monkeypatch, caplog):
+    made = []
+    real = api.gradient_function
+    monkeypatch.setattr(api, "gradient_function", lambda *a, **k: made.append(a[1]) or real(*a, **k))
+    monkeypatch.setattr(api, "COMPILED", {})
+    overrides = [*CAVITY, "steps=5"]
+    with caplog.at_level("INFO", logger="lbm"):
+        first = lbm.value_and_grad(overrides, ["flow.u_lattice"], "kinetic_energy")
+        again = lbm.value_and_grad(overrides, ["flow.u_lattice"], "kinetic_energy")
+        other = lbm.value_and_grad(overrides, ["flow.reynolds"], "kinetic_energy")
+    assert first == again and other[0] == first[0]
+    assert made == [["flow.u_lattice"], ["flow.reynolds"]]
+    assert caplog.text.count("value and gradient: compiled in") == 2
+    assert caplog.text.count("value and gradient: 5 steps in") == 3
+
+
+def test_the_engine_line_is_shown_on_stderr_where_no_logging_is_set_up(monkeypatch, capsys):
+    import logging
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # a plain script: no handler anywhere
+    monkeypatch.setattr(logging.getLogger("lbm"), "handlers", [])
+    lbm.value_and_grad([*CAVITY, "steps=3"], ["flow.u_lattice"], "kinetic_energy")
+    err = capsys.readouterr().err
+    assert "lbm: differentiable run: engine xla (engine=auto picks xla: native and pallas have no adjoint)" in err
+    assert "lbm: value and gradient: 3 steps in" in err
+    assert logging.getLogger().handlers == []  # the handler is removed again
+
+
+def test_a_node_on_the_curved_wall_is_warned_of():
+    # the case's default circle (radius ny // 9 = 2 about (10, 10)) has nodes on its wall: the mask changes with
+    # any step of the radius, so the drag jumps there (lbm.run's central differences grow as 1/h)
+    default = ["case=cylinder", "grid.nx=40", "grid.ny=20", "steps=10", "flow.reynolds=5", "case.bounce_back=interpolated",
+               *F64]
+    with pytest.warns(LbmWarning, match=r"case.radius: 12 wall links have a node on the wall \(e.g. \(8, 10\)"):
+        prepare_gradient(default, ["case.radius"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LbmWarning)
+        prepare_gradient(CYLINDER, ["case.radius"])  # 3.3 about (10, 10): every node 0.125 cells or more off the wall
+        prepare_gradient(default, ["flow.reynolds"])  # no geometry key: nothing to warn of
+
+
+def test_a_wall_fraction_at_a_node_keeps_its_whole_derivative():
+    # the default circle of 40x20 (radius 2 about (10, 10)) passes through nodes: q = 0 there; the derivative is
+    # that of the unclipped q (the side that keeps the mask), continuous with a radius just below
+    lattice = get_lattice("d2q9")
+    wall = InterpolatedBounceBack.circle((10.0, 10.0), 2.0, (40, 20), lattice)
+    assert np.min(wall.q) == 0.0
+
+    def total(radius):
+        return jnp.sum(moved_circle(wall, (40, 20), lattice, (10.0, 10.0), radius).q)
+
+    assert float(jax.grad(total)(2.0)) == pytest.approx(float(jax.grad(total)(1.9999)), rel=1e-3)

@@ -10,7 +10,8 @@ from lbm.errors import LbmError
 
 
 @pytest.mark.parametrize("args", [["grid=8"], ["timing_grid=x"], ["timing_policy=revolve"], ["records=maybe"],
-                                  ["policies=[sqrt,revolve]"], ["snapshots=0"]])
+                                  ["policies=[sqrt,revolve]"], ["snapshots=0"], ["timing_grid=0"],
+                                  ["memory_grid=3"], ["timing_steps=0"], ["repeats=0"]])
 def test_bad_arguments_are_refused(args):
     with pytest.raises(LbmError):
         parse(args)

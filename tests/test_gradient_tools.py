@@ -333,3 +333,26 @@ def test_gradient_program_compiles_for_a_gpu_without_one(tmp_path):
     assert gradient["bytes_per_cell_step"] > gradient["forward_bytes_per_cell_step"] > 0
     assert {"collide (backward)", "stream (backward)"} <= {s for r in gradient["rows"] for s in r["stage"].split("+")}
     assert "gradient program" in done.stdout
+
+
+def test_ellipse_script_stops_at_a_minimum_on_a_jump_of_the_solid_mask(tmp_path, monkeypatch):
+    """Where the drag's derivative changes sign at a jump of the mask (no zero to find), the script brackets the jump."""
+    import json
+    import math
+
+    from conftest import load_script
+
+    script = load_script("ellipse_drag")
+    jump = 0.4321
+
+    def drag(args, radius, s):  # smooth on each side, the slope -0.05 below the jump and +0.07 above it
+        cd = 7.0 + (-0.05 * (s - jump) if s < jump else 0.02 + 0.07 * (s - jump))
+        return cd, (-0.05 if s < jump else 0.07), radius * math.exp(s), radius * math.exp(-s)
+
+    monkeypatch.setattr(script, "drag", drag)
+    monkeypatch.setattr(script, "plot", lambda record, out: [out / "ellipse_drag.png", out / "ellipse_shapes.png"])
+    assert script.main(["--start", "4", "4", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "ellipse_drag.json").read_text())
+    assert record["converged"] and record["at_mask_jump"] and record["iterations"] < 50
+    best = record["history"][record["best_iteration"]]
+    assert best["s"] < jump < best["s"] + 5e-3 and record["cd_R"] == best["cd_R"]

@@ -53,6 +53,9 @@ POLICIES = GRADIENT_CHECKPOINTS
 DEFAULTS = {"timing_grid": 256, "timing_steps": 1000, "timing_policy": "sqrt", "memory_grid": 32,
             "memory_steps": [1000, 10000], "policies": list(POLICIES), "snapshots": [8], "repeats": 3, "records": True}
 
+LEAST = {"timing_grid": 4, "timing_steps": 1, "memory_grid": 4, "repeats": 1}
+"""The least value of each integer option (a cavity needs 4 cells a side: a wall on each side and two fluid cells)."""
+
 
 def parse(args: list[str]) -> tuple[dict[str, Any], str | None]:
     """(options, --out) from ``key=value`` arguments; LbmError for an unknown key or a bad value."""
@@ -79,8 +82,11 @@ def parse(args: list[str]) -> tuple[dict[str, Any], str | None]:
                 value = text
             else:
                 value = int(text)
+                if value < LEAST[key]:
+                    raise ValueError
         except (ValueError, KeyError):
-            raise LbmError(f"{a}: expected {key}={DEFAULTS[key]!r}-like value") from None
+            hint = f"an integer >= {LEAST[key]}" if key in LEAST else f"a {key}={DEFAULTS[key]!r}-like value"
+            raise LbmError(f"{a}: expected {hint}") from None
         opts[key] = value
     if opts["timing_policy"] not in POLICIES:
         raise LbmError(f"timing_policy={opts['timing_policy']}: one of {', '.join(POLICIES)}")

@@ -8,16 +8,18 @@ perturbed overrides), the reference the gradient is tested against.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lbm.diff.objectives import Objective, check, evaluate, from_result
+from lbm.diff.objectives import Objective, check, check_callable, evaluate, from_result
 from lbm.diff.parameters import Parameterisation, parameterise
 from lbm.diff.run import check_window, differentiable_run
 from lbm.errors import LbmError
@@ -69,12 +71,16 @@ def on_mesh(param: Parameterisation, shape: tuple[int, ...]) -> Parameterisation
 
 def prepare_gradient(overrides: Sequence[str], wrt: Sequence[str]) -> Parameterisation:
     """Validate the overrides (as ``lbm.run``) and the keys, and build the case's differentiable form."""
+    from lbm.cases.base import Case
     from lbm.simulation import prepare
 
     if isinstance(overrides, str) or isinstance(wrt, str):
         raise LbmError("value_and_grad takes lists: overrides=[\"case=cavity\", ...], wrt=[\"flow.reynolds\", ...]")
     case, setup = prepare(list(overrides))
     check_engine(case.run)
+    if case.run.steps_auto and type(case).converged is not Case.converged:
+        raise LbmError(f"steps=auto: case={case.name} then stops once steady, at a step a differentiable run cannot "
+                       f"follow (its steps are fixed when traced; here up to {case.run.steps}): give steps=N")
     if not wrt:
         raise LbmError("wrt: name at least one config key to differentiate by, e.g. wrt=[\"flow.reynolds\"]")
     param = parameterise(case, setup, tuple(wrt))
@@ -97,6 +103,7 @@ def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Ob
     every = policy.every if every is None else every
     snapshots = policy.snapshots if snapshots is None else snapshots
     check(objective, param.case.name)
+    check_callable(objective, tuple(param.setup.shape), param.setup.dtype)
     if param.case.run.mode == "instrumented":
         from lbm.diff.instrumented import InstrumentedGradient
 
@@ -121,19 +128,69 @@ def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Obje
     (default: all). With ``profile.enabled=true`` among the overrides, a profile of the gradient by stage and
     pass is written to ``profile_dir`` (default: a fresh ``outputs/<date>/<time>/profile``; lbm.diff.profile).
     """
+    import jax
     import jax.numpy as jnp
 
-    param = prepare_gradient(overrides, wrt)
-    check_window(window, param.case.run.steps)
-    out_dir = profile_directory(param, profile_dir)
-    fn = gradient_function(param, wrt, objective, checkpoint, every, window, snapshots)
-    values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
-    value, grads = fn(values)
-    if out_dir is not None:
-        from lbm.diff.profile import profile_gradient
+    with shown_log():
+        param = prepare_gradient(overrides, wrt)
+        check_window(window, param.case.run.steps)
+        out_dir = profile_directory(param, profile_dir)
+        values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
+        key = (tuple(overrides), tuple(wrt), objective, checkpoint, every, window, snapshots,
+               jax.config.jax_enable_x64, jax.default_backend())
+        fn = compiled(key, lambda: gradient_function(param, wrt, objective, checkpoint, every, window, snapshots),
+                      values)
+        start = time.perf_counter()
+        value, grads = jax.block_until_ready(fn(values))
+        log.info("value and gradient: %d steps in %.3f s", param.case.run.steps, time.perf_counter() - start)
+        if out_dir is not None:
+            from lbm.diff.profile import profile_gradient
 
-        profile_gradient(param, fn, values, out_dir)
+            profile_gradient(param, fn, values, out_dir)
     return float(value), {k: float(grads[k]) for k in wrt}
+
+
+COMPILED: dict[Any, Any] = {}
+"""The gradient programs of the last calls (:data:`KEPT`), by their arguments: a repeated call runs without compiling."""
+KEPT = 4
+
+
+def compiled(key: Any, make: Any, values: dict[str, Any]) -> Any:
+    """The compiled gradient function of ``key`` (``make()`` compiled for ``values`` if not kept); logs the compile
+    time. Instrumented runs (no single program) are kept as they are."""
+    try:
+        fn = COMPILED.pop(key, None)
+    except TypeError:  # an unhashable callable objective: not kept
+        key, fn = None, None
+    if fn is None:
+        fn = make()
+        if hasattr(fn, "lower"):
+            start = time.perf_counter()
+            fn = fn.lower(values).compile()
+            log.info("value and gradient: compiled in %.2f s", time.perf_counter() - start)
+    if key is not None:
+        COMPILED[key] = fn
+        while len(COMPILED) > KEPT:
+            COMPILED.pop(next(iter(COMPILED)))
+    return fn
+
+
+@contextlib.contextmanager
+def shown_log() -> Iterator[None]:
+    """lbm's INFO lines (the engine a differentiable run uses) on stderr while inside, as ``lbm.run`` shows them
+    where nothing else would (lbm.progress.console_log)."""
+    from lbm.progress import console_log
+
+    console, logger = console_log(), logging.getLogger("lbm")
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        if console is not None:
+            logging.getLogger().removeHandler(console)
+        logger.setLevel(level)
 
 
 def profile_directory(param: Parameterisation, profile_dir: str | Path | None) -> Path | None:

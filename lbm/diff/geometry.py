@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -60,7 +61,10 @@ def moved_ellipse(wall: InterpolatedBounceBack, shape: tuple[int, ...], lattice:
     """``wall`` (the BFL wall of an ellipse) with q and its weights for the ellipse of ``center`` and semi-axes ``axes``
     (traced)."""
     points, links, far_is_fluid = link_geometry(wall, shape, lattice)
-    q = jnp.clip(ellipse_fraction(points, links, center, axes), 0.0, 1.0)
+    raw = ellipse_fraction(points, links, center, axes)
+    # q in [0, 1] (a node on the wall can come out a rounding outside), with the derivative of the unclipped q: at a
+    # node on the wall that is the one-sided derivative in the direction that keeps the mask (a clip's would be half)
+    q = raw + jax.lax.stop_gradient(jnp.clip(raw, 0.0, 1.0) - raw)
     return wall.__class__(solid=wall.solid, link_dir=wall.link_dir, link_solid=wall.link_solid,
                           link_fluid=wall.link_fluid, link_far=wall.link_far, weights=bfl_weights(q, far_is_fluid), q=q)
 

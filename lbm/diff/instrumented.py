@@ -115,7 +115,7 @@ class InstrumentedGradient:
         bcs, collision = params
         setup = dataclasses.replace(self.param.setup, collision=collision, force=None)
         rho, u = moments(f, t, bcs, setup)
-        out = {"rho": rho, "u": u}
+        out = {"rho": rho, "u": u, **({"wall_velocity": scales["wall_velocity"]} if "wall_velocity" in scales else {})}
         if "force_norm" in scales:
             mean = acc / self.window
             out.update(force_mean=mean, drag=mean[0] / scales["force_norm"], lift=mean[1] / scales["force_norm"])

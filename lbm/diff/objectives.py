@@ -48,12 +48,41 @@ def check(objective: Objective, case: str) -> None:
                        "or a callable on the final fields {rho, u, solid}")
 
 
+def check_callable(objective: Objective, shape: tuple[int, ...], dtype: Any) -> None:
+    """LbmError (one line) unless a callable objective maps the final fields of a ``shape`` grid to a real scalar."""
+    import jax
+
+    if not callable(objective):
+        return
+    fields = {"rho": jax.ShapeDtypeStruct(shape, dtype), "u": jax.ShapeDtypeStruct((len(shape), *shape), dtype),
+              "solid": jax.ShapeDtypeStruct(shape, bool)}
+    try:
+        out = jax.eval_shape(objective, fields)
+    except Exception as e:  # the user's function: any error it raises on the fields is reported in one line
+        reason = (str(e).strip().splitlines() or [""])[0]
+        raise LbmError(f"objective: the callable failed on the final fields {{rho, u, solid}} (jax arrays): "
+                       f"{type(e).__name__}: {reason}") from None
+    shape_of, dtype_of = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if shape_of != () or not np.issubdtype(dtype_of, np.floating):
+        got = f"shape {shape_of} of {dtype_of}" if shape_of is not None else type(out).__name__
+        fix = "reduce it to one number, e.g. fields[\"u\"][0].sum()" if shape_of != () else "return a float"
+        raise LbmError(f"objective: the callable must return a real (floating-point) scalar, it returned {got}: {fix}")
+
+
+def written_velocity(u: Any, solid: np.ndarray, wall_velocity: Any = None) -> Any:
+    """``u`` as fields.npz holds it (lbm.io.fields.with_wall_velocity): the wall's velocity in solid cells, else 0."""
+    wall = jnp.zeros_like(u) if wall_velocity is None else jnp.asarray(wall_velocity, u.dtype)
+    return jnp.where(jnp.asarray(solid, bool), wall, u)
+
+
 def evaluate(objective: Objective, out: Mapping[str, Any], solid: np.ndarray) -> Any:
     """The objective's value from a differentiable run's output (lbm.diff.run.differentiable_run)."""
     if isinstance(objective, str) and objective in FORCE_OBJECTIVES:
         return out[objective]
-    fields = {"rho": out["rho"], "u": out["u"], "solid": jnp.asarray(solid)}
-    return kinetic_energy(fields) if objective == "kinetic_energy" else objective(fields)  # type: ignore[operator]
+    if objective == "kinetic_energy":
+        return kinetic_energy({"rho": out["rho"], "u": out["u"], "solid": jnp.asarray(solid)})
+    u = written_velocity(out["u"], solid, out.get("wall_velocity"))  # a callable sees fields.npz's u in solid cells too
+    return objective({"rho": out["rho"], "u": u, "solid": jnp.asarray(solid)})  # type: ignore[operator]
 
 
 def from_result(objective: Objective, fields: Mapping[str, np.ndarray], run_dir: Path, window: int) -> float:

@@ -23,6 +23,7 @@ Keys per case (:data:`KEYS`; ``flow.tau`` replaces ``flow.reynolds`` where the r
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ import numpy as np
 from lbm.boundaries import Inlet, InterpolatedBounceBack, MovingWall
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
 from lbm.cases.base import Case, Setup
+from lbm.config import LbmWarning
 from lbm.diff.geometry import moved_ellipse
 from lbm.errors import LbmError
 from lbm.kernels.collision import Collision, bgk, guo_source, trt
@@ -138,7 +140,8 @@ class Traced:
     boundaries: tuple[BoundaryCondition, ...]
     f0: jnp.ndarray
     scales: dict[str, Any]
-    """Quantities the objectives need (``force_norm``: the force giving cd = 1, where the case has one)."""
+    """Quantities the objectives need (``force_norm``: the force giving cd = 1, where the case has one;
+    ``wall_velocity``: the moving walls' velocity, which fields.npz holds in their solid cells)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +203,8 @@ def _cavity(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float])
     omegas = relaxation(case, float(case.run.grid[0] - 2), v)
     ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # the lid's momentum term is linear in its speed
     bcs = replaced(setup.boundaries, MovingWall, lambda w: dataclasses.replace(w, wall_term=w.wall_term * ratio))
-    return Traced(traced_setup(case, setup, omegas), bcs, setup.initial_populations(), {})
+    wall_u = jnp.asarray(setup.wall_velocity, setup.dtype) * ratio  # fields.npz's u in the lid's solid cells
+    return Traced(traced_setup(case, setup, omegas), bcs, setup.initial_populations(), {"wall_velocity": wall_u})
 
 
 def _taylor_green(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
@@ -260,6 +264,26 @@ def base_values(case: Case) -> dict[str, float]:
     return out
 
 
+ON_THE_WALL = 1e-6
+"""A node closer to the curved wall than this (in link lengths, q or 1 - q) counts as on it."""
+
+
+def warn_nodes_on_the_wall(setup: Setup, key: str) -> None:
+    """LbmWarning where a node lies on the curved wall: the solid mask changes with any step of the shape, so the
+    objective jumps there and the derivative (that of the unchanged mask) is one-sided."""
+    wall = next(bc for bc in setup.boundaries if isinstance(bc, InterpolatedBounceBack))
+    q = np.asarray(wall.q, np.float64)
+    near = np.flatnonzero((q < ON_THE_WALL) | (q > 1 - ON_THE_WALL))
+    if near.size:
+        i = near[0]
+        node = np.asarray(wall.link_fluid if q[i] < 0.5 else wall.link_solid)[i]
+        where = tuple(int(x) for x in np.unravel_index(int(node), setup.shape))
+        warnings.warn(f"{key}: {near.size} wall links have a node on the wall (e.g. {where}, within {ON_THE_WALL:g} "
+                      "cells): a change of the shape moves it across, the objective jumps there, and the derivative is "
+                      "that of the unchanged mask (one-sided); move the shape off the nodes by a fraction of a cell",
+                      LbmWarning, stacklevel=5)
+
+
 def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisation:
     """The differentiable form of a prepared case; LbmError (one line) for a key or setting it cannot differentiate."""
     if case.name not in BUILDERS:
@@ -276,6 +300,8 @@ def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisa
     if set(wrt) & set(GEOMETRY_KEYS) and not any(isinstance(bc, InterpolatedBounceBack) for bc in setup.boundaries):
         raise LbmError(f"{sorted(set(wrt) & set(GEOMETRY_KEYS))[0]}: a wall on a binary mask has no shape gradient; "
                        "set case.bounce_back=interpolated (the wall fraction then moves with the shape)")
+    if set(wrt) & set(GEOMETRY_KEYS):
+        warn_nodes_on_the_wall(setup, sorted(set(wrt) & set(GEOMETRY_KEYS))[0])
     base = base_values(case)
     builder = BUILDERS[case.name]
 

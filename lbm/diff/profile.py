@@ -52,7 +52,7 @@ def traced_calls(fn: Any, values: dict[str, Any], calls: int, out_dir: Path) -> 
 
 
 def profile_gradient(param: Parameterisation, fn: Any, values: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
-    """Trace calls of the gradient ``fn`` (already compiled: called once before) and write the breakdown."""
+    """Trace calls of the gradient ``fn`` (jitted or compiled; called once before) and write the breakdown."""
     run = param.case.run
     steps = run.steps
     calls = max(1, math.ceil(run.profile.steps / steps))
@@ -62,7 +62,8 @@ def profile_gradient(param: Parameterisation, fn: Any, values: dict[str, Any], o
         def row_of(e: dict[str, Any]) -> str:
             return grad_rows.module_row(str(e.get("hlo_module"))) or grad_rows.UNSCOPED
     else:
-        kernels = grad_rows.kernel_rows(fn.lower(values).compile().as_text(), stages)
+        program = fn if hasattr(fn, "as_text") else fn.lower(values).compile()  # value_and_grad's: compiled
+        kernels = grad_rows.kernel_rows(program.as_text(), stages)
 
         def row_of(e: dict[str, Any]) -> str:
             return kernels.get(str(e.get("hlo_op")), grad_rows.UNKNOWN)

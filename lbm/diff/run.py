@@ -4,8 +4,9 @@
 functions every engine runs, each under its ``jax.named_scope``) from the Setup that
 lbm.diff.parameters rebuilds for the given values, under a checkpointing policy of
 lbm.diff.checkpointing, and returns plain jax arrays: ``f`` (Q, *grid) after the last step, ``rho``
-(grid) and ``u`` (D, *grid) as that step's fields (lbm.engines.timestep.moments, what ``fields.npz``
-holds), and where the case has an obstacle ``force_mean`` (D,), the momentum-exchange force averaged
+(grid) and ``u`` (D, *grid) as that step's fields (lbm.engines.timestep.moments: what ``fields.npz``
+holds in fluid cells; ``wall_velocity``, where the case has moving walls, is what it holds in solid
+cells), and where the case has an obstacle ``force_mean`` (D,), the momentum-exchange force averaged
 over the last ``window`` steps, with ``drag`` and ``lift`` (cd and cl, the cylinder's normalisation).
 It is differentiable by ``jax.grad``/``jax.vjp`` in every value, and jit-able: the core stages and the
 half-way walls run with the hand-written adjoints of lbm.diff.adjoint and lbm.diff.walls (half-way walls
@@ -98,6 +99,8 @@ def differentiable_run(param: Parameterisation, values: dict[str, Any], steps: i
         f, t, acc = run_steps(step, carry, params, steps, checkpoint, every, snapshots, paired)
     rho, u = moments(f, t, traced.boundaries, traced.setup)
     out = {"f": f, "rho": rho, "u": u}
+    if "wall_velocity" in traced.scales:
+        out["wall_velocity"] = traced.scales["wall_velocity"]
     if forces:
         mean = acc / window
         norm = traced.scales["force_norm"]
