@@ -297,3 +297,32 @@ def test_collisions_are_timed_in_turn_and_each_over_the_first(tmp_path, capsys):
         # the wall clock's ratio of the medians lies between the rounds' extremes (order statistics are monotone)
         assert min(per_round) <= bgk["median"] / rec["mlups"]["median"] <= max(per_round)
     assert "collisions against bgk" in out and "time / bgk (CPU)" in out
+
+
+def test_steps_auto_take_the_fastest_probe(monkeypatch):
+    """A neighbour's burst that slows one 2-step probe call does not cut the steps per repeat (fake clock)."""
+    from lbm.bench import throughput
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self):
+            return self.now
+
+    clock = Clock()
+    calls = iter([0.0, 0.4, 0.01, 0.02])  # the untimed first call, then a burst, then the kernel's own 5 ms a step
+
+    class Runner:
+        def compile(self, f, n):
+            return 0.0
+
+        def start(self, f):
+            return f
+
+        def run(self, f, n):
+            clock.now += next(calls)
+            return f
+
+    monkeypatch.setattr(throughput, "time", clock)
+    n = throughput.auto_steps(Runner(), 0, throughput.Timing(min_time_s=0.5))
+    assert n == 128  # 0.5 s / 5 ms = 100 steps, rounded up to a power of two (the burst alone would give 2)

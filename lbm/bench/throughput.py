@@ -18,7 +18,8 @@ grid, precision and collision) holds a peer, or ``collisions=[...]`` lists sever
 precision and variant), :func:`measure_interleaved` times their repeats in turn (each one's repeat r, the order
 rotated every round), so that a change of the machine's load during the run reaches both sides of their ratio alike.
 
-Steps per repeat (``steps=auto``): enough for ``min_time_s``, rounded up to a power of two. The
+Steps per repeat (``steps=auto``): enough for ``min_time_s`` at the fastest of three 2-step probe calls, rounded
+up to a power of two. The
 compiled-program facts of a fused record (fusions, memory, and the per-cell-and-step ``evidence``
 of lbm.bench.evidence) come from a chunk of a fixed EVIDENCE_STEPS steps, never from the timed
 chunk, so two runs of the same code record the same facts whatever the machine's speed. An instrumented
@@ -339,6 +340,25 @@ def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None) -> None:
         record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
 
 
+PROBES = 3
+"""Timed 2-step calls of ``steps=auto``'s probe: the fastest sets the steps (a neighbour's burst slows one call)."""
+
+
+def auto_steps(runner: _Runner, f0: jnp.ndarray, timing: Timing) -> int:
+    """Steps per repeat for ``steps=auto``: enough for ``min_time_s`` at the fastest of :data:`PROBES` 2-step calls,
+    rounded up to a power of two, at most ``max_steps``."""
+    probe = 2
+    runner.compile(f0, probe)
+    f = jax.block_until_ready(runner.run(runner.start(f0), probe))
+    per_step = math.inf
+    for _ in range(PROBES):
+        t0 = time.perf_counter()
+        f = jax.block_until_ready(runner.run(f, probe))
+        per_step = min(per_step, max((time.perf_counter() - t0) / probe, 1e-7))
+    n = int(min(timing.max_steps, 2 ** math.ceil(math.log2(max(2, math.ceil(timing.min_time_s / per_step))))))
+    return n + n % 2
+
+
 class Measurement:
     """One configuration set up, compiled and warmed up; then timed repeat by repeat, and its record."""
 
@@ -351,19 +371,7 @@ class Measurement:
         self.f0 = f0 = setup.initial_populations()
         # steps per repeat: given, or enough for min_time_s, rounded up to a power of two (even: the AA pattern
         # runs in pairs; and two runs of the same code at different loads mostly time the same program)
-        if timing.steps is not None:
-            n = timing.steps
-        else:
-            probe = 2
-            runner.compile(f0, probe)
-            f = runner.run(runner.start(f0), probe)
-            jax.block_until_ready(f)
-            t0 = time.perf_counter()
-            jax.block_until_ready(runner.run(f, probe))
-            per_step = max((time.perf_counter() - t0) / probe, 1e-7)
-            n = int(min(timing.max_steps, 2 ** math.ceil(math.log2(max(2, math.ceil(timing.min_time_s / per_step))))))
-            n += n % 2
-        self.n = n
+        self.n = n = timing.steps if timing.steps is not None else auto_steps(runner, f0, timing)
         say(f"{cfg.label}: compiling {n} steps")
         self.compile_s = runner.compile(f0, n)
         self.f = runner.start(f0)
