@@ -144,6 +144,12 @@ BAD = [
     (["output=../x.json"], "output"),
     (["sizes=[2]"], "sizes"),
     (["grid.nx=64,128"], "-m"),
+    (["collisions=[]"], "collisions=[]"),
+    (["collisions=[bgk,turbo]"], "collisions=turbo"),
+    (["collisions=[bgk,kbc,bgk]"], "each collision once"),
+    (["collision=trt", "collisions=[bgk,kbc]"], "collision=trt"),
+    (["lattice=d3q19", "grid.nz=16", "collisions=[bgk,cumulant]"], "cumulant runs on d2q9, d3q27 only"),
+    (["lattice=d3q19", "grid.nz=16", "collision=cumulant"], "collision=cumulant"),
 ]
 
 
@@ -167,6 +173,49 @@ def test_plan_expands_sizes_precisions_and_skips_impossible_pairs():
     cylinder = [(c.variant, skip) for c, skip in configs if c.case == "cylinder"]
     assert dict(cylinder)["naive"] is not None
     assert p["timing"].steps is None and p["bandwidth"]["enabled"] is True
+
+
+def test_plan_measures_each_collision_and_groups_the_collisions_of_a_variant():
+    from lbm.bench.cli import measured_groups
+    from lbm.bench.throughput import BenchConfig
+
+    p = plan(compose_bench(["collisions=[bgk,kbc]", "cases=[periodic]", "variants=[native,naive]"]))
+    assert p["collisions"] == ["bgk", "kbc"]
+    configs = [(c.variant, c.collision, skip) for c, skip in p["configs"]]
+    assert [(v, c) for v, c, _ in configs] == [("native", "bgk"), ("native", "kbc"), ("naive", "bgk"), ("naive", "kbc")]
+    assert [bool(skip) for *_, skip in configs] == [False, False, False, True]  # the naive step is BGK only
+    todo = [c for c, skip in p["configs"] if skip is None]
+    assert [[(c.variant, c.collision) for c in g] for g in measured_groups(todo, True)] == [
+        [("native", "bgk"), ("native", "kbc")], [("naive", "bgk")]]
+    assert [len(g) for g in measured_groups(todo)] == [1, 1, 1]  # without collisions=: each one alone
+    # a same-run peer joins every variant and collision of its configuration
+    assert len(measured_groups([*todo, BenchConfig("periodic", "d2q9", (1024, 1024), "lbmpy")], True)) == 1
+
+
+def test_interleaved_collisions_of_a_variant_run_the_steps_of_its_first(monkeypatch):
+    from lbm.bench import throughput
+    from lbm.bench.throughput import BenchConfig
+
+    given = []
+
+    class Fake:  # steps=auto: each configuration alone would choose its own steps
+        def __init__(self, cfg, timing, progress=None):
+            given.append((cfg.variant, cfg.collision, timing.steps))
+            self.cfg, self.n = cfg, timing.steps or {"native": 64, "xla": 8}[cfg.variant] * (1 + (cfg.collision != "bgk"))
+
+        def repeat(self):
+            pass
+
+        def record(self, bandwidth):
+            return {"steps_per_repeat": self.n}
+
+    monkeypatch.setattr(throughput, "Measurement", Fake)
+    cfgs = [BenchConfig("periodic", "d3q27", (8, 8, 8), v, collision=c) for v in ("native", "xla")
+            for c in ("bgk", "kbc", "cumulant")]
+    out = throughput.measure_interleaved(cfgs, throughput.Timing(repeats=1))
+    assert given == [("native", "bgk", None), ("native", "kbc", 64), ("native", "cumulant", 64),
+                     ("xla", "bgk", None), ("xla", "kbc", 8), ("xla", "cumulant", 8)]
+    assert [r["steps_per_repeat"] for r in out] == [64, 64, 64, 8, 8, 8]
 
 
 @pytest.mark.slow
@@ -219,3 +268,61 @@ def test_naive_baseline_is_the_same_bgk_step(lattice):
     np.testing.assert_allclose(naive_step(f, lat, 1.3), ref, rtol=1e-14, atol=1e-16)
     two = naive_step(naive_step(f, lat, 1.3), lat, 1.3)
     np.testing.assert_allclose(naive_runner(lat, 1.3, 2)(f + 0), two, rtol=1e-14, atol=1e-16)
+
+
+def test_collisions_are_timed_in_turn_and_each_over_the_first(tmp_path, capsys):
+    """``collisions=[...]``: one record per collision, all of one configuration timed in the same rounds with the same
+    steps; the summary's time over the first listed collision is the median of the rounds' ratios, by both clocks."""
+    import statistics
+
+    run_dir = tmp_path / "run"
+    assert main(["bench", "collisions=[bgk,trt,kbc]", "cases=[periodic]", "variants=[xla]", "grid.nx=16",
+                 "grid.ny=16", "repeats=3", "steps=4", "kernel_profile=0", "bandwidth.enabled=false",
+                 f"hydra.run.dir={run_dir}"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((run_dir / "bench.json").read_text())
+    xla = doc["records"]
+    assert [r["collision"] for r in xla] == ["bgk", "trt", "kbc"] and {r["variant"] for r in xla} == {"xla"}
+    assert all(r["steps_per_repeat"] == 4 and r["repeats"] == 3 for r in xla)
+    assert len({r["interleaved"] for r in xla}) == 1 and "xla bgk / xla trt / xla kbc" in xla[0]["interleaved"]
+    rows = {s["collision"]: s for s in doc["summary"]}
+    assert all(s["baseline_collision"] == "bgk" for s in rows.values()) and "time_over_baseline" not in rows["bgk"]
+    bgk = xla[0]["mlups"]
+    for rec in xla[1:]:
+        ratio = rows[rec["collision"]]["time_over_baseline"]
+        assert set(ratio) == {"xla"} and ratio["xla"]["rounds"] == 3
+        for clock, values in (("cpu", "cpu_values"), ("wall", "values")):
+            per_round = [b / a for a, b in zip(rec["mlups"][values], bgk[values], strict=True)]
+            assert ratio["xla"][clock] == pytest.approx(statistics.median(per_round), rel=1e-12)
+        # the wall clock's ratio of the medians lies between the rounds' extremes (order statistics are monotone)
+        assert min(per_round) <= bgk["median"] / rec["mlups"]["median"] <= max(per_round)
+    assert "collisions against bgk" in out and "time / bgk (CPU)" in out
+
+
+def test_steps_auto_take_the_fastest_probe(monkeypatch):
+    """A neighbour's burst that slows one 2-step probe call does not cut the steps per repeat (fake clock)."""
+    from lbm.bench import throughput
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self):
+            return self.now
+
+    clock = Clock()
+    calls = iter([0.0, 0.4, 0.01, 0.02])  # the untimed first call, then a burst, then the kernel's own 5 ms a step
+
+    class Runner:
+        def compile(self, f, n):
+            return 0.0
+
+        def start(self, f):
+            return f
+
+        def run(self, f, n):
+            clock.now += next(calls)
+            return f
+
+    monkeypatch.setattr(throughput, "time", clock)
+    n = throughput.auto_steps(Runner(), 0, throughput.Timing(min_time_s=0.5))
+    assert n == 128  # 0.5 s / 5 ms = 100 steps, rounded up to a power of two (the burst alone would give 2)

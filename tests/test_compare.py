@@ -557,3 +557,25 @@ def test_a_regression_in_one_configuration_outweighs_an_inconclusive_one(tmp_pat
     b["records"][1]["evidence"] = evidence()
     assert run_compare(tmp_path, a, b) == 3
     assert verdict_of(capsys)[1] == "INCONCLUSIVE"
+
+
+def test_a_bench_of_several_collisions_is_compared_collision_by_collision(tmp_path, capsys):
+    """bench.json of ``collisions=[bgk,kbc]``: one record per collision of the same configuration, matched by collision;
+    more flops per cell in kbc's program is kbc's regression alone."""
+    def doc(kbc_flops):
+        d = bench_doc([100, 101, 99])
+        kbc = copy.deepcopy(d["records"][0]) | {"collision": "kbc", "evidence": evidence(flops=kbc_flops)}
+        kbc["mlups"].update(values=[70, 71, 69], median=70, min=69, max=71)
+        d["records"].append(kbc)
+        return d
+
+    assert run_compare(tmp_path, doc(400.0), doc(400.0)) == 0
+    out, word = verdict_of(capsys)
+    assert word == "OK" and "Not compared" not in out
+    assert "| periodic 256x256 d2q9 bgk xla float32 | identical |" in out
+    assert "| periodic 256x256 d2q9 kbc xla float32 | identical |" in out
+    assert run_compare(tmp_path, doc(400.0), doc(500.0)) == 1
+    out, word = verdict_of(capsys)
+    closing = out.split("**Verdict")[-1]
+    assert word == "REGRESSION" and "kbc xla" in closing and "bgk xla" not in closing
+    assert "flops per cell and step 400 -> 500 (+25.0%)" in out

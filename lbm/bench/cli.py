@@ -7,6 +7,7 @@ gives one line and exit code 2 and writes nothing (the same contract as ``run``)
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import math
 import os
@@ -70,7 +71,7 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
     tree = read_bench(cfg)
     lattice = check_choice("lattice", tree.lattice.name, tuple(LATTICES))
     dims = LATTICES[lattice].d
-    collision = validate_collision(tree.collision).name
+    collisions = _collisions(tree.collisions, validate_collision(tree.collision).name, lattice)
     cases = [check_choice("cases", c, tuple(CASES)) for c in _as_list(tree.cases)]
     variants = [check_choice("variants", v, VARIANTS) for v in _as_list(tree.variants)]
     precisions = [check_choice("precision", p, tuple(PRECISIONS)) for p in _as_list(tree.precision)]
@@ -119,21 +120,48 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
     configs: list[tuple[BenchConfig, str | None]] = []  # (config, reason it is skipped)
     for case in cases:
         for grid in grids[case]:
-            for precision in precisions:
-                for variant in variants:
-                    c = BenchConfig(case=case, lattice=lattice, grid=grid, variant=variant, precision=precision,
-                                    collision=collision)
-                    storage = PRECISIONS[precision][1]
-                    skip = None
-                    if variant == "naive" and (case != "periodic" or storage != "compute" or collision != "bgk"):
-                        skip = "the naive step is a BGK periodic box stored in the compute dtype"
-                    elif variant == "instrumented" and storage != "compute":
-                        skip = "instrumented mode stores populations in the compute dtype"
-                    elif variant in PEERS:
-                        skip = refusal(case, collision, storage)
-                    configs.append((c, skip))
+            for precision, variant, collision in itertools.product(precisions, variants, collisions):
+                c = BenchConfig(case=case, lattice=lattice, grid=grid, variant=variant, precision=precision,
+                                collision=collision)
+                storage = PRECISIONS[precision][1]
+                skip = None
+                if variant == "naive" and (case != "periodic" or storage != "compute" or collision != "bgk"):
+                    skip = "the naive step is a BGK periodic box stored in the compute dtype"
+                elif variant == "instrumented" and storage != "compute":
+                    skip = "instrumented mode stores populations in the compute dtype"
+                elif variant in PEERS:
+                    skip = refusal(case, collision, storage)
+                configs.append((c, skip))
     check_peers(configs)
-    return {"configs": configs, "timing": timing, "bandwidth": bandwidth, "output": output}
+    return {"configs": configs, "timing": timing, "bandwidth": bandwidth, "output": output,
+            "collisions": collisions if tree.collisions is not None else None}
+
+
+def _collisions(listed: Any, collision: str, lattice: str) -> list[str]:
+    """The collisions to measure: ``collisions`` (each with its group's defaults; the first is the baseline of the
+    ratios) or else the ``collision`` group's one; each checked to run on ``lattice`` (raises ConfigError)."""
+    from lbm.config import check_choice
+    from lbm.config.checks import group_options
+    from lbm.config.sections import COLLISION_LATTICES
+
+    if listed is None:
+        names, key = [collision], "collision"
+    else:
+        key = "collisions"
+        names = [check_choice(key, c, group_options("collision")) for c in _as_list(listed)]
+        if not names:
+            raise ConfigError(key, "[]", "a list of collision names, the baseline first, e.g. collisions=[bgk,kbc,"
+                              "cumulant] (or null: the collision group's one alone)")
+        if len(set(names)) < len(names):
+            raise ConfigError(key, f"[{','.join(names)}]", "each collision once")
+        if collision != "bgk":
+            raise ConfigError("collision", collision, "bgk (the default) beside collisions=[...]", "collisions= takes "
+                              "each collision with its group's defaults: drop collision= or list it in collisions=")
+    for name in names:
+        if lattice not in COLLISION_LATTICES.get(name, (lattice,)):
+            raise ConfigError(key, name, f"a collision that runs on lattice={lattice}", f"{name} runs on "
+                              f"{', '.join(COLLISION_LATTICES[name])} only: it needs every velocity of {{-1, 0, 1}}^d")
+    return names
 
 
 # --- environment ---------------------------------------------------------------------------
@@ -191,10 +219,10 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
         records: list[dict[str, Any]] = []
         skipped = [{"label": c.label, "reason": skip} for c, skip in p["configs"] if skip is not None]
         todo = [c for c, skip in p["configs"] if skip is None]
-        groups = measured_groups(todo)
+        groups = measured_groups(todo, p["collisions"] is not None)
         for k, group in enumerate(groups, 1):
             say = lambda text, k=k: progress(f"[{k}/{len(groups)}] {text}")  # noqa: E731
-            if len(group) > 1:  # a peer and lbm's variants of one configuration: repeats in turn
+            if len(group) > 1:  # collisions, or a peer and lbm's variants, of one configuration: repeats in turn
                 results = measure_interleaved(group, p["timing"], say)
             else:
                 try:
@@ -225,7 +253,7 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
             apply_roofline(rec, bw)
         doc["records"] = records
         doc["skipped"] = skipped
-        doc["summary"] = summary(records, bw)
+        doc["summary"] = summary(records, bw, (p["collisions"] or [None])[0])
         doc["load_average_end"] = load_average()
     finally:
         progress.close()
@@ -236,24 +264,18 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
     return doc
 
 
-def measured_groups(configs: list[Any]) -> list[list[Any]]:
-    """The configurations in the order given, those of one case, grid, precision and collision together where one of
-    them is a same-run peer (their repeats are timed in turn), every other one alone."""
+def measured_groups(configs: list[Any], by_collision: bool = False) -> list[list[Any]]:
+    """The configurations in the order given, in groups whose repeats are timed in turn: with ``by_collision``
+    (``collisions=[...]``) the collisions of one case, grid, precision and variant; where a same-run peer is among
+    them, every variant of that case, grid, precision (and collision, without ``by_collision``); else one alone."""
     from lbm.bench.peers import PEERS
 
-    key = lambda c: (c.case, c.lattice, c.grid, c.precision, c.collision)  # noqa: E731
-    peered = {key(c) for c in configs if c.variant in PEERS}
+    base = lambda c: (c.case, c.lattice, c.grid, c.precision) + (() if by_collision else (c.collision,))  # noqa: E731
+    peered = {base(c) for c in configs if c.variant in PEERS}
     groups: dict[Any, list[Any]] = {}
-    out: list[list[Any]] = []
     for c in configs:
-        if key(c) not in peered:
-            out.append([c])
-        elif key(c) not in groups:
-            groups[key(c)] = [c]
-            out.append(groups[key(c)])
-        else:
-            groups[key(c)].append(c)
-    return out
+        groups.setdefault(base(c) + (() if base(c) in peered else (c.variant,)), []).append(c)
+    return list(groups.values())
 
 
 def scaling_plan(cfg: dict[str, Any]) -> tuple[list[int], tuple[int, ...], str, int]:

@@ -72,7 +72,7 @@ def label(key: tuple[Any, ...]) -> str:
     """A short name of a configuration."""
     parts = dict(zip(KEY_FIELDS, key, strict=True))
     grid = "x".join(map(str, parts["grid"])) if parts["grid"] else "?"
-    return f"{parts['case']} {grid} {parts['lattice']} {parts['variant']} {parts['precision']}"
+    return f"{parts['case']} {grid} {parts['lattice']} {parts['collision'] or 'bgk'} {parts['variant']} {parts['precision']}"
 
 
 def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int = 0) -> float:

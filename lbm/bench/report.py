@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,11 @@ def _key(rec: dict[str, Any]) -> tuple[Any, ...]:
     return rec["case"], rec["lattice"], tuple(rec["grid"]), rec["precision"], rec["collision"]
 
 
-def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None) -> list[dict[str, Any]]:
+def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None, baseline: str | None = None
+            ) -> list[dict[str, Any]]:
     """One comparison per (case, lattice, grid, precision, collision): fused against naive, xla, instrumented and the
-    same-run peers (``speedup_vs_<variant>``: the fused variant's median MLUPS over the other's)."""
+    same-run peers (``speedup_vs_<variant>``: the fused variant's median MLUPS over the other's); with a ``baseline``
+    collision (``collisions=[...]``'s first), each variant's time over the baseline's (:func:`time_over`)."""
     groups: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
     for rec in records:
         groups.setdefault(_key(rec), {})[rec["variant"]] = rec
@@ -45,8 +48,25 @@ def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None) -> l
             for other in ("naive", "xla", "instrumented", *PEERS):
                 if other in by_variant and other != fused_variant:
                     row[f"speedup_vs_{other}"] = fused["mlups"]["median"] / by_variant[other]["mlups"]["median"]
+        if baseline is not None:
+            row["baseline_collision"] = baseline
+        base = groups.get((case, lattice, grid, precision, baseline), {})
+        if baseline is not None and collision != baseline:
+            ratios = {v: time_over(r, base[v]) for v, r in by_variant.items() if v in base}
+            row["time_over_baseline"] = {v: t for v, t in ratios.items() if t is not None}
         out.append(row)
     return out
+
+
+def time_over(record: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any] | None:
+    """A record's time per step over the baseline record's in the same rounds: the median over rounds of the ratio,
+    by the wall clock and by the process CPU time (None where the two were not timed in turn, round for round)."""
+    rounds = len(record["mlups"]["values"])
+    if "interleaved" not in record or "interleaved" not in baseline or len(baseline["mlups"]["values"]) != rounds:
+        return None
+    ratio = lambda clock: statistics.median(  # noqa: E731  (MLUPS ∝ 1 / time per step: same cells)
+        b / a for a, b in zip(record["mlups"][clock], baseline["mlups"][clock], strict=True))
+    return {"wall": ratio("values"), "cpu": ratio("cpu_values"), "rounds": rounds}
 
 
 def _fmt(v: Any, spec: str, unit: str = "") -> str:
@@ -74,14 +94,15 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
     out.print(f"{env.get('device', '?')} {env.get('cpu_model', '')} | jax {env.get('jax', '?')} | "
               f"load average {doc.get('load_average_start')} -> {doc.get('load_average_end')}")
     table = Table(title="lbm bench (MLUPS = million lattice updates per second; median of the repeats)")
-    for col in ("case", "grid", "lattice", "variant", "engine", "precision", "MLUPS", "spread", "GB/s", "roofline",
-                "compile", "memory"):
+    for col in ("case", "grid", "lattice", "collision", "variant", "engine", "precision", "MLUPS", "spread", "GB/s",
+                "roofline", "compile", "memory"):
         table.add_column(col, justify="right" if col in ("MLUPS", "spread", "GB/s", "roofline", "compile", "memory")
                          else "left")
     for r in doc.get("records", []):
         mem = r.get("memory", {}).get("planned_peak_over_population")
         table.add_row(
-            r["case"], "x".join(map(str, r["grid"])), r["lattice"], r["variant"], r["engine"], r["precision"],
+            r["case"], "x".join(map(str, r["grid"])), r["lattice"], r["collision"], r["variant"], r["engine"],
+            r["precision"],
             _fmt(r["mlups"]["median"], ".1f", " MLUPS"), _fmt(r["mlups"]["spread_pct"], ".1f", " %"),
             _fmt(r["effective_gbs"], ".1f", " GB/s"),
             _fmt(None if r.get("fraction_of_roofline") is None else 100 * r["fraction_of_roofline"], ".1f", " %"),
@@ -92,14 +113,16 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
     if rows:
         comp = Table(title="fused against the baselines (same run)")
         peers = [p for p in PEERS if any(f"speedup_vs_{p}" in s for s in rows)]
-        for col in ("case", "grid", "precision", "fused", "MLUPS", "roofline", "x naive", "x xla", "x instrumented",
+        for col in ("case", "grid", "precision", "collision", "fused", "MLUPS", "roofline", "x naive", "x xla", "x instrumented",
                     *(f"x {p}" for p in peers)):
-            comp.add_column(col, justify="left" if col in ("case", "grid", "precision", "fused") else "right")
+            comp.add_column(col, justify="left" if col in ("case", "grid", "precision", "collision", "fused")
+                            else "right")
         for s in rows:
             if "fused_mlups" not in s:
                 continue
             comp.add_row(
-                s["case"], "x".join(map(str, s["grid"])), s["precision"], f"{s['fused_variant']} ({s['fused_engine']})",
+                s["case"], "x".join(map(str, s["grid"])), s["precision"], s["collision"],
+                f"{s['fused_variant']} ({s['fused_engine']})",
                 _fmt(s["fused_mlups"], ".1f", " MLUPS"),
                 _fmt(None if s.get("fused_fraction_of_roofline") is None else 100 * s["fused_fraction_of_roofline"],
                      ".1f", " %"),
@@ -108,5 +131,30 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
                 *(_fmt(s.get(f"speedup_vs_{p}"), ".2f", "x") for p in peers),
             )
         out.print(comp)
+        if any("baseline_collision" in s for s in rows):
+            out.print(collision_table(doc))
     for s in doc.get("skipped", []):
         out.print(f"skipped {s['label']}: {s['reason']}")
+
+
+def collision_table(doc: dict[str, Any]) -> Any:
+    """The rich table of ``collisions=[...]``: each record's MLUPS and its time over the baseline collision's."""
+    from rich.table import Table
+
+    rows = {(s["case"], s["lattice"], tuple(s["grid"]), s["precision"], s["collision"]): s for s in doc["summary"]}
+    baseline = next(s["baseline_collision"] for s in rows.values() if "baseline_collision" in s)
+    table = Table(title=f"collisions against {baseline}: time per step over {baseline}'s in the same rounds (median of "
+                        "the rounds' ratios)")
+    for col in ("case", "grid", "lattice", "precision", "variant", "engine", "collision", "MLUPS", "MLUPS (CPU)",
+                f"time / {baseline}", f"time / {baseline} (CPU)", "rounds"):
+        table.add_column(col, justify="right" if col.startswith(("MLUPS", "time", "rounds")) else "left")
+    for r in doc.get("records", []):
+        ratio = rows[_key(r)].get("time_over_baseline", {}).get(r["variant"])
+        own = r["collision"] == baseline
+        table.add_row(
+            r["case"], "x".join(map(str, r["grid"])), r["lattice"], r["precision"], r["variant"], r["engine"],
+            r["collision"], _fmt(r["mlups"]["median"], ".1f"), _fmt(statistics.median(r["mlups"]["cpu_values"]), ".1f"),
+            "1 (baseline)" if own else _fmt(ratio and ratio["wall"], ".2f", "x"),
+            "1 (baseline)" if own else _fmt(ratio and ratio["cpu"], ".2f", "x"),
+            str(len(r["mlups"]["values"])))
+    return table

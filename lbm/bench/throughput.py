@@ -14,11 +14,12 @@ precision, a collision and a variant:
 Clock: host wall clock around each dispatch, synchronised with block_until_ready, so a
 repeat's time is device execution plus dispatch; compilation is never inside it. Each repeat's
 process CPU time is recorded beside it (``mlups.cpu_values``). Where a group of configurations (one case,
-grid, precision and collision) holds a peer, :func:`measure_interleaved` times its variants' repeats in turn
-(each variant's repeat r, the order reversed every round), so that a change of the machine's load during the
-run reaches both sides of their ratio alike.
+grid, precision and collision) holds a peer, or ``collisions=[...]`` lists several collisions (one case, grid,
+precision and variant), :func:`measure_interleaved` times their repeats in turn (each one's repeat r, the order
+rotated every round), so that a change of the machine's load during the run reaches both sides of their ratio alike.
 
-Steps per repeat (``steps=auto``): enough for ``min_time_s``, rounded up to a power of two. The
+Steps per repeat (``steps=auto``): enough for ``min_time_s`` at the fastest of three 2-step probe calls, rounded
+up to a power of two. The
 compiled-program facts of a fused record (fusions, memory, and the per-cell-and-step ``evidence``
 of lbm.bench.evidence) come from a chunk of a fixed EVIDENCE_STEPS steps, never from the timed
 chunk, so two runs of the same code record the same facts whatever the machine's speed. An instrumented
@@ -67,7 +68,7 @@ class BenchConfig:
     @property
     def label(self) -> str:
         """Short human-readable name."""
-        return f"{self.case} {'x'.join(map(str, self.grid))} {self.lattice} {self.variant} {self.precision}"
+        return f"{self.case} {'x'.join(map(str, self.grid))} {self.lattice} {self.collision} {self.variant} {self.precision}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +340,25 @@ def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None) -> None:
         record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
 
 
+PROBES = 3
+"""Timed 2-step calls of ``steps=auto``'s probe: the fastest sets the steps (a neighbour's burst slows one call)."""
+
+
+def auto_steps(runner: _Runner, f0: jnp.ndarray, timing: Timing) -> int:
+    """Steps per repeat for ``steps=auto``: enough for ``min_time_s`` at the fastest of :data:`PROBES` 2-step calls,
+    rounded up to a power of two, at most ``max_steps``."""
+    probe = 2
+    runner.compile(f0, probe)
+    f = jax.block_until_ready(runner.run(runner.start(f0), probe))
+    per_step = math.inf
+    for _ in range(PROBES):
+        t0 = time.perf_counter()
+        f = jax.block_until_ready(runner.run(f, probe))
+        per_step = min(per_step, max((time.perf_counter() - t0) / probe, 1e-7))
+    n = int(min(timing.max_steps, 2 ** math.ceil(math.log2(max(2, math.ceil(timing.min_time_s / per_step))))))
+    return n + n % 2
+
+
 class Measurement:
     """One configuration set up, compiled and warmed up; then timed repeat by repeat, and its record."""
 
@@ -351,19 +371,7 @@ class Measurement:
         self.f0 = f0 = setup.initial_populations()
         # steps per repeat: given, or enough for min_time_s, rounded up to a power of two (even: the AA pattern
         # runs in pairs; and two runs of the same code at different loads mostly time the same program)
-        if timing.steps is not None:
-            n = timing.steps
-        else:
-            probe = 2
-            runner.compile(f0, probe)
-            f = runner.run(runner.start(f0), probe)
-            jax.block_until_ready(f)
-            t0 = time.perf_counter()
-            jax.block_until_ready(runner.run(f, probe))
-            per_step = max((time.perf_counter() - t0) / probe, 1e-7)
-            n = int(min(timing.max_steps, 2 ** math.ceil(math.log2(max(2, math.ceil(timing.min_time_s / per_step))))))
-            n += n % 2
-        self.n = n
+        self.n = n = timing.steps if timing.steps is not None else auto_steps(runner, f0, timing)
         say(f"{cfg.label}: compiling {n} steps")
         self.compile_s = runner.compile(f0, n)
         self.f = runner.start(f0)
@@ -440,28 +448,35 @@ MeasureError = (ValueError, RuntimeError, FloatingPointError)
 
 def measure_interleaved(cfgs: list[BenchConfig], timing: Timing, progress: ProgressCallback | None = None
                         ) -> list[dict[str, Any] | Exception]:
-    """Measure configurations with their repeats in turn (round r: each one's repeat r, every other round in reverse
-    order); one record, or the error that stopped it, per configuration."""
+    """Measure configurations with their repeats in turn (round r: each one's repeat r, the order rotated by one every
+    round); those of one variant (the collisions of ``collisions=[...]``) run the steps of its first one. One record,
+    or the error that stopped it, per configuration."""
     failed: dict[int, Exception] = {}
     ready: dict[int, Measurement] = {}
+    steps: dict[str, int] = {}
     for k, cfg in enumerate(cfgs):
         try:
-            ready[k] = Measurement(cfg, timing, progress)
+            ready[k] = m = Measurement(cfg, dataclasses.replace(timing, steps=steps.get(cfg.variant, timing.steps)),
+                                       progress)
+            steps.setdefault(cfg.variant, m.n)
         except MeasureError as exc:
             failed[k] = exc
     for r in range(timing.repeats):
-        for k in list(ready) if r % 2 == 0 else list(ready)[::-1]:
+        order = list(ready)
+        shift = r % max(1, len(order))
+        for k in order[-shift:] + order[:-shift]:  # shift 0: order[0:] + order[:0]
             try:
                 ready[k].repeat()
             except MeasureError as exc:
                 failed[k] = exc
                 del ready[k]
-    order = " / ".join(m.cfg.variant for m in ready.values())
+    several = len({m.cfg.collision for m in ready.values()}) > 1
+    names = " / ".join(m.cfg.variant + (f" {m.cfg.collision}" if several else "") for m in ready.values())
     out: list[dict[str, Any] | Exception] = []
     for k in range(len(cfgs)):
         try:
             out.append(failed[k] if k in failed else ready[k].record(None) | {
-                "interleaved": f"repeats in turn with the same run's {order}, the order reversed every other round"})
+                "interleaved": f"repeats in turn with the same run's {names}, the order rotated by one every round"})
         except MeasureError as exc:
             out.append(exc)
     return out

@@ -73,6 +73,7 @@ class BenchSchema:
 
     lattice: Lattice = dataclasses.field(default_factory=Lattice)
     collision: CollisionKind = dataclasses.field(default=MISSING, metadata=OPEN_GROUP)  # typed by the kind's schema
+    collisions: Any = MISSING  # null or a list of collision names, each with its group's defaults
     cases: list[str] = MISSING
     variants: list[str] = MISSING
     precision: Any = MISSING  # one precision or a list of them
