@@ -94,9 +94,10 @@ def fused_dot(products: list[tuple[str, str]], group: int = 4) -> str:
     return pairwise_sum(chains)
 
 
-RECIPROCAL_GROUP = 9
-"""KBC's reciprocals 1/feq_i per division (:func:`batched_reciprocals`): products of 9 absolute equilibria (each
-about its weight, >= 1/216 on D3Q27) stay far above float32's smallest normal number."""
+RECIPROCAL_GROUP = 3
+"""KBC's reciprocals 1/feq_i per division (:func:`batched_reciprocals`): 9 divisions on D3Q27 instead of 27 (groups of
+2, 4, 6 and 9 measured slower: docs/physics.md, "Cost against BGK"). A product of 3 absolute equilibria (each about
+its weight, >= 1/216) is far from float32's smallest normal number."""
 
 
 def batched_reciprocals(values: list[str], names: list[str], group: int) -> list[str]:
