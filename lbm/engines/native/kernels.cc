@@ -270,7 +270,8 @@ static inline void head_lanes(const store* const* rp, store* const* wrow, int64_
 // The cells of one row: the edge cells (wrapping) scalar, the rest vectorised, runs of solid cells skipped (walls).
 // The even AA step reads and writes each cell's own slots (no wrap): the whole row is vectorised. With
 // LBM_GATHERED_EDGES (the long cell bodies, where one scalar cell costs about as much as a vector of cells), the two
-// edge cells of a row without solid cells are two lanes of one vector (edge_lanes).
+// edge cells of a row without solid cells are two lanes of one vector: with the row's first cells (head_lanes) where
+// n is a multiple of LINE, else alone (edge_lanes).
 template <int K, int B>
 static inline void row_cells(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F,
                              const real* const* U, const int32_t* sk, int64_t ns, int64_t pf) {
