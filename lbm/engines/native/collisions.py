@@ -114,7 +114,7 @@ def batched_reciprocals(values: list[str], names: list[str], group: int) -> list
             return values[idx[0]]
         h = len(idx) // 2
         left, right = product(idx[:h]), product(idx[h:])
-        name = f"rp{idx[0]}_{idx[-1]}"
+        name = f"rp_{names[idx[0]]}_{names[idx[-1]]}"
         lines.append(f"real {name} = {left} * {right};")
         return name
 
@@ -124,11 +124,11 @@ def batched_reciprocals(values: list[str], names: list[str], group: int) -> list
             return
         h = len(idx) // 2
         for part, other in ((idx[:h], idx[h:]), (idx[h:], idx[:h])):
-            sib = values[other[0]] if len(other) == 1 else f"rp{other[0]}_{other[-1]}"
+            sib = values[other[0]] if len(other) == 1 else f"rp_{names[other[0]]}_{names[other[-1]]}"
             if len(part) == 1:
                 lines.append(f"real {names[part[0]]} = {inverse} * {sib};")
             else:
-                name = f"ri{part[0]}_{part[-1]}"
+                name = f"ri_{names[part[0]]}_{names[part[-1]]}"
                 lines.append(f"real {name} = {inverse} * {sib};")
                 spread(part, name)
 
@@ -139,8 +139,9 @@ def batched_reciprocals(values: list[str], names: list[str], group: int) -> list
         if len(part) == 1:
             lines.append(f"real {names[part[0]]} = (real)1 / {total};")
             continue
-        lines.append(f"real ri{part[0]}_{part[-1]} = (real)1 / {total};")
-        spread(part, f"ri{part[0]}_{part[-1]}")
+        inverse = f"ri_{names[part[0]]}_{names[part[-1]]}"
+        lines.append(f"real {inverse} = (real)1 / {total};")
+        spread(part, inverse)
     return lines
 
 
