@@ -37,7 +37,9 @@ RATES = {
     "kbc": [Collision("kbc", 1 / 0.8), Collision("kbc", 1.95)],
 }
 """Two rate sets per kind (tau 0.8 and near 1/2), both run through the same built kernel."""
-SHAPES = {2: (7, 5), 3: (5, 4, 3)}
+SHAPES = {2: [(7, 5), (3, 16)], 3: [(5, 4, 3), (2, 3, 16)]}
+"""Periodic boxes: inner axes of 5 and 3 cells (a row's edge cells apart from its vectors) and of 16 (two float64
+vectors: kbc's row as head_lanes and whole vectors, kernels.cc)."""
 
 
 def _reference_step(f, lat, spec, force):
@@ -66,15 +68,16 @@ def test_native_collision_kernels_equal_collide_then_stream(lat, kind, forced):
         rates = collision_rates(collision)
         op = collision.omega
         om = collision.rates()["odd"]
-        f = random_populations(lat, SHAPES[lat.d], k)
-        one = _reference_step(f, lat, collision, force)
-        two = _reference_step(one, lat, collision, force)
-        assert np.abs(np.asarray(one - f)).max() > 1e-3  # the step changes the populations: the test sees it
-        pushed, *_ = native.push(spec, f, jnp.zeros_like(f), op, om, force, rates=rates)
-        np.testing.assert_allclose(pushed, one, rtol=0, atol=1e-14)
-        a, *_ = native.aa_step(spec, f + 0, 0, op, om, force, rates=rates)
-        a, *_ = native.aa_step(spec, a, 1, op, om, force, rates=rates)
-        np.testing.assert_allclose(a, two, rtol=0, atol=1e-14)
+        for shape in SHAPES[lat.d]:
+            f = random_populations(lat, shape, k)
+            one = _reference_step(f, lat, collision, force)
+            two = _reference_step(one, lat, collision, force)
+            assert np.abs(np.asarray(one - f)).max() > 1e-3  # the step changes the populations: the test sees it
+            pushed, *_ = native.push(spec, f, jnp.zeros_like(f), op, om, force, rates=rates)
+            np.testing.assert_allclose(pushed, one, rtol=0, atol=1e-14)
+            a, *_ = native.aa_step(spec, f + 0, 0, op, om, force, rates=rates)
+            a, *_ = native.aa_step(spec, a, 1, op, om, force, rates=rates)
+            np.testing.assert_allclose(a, two, rtol=0, atol=1e-14)
 
 
 CASES = {

@@ -40,7 +40,8 @@ FUSED = ("kbc", "cumulant")
 """The long cell bodies: they use fused multiply-adds (LBM_FMA, lbm.engines.native.codegen.arithmetic_macros) and the
 paired equilibrium (lbm.engines.native.codegen.paired_equilibrium), so they agree with the xla engine to rounding, not
 bitwise (BGK, TRT and the other kinds keep one rounding per operation, as XLA computes them); and a row's wrapping edge
-cells are lanes of one vector (LBM_GATHERED_EDGES, kernels.cc), as one scalar cell costs about a vector of cells."""
+cells are lanes of one vector (LBM_GATHERED_EDGES, kernels.cc), as one scalar cell costs about a vector of cells, with
+the row's first cells where its length is a multiple of the vector's (head_lanes, LBM_PACKED_EDGES)."""
 RATES = {"mrt": ("bulk", "shear", "odd", "even"), "regularized": ("omega", "bulk"),
          "recursive_regularized": ("omega", "bulk"), "kbc": ("omega",), "cumulant": ("omega",)}
 """The run-time rates each kind's kernel takes, in order (R[0], R[1], ...)."""
@@ -92,6 +93,56 @@ def fused_dot(products: list[tuple[str, str]], group: int = 4) -> str:
             expr = f"LBM_FMA({a}, {b}, {expr})"
         chains.append(expr)
     return pairwise_sum(chains)
+
+
+RECIPROCAL_GROUP = 3
+"""KBC's reciprocals 1/feq_i per division (:func:`batched_reciprocals`): 9 divisions on D3Q27 instead of 27 (groups of
+2, 4, 6 and 9 measured slower: docs/physics.md, "Cost against BGK"). A product of 3 absolute equilibria (each about
+its weight, >= 1/216) is far from float32's smallest normal number."""
+
+
+def batched_reciprocals(values: list[str], names: list[str], group: int) -> list[str]:
+    """C statements ``real names[k] = 1 / values[k]`` with one division per ``group`` values (Montgomery's trick).
+
+    Each group's product is taken as a balanced tree; its inverse, times the sibling subtree's product, is the
+    inverse of each subtree down to the leaves: 3 (m - 1) multiplications and one division for m values.
+    """
+    lines: list[str] = []
+
+    def product(idx: list[int]) -> str:
+        if len(idx) == 1:
+            return values[idx[0]]
+        h = len(idx) // 2
+        left, right = product(idx[:h]), product(idx[h:])
+        name = f"rp_{names[idx[0]]}_{names[idx[-1]]}"
+        lines.append(f"real {name} = {left} * {right};")
+        return name
+
+    def spread(idx: list[int], inverse: str) -> None:
+        if len(idx) == 1:
+            lines.append(f"real {names[idx[0]]} = {inverse};")
+            return
+        h = len(idx) // 2
+        for part, other in ((idx[:h], idx[h:]), (idx[h:], idx[:h])):
+            sib = values[other[0]] if len(other) == 1 else f"rp_{names[other[0]]}_{names[other[-1]]}"
+            if len(part) == 1:
+                lines.append(f"real {names[part[0]]} = {inverse} * {sib};")
+            else:
+                name = f"ri_{names[part[0]]}_{names[part[-1]]}"
+                lines.append(f"real {name} = {inverse} * {sib};")
+                spread(part, name)
+
+    idx = list(range(len(values)))
+    for k in range(0, len(idx), group):
+        part = idx[k:k + group]
+        total = product(part)
+        if len(part) == 1:
+            lines.append(f"real {names[part[0]]} = (real)1 / {total};")
+            continue
+        inverse = f"ri_{names[part[0]]}_{names[part[-1]]}"
+        lines.append(f"real {inverse} = (real)1 / {total};")
+        spread(part, inverse)
+    return lines
 
 
 def _pairs(lat: Lattice) -> tuple[list[int], list[int]]:
@@ -301,7 +352,7 @@ def kbc_lines(spec: KernelSpec) -> list[str]:
         rep, sign = kept_of.get(i, (None, 0))
         dh = f"g{i} {'-' if sign > 0 else '+'} kp{rep}" if sign else f"g{i}"
         lines.append(f"real dh{i} = {dh}, a{i} = LBM_FMA((real){w[i]}, e{i}, (real){w[i]});")  # a: the absolute f_eq
-    lines += [f"real iv{i} = (real)1 / a{i};" for i in range(q)]
+    lines += batched_reciprocals([f"a{i}" for i in range(q)], [f"iv{i}" for i in range(q)], RECIPROCAL_GROUP)
     lines += [f"real v{i} = dh{i} * iv{i};" for i in range(q)]
     lines.append(f"real hh = {fused_dot([(f'dh{i}', f'v{i}') for i in range(q)])};")
     sums = [(rep, _lin([s for _, s in m], [f"v{i}" for i, _ in m]), " + ".join(f"iv{i}" for i, _ in m))

@@ -228,16 +228,61 @@ static inline void edge_lanes(const store* const* rp, store* const* wrow, int64_
     for (int j = 0; j < 2; ++j) wrow[i][wrap(ks[j] + INNER_OFF[i], n)] = out[i][j];
 }
 
+// With LBM_GATHERED_EDGES, a row of n = a multiple of LINE cells without solid cells (odd AA and push steps): its first
+// LINE - 1 cells and its last cell (the two wrapping edge cells and the partial vector of cells after the first one)
+// as the LINE lanes of one vector, copied in and out by whole runs of cells (the LINE - 2 cells between the edge cells
+// by one copy per direction); the cells between them are whole vectors. One vector pass instead of two (edge_lanes,
+// then the partial vector of segment). -DLBM_PACKED_EDGES=0 turns it off (scripts/native_body_ab.py).
+#ifndef LBM_PACKED_EDGES
+#define LBM_PACKED_EDGES 1
+#endif
+template <int K>
+static inline void head_lanes(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F) {
+  constexpr int64_t H = LINE - 1;  // lanes 0..H-1: cells 0..H-1; lane H: cell n - 1
+  alignas(64) store in[Q][LINE], out[Q][LINE];
+  const store* ip[Q];
+  store* op[Q];
+  for (int i = 0; i < Q; ++i) {
+    const int r = K == AA_ODD ? INNER_OFF[i] : 0;  // cell k reads slot k - r
+    if (r == 1) {
+      in[i][0] = rp[i][n - 1];
+      std::memcpy(in[i] + 1, rp[i], sizeof(store) * (H - 1));
+    } else {
+      std::memcpy(in[i], rp[i] + (r == -1 ? 1 : 0), sizeof(store) * H);
+    }
+    in[i][H] = rp[i][wrap(n - 1 - r, n)];
+    ip[i] = in[i];
+    op[i] = out[i];
+  }
+  lines<AA_EVEN, 0>(ip, op, 0, LINE, wp, wm, F, nullptr, 0);
+  for (int i = 0; i < Q; ++i) {
+    const int s = INNER_OFF[i];  // cell k writes slot k + s
+    if (s == -1) {
+      wrow[i][n - 1] = out[i][0];
+      std::memcpy(wrow[i], out[i] + 1, sizeof(store) * (H - 1));
+    } else {
+      std::memcpy(wrow[i] + s, out[i], sizeof(store) * H);
+    }
+    wrow[i][wrap(n - 1 + s, n)] = out[i][H];
+  }
+}
+
 // The cells of one row: the edge cells (wrapping) scalar, the rest vectorised, runs of solid cells skipped (walls).
 // The even AA step reads and writes each cell's own slots (no wrap): the whole row is vectorised. With
 // LBM_GATHERED_EDGES (the long cell bodies, where one scalar cell costs about as much as a vector of cells), the two
-// edge cells of a row without solid cells are two lanes of one vector (edge_lanes).
+// edge cells of a row without solid cells are two lanes of one vector: with the row's first cells (head_lanes) where
+// n is a multiple of LINE, else alone (edge_lanes).
 template <int K, int B>
 static inline void row_cells(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F,
                              const real* const* U, const int32_t* sk, int64_t ns, int64_t pf) {
   const int64_t lo = K == AA_EVEN ? 0 : 1, hi = K == AA_EVEN ? n : n - 1;
   bool edges_done = false;
   if constexpr (LBM_GATHERED_EDGES && K != AA_EVEN && B == 0) {
+    if (LBM_PACKED_EDGES && ns == 0 && n % LINE == 0) {
+      head_lanes<K>(rp, wrow, n, wp, wm, F);
+      lines<K, B>(rp, wrow, LINE - 1, n - 1, wp, wm, F, U, pf);
+      return;
+    }
     if (ns == 0 && n > 2) {
       edge_lanes<K>(rp, wrow, n, wp, wm, F);
       edges_done = true;
