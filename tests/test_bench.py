@@ -325,4 +325,4 @@ def test_steps_auto_take_the_fastest_probe(monkeypatch):
 
     monkeypatch.setattr(throughput, "time", clock)
     n = throughput.auto_steps(Runner(), 0, throughput.Timing(min_time_s=0.5))
-    assert n == 128  # 0.5 s / 5 ms = 100 steps, rounded up to a power of two (the burst alone would give 2)
+    assert n == 128  # 0.5 s / 5 ms = 100 steps, rounded up to a power of two (the slowed first probe alone would give 4)

@@ -1,5 +1,6 @@
 """lbm.value_and_grad against central finite differences of lbm.run, in float64, on small grids (lbm.diff)."""
 
+import logging
 import math
 import warnings
 
@@ -278,3 +279,34 @@ def test_a_wall_fraction_at_a_node_keeps_its_whole_derivative():
         return jnp.sum(moved_circle(wall, (40, 20), lattice, (10.0, 10.0), radius).q)
 
     assert float(jax.grad(total)(2.0)) == pytest.approx(float(jax.grad(total)(1.9999)), rel=1e-3)
+    # away from the mask's shape a q clipped by more than a rounding keeps the clip's derivative: that of the value
+    r = 2.3  # the radius-2 mask's links: some q of the circle of radius 2.3 lie far outside [0, 1]
+    h = 1e-4
+    fd = (float(total(r + h)) - float(total(r - h))) / (2 * h)
+    assert float(jax.grad(total)(r)) == pytest.approx(fd, rel=1e-3)
+
+
+def test_a_callable_objective_is_recomputed_with_what_it_reads_now(monkeypatch):
+    # a callable may read values its caller changes between calls: its compiled gradient is not kept
+    monkeypatch.setattr(api, "COMPILED", {})
+    scale = [1.0]
+    overrides = [*CAVITY, "steps=5"]
+    objective = lambda f: jnp.sum(f["rho"] * f["u"][0] ** 2) * scale[0]  # noqa: E731
+    first = lbm.value_and_grad(overrides, ["flow.u_lattice"], objective)
+    scale[0] = 2.0
+    second = lbm.value_and_grad(overrides, ["flow.u_lattice"], objective)
+    assert second[0] == pytest.approx(2 * first[0], rel=1e-12)
+    assert second[1]["flow.u_lattice"] == pytest.approx(2 * first[1]["flow.u_lattice"], rel=1e-12)
+
+
+def test_a_differentiable_run_leaves_a_callers_logging_level_alone(monkeypatch):
+    # a caller who set up logging (a handler on the root logger, which is at WARNING) keeps its level: no INFO records
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    monkeypatch.setattr(logging.getLogger("lbm"), "level", logging.NOTSET)
+    lbm.value_and_grad([*CAVITY, "steps=3"], ["flow.u_lattice"], "kinetic_energy")
+    assert not [r for r in records if r.levelno < logging.WARNING and r.name.startswith("lbm")]

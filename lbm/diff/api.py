@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +136,9 @@ def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Obje
         check_window(window, param.case.run.steps)
         out_dir = profile_directory(param, profile_dir)
         values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
-        key = (tuple(overrides), tuple(wrt), objective, checkpoint, every, window, snapshots,
-               jax.config.jax_enable_x64, jax.default_backend())
+        # only a named objective is kept: a callable may read values its caller changes between calls
+        key = None if callable(objective) else (tuple(overrides), tuple(wrt), objective, checkpoint, every, window,
+                                                snapshots, jax.config.jax_enable_x64, jax.default_backend())
         fn = compiled(key, lambda: gradient_function(param, wrt, objective, checkpoint, every, window, snapshots),
                       values)
         start = time.perf_counter()
@@ -155,13 +156,10 @@ COMPILED: dict[Any, Any] = {}
 KEPT = 4
 
 
-def compiled(key: Any, make: Any, values: dict[str, Any]) -> Any:
-    """The compiled gradient function of ``key`` (``make()`` compiled for ``values`` if not kept); logs the compile
-    time. Instrumented runs (no single program) are kept as they are."""
-    try:
-        fn = COMPILED.pop(key, None)
-    except TypeError:  # an unhashable callable objective: not kept
-        key, fn = None, None
+def compiled(key: Any, make: Callable[[], Any], values: dict[str, Any]) -> Any:
+    """The compiled gradient function of ``key`` (None: not kept), ``make()`` compiled for ``values`` if not kept."""
+    # logs the compile time; instrumented runs (no single program) are kept as they are
+    fn = None if key is None else COMPILED.pop(key, None)
     if fn is None:
         fn = make()
         if hasattr(fn, "lower"):
@@ -177,13 +175,13 @@ def compiled(key: Any, make: Any, values: dict[str, Any]) -> Any:
 
 @contextlib.contextmanager
 def shown_log() -> Iterator[None]:
-    """lbm's INFO lines (the engine a differentiable run uses) on stderr while inside, as ``lbm.run`` shows them
-    where nothing else would (lbm.progress.console_log)."""
+    """lbm's INFO lines (the engine a differentiable run uses) on stderr where nothing else shows them."""
+    # as lbm.run does (lbm.progress.console_log); a caller's own logging set-up is left as it is
     from lbm.progress import console_log
 
     console, logger = console_log(), logging.getLogger("lbm")
     level = logger.level
-    if logger.getEffectiveLevel() > logging.INFO:
+    if console is not None and logger.getEffectiveLevel() > logging.INFO:
         logger.setLevel(logging.INFO)
     try:
         yield

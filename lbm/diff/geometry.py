@@ -20,6 +20,9 @@ import numpy as np
 
 from lbm.boundaries.interpolated import InterpolatedBounceBack
 
+ON_THE_WALL = 1e-6
+"""A node closer to the curved wall than this (in link lengths, q or 1 - q) counts as on it."""
+
 
 def link_geometry(wall: InterpolatedBounceBack, shape: tuple[int, ...], lattice: Any) -> tuple[np.ndarray, np.ndarray,
                                                                                                np.ndarray]:
@@ -62,9 +65,11 @@ def moved_ellipse(wall: InterpolatedBounceBack, shape: tuple[int, ...], lattice:
     (traced)."""
     points, links, far_is_fluid = link_geometry(wall, shape, lattice)
     raw = ellipse_fraction(points, links, center, axes)
-    # q in [0, 1] (a node on the wall can come out a rounding outside), with the derivative of the unclipped q: at a
-    # node on the wall that is the one-sided derivative in the direction that keeps the mask (a clip's would be half)
-    q = raw + jax.lax.stop_gradient(jnp.clip(raw, 0.0, 1.0) - raw)
+    # q in [0, 1] (a node on the wall can come out a rounding outside), with the derivative of the unclipped q where
+    # the clip moved it by a rounding: at a node on the wall that is the one-sided derivative in the direction that
+    # keeps the mask (a clip's would be half); a q clipped further (a shape far from the mask's) keeps the clip's
+    clipped = jnp.clip(raw, 0.0, 1.0)
+    q = jnp.where(jnp.abs(raw - clipped) <= ON_THE_WALL, raw + jax.lax.stop_gradient(clipped - raw), clipped)
     return wall.__class__(solid=wall.solid, link_dir=wall.link_dir, link_solid=wall.link_solid,
                           link_fluid=wall.link_fluid, link_far=wall.link_far, weights=bfl_weights(q, far_is_fluid), q=q)
 

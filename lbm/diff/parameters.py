@@ -35,7 +35,7 @@ from lbm.boundaries import Inlet, InterpolatedBounceBack, MovingWall
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
 from lbm.cases.base import Case, Setup
 from lbm.config import LbmWarning
-from lbm.diff.geometry import moved_ellipse
+from lbm.diff.geometry import ON_THE_WALL, moved_ellipse
 from lbm.errors import LbmError
 from lbm.kernels.collision import Collision, bgk, guo_source, trt
 from lbm.kernels.equilibrium import equilibrium
@@ -264,13 +264,11 @@ def base_values(case: Case) -> dict[str, float]:
     return out
 
 
-ON_THE_WALL = 1e-6
-"""A node closer to the curved wall than this (in link lengths, q or 1 - q) counts as on it."""
 
 
 def warn_nodes_on_the_wall(setup: Setup, key: str) -> None:
-    """LbmWarning where a node lies on the curved wall: the solid mask changes with any step of the shape, so the
-    objective jumps there and the derivative (that of the unchanged mask) is one-sided."""
+    """An LbmWarning where a node lies on the curved wall (the objective jumps there; the derivative is one-sided)."""
+    # the solid mask changes with any step of the shape; the derivative is that of the unchanged mask
     wall = next(bc for bc in setup.boundaries if isinstance(bc, InterpolatedBounceBack))
     q = np.asarray(wall.q, np.float64)
     near = np.flatnonzero((q < ON_THE_WALL) | (q > 1 - ON_THE_WALL))
@@ -279,8 +277,9 @@ def warn_nodes_on_the_wall(setup: Setup, key: str) -> None:
         node = np.asarray(wall.link_fluid if q[i] < 0.5 else wall.link_solid)[i]
         where = tuple(int(x) for x in np.unravel_index(int(node), setup.shape))
         warnings.warn(f"{key}: {near.size} wall links have a node on the wall (e.g. {where}, within {ON_THE_WALL:g} "
-                      "cells): a change of the shape moves it across, the objective jumps there, and the derivative is "
-                      "that of the unchanged mask (one-sided); move the shape off the nodes by a fraction of a cell",
+                      "of a link's length): a change of the shape moves it across, the objective jumps there, and the "
+                      "derivative is that of the unchanged mask (one-sided); move the shape off the nodes by a "
+                      "fraction of a cell",
                       LbmWarning, stacklevel=5)
 
 

@@ -41,7 +41,7 @@ FUSED = ("kbc", "cumulant")
 paired equilibrium (lbm.engines.native.codegen.paired_equilibrium), so they agree with the xla engine to rounding, not
 bitwise (BGK, TRT and the other kinds keep one rounding per operation, as XLA computes them); and a row's wrapping edge
 cells are lanes of one vector (LBM_GATHERED_EDGES, kernels.cc), as one scalar cell costs about a vector of cells, with
-the row's first cells where its length is a multiple of the vector's (head_lanes, LBM_PACKED_EDGES)."""
+the row's first cells where its length is a multiple of the vector's (head_lanes, LBM_HEAD_LANES)."""
 RATES = {"mrt": ("bulk", "shear", "odd", "even"), "regularized": ("omega", "bulk"),
          "recursive_regularized": ("omega", "bulk"), "kbc": ("omega",), "cumulant": ("omega",)}
 """The run-time rates each kind's kernel takes, in order (R[0], R[1], ...)."""

@@ -232,9 +232,9 @@ static inline void edge_lanes(const store* const* rp, store* const* wrow, int64_
 // LINE - 1 cells and its last cell (the two wrapping edge cells and the partial vector of cells after the first one)
 // as the LINE lanes of one vector, copied in and out by whole runs of cells (the LINE - 2 cells between the edge cells
 // by one copy per direction); the cells between them are whole vectors. One vector pass instead of two (edge_lanes,
-// then the partial vector of segment). -DLBM_PACKED_EDGES=0 turns it off (scripts/native_body_ab.py).
-#ifndef LBM_PACKED_EDGES
-#define LBM_PACKED_EDGES 1
+// then the partial vector of segment). -DLBM_HEAD_LANES=0 turns it off (scripts/native_body_ab.py).
+#ifndef LBM_HEAD_LANES
+#define LBM_HEAD_LANES 1
 #endif
 template <int K>
 static inline void head_lanes(const store* const* rp, store* const* wrow, int64_t n, real wp, real wm, const real* F) {
@@ -278,7 +278,7 @@ static inline void row_cells(const store* const* rp, store* const* wrow, int64_t
   const int64_t lo = K == AA_EVEN ? 0 : 1, hi = K == AA_EVEN ? n : n - 1;
   bool edges_done = false;
   if constexpr (LBM_GATHERED_EDGES && K != AA_EVEN && B == 0) {
-    if (LBM_PACKED_EDGES && ns == 0 && n % LINE == 0) {
+    if (LBM_HEAD_LANES && ns == 0 && n % LINE == 0) {
       head_lanes<K>(rp, wrow, n, wp, wm, F);
       lines<K, B>(rp, wrow, LINE - 1, n - 1, wp, wm, F, U, pf);
       return;
