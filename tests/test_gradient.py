@@ -286,6 +286,7 @@ def test_a_wall_fraction_at_a_node_keeps_its_whole_derivative():
     assert float(jax.grad(total)(r)) == pytest.approx(fd, rel=1e-3)
 
 
+@pytest.mark.slow  # two compiles; the fast lane keeps the kept-program test above
 def test_a_callable_objective_is_recomputed_with_what_it_reads_now(monkeypatch):
     # a callable may read values its caller changes between calls: its compiled gradient is not kept
     monkeypatch.setattr(api, "COMPILED", {})
