@@ -305,9 +305,14 @@ def test_a_differentiable_run_leaves_a_callers_logging_level_alone(monkeypatch):
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]
-    root = logging.getLogger()
+    root, lbm_log = logging.getLogger(), logging.getLogger("lbm")
     monkeypatch.setattr(root, "handlers", [handler])
-    monkeypatch.setattr(root, "level", logging.WARNING)
-    monkeypatch.setattr(logging.getLogger("lbm"), "level", logging.NOTSET)
-    lbm.value_and_grad([*CAVITY, "steps=3"], ["flow.u_lattice"], "kinetic_energy")
+    levels = root.level, lbm_log.level
+    root.setLevel(logging.WARNING)  # setLevel, not the attribute: it clears the loggers' cached isEnabledFor
+    lbm_log.setLevel(logging.NOTSET)
+    try:
+        lbm.value_and_grad([*CAVITY, "steps=3"], ["flow.u_lattice"], "kinetic_energy")
+    finally:
+        root.setLevel(levels[0])
+        lbm_log.setLevel(levels[1])
     assert not [r for r in records if r.levelno < logging.WARNING and r.name.startswith("lbm")]
