@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lbm.errors import LbmError
-from lbm.progress import console_log
+from lbm.progress import shown_log
 
 if TYPE_CHECKING:
     from lbm.cases import Case
@@ -88,21 +88,12 @@ def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Res
     record.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.create(dataclasses.asdict(config.source)), record / "config.yaml")
     OmegaConf.save(OmegaConf.create(overrides), record / "overrides.yaml")
-    console = console_log()
     handler = logging.FileHandler(path / "lbm.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
-    logger = logging.getLogger("lbm")
-    logger.addHandler(handler)
-    level = logger.level
-    if logger.getEffectiveLevel() > logging.INFO:
-        logger.setLevel(logging.INFO)
     try:
-        metrics = simulate(config, path)
+        with shown_log(handler):
+            metrics = simulate(config, path)
     finally:
-        logger.removeHandler(handler)
-        if console is not None:
-            logging.getLogger().removeHandler(console)
-        logger.setLevel(level)
         handler.close()
     with np.load(path / "fields.npz") as fields:
         return Result(metrics=metrics, rho=fields["rho"], u=fields["u"], solid=fields["solid"], run_dir=path)

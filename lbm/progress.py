@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger("lbm")
@@ -19,6 +21,26 @@ def console_log() -> logging.Handler | None:
     handler.setFormatter(logging.Formatter("lbm: %(message)s"))
     logging.getLogger().addHandler(handler)
     return handler
+
+
+@contextlib.contextmanager
+def shown_log(*handlers: logging.Handler) -> Iterator[None]:
+    """lbm's INFO lines on stderr where nothing else shows them, and to ``handlers`` (e.g. a run's lbm.log), while inside."""
+    # a caller's own logging set-up keeps its level unless lbm's records must reach a handler of lbm's own
+    console, logger = console_log(), logging.getLogger("lbm")
+    level = logger.level
+    for handler in handlers:
+        logger.addHandler(handler)
+    if (console is not None or handlers) and logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+        if console is not None:
+            logging.getLogger().removeHandler(console)
+        logger.setLevel(level)
 
 
 class _DropProgress(logging.Filter):

@@ -8,12 +8,11 @@ perturbed overrides), the reference the gradient is tested against.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from lbm.diff.objectives import Objective, check, check_callable, evaluate, from
 from lbm.diff.parameters import Parameterisation, parameterise
 from lbm.diff.run import check_window, differentiable_run
 from lbm.errors import LbmError
+from lbm.progress import shown_log
 
 log = logging.getLogger("lbm")
 
@@ -171,24 +171,6 @@ def compiled(key: Any, make: Callable[[], Any], values: dict[str, Any]) -> Any:
         while len(COMPILED) > KEPT:
             COMPILED.pop(next(iter(COMPILED)))
     return fn
-
-
-@contextlib.contextmanager
-def shown_log() -> Iterator[None]:
-    """lbm's INFO lines (the engine a differentiable run uses) on stderr where nothing else shows them."""
-    # as lbm.run does (lbm.progress.console_log); a caller's own logging set-up is left as it is
-    from lbm.progress import console_log
-
-    console, logger = console_log(), logging.getLogger("lbm")
-    level = logger.level
-    if console is not None and logger.getEffectiveLevel() > logging.INFO:
-        logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        if console is not None:
-            logging.getLogger().removeHandler(console)
-        logger.setLevel(level)
 
 
 def profile_directory(param: Parameterisation, profile_dir: str | Path | None) -> Path | None:

@@ -264,8 +264,6 @@ def base_values(case: Case) -> dict[str, float]:
     return out
 
 
-
-
 def warn_nodes_on_the_wall(setup: Setup, key: str) -> None:
     """An LbmWarning where a node lies on the curved wall (the objective jumps there; the derivative is one-sided)."""
     # the solid mask changes with any step of the shape; the derivative is that of the unchanged mask
