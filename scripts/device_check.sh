@@ -132,6 +132,16 @@ case "$install" in
         --upgrade --target "$site" "${whl[@]}"
       pythonpath=$root:$site
     fi
+    # matplotlib: from the machine's own package index where it lacks one (the TPU machine has /opt/pypi/simple)
+    if ! PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$pythonpath" "$python" -c 'import matplotlib' >/dev/null 2>&1 \
+        && [[ -d /opt/pypi/simple ]]; then
+      site=${site:-$(mktemp -d "${TMPDIR:-/tmp}/lbm-device-site.XXXXXX")}
+      mpl=$site-mpl
+      step "install matplotlib from the machine's index (/opt/pypi/simple)" 120 "$out/install-matplotlib.log" \
+        env PIP_CONFIG_FILE=/dev/null "$python" -m pip install --isolated -q --only-binary=:all: \
+        --index-url file:///opt/pypi/simple --target "$mpl" matplotlib
+      pythonpath=$pythonpath:$mpl
+    fi
     ;;
   venv)
     [[ -n "$jax_extra" ]] || { echo "device_check: LBM_DEVICE=cpu has no venv install (use preinstalled)" >&2; exit 2; }
@@ -150,7 +160,11 @@ case "$install" in
     ;;
   *) echo "device_check: LBM_DEVICE_INSTALL must be auto, preinstalled or venv, not '$install'" >&2; exit 2 ;;
 esac
-export PYTHONPATH=$pythonpath PYTHONUNBUFFERED=1
+# appended to the caller's PYTHONPATH, never replacing it: on the TPU machine it names the folder of its jax; the
+# carried wheels come after it, so that the machine's own packages stay first
+root_first=${pythonpath%%:*}
+rest=${pythonpath#"$root_first"}
+export PYTHONPATH=$root_first${PYTHONPATH:+:$PYTHONPATH}$rest PYTHONUNBUFFERED=1
 [[ -n "$rehearsal" ]] && export LBM_DEVICE_REHEARSAL=1 JAX_PLATFORMS=cpu
 say "python: $python ($install); PYTHONPATH=$PYTHONPATH"
 
@@ -224,7 +238,8 @@ if sees "$python"; then
   # --- XProf's offline converter on the fused trace (issue 20, item 6): its per-kernel device times, saved beside
   # the profile for device_verdict.py (which compares them with lbm's kernels.csv) and for the fixture
   if "$python" -c 'import xprof.convert.raw_to_tool_data' >/dev/null 2>&1; then
-    step "xprof hlo_stats of the fused trace" 60 "$out/xprof.log" "$python" - "$out/profile-fused/profile" <<'PY'
+    for mode in fused instrumented; do
+    step "xprof hlo_stats of the $mode trace" 60 "$out/xprof-$mode.log" "$python" - "$out/profile-$mode/profile" <<'PY'
 import sys
 from pathlib import Path
 
@@ -236,6 +251,7 @@ data, _ = xspace_to_tool_data([str(xplane)], "hlo_stats", {})
 (profile / "xprof_hlo_stats.json").write_text(data.decode() if isinstance(data, bytes) else (data or "{}"))
 print("hlo_stats of", xplane, "->", profile / "xprof_hlo_stats.json")
 PY
+    done
   else
     say "xprof is not importable here: the XProf cross-check is left out (pip install xprof; no network on the lent machine)"
   fi

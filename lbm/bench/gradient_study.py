@@ -315,9 +315,10 @@ def main(args: list[str]) -> int:
     (out / "gradient.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     plot(record, out / "gradient.png")
     t = record["timing"]
+    passes = ", ".join(f"{k} {v['over_forward_step']:.2f}" for k, v in t["passes"].items()) or "-"
     print(f"value_and_grad {t['value_and_grad_s']:.3f} s over forward (xla engine) {t['forward_s']:.3f} s: ratio "
           f"{t['ratio']:.2f} (CPU time {t['cpu_ratio']:.2f}; {t['grid'][0]}^2, {t['steps']} steps, {t['policy']}; "
           f"load average {t['load_average_before'][0]:.1f} -> {t['load_average_after'][0]:.1f}); per step over the "
-          f"forward step: {', '.join(f'{k} {v['over_forward_step']:.2f}' for k, v in t['passes'].items()) or '-'}; "
+          f"forward step: {passes}; "
           f"wrote {out / 'gradient.json'} and gradient.png")
     return 0

@@ -30,23 +30,25 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import jax
 import numpy as np
 
 from lbm.lattice import Lattice
 
+T = TypeVar("T")
 
-def pytree_dataclass[T](cls: type[T]) -> type[T]:
+
+def pytree_dataclass(cls: type[T]) -> type[T]:
     """A frozen dataclass registered as a pytree: array fields are leaves, ``static`` fields are metadata."""
     frozen = dataclass(frozen=True)(cls)
     return jax.tree_util.register_dataclass(frozen)
 
 
-def static(default: Any = dataclasses.MISSING) -> Any:
+def static(default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
     """A dataclass field that is static under jit (hashable metadata, not an array)."""
-    return field(default=default, metadata={"static": True})
+    return field(default=default, default_factory=default_factory, metadata={"static": True})
 
 
 @pytree_dataclass

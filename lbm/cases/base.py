@@ -48,7 +48,7 @@ class Setup:
     force: tuple[float, ...] | None = static(None)
     collision: Collision | None = static(None)
     """The collision of kinds beyond bgk and trt (None: bgk or trt from omega_plus, omega_minus)."""
-    derived: Mapping[str, Any] = static(MappingProxyType({}))
+    derived: Mapping[str, Any] = static(default_factory=lambda: MappingProxyType({}))
     wall_velocity: Any = None
     """The walls' own velocity ``(D, *grid)``, read in solid cells (None: every wall at rest)."""
     f_neq0: np.ndarray | None = None

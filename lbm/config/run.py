@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lbm.config.cases import CASE_PARAMS, CaseParams
 from lbm.config.checks import (
@@ -129,7 +129,11 @@ class RunConfig:
         return -1 if self.parallel.devices == -1 else 1
 
 
-def read_section[S](cls: type[S], node: Any, key: str) -> S:
+S = TypeVar("S")
+T = TypeVar("T")
+
+
+def read_section(cls: type[S], node: Any, key: str) -> S:
     """The section ``cls`` of the composed config ``node`` at ``key``, its values as given (checked after)."""
     if not isinstance(node, Mapping):
         raise ConfigError(key, node, "a group of keys: " + ", ".join(f.name for f in dataclasses.fields(cls)))
@@ -144,7 +148,7 @@ def read_section[S](cls: type[S], node: Any, key: str) -> S:
     return cls(**values)
 
 
-def read_tree[T](cfg: Mapping[str, Any], schema: type[T] = RunSchema) -> T:  # type: ignore[assignment]
+def read_tree(cfg: Mapping[str, Any], schema: type[T] = RunSchema) -> T:  # type: ignore[assignment]
     """The typed tree ``schema`` of a composed (plain-dict) config; a missing key is refused, values are checked after.
 
     A run config's ``case`` is read into the parameter dataclass of the case it names (lbm.config.cases).

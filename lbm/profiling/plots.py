@@ -50,7 +50,7 @@ def breakdown_png(bd: Breakdown, path: Path, title: str = "") -> Path:
             ax1.barh(i, v * 100, left=left, color=colors[r["stage"]], edgecolor="black", linewidth=0.5,
                      hatch="//" if "+" in r["stage"] else None, label=r["stage"])
             if v > 0.06:
-                ax1.text(left + v * 50, i, f"{r['stage'].replace('+', '+\n')}\n{v * 100:.0f}%", ha="center",
+                ax1.text(left + v * 50, i, r["stage"].replace("+", "+\n") + f"\n{v * 100:.0f}%", ha="center",
                          va="center", fontsize=7)
             left += v * 100
     ax1.set_yticks(range(len(tables)), [f"{clock}\n({STATISTIC})" for clock, _, _ in tables])
