@@ -156,6 +156,28 @@ def test_auto_falls_back_to_xla_when_no_compiler(monkeypatch):
         make_engine(setup, engine="native")
 
 
+@pytest.mark.parametrize("case,platform,expected", [
+    ("taylor_green", "tpu", "pallas"),  # wall-free 2D box: the one TPU case where the Pallas kernel wins
+    ("cylinder", "tpu", "xla"),  # boundary cells: gathers and scatters serialise on a TPU
+    ("cavity", "tpu", "xla"),
+    ("taylor_green_d3q27", "tpu", "xla"),  # 3D: xla is faster on a TPU v5e
+    ("cylinder", "gpu", "pallas"),
+    ("taylor_green_d3q27", "cuda", "pallas"),
+    ("cylinder", "cpu", "native"),
+])
+def test_auto_choice_by_platform_and_case(case, platform, expected):
+    from lbm.engines import auto_choice
+
+    name, why = auto_choice(setup_for(CASES[case], "float32"), platform)
+    assert name == expected
+    assert ("TPU" in why) == (platform == "tpu")  # a TPU choice says why; the others have no measured rule yet
+
+
+def test_auto_on_a_tpu_logs_why_in_the_engine_note():
+    stepper = make_engine(setup_for(CASES["cylinder"], "float32"), platform="tpu")
+    assert stepper.name == "xla" and "auto on a TPU" in stepper.note
+
+
 @needs_native
 @pytest.mark.slow  # the fast lane's 16-bit storage: tests/test_storage.py (every pattern through each conversion)
 @pytest.mark.parametrize("engines", [pytest.param(("native", "xla"), id="native+xla")])

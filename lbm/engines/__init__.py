@@ -4,7 +4,8 @@
 ``native``: a generated C++ kernel for the bulk plus the stage functions on boundary cells (CPU);
 ``pallas``: one Pallas kernel per step for the bulk plus the same boundary plan (GPU, TPU; interpreted on CPU);
 ``instrumented``: one jit per stage, annotated, for the profiler;
-``auto``: pallas on a GPU or TPU, native on a CPU where it builds; xla where neither supports the setup.
+``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free 2D box and xla for
+everything else (:func:`auto_choice` says why); xla where the chosen one does not support the setup.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from typing import Any
 
 import jax
+import numpy as np
 
 from lbm.cases.base import Setup
 from lbm.config.run import ENGINES, MODES  # the choices of the config keys engine and mode
@@ -47,13 +49,31 @@ def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage
     platform = platform or jax.default_backend()
     if engine != "auto":
         return _named(engine, setup, storage, platform, native)
-    engine = "native" if platform == "cpu" else "pallas" if platform in ACCELERATORS else "xla"
+    engine, why = auto_choice(setup, platform)
     chosen = attempt(_named, engine, setup, storage, platform, native)
     if not isinstance(chosen, Unavailable):
+        chosen.note = "; ".join(filter(None, [chosen.note, why]))
         return chosen
     fallback = XlaEngine(setup, storage)
     fallback.note = chosen.reason
     return fallback
+
+
+def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
+    """The engine ``auto`` picks for ``setup`` on ``platform``, and why (the bench run that decided it), or ''."""
+    if platform == "cpu":
+        return "native", ""
+    if platform != "tpu":
+        return ("pallas", "") if platform in ACCELERATORS else ("xla", "")
+    # TPU v5e, jax 0.10.2, one `lbm bench` run per lattice (docs/performance.md, "Running on a TPU"): the Pallas
+    # kernel wins only without boundary cells in 2D (periodic D2Q9 1024^2: 8692 against 5459 MLUPS). With walls its
+    # gathers and scatters over boundary cells serialise on a TPU (the default cylinder: 297 against 2123 MLUPS),
+    # and in 3D the xla engine is faster (periodic D3Q19 128^3: 869 against 548; D3Q27 BGK 706 against 390).
+    wall_free = not setup.boundaries and not np.asarray(setup.solid).any()
+    if wall_free and len(setup.shape) == 2:
+        return "pallas", "auto on a TPU: pallas for a wall-free 2D box, where it is faster than xla"
+    where = "a 3D grid" if len(setup.shape) == 3 else "boundary cells"
+    return "xla", f"auto on a TPU: xla, faster than pallas on {where} (docs/performance.md, Running on a TPU)"
 
 
 def _named(engine: str, setup: Setup, storage: str, platform: str, native: Native | None = None) -> Engine:
@@ -69,4 +89,4 @@ def _named(engine: str, setup: Setup, storage: str, platform: str, native: Nativ
     return XlaEngine(setup, storage)
 
 
-__all__ = ["ENGINES", "MODES", "REFUSED_STORAGES", "STORAGES", "Engine", "EngineUnavailable", "make_engine"]
+__all__ = ["ENGINES", "auto_choice", "MODES", "REFUSED_STORAGES", "STORAGES", "Engine", "EngineUnavailable", "make_engine"]
