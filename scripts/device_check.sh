@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Device check (issue 10, item 5): on a machine with an NVIDIA GPU (or a TPU VM), in about 6 minutes,
+# Device check (issues 10 and 37): on a machine with a TPU or an NVIDIA GPU, in under 8 minutes,
 #   1. finds (or installs) a jax that sees the accelerator, and lbm's other dependencies,
 #   2. runs the tests marked `device` (compiled pallas vs xla on the device; a profiled run's device-clock breakdown),
 #   3. runs `lbm bench` for the pallas and xla engines, D2Q9 (1024^2) and D3Q19 (128^3; the cylinder 420x180x32),
-#      the device's copy bandwidth measured in the same run,
+#      the device's bandwidth probe measured in the same run,
 #   4. runs the default case (cylinder) profiled, fused and instrumented (short runs: a trace well under 2 MB),
-# and leaves everything under outputs/device-check/ (summary.txt, logs, bench-*/bench.json, profile-*/profile/).
-# Every step runs whatever happened before it: a failure is recorded (summary.txt, its log's tail) and the next
-# step goes on; the script exits 1 at the end if any step failed.
+#      and XProf's offline converter (hlo_stats) on both traces where xprof is importable,
+#   5. runs `lbm validate --quick` (a check the device cannot run, float64 on a TPU, is skipped with its reason),
+# and leaves everything under outputs/device-check/ (summary.txt, logs, bench-*/bench.json, profile-*/profile/,
+# validate/). Every step runs whatever happened before it: a failure is recorded (summary.txt, its log's tail) and
+# the next step goes on; the script exits 1 at the end if any step failed.
 #
-# ON THE WORKPLACE'S LENT GPU MACHINE (nvidia-h200; /work/.library/device/): "nothing outside it can be reached",
-# python3 is Python 3.12.3 with jax 0.11.2 + jax-cuda13-plugin 0.11.2 preinstalled, and 15 minutes of device time
-# per session include the machine's start (1-2 min). Here, with network, first: `bash scripts/device_wheels.sh`
-# (the wheels that machine lacks, about 33 MB: hydra-core, omegaconf, antlr4, perfetto, pyevtk, submitit, trimesh,
-# rtree, and xprof for the XProf cross-check; into the ignored .whl/), then ONE call of the `run` tool:
-#   run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 480
+# ON THE WORKPLACE'S LENT TPU MACHINE (tpu-v5e; /work/.library/device/KINDS.md): one TPU v5e chip, Python 3.11.7
+# with jax 0.10.2 + libtpu preinstalled and named by PYTHONPATH (which this script appends to, never replaces),
+# no network, 30 minutes of device time per session including the machine's start (1-2 min). Here, with network,
+# first: `bash scripts/device_wheels.sh` (the py3.11 wheels that machine lacks, about 36 MB: hydra-core, omegaconf,
+# antlr4, perfetto, pyevtk, rich, submitit, trimesh, rtree and their small dependencies, and xprof for the XProf
+# cross-check; into the ignored .whl/; matplotlib comes from the machine's own index), then ONE call of `run`:
+#   run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 560
 # It prints the results' summary and copies them into $OUT (at most 8 files, each <= 16 MiB: summary.txt,
-# the two bench.json, the two breakdown.csv, pytest-device.xml, device-check.tgz with everything else).
+# the two bench.json, the two breakdown.csv, pytest-device.xml, validate.json, device-check.tgz with the rest).
+# pytest runs with -n 0 (one process: one program at a time may hold the chip) and needs no pytest-xdist.
 #
 # Which python (LBM_DEVICE_INSTALL):
 #   preinstalled  $LBM_PYTHON (default python3) as it is: its jax must see the accelerator. Wheels in .whl/, if
@@ -26,7 +30,7 @@
 #                 jax[tpu]) == LBM_JAX_VERSION (default: .venv's jax, else 0.12.0.1) and lbm[test] from a registry.
 #   auto          (default) preinstalled when $LBM_PYTHON/python3's jax already sees the accelerator, else venv.
 #                 The lent machine's line names preinstalled: a venv there would wait on pip's network timeouts.
-# Other environment: LBM_DEVICE (cuda | tpu | cpu; default: detected), LBM_CHECK_BUDGET_S (default 420: steps
+# Other environment: LBM_DEVICE (cuda | tpu | cpu; default: detected), LBM_CHECK_BUDGET_S (default 470: steps
 # are cut to what is left of it, so the whole check ends before the run tool's limit).
 # REHEARSAL on a CPU machine: LBM_DEVICE=cpu runs every step the same way on the CPU backend with tiny grids, the
 # pallas kernel in interpret mode (what a GPU runs compiled), the device tests included (LBM_DEVICE_REHEARSAL=1
@@ -36,14 +40,14 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-run_tool_line='run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 480'
-echo "device_check: on the workplace's lent GPU machine, after 'bash scripts/device_wheels.sh' here, call:"
+run_tool_line='run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 560'
+echo "device_check: on the workplace's lent TPU machine, after 'bash scripts/device_wheels.sh' here, call:"
 echo "device_check:   $run_tool_line"
 out=outputs/device-check
 rm -rf "$out"
 mkdir -p "$out"
 start=$(date +%s)
-budget=${LBM_CHECK_BUDGET_S:-420}
+budget=${LBM_CHECK_BUDGET_S:-470}
 summary="$out/summary.txt"
 : > "$summary"
 failed=()
@@ -184,13 +188,15 @@ if jax.default_backend() != sys.argv[1]:
     sys.exit(f"jax's default backend is {jax.default_backend()}, not {sys.argv[1]}: the accelerator's plugin did not load")
 import hydra, omegaconf, pyevtk  # noqa: E401, F401  lbm's runtime dependencies that the lent machine lacks
 from lbm.config import load
-from lbm.engines import make_engine
+from lbm.engines import auto_choice, make_engine
 from lbm.simulation import make_case
 
-engine = make_engine(make_case(load([])).setup())
+setup = make_case(load([])).setup()
+engine = make_engine(setup)
 print("engine=auto on this device:", engine.name, engine.note)
-if sys.argv[1] != "cpu" and engine.name != "pallas":  # on a CPU auto picks native or xla
-    sys.exit(f"engine=auto picked {engine.name}, not pallas: {engine.note}")
+wanted, why = auto_choice(setup, jax.default_backend())
+if sys.argv[1] != "cpu" and engine.name != wanted:  # on a CPU auto picks native, or xla without a compiler
+    sys.exit(f"engine=auto picked {engine.name}, not {wanted} ({why}): {engine.note}")
 PY
 
 # Everything below needs jax on the accelerator: without it (a plugin that did not load) the steps would run
@@ -260,6 +266,12 @@ else
   say "skipped the device tests, bench and profiled runs: jax does not see the $device"
 fi
 
+# --- validate --quick on the device (issue 37, item 4): a check it cannot run (float64 on a TPU) is skipped -----
+if sees "$python"; then
+  step "validate --quick" 150 "$out/validate.log" "$python" -m lbm validate --quick --out "$out/validate"
+  check "validate wrote its report" test -s "$out/validate/validation.json"
+fi
+
 # --- results ------------------------------------------------------------------------------------------------------
 # the figures, also in the run tool's output tail (its last 12,000 characters), should the files not come back
 "$python" - "$out" <<'PY' 2>&1 | tee -a "$summary"
@@ -311,6 +323,7 @@ if [[ -n "${OUT:-}" ]]; then  # the run tool brings back <= 8 plain files, <= 16
     cp "$out/profile-$mode/profile/breakdown.csv" "$OUT/breakdown-$mode.csv" 2>/dev/null
   done
   cp "$out/pytest-device.xml" "$OUT/" 2>/dev/null
+  cp "$out/validate/validation.json" "$OUT/validate.json" 2>/dev/null
   tar czf "$OUT/device-check.tgz" "$out"
   if (( $(stat -c %s "$OUT/device-check.tgz") > 15 * 2**20 )); then  # keep the logs; leave out the largest traces
     tar czf "$OUT/device-check.tgz" --exclude='*.xplane.pb' --exclude='*trace.json.gz' "$out"
