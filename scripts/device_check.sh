@@ -31,7 +31,8 @@
 #   auto          (default) preinstalled when $LBM_PYTHON/python3's jax already sees the accelerator, else venv.
 #                 The lent machine's line names preinstalled: a venv there would wait on pip's network timeouts.
 # Other environment: LBM_DEVICE (cuda | tpu | cpu; default: detected), LBM_CHECK_BUDGET_S (default 470: steps
-# are cut to what is left of it, so the whole check ends before the run tool's limit).
+# are cut to what is left of it, so the whole check ends before the run tool's limit), LBM_DEVICE_CHECK_OUT (the
+# results folder, default outputs/device-check; emptied first).
 # REHEARSAL on a CPU machine: LBM_DEVICE=cpu runs every step the same way on the CPU backend with tiny grids, the
 # pallas kernel in interpret mode (what a GPU runs compiled), the device tests included (LBM_DEVICE_REHEARSAL=1
 # lets them run on the CPU); only the check that engine=auto picks pallas is left out (on a CPU it picks native
@@ -43,7 +44,7 @@ cd "$root"
 run_tool_line='run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 560'
 echo "device_check: on the workplace's lent TPU machine, after 'bash scripts/device_wheels.sh' here, call:"
 echo "device_check:   $run_tool_line"
-out=outputs/device-check
+out=${LBM_DEVICE_CHECK_OUT:-outputs/device-check}  # every result of the check, and nothing else, goes here
 rm -rf "$out"
 mkdir -p "$out"
 start=$(date +%s)
