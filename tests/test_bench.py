@@ -326,3 +326,31 @@ def test_steps_auto_take_the_fastest_probe(monkeypatch):
     monkeypatch.setattr(throughput, "time", clock)
     n = throughput.auto_steps(Runner(), 0, throughput.Timing(min_time_s=0.5))
     assert n == 128  # 0.5 s / 5 ms = 100 steps, rounded up to a power of two (the slowed first probe alone would give 4)
+
+
+def test_cpu_time_is_no_throughput_where_the_work_runs_on_an_accelerator(tmp_path, capsys, monkeypatch):
+    """On a TPU the process's CPU time is the host's dispatch (near zero): the records of work there carry no
+    CPU-time MLUPS, say why, and the collisions table prints n/a instead (the platform stubbed, the work on this CPU)."""
+    from lbm.bench import throughput
+
+    monkeypatch.setattr(throughput._FusedRunner, "platform", lambda self, state: "tpu")
+    run_dir = tmp_path / "run"
+    assert main(["bench", "collisions=[bgk,trt]", "cases=[periodic]", "variants=[xla]", "grid.nx=16", "grid.ny=16",
+                 "repeats=2", "steps=2", "kernel_profile=0", "bandwidth.enabled=false",
+                 f"hydra.run.dir={run_dir}"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((run_dir / "bench.json").read_text())
+    for rec in doc["records"]:
+        assert rec["work_platform"] == "tpu" and rec["mlups"]["cpu_values"] is None
+        assert rec["cpu_clock"].startswith("n/a: the work runs on the tpu")
+        assert len(rec["mlups"]["values"]) == 2  # the wall clock still times every repeat
+    ratio = {s["collision"]: s for s in doc["summary"]}["trt"]["time_over_baseline"]["xla"]
+    assert ratio["cpu"] is None and ratio["wall"] > 0
+    assert out.count("n/a (tpu)") == 4  # MLUPS (CPU) and time / bgk (CPU) of both rows
+
+
+def test_records_of_work_on_the_host_keep_their_cpu_time(monkeypatch):
+    from lbm.bench.throughput import CPU_CLOCK, cpu_clock, cpu_mlups
+
+    assert cpu_mlups(1_000_000, [0.5, 0.25], "cpu") == [2.0, 4.0] and cpu_clock("cpu") == CPU_CLOCK
+    assert cpu_mlups(1_000_000, [1e-6], "gpu") is None and "n/a" in cpu_clock("gpu")

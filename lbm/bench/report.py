@@ -64,8 +64,12 @@ def time_over(record: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any
     rounds = len(record["mlups"]["values"])
     if "interleaved" not in record or "interleaved" not in baseline or len(baseline["mlups"]["values"]) != rounds:
         return None
-    ratio = lambda clock: statistics.median(  # noqa: E731  (MLUPS ∝ 1 / time per step: same cells)
-        b / a for a, b in zip(record["mlups"][clock], baseline["mlups"][clock], strict=True))
+
+    def ratio(clock: str) -> float | None:  # MLUPS ∝ 1 / time per step: same cells; None where a side lacks the clock
+        if record["mlups"].get(clock) is None or baseline["mlups"].get(clock) is None:
+            return None
+        return statistics.median(b / a for a, b in zip(record["mlups"][clock], baseline["mlups"][clock], strict=True))
+
     return {"wall": ratio("values"), "cpu": ratio("cpu_values"), "rounds": rounds}
 
 
@@ -144,17 +148,22 @@ def collision_table(doc: dict[str, Any]) -> Any:
     rows = {(s["case"], s["lattice"], tuple(s["grid"]), s["precision"], s["collision"]): s for s in doc["summary"]}
     baseline = next(s["baseline_collision"] for s in rows.values() if "baseline_collision" in s)
     table = Table(title=f"collisions against {baseline}: time per step over {baseline}'s in the same rounds (median of "
-                        "the rounds' ratios)")
+                        "the rounds' ratios); MLUPS by the wall clock, (CPU) by the process CPU time, n/a where the "
+                        "work ran on an accelerator")
     for col in ("case", "grid", "lattice", "precision", "variant", "engine", "collision", "MLUPS", "MLUPS (CPU)",
                 f"time / {baseline}", f"time / {baseline} (CPU)", "rounds"):
         table.add_column(col, justify="right" if col.startswith(("MLUPS", "time", "rounds")) else "left")
     for r in doc.get("records", []):
         ratio = rows[_key(r)].get("time_over_baseline", {}).get(r["variant"])
         own = r["collision"] == baseline
+        cpu = r["mlups"].get("cpu_values")
+        # where the work ran on an accelerator the process's CPU time is the host's dispatch, not the work: n/a
+        na = f"n/a ({r.get('work_platform', 'device')})"
         table.add_row(
             r["case"], "x".join(map(str, r["grid"])), r["lattice"], r["precision"], r["variant"], r["engine"],
-            r["collision"], _fmt(r["mlups"]["median"], ".1f"), _fmt(statistics.median(r["mlups"]["cpu_values"]), ".1f"),
+            r["collision"], _fmt(r["mlups"]["median"], ".1f"), na if cpu is None else _fmt(statistics.median(cpu), ".1f"),
             "1 (baseline)" if own else _fmt(ratio and ratio["wall"], ".2f", "x"),
-            "1 (baseline)" if own else _fmt(ratio and ratio["cpu"], ".2f", "x"),
+            na if cpu is None else "1 (baseline)" if own else _fmt(ratio and ratio["cpu"], ".2f", "x"),
             str(len(r["mlups"]["values"])))
     return table
+
