@@ -341,13 +341,51 @@ def make_runner(cfg: BenchConfig, setup: Any, timing: Timing) -> _Runner:
     return _FusedRunner(setup, cfg.variant, storage, timing.steps_per_dispatch)
 
 
-def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None) -> None:
-    """Set a record's roofline MLUPS and fraction of the roofline for a bandwidth (GB/s); none if None."""
-    record.pop("roofline_mlups", None)
-    record.pop("fraction_of_roofline", None)
-    if bandwidth_gbs:
-        record["roofline_mlups"] = bandwidth_gbs * 1e3 / record["bytes_per_cell_update"]
-        record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
+ABOVE_ROOFLINE = ("above the roofline at a memory-bound size: the bandwidth probe streams slower than this kernel, "
+                  "so the probe is wrong (not the kernel)")
+CACHE_RESIDENT = "cache-resident: the working set fits in the last-level cache, which DRAM bandwidth does not bound"
+
+
+def working_set(record: dict[str, Any]) -> tuple[int, str]:
+    """The bytes a record's program holds while it runs, and where the figure comes from."""
+    planned = (record.get("memory") or {}).get("planned_peak_bytes")
+    if planned:
+        return int(planned), "XLA memory_analysis of the compiled chunk (planned peak)"
+    return int(record["cells"] * record["bytes_per_cell_update"] // 2), "the populations (no memory analysis)"
+
+
+def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None, cache_bytes: int | None = None) -> None:
+    """Set a record's roofline MLUPS and fraction of the roofline for a bandwidth (GB/s); none if None.
+
+    With the last-level cache's size (``cache_bytes``), a record whose working set fits in it is ``cache_resident``:
+    its GB/s over the roofline stays in ``gbs_over_roofline``, its ``fraction_of_roofline`` is None (memory does not
+    bound it). ``roofline_check`` says which, or that a memory-bound record is above the roofline (the probe is
+    then wrong)."""
+    for key in ("roofline_mlups", "fraction_of_roofline", "gbs_over_roofline", "roofline_check", "cache_resident",
+                "working_set_bytes", "working_set_source"):
+        record.pop(key, None)
+    if not bandwidth_gbs:
+        return
+    ws, source = working_set(record)
+    resident = None if cache_bytes is None else ws <= cache_bytes
+    ratio = record["effective_gbs"] / bandwidth_gbs
+    record.update(working_set_bytes=ws, working_set_source=source, cache_resident=resident,
+                  roofline_mlups=bandwidth_gbs * 1e3 / record["bytes_per_cell_update"], gbs_over_roofline=ratio)
+    if resident:
+        record.update(fraction_of_roofline=None, roofline_check=CACHE_RESIDENT)
+    else:
+        record.update(fraction_of_roofline=ratio, roofline_check=ABOVE_ROOFLINE if ratio > 1 else "ok")
+
+
+def roofline_warnings(records: list[dict[str, Any]]) -> list[str]:
+    """One line per record above the roofline at a memory-bound size (the probe is wrong there)."""
+    out = []
+    for r in records:
+        if r.get("roofline_check") == ABOVE_ROOFLINE:
+            out.append(f"{r['case']} {'x'.join(map(str, r['grid']))} {r['lattice']} {r['collision']} {r['variant']} "
+                       f"{r['precision']}: {100 * r['fraction_of_roofline']:.1f} % of the roofline, working set "
+                       f"{r['working_set_bytes'] / 2**20:.1f} MiB: {ABOVE_ROOFLINE}")
+    return out
 
 
 PROBES = 3

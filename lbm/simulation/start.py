@@ -226,6 +226,7 @@ def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) ->
     """
     if not run.profile.enabled:
         return None
+    from lbm.engines.native.stream import probe
     from lbm.profiling.capture import Profiler
     from lbm.roofline import measure_bandwidth
 
@@ -234,7 +235,8 @@ def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) ->
         run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps,
         stages=list(engine.stage_names),
         run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
-        programs=engine.describe, compile_times=lambda: engine.compile_times, bandwidth=measure_bandwidth)
+        programs=engine.describe, compile_times=lambda: engine.compile_times,
+        bandwidth=lambda: measure_bandwidth(host=probe()))
     profiler.start()
     return profiler
 
