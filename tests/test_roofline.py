@@ -92,6 +92,10 @@ def test_the_roofline_is_the_fastest_kernel_to_memory():
     # every probe array in the cache: the fastest of them, flagged
     r = summarise(series[2:3], cache_bytes=32 * 2**20)
     assert r["roofline_cache_resident"] is True and r["roofline_kernel"] == "small"
+    # every kernel moving more than it names: the fastest of them, flagged so
+    r = summarise(series[3:], cache_bytes=32 * 2**20)
+    assert r["roofline_overcounted"] is True and r["roofline_cache_resident"] is False
+    assert r["roofline_kernel"] == "overcounted"
 
 
 def _cache(root, cpu, index, level, kind, size, shared):

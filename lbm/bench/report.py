@@ -160,6 +160,9 @@ def bandwidth_lines(bw: dict[str, Any]) -> list[str]:
     cache = bw.get("cache_bytes")
     notes = [bw["roofline_kernel"], bw.get("when"), cache and f"last-level cache {cache / 2**20:.1f} MiB"]
     lines.append(f"roofline {bw['bandwidth_gbs']:.1f} GB/s ({', '.join(n for n in notes if n)})")
+    if bw.get("roofline_overcounted"):
+        lines.append("every probe kernel's compiled program moves more than the kernel names (lbm.hlo): this roofline "
+                     "counts fewer bytes than the device moved; the probe is wrong here")
     if bw.get("roofline_cache_resident"):
         lines.append("the probe's arrays fit in the last-level cache: this roofline is the cache's bandwidth, not the "
                      "memory's (raise bandwidth.bytes)")
