@@ -56,7 +56,7 @@ SUBLANES = 8
 PALLAS_BLOCK = (512, 2048)
 """One Pallas copy block (4 MiB of float32; double-buffered in and out, 16 MiB of VMEM): the fastest block of the
 TPU v5e run above (562 against 536-551 GB/s for (256, 8192), (1024, 1024) and others, one call per pass)."""
-HOST_PASSES = 2
+HOST_PASSES = 1
 """Passes per call on a CPU: its dispatch is microseconds against the milliseconds of a pass over a large array."""
 DEVICE_BYTES_PER_CALL = 16 * 2**30
 """Bytes a call moves at least on an accelerator (20 ms at 800 GB/s: the ~0.8 ms a call costs is 4% of it)."""
@@ -93,7 +93,7 @@ def passes(platform: str, bytes_per_pass: int) -> int:
     """Passes of a kernel per call on ``platform``, for a kernel moving ``bytes_per_pass`` bytes a pass."""
     if platform == "cpu":
         return HOST_PASSES
-    return max(2, math.ceil(DEVICE_BYTES_PER_CALL / max(1, bytes_per_pass)))
+    return max(1, math.ceil(DEVICE_BYTES_PER_CALL / max(1, bytes_per_pass)))
 
 
 def tiled_shape(nbytes: int, itemsize: int, rows_multiple: int = SUBLANES, lanes: int = LANES) -> tuple[int, int]:
