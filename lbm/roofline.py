@@ -20,8 +20,8 @@ own probe (``host``: lbm.engines.native.stream), whose kernels are named ``nativ
 
 Why the loop (TPU v5e, scripts/bandwidth_candidates.py, 1 GiB arrays, jax 0.10.2): one in-place pass per call moved
 540 GB/s, ten passes in one ``fori_loop`` 641 GB/s (666 GB/s with 8192-wide rows), and 256 MiB arrays at one pass
-per call 368 GB/s (lbm bench before this probe): each call costs about 0.8 ms beyond its passes, so a call here
-moves at least :data:`DEVICE_BYTES_PER_CALL`.
+per call 368 GB/s (lbm bench before this probe): each call costs about 0.6 ms beyond its passes (3.98 ms a call
+against 3.36 ms a pass in the loop, 1 GiB arrays), so a call here moves at least :data:`DEVICE_BYTES_PER_CALL`.
 
 The roofline (``bandwidth_gbs``) is the largest median of the kernels whose working set does not fit in the last
 level cache (on a CPU, read from /sys; no cache is known for an accelerator's memory): the highest sustained rate
@@ -55,11 +55,12 @@ SUBLANES = 8
 """Their rows: a multiple of the TPU's 8 sublanes (of float32)."""
 PALLAS_BLOCK = (512, 2048)
 """One Pallas copy block (4 MiB of float32; double-buffered in and out, 16 MiB of VMEM): the fastest block of the
-TPU v5e run above (562 against 536-551 GB/s for (256, 8192), (1024, 1024) and others, one call per pass)."""
+TPU v5e run above (551 and 562 GB/s on its two array shapes, against 537-547 GB/s for (256, 8192), (256, 4096) and
+(1024, 1024); one call per pass, one run each)."""
 HOST_PASSES = 1
 """Passes per call on a CPU: its dispatch is microseconds against the milliseconds of a pass over a large array."""
 DEVICE_BYTES_PER_CALL = 16 * 2**30
-"""Bytes a call moves at least on an accelerator (20 ms at 800 GB/s: the ~0.8 ms a call costs is 4% of it)."""
+"""Bytes a call moves at least on an accelerator (21 ms at 800 GB/s: the ~0.6 ms a call costs is 3% of it)."""
 HLO_TOLERANCE = 0.01
 """A kernel whose compiled program moves more than this fraction beyond the bytes it names is not used."""
 CPU_CACHE_DIR = Path("/sys/devices/system/cpu")

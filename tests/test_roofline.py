@@ -20,7 +20,7 @@ def test_the_probe_arrays_are_in_the_tpus_native_tiling():
 
 
 def test_a_call_moves_enough_bytes_that_its_own_cost_is_small():
-    """An accelerator's call costs ~0.8 ms beyond its passes (TPU v5e): a call moves DEVICE_BYTES_PER_CALL at least;
+    """An accelerator's call costs ~0.6 ms beyond its passes (TPU v5e): a call moves DEVICE_BYTES_PER_CALL at least;
     a CPU's dispatch is negligible: HOST_PASSES."""
     assert roofline.passes("cpu", 2**29) == roofline.HOST_PASSES
     assert roofline.passes("tpu", 2**29) == 32  # 256 MiB in place: 512 MiB a pass, 16 GiB a call
