@@ -15,8 +15,8 @@ LBM chunk runs), the arrays donated so that every pass updates them where they l
 ``triad_2buf``  z <- x + 0.5 y                into a third array (STREAM's triad)
 
 On a TPU also ``pallas_copy``: x <- 1.0001 x in place by a Pallas kernel in :data:`PALLAS_BLOCK` VMEM blocks, in
-the same loop. On a CPU, where XLA's loops reach less than a native kernel's threads, the caller may add the host's
-own probe (``host``: lbm.engines.native.stream), whose kernels are named ``native_*``.
+the same loop. On a CPU the caller may add the host's own probe (``host``: lbm.engines.native.stream: C++ on every
+core, as the native LBM kernel streams, and Q planes at once as its populations), whose kernels are ``native_*``.
 
 Why the loop (TPU v5e, scripts/bandwidth_candidates.py, 1 GiB arrays, jax 0.10.2): one in-place pass per call moved
 540 GB/s, ten passes in one ``fori_loop`` 641 GB/s (666 GB/s with 8192-wide rows), and 256 MiB arrays at one pass
