@@ -1,9 +1,9 @@
 """The host's memory bandwidth with all its threads: STREAM-like kernels in C++ (stream.cc), built like the native
 LBM kernels (the same compiler and flags, the same on-disk cache) and called through ctypes.
 
-XLA:CPU splits an elementwise loop over threads by its own cost model (a 1-D copy ran on one: 0.7-0.8 s of CPU a
-second of wall), where the native LBM kernel streams on all of XLA's intra-op threads. These kernels stream with as
-many threads, each over its own contiguous slice (first touched by it): ``copy``, ``triad`` (in place),
+XLA:CPU splits an elementwise loop into parts by its own cost model (``outer_dimension_partitions`` in the compiled
+HLO), where the native LBM kernel streams on all of XLA's intra-op threads with its own code. These kernels stream
+with as many threads, each over its own contiguous slice (first touched by it): ``copy``, ``triad`` (in place),
 ``copy_2buf``, ``triad_2buf`` (into another array, STREAM's) and ``planes<Q>``: Q planes read and written in place
 at once, as an LBM step's populations, with the native kernel's software prefetch (``LBM_NATIVE_PREFETCH_BYTES``,
 default 2048 bytes).
