@@ -4,8 +4,9 @@ Each check runs a case (a full run directory with plots) and compares one of its
 with a bound or a reference interval; ``--quick`` runs the checks of the quick level, the
 default the full level (published intervals at finer resolutions; README.md, "Validation",
 gives how long each takes); overrides given on the command line apply to every check (e.g.
-``precision=float64``, ``mode=instrumented``, ``collision=trt``). Exit code 0 when every
-check passes, 1 when one fails, 2 on bad input.
+``precision=float64``, ``mode=instrumented``, ``collision=trt``). A check the platform cannot run (its own
+float64 on a TPU) is skipped with its reason in the report, and the level goes on. Exit code 0 when every check
+that ran passes, 1 when one fails, 2 on bad input (an override the platform cannot run included).
 """
 
 from __future__ import annotations
@@ -183,21 +184,32 @@ CHECKS = CHECKS + CHECKS_3D
 
 
 def run_checks(out: Path, overrides: list[str], only: set[str] | None = None,
-               log: Callable[[str], None] = print, level: str = "full") -> list[dict[str, Any]]:
+               log: Callable[[str], None] = print, level: str = "full", platform: str | None = None
+               ) -> list[dict[str, Any]]:
     """Validate every configuration first, then run each once (checks of one configuration share the run);
-    returns one record per check."""
+    returns one record per check. A check ``platform`` (default: JAX's first device's) cannot run is skipped
+    with its reason, and the others run (raises LbmError where the user's own overrides ask what it cannot)."""
     from lbm.config import RunConfig, load
-    from lbm.simulation import make_case, simulate
+    from lbm.simulation import float64_refusal, make_case, simulate
 
+    platform = platform or device_platform()
+    if (why := float64_refusal(platform)) and precision_asked(overrides) == "float64":
+        raise LbmError(f"validate: precision=float64 cannot run on this {platform} ({why}); drop the override")
     checks = [c for c in CHECKS if (not only or c.case in only) and level in c.levels]
     runs: dict[tuple[str, ...], RunConfig] = {}
+    skipped: dict[tuple[str, ...], str] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for check in checks:
             args = check.arguments(overrides)
-            if args not in runs:
-                runs[args] = load(args)
-                make_case(runs[args])
+            if args not in runs and args not in skipped:
+                run = load(args)
+                make_case(run)
+                refusal = unsupported(run, platform)
+                if refusal:
+                    skipped[args] = refusal
+                else:
+                    runs[args] = run
     done: dict[tuple[str, ...], tuple[dict[str, Any], Path]] = {}
     for k, (args, run) in enumerate(runs.items()):
         run_dir = out / f"{k:02d}_{run.case}"
@@ -208,17 +220,44 @@ def run_checks(out: Path, overrides: list[str], only: set[str] | None = None,
     results: list[dict[str, Any]] = []
     for check in checks:
         args = check.arguments(overrides)
+        record = {"check": check.name, "case": check.case, "metric": check.metric, "bound": check.bound,
+                  "interval": check.interval, "expected": check.expected, "reference": check.reference,
+                  "overrides": list(args)}
+        if args in skipped:
+            log(f"validate: skipped {check.name}: {skipped[args]}")
+            results.append(record | {"value": None, "relative_error": None, "passed": None, "skipped": skipped[args],
+                                     "run_dir": None})
+            continue
         metrics, run_dir = done[args]
         value = check.quantity(metrics) if check.quantity else metrics.get(check.metric)
         error = None
         if check.interval is not None and value is not None:
             middle = 0.5 * (check.interval[0] + check.interval[1])
             error = (value - middle) / middle
-        results.append({"check": check.name, "case": check.case, "metric": check.metric, "value": value,
-                        "bound": check.bound, "interval": check.interval, "expected": check.expected,
-                        "relative_error": error, "passed": check.passes(value), "reference": check.reference,
-                        "run_dir": str(run_dir), "overrides": list(args)})
+        results.append(record | {"value": value, "relative_error": error, "passed": check.passes(value),
+                                 "run_dir": str(run_dir)})
     return results
+
+
+def device_platform() -> str:
+    """The platform the checks run on: JAX's first device's (cpu, gpu, tpu)."""
+    import jax
+
+    return jax.devices()[0].platform
+
+
+def precision_asked(overrides: list[str]) -> str | None:
+    """The precision the user's overrides set (the last ``precision=`` wins), or None."""
+    asked = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == "precision" and "=" in o]
+    return asked[-1] if asked else None
+
+
+def unsupported(run: Any, platform: str) -> str | None:
+    """Why a validated configuration cannot run on ``platform`` (a check's own float64 on a TPU), or None."""
+    from lbm.simulation import float64_refusal
+
+    why = float64_refusal(platform) if run.precision == "float64" else None
+    return f"needs precision=float64, which {platform} cannot run ({why})" if why else None
 
 
 def report(results: list[dict[str, Any]], overrides: list[str]) -> str:
@@ -226,17 +265,21 @@ def report(results: list[dict[str, Any]], overrides: list[str]) -> str:
     import jax
 
     lines = [f"# lbm validation ({datetime.datetime.now():%Y-%m-%d %H:%M}, jax {jax.__version__}, "
-             f"{jax.devices()[0].platform})", "",
+             f"{device_platform()})", "",
              f"Overrides applied to every check: {' '.join(overrides) or '(none)'}", "",
              "| check | quantity | reference | lbm | error | result | source |", "|---|---|---|---|---|---|---|"]
     for r in results:
         value = "n/a" if r["value"] is None else f"{r['value']:.5g}"  # 5 digits: 3.2398 must not read as the bound 3.24
         error = "" if r.get("relative_error") is None else f"{100 * r['relative_error']:+.2f}%"
-        lines.append(f"| {r['check']} | {r['metric']} | {r['expected']} | {value} | {error} | "
-                     f"{'pass' if r['passed'] else '**FAIL**'} | {r['reference']} |")
-    failed = [r["check"] for r in results if not r["passed"]]
-    lines += ["", f"{len(results) - len(failed)}/{len(results)} checks passed" + (
-        f"; failed: {', '.join(failed)}" if failed else ""), ""]
+        result = "skipped" if r.get("skipped") else "pass" if r["passed"] else "**FAIL**"
+        source = f"skipped: {r['skipped']}; {r['reference']}" if r.get("skipped") else r["reference"]
+        lines.append(f"| {r['check']} | {r['metric']} | {r['expected']} | {value} | {error} | {result} | {source} |")
+    ran = [r for r in results if not r.get("skipped")]
+    failed = [r["check"] for r in ran if not r["passed"]]
+    skipped = [r["check"] for r in results if r.get("skipped")]
+    lines += ["", f"{len(ran) - len(failed)}/{len(ran)} checks passed" + (
+        f"; failed: {', '.join(failed)}" if failed else "") + (
+        f"; skipped (this platform cannot run them): {', '.join(skipped)}" if skipped else ""), ""]
     return "\n".join(lines)
 
 
@@ -280,4 +323,4 @@ def main(args: list[str]) -> int:
     (out / "validation.json").write_text(json.dumps({"overrides": overrides, "checks": results}, indent=2) + "\n")
     print(text)
     print(f"wrote {out}/validation.md, validation.json and one run directory per configuration")
-    return 0 if all(r["passed"] for r in results) else 1
+    return 0 if all(r["passed"] for r in results if not r.get("skipped")) else 1

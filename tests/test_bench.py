@@ -41,9 +41,13 @@ def test_bench_json_holds_every_contract_field(bench_doc):
         assert key in env, key
     assert env["jax"] and env["python"] and env["device"]
     bw = doc["bandwidth"]
-    for kernel in ("copy", "triad", "copy_2buf", "triad_2buf"):
+    assert {"copy", "triad", "copy_2buf", "triad_2buf"} <= set(bw["kernels"])
+    for kernel in bw["kernels"]:
         assert bw[kernel]["median_gbs"] > 0 and bw[kernel]["min_gbs"] <= bw[kernel]["max_gbs"]
-    assert bw["bandwidth_gbs"] == max(bw[k]["median_gbs"] for k in ("copy", "triad", "copy_2buf", "triad_2buf"))
+    # the roofline: the fastest kernel to memory (of all of them where the arrays fit in the cache, flagged)
+    usable = [k for k in bw["kernels"] if bw[k]["cache_resident"] is False and "note" not in bw[k]]
+    assert bw["roofline_cache_resident"] == (not usable)
+    assert bw["bandwidth_gbs"] == max(bw[k]["median_gbs"] for k in usable or bw["kernels"])
     assert "GB/s" in bw["unit"]
     # measured before and after the configurations; the roofline is the larger
     assert len(bw["runs"]) == 2 and bw["bandwidth_gbs"] == max(r["bandwidth_gbs"] for r in bw["runs"])
@@ -63,7 +67,10 @@ def test_bench_json_holds_every_contract_field(bench_doc):
         # each of the 9 populations read once and written once, 4 bytes each
         assert r["bytes_per_cell_update"] == 2 * 9 * 4
         assert r["effective_gbs"] == pytest.approx(m["median"] * 1e6 * 72 / 1e9)
-        assert r["fraction_of_roofline"] == pytest.approx(m["median"] * 1e6 * 72 / 1e9 / bw["bandwidth_gbs"])
+        assert r["gbs_over_roofline"] == pytest.approx(m["median"] * 1e6 * 72 / 1e9 / bw["bandwidth_gbs"])
+        # a fraction of the roofline only where memory bounds the run: not for a working set in the cache
+        assert r["cache_resident"] == (r["working_set_bytes"] <= bw["cache_bytes"])
+        assert r["fraction_of_roofline"] == (None if r["cache_resident"] else r["gbs_over_roofline"])
         assert r["roofline_mlups"] == pytest.approx(bw["bandwidth_gbs"] * 1e9 / 72 / 1e6)
         assert r["compile_s"] > 0
         if r["mode"] in ("fused", "naive"):
@@ -107,7 +114,8 @@ def test_bench_json_contract_fast(tmp_path):
     assert RECORD_KEYS <= r.keys() and r["mode"] == "fused" and r["grid"] == [16, 16]
     n = r["steps_per_repeat"]
     assert n >= 2 and n & (n - 1) == 0  # steps=auto: a power of two
-    assert r["fraction_of_roofline"] == pytest.approx(r["mlups"]["median"] * 1e6 * 72 / 1e9 / bw)
+    assert r["gbs_over_roofline"] == pytest.approx(r["mlups"]["median"] * 1e6 * 72 / 1e9 / bw)
+    assert r["fraction_of_roofline"] == (None if r["cache_resident"] else r["gbs_over_roofline"])
     ev = r["evidence"]
     assert EVIDENCE_KEYS <= ev.keys() and ev["chunk_steps"] == EVIDENCE_STEPS
     assert ev["kernels_per_step"] == len(ev["kernels"]) / ev["steps_per_loop_body"] > 0
@@ -326,3 +334,84 @@ def test_steps_auto_take_the_fastest_probe(monkeypatch):
     monkeypatch.setattr(throughput, "time", clock)
     n = throughput.auto_steps(Runner(), 0, throughput.Timing(min_time_s=0.5))
     assert n == 128  # 0.5 s / 5 ms = 100 steps, rounded up to a power of two (the slowed first probe alone would give 4)
+
+
+def test_cpu_time_is_no_throughput_where_the_work_runs_on_an_accelerator(tmp_path, capsys, monkeypatch):
+    """On a TPU the process's CPU time is the host's dispatch (near zero): the records of work there carry no
+    CPU-time MLUPS, say why, and the collisions table prints n/a instead (the platform stubbed, the work on this CPU)."""
+    from lbm.bench import throughput
+
+    monkeypatch.setattr(throughput._FusedRunner, "platform", lambda self, state: "tpu")
+    run_dir = tmp_path / "run"
+    assert main(["bench", "collisions=[bgk,trt]", "cases=[periodic]", "variants=[xla]", "grid.nx=16", "grid.ny=16",
+                 "repeats=2", "steps=2", "kernel_profile=0", "bandwidth.enabled=false",
+                 f"hydra.run.dir={run_dir}"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((run_dir / "bench.json").read_text())
+    for rec in doc["records"]:
+        assert rec["work_platform"] == "tpu" and rec["mlups"]["cpu_values"] is None
+        assert rec["cpu_clock"].startswith("n/a: the work runs on the tpu")
+        assert len(rec["mlups"]["values"]) == 2  # the wall clock still times every repeat
+    ratio = {s["collision"]: s for s in doc["summary"]}["trt"]["time_over_baseline"]["xla"]
+    assert ratio["cpu"] is None and ratio["wall"] > 0
+    assert out.count("n/a (tpu)") == 4  # MLUPS (CPU) and time / bgk (CPU) of both rows
+
+
+def test_records_of_work_on_the_host_keep_their_cpu_time(monkeypatch):
+    from lbm.bench.throughput import CPU_CLOCK, cpu_clock, cpu_mlups
+
+    assert cpu_mlups(1_000_000, [0.5, 0.25], "cpu") == [2.0, 4.0] and cpu_clock("cpu") == CPU_CLOCK
+    assert cpu_mlups(1_000_000, [1e-6], "gpu") is None and "n/a" in cpu_clock("gpu")
+
+
+def _record(grid, mlups, planned=None):
+    cells = math.prod(grid)
+    rec = {"case": "periodic", "lattice": "d2q9", "collision": "bgk", "variant": "native", "precision": "float32",
+           "grid": list(grid), "cells": cells, "bytes_per_cell_update": 72, "effective_gbs": mlups * 72 / 1e3}
+    if planned:
+        rec["memory"] = {"planned_peak_bytes": planned}
+    return rec
+
+
+def test_a_working_set_in_the_cache_is_marked_cache_resident_not_a_fraction_of_memory_bandwidth():
+    from lbm.bench.throughput import CACHE_RESIDENT, apply_roofline
+
+    small = _record((512, 512), 1000.0)  # 9 MiB of populations: in a 32 MiB cache
+    apply_roofline(small, 50.0, cache_bytes=32 * 2**20)
+    assert small["working_set_bytes"] == 512 * 512 * 36 and small["cache_resident"] is True
+    assert small["fraction_of_roofline"] is None and small["roofline_check"] == CACHE_RESIDENT
+    assert small["gbs_over_roofline"] == pytest.approx(72.0 / 50.0)  # the ratio stays, named as what it is
+    big = _record((512, 512), 600.0, planned=64 * 2**20)  # the compiled program's planned peak decides
+    apply_roofline(big, 50.0, cache_bytes=32 * 2**20)
+    assert big["cache_resident"] is False and big["fraction_of_roofline"] == pytest.approx(43.2 / 50.0)
+    assert big["roofline_check"] == "ok" and "memory_analysis" in big["working_set_source"]
+    unknown = _record((512, 512), 600.0)  # no cache size (an accelerator): no mark, the fraction as it is
+    apply_roofline(unknown, 50.0, cache_bytes=None)
+    assert unknown["cache_resident"] is None and unknown["fraction_of_roofline"] == pytest.approx(43.2 / 50.0)
+    apply_roofline(unknown, None)
+    assert "fraction_of_roofline" not in unknown and "cache_resident" not in unknown
+
+
+def test_a_memory_bound_record_above_the_roofline_says_the_probe_is_wrong(capsys):
+    from lbm.bench.report import print_table
+    from lbm.bench.throughput import ABOVE_ROOFLINE, apply_roofline, roofline_warnings
+
+    above = _record((4096, 4096), 700.0)  # 50.4 GB/s over a 45 GB/s probe, 576 MiB: not in any cache
+    cached = _record((256, 256), 900.0)
+    for rec in (above, cached):
+        apply_roofline(rec, 45.0, cache_bytes=32 * 2**20)
+        rec.update(engine="native", mode="fused", compile_s=0.1,
+                   mlups={"median": rec["effective_gbs"] * 1e3 / 72, "spread_pct": 1.0})
+    assert above["fraction_of_roofline"] == pytest.approx(50.4 / 45.0) and above["roofline_check"] == ABOVE_ROOFLINE
+    (line,) = roofline_warnings([above, cached])
+    assert line.startswith("periodic 4096x4096 d2q9 bgk native float32: 112.0 % of the roofline") and "probe is wrong" in line
+    bandwidth = {"kernels": ["copy", "native_copy"], "repeats": 3, "bandwidth_gbs": 45.0, "roofline_kernel": "native_copy",
+                 "cache_bytes": 32 * 2**20, "copy": {"median_gbs": 40.0, "cache_resident": False},
+                 "native_copy": {"median_gbs": 45.0, "cache_resident": False},
+                 "spec_bandwidth_gbs": 60.0, "spec_source": "a datasheet", "fraction_of_spec": 0.75}
+    print_table({"bandwidth": bandwidth, "records": [above, cached], "roofline_warnings": [line]})
+    out = capsys.readouterr().out
+    assert "112.0 % (above: probe wrong)" in out and "cache-resident" in out
+    assert "copy 40.0, native_copy 45.0" in out and "last-level cache 32.0 MiB" in out
+    assert "specification 60 GB/s (a datasheet): the roofline is 75 % of it" in out
+    assert " ".join(f"WARNING {line}".split()) in " ".join(out.split())  # rich wraps long lines

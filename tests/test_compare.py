@@ -579,3 +579,24 @@ def test_a_bench_of_several_collisions_is_compared_collision_by_collision(tmp_pa
     closing = out.split("**Verdict")[-1]
     assert word == "REGRESSION" and "kbc xla" in closing and "bgk xla" not in closing
     assert "flops per cell and step 400 -> 500 (+25.0%)" in out
+
+
+def test_interleaved_rounds_of_work_on_an_accelerator_are_judged_by_the_wall_clock(monkeypatch):
+    """A worker whose work ran on an accelerator sends no CPU time (the host's dispatch, near zero): the rounds'
+    ratios are those of the wall clock, and the verdict says so."""
+    from lbm.bench import interleave
+
+    walls = {"base": 1.0, "new": 1.5}
+
+    def time_one(self, i):
+        self.cpu_s.setdefault(i, []).append(None)
+        self.wall_s.setdefault(i, []).append(walls[self.python])
+
+    monkeypatch.setattr(interleave.Side, "start", lambda self, configs, cwd: setattr(self, "n", len(configs)))
+    monkeypatch.setattr(interleave.Side, "answer", lambda self: {"ready": True, "evidence": [None] * self.n})
+    monkeypatch.setattr(interleave.Side, "time_one", time_one)
+    monkeypatch.setattr(interleave.Side, "stop", lambda self: None)
+    monkeypatch.setattr(interleave.sys, "executable", "new")
+    rec = {"case": "periodic", "lattice": "d2q9", "grid": [16, 16], "variant": "pallas", "precision": "float32"}
+    got = interleave.measure([(rec, rec)], "", "", 6, "base")[0]
+    assert got.clock == interleave.WALL_CLOCK and got.log_ratios == pytest.approx([math.log(1.5)] * 6)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from lbm import validate
+from lbm.errors import LbmError
 from lbm.validate import Check, main
 
 
@@ -56,3 +57,32 @@ def test_the_quick_level_passes(tmp_path):
     quick = [c.name for c in validate.CHECKS if "quick" in c.levels]
     assert [c["check"] for c in data["checks"]] == quick and all(c["passed"] for c in data["checks"])
     assert f"{len(quick)}/{len(quick)} checks passed" in (out / "validation.md").read_text()
+
+
+def test_a_check_that_needs_float64_is_skipped_on_a_platform_without_it_and_the_level_goes_on(tmp_path, monkeypatch):
+    """On a TPU (the platform stubbed: the checks run on this CPU) the float64 check is skipped with its reason, the
+    float32 checks after it still run, and the exit code is theirs."""
+    tiny = ("grid.nx=16", "grid.ny=16", "steps=100", "output.plots=false")
+    checks = (
+        Check("mass64", "taylor_green", tiny, "mass_rel_drift", 1e-12, "float64 round-off",
+              quantity=lambda m: abs(m["mass_rel_drift"]), forced=("precision=float64",)),
+        Check("mass", "taylor_green", tiny, "mass_rel_drift", 1e-5, "mass is conserved",
+              quantity=lambda m: abs(m["mass_rel_drift"])),
+    )
+    monkeypatch.setattr(validate, "CHECKS", checks)
+    monkeypatch.setattr(validate, "device_platform", lambda: "tpu")
+    out = tmp_path / "v"
+    assert main(["--quick", "--out", str(out)]) == 0
+    data = json.loads((out / "validation.json").read_text())
+    first, second = data["checks"]
+    assert first["check"] == "mass64" and first["passed"] is None and first["run_dir"] is None
+    assert "precision=float64" in first["skipped"] and "TPU has no float64 arithmetic" in first["skipped"]
+    assert second["check"] == "mass" and second["passed"] is True and "skipped" not in second
+    assert len(list(out.glob("*_taylor_green"))) == 1  # the float64 configuration never ran
+    report = (out / "validation.md").read_text()
+    assert "| mass64 | mass_rel_drift | <= 1e-12 | n/a |  | skipped | skipped: needs precision=float64" in report
+    assert "1/1 checks passed; skipped (this platform cannot run them): mass64" in report
+    # the user's own precision=float64 on that platform is bad input: one line, exit code 2, nothing run
+    with pytest.raises(LbmError, match="precision=float64 cannot run on this tpu") as info:
+        main(["--quick", "--out", str(tmp_path / "w"), "precision=float64"])
+    assert info.value.exit_code == 2 and not (tmp_path / "w").exists()

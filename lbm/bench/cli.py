@@ -192,7 +192,8 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
         return run_scaling(cfg, run_dir)
 
     from lbm.bench.report import print_table, summary, write_json
-    from lbm.bench.throughput import MeasureError, apply_roofline, measure, measure_interleaved
+    from lbm.bench.throughput import MeasureError, apply_roofline, measure, measure_interleaved, roofline_warnings
+    from lbm.engines.native.stream import probe
     from lbm.roofline import measure_bandwidth
 
     p = plan(cfg)
@@ -208,12 +209,13 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
         "load_average_start": load_average(),
     }
     progress = _Progress(console)
+    host = probe() if p["bandwidth"]["enabled"] else None  # the host's threads (a CPU): lbm.engines.native.stream
     measure_bw = lambda when: measure_bandwidth(  # noqa: E731
-        nbytes=p["bandwidth"]["bytes"], repeats=p["bandwidth"]["repeats"]) | {"when": when}
+        nbytes=p["bandwidth"]["bytes"], repeats=p["bandwidth"]["repeats"], host=host) | {"when": when}
     try:
         first = None
         if p["bandwidth"]["enabled"]:
-            progress("memory bandwidth: copy and triad, in place and into a second buffer")
+            progress("memory bandwidth: copy and triad, in place and into another array (lbm.roofline)")
             first = measure_bw("before the configurations")
             log.info("bandwidth %.1f GB/s (%s)", first["bandwidth_gbs"], first["roofline_kernel"])
         records: list[dict[str, Any]] = []
@@ -250,8 +252,11 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
         doc["bandwidth"] = bandwidth
         bw = bandwidth["bandwidth_gbs"] if bandwidth else None
         for rec in records:
-            apply_roofline(rec, bw)
+            apply_roofline(rec, bw, bandwidth["cache_bytes"] if bandwidth else None)
         doc["records"] = records
+        doc["roofline_warnings"] = roofline_warnings(records)
+        for line in doc["roofline_warnings"]:
+            log.warning("%s", line)
         doc["skipped"] = skipped
         doc["summary"] = summary(records, bw, (p["collisions"] or [None])[0])
         doc["load_average_end"] = load_average()

@@ -16,7 +16,8 @@ three kinds of evidence, in this order:
    verdict. Fewer pairs than that interval needs (6, so N >= 6) decide nothing:
    the verdict is the two files', made INCONCLUSIVE where it was OK but the pairs' median exceeds the threshold.
 3. **The two files' timing**: on a shared machine other work only slows a repeat down, so each file is read by
-   its fastest repeat (CPU-timed where both files have ``mlups.cpu_values``), against a noise limit (the larger
+   its fastest repeat (CPU-timed where both files have ``mlups.cpu_values``, which a record of work on an
+   accelerator has not), against a noise limit (the larger
    of ``--threshold`` and the two runs' gaps between fastest and second fastest repeat) with a rank permutation
    test. Two files measured at different moments never make a REGRESSION: a slowdown beyond their noise, or a
    changed program whose noise exceeds the threshold, is INCONCLUSIVE, with what to do next.
@@ -251,7 +252,7 @@ def _decide_paired(paired: Interleaved, threshold: float) -> Verdict:
     early = f" of {paired.planned}, the rest could not change the verdict" if paired.planned > pairs else ""
     each = ", ".join(_pct(math.expm1(x)) for x in paired.log_ratios)
     text = (f"interleaved, {paired.rounds} rounds on {pairs} pairs of workers{early}: new/base - 1 = {_pct(med)} "
-            f"(median of the pairs' medians {each}; 95% interval {_pct(lo)} .. {_pct(hi)}, process CPU time)")
+            f"(median of the pairs' medians {each}; 95% interval {_pct(lo)} .. {_pct(hi)}, {paired.clock})")
     word = verdict_of_rounds(paired.log_ratios, threshold)
     if word == "REGRESSION":
         return Verdict(word, f"timing {text}")

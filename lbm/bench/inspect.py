@@ -373,9 +373,10 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     minimum = lbm_bytes_per_cell(setup.lattice.q, np.dtype(setup.dtype).itemsize)
     bandwidth, source = target.bandwidth_gbs, target.bandwidth_source
     if bandwidth is None:
+        from lbm.engines.native.stream import probe
         from lbm.roofline import measure_bandwidth
 
-        bandwidth = round(measure_bandwidth(nbytes=128 * 2**20, repeats=3)["bandwidth_gbs"], 1)
+        bandwidth = round(measure_bandwidth(nbytes=128 * 2**20, repeats=3, host=probe())["bandwidth_gbs"], 1)
     devices = getattr(sharding, "device_set", set())
     record = {
         "schema": SCHEMA,

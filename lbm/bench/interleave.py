@@ -5,7 +5,8 @@ configuration to re-measure: the base with ``--base-python`` (another environmen
 the BASE file's XLA_FLAGS; the new one with this interpreter under the NEW file's XLA_FLAGS. Then, configuration
 after configuration, rounds, each one timed repeat of both sides back to back, in the order base-new, new-base,
 base-new, ... (so a drift of the machine within a round does not favour one side); each round gives one ratio
-t_new / t_base of the process CPU time of the repeat. A process's speed has a part of its own that stays for all
+t_new / t_base of the process CPU time of the repeat (of the wall clock where the work runs on an accelerator: the
+process's CPU time is then the host's dispatch, not the work). A process's speed has a part of its own that stays for all
 its rounds, so the N rounds are spread over up to :data:`BLOCKS` fresh pairs of workers (JAX's persistent
 compilation cache lets the later pairs load what the first compiled), and each pair of workers gives one
 observation, the median of its rounds' log ratios. The slowdown is the median of these observations, with the
@@ -36,6 +37,8 @@ from lbm.errors import LbmError
 TAG = "LBM-INTERLEAVE "
 """Prefix of the worker's protocol lines on stdout (anything else a library prints there is ignored)."""
 COVERAGE = 0.95
+CPU_CLOCK = "process CPU time"
+WALL_CLOCK = "wall clock (the work ran on an accelerator, where the process's CPU time does not measure it)"
 WAIT_S = 900.0
 """Longest wait for one answer of a worker (set-up and compilation included)."""
 
@@ -66,17 +69,20 @@ def worker(configs: list[dict[str, Any]]) -> None:
         runner.compile(f, n)
         evidence.append(runner.describe(f, n).get("evidence"))
         engines.append(runner.engine)
-        states.append([runner, jax.block_until_ready(runner.run(f + 0, n)), n])  # warm-up
+        state = jax.block_until_ready(runner.run(runner.start(f), n))  # warm-up
+        states.append([runner, state, n, runner.platform(state)])
     _say({"ready": True, "evidence": evidence, "engine": engines})
     for line in sys.stdin:
         words = line.split()
         if len(words) != 2 or words[0] != "run":
             break
         state = states[int(words[1])]
-        runner, f, n = state
+        runner, f, n, platform = state
         c0, t0 = time.process_time(), time.perf_counter()
         state[1] = jax.block_until_ready(runner.run(f, n))
-        _say({"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0})
+        cpu = time.process_time() - c0
+        # on an accelerator the process's CPU time is the host's dispatch and waiting, not the work: none
+        _say({"wall_s": time.perf_counter() - t0, "cpu_s": cpu if platform == "cpu" else None})
 
 
 # --- the driver -----------------------------------------------------------------------------
@@ -174,7 +180,7 @@ class Interleaved:
     rounds: int
     """Rounds timed, over all the pairs of workers."""
     log_ratios: list[float]
-    """One per pair of workers: the median over its rounds of log(t_new / t_base), process CPU time (positive: new
+    """One per pair of workers: the median over its rounds of log(t_new / t_base), by :attr:`clock` (positive: new
     is slower)."""
     wall_ratio_median: float
     load: tuple[list[float] | None, list[float] | None]
@@ -183,6 +189,8 @@ class Interleaved:
     planned: int = 0
     """The pairs of workers planned (more than ``log_ratios`` holds where the first ones settled the verdict:
     :func:`settled`)."""
+    clock: str = CPU_CLOCK
+    """The clock of the ratios: the process CPU time, or the wall clock where a side's work ran on an accelerator."""
 
     @property
     def slowdown(self) -> tuple[float, float, float]:
@@ -288,6 +296,7 @@ class _Config:
     mismatch: list[str] = field(default_factory=list)
     load_start: list[float] | None = None
     done: bool = False
+    clock: str = CPU_CLOCK
 
 
 def measure(pairs: list[tuple[dict[str, Any], dict[str, Any]]], base_flags: str, new_flags: str, rounds: int,
@@ -321,7 +330,7 @@ def measure(pairs: list[tuple[dict[str, Any], dict[str, Any]]], base_flags: str,
                 for s in sides.values():
                     s.stop()
     return [Interleaved(c.rounds, c.observations, statistics.median(c.walls) if c.walls else float("nan"),
-                        (c.load_start, load_now()), c.mismatch, len(plan)) for c in state]
+                        (c.load_start, load_now()), c.mismatch, len(plan), c.clock) for c in state]
 
 
 def _block(j: int, c: _Config, sides: dict[str, Side], rounds: int, say: Any) -> None:
@@ -341,7 +350,11 @@ def _block(j: int, c: _Config, sides: dict[str, Side], rounds: int, say: Any) ->
         for name in (("base", "new") if r % 2 == 0 else ("new", "base")):
             sides[name].time_one(j)
     b, n = sides["base"], sides["new"]
-    logs = [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(b.cpu_s[j], n.cpu_s[j], strict=True)]
+    cpu = all(t is not None for t in b.cpu_s[j] + n.cpu_s[j])  # None: the work ran on an accelerator
+    if not cpu:
+        c.clock = WALL_CLOCK
+    base_s, new_s = (b.cpu_s[j], n.cpu_s[j]) if cpu else (b.wall_s[j], n.wall_s[j])
+    logs = [math.log(max(y, 1e-12) / max(x, 1e-12)) for x, y in zip(base_s, new_s, strict=True)]
     c.observations.append(statistics.median(logs))
     c.rounds += rounds
     c.walls += [y / x for x, y in zip(b.wall_s[j], n.wall_s[j], strict=True) if x > 0]

@@ -44,6 +44,7 @@ def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None, base
             row["fused_engine"] = fused["engine"]
             row["fused_mlups"] = fused["mlups"]["median"]
             row["fused_fraction_of_roofline"] = fused.get("fraction_of_roofline")
+            row["fused_cache_resident"] = fused.get("cache_resident")
             row["fused_compile_s"] = fused["compile_s"]
             for other in ("naive", "xla", "instrumented", *PEERS):
                 if other in by_variant and other != fused_variant:
@@ -64,8 +65,12 @@ def time_over(record: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any
     rounds = len(record["mlups"]["values"])
     if "interleaved" not in record or "interleaved" not in baseline or len(baseline["mlups"]["values"]) != rounds:
         return None
-    ratio = lambda clock: statistics.median(  # noqa: E731  (MLUPS ∝ 1 / time per step: same cells)
-        b / a for a, b in zip(record["mlups"][clock], baseline["mlups"][clock], strict=True))
+
+    def ratio(clock: str) -> float | None:  # MLUPS ∝ 1 / time per step: same cells; None where a side lacks the clock
+        if record["mlups"].get(clock) is None or baseline["mlups"].get(clock) is None:
+            return None
+        return statistics.median(b / a for a, b in zip(record["mlups"][clock], baseline["mlups"][clock], strict=True))
+
     return {"wall": ratio("values"), "cpu": ratio("cpu_values"), "rounds": rounds}
 
 
@@ -85,11 +90,8 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
         out = Console(width=170)
     bw = doc.get("bandwidth")
     if bw:
-        for run in bw.get("runs", [bw]):
-            kernels = ", ".join(f"{k} {run[k]['median_gbs']:.1f}" for k in ("copy", "triad", "copy_2buf", "triad_2buf")
-                                if k in run)
-            out.print(f"memory bandwidth {run.get('when', '')} (GB/s, median of {run['repeats']}): {kernels}")
-        out.print(f"roofline {bw['bandwidth_gbs']:.1f} GB/s ({bw['roofline_kernel']}, {bw.get('when', '')})")
+        for line in bandwidth_lines(bw):
+            out.print(line)
     env = doc.get("environment", {})
     out.print(f"{env.get('device', '?')} {env.get('cpu_model', '')} | jax {env.get('jax', '?')} | "
               f"load average {doc.get('load_average_start')} -> {doc.get('load_average_end')}")
@@ -104,8 +106,7 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
             r["case"], "x".join(map(str, r["grid"])), r["lattice"], r["collision"], r["variant"], r["engine"],
             r["precision"],
             _fmt(r["mlups"]["median"], ".1f", " MLUPS"), _fmt(r["mlups"]["spread_pct"], ".1f", " %"),
-            _fmt(r["effective_gbs"], ".1f", " GB/s"),
-            _fmt(None if r.get("fraction_of_roofline") is None else 100 * r["fraction_of_roofline"], ".1f", " %"),
+            _fmt(r["effective_gbs"], ".1f", " GB/s"), roofline_cell(r.get("fraction_of_roofline"), r.get("cache_resident")),
             _fmt(r["compile_s"], ".2f", " s"), _fmt(mem, ".2f", " x pop"),
         )
     out.print(table)
@@ -124,8 +125,7 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
                 s["case"], "x".join(map(str, s["grid"])), s["precision"], s["collision"],
                 f"{s['fused_variant']} ({s['fused_engine']})",
                 _fmt(s["fused_mlups"], ".1f", " MLUPS"),
-                _fmt(None if s.get("fused_fraction_of_roofline") is None else 100 * s["fused_fraction_of_roofline"],
-                     ".1f", " %"),
+                roofline_cell(s.get("fused_fraction_of_roofline"), s.get("fused_cache_resident")),
                 _fmt(s.get("speedup_vs_naive"), ".2f", "x"), _fmt(s.get("speedup_vs_xla"), ".2f", "x"),
                 _fmt(s.get("speedup_vs_instrumented"), ".2f", "x"),
                 *(_fmt(s.get(f"speedup_vs_{p}"), ".2f", "x") for p in peers),
@@ -135,6 +135,41 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
             out.print(collision_table(doc))
     for s in doc.get("skipped", []):
         out.print(f"skipped {s['label']}: {s['reason']}")
+    for line in doc.get("roofline_warnings", []):
+        out.print(f"WARNING {line}")
+
+
+def roofline_cell(fraction: float | None, cache_resident: bool | None) -> str:
+    """The roofline column: the percentage, ``cache-resident`` (no DRAM bound), or the percentage flagged where it
+    is above 100 % at a memory-bound size (the probe is wrong there)."""
+    if cache_resident:
+        return "cache-resident"
+    if fraction is None:
+        return "-"
+    return f"{100 * fraction:.1f} %" + (" (above: probe wrong)" if fraction > 1 else "")
+
+
+def bandwidth_lines(bw: dict[str, Any]) -> list[str]:
+    """The measured bandwidth: each run's kernels (GB/s; cache-resident ones marked), the roofline, the spec."""
+    lines = []
+    for run in bw.get("runs", [bw]):
+        names = run.get("kernels") or [k for k in ("copy", "triad", "copy_2buf", "triad_2buf") if k in run]
+        kernels = ", ".join(f"{k} {run[k]['median_gbs']:.1f}" + (" (cache-resident)" if run[k].get("cache_resident")
+                                                                  else "") for k in names)
+        lines.append(f"memory bandwidth {run.get('when', '')} (GB/s, median of {run['repeats']}): {kernels}")
+    cache = bw.get("cache_bytes")
+    notes = [bw["roofline_kernel"], bw.get("when"), cache and f"last-level cache {cache / 2**20:.1f} MiB"]
+    lines.append(f"roofline {bw['bandwidth_gbs']:.1f} GB/s ({', '.join(n for n in notes if n)})")
+    if bw.get("roofline_overcounted"):
+        lines.append("every probe kernel's compiled program moves more than the kernel names (lbm.hlo): this roofline "
+                     "counts fewer bytes than the device moved; the probe is wrong here")
+    if bw.get("roofline_cache_resident"):
+        lines.append("the probe's arrays fit in the last-level cache: this roofline is the cache's bandwidth, not the "
+                     "memory's (raise bandwidth.bytes)")
+    if bw.get("spec_bandwidth_gbs"):
+        lines.append(f"specification {bw['spec_bandwidth_gbs']:.0f} GB/s ({bw['spec_source']}): the roofline is "
+                     f"{100 * bw['fraction_of_spec']:.0f} % of it")
+    return lines
 
 
 def collision_table(doc: dict[str, Any]) -> Any:
@@ -144,17 +179,22 @@ def collision_table(doc: dict[str, Any]) -> Any:
     rows = {(s["case"], s["lattice"], tuple(s["grid"]), s["precision"], s["collision"]): s for s in doc["summary"]}
     baseline = next(s["baseline_collision"] for s in rows.values() if "baseline_collision" in s)
     table = Table(title=f"collisions against {baseline}: time per step over {baseline}'s in the same rounds (median of "
-                        "the rounds' ratios)")
+                        "the rounds' ratios); MLUPS by the wall clock, (CPU) by the process CPU time, n/a where the "
+                        "work ran on an accelerator")
     for col in ("case", "grid", "lattice", "precision", "variant", "engine", "collision", "MLUPS", "MLUPS (CPU)",
                 f"time / {baseline}", f"time / {baseline} (CPU)", "rounds"):
         table.add_column(col, justify="right" if col.startswith(("MLUPS", "time", "rounds")) else "left")
     for r in doc.get("records", []):
         ratio = rows[_key(r)].get("time_over_baseline", {}).get(r["variant"])
         own = r["collision"] == baseline
+        cpu = r["mlups"].get("cpu_values")
+        # where the work ran on an accelerator the process's CPU time is the host's dispatch, not the work: n/a
+        na = f"n/a ({r.get('work_platform', 'device')})"
         table.add_row(
             r["case"], "x".join(map(str, r["grid"])), r["lattice"], r["precision"], r["variant"], r["engine"],
-            r["collision"], _fmt(r["mlups"]["median"], ".1f"), _fmt(statistics.median(r["mlups"]["cpu_values"]), ".1f"),
+            r["collision"], _fmt(r["mlups"]["median"], ".1f"), na if cpu is None else _fmt(statistics.median(cpu), ".1f"),
             "1 (baseline)" if own else _fmt(ratio and ratio["wall"], ".2f", "x"),
-            "1 (baseline)" if own else _fmt(ratio and ratio["cpu"], ".2f", "x"),
+            na if cpu is None else "1 (baseline)" if own else _fmt(ratio and ratio["cpu"], ".2f", "x"),
             str(len(r["mlups"]["values"])))
     return table
+

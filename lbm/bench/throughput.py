@@ -12,8 +12,10 @@ precision, a collision and a variant:
 ``lbmpy``         a same-run peer: lbmpy's generated C kernel (lbm.bench.peers; periodic box only)
 
 Clock: host wall clock around each dispatch, synchronised with block_until_ready, so a
-repeat's time is device execution plus dispatch; compilation is never inside it. Each repeat's
-process CPU time is recorded beside it (``mlups.cpu_values``). Where a group of configurations (one case,
+repeat's time is device execution plus dispatch; compilation is never inside it. Where the work runs on the host's
+CPU, each repeat's process CPU time is recorded beside it (``mlups.cpu_values``); where it runs on an accelerator
+the process's CPU time measures the host's dispatch and waiting, not the work, so ``cpu_values`` is None and
+``cpu_clock`` says why (``work_platform`` names where the work ran). Where a group of configurations (one case,
 grid, precision and collision) holds a peer, or ``collisions=[...]`` lists several collisions (one case, grid,
 precision and variant), :func:`measure_interleaved` times their repeats in turn (each one's repeat r, the order
 rotated every round), so that a change of the machine's load during the run reaches both sides of their ratio alike.
@@ -50,6 +52,7 @@ PRECISIONS = {"float32": ("float32", "compute"), "float64": ("float64", "compute
 """bench precision -> (compute dtype, fused-mode storage)."""
 STORAGE_ITEMSIZE = {"float16": 2, "bfloat16": 2}
 CLOCK = "host wall clock around each dispatch, synchronised with block_until_ready; compilation excluded"
+CPU_CLOCK = "process CPU time of each repeat (all this process's threads; other processes' time not counted)"
 
 ProgressCallback = Callable[[str], None]
 
@@ -126,6 +129,10 @@ class _Runner:
     def populations(self, state: Any) -> Any:
         """The populations ``(Q, *grid)`` of a state that :meth:`run` returned."""
         return state
+
+    def platform(self, state: Any) -> str:
+        """The platform the work runs on (cpu, gpu, tpu): that of the state's arrays."""
+        return next(iter(self.populations(state).devices())).platform
 
 
 class _FusedRunner(_Runner):
@@ -248,6 +255,9 @@ class _PeerRunner(_Runner):
     def populations(self, state: Any) -> Any:
         return state.populations()
 
+    def platform(self, state: Any) -> str:
+        return "cpu"  # lbmpy's C kernel runs on the host's cores whatever device JAX has
+
     def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
         return {"peer": dict(self.peer.info)}
 
@@ -331,13 +341,51 @@ def make_runner(cfg: BenchConfig, setup: Any, timing: Timing) -> _Runner:
     return _FusedRunner(setup, cfg.variant, storage, timing.steps_per_dispatch)
 
 
-def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None) -> None:
-    """Set a record's roofline MLUPS and fraction of the roofline for a bandwidth (GB/s); none if None."""
-    record.pop("roofline_mlups", None)
-    record.pop("fraction_of_roofline", None)
-    if bandwidth_gbs:
-        record["roofline_mlups"] = bandwidth_gbs * 1e3 / record["bytes_per_cell_update"]
-        record["fraction_of_roofline"] = record["effective_gbs"] / bandwidth_gbs
+ABOVE_ROOFLINE = ("above the roofline at a memory-bound size: the bandwidth probe streams slower than this kernel, "
+                  "so the probe is wrong (not the kernel)")
+CACHE_RESIDENT = "cache-resident: the working set fits in the last-level cache, which DRAM bandwidth does not bound"
+
+
+def working_set(record: dict[str, Any]) -> tuple[int, str]:
+    """The bytes a record's program holds while it runs, and where the figure comes from."""
+    planned = (record.get("memory") or {}).get("planned_peak_bytes")
+    if planned:
+        return int(planned), "XLA memory_analysis of the compiled chunk (planned peak)"
+    return int(record["cells"] * record["bytes_per_cell_update"] // 2), "the populations (no memory analysis)"
+
+
+def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None, cache_bytes: int | None = None) -> None:
+    """Set a record's roofline MLUPS and fraction of the roofline for a bandwidth (GB/s); none if None.
+
+    With the last-level cache's size (``cache_bytes``), a record whose working set fits in it is ``cache_resident``:
+    its GB/s over the roofline stays in ``gbs_over_roofline``, its ``fraction_of_roofline`` is None (memory does not
+    bound it). ``roofline_check`` says which, or that a memory-bound record is above the roofline (the probe is
+    then wrong)."""
+    for key in ("roofline_mlups", "fraction_of_roofline", "gbs_over_roofline", "roofline_check", "cache_resident",
+                "working_set_bytes", "working_set_source"):
+        record.pop(key, None)
+    if not bandwidth_gbs:
+        return
+    ws, source = working_set(record)
+    resident = None if cache_bytes is None else ws <= cache_bytes
+    ratio = record["effective_gbs"] / bandwidth_gbs
+    record.update(working_set_bytes=ws, working_set_source=source, cache_resident=resident,
+                  roofline_mlups=bandwidth_gbs * 1e3 / record["bytes_per_cell_update"], gbs_over_roofline=ratio)
+    if resident:
+        record.update(fraction_of_roofline=None, roofline_check=CACHE_RESIDENT)
+    else:
+        record.update(fraction_of_roofline=ratio, roofline_check=ABOVE_ROOFLINE if ratio > 1 else "ok")
+
+
+def roofline_warnings(records: list[dict[str, Any]]) -> list[str]:
+    """One line per record above the roofline at a memory-bound size (the probe is wrong there)."""
+    out = []
+    for r in records:
+        if r.get("roofline_check") == ABOVE_ROOFLINE:
+            out.append(f"{r['case']} {'x'.join(map(str, r['grid']))} {r['lattice']} {r['collision']} {r['variant']} "
+                       f"{r['precision']}: {100 * r['fraction_of_roofline']:.1f} % of the roofline, working set "
+                       f"{r['working_set_bytes'] / 2**20:.1f} MiB: {ABOVE_ROOFLINE}")
+    return out
 
 
 PROBES = 3
@@ -375,6 +423,7 @@ class Measurement:
         say(f"{cfg.label}: compiling {n} steps")
         self.compile_s = runner.compile(f0, n)
         self.f = runner.start(f0)
+        self.platform = runner.platform(self.f)
         for w in range(timing.warmup):
             say(f"{cfg.label}: warm-up {w + 1}/{timing.warmup}")
             self.f = jax.block_until_ready(runner.run(self.f, n))
@@ -412,8 +461,11 @@ class Measurement:
             "mlups": {"median": med, "min": min(mlups), "max": max(mlups),
                       "spread_pct": 100.0 * (max(mlups) - min(mlups)) / med, "values": mlups,
                       # cell updates per second of this process's CPU time (all its threads): what compare judges,
-                      # since the time other processes hold the cores does not count in it
-                      "cpu_values": [cells * n / max(c, 1e-9) / 1e6 for c in self.cpu_times]},
+                      # since the time other processes hold the cores does not count in it; none where the work
+                      # runs on an accelerator (the host's CPU time is then its dispatch, near zero)
+                      "cpu_values": cpu_mlups(cells * n, self.cpu_times, self.platform)},
+            "work_platform": self.platform,
+            "cpu_clock": cpu_clock(self.platform),
             "seconds_per_step_median": statistics.median(times) / n,
             "bytes_per_cell_update": bpc,
             "effective_gbs": med * 1e6 * bpc / 1e9,
@@ -431,6 +483,21 @@ class Measurement:
             runner.compile(self.f0, traced)
             record["kernel_times"] = kernel_times(lambda: runner.run(runner.start(self.f0), traced), traced)
         return record
+
+
+def cpu_mlups(updates: int, cpu_times: list[float], platform: str) -> list[float] | None:
+    """MLUPS by the process CPU time of each repeat, or None where the work runs on an accelerator (``platform``)."""
+    if platform != "cpu":
+        return None
+    return [updates / max(c, 1e-9) / 1e6 for c in cpu_times]
+
+
+def cpu_clock(platform: str) -> str:
+    """What ``mlups.cpu_values`` measures on ``platform``, or why it is n/a there."""
+    if platform == "cpu":
+        return CPU_CLOCK
+    return (f"n/a: the work runs on the {platform}; this process's CPU time measures the host's dispatch and waiting, "
+            "not the work (the wall clock, synchronised with the device, is the only clock of these repeats)")
 
 
 def measure(cfg: BenchConfig, timing: Timing, bandwidth_gbs: float | None, progress: ProgressCallback | None = None

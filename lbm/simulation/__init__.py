@@ -57,6 +57,7 @@ from lbm.simulation.start import (
     compile_ahead,
     device_description,
     engine_for,
+    float64_refusal,
     log_engine_choice,
     log_parameters,
     make_case,
@@ -73,7 +74,7 @@ log = logging.getLogger("lbm")
 
 __all__ = [
     "LAST_GOOD_MAX_BYTES", "RESULT_FILES", "RHO_BOUNDS", "Outputs", "Position", "Started", "advance_chunk",
-    "build_metrics", "check_float64_supported", "check_resume", "check_run_dir", "chunk_lengths",
+    "build_metrics", "check_float64_supported", "float64_refusal", "check_resume", "check_run_dir", "chunk_lengths",
     "chunk_size", "chunk_stats", "compile_ahead", "device_description", "diverged", "engine_for", "finish",
     "finish_diverged", "finish_interrupted", "finish_run", "first_bad_cell", "identity", "interrupted_by",
     "latest_good_state", "likely_cause", "log_engine_choice", "log_parameters", "make_case", "parallel_description",

@@ -63,11 +63,20 @@ def resolve_parallel(run: RunConfig) -> RunConfig:
     return dataclasses.replace(run, mesh_shape=shape if devices > 1 else None)
 
 
+NO_FLOAT64 = {"tpu": "TPU has no float64 arithmetic"}
+"""Platforms without double precision, and why."""
+
+
+def float64_refusal(platform: str) -> str | None:
+    """Why ``platform`` cannot run precision=float64, or None where it can."""
+    return NO_FLOAT64.get(platform)
+
+
 def check_float64_supported() -> None:
     """float64 needs a backend with double precision (not TPU)."""
     platform = jax.devices()[0].platform
-    if platform == "tpu":
-        raise ConfigError("precision", "float64", "float32 on TPU (it has no float64 arithmetic)")
+    if float64_refusal(platform):
+        raise ConfigError("precision", "float64", f"float32 on {platform.upper()} ({float64_refusal(platform)})")
 
 
 def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:
@@ -217,6 +226,7 @@ def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) ->
     """
     if not run.profile.enabled:
         return None
+    from lbm.engines.native.stream import probe
     from lbm.profiling.capture import Profiler
     from lbm.roofline import measure_bandwidth
 
@@ -225,7 +235,8 @@ def start_profiler(run: RunConfig, run_dir: Path, engine: Engine, place: Any) ->
         run_dir / "profile", run.profile, mode=engine.mode, steps=run.steps,
         stages=list(engine.stage_names),
         run_info={"case": run.case, "grid": list(setup.shape), "lattice": run.lattice, "precision": run.precision},
-        programs=engine.describe, compile_times=lambda: engine.compile_times, bandwidth=measure_bandwidth)
+        programs=engine.describe, compile_times=lambda: engine.compile_times,
+        bandwidth=lambda: measure_bandwidth(host=probe()))
     profiler.start()
     return profiler
 
