@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,24 @@ def test_an_xdist_group_reaches_the_scheduler_as_one_unit(request: pytest.Fixtur
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("runs under pytest-xdist with --dist loadgroup (the suite's default), not with -n 0")
     assert request.node.nodeid.endswith("@suite_groups"), request.node.nodeid
+
+
+def _pytest_without_xdist(*args: str) -> subprocess.CompletedProcess[str]:
+    """pytest in a subprocess with pytest-xdist blocked (as where it is not installed: the TPU machine)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--strict-markers",
+                           *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("options", [(), ("-n", "0", "--dist", "loadgroup")], ids=["addopts", "n0"])
+def test_the_suite_runs_without_pytest_xdist(options: tuple[str, ...]) -> None:
+    """pyproject's addopts (-n auto --dist loadgroup), an explicit -n 0, the xdist hook and the xdist_group marks of
+    tests/conftest.py: none stops pytest where pytest-xdist is absent; the tests run in one process."""
+    from conftest import NO_XDIST
+
+    nodes = ["tests/test_ci.py::test_the_suite_cache_is_trimmed_oldest_first",
+             "tests/test_ci.py::test_an_xdist_group_reaches_the_scheduler_as_one_unit"]
+    done = _pytest_without_xdist(*options, "-rs", *nodes)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert NO_XDIST in done.stdout and "1 passed, 1 skipped" in done.stdout, done.stdout
+    assert "not with -n 0" in done.stdout  # the group test saw no loadgroup: one process, no workers
