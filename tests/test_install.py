@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.fake_python import fake_python
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _fake_python(path: Path, version: tuple[int, int, int]) -> Path:
-    """An executable that runs ``python -c CODE`` on this interpreter with ``sys.version_info`` set to ``version``."""
-    path.write_text(f'#!/bin/sh\n[ "$1" = -c ] || exit 2\n'
-                    f'exec {sys.executable} -c "import sys; sys.version_info = {version!r}; exec(sys.argv[1])" "$2"\n')
-    path.chmod(0o755)
-    return path
 
 
 def _find_python(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -33,21 +25,21 @@ def _find_python(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
 ])
 def test_install_takes_the_newest_python_found(tmp_path: Path, versions: dict, newest: str) -> None:
     for name, version in versions.items():
-        _fake_python(tmp_path / name, version)
+        fake_python(tmp_path / name, version)
     done = _find_python(tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path / newest)
 
 
 def test_install_accepts_python_3_11(tmp_path: Path) -> None:
-    fake = _fake_python(tmp_path / "py311", (3, 11, 0))
+    fake = fake_python(tmp_path / "py311", (3, 11, 0))
     done = _find_python(tmp_path, LBM_PYTHON=str(fake))
     assert (done.returncode, done.stdout.strip()) == (0, str(fake))
 
 
 @pytest.mark.parametrize("version", [(3, 10, 14), (3, 9, 18)])
 def test_install_refuses_an_older_python_in_one_line(tmp_path: Path, version: tuple[int, int, int]) -> None:
-    fake = _fake_python(tmp_path / "oldpython", version)
+    fake = fake_python(tmp_path / "oldpython", version)
     done = _find_python(tmp_path, LBM_PYTHON=str(fake))
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.strip() == f"install.sh: LBM_PYTHON={fake} is not a Python >= 3.11"
