@@ -3,6 +3,8 @@
 # on Python 3.11, preinstalled on the lent TPU v5e machine), in .venv-py311; runs the fast lane (pytest -m "not slow").
 #   LBM_PYTHON311   the Python 3.11 to use (default: python3.11 on PATH, else the newest 3.11 in pyenv)
 # No Python 3.11 found: the lane fails with one line (it is never skipped).
+# Cost on a 2-core machine (clean clone, cold pip, JAX and kernel caches): the install 36 s, the fast lane 156 s at
+# load 2-3 and 351 s at load 6-7 (260 CPU-s).
 set -euo pipefail
 cd "${0%/*}/.."
 venv=.venv-py311
