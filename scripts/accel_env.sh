@@ -9,7 +9,7 @@
 # error at every jax start, which is why these packages never go into .venv.
 # Idempotent: a stamp file records what was installed; a second run with the same versions only checks.
 # Cache-friendly: pip's cache (PIP_CACHE_DIR) holds the wheels; CI can cache .venv-accel/ keyed on the stamp.
-# Environment: LBM_PYTHON (interpreter >= 3.12 for the venv), LBM_JAX_VERSION (default: the runtime's jax),
+# Environment: LBM_PYTHON (interpreter >= 3.11 for the venv), LBM_JAX_VERSION (default: the runtime's jax),
 #              LBM_ACCEL_VENV (default: <repo>/.venv-accel), LBM_CUDA_MAJOR (12 | 13; default 12).
 # The workplace's lent H200 runs jax 0.11.2 with the CUDA 13 plugin (/work/.library/device/KINDS.md); its exact
 # stack, to prove the pallas engine's Triton lowering on it without the device:

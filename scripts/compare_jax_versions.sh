@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bench the solver under two JAX versions and compare them:
 #   bash scripts/compare_jax_versions.sh 0.10.2 0.12.0.1 [bench overrides...]
-# Makes .venv-jax-<version> for each (the Python >= 3.12 that install.sh finds), installs lbm's
+# Makes .venv-jax-<version> for each (the newest Python >= 3.11 that install.sh finds), installs lbm's
 # dependencies with that jax/jaxlib, runs `python -m lbm bench` in each with the same overrides
 # (default: the periodic 1024^2 box, variants naive and xla, the pure-JAX paths), then
 # `python -m lbm compare --remeasure 20 --base-python` (20 interleaved rounds of both

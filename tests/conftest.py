@@ -117,10 +117,13 @@ def trim_cache(directory: Path, limit: int) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Set the suite's native optimisation level (NATIVE_TEST_OPT) unless LBM_NATIVE_OPT names one."""
+    """Set the suite's native optimisation level (NATIVE_TEST_OPT) unless LBM_NATIVE_OPT names one; without
+    pytest-xdist, declare its ``xdist_group`` marker."""
     if NATIVE_OPT_GIVEN is None:  # the default for what runs outside a test (module fixtures); tests set their own
         os.environ["LBM_NATIVE_OPT"] = NATIVE_TEST_OPT
         os.environ[SUITE_SET_NATIVE_OPT] = "1"
+    if not config.pluginmanager.hasplugin("xdist"):  # the suite's xdist_group marks, known without xdist too
+        config.addinivalue_line("markers", "xdist_group(name): pytest-xdist's --dist loadgroup runs a group on one worker")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -171,10 +174,32 @@ MAX_WORKERS = 4
 runtime and compiles, and beyond four the suite's longest tests, not the core count, bound its time."""
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist, pluggy would reject it as unknown
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """The number of pytest-xdist workers for ``-n auto``: the usable cores, at most MAX_WORKERS."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores, MAX_WORKERS))
+
+
+NO_XDIST = "pytest-xdist is not installed (or -p no:xdist): the tests run in this one process; -n and --dist are ignored"
+"""Where pytest-xdist is absent (the TPU machine's preinstalled pytest), the suite still runs: its ``-n`` and ``--dist``
+(pyproject addopts, the README's ``-n 0``, scripts/device_check.sh) are accepted and the tests run in one process."""
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Without pytest-xdist, accept its ``-n`` and ``--dist`` (pyproject addopts names them) and ignore them."""
+    if pluginmanager.hasplugin("xdist"):
+        return
+    group = parser.getgroup("xdist", "distributed testing (pytest-xdist not installed: accepted and ignored)")
+    # _addoption: a lowercase short option, as pytest-xdist registers it (addoption reserves them for pytest)
+    group._addoption("-n", "--numprocesses", dest="numprocesses", metavar="N", default=None,
+                     help="ignored without pytest-xdist: the tests run in this one process")
+    group.addoption("--dist", dest="dist", metavar="MODE", default="no", help="ignored without pytest-xdist")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Say so in the header when pytest-xdist is absent and the tests run in one process."""
+    return None if config.pluginmanager.hasplugin("xdist") else NO_XDIST
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,13 +1,16 @@
-"""The CI script's accelerator lane: it fails when its environment cannot be built, unless skipped explicitly; the
-suite's own settings (tests/conftest.py): native kernels at -O1, JAX's compilation cache and its size cap."""
+"""The CI script's lanes (the accelerator lane fails when its environment cannot be built, unless skipped explicitly;
+the Python 3.11 lane when it finds no Python 3.11); the suite's own settings (tests/conftest.py): native kernels at
+-O1, JAX's compilation cache and its size cap; the suite without pytest-xdist."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from helpers.fake_python import fake_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +37,32 @@ def test_ci_runs_the_readme_test_command_and_the_accel_lane() -> None:
     ci_lines = [line.split() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     without_env = [" ".join(w for w in words if not w.startswith("LBM_REQUIRE_")) for words in ci_lines]
     assert readme_test in without_env
+    assert "bash scripts/ci_py311.sh" in without_env
     assert "bash scripts/ci_accel.sh" in without_env
+
+
+def _py311_lane(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """scripts/ci_py311.sh with nothing on PATH, no pyenv and no home: only what ``env`` names can be found."""
+    bare = {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path), "PYENV_ROOT": str(tmp_path / "no-pyenv")}
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    return subprocess.run(["/bin/bash", str(ROOT / "scripts" / "ci_py311.sh")], capture_output=True, text=True,
+                          env=bare | env, timeout=60)
+
+
+def test_the_python_311_lane_fails_in_one_line_without_a_python_311(tmp_path: Path) -> None:
+    done = _py311_lane(tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "ci_py311: error: no Python 3.11 on PATH or in pyenv (install one, e.g. 'pyenv install 3.11', or set LBM_PYTHON311)"]
+
+
+def test_the_python_311_lane_takes_only_a_python_311(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    fake_python(tmp_path / "bin" / "python3.11", (3, 12, 1))  # a python3.11 that is not: not taken
+    assert "no Python 3.11" in _py311_lane(tmp_path).stderr
+    fake = fake_python(tmp_path / "python3.13", (3, 13, 0))
+    done = _py311_lane(tmp_path, LBM_PYTHON311=str(fake))
+    assert done.returncode == 1 and done.stderr.strip() == f"ci_py311: LBM_PYTHON311={fake} is not a Python 3.11"
 
 
 @pytest.mark.parametrize("optimised", [False, pytest.param(True, marks=pytest.mark.native_optimised)])
@@ -90,3 +118,33 @@ def test_an_xdist_group_reaches_the_scheduler_as_one_unit(request: pytest.Fixtur
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("runs under pytest-xdist with --dist loadgroup (the suite's default), not with -n 0")
     assert request.node.nodeid.endswith("@suite_groups"), request.node.nodeid
+
+
+def _pytest_without_xdist(*args: str) -> subprocess.CompletedProcess[str]:
+    """pytest in a subprocess with pytest-xdist blocked (as where it is not installed: the TPU machine)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--strict-markers",
+                           *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("options", [(), ("-n", "0", "--dist", "loadgroup")], ids=["addopts", "n0"])
+def test_the_suite_runs_without_pytest_xdist(options: tuple[str, ...]) -> None:
+    """pyproject's addopts (-n auto --dist loadgroup), an explicit -n 0, the xdist hook and the xdist_group marks of
+    tests/conftest.py: none stops pytest where pytest-xdist is absent; the tests run in one process."""
+    from conftest import NO_XDIST
+
+    nodes = ["tests/test_ci.py::test_the_suite_cache_is_trimmed_oldest_first",
+             "tests/test_ci.py::test_an_xdist_group_reaches_the_scheduler_as_one_unit"]
+    done = _pytest_without_xdist(*options, "-rs", *nodes)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert NO_XDIST in done.stdout and "1 passed, 1 skipped" in done.stdout, done.stdout
+    assert "not with -n 0" in done.stdout  # the group test saw no loadgroup: one process, no workers
+
+
+def test_the_readme_names_the_jax_of_the_python_311_lane() -> None:
+    """The set-up paragraph names the pair the Python 3.11 lane tests: pyproject's jax floor (scripts/ci_py311.sh)."""
+    import re
+
+    floor = re.search(r'^ *"jax>=([0-9][0-9.]*)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    setup = " ".join((ROOT / "README.md").read_text().split("\n## ")[0].split())
+    assert re.search(rf"Python 3\.11\.\d+ with jax {re.escape(floor)} ", setup), setup

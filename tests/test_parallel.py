@@ -335,7 +335,10 @@ def test_run_directory_checkpoints_and_resume(tmp_path):
     for key in ("rho", "u", "solid"):
         assert np.array_equal(load["same"][key], load["full"][key]), key  # same mesh: bitwise
         assert np.abs(load["other"][key].astype(float) - load["full"][key]).max() == 0, key  # bitwise (measured 0)
-        assert np.abs(load["one"][key].astype(float) - load["full"][key]).max() == 0, key
+        # one device against the mesh: bitwise on jax 0.12 (measured 0); jax 0.10.2 compiles the one-device chunk at the
+        # suite's XLA level 0 (tests/conftest.py) to within an ulp of the sharded one (rho 2.2e-16, u 2.8e-17; 0 at
+        # XLA's default level): populations' ROUNDING bounds both
+        assert np.abs(load["one"][key].astype(float) - load["full"][key]).max() <= ROUNDING, key
     for name in ("one", "full"):
         assert sorted(p.name for p in (tmp_path / name / "vtk").iterdir()) == \
             ["fields_0000000020.vti", "fields_0000000040.vti"]
