@@ -157,7 +157,7 @@ case "$install" in
     fi
     jax_version=${jax_version:-0.12.0.1}
     py=$(LBM_PYTHON="${LBM_PYTHON:-}" bash "$root/install.sh" --find-python) \
-      || { echo "device_check: no python >= 3.12 (set LBM_PYTHON)" >&2; exit 2; }
+      || { echo "device_check: no python >= 3.11 (set LBM_PYTHON)" >&2; exit 2; }
     [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv" || { echo "device_check: no venv at $venv" >&2; exit 2; }
     step "install jax[$jax_extra]==$jax_version and lbm[test] (network)" 300 "$out/install.log" \
       "$venv/bin/python" -m pip install --disable-pip-version-check --quiet "jax[$jax_extra]==$jax_version" -e "$root[test]"

@@ -7,7 +7,8 @@
 #
 # tpu (default): the workplace's TPU v5e machine (/work/.library/device/KINDS.md): Python 3.11.7, jax 0.10.2 with
 #   jaxlib, libtpu, numpy, scipy, pytest and hypothesis preinstalled, glibc 2.36, no network. It lacks hydra-core,
-#   omegaconf, antlr4 (their dependency), perfetto, pyevtk, rich, trimesh, rtree, submitit and pytest-xdist; and
+#   omegaconf, antlr4 (their dependency), perfetto, pyevtk, rich, trimesh, rtree, submitit and pytest-xdist (not
+#   carried: the suite runs without it, in one process, as one program at a time may hold the chip); and
 #   matplotlib, which installs from the machine's own index (device_check.sh does it). Their small dependencies
 #   (PyYAML, markdown-it-py, mdurl, pygments, cloudpickle, flatbuffers, protobuf, six, typing-extensions) travel too:
 #   a copy the machine already has stays first on PYTHONPATH. Also xprof (31 MiB) for the XProf cross-check: its
@@ -27,8 +28,7 @@ common=(hydra-core==1.3.8 omegaconf==2.3.1 perfetto==0.59.1 pyevtk==1.7.0 hydra-
 case "$target" in
   tpu) pyver=3.11; abi=cp311
        wheels=("${common[@]}" rich==15.0.0 markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 PyYAML==6.0.3
-               cloudpickle==3.1.3 flatbuffers==25.12.19 protobuf==6.33.5 six==1.17.0 typing-extensions==4.15.0
-               pytest-xdist==3.8.0 execnet==2.1.2) ;;
+               cloudpickle==3.1.3 flatbuffers==25.12.19 protobuf==6.33.5 six==1.17.0 typing-extensions==4.15.0) ;;
   h200) pyver=3.12; abi=cp312; wheels=("${common[@]}") ;;
   *) echo "device_wheels.sh: the target must be tpu or h200, not '$target'" >&2; exit 2 ;;
 esac
