@@ -97,8 +97,10 @@ def write_csv(path: Path, table: Table) -> None:
 
 
 def write_kernels_csv(path: Path, bd: Breakdown) -> None:
-    """kernels.csv: device time per XLA kernel in the steady window, the stages it contains, where it comes from."""
-    cols = ["unit", "kernel", "stages", "calls", "median_us", "total_ms", "origin"]
+    """kernels.csv: device time per XLA kernel in the steady window, the stages it contains, where it comes from;
+    on a TPU also what its op events say: category, bytes accessed and model flops per call, program, scope, source."""
+    cols = ["unit", "kernel", "stages", "calls", "median_us", "total_ms", "category", "bytes_per_call",
+            "model_flops_per_call", "program_id", "tf_op", "source", "origin"]
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
