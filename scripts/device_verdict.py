@@ -97,15 +97,14 @@ def xprof_hlo_stats(xplane: Path) -> list[dict[str, Any]] | None:
     return gviz_rows(json.loads(data.decode() if isinstance(data, bytes) else data))
 
 
-def xprof_verdict(kernels: list[dict[str, str]], hlo_stats: list[dict[str, Any]] | None) -> tuple[bool | None, str]:
-    """lbm's per-kernel mean device time (kernels.csv) against XProf's (total_time / occurrences, µs)."""
-    if hlo_stats is None:
-        return None, "not judged: no xprof_hlo_stats.json and xprof is not importable here (pip install xprof)"
-    if not hlo_stats:
-        return False, "XProf's hlo_stats holds no ops (a CPU trace gives none: this check needs a GPU or TPU trace)"
+def xprof_comparison(kernels: list[dict[str, str]], hlo_stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per kernel of kernels.csv, costliest first: its share of the window's device time, lbm's mean µs per call and
+    XProf's (total_time / occurrences) from the row of the same program and name where both name the program (a
+    TPU's program_id: instrumented mode runs a program per stage, with op names such as copy.3 in several), else
+    of the same name (a name in several programs: the row with the most occurrences); None where XProf has none."""
     by_program: dict[tuple[str, str], tuple[float, float]] = {}
     by_name: dict[str, tuple[float, float]] = {}
-    for r in hlo_stats:  # by name alone, a name in several programs: the row with the most occurrences
+    for r in hlo_stats:
         name, n = str(r.get("hlo_op_name") or ""), float(r.get("occurrences") or 0)
         if n <= 0:
             continue
@@ -114,28 +113,40 @@ def xprof_verdict(kernels: list[dict[str, str]], hlo_stats: list[dict[str, Any]]
             by_program[(str(r["program_id"]), name)] = (mean, n)
         if name not in by_name or n > by_name[name][1]:
             by_name[name] = (mean, n)
+    total = sum(float(k["total_ms"]) for k in kernels) or 1.0
+    out = []
+    for k in sorted(kernels, key=lambda k: -float(k["total_ms"])):
+        program = str(k.get("program_id") or "")
+        match = by_program.get((program, k["kernel"])) if program and by_program else by_name.get(k["kernel"])
+        ours = float(k["total_ms"]) * 1e3 / int(k["calls"])
+        out.append({"kernel": k["kernel"], "unit": k.get("unit", ""), "calls": int(k["calls"]),
+                    "share": float(k["total_ms"]) / total, "lbm_us": ours, "xprof_us": None if match is None else match[0],
+                    "xprof_calls": None if match is None else int(match[1]),
+                    "by": "program and name" if program and by_program else "name"})
+    return out
 
-    def theirs(k: dict[str, str]) -> tuple[float, float] | None:
-        key = (str(k.get("program_id") or ""), k["kernel"])
-        return by_program.get(key) or (None if k.get("program_id") and by_program else by_name.get(k["kernel"]))
 
-    total = sum(float(k["total_ms"]) for k in kernels)
-    if not total:
+def xprof_verdict(kernels: list[dict[str, str]], hlo_stats: list[dict[str, Any]] | None) -> tuple[bool | None, str]:
+    """lbm's per-kernel mean device time (kernels.csv) against XProf's (:func:`xprof_comparison`)."""
+    if hlo_stats is None:
+        return None, "not judged: no xprof_hlo_stats.json and xprof is not importable here (pip install xprof)"
+    if not hlo_stats:
+        return False, "XProf's hlo_stats holds no ops (a CPU trace gives none: this check needs a GPU or TPU trace)"
+    if not sum(float(k["total_ms"]) for k in kernels):
         return False, "kernels.csv holds no device time"
-    found = sum(float(k["total_ms"]) for k in kernels if theirs(k) is not None)
-    big = [k for k in kernels if float(k["total_ms"]) >= XPROF_MIN_SHARE * total]
+    rows = xprof_comparison(kernels, hlo_stats)
+    coverage = sum(r["share"] for r in rows if r["xprof_us"] is not None)
+    big = [r for r in rows if r["share"] >= XPROF_MIN_SHARE]
     bad, worst = [], 0.0
-    for k in big:
-        ours, match = float(k["total_ms"]) * 1e3 / int(k["calls"]), theirs(k)
-        if match is None:
-            bad.append(f"{k['kernel']}: not in XProf's hlo_stats")
+    for r in big:
+        if r["xprof_us"] is None:
+            bad.append(f"{r['kernel']}: not in XProf's hlo_stats")
             continue
-        ratio = ours / match[0] if match[0] else float("inf")
-        worst = max(worst, abs(ratio - 1))
-        if abs(ratio - 1) > XPROF_TOLERANCE:
-            bad.append(f"{k['kernel']}: lbm {ours:.2f} µs, XProf {match[0]:.2f} µs")
-    coverage = found / total
-    how = "program and name" if by_program and any(k.get("program_id") for k in kernels) else "name"
+        diff = abs(r["lbm_us"] / r["xprof_us"] - 1) if r["xprof_us"] else float("inf")
+        worst = max(worst, diff)
+        if diff > XPROF_TOLERANCE:
+            bad.append(f"{r['kernel']}: lbm {r['lbm_us']:.2f} µs, XProf {r['xprof_us']:.2f} µs")
+    how = rows[0]["by"] if rows else "name"
     line = (f"{len(big)} kernels with >= {100 * XPROF_MIN_SHARE:.0f} % of the device time; largest difference of "
             f"their mean per call {100 * worst:.1f} % (target: within {100 * XPROF_TOLERANCE:.0f} %); "
             f"{100 * coverage:.1f} % of the device time in kernels found in XProf's table by {how} (target: >= "

@@ -122,6 +122,11 @@ def to_xspace(events: list[Ev]) -> bytes:
 
 
 CONTAINERS = ("while", "conditional", "call")
+
+
+def ns(us: float) -> int:
+    """A trace JSON's µs as whole nanoseconds (the documented unit of lbm's tables)."""
+    return round(us * 1000)
 STEADY_MARK = "lbm.profile.steady"
 
 
@@ -150,5 +155,34 @@ def raw_tpu_rows(data: dict[str, Any], stages: list[str]) -> tuple[dict[str, flo
             path = str(e["args"].get("tf_op") or "")
             found = [n for part in path.split("/") for n in part.split("+") if n in stages]
             unit = "+".join(found) or "(unscoped)"
-            rows[unit] = rows.get(unit, 0.0) + e["dur"] / 1e3 / steps
-    return rows, sum(r["dur"] for r in steady_runs) / 1e3 / steps, steps
+            rows[unit] = rows.get(unit, 0.0) + ns(e["dur"]) / 1e6 / steps
+    return rows, sum(ns(r["dur"]) for r in steady_runs) / 1e6 / steps, steps
+
+
+def raw_tpu_stage_rows(data: dict[str, Any], stages: list[str]) -> tuple[dict[str, float], float]:
+    """From a real TPU trace JSON of an instrumented run: device ms per steady call by stage (the XLA Ops events
+    inside the program run of the stage's n-th dispatch: the n-th ``jit_stage_<stage>(...)`` XLA Modules event),
+    and the step's device ms (its stages' program runs summed), both means."""
+    events = data["traceEvents"]
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events if e.get("ph") == "M"
+             and e.get("name") == "thread_name"}
+    xs = [e for e in events if e.get("ph") == "X"]
+    (mark,) = [e for e in xs if e["name"] == STEADY_MARK]
+    ops = [e for e in xs if names.get((e["pid"], e["tid"])) == "XLA Ops" and e["name"].split(".")[0] not in CONTAINERS]
+    steps = [e for e in xs if e["name"] == "timestep" and e["tid"] == mark["tid"]
+             and mark["ts"] <= e["ts"] and e["ts"] + e["dur"] <= mark["ts"] + mark["dur"]]
+    per_stage: dict[str, list[float]] = {}
+    per_step = [0.0] * len(steps)
+    for s in stages:
+        spans = sorted((e for e in xs if e["name"] == s and e["tid"] == mark["tid"]), key=lambda e: e["ts"])
+        runs = sorted((e for e in xs if names.get((e["pid"], e["tid"])) == "XLA Modules"
+                       and e["name"].startswith(f"jit_stage_{s}(")), key=lambda e: e["ts"])
+        assert len(spans) == len(runs), (s, len(spans), len(runs))
+        for sp, run in zip(spans, runs, strict=True):
+            inside = [i for i, st in enumerate(steps) if st["ts"] <= sp["ts"] and sp["ts"] + sp["dur"] <= st["ts"] + st["dur"]]
+            if not inside:
+                continue
+            busy = sum(ns(o["dur"]) for o in ops if run["ts"] <= o["ts"] < run["ts"] + run["dur"])
+            per_stage.setdefault(s, []).append(busy / 1e6)
+            per_step[inside[0]] += ns(run["dur"]) / 1e6
+    return {s: sum(v) / len(v) for s, v in per_stage.items()}, sum(per_step) / len(per_step)
