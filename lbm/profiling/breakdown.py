@@ -2,8 +2,9 @@
 
 Two clocks, never mixed in one table:
 
-- **device**: the XLA execution events (CPU thunks, GPU/TPU kernels: slices carrying
-  ``hlo_op``/``hlo_module``/``run_id``), matched to the host dispatch that launched them
+- **device**: the XLA execution events (CPU thunks, GPU kernels: slices carrying
+  ``hlo_op``/``hlo_module``/``run_id``; a TPU's ``XLA Ops`` events inside its ``XLA Modules``
+  events, the program runs), matched to the host dispatch that launched them
   (:mod:`lbm.profiling.events`). The headline table wherever such events exist.
 - **host**: the ``jax.profiler`` annotation spans on the Python thread (``timestep`` and, in
   instrumented mode, one span per stage call). With asynchronous dispatch a stage span measures
@@ -18,9 +19,12 @@ over the sum of the stage rows' means: the shares add up to 1. ``median_ms``, ``
 
 Fused mode runs chunks of the run's own length, one dispatch per chunk, under one span each (with
 its number of steps). A chunk's kernels are attributed to rows by the stages in their
-``named_scope`` metadata; a kernel that runs once per scan iteration gives one sample per
-iteration, divided by the steps per iteration; kernels outside the loop are spread over the
-chunk's steps.
+``named_scope`` metadata (the trace's ``tf_op`` where it gives one, widened to the compile
+report's stages where those hold it); a kernel that runs once per scan iteration gives one sample
+per iteration, divided by the steps per iteration; kernels outside the loop are spread over the
+chunk's steps. On a TPU the step is the chunk's program run; in instrumented mode there, a stage's
+time is its program run's ops and the step the sum of its program runs, and where the device works
+under half of the host's step a note says so and why.
 """
 
 from __future__ import annotations
@@ -351,21 +355,8 @@ def _instrumented(stages: list[str], stage_spans: list[Span], steps_all: list[Sp
         dev_rows.append({"stage": stage, "status": "measured", "contains": stage, "kernels": n_kernels,
                          **summarize(per_stage_dev.get(stage, []), first_dev)})
 
-    def step_time(inside: list[Execution]) -> int:
-        if programs:
-            return sum(x.span for x in inside)
-        return max(x.end for x in inside) - min(x.start for x in inside)
-
-    step_dev, step_window = [], []
-    for st in steady:
-        inside = [matched[sp.id] for sp in steady_calls if sp.id in matched and sp.ts >= st.ts and sp.end <= st.end]
-        if inside:
-            step_dev.append(step_time(inside))
-            step_window.append(max(x.end for x in inside) - min(x.start for x in inside))
-    first_step = _first(steps_all)
-    first_inside = [matched[sp.id] for sp in stage_spans if first_step is not None and sp.id in matched
-                    and sp.ts >= first_step.ts and sp.end <= first_step.end]
-    first_dev = step_time(first_inside) if first_inside else None
+    step_dev, step_window, first_dev = _instrumented_steps(steps_all, steady, steady_calls, stage_spans, matched,
+                                                           programs)
     description = (f"{TPU_OPS}; {TPU_STEP}" if programs else
                    DEVICE_SPAN + "; timestep: first kernel start to last kernel end of the step's stage executions")
     tables = {"device": finish_table("device", description, dev_rows, summarize(step_dev, first_dev)),
@@ -387,6 +378,28 @@ def _instrumented(stages: list[str], stage_spans: list[Span], steps_all: list[Sp
     timeline = {"steady": steady, "stage_spans": stage_spans, "matched": matched}
     return Breakdown("instrumented", _ordered(tables, headline), headline, kern_rows, {}, notes, attribution,
                      timeline=timeline)
+
+
+def _instrumented_steps(steps_all: list[Span], steady: list[Span], steady_calls: list[Span], stage_spans: list[Span],
+                        matched: dict[int, Execution], programs: bool) -> tuple[list[int], list[int], int | None]:
+    """Per steady step its device time (a TPU's: its program runs summed; else first kernel start to last kernel
+    end of its stage executions) and its window (first start to last end); the first step's device time."""
+
+    def step_time(inside: list[Execution]) -> int:
+        if programs:
+            return sum(x.span for x in inside)
+        return max(x.end for x in inside) - min(x.start for x in inside)
+
+    step_dev, step_window = [], []
+    for st in steady:
+        inside = [matched[sp.id] for sp in steady_calls if sp.id in matched and sp.ts >= st.ts and sp.end <= st.end]
+        if inside:
+            step_dev.append(step_time(inside))
+            step_window.append(max(x.end for x in inside) - min(x.start for x in inside))
+    first_step = _first(steps_all)
+    first_inside = [matched[sp.id] for sp in stage_spans if first_step is not None and sp.id in matched
+                    and sp.ts >= first_step.ts and sp.end <= first_step.end]
+    return step_dev, step_window, step_time(first_inside) if first_inside else None
 
 
 def _ordered(tables: dict[str, Table], headline: str) -> dict[str, Table]:
@@ -471,19 +484,33 @@ def chunk_samples(ex: Execution, steps: int, unit_of: Any) -> ChunkSamples:
     return ChunkSamples(steps, dict(totals), samples, [(hi - lo) / per_iter + rest for lo, hi in iter_span], iters)
 
 
-def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executions: list[Execution],
-           info: CompileInfo, notes: list[str], programs: bool = False) -> Breakdown:
-    """Per chunk, its execution's kernels by row; ``programs``: a TPU's program runs (the step: the chunk's run)."""
+def chunk_modules(executions: list[Execution], info: CompileInfo, steps_all: list[Span], programs: bool) -> set[str] | None:
+    """The module names of the fused chunk's executions: the compile report's; without one, a TPU's longest-running
+    program during the chunks (a run overlapping a chunk's span: the device clock may run ahead of the host's), or
+    the modules of executions that start inside the chunks' spans."""
     mods = signature_filter(executions, info, [FUSED_STEP])[FUSED_STEP]
-    if mods is None and programs:  # no compile report: of the programs run during the chunks, the longest-running
-        # (the device clock may run ahead of the host's: a run overlapping a chunk's span counts)
+    if mods is not None:
+        return mods
+    if programs:
         held: dict[str, int] = defaultdict(int)
         for ex in executions:
             if any(ex.start <= st.end and ex.end >= st.ts for st in steps_all):
                 held[ex.module] += ex.span
-        mods = {max(held, key=lambda m: held[m])} if held else None
-    elif mods is None:  # no compile report: the modules of executions that start inside timestep spans
-        mods = {ex.module for ex in executions for st in steps_all if st.ts <= ex.start <= st.end} or None
+        return {max(held, key=lambda m: held[m])} if held else None
+    return {ex.module for ex in executions for st in steps_all if st.ts <= ex.start <= st.end} or None
+
+
+def _unscoped_origin(op: str, facts: dict[str, Any], origins: dict[str, str]) -> str:
+    """Where an unscoped kernel comes from: the trace's source line (and scope), else the compile report's."""
+    if facts.get("source"):
+        return f"{facts['source']} (scope {facts['tf_op']})" if facts.get("tf_op") else f"{facts['source']} (no scope)"
+    return origins.get(op, "no HLO metadata (not in the compile report)")
+
+
+def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executions: list[Execution],
+           info: CompileInfo, notes: list[str], programs: bool = False) -> Breakdown:
+    """Per chunk, its execution's kernels by row; ``programs``: a TPU's program runs (the step: the chunk's run)."""
+    mods = chunk_modules(executions, info, steps_all, programs)
     matched = (assign_in_order if programs else assign_executions)({STEP: steps_all}, executions, {STEP: mods})
     kmap = kernel_stage_map(info.kernels(FUSED_STEP), (e for ex in matched.values() for e in ex.events))
     origins = info.origins(FUSED_STEP)
@@ -512,11 +539,7 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
             facts.setdefault(str(e["hlo_op"]), op_facts(e, ex.program_id))
 
     def origin(op: str) -> str:
-        """Where an unscoped kernel comes from: the trace's source line (and scope), else the compile report's."""
-        f = facts.get(op, {})
-        if f.get("source"):
-            return f"{f['source']} (scope {f['tf_op']})" if f.get("tf_op") else f"{f['source']} (no scope)"
-        return origins.get(op, "no HLO metadata (not in the compile report)")
+        return _unscoped_origin(op, facts.get(op, {}), origins)
 
     unit_rows: dict[str, dict[str, Any]] = {}
     for u in units:
