@@ -12,7 +12,8 @@ The criteria (issue 10, "How this will be judged", on a real GPU):
      measured, fused groups, unscoped kernels) on the device clock, their mean per step summed (the ``sum of stages``
      row), equal the step's device mean (the ``timestep`` row: fused, the chunk's device time per step;
      instrumented on a TPU, the step's program runs summed) within 10 %: the ``unattributed`` gap is at most a tenth
-     of the step;
+     of the step. Instrumented on a GPU or CPU (metrics.json's device) it is reported, not judged: there the step's
+     device time is its window, the waits between dispatches included;
   3. xprof, each mode (issue 20, item 6; issue 37 item 3 on a TPU; on a CPU trace XProf's converter returns no
      ops): the per-kernel device times lbm reads from the trace (kernels.csv: mean per call) equal XProf's offline
      converter's (``xprof.convert.raw_to_tool_data.xspace_to_tool_data([xplane], "hlo_stats", {})``: total_time /
@@ -201,8 +202,14 @@ def _verdicts(folder: Path) -> list[tuple[bool | None, str]]:
             (False, f"bandwidth {lat}: no pallas float32 record at {MIN_CELLS} cells or more in {path.name}")]
     for mode in MODES:
         csv_path = _find(folder, f"profile-{mode}/profile/breakdown.csv", f"breakdown-{mode}.csv")
+        metrics = folder / f"profile-{mode}" / "metrics.json"
+        device = str(json.loads(metrics.read_text()).get("device") or "") if metrics.exists() else ""
         if csv_path is None:
             out.append((False, f"breakdown {mode}: no breakdown.csv (device-check.tgz holds it)"))
+        elif mode == "instrumented" and device and not device.startswith("tpu"):
+            out.append((None, f"breakdown {mode}: not judged on {device}: there an instrumented step's device time "
+                              "is its window, first kernel start to last kernel end, the waits between the stage "
+                              "dispatches included (a TPU's is its program runs summed)"))
         else:
             ok, line = breakdown_verdict(list(csv.DictReader(csv_path.open())))
             out.append((ok, f"breakdown {mode}: {line}"))

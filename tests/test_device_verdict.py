@@ -142,3 +142,15 @@ def test_main_reads_the_folder_and_the_returned_tarball(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert verdict.main([str(empty)]) == 1  # no data is a failure, not a pass
+
+
+def test_an_instrumented_breakdown_is_judged_on_a_tpu_only(tmp_path, capsys):
+    # a GPU's instrumented step on the device clock is its window (dispatch waits included): reported, not judged
+    for device, expect in (("cuda:NVIDIA H200", "INFO  breakdown instrumented: not judged on cuda:NVIDIA H200"),
+                           ("tpu:TPU v5 lite", "FAIL  breakdown instrumented: stages sum to 0.5000 ms")):
+        folder = tmp_path / device.split(":")[0]
+        lay_out(folder, 0.8, [("measured", 0.5)])  # half the step: fails where judged
+        for mode in ("fused", "instrumented"):
+            (folder / f"profile-{mode}" / "metrics.json").write_text(json.dumps({"device": device}))
+        assert verdict.main([str(folder)]) == 1  # the fused breakdown fails on both
+        assert expect in capsys.readouterr().out
