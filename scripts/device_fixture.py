@@ -17,13 +17,15 @@ index where it lacks one), appended to the machine's PYTHONPATH; then for each m
       hydra.run.dir=outputs/device-fixture/profile-<mode>
 
 (fused: mode=fused steps=100 profile.warmup_steps=1 profile.steps=20, chunks of 10 steps: a 1-chunk warm-up and
-2 steady chunks; instrumented: mode=instrumented steps=20 profile.warmup_steps=1 profile.steps=10, chunks of 2
-steps: a 2-step warm-up and 10 steady steps; device_check.sh's traces of 2000 and 200 steps were 2.4-2.6 MB per
+2 steady chunks; instrumented: mode=instrumented steps=20 profile.warmup_steps=1 profile.steps=6, chunks of 2
+steps: a 2-step warm-up and 6 steady steps; device_check.sh's traces of 2000 and 200 steps were 2.4-2.6 MB per
 form: the XPlane is not compressed, and its /host:metadata plane holds the programs' HLO, about 0.5 MB), XProf's
 hlo_stats of its trace where xprof imports (the wheels hold it), packs the run's directory (without the fields,
 the plots, the Perfetto copy of the trace and XProf's cache) into $OUT/device-fixture-<mode>.tgz, and prints the
 breakdown and scripts/device_verdict.py's lines for it.
 Overrides after ``--`` follow the capture's: a rehearsal on a CPU, `capture fused -- grid.nx=40 grid.ny=24`.
+The run tool sends the session's checkout: the fixture's breakdown.csv and kernels.csv are what that checkout's
+code computed on the device, and the tests compare the code they run with them (capture with the same code).
 
 Back here, ``python scripts/device_fixture.py <files_at>`` (the returned device-fixture-*.tgz; or a folder holding
 profile-<mode>/ run directories, as device_check.sh's outputs/device-check) writes one fixture per mode: the
@@ -56,7 +58,7 @@ LIMIT = 2 * 2**20
 MODES = ("fused", "instrumented")
 COMMON = ("engine=pallas", "output.every=0", "output.plots=false", "profile.enabled=true")
 CAPTURE = {"fused": ("mode=fused", "steps=100", "profile.warmup_steps=1", "profile.steps=20"),
-           "instrumented": ("mode=instrumented", "steps=20", "profile.warmup_steps=1", "profile.steps=10")}
+           "instrumented": ("mode=instrumented", "steps=20", "profile.warmup_steps=1", "profile.steps=6")}
 """The capture's overrides per mode: the chunk is a tenth of the steps (output.every=0), the window whole chunks."""
 CAPTURED = Path("outputs") / "device-fixture"
 XPROF_COLUMNS = ("rank", "program_id", "category", "hlo_op_name", "tf_op_name", "occurrences", "total_time",
