@@ -1,4 +1,4 @@
-"""Issue 10's real-GPU criteria, read off what scripts/device_check.sh leaves, one PASS/FAIL line each.
+"""Issue 10's real-device criteria (GPU, TPU), read off what scripts/device_check.sh leaves, one PASS/FAIL line each.
 
   python scripts/device_verdict.py outputs/device-check     # the script's folder (device_check.sh runs this)
   python scripts/device_verdict.py <files_at of the run tool>  # the returned copies: bench-*.json, breakdown-*.csv
@@ -8,15 +8,21 @@ The criteria (issue 10, "How this will be judged", on a real GPU):
      of the device bandwidth measured in the same bench run (bench.json's ``fraction_of_roofline``: the minimum
      bytes per cell update, 2 Q x 4 B, at the measured MLUPS, over that bandwidth); the periodic box is the
      criterion, the cylinder is reported beside it;
-  2. breakdown: the fused profile's stage rows (every timed row: measured, fused groups, unscoped kernels) on the
-     device clock, their mean per step summed (the ``sum of stages`` row), equal the step's device mean (the chunk's
-     span per step, the ``timestep`` row) within 10 %: the ``unattributed`` gap is at most a tenth of the step;
-  3. xprof (issue 20, item 6; GPU only: on a CPU trace XProf's converter returns no ops): the per-kernel device
-     times lbm reads from the trace (kernels.csv: mean per call) equal XProf's offline converter's
-     (``xprof.convert.raw_to_tool_data.xspace_to_tool_data([xplane], "hlo_stats", {})``: total_time / occurrences)
-     within 15 % for every kernel holding at least 1 % of the window's device time, and those kernels hold at least
-     90 % of it. Read from ``xprof_hlo_stats.json`` (device_check.sh writes it where xprof is importable) or
-     converted here from the ``*.xplane.pb`` when xprof is importable; without either it is not judged (INFO).
+  2. breakdown, each mode (fused, instrumented; issue 37 item 3): the profile's stage rows (every timed row:
+     measured, fused groups, unscoped kernels) on the device clock, their mean per step summed (the ``sum of stages``
+     row), equal the step's device mean (the ``timestep`` row: fused, the chunk's device time per step;
+     instrumented on a TPU, the step's program runs summed) within 10 %: the ``unattributed`` gap is at most a tenth
+     of the step. Instrumented on a GPU or CPU (metrics.json's device) it is reported, not judged: there the step's
+     device time is its window, the waits between dispatches included;
+  3. xprof, each mode (issue 20, item 6; issue 37 item 3 on a TPU; on a CPU trace XProf's converter returns no
+     ops): the per-kernel device times lbm reads from the trace (kernels.csv: mean per call) equal XProf's offline
+     converter's (``xprof.convert.raw_to_tool_data.xspace_to_tool_data([xplane], "hlo_stats", {})``: total_time /
+     occurrences) within 15 % for every kernel holding at least 1 % of the window's device time; a kernel is
+     XProf's row of the same program and name where both name the program (a TPU's program_id: instrumented mode
+     runs a program per stage, with op names such as copy.3 in several), else of the same name; and the kernels
+     found in XProf's table hold at least 90 % of the window's device time. Read from ``xprof_hlo_stats.json``
+     (device_check.sh writes it where xprof is importable) or converted here from the ``*.xplane.pb`` when xprof
+     is importable; without either it is not judged (INFO).
 Exit status: 0 when every criterion that has data passes, 1 otherwise (missing data is a failure too).
 """
 
@@ -38,6 +44,7 @@ XPROF_TOLERANCE = 0.15
 XPROF_MIN_SHARE = 0.01
 XPROF_MIN_COVERAGE = 0.90
 XPROF_FILE = "xprof_hlo_stats.json"
+MODES = ("fused", "instrumented")
 
 
 def bandwidth_verdicts(doc: dict[str, Any]) -> list[tuple[bool | None, str]]:
@@ -68,8 +75,8 @@ def breakdown_verdict(rows: list[dict[str, str]], doc: dict[str, Any] | None = N
     per_step = sum(float(r["mean_ms"]) for r in rows if r["status"] in TIMED and r.get("mean_ms"))
     span = float(step["mean_ms"])
     ratio = per_step / span
-    line = (f"stages sum to {per_step:.4f} ms per step on the device; the step's device span {span:.4f} ms: "
-            f"ratio {ratio:.3f} (target: within {100 * BREAKDOWN_TOLERANCE:.0f} % of the span)")
+    line = (f"stages sum to {per_step:.4f} ms per step on the device; the step's device time {span:.4f} ms: "
+            f"ratio {ratio:.3f} (target: within {100 * BREAKDOWN_TOLERANCE:.0f} % of the step)")
     return abs(ratio - 1) <= BREAKDOWN_TOLERANCE, line
 
 
@@ -91,36 +98,60 @@ def xprof_hlo_stats(xplane: Path) -> list[dict[str, Any]] | None:
     return gviz_rows(json.loads(data.decode() if isinstance(data, bytes) else data))
 
 
+def xprof_comparison(kernels: list[dict[str, str]], hlo_stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per kernel of kernels.csv, costliest first: its share of the window's device time, lbm's mean µs per call and
+    XProf's (total_time / occurrences) from the row of the same program and name where both name the program (a
+    TPU's program_id: instrumented mode runs a program per stage, with op names such as copy.3 in several), else
+    of the same name (a name in several programs: the row with the most occurrences); None where XProf has none."""
+    by_program: dict[tuple[str, str], tuple[float, float]] = {}
+    by_name: dict[str, tuple[float, float]] = {}
+    for r in hlo_stats:
+        name, n = str(r.get("hlo_op_name") or ""), float(r.get("occurrences") or 0)
+        if n <= 0:
+            continue
+        mean = float(r.get("total_time") or 0.0) / n
+        if r.get("program_id") not in (None, ""):
+            by_program[(str(r["program_id"]), name)] = (mean, n)
+        if name not in by_name or n > by_name[name][1]:
+            by_name[name] = (mean, n)
+    total = sum(float(k["total_ms"]) for k in kernels) or 1.0
+    out = []
+    for k in sorted(kernels, key=lambda k: -float(k["total_ms"])):
+        program = str(k.get("program_id") or "")
+        match = by_program.get((program, k["kernel"])) if program and by_program else by_name.get(k["kernel"])
+        ours = float(k["total_ms"]) * 1e3 / int(k["calls"])
+        out.append({"kernel": k["kernel"], "unit": k.get("unit", ""), "calls": int(k["calls"]),
+                    "share": float(k["total_ms"]) / total, "lbm_us": ours, "xprof_us": None if match is None else match[0],
+                    "xprof_calls": None if match is None else int(match[1]),
+                    "by": "program and name" if program and by_program else "name"})
+    return out
+
+
 def xprof_verdict(kernels: list[dict[str, str]], hlo_stats: list[dict[str, Any]] | None) -> tuple[bool | None, str]:
-    """lbm's per-kernel mean device time (kernels.csv) against XProf's (total_time / occurrences, µs)."""
+    """lbm's per-kernel mean device time (kernels.csv) against XProf's (:func:`xprof_comparison`)."""
     if hlo_stats is None:
         return None, "not judged: no xprof_hlo_stats.json and xprof is not importable here (pip install xprof)"
     if not hlo_stats:
-        return False, "XProf's hlo_stats holds no ops (a CPU trace gives none: this check needs a GPU trace)"
-    theirs: dict[str, tuple[float, float]] = {}
-    for r in hlo_stats:  # a name in several programs: the row with the most occurrences
-        name, n = str(r.get("hlo_op_name") or ""), float(r.get("occurrences") or 0)
-        if n > 0 and (name not in theirs or n > theirs[name][1]):
-            theirs[name] = (float(r.get("total_time") or 0.0) / n, n)
-    total = sum(float(k["total_ms"]) for k in kernels)
-    if not total:
+        return False, "XProf's hlo_stats holds no ops (a CPU trace gives none: this check needs a GPU or TPU trace)"
+    if not sum(float(k["total_ms"]) for k in kernels):
         return False, "kernels.csv holds no device time"
-    big = [k for k in kernels if float(k["total_ms"]) >= XPROF_MIN_SHARE * total]
-    bad, covered, worst = [], 0.0, 0.0
-    for k in big:
-        ours = float(k["total_ms"]) * 1e3 / int(k["calls"])
-        if k["kernel"] not in theirs:
-            bad.append(f"{k['kernel']}: not in XProf's hlo_stats")
+    rows = xprof_comparison(kernels, hlo_stats)
+    coverage = sum(r["share"] for r in rows if r["xprof_us"] is not None)
+    big = [r for r in rows if r["share"] >= XPROF_MIN_SHARE]
+    bad, worst = [], 0.0
+    for r in big:
+        if r["xprof_us"] is None:
+            bad.append(f"{r['kernel']}: not in XProf's hlo_stats")
             continue
-        ratio = ours / theirs[k["kernel"]][0] if theirs[k["kernel"]][0] else float("inf")
-        worst = max(worst, abs(ratio - 1))
-        covered += float(k["total_ms"])
-        if abs(ratio - 1) > XPROF_TOLERANCE:
-            bad.append(f"{k['kernel']}: lbm {ours:.2f} µs, XProf {theirs[k['kernel']][0]:.2f} µs")
-    coverage = covered / total
-    line = (f"{len(big)} kernels with >= {100 * XPROF_MIN_SHARE:.0f} % of the device time, {100 * coverage:.1f} % of "
-            f"it matched by name; largest difference of the mean per call {100 * worst:.1f} % (target: within "
-            f"{100 * XPROF_TOLERANCE:.0f} %, coverage >= {100 * XPROF_MIN_COVERAGE:.0f} %)")
+        diff = abs(r["lbm_us"] / r["xprof_us"] - 1) if r["xprof_us"] else float("inf")
+        worst = max(worst, diff)
+        if diff > XPROF_TOLERANCE:
+            bad.append(f"{r['kernel']}: lbm {r['lbm_us']:.2f} µs, XProf {r['xprof_us']:.2f} µs")
+    how = rows[0]["by"] if rows else "name"
+    line = (f"{len(big)} kernels with >= {100 * XPROF_MIN_SHARE:.0f} % of the device time; largest difference of "
+            f"their mean per call {100 * worst:.1f} % (target: within {100 * XPROF_TOLERANCE:.0f} %); "
+            f"{100 * coverage:.1f} % of the device time in kernels found in XProf's table by {how} (target: >= "
+            f"{100 * XPROF_MIN_COVERAGE:.0f} %)")
     if bad:
         line += "; " + "; ".join(bad[:5])
     return not bad and coverage >= XPROF_MIN_COVERAGE, line
@@ -169,19 +200,26 @@ def _verdicts(folder: Path) -> list[tuple[bool | None, str]]:
         found = bandwidth_verdicts(json.loads(path.read_text()))
         out += [(ok, f"bandwidth {line}") for ok, line in found] or [
             (False, f"bandwidth {lat}: no pallas float32 record at {MIN_CELLS} cells or more in {path.name}")]
-    csv_path = _find(folder, "profile-fused/profile/breakdown.csv", "breakdown-fused.csv")
-    if csv_path is None:
-        out.append((False, "breakdown fused: no breakdown.csv (device-check.tgz holds it)"))
-    else:
-        ok, line = breakdown_verdict(list(csv.DictReader(csv_path.open())))
-        out.append((ok, f"breakdown fused: {line}"))
-    profile = folder / "profile-fused" / "profile"
-    kernels = profile / "kernels.csv"
-    if kernels.exists():
-        found = xprof_verdict(list(csv.DictReader(kernels.open())), xprof_rows(profile))
-        out.append((found[0], f"xprof fused: {found[1]}"))
-    else:
-        out.append((None, "xprof fused: not judged (no profile-fused/profile/kernels.csv)"))
+    for mode in MODES:
+        csv_path = _find(folder, f"profile-{mode}/profile/breakdown.csv", f"breakdown-{mode}.csv")
+        metrics = folder / f"profile-{mode}" / "metrics.json"
+        device = str(json.loads(metrics.read_text()).get("device") or "") if metrics.exists() else ""
+        if csv_path is None:
+            out.append((False, f"breakdown {mode}: no breakdown.csv (device-check.tgz holds it)"))
+        elif mode == "instrumented" and device and not device.startswith("tpu"):
+            out.append((None, f"breakdown {mode}: not judged on {device}: there an instrumented step's device time "
+                              "is its window, first kernel start to last kernel end, the waits between the stage "
+                              "dispatches included (a TPU's is its program runs summed)"))
+        else:
+            ok, line = breakdown_verdict(list(csv.DictReader(csv_path.open())))
+            out.append((ok, f"breakdown {mode}: {line}"))
+        profile = folder / f"profile-{mode}" / "profile"
+        kernels = profile / "kernels.csv"
+        if kernels.exists():
+            found = xprof_verdict(list(csv.DictReader(kernels.open())), xprof_rows(profile))
+            out.append((found[0], f"xprof {mode}: {found[1]}"))
+        else:
+            out.append((None, f"xprof {mode}: not judged (no profile-{mode}/profile/kernels.csv)"))
     return out
 
 

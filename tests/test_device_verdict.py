@@ -66,7 +66,8 @@ def test_xprof_comparison_per_kernel_mean():
     # XProf saw twice the calls (the warm-up chunk too): the mean per call is what is compared
     theirs = verdict.gviz_rows(gviz(("fusion.1", 200, 21000.0), ("fusion.2", 200, 9500.0), ("copy.3", 200, 900.0)))
     ok, line = verdict.xprof_verdict(ours, theirs)
-    assert ok and "largest difference of the mean per call 5.3 %" in line  # 50 / 47.5; copy.3 is under 1 %
+    assert ok and "largest difference of their mean per call 5.3 %" in line  # 50 / 47.5; copy.3 is under 1 %
+    assert "100.0 % of the device time in kernels found in XProf's table by name" in line
     slower = verdict.gviz_rows(gviz(("fusion.1", 200, 21000.0), ("fusion.2", 200, 8000.0)))
     ok, line = verdict.xprof_verdict(ours, slower)
     assert not ok and "fusion.2: lbm 50.00 µs, XProf 40.00 µs" in line
@@ -75,26 +76,47 @@ def test_xprof_comparison_per_kernel_mean():
     assert not ok and "fusion.2: not in XProf's hlo_stats" in line
     assert verdict.xprof_verdict(ours, [])[0] is False  # a CPU trace: XProf gives no ops
     assert verdict.xprof_verdict(ours, None)[0] is None  # no xprof: reported, not judged
+    # kernels under 1 % each are not judged one by one, but they count in the coverage: here 45 % of the time
+    many = kernels(("fusion.1", 100, 10.0), *((f"copy.{i}", 100, 0.09) for i in range(100)))
+    ok, line = verdict.xprof_verdict(many, verdict.gviz_rows(gviz(("fusion.1", 100, 10000.0))))
+    assert not ok and "52.6 % of the device time in kernels found" in line
+
+
+def test_xprof_comparison_by_program_and_name():
+    # a TPU's instrumented run: a program per stage, the same op name (copy.3) in two of them at different costs
+    ours = [{"kernel": "copy.3", "program_id": "111", "calls": "10", "total_ms": "0.1"},   # 10 µs per call
+            {"kernel": "copy.3", "program_id": "222", "calls": "10", "total_ms": "0.3"}]  # 30 µs per call
+    cols = [{"id": "program_id"}, {"id": "hlo_op_name"}, {"id": "occurrences"}, {"id": "total_time"}]
+    doc = {"cols": cols, "rows": [{"c": [{"v": p}, {"v": "copy.3"}, {"v": n}, {"v": t}]}
+                                  for p, n, t in (("111", 20, 204.0), ("222", 40, 1190.0))]}
+    ok, line = verdict.xprof_verdict(ours, verdict.gviz_rows(doc))
+    assert ok and "by program and name" in line and "difference of their mean per call 2.0 %" in line
+    # by name alone the busier program's row would stand for both: the cheap copy.3 would be 3x off
+    by_name = [{k: v for k, v in r.items() if k != "program_id"} for r in ours]
+    ok, line = verdict.xprof_verdict(by_name, verdict.gviz_rows(doc))
+    assert not ok and "copy.3: lbm 10.00 µs, XProf 29.75 µs" in line
 
 
 def lay_out(folder: Path, fraction: float, totals) -> None:
-    """device_check.sh's folder: bench-*/bench.json, profile-fused/profile/breakdown.{csv,json}, summary.txt."""
+    """device_check.sh's folder: bench-*/bench.json, profile-{fused,instrumented}/profile/ (breakdown.csv,
+    kernels.csv, xprof_hlo_stats.json), summary.txt."""
     for lat, grid in (("d2q9", (1024, 1024)), ("d3q19", (128, 128, 128))):
         (folder / f"bench-{lat}").mkdir(parents=True)
         doc = bench(record(fraction=fraction, lattice=lat, grid=grid))
         (folder / f"bench-{lat}" / "bench.json").write_text(json.dumps(doc))
-    profile = folder / "profile-fused" / "profile"
-    profile.mkdir(parents=True)
-    rows = breakdown(totals, 1.0)
-    with (profile / "breakdown.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    with (profile / "kernels.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["kernel", "calls", "total_ms"])
-        writer.writeheader()
-        writer.writerows(kernels(("fusion.1", 20, 19.0)))
-    (profile / "xprof_hlo_stats.json").write_text(json.dumps(gviz(("fusion.1", 40, 39000.0))))
+    for mode in ("fused", "instrumented"):
+        profile = folder / f"profile-{mode}" / "profile"
+        profile.mkdir(parents=True)
+        rows = breakdown(totals, 1.0)
+        with (profile / "breakdown.csv").open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        with (profile / "kernels.csv").open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=["kernel", "calls", "total_ms"])
+            writer.writeheader()
+            writer.writerows(kernels(("fusion.1", 20, 19.0)))
+        (profile / "xprof_hlo_stats.json").write_text(json.dumps(gviz(("fusion.1", 40, 39000.0))))
     (folder / "summary.txt").write_text("device_check: ...\n")
 
 
@@ -102,19 +124,33 @@ def test_main_reads_the_folder_and_the_returned_tarball(tmp_path, capsys):
     good = tmp_path / "outputs" / "device-check"
     lay_out(good, 0.8, [("fused-group", 0.95)])
     assert verdict.main([str(good)]) == 0
-    assert capsys.readouterr().out.count("PASS") == 4  # two bandwidths, the breakdown, the XProf cross-check
+    # two bandwidths; per mode (fused, instrumented) the breakdown and the XProf cross-check
+    assert capsys.readouterr().out.count("PASS") == 6
     # the run tool's returned files: the bench copies beside device-check.tgz, the breakdown's json only in the tgz
     returned = tmp_path / "returned"
     returned.mkdir()
     with tarfile.open(returned / "device-check.tgz", "w:gz") as tar:
         tar.add(good, arcname="outputs/device-check")
     assert verdict.main([str(returned)]) == 0
+    assert capsys.readouterr().out.count("PASS") == 6
     bad = tmp_path / "bad"
     lay_out(bad, 0.6, [("fused-group", 0.95)])
     assert verdict.main([str(bad)]) == 1
     out = capsys.readouterr().out
-    assert out.count("FAIL  bandwidth") == 2 and "PASS  breakdown" in out
+    assert out.count("FAIL  bandwidth") == 2 and out.count("PASS  breakdown") == 2
     assert verdict.main([str(tmp_path / "missing")]) == 2
     empty = tmp_path / "empty"
     empty.mkdir()
     assert verdict.main([str(empty)]) == 1  # no data is a failure, not a pass
+
+
+def test_an_instrumented_breakdown_is_judged_on_a_tpu_only(tmp_path, capsys):
+    # a GPU's instrumented step on the device clock is its window (dispatch waits included): reported, not judged
+    for device, expect in (("cuda:NVIDIA H200", "INFO  breakdown instrumented: not judged on cuda:NVIDIA H200"),
+                           ("tpu:TPU v5 lite", "FAIL  breakdown instrumented: stages sum to 0.5000 ms")):
+        folder = tmp_path / device.split(":")[0]
+        lay_out(folder, 0.8, [("measured", 0.5)])  # half the step: fails where judged
+        for mode in ("fused", "instrumented"):
+            (folder / f"profile-{mode}" / "metrics.json").write_text(json.dumps({"device": device}))
+        assert verdict.main([str(folder)]) == 1  # the fused breakdown fails on both
+        assert expect in capsys.readouterr().out

@@ -2,8 +2,9 @@
 
 Two clocks, never mixed in one table:
 
-- **device**: the XLA execution events (CPU thunks, GPU/TPU kernels: slices carrying
-  ``hlo_op``/``hlo_module``/``run_id``), matched to the host dispatch that launched them
+- **device**: the XLA execution events (CPU thunks, GPU kernels: slices carrying
+  ``hlo_op``/``hlo_module``/``run_id``; a TPU's ``XLA Ops`` events inside its ``XLA Modules``
+  events, the program runs), matched to the host dispatch that launched them
   (:mod:`lbm.profiling.events`). The headline table wherever such events exist.
 - **host**: the ``jax.profiler`` annotation spans on the Python thread (``timestep`` and, in
   instrumented mode, one span per stage call). With asynchronous dispatch a stage span measures
@@ -18,9 +19,12 @@ over the sum of the stage rows' means: the shares add up to 1. ``median_ms``, ``
 
 Fused mode runs chunks of the run's own length, one dispatch per chunk, under one span each (with
 its number of steps). A chunk's kernels are attributed to rows by the stages in their
-``named_scope`` metadata; a kernel that runs once per scan iteration gives one sample per
-iteration, divided by the steps per iteration; kernels outside the loop are spread over the
-chunk's steps.
+``named_scope`` metadata (the trace's ``tf_op`` where it gives one, widened to the compile
+report's stages where those hold it); a kernel that runs once per scan iteration gives one sample
+per iteration, divided by the steps per iteration; kernels outside the loop are spread over the
+chunk's steps. On a TPU the step is the chunk's program run; in instrumented mode there, a stage's
+time is its program run's ops and the step the sum of its program runs, and where the device works
+under half of the host's step a note says so and why.
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ from lbm.profiling.events import (
     Execution,
     Span,
     assign_executions,
+    assign_in_order,
+    device_executions,
     executable_kernels,
-    executions_of,
+    op_facts,
     signature_filter,
     spans,
     within,
@@ -76,11 +82,23 @@ CSV_COLUMNS = ["stage", "status", "calls", "first_call_ms", "median_ms", "mean_m
                "share", "share_of", "clock", "bytes_accessed", "gbs", "roofline_pct", "kernels", "contains", "ops"]
 """Columns of breakdown.csv (the required ones and more), one table: the headline clock's."""
 
+DEVICE_SOURCES = {False: "kernel events carrying hlo_op (CPU thunks, GPU kernels)",
+                  True: "a TPU's XLA Ops events (ops, by named scope) within its XLA Modules events (program runs)"}
+"""Where a trace's device events come from, by whether they are a TPU's program runs."""
+IDLE_SHARE = 0.5
+"""A step whose device time is under this share of its host time is reported as one the device idles through."""
+
 HOST_ASYNC = "host: annotation span (asynchronous dispatch; execution included only where the runtime ran it inline)"
 HOST_SYNC = "host: annotation span, blocked until the stage finished (profile.sync=true): dispatch + execution"
 HOST_STEP = "host: timestep annotation span (dispatch, execution and the loop's per-chunk sync), per step"
 DEVICE_SPAN = "device: XLA execution events, first kernel start to last kernel end per call"
 DEVICE_BUSY = "device: XLA kernel events, sum of kernel durations per step (scan iterations: per iteration / steps)"
+TPU_OPS = ("device: a TPU's XLA Ops events (containers left out), sum of op durations per stage call, attributed by "
+           "the program the stage dispatched")
+TPU_STEP = "timestep: the XLA Modules events (program runs) of the step's stages, summed"
+TPU_FUSED = ("device: a TPU's XLA Ops events (containers left out), sum of op durations per step (scan iterations: "
+             "per iteration / steps), attributed by named scope (tf_op)")
+TPU_CHUNK = "timestep: the chunk's XLA Modules event (its program run) per step"
 
 
 def summarize(values_ns: Sequence[float], first_ns: float | None = None, total_ns: float | None = None,
@@ -231,26 +249,42 @@ def compute(db: TraceDB, stages: Sequence[str] | None = None, *, mode: str | Non
     notes: list[str] = []
     if not steady:
         notes.append("the steady-state window holds no timestep: figures are empty (run more steps than profile.warmup_steps)")
-    events = db.query(queries.DEVICE_EVENTS)
-    on_device = [e for e in events if str(e.get("process_name") or "").startswith("/device:")]
-    if on_device:  # GPU/TPU: the kernels on the device planes, not host-side launch events that name the same op
-        events = on_device
-    executions = executions_of(events, [set(e.get("kernels", {})) for e in info.executables.values()])
-    if any(ex.run_id.startswith("seq") for ex in executions):
-        notes.append("some device events carry no run_id: grouped into executions by time order and kernel repetition")
+    executions, programs, found_notes = device_executions(db, [set(e.get("kernels", {}))
+                                                               for e in info.executables.values()])
+    notes += found_notes
     window = {"steady_calls": len(steady), "steady_steps": sum(s.steps for s in steady),
               "warmup_steps": sum(s.steps for s in warm), "selection": how,
               "steady_start_ns": steady[0].ts if steady else None, "steady_end_ns": steady[-1].end if steady else None}
     if mode == "instrumented":
-        bd = _instrumented(stages, stage_spans, steps_all, steady, executions, info, sync, notes)
+        bd = _instrumented(stages, stage_spans, steps_all, steady, executions, info, sync, notes, programs)
     else:
-        bd = _fused(stages, steps_all, steady, executions, info, notes)
+        bd = _fused(stages, steps_all, steady, executions, info, notes, programs)
     first = _first(steps_all)
     window["first_call_steps"] = first.steps if first else None
     bd.window = window
+    bd.attribution["device_events"] = DEVICE_SOURCES[programs]
     if not executions:
-        notes.append("the trace holds no XLA execution events (hlo_op/run_id): only the host clock is reported")
+        notes.append("the trace holds no XLA execution events (kernel events with hlo_op, or a TPU's "
+                     f"'{queries.DEVICE_OPS_LINE}' and '{queries.DEVICE_MODULES_LINE}' lines): only the host clock "
+                     "is reported")
+    idle_note(bd)
     return bd
+
+
+def idle_note(bd: Breakdown) -> None:
+    """Where the device works less than IDLE_SHARE of a step's host time, a note that says so and why."""
+    dev, host = bd.tables.get("device"), bd.tables.get("host")
+    if bd.headline != "device" or dev is None or host is None:
+        return
+    d, h = (dev.row(STEP) or {}).get(STATISTIC), (host.row(STEP) or {}).get(STATISTIC)
+    if not d or not h or d >= IDLE_SHARE * h:
+        return
+    bd.attribution["device_busy_share_of_host_step"] = d / h
+    window = bd.attribution.get("device_window_ms")
+    span = f"; the step's device work runs within {window:.4f} ms" if window else ""
+    bd.notes.append(f"the device idles for most of a step: it works {d:.4f} ms of a {h:.4f} ms step on the host clock "
+                    f"({100 * d / h:.0f} %{span}); cause: {bd.attribution.get('idle_cause', 'the host')}; the host "
+                    "clock bounds the step")
 
 
 def _first(items: list[Span]) -> Span | None:
@@ -269,25 +303,38 @@ def _skipped(stage: str) -> dict[str, Any]:
 
 
 def _instrumented(stages: list[str], stage_spans: list[Span], steps_all: list[Span], steady: list[Span],
-                  executions: list[Execution], info: CompileInfo, sync: bool | None, notes: list[str]) -> Breakdown:
+                  executions: list[Execution], info: CompileInfo, sync: bool | None, notes: list[str],
+                  programs: bool = False) -> Breakdown:
+    """Per stage call, its execution; ``programs``: a TPU's program runs, whose stage time is the sum of its ops and
+    whose step time is the sum of the step's program runs (else: first kernel start to last kernel end)."""
     steady_calls = within(stage_spans, steady)
     dispatches = {s: [sp for sp in stage_spans if sp.name == s] for s in stages}
     cands = signature_filter(executions, info, stages)
     if all(c is None for c in cands.values()):
         notes.append("no compile report and no per-stage module names: executions matched to stages by time order only")
-    matched = assign_executions(dispatches, executions, cands, executable_kernels(info, stages))
+    # a TPU's program runs name their program: matched in order, by module name (the compile report's kernel list
+    # names no op of a loop nested in a kernel, and the device clock may run ahead of the host's)
+    matched = assign_in_order(dispatches, executions, cands) if programs else \
+        assign_executions(dispatches, executions, cands, executable_kernels(info, stages))
+
+    def stage_time(ex: Execution) -> int:
+        return ex.busy if programs else ex.span
+
     inline = blocked = linked = 0
     per_stage_dev: dict[str, list[int]] = defaultdict(list)
     kernels: dict[tuple[str, str], list[int]] = defaultdict(list)
+    facts: dict[tuple[str, str], dict[str, Any]] = {}
     for sp in steady_calls:
         ex = matched.get(sp.id)
         if ex is None:
             continue
         linked += 1
-        per_stage_dev[sp.name].append(ex.span)
+        per_stage_dev[sp.name].append(stage_time(ex))
         blocked += ex.end <= sp.end
         for e in ex.events:
-            kernels[(sp.name, str(e["hlo_op"]))].append(int(e["dur"]))
+            key = (sp.name, str(e["hlo_op"]))
+            kernels[key].append(int(e["dur"]))
+            facts.setdefault(key, op_facts(e, ex.program_id))
             inline += sp.thread is not None and e.get("thread_name") == sp.thread
     host_clock = HOST_SYNC if sync else HOST_ASYNC
     if sync is None:
@@ -304,49 +351,73 @@ def _instrumented(stages: list[str], stage_spans: list[Span], steps_all: list[Sp
         n_kernels = len({op for (s, op) in kernels if s == stage}) or None
         host_rows.append({"stage": stage, "status": "measured", "contains": stage,
                           **summarize([c.dur for c in calls], first.dur if first else None)})
-        first_dev = matched[first.id].span if first is not None and first.id in matched else None
+        first_dev = stage_time(matched[first.id]) if first is not None and first.id in matched else None
         dev_rows.append({"stage": stage, "status": "measured", "contains": stage, "kernels": n_kernels,
                          **summarize(per_stage_dev.get(stage, []), first_dev)})
-    step_dev = []
-    for st in steady:
-        inside = [matched[sp.id] for sp in steady_calls if sp.id in matched and sp.ts >= st.ts and sp.end <= st.end]
-        if inside:
-            step_dev.append(max(x.end for x in inside) - min(x.start for x in inside))
-    first_step = _first(steps_all)
-    first_inside = [matched[sp.id] for sp in stage_spans if first_step is not None and sp.id in matched
-                    and sp.ts >= first_step.ts and sp.end <= first_step.end]
-    first_dev = max(x.end for x in first_inside) - min(x.start for x in first_inside) if first_inside else None
-    tables = {"device": finish_table("device", DEVICE_SPAN + "; timestep: first kernel start to last kernel end of "
-                                     "the step's stage executions", dev_rows, summarize(step_dev, first_dev)),
+
+    step_dev, step_window, first_dev = _instrumented_steps(steps_all, steady, steady_calls, stage_spans, matched,
+                                                           programs)
+    description = (f"{TPU_OPS}; {TPU_STEP}" if programs else
+                   DEVICE_SPAN + "; timestep: first kernel start to last kernel end of the step's stage executions")
+    tables = {"device": finish_table("device", description, dev_rows, summarize(step_dev, first_dev)),
               "host": finish_table("host", f"{host_clock}; timestep: {HOST_STEP}", host_rows,
                                    _host_step(steps_all, steady))}
     kern_rows = [{"unit": s, "kernel": op, "stages": s, "calls": len(v), "median_us": statistics.median(v) / 1e3,
-                  "total_ms": sum(v) / 1e6} for (s, op), v in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))]
+                  "total_ms": sum(v) / 1e6, **facts.get((s, op), {})}
+                 for (s, op), v in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))]
     n_steady = len(steady_calls)
     if n_steady and linked < n_steady:
         notes.append(f"device events matched to {linked} of {n_steady} steady stage calls; device columns use those")
     attribution = {"stage_calls": n_steady, "matched_executions": linked, "executions_in_trace": len(executions),
                    "calls_blocked_until_done": blocked, "kernel_events_on_host_thread": inline,
-                   "host_clock": host_clock}
+                   "host_clock": host_clock,
+                   "device_window_ms": statistics.mean(step_window) / 1e6 if step_window else None,
+                   "idle_cause": "instrumented mode dispatches one jit per stage from Python, and the device waits "
+                                 "for each dispatch"}
     headline = "device" if linked else "host"
     timeline = {"steady": steady, "stage_spans": stage_spans, "matched": matched}
     return Breakdown("instrumented", _ordered(tables, headline), headline, kern_rows, {}, notes, attribution,
                      timeline=timeline)
 
 
+def _instrumented_steps(steps_all: list[Span], steady: list[Span], steady_calls: list[Span], stage_spans: list[Span],
+                        matched: dict[int, Execution], programs: bool) -> tuple[list[int], list[int], int | None]:
+    """Per steady step its device time (a TPU's: its program runs summed; else first kernel start to last kernel
+    end of its stage executions) and its window (first start to last end); the first step's device time."""
+
+    def step_time(inside: list[Execution]) -> int:
+        if programs:
+            return sum(x.span for x in inside)
+        return max(x.end for x in inside) - min(x.start for x in inside)
+
+    step_dev, step_window = [], []
+    for st in steady:
+        inside = [matched[sp.id] for sp in steady_calls if sp.id in matched and sp.ts >= st.ts and sp.end <= st.end]
+        if inside:
+            step_dev.append(step_time(inside))
+            step_window.append(max(x.end for x in inside) - min(x.start for x in inside))
+    first_step = _first(steps_all)
+    first_inside = [matched[sp.id] for sp in stage_spans if first_step is not None and sp.id in matched
+                    and sp.ts >= first_step.ts and sp.end <= first_step.end]
+    return step_dev, step_window, step_time(first_inside) if first_inside else None
+
+
 def _ordered(tables: dict[str, Table], headline: str) -> dict[str, Table]:
     return {headline: tables[headline], **{k: v for k, v in tables.items() if k != headline}}
 
 
-def _kernel_stage_map(info: CompileInfo, executions: list[Execution], stages: list[str]) -> dict[str, list[str]]:
-    mapping = info.kernels(FUSED_STEP)
-    if mapping:
-        return mapping
-    out: dict[str, list[str]] = {}
-    for ex in executions:  # GPU traces may carry the op_name path as tf_op
-        for e in ex.events:
-            if e.get("tf_op"):
-                out.setdefault(str(e["hlo_op"]), stages_in(str(e["tf_op"]), stages))
+def kernel_stage_map(reported: dict[str, list[str]], events: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
+    """Kernel → stages: the named scope the trace gives the kernel as it ran (``tf_op``: a TPU's every op, some GPU
+    kernels), widened to the compile report's stages where those hold it (a fusion of several stages' instructions,
+    whose tf_op names one); the compile report's where the trace gives no scope."""
+    traced: dict[str, list[str]] = {}
+    for e in events:
+        if e.get("tf_op"):
+            traced.setdefault(str(e["hlo_op"]), stages_in(str(e["tf_op"]), REPORTED))
+    out = dict(reported)
+    for op, scoped in traced.items():
+        known = reported.get(op)
+        out[op] = known if known is not None and set(scoped) <= set(known) else scoped
     return out
 
 
@@ -364,12 +435,27 @@ class ChunkSamples:
     iterations: int
 
 
+def scan_iterations(events: list[dict[str, Any]], steps: int) -> int:
+    """The scan loop's iterations in a chunk of ``steps``: among the kernels' run counts above 1 that divide the
+    steps, the one holding the most device time (the loop body's kernels run once per iteration, a nested loop's a
+    multiple of that); else the largest count."""
+    counts = Counter(str(e["hlo_op"]) for e in events)
+    time_by_count: dict[int, int] = defaultdict(int)
+    for e in events:
+        time_by_count[counts[str(e["hlo_op"])]] += int(e["dur"])
+    fits = [c for c in time_by_count if c > 1 and steps % c == 0]
+    if fits:
+        return max(fits, key=lambda c: (time_by_count[c], c))
+    return max(counts.values(), default=1)
+
+
 def chunk_samples(ex: Execution, steps: int, unit_of: Any) -> ChunkSamples:
-    """Split a chunk's kernels by scan iteration: a kernel seen as often as the most frequent one runs once per
-    iteration (its i-th event is iteration i's); the others (outside the loop) are spread over the chunk's steps."""
+    """Split a chunk's kernels by scan iteration (:func:`scan_iterations`): a kernel run k times per iteration (its
+    count k x the iterations) gives its i-th run to iteration i // k; the others (outside the loop) are spread over
+    the chunk's steps."""
     counts = Counter(str(e["hlo_op"]) for e in ex.events)
-    iters = max(counts.values(), default=1)
-    body = {op for op, c in counts.items() if c == iters} if iters > 1 else set()
+    iters = scan_iterations(ex.events, steps)
+    body = {op for op, c in counts.items() if c % iters == 0} if iters > 1 else set()
     per_iter = max(1, steps // iters) if body else steps
     totals: dict[str, int] = defaultdict(int)
     outside: dict[str, int] = defaultdict(int)
@@ -381,7 +467,7 @@ def chunk_samples(ex: Execution, steps: int, unit_of: Any) -> ChunkSamples:
         unit = unit_of(op)
         totals[unit] += dur
         if op in body:
-            i = seen[op]
+            i = seen[op] // (counts[op] // iters)
             seen[op] += 1
             by_iter[i][unit] += dur
             lo, hi = iter_span[i]
@@ -398,13 +484,35 @@ def chunk_samples(ex: Execution, steps: int, unit_of: Any) -> ChunkSamples:
     return ChunkSamples(steps, dict(totals), samples, [(hi - lo) / per_iter + rest for lo, hi in iter_span], iters)
 
 
-def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executions: list[Execution],
-           info: CompileInfo, notes: list[str]) -> Breakdown:
+def chunk_modules(executions: list[Execution], info: CompileInfo, steps_all: list[Span], programs: bool) -> set[str] | None:
+    """The module names of the fused chunk's executions: the compile report's; without one, a TPU's longest-running
+    program during the chunks (a run overlapping a chunk's span: the device clock may run ahead of the host's), or
+    the modules of executions that start inside the chunks' spans."""
     mods = signature_filter(executions, info, [FUSED_STEP])[FUSED_STEP]
-    if mods is None:  # no compile report: the modules of executions that start inside timestep spans
-        mods = {ex.module for ex in executions for st in steps_all if st.ts <= ex.start <= st.end} or None
-    matched = assign_executions({STEP: steps_all}, executions, {STEP: mods})
-    kmap = _kernel_stage_map(info, executions, stages)
+    if mods is not None:
+        return mods
+    if programs:
+        held: dict[str, int] = defaultdict(int)
+        for ex in executions:
+            if any(ex.start <= st.end and ex.end >= st.ts for st in steps_all):
+                held[ex.module] += ex.span
+        return {max(held, key=lambda m: held[m])} if held else None
+    return {ex.module for ex in executions for st in steps_all if st.ts <= ex.start <= st.end} or None
+
+
+def _unscoped_origin(op: str, facts: dict[str, Any], origins: dict[str, str]) -> str:
+    """Where an unscoped kernel comes from: the trace's source line (and scope), else the compile report's."""
+    if facts.get("source"):
+        return f"{facts['source']} (scope {facts['tf_op']})" if facts.get("tf_op") else f"{facts['source']} (no scope)"
+    return origins.get(op, "no HLO metadata (not in the compile report)")
+
+
+def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executions: list[Execution],
+           info: CompileInfo, notes: list[str], programs: bool = False) -> Breakdown:
+    """Per chunk, its execution's kernels by row; ``programs``: a TPU's program runs (the step: the chunk's run)."""
+    mods = chunk_modules(executions, info, steps_all, programs)
+    matched = (assign_in_order if programs else assign_executions)({STEP: steps_all}, executions, {STEP: mods})
+    kmap = kernel_stage_map(info.kernels(FUSED_STEP), (e for ex in matched.values() for e in ex.events))
     origins = info.origins(FUSED_STEP)
     if not kmap:
         notes.append("no compile report (compile/compile.json) and no op_name in the trace: kernels cannot be "
@@ -423,9 +531,16 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
     units = sorted({u for _, c in chunks for u in c.totals}, key=_stage_order)
     n_steps = sum(c.steps for _, c in chunks)
     kernels: dict[str, list[int]] = defaultdict(list)
+    facts: dict[str, dict[str, Any]] = {}
     for st, _ in chunks:
-        for e in matched[st.id].events:
+        ex = matched[st.id]
+        for e in ex.events:
             kernels[str(e["hlo_op"])].append(int(e["dur"]))
+            facts.setdefault(str(e["hlo_op"]), op_facts(e, ex.program_id))
+
+    def origin(op: str) -> str:
+        return _unscoped_origin(op, facts.get(op, {}), origins)
+
     unit_rows: dict[str, dict[str, Any]] = {}
     for u in units:
         status = "unscoped" if u == UNSCOPED else "fused-group" if "+" in u else "measured"
@@ -436,8 +551,8 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
                "kernels": len({op for op in kernels if unit_of(op) == u}),
                "contains": " ".join(u.split("+")) if u != UNSCOPED else ""}
         if u == UNSCOPED:
-            row["ops"] = "; ".join(f"{op}: {origins.get(op, 'no HLO metadata (not in the compile report)')}"
-                                   for op in sorted(k for k in kernels if unit_of(k) == UNSCOPED))
+            mine = sorted((k for k in kernels if unit_of(k) == UNSCOPED), key=lambda k: (-sum(kernels[k]), k))
+            row["ops"] = "; ".join(f"{op}: {origin(op)}" for op in mine)  # the costliest first
         unit_rows[u] = row
     rows: list[dict[str, Any]] = []
     for stage in _listed(stages):
@@ -457,19 +572,22 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
     host_rows = [_skipped(s) if s not in stages else {"stage": s, "status": "fused", "contains": s,
                                                      "note": "no host span of its own in fused mode"}
                  for s in _listed(stages)]
-    tables = {"device": finish_table("device", DEVICE_BUSY + "; timestep: the chunk's device span (first kernel "
-                                     "start to last kernel end) per step", rows, device_step),
+    description = (f"{TPU_FUSED}; {TPU_CHUNK}" if programs else
+                   DEVICE_BUSY + "; timestep: the chunk's device span (first kernel start to last kernel end) per step")
+    tables = {"device": finish_table("device", description, rows, device_step),
               "host": finish_table("host", HOST_STEP, host_rows, _host_step(steps_all, steady))}
     kern_rows = [{"unit": unit_of(op), "kernel": op, "stages": " ".join(kmap.get(op, [])), "calls": len(v),
-                  "median_us": statistics.median(v) / 1e3, "total_ms": sum(v) / 1e6,
-                  "origin": origins.get(op, "") if unit_of(op) == UNSCOPED else ""}
+                  "median_us": statistics.median(v) / 1e3, "total_ms": sum(v) / 1e6, **facts.get(op, {}),
+                  "origin": origin(op) if unit_of(op) == UNSCOPED else ""}
                  for op, v in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))]
     if steady and len(chunks) < len(steady):
         notes.append(f"device executions matched to {len(chunks)} of {len(steady)} steady chunks")
     attribution = {"steady_chunks": len(steady), "steady_steps": sum(s.steps for s in steady),
                    "matched_executions": len(chunks), "executions_in_trace": len(executions),
                    "scan_iterations_per_chunk": sorted({c.iterations for _, c in chunks}),
-                   "modules": sorted(mods) if mods else None}
+                   "modules": sorted(mods) if mods else None,
+                   "idle_cause": "the host: between chunks (dispatch, the per-chunk sync and the run loop's "
+                                 "observations) the device waits"}
     headline = "device" if chunks else "host"
     timeline = {"steady": steady, "stage_spans": [], "matched": matched, "unit_of": {op: unit_of(op) for op in kmap}}
     return Breakdown("fused", _ordered(tables, headline), headline, kern_rows, {}, notes, attribution,

@@ -4,6 +4,12 @@ A device *execution* is the kernel events of one run of one executable (sharing 
 ``run_id``); each is matched to the host dispatch that launched it (same executable, oldest pending
 dispatch first). Container thunks (``while``, ``conditional``, ``call``) are left out: their events
 enclose the kernels they run, which are events of their own.
+
+On a TPU the device's timelines say it differently: an ``XLA Modules`` line with one event per program run
+(``jit_<name>(<program id>)``, with its ``run_id``) and an ``XLA Ops`` line with one event per op run, named by
+the op (``fusion.3``), with ``tf_op``, ``source``, ``hlo_category``, ``bytes_accessed`` and ``model_flops``. There an
+execution is a program run's event and the op events inside it (:func:`program_executions`); its device time is
+the program run's own event.
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ class Span:
         return self.ts + self.dur
 
 
+PROGRAM_RUN = re.compile(r"^(?P<module>.+?)\((?P<program>\d+)\)$")
+"""A TPU's XLA Modules event name: the HLO module's name and the program id (an unsigned 64-bit integer)."""
+
+
 @dataclass
 class Execution:
     """One run of one executable on the device: the kernel events sharing a run_id."""
@@ -49,20 +59,25 @@ class Execution:
     module: str
     run_id: str
     events: list[dict[str, Any]] = field(default_factory=list)
+    program_id: str | None = None
+    """The program's id, where the trace names it (a TPU's XLA Modules events)."""
+    window: tuple[int, int] | None = None
+    """(start, end) ns of the program run's own event (a TPU's XLA Modules line); None: the kernels' extent."""
 
     @property
     def start(self) -> int:
-        """First kernel start (ns)."""
-        return min(int(e["ts"]) for e in self.events)
+        """The program run's start, else the first kernel's (ns)."""
+        return self.window[0] if self.window else min(int(e["ts"]) for e in self.events)
 
     @property
     def end(self) -> int:
-        """Last kernel end (ns)."""
-        return max(int(e["ts"]) + int(e["dur"]) for e in self.events)
+        """The program run's end, else the last kernel's (ns)."""
+        return self.window[1] if self.window else max(int(e["ts"]) + int(e["dur"]) for e in self.events)
 
     @property
     def span(self) -> int:
-        """Device time: first kernel start to last kernel end (ns)."""
+        """Device time: the program run's event where the trace has one, else first kernel start to last kernel
+        end (ns)."""
         return self.end - self.start
 
     @property
@@ -155,6 +170,37 @@ def executions_of(events: list[dict[str, Any]], kernel_sets: Iterable[set[str]] 
     return sorted(groups.values(), key=lambda x: x.start)
 
 
+def program_executions(ops: list[dict[str, Any]], programs: list[dict[str, Any]]) -> tuple[list[Execution], int]:
+    """A TPU's executions: each ``XLA Modules`` event (a program run) with the ``XLA Ops`` events that start inside
+    it on the same device (containers left out; each op event gets ``hlo_module`` and ``run_id``); and the number of
+    op events that start inside no program run."""
+    runs: dict[str, list[tuple[int, int, Execution]]] = defaultdict(list)
+    out: list[Execution] = []
+    for m in sorted(programs, key=lambda m: int(m["ts"])):
+        name = str(m["name"])
+        found = PROGRAM_RUN.match(name)
+        module, program = (found["module"], found["program"]) if found else (name, None)
+        ts, dur = int(m["ts"]), int(m["dur"])
+        ex = Execution(module, str(m.get("run_id") if m.get("run_id") is not None else f"at{ts}"), [], program,
+                       (ts, ts + dur))
+        runs[str(m.get("process_name"))].append((ts, ts + dur, ex))
+        out.append(ex)
+    starts = {dev: [r[0] for r in rs] for dev, rs in runs.items()}
+    outside = 0
+    for e in ops:
+        op = str(e["hlo_op"])
+        if CONTAINER.match(op):
+            continue
+        dev, ts = str(e.get("process_name")), int(e["ts"])
+        i = bisect.bisect_right(starts.get(dev, []), ts) - 1
+        if i < 0 or ts >= runs[dev][i][1]:
+            outside += 1
+            continue
+        ex = runs[dev][i][2]
+        ex.events.append({**e, "hlo_module": ex.module, "run_id": ex.run_id})
+    return out, outside
+
+
 def assign_executions(dispatches: dict[str, list[Span]], executions: list[Execution],
                       candidates: dict[str, set[str] | None],
                       kernel_sets: dict[str, set[str]] | None = None) -> dict[int, Execution]:
@@ -181,18 +227,37 @@ def assign_executions(dispatches: dict[str, list[Span]], executions: list[Execut
     return out
 
 
+def assign_in_order(dispatches: dict[str, list[Span]], executions: list[Execution],
+                    candidates: dict[str, set[str] | None]) -> dict[int, Execution]:
+    """Match the i-th dispatch of each executable to the i-th run of its program where both counts agree (a TPU's
+    program runs name their program, and its device clock may run ahead of the host's by more than the time from a
+    dispatch to its run); the other executables by time order (:func:`assign_executions`)."""
+    out: dict[int, Execution] = {}
+    used: set[int] = set()
+    rest: dict[str, list[Span]] = {}
+    for name, spans in dispatches.items():
+        mods = candidates.get(name)
+        runs = sorted((ex for ex in executions if mods is not None and ex.module in mods), key=lambda x: x.start)
+        if runs and len(runs) == len(spans):
+            for sp, ex in zip(sorted(spans, key=lambda s: s.ts), runs, strict=True):
+                out[sp.id] = ex
+                used.add(id(ex))
+        else:
+            rest[name] = spans
+    if rest:
+        out.update(assign_executions(rest, [ex for ex in executions if id(ex) not in used], candidates))
+    return out
+
+
 def signature_filter(executions: list[Execution], info: CompileInfo, names: Iterable[str]) -> dict[str, set[str] | None]:
-    """Per executable: the module names its executions may carry (from the compile report, else jit_<name>)."""
+    """Per executable: the module names its executions may carry (from the compile report, else jit_<name> or, as
+    the instrumented engine names a stage's function, jit_stage_<name>)."""
     seen = {ex.module for ex in executions}
     out: dict[str, set[str] | None] = {}
     for n in names:
         mod = info.module(n)
-        if mod:
-            out[n] = {mod}
-        elif f"jit_{n}" in seen:
-            out[n] = {f"jit_{n}"}
-        else:
-            out[n] = None
+        guessed = [m for m in (f"jit_{n}", f"jit_stage_{n}") if m in seen]
+        out[n] = {mod} if mod else {guessed[0]} if guessed else None
     return out
 
 
@@ -202,3 +267,55 @@ def executable_kernels(info: CompileInfo, names: list[str]) -> dict[str, set[str
     return sets if len(sets) == len(names) else None
 
 
+
+
+ASYNC_OPS_LINE = "Async XLA Ops"
+"""A TPU's line of asynchronous copies: they overlap the ops of the XLA Ops line, which are the device's time."""
+
+
+def device_executions(db: TraceDB, kernel_sets: Iterable[set[str]] = ()) -> tuple[list[Execution], bool, list[str]]:
+    """The trace's device executions, whether they are a TPU's program runs (XLA Modules and XLA Ops lines) rather
+    than kernel events carrying ``hlo_op`` (CPU thunks, GPU kernels), and notes on how they were found."""
+    notes: list[str] = []
+    events = db.query(queries.DEVICE_EVENTS)
+    on_device = [e for e in events if str(e.get("process_name") or "").startswith("/device:")
+                 and e.get("thread_name") != ASYNC_OPS_LINE]
+    if not on_device:
+        ops = db.query(queries.XLA_OPS)
+        if ops:
+            executions, outside = program_executions(ops, db.query(queries.XLA_MODULES))
+            if outside:
+                notes.append(f"{outside} of {len(ops)} '{queries.DEVICE_OPS_LINE}' events lie in no "
+                             f"'{queries.DEVICE_MODULES_LINE}' event (program run): left out")
+            return executions, True, notes
+    if on_device:  # GPU: the kernels on the device planes, not host-side launch events that name the same op
+        events = on_device
+    executions = executions_of(events, kernel_sets)
+    if any(ex.run_id.startswith("seq") for ex in executions):
+        notes.append("some device events carry no run_id: grouped into executions by time order and kernel repetition")
+    return executions, False, notes
+
+
+def short_source(source: Any) -> str | None:
+    """A trace's ``source`` (file:line) from the package on (``lbm/engines/pallas/engine.py:95``), else as given."""
+    if not source:
+        return None
+    text = str(source)
+    at = text.rfind("/lbm/")
+    return text[at + 1:] if at >= 0 else text
+
+
+def _int_or_none(v: Any) -> int | None:
+    try:
+        return None if v is None or v == "" else int(float(v))
+    except (TypeError, ValueError):
+        return None
+
+
+def op_facts(event: Mapping[str, Any], program_id: str | None = None) -> dict[str, Any]:
+    """What a TPU's op event says of its op: category, bytes accessed and model flops per run, program, named scope
+    and source line (empty for kernel events that carry none of them)."""
+    facts = {"category": event.get("hlo_category"), "bytes_per_call": _int_or_none(event.get("bytes_accessed")),
+             "model_flops_per_call": _int_or_none(event.get("model_flops")), "program_id": program_id,
+             "tf_op": event.get("tf_op"), "source": short_source(event.get("source"))}
+    return {k: v for k, v in facts.items() if v is not None}

@@ -115,9 +115,12 @@ def timeline_png(bd: Breakdown, path: Path, n_steps: int = 3, title: str = "") -
     colors = unit_colors(sorted({u for items in lanes.values() for _, _, u in items}))
     seen: dict[str, Any] = {}
     for i, items in enumerate(lanes.values()):
-        for ts, dur, unit in items:
-            bar = ax.broken_barh([((ts - t0) / 1e6, max(dur, 1) / 1e6)], (i - 0.4, 0.8), facecolors=colors[unit],
-                                 edgecolors="black", linewidth=0.3, hatch="//" if "+" in unit else None)
+        by_unit: dict[str, list[tuple[float, float]]] = {}
+        for ts, dur, unit in items:  # one collection per lane and unit: a TPU chunk holds thousands of ops
+            by_unit.setdefault(unit, []).append(((ts - t0) / 1e6, max(dur, 1) / 1e6))
+        for unit, bars in by_unit.items():
+            bar = ax.broken_barh(bars, (i - 0.4, 0.8), facecolors=colors[unit], edgecolors="black", linewidth=0.3,
+                                 hatch="//" if "+" in unit else None)
             seen.setdefault(unit, bar)
     ax.set_yticks(range(len(lanes)), list(lanes), fontsize=8)
     ax.invert_yaxis()

@@ -56,6 +56,34 @@ ORDER BY s.ts
 """
 """XLA execution events (CPU thunks, GPU/TPU kernels): every slice that carries an ``hlo_op`` argument."""
 
+DEVICE_OPS_LINE = "XLA Ops"
+DEVICE_MODULES_LINE = "XLA Modules"
+"""A TPU's device timelines: one event per HLO op run (named by the op, with ``tf_op``, ``source``,
+``hlo_category``, ``bytes_accessed``, ``model_flops`` as arguments) and one per program run (``run_id``)."""
+
+XLA_OPS = """
+SELECT s.id AS id, s.ts AS ts, s.dur AS dur, s.name AS hlo_op, s.track_id AS track_id,
+       th.name AS thread_name, p.name AS process_name,
+       EXTRACT_ARG(s.arg_set_id, 'args.tf_op') AS tf_op,
+       EXTRACT_ARG(s.arg_set_id, 'args.source') AS source,
+       EXTRACT_ARG(s.arg_set_id, 'args.hlo_category') AS hlo_category,
+       EXTRACT_ARG(s.arg_set_id, 'args.bytes_accessed') AS bytes_accessed,
+       EXTRACT_ARG(s.arg_set_id, 'args.model_flops') AS model_flops
+""" + _SLICE_THREAD + """
+WHERE th.name = '""" + DEVICE_OPS_LINE + """' AND p.name LIKE '/device:%'
+ORDER BY s.ts
+"""
+"""A TPU's op events (the device's ``XLA Ops`` line): the op's name is the event's name, not an argument."""
+
+XLA_MODULES = """
+SELECT s.id AS id, s.ts AS ts, s.dur AS dur, s.name AS name, th.name AS thread_name, p.name AS process_name,
+       EXTRACT_ARG(s.arg_set_id, 'args.run_id') AS run_id
+""" + _SLICE_THREAD + """
+WHERE th.name = '""" + DEVICE_MODULES_LINE + """' AND p.name LIKE '/device:%'
+ORDER BY s.ts
+"""
+"""A TPU's program runs (the device's ``XLA Modules`` line): ``jit_<name>(<program id>)``, with a run_id."""
+
 SLICE_STATS = """
 SELECT s.name AS name, COUNT(*) AS calls, SUM(s.dur) AS total_ns, MIN(s.dur) AS min_ns, MAX(s.dur) AS max_ns,
        AVG(s.dur) AS mean_ns

@@ -45,8 +45,10 @@ def enrich(bd: Breakdown, compile_report: Mapping[str, Any] | None, bandwidth_gb
             row["roofline_pct"] = 100.0 * row["gbs"] / bandwidth_gbs
     over = [r["stage"] for r in table.rows if (r.get("roofline_pct") or 0) > 100]
     if over:
-        bd.notes.append(f"above 100% of the roofline ({', '.join(over)}): the data fit in cache, which the "
-                        "bandwidth measurement (arrays far larger than caches) does not bound; use a larger grid")
+        bd.notes.append(f"above 100% of the roofline ({', '.join(over)}): more bytes per second than the measured "
+                        "bandwidth allows: the data fit in cache, which the bandwidth measurement (arrays far larger "
+                        "than caches) does not bound (use a larger grid), or the byte count (XLA's cost analysis, "
+                        "lbm.hlo's traffic model) counts traffic that does not reach memory")
 
 
 def compile_record(phases: Mapping[str, Any] | None, engine_times_s: Mapping[str, float] | None,
@@ -97,8 +99,10 @@ def write_csv(path: Path, table: Table) -> None:
 
 
 def write_kernels_csv(path: Path, bd: Breakdown) -> None:
-    """kernels.csv: device time per XLA kernel in the steady window, the stages it contains, where it comes from."""
-    cols = ["unit", "kernel", "stages", "calls", "median_us", "total_ms", "origin"]
+    """kernels.csv: device time per XLA kernel in the steady window, the stages it contains, where it comes from;
+    on a TPU also what its op events say: category, bytes accessed and model flops per call, program, scope, source."""
+    cols = ["unit", "kernel", "stages", "calls", "median_us", "total_ms", "category", "bytes_per_call",
+            "model_flops_per_call", "program_id", "tf_op", "source", "origin"]
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
         w.writeheader()

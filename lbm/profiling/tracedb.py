@@ -4,11 +4,14 @@ Two backends answer the same SQL text (see :mod:`lbm.profiling.queries`):
 
 - :class:`SqliteTraceDB` (default, offline): Python's ``sqlite3`` fed from the gzipped
   trace JSON that ``jax.profiler`` writes (``*.trace.json.gz``), or from the ``.xplane.pb``
-  through ``jax.profiler.ProfileData``. Tables: ``process`` (upid, pid, name), ``thread``
+  (:mod:`lbm.profiling.xplane`). Tables: ``process`` (upid, pid, name), ``thread``
   (utid, tid, name, upid), ``track`` and ``thread_track`` (id, name, utid), ``slice`` (id, ts,
   dur, name, depth, parent_id, track_id, category, arg_set_id) and ``args`` (arg_set_id,
   flat_key, key, int_value, string_value, real_value, value_type, display_value), with
-  ``EXTRACT_ARG(arg_set_id, key)`` as in Perfetto. Times are integer nanoseconds.
+  ``EXTRACT_ARG(arg_set_id, key)`` as in Perfetto. Times are integer nanoseconds. An integer beyond SQLite's
+  signed 64 bits (a TPU's program ids are unsigned 64-bit) is kept as Perfetto keeps a ``uint``: ``int_value``
+  holds its two's-complement reinterpretation (``int_value % 2**64`` gives it back), ``value_type`` is ``uint``
+  and ``display_value`` its exact decimal text; larger integers are kept as text.
 - :class:`PerfettoTraceDB`: Perfetto's own ``TraceProcessor`` (the ``perfetto`` package), when
   a ``trace_processor`` binary is given (``profile.trace_processor`` or the environment
   variable ``LBM_TRACE_PROCESSOR``). Nothing is downloaded: without a binary the embedded
@@ -22,7 +25,6 @@ import json
 import os
 import shutil
 import sqlite3
-import warnings
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from lbm.errors import LbmError
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The range of SQLite's INTEGER."""
 
 TRACE_PROCESSOR_ENV = "LBM_TRACE_PROCESSOR"
 """Environment variable naming a Perfetto ``trace_processor`` binary."""
@@ -174,7 +179,11 @@ def _arg_row(arg_set_id: int, key: str, value: Any) -> tuple[Any, ...]:
     if isinstance(value, bool):
         return (arg_set_id, flat, key, int(value), None, None, "bool", str(value).lower())
     if isinstance(value, int):
-        return (arg_set_id, flat, key, value, None, None, "int", str(value))
+        if INT64_MIN <= value <= INT64_MAX:
+            return (arg_set_id, flat, key, value, None, None, "int", str(value))
+        if 0 <= value < 2**64:  # unsigned 64-bit: SQLite's INTEGER is signed; Perfetto reinterprets it the same way
+            return (arg_set_id, flat, key, value - 2**64, None, None, "uint", str(value))
+        return (arg_set_id, flat, key, None, str(value), None, "string", str(value))
     if isinstance(value, float):
         return (arg_set_id, flat, key, None, None, value, "real", repr(value))
     if value is None:
@@ -237,10 +246,12 @@ class _Builder:
 
 
 def _as_int(v: Any) -> int:
+    """A pid or tid as SQLite's INTEGER: an unsigned 64-bit one reinterpreted as signed, a name hashed."""
     try:
-        return int(v)
+        i = int(v)
     except (TypeError, ValueError):
         return abs(hash(v)) % (2**31)
+    return i - 2**64 if INT64_MAX < i < 2**64 else i
 
 
 def _ns(us: Any) -> int:
@@ -288,30 +299,26 @@ def tables_from_json(data: dict[str, Any], source: str = "") -> TraceTables:
 
 
 def tables_from_xplane(path: Path) -> TraceTables:
-    """Perfetto-schema tables from an XPlane protobuf, read through ``jax.profiler.ProfileData``."""
-    from jax.profiler import ProfileData
+    """Perfetto-schema tables from an XPlane protobuf (:mod:`lbm.profiling.xplane`: display names, metadata stats)."""
+    from lbm.profiling.xplane import XPlaneError, read_xspace
 
-    if path.stat().st_size == 0:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LbmError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not data:
         raise LbmError(f"{path}: the XPlane file is empty")
     try:
-        data = ProfileData.from_file(str(path))
-        planes = list(data.planes)
-    except Exception as exc:  # the C++ parser raises plain RuntimeError/ValueError on bad bytes
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise LbmError(f"{path}: not a readable XPlane protobuf ({why})") from None
-    with warnings.catch_warnings():  # jaxlib's nanobind stats types warn on iteration
-        warnings.filterwarnings("ignore", message="builtin type .* has no __module__", category=DeprecationWarning)
-        return _xplane_tables(path, planes)
+        planes = read_xspace(data)
+    except XPlaneError as exc:
+        raise LbmError(f"{path}: not a readable XPlane protobuf ({exc})") from None
+    return _xplane_tables(path, planes)
 
 
 def _xplane_tables(path: Path, planes: list[Any]) -> TraceTables:
     b = _Builder(str(path))
-    t0 = None
-    for plane in planes:
-        for line in plane.lines:
-            for ev in line.events:
-                t0 = ev.start_ns if t0 is None else min(t0, ev.start_ns)
-    t0 = t0 or 0
+    starts = [ev.start_ns for plane in planes for line in plane.lines for ev in line.events]
+    t0 = min(starts) if starts else 0
     for pi, plane in enumerate(planes, start=1):
         b.process_names[pi] = plane.name
         b.upid.setdefault(pi, len(b.upid) + 1)
@@ -319,8 +326,8 @@ def _xplane_tables(path: Path, planes: list[Any]) -> TraceTables:
             b.thread_names[(pi, li)] = line.name
             b.thread(pi, li)
             for ev in line.events:
-                args = {str(k): v for k, v in ev.stats} if ev.stats else None
-                b.add(pi, li, int(ev.start_ns - t0), int(ev.duration_ns), ev.name, None, args)
+                b.add(pi, li, int(round(ev.start_ns - t0)), int(round(ev.duration_ns)), ev.name, None,
+                      dict(ev.stats) or None)
     if not b.raw:
         raise LbmError(f"{path}: the XPlane file holds no events")
     return b.build()
