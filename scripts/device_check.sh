@@ -225,8 +225,11 @@ if sees "$python"; then
     d2=(grid.nx=1024 grid.ny=1024)
     d3=(grid.nx=128 grid.ny=128 grid.nz=128 cylinder_grid.nz=32)
     timing=(repeats=3 min_time_s=0.2 kernel_profile=20 bandwidth.repeats=5)
-    run_size=()
-    fused_steps=2000 instrumented_steps=200 window=(profile.warmup_steps=5 profile.steps=20)
+    run_size=(engine=pallas)
+    # scripts/device_fixture.py's capture (its CAPTURE): fused 100 steps in chunks of 10 (a 1-chunk warm-up, 2 steady
+    # chunks), instrumented 20 steps (a 2-step warm-up, 6 steady steps): each trace well under 2 MB, so that
+    # `python scripts/device_fixture.py <files_at>` makes the test fixtures from this check's results
+    fused_steps=100 instrumented_steps=20 window=(profile.warmup_steps=1)
   fi
   for lat in d2q9 d3q19; do
     if [[ $lat == d2q9 ]]; then size=("${d2[@]}"); else size=("${d3[@]}"); fi
@@ -238,8 +241,10 @@ if sees "$python"; then
   # --- the default case, profiled, both modes ----------------------------------------------------------------------
   for mode in fused instrumented; do
     steps=$fused_steps; [[ $mode == instrumented ]] && steps=$instrumented_steps
+    wsteps=(); [[ -z "$rehearsal" ]] && { wsteps=(profile.steps=20); [[ $mode == instrumented ]] && wsteps=(profile.steps=6); }
     step "profiled run, mode=$mode, $steps steps" 120 "$out/profile-$mode.log" "${lbm[@]}" run mode=$mode \
-      steps=$steps output.every=0 profile.enabled=true "${window[@]}" "${run_size[@]}" "hydra.run.dir=$out/profile-$mode"
+      steps=$steps output.every=0 profile.enabled=true "${window[@]}" "${wsteps[@]}" "${run_size[@]}" \
+      "hydra.run.dir=$out/profile-$mode"
     check "profile-$mode wrote its breakdown" test -s "$out/profile-$mode/profile/breakdown.csv"
   done
   # --- XProf's offline converter on the fused trace (issue 20, item 6): its per-kernel device times, saved beside
