@@ -113,6 +113,9 @@ def vmem_bytes(q: int, block: tuple[int, ...], itemsize: int) -> int:
     return q * math.prod(major) * -(-sub // 8) * 8 * -(-lane // 128) * 128 * itemsize
 
 
+ROWS_UNROLLED = 1
+"""3D blocks of at most this many rows are written out row by row; taller ones loop over their rows."""
+
 VMEM_BLOCK_MAX = 12 * 2**20
 """Largest input block of the rows kernel (TPU VMEM holds about five such: input, output, temporaries)."""
 
@@ -158,12 +161,48 @@ def _rows_kernel(lattice: Lattice, rows: int, omega_plus: float, omega_minus: fl
         def kernel(f_ref: Any, h_ref: Any, o_ref: Any) -> None:
             q = range(lattice.q)
             body([f_ref[i] for i in q], [h_ref[0, i, 0:1] for i in q], [h_ref[0, i, 1:2] for i in q], o_ref)
-    else:
-        def kernel(f_ref: Any, prev_ref: Any, next_ref: Any, o_ref: Any) -> None:
-            q = range(lattice.q)
-            body([f_ref[i] for i in q], [prev_ref[i] for i in q], [next_ref[i] for i in q], o_ref)
 
-    return kernel
+        return kernel
+
+    def emit(post: list[Any], r: Any, o_ref: Any) -> None:
+        """Push row r's post-collision populations to rows r + c_x of the block (those inside it), rolled by c
+        along y and z; r is a Python int (the halo rows -1 and ``rows``, unrolled rows) or traced (the loop)."""
+        for i in range(lattice.q):
+            c = lattice.c[i]
+            t = r + int(c[0])
+            v = shifted(post[i], c, 0).astype(o_ref.dtype)
+            if isinstance(r, int):
+                if 0 <= t < rows:
+                    o_ref[i, t:t + 1] = v
+            elif c[0] == 0:
+                o_ref[i, pl.ds(t, 1)] = v
+            else:
+                def store(i: int = i, t: Any = t, v: Any = v) -> None:
+                    o_ref[i, pl.ds(t, 1)] = v
+
+                pl.when(t < rows if c[0] > 0 else t >= 0)(store)
+
+    def collide_row(ref: Any, r: Any) -> list[Any]:
+        return collide_cell([ref[i, pl.ds(r, 1)] for i in range(lattice.q)], lattice, omega_plus, omega_minus,
+                            force, collision)
+
+    def kernel3(f_ref: Any, prev_ref: Any, next_ref: Any, o_ref: Any) -> None:
+        # 3D, one row (a (y, z) plane) at a time: the code Mosaic compiles is one row's whatever the block's
+        # height (compile time grew with it: D3Q27 cumulant 32^3, 16 rows as one array, 45 s), and each row is
+        # collided once, the two halo rows besides
+        emit(collide_row(prev_ref, 0), -1, o_ref)  # the row before the block: into row 0 (c_x > 0)
+        emit(collide_row(next_ref, 0), rows, o_ref)  # the row after it: into row rows - 1 (c_x < 0)
+        if rows <= ROWS_UNROLLED:
+            for r in range(rows):
+                emit(collide_row(f_ref, r), r, o_ref)
+        else:
+            def row(r: Any, carry: Any) -> Any:
+                emit(collide_row(f_ref, r), r, o_ref)
+                return carry
+
+            jax.lax.fori_loop(0, rows, row, 0)
+
+    return kernel3
 
 
 def halo_rows(f: jnp.ndarray, rows: int) -> jnp.ndarray:
