@@ -23,6 +23,7 @@ import concurrent.futures
 import dataclasses
 import itertools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -87,8 +88,25 @@ def overrides(c: Config, scratch: Path) -> list[str]:
     return out
 
 
+COST = {"d2q9": 0.3, "d3q19": 1.0, "d3q27": 2.0, "xla": 3.0, "pallas": 1.0, 32: 1.0, 64: 1.3, 128: 1.8,
+        "bgk": 1.0, "trt": 1.0, "regularized": 1.5, "mrt": 2.0, "recursive_regularized": 3.0, "kbc": 3.0,
+        "cumulant": 4.0, "taylor_green": 1.0, "taylor_green_3d": 1.0}
+"""A rough relative compile cost per value (a product over the factors; 2 for a case with walls), read off the
+deviceless v5e compile times: the xla engine's D3Q27 programs with the heavier collisions take minutes."""
+
+
+START = 0.4
+"""A child process's start (Python, jax, libtpu) in COST's units."""
+
+
+def cost(c: Config) -> float:
+    """The relative compile cost of a configuration (COST)."""
+    return math.prod(COST.get(v, 2.0) for v in dataclasses.astuple(c))
+
+
 def pairwise(sizes: tuple[int, ...] = PAIRWISE_SIZES) -> list[Config]:
-    """A covering design: every valid pair of values of any two factors in at least one configuration (greedy)."""
+    """A covering design: every valid pair of values of any two factors in at least one configuration; greedy, each
+    step the configuration covering the most new pairs per unit of cost (its COST and a process's START)."""
     factors = (LATTICES, COLLISIONS, CASES, sizes, ENGINES)
     candidates = [Config(*v) for v in itertools.product(*factors) if valid(Config(*v))]
 
@@ -99,7 +117,7 @@ def pairwise(sizes: tuple[int, ...] = PAIRWISE_SIZES) -> list[Config]:
     uncovered = set().union(*(pairs(c) for c in candidates))
     chosen: list[Config] = []
     while uncovered:
-        best = max(candidates, key=lambda c: len(pairs(c) & uncovered))
+        best = max(candidates, key=lambda c: len(pairs(c) & uncovered) / (cost(c) + START))
         chosen.append(best)
         uncovered -= pairs(best)
     return chosen
@@ -248,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-probe-check", action="store_true", help="--device: leave out the compile probe's check (the "
                    "guard of lbm.bench.probe run while a process holds the device)")
     a = p.parse_args(argv)
+    # a stop (SIGTERM) ends the configuration running in the foreground too: subprocess.run kills its child on the
+    # exception, so no child is left holding the device
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     names = list(SETS) if a.set == "all" else [a.set]
     cfgs = list(dict.fromkeys(c for n in names for c in SETS[n]() if a.only in c.name))
     if a.list:
