@@ -189,6 +189,8 @@ def deviceless(c: Config, target: str, scratch: Path, timeout: float) -> Outcome
     engine = said[-1].get("engine", "") if said else ""
     if res.returncode == 0 and said and "compile_s" in said[-1]:
         return Outcome(c, "OK", engine, said[-1]["compile_s"])
+    if said and "error" in said[-1]:  # the compiler raised (lbm.bench.probe.COMPILE_ERROR)
+        return Outcome(c, "ERROR", engine, time.perf_counter() - t0, said[-1]["error"][:160])
     return _ended(c, res.returncode, res.stderr, engine, time.perf_counter() - t0)
 
 

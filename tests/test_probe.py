@@ -67,6 +67,9 @@ def test_the_child_classifies_an_abort_a_failure_and_an_answer():
              "will not make progress\\n'); sys.stderr.flush(); os.abort()"]
     got = run_child(abort, b"")
     assert got.status == "aborted" and got.message == "SIGABRT: Check failed: a == b Loop will not make progress"
+    got = run_child([sys.executable, "-c", "import sys; print('{\"engine\": \"pallas\", \"error\": \"XlaRuntimeError: "
+                     "RESOURCE_EXHAUSTED: vmem\"}'); sys.exit(3)"], b"")
+    assert got == Probe("error", "pallas", got.seconds, "XlaRuntimeError: RESOURCE_EXHAUSTED: vmem")
     got = run_child([sys.executable, "-c", "raise SystemExit('no libtpu')"], b"")
     assert got.status == "failed" and got.message == "no libtpu"
     got = run_child([sys.executable, "-c", "print('{\"engine\": \"pallas\", \"compile_s\": 1.0}')"], b"")

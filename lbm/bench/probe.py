@@ -41,6 +41,8 @@ ENV = "LBM_COMPILE_PROBE"
 """auto | 0 | 1 (see the module doc)."""
 TIMEOUT_S = 900.0
 """A child still compiling after this is stopped and the run goes on unprobed (a compile that long is no abort)."""
+COMPILE_ERROR = 3
+"""The child's exit code when the compiler raised (its message on stdout)."""
 ALTERNATIVE = {"tpu": {"pallas": "xla", "xla": "pallas"}, "cuda": {"pallas": "xla", "xla": "pallas"},
                "cpu": {"native": "xla", "pallas": "xla", "xla": "native"}}
 """Per platform, the engine probed when a run's engine aborts: the one the refusal names if it compiles."""
@@ -48,7 +50,8 @@ ALTERNATIVE = {"tpu": {"pallas": "xla", "xla": "pallas"}, "cuda": {"pallas": "xl
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """What a child compile said: ``status`` ok | aborted | failed; the engine it compiled, its seconds, a message."""
+    """What a child compile said: ``status`` ok | aborted (killed by a signal) | error (the compiler raised) | failed
+    (no answer about the program); the engine it compiled, its seconds, a message."""
 
     status: str
     engine: str = ""
@@ -120,6 +123,8 @@ def run_child(command: Sequence[str], payload: bytes, timeout: float = TIMEOUT_S
         except ValueError:
             pass
     engine = said[-1].get("engine", "") if said and isinstance(said[-1], dict) else ""
+    if res.returncode == COMPILE_ERROR and said and "error" in said[-1]:
+        return Probe("error", engine, seconds, said[-1]["error"])
     if res.returncode < 0:
         name = signal.Signals(-res.returncode).name
         detail = abort_line(err) or err.strip()[-200:]
@@ -220,7 +225,8 @@ def guard(run: Any, start: int = 0) -> Probe | None:
     else:
         advice = f"engine={other} does not compile it either ({alt.status}: {alt.message[:120]})"
     asked = engine if engine == run.engine else f"{run.engine} ({engine})"
-    raise LbmError(f"engine={asked} cannot compile this run on {where}: the compiler aborts "
+    what = "aborts" if result.status == "aborted" else "fails"
+    raise LbmError(f"engine={asked} cannot compile this run on {where}: the compiler {what} "
                    f"({result.message}); {advice}")
 
 
@@ -273,7 +279,12 @@ def _child(argv: Sequence[str]) -> int:
     for n in lengths:
         fn, args, engine, _, _ = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)
         print(json.dumps({"engine": engine, "compiling": n}), flush=True)  # read by the parent if the compile aborts
-        total += compile_chunk(fn, args, sharding, target)[1]
+        try:
+            total += compile_chunk(fn, args, sharding, target)[1]
+        except Exception as exc:  # the compiler refused the program (e.g. out of TPU VMEM): an answer too
+            print(json.dumps({"engine": engine, "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}),
+                  flush=True)
+            return COMPILE_ERROR
     print(json.dumps({"engine": engine, "compile_s": round(total, 3), "lengths": lengths}), flush=True)
     return 0
 
