@@ -40,7 +40,8 @@ class Result:
 
 def preflight(run: RunConfig, here: bool = True) -> Case:
     """Everything about ``run`` that can be refused before its directory exists: the case and its parameters, and
-    (``here``: the run starts in this process) the devices, float64 support and the checkpoint it resumes.
+    (``here``: the run starts in this process) the devices, float64 support, the checkpoint it resumes and, on a
+    TPU, whether its chunks compile (a compile probe in a child process: lbm.bench.probe).
 
     A multi-process run (jax.distributed) checks its devices and checkpoint where it starts: no backend may start
     before jax.distributed.
@@ -54,12 +55,17 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
     if here:
         run = resolve_parallel(run)
     case = make_case(run)
+    header = None
     if here and run.checkpoint.resume:
         if run.precision == "float64":
             import jax
 
             jax.config.update("jax_enable_x64", True)
-        check_resume(case.run, case.setup())
+        header = check_resume(case.run, case.setup())
+    if here:  # a compile the compiler would abort on (XLA's TPU compiler): refused in one line (lbm.bench.probe)
+        from lbm.bench.probe import guard
+
+        guard(case.run, header["step"] if header else 0)
     return case
 
 

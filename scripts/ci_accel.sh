@@ -17,5 +17,9 @@ if ! ${LBM_ACCEL_ENV_CMD:-bash scripts/accel_env.sh}; then
        "LBM_SKIP_ACCEL=1 on a machine without the package registry" >&2
   exit 1
 fi
-# every test marked accel, wherever it lives; LBM_REQUIRE_ACCEL=1: one that skips (a plugin missing) fails
-LBM_REQUIRE_ACCEL=1 PYTHONPATH="$PWD" "$LBM_ACCEL_VENV/bin/python" -m pytest -q -m accel
+# every test marked accel, wherever it lives; LBM_REQUIRE_ACCEL=1: one that skips (a plugin missing) fails.
+# Among them tests/test_compile_matrix.py: the pairwise design of scripts/compile_matrix.py compiled for a TPU v5e,
+# each configuration in its own process (an abort of XLA's TPU compiler fails the test naming it, not pytest).
+start=$SECONDS
+LBM_REQUIRE_ACCEL=1 PYTHONPATH="$PWD" "$LBM_ACCEL_VENV/bin/python" -m pytest -q -m accel --durations=5
+echo "ci: the accelerator lane's tests took $((SECONDS - start)) s"

@@ -96,8 +96,11 @@ def test_kernels_equal_collide_then_stream(lattice, shape, precision):
     force = np.array([2e-3, -1e-3, 5e-4][: lat.d])
     drho, u = macroscopic(f, lat, force)
     ref = np.asarray(stream(collide(f, equilibrium(drho, u, lat), u, lat, 1.3, 0.8, force), lat))
+    # 3D: one row per block (unrolled), two and the whole axis (the kernel loops over its rows); with several blocks
+    # the halo rows come from the neighbouring blocks
+    rows = [shape[0]] if lat.d == 2 else sorted({1, shape[0], *([2] if shape[0] % 2 == 0 else [])})
     for out in (flat_step(f, lat, 1.3, 0.8, force, interpret=True, block=64),
-                rows_step(f, lat, 1.3, 0.8, force, interpret=True, rows=shape[0] if lat.d == 2 else 1)):
+                *(rows_step(f, lat, 1.3, 0.8, force, interpret=True, rows=r) for r in rows)):
         assert out.dtype == f.dtype
         np.testing.assert_allclose(np.asarray(out), ref, rtol=0, atol=TOL[precision])
 

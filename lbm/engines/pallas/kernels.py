@@ -9,10 +9,11 @@ direction at the cells' flat neighbour index (periodic wrap from the cell's coor
 Reads and writes each population once.
 
 ``rows`` (TPU, Mosaic): blocks of whole rows along the first axis with every other axis whole;
-each program also reads the row before and after its block (from halo blocks), collides its
-rows and those two, and writes each direction as its block shifted by c_i: a roll along every
-axis plus the halo row where the shift along x leaves the block. Needs a block height that
-divides the first axis (multiple of 8 in 2D, the TPU sublane tile).
+each program also reads the row before and after its block (3D: as blocks of one row of the
+populations themselves; 2D: from halo blocks XLA gathers, a row being no TPU tile there),
+collides its rows and those two, and writes each direction as its block shifted by c_i: a roll
+along every axis plus the halo row where the shift along x leaves the block. Needs a block
+height that divides the first axis (multiple of 8 in 2D, the TPU sublane tile).
 
 Both run in interpret mode on a CPU (slow, for checking). The kernel is named
 ``BULK_SCOPE`` (``fused_bulk+macroscopic+equilibrium+collide+stream``), the stages it does, so
@@ -105,6 +106,16 @@ def rows_block(lattice: Lattice, shape: tuple[int, ...], itemsize: int, budget: 
     return max(fitting) if fitting else min(ok)
 
 
+def vmem_bytes(q: int, block: tuple[int, ...], itemsize: int) -> int:
+    """Bytes of Q arrays of shape ``block`` in TPU VMEM: the last axis padded to 128 lanes, the one before to 8
+    sublanes (the (8, 128) tile of 32-bit values)."""
+    *major, sub, lane = block
+    return q * math.prod(major) * -(-sub // 8) * 8 * -(-lane // 128) * 128 * itemsize
+
+
+ROWS_UNROLLED = 1
+"""3D blocks of at most this many rows are written out row by row; taller ones loop over their rows."""
+
 VMEM_BLOCK_MAX = 12 * 2**20
 """Largest input block of the rows kernel (TPU VMEM holds about five such: input, output, temporaries)."""
 
@@ -132,10 +143,7 @@ def _rows_kernel(lattice: Lattice, rows: int, omega_plus: float, omega_minus: fl
                 v = roll(v, int(c[a]) % v.shape[a], a)
         return v
 
-    def kernel(f_ref: Any, h_ref: Any, o_ref: Any) -> None:
-        fs = [f_ref[i] for i in range(lattice.q)]
-        prev = [h_ref[0, i, 0:1] for i in range(lattice.q)]
-        nxt = [h_ref[0, i, 1:2] for i in range(lattice.q)]
+    def body(fs: list[Any], prev: list[Any], nxt: list[Any], o_ref: Any) -> None:
         post, post_prev, post_next = (collide_cell(x, lattice, omega_plus, omega_minus, force, collision)
                                       for x in (fs, prev, nxt))
         row = jax.lax.broadcasted_iota(jnp.int32, fs[0].shape, 0)
@@ -149,7 +157,52 @@ def _rows_kernel(lattice: Lattice, rows: int, omega_plus: float, omega_minus: fl
                               roll(v, rows - 1, 0))
             o_ref[i] = v.astype(o_ref.dtype)
 
-    return kernel
+    if d == 2:
+        def kernel(f_ref: Any, h_ref: Any, o_ref: Any) -> None:
+            q = range(lattice.q)
+            body([f_ref[i] for i in q], [h_ref[0, i, 0:1] for i in q], [h_ref[0, i, 1:2] for i in q], o_ref)
+
+        return kernel
+
+    def emit(post: list[Any], r: Any, o_ref: Any) -> None:
+        """Push row r's post-collision populations to rows r + c_x of the block (those inside it), rolled by c
+        along y and z; r is a Python int (the halo rows -1 and ``rows``, unrolled rows) or traced (the loop)."""
+        for i in range(lattice.q):
+            c = lattice.c[i]
+            t = r + int(c[0])
+            v = shifted(post[i], c, 0).astype(o_ref.dtype)
+            if isinstance(r, int):
+                if 0 <= t < rows:
+                    o_ref[i, t:t + 1] = v
+            elif c[0] == 0:
+                o_ref[i, pl.ds(t, 1)] = v
+            else:
+                def store(i: int = i, t: Any = t, v: Any = v) -> None:
+                    o_ref[i, pl.ds(t, 1)] = v
+
+                pl.when(t < rows if c[0] > 0 else t >= 0)(store)
+
+    def collide_row(ref: Any, r: Any) -> list[Any]:
+        return collide_cell([ref[i, pl.ds(r, 1)] for i in range(lattice.q)], lattice, omega_plus, omega_minus,
+                            force, collision)
+
+    def kernel3(f_ref: Any, prev_ref: Any, next_ref: Any, o_ref: Any) -> None:
+        # 3D, one row (a (y, z) plane) at a time: the code Mosaic compiles is one row's whatever the block's
+        # height (compile time grew with it: D3Q27 cumulant 32^3, 16 rows as one array, 45 s), and each row is
+        # collided once, the two halo rows besides
+        emit(collide_row(prev_ref, 0), -1, o_ref)  # the row before the block: into row 0 (c_x > 0)
+        emit(collide_row(next_ref, 0), rows, o_ref)  # the row after it: into row rows - 1 (c_x < 0)
+        if rows <= ROWS_UNROLLED:
+            for r in range(rows):
+                emit(collide_row(f_ref, r), r, o_ref)
+        else:
+            def row(r: Any, carry: Any) -> Any:
+                emit(collide_row(f_ref, r), r, o_ref)
+                return carry
+
+            jax.lax.fori_loop(0, rows, row, 0)
+
+    return kernel3
 
 
 def halo_rows(f: jnp.ndarray, rows: int) -> jnp.ndarray:
@@ -169,21 +222,45 @@ def rows_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: 
     from jax.experimental.pallas import tpu as pltpu
 
     q, shape = lattice.q, tuple(f.shape[1:])
+    nx = shape[0]
     rows = rows or rows_block(lattice, shape, f.dtype.itemsize)
     rest = shape[1:]
     zeros = (0,) * len(rest)
-    halo = halo_rows(f, rows)
-    block_bytes = q * rows * math.prod(rest) * f.dtype.itemsize
+    block_bytes = vmem_bytes(q, (rows, *rest), f.dtype.itemsize)
     params = None if interpret else pltpu.CompilerParams(
         dimension_semantics=("parallel",), vmem_limit_bytes=int(min(100 * 2**20, 8 * block_bytes + 16 * 2**20)))
+    main = pl.BlockSpec((q, rows, *rest), lambda p: (0, p, *zeros))
+    if len(shape) == 2:
+        # a block of one row is no TPU tile in 2D (the row axis is the sublane axis: blocks of 8 rows or the whole
+        # axis), so XLA gathers the two halo rows of every block beforehand (halo_rows)
+        halo = halo_rows(f, rows)
+        in_specs, args = [main, pl.BlockSpec((1, q, 2, *rest), lambda p: (p, 0, 0, *zeros))], (f, halo)
+    else:
+        # 3D: the kernel reads the row before and the row after its block straight from f, as blocks of one row
+        # (a row there is whole (y, z) planes: any row is a legal block). Not halo_rows: XLA's TPU compiler aborts
+        # the process on it (issue 37, item 5: "fusion_util.cc: TransformWindow: Loop will not make progress",
+        # jax 0.10.2; "fusion_emitter.cc: Cannot find a valid window", jax 0.12). On a 4D (Q, nx, ny, nz) array,
+        # the strided row slices f[:, r::rows] (rows > 1) moved in front of Q (the halo's (blocks, Q, 2, ...)
+        # layout) are fused into one multi-output loop fusion: a copy transposing the two major axes (layout
+        # {3,2,1,0} -> {3,2,0,1}) and two slices of stride ``rows`` along the now-major x axis; the TPU emitter
+        # finds no window for it. rows_block gives rows > 1 wherever two (Q, y, z) planes fit its 2 MiB budget
+        # and nx is even: D3Q27 and D3Q19 up to 96^3 (at 128^3 rows = 1: no stride, and it compiled). 2D arrays
+        # (Q, nx, ny) compile (x is a tiled axis there). Reading the rows here also spares the halo's copies: at
+        # 128^3 D3Q27 they were 1188 of 1620 B/cell/step, 5.5 of the 7.5x minimum traffic (lbm inspect target=v5e).
+        # The kernel reads (rows + 2) / rows of f (a traffic the HLO does not show: f is one operand).
+        def wrap(i: Any) -> Any:  # i mod nx, in i's integer type (int64 under jax_enable_x64)
+            return jax.lax.rem(i, jnp.asarray(nx, i.dtype))
+
+        prev = pl.BlockSpec((q, 1, *rest), lambda p: (0, wrap(p * rows + nx - 1), *zeros))
+        nxt = pl.BlockSpec((q, 1, *rest), lambda p: (0, wrap((p + 1) * rows), *zeros))
+        in_specs, args = [main, prev, nxt], (f, f, f)
     return pl.pallas_call(
         _rows_kernel(lattice, rows, omega_plus, omega_minus, force, pltpu.roll, collision),
         out_shape=jax.ShapeDtypeStruct(f.shape, f.dtype),
-        grid=(shape[0] // rows,),
-        in_specs=[pl.BlockSpec((q, rows, *rest), lambda p: (0, p, *zeros)),
-                  pl.BlockSpec((1, q, 2, *rest), lambda p: (p, 0, 0, *zeros))],
-        out_specs=pl.BlockSpec((q, rows, *rest), lambda p: (0, p, *zeros)),
+        grid=(nx // rows,),
+        in_specs=in_specs,
+        out_specs=main,
         compiler_params=params,
         interpret=interpret,
         name=BULK_SCOPE,
-    )(f, halo)
+    )(*args)
