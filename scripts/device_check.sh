@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device check (issues 10 and 37): on a machine with a TPU or an NVIDIA GPU, in under 8 minutes,
+# Device check (issues 10 and 37): on a machine with a TPU or an NVIDIA GPU, in about 9 minutes (its budget, LBM_CHECK_BUDGET_S, is 540 s),
 #   1. finds (or installs) a jax that sees the accelerator, and lbm's other dependencies,
 #   2. runs the tests marked `device` (compiled pallas vs xla on the device; a profiled run's device-clock breakdown),
 #   3. runs `lbm bench` for the pallas and xla engines, D2Q9 (1024^2) and D3Q19 (128^3; the cylinder 420x180x32),
@@ -7,6 +7,7 @@
 #   4. runs the default case (cylinder) profiled, fused and instrumented (short runs: a trace well under 2 MB),
 #      and XProf's offline converter (hlo_stats) on both traces where xprof is importable,
 #   5. runs `lbm validate --quick` (a check the device cannot run, float64 on a TPU, is skipped with its reason),
+#   6. runs the 3D grids that once aborted XLA's TPU compiler on the chip (scripts/compile_matrix.py --device),
 # and leaves everything under outputs/device-check/ (summary.txt, logs, bench-*/bench.json, profile-*/profile/,
 # validate/). Every step runs whatever happened before it: a failure is recorded (summary.txt, its log's tail) and
 # the next step goes on; the script exits 1 at the end if any step failed.
@@ -17,7 +18,7 @@
 # first: `bash scripts/device_wheels.sh` (the py3.11 wheels that machine lacks, about 36 MB: hydra-core, omegaconf,
 # antlr4, perfetto, pyevtk, rich, submitit, trimesh, rtree and their small dependencies, and xprof for the XProf
 # cross-check; into the ignored .whl/; matplotlib comes from the machine's own index), then ONE call of `run`:
-#   run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 560
+#   run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 600
 # It prints the results' summary and copies them into $OUT (at most 8 files, each <= 16 MiB: summary.txt,
 # the two bench.json, the two breakdown.csv, pytest-device.xml, validate.json, device-check.tgz with the rest).
 # pytest runs with -n 0 (one process: one program at a time may hold the chip) and needs no pytest-xdist.
@@ -30,7 +31,7 @@
 #                 jax[tpu]) == LBM_JAX_VERSION (default: .venv's jax, else 0.12.0.1) and lbm[test] from a registry.
 #   auto          (default) preinstalled when $LBM_PYTHON/python3's jax already sees the accelerator, else venv.
 #                 The lent machine's line names preinstalled: a venv there would wait on pip's network timeouts.
-# Other environment: LBM_DEVICE (cuda | tpu | cpu; default: detected), LBM_CHECK_BUDGET_S (default 470: steps
+# Other environment: LBM_DEVICE (cuda | tpu | cpu; default: detected), LBM_CHECK_BUDGET_S (default 540: steps
 # are cut to what is left of it, so the whole check ends before the run tool's limit), LBM_DEVICE_CHECK_OUT (the
 # results folder, default outputs/device-check; emptied first).
 # REHEARSAL on a CPU machine: LBM_DEVICE=cpu runs every step the same way on the CPU backend with tiny grids, the
@@ -41,14 +42,14 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-run_tool_line='run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 560'
+run_tool_line='run  command: "LBM_DEVICE_INSTALL=preinstalled bash scripts/device_check.sh"  carry: [".whl"]  timeout_s: 600'
 echo "device_check: on the workplace's lent TPU machine, after 'bash scripts/device_wheels.sh' here, call:"
 echo "device_check:   $run_tool_line"
 out=${LBM_DEVICE_CHECK_OUT:-outputs/device-check}  # every result of the check, and nothing else, goes here
 rm -rf "$out"
 mkdir -p "$out"
 start=$(date +%s)
-budget=${LBM_CHECK_BUDGET_S:-470}
+budget=${LBM_CHECK_BUDGET_S:-540}
 summary="$out/summary.txt"
 : > "$summary"
 failed=()
@@ -270,6 +271,13 @@ PY
 else
   fail "jax on the $device" "$("$python" -c 'import jax; print(jax.devices())' 2>&1 | tail -n 5 | tr '\n' ' ')"
   say "skipped the device tests, bench and profiled runs: jax does not see the $device"
+fi
+
+# --- the 3D grids that aborted XLA's TPU compiler (issue 37, item 5), run on the chip: each configuration in its own
+# process (an abort is one line), one process at a time; the deviceless compiler's libtpu may differ from the chip's
+if sees "$python" && [[ -z "$rehearsal" ]]; then
+  step "compile matrix on the device (scripts/compile_matrix.py --device --set issue)" 150 "$out/compile-matrix.log" \
+    "$python" scripts/compile_matrix.py --device --set issue --budget 110
 fi
 
 # --- validate --quick on the device (issue 37, item 4): a check it cannot run (float64 on a TPU) is skipped -----
