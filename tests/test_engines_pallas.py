@@ -132,8 +132,9 @@ def test_a_storage_the_kernel_does_not_keep_is_refused_and_auto_falls_back_to_xl
     setup = setup_for(CASES["cavity"], "float32")
     with pytest.raises(EngineUnavailable, match="compute dtype, not float16"):
         make_engine(setup, engine="pallas", storage="float16")
+    box = setup_for(CASES["taylor_green"], "float32")  # a wall-free box: auto picks pallas on a TPU too
     for platform in ("gpu", "tpu"):
-        fallback = make_engine(setup, storage="float16", platform=platform)
+        fallback = make_engine(box, storage="float16", platform=platform)
         assert fallback.name == "xla" and "not float16" in fallback.note
 
 
@@ -214,7 +215,8 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name):
     bound, 1e-5 for both, is 5x the GPU estimate.
     """
     setup = setup_for(CASES[name], "float32")
-    engine = make_engine(setup, engine="pallas" if REHEARSAL else "auto")
+    # named, not auto: on a TPU auto picks xla for walls (lbm.engines.auto_choice; its test is below)
+    engine = make_engine(setup, engine="pallas")
     assert engine.name == "pallas", engine.note
     assert engine.interpret == (jax.default_backend() == "cpu")  # compiled wherever there is an accelerator
     _compare(setup, engine, 20, 1e-5, aux_tol=1e-5)
@@ -227,9 +229,9 @@ def test_on_the_device_a_profiled_run_gives_a_device_clock_breakdown(tmp_path):
 
     from lbm.simulation import simulate
 
-    size = ["grid.nx=40", "grid.ny=24", "engine=pallas"] if REHEARSAL else []  # interpret mode: a tiny grid
+    size = ["grid.nx=40", "grid.ny=24"] if REHEARSAL else []  # interpret mode: a tiny grid
     run = run_config("steps=40", "profile.enabled=true", "profile.warmup_steps=5", "profile.steps=10",
-                     "output.every=0", *size)
+                     "output.every=0", "engine=pallas", *size)
     metrics = simulate(run, tmp_path)
     assert metrics["engine"] == "pallas" and metrics["status"] == "completed"
     rows = list(csv.DictReader((tmp_path / "profile" / "breakdown.csv").open()))
@@ -238,3 +240,18 @@ def test_on_the_device_a_profiled_run_gives_a_device_clock_breakdown(tmp_path):
     assert timed and all(r["clock"] == "device" and float(r["mean_ms"]) > 0 for r in timed), timed
     # the bulk kernel's time lands on the stages it does (its name, BULK_SCOPE, lists them)
     assert [r for r in timed if {"collide", "stream"} <= set(r["stage"].split("+"))]
+
+
+@pytest.mark.device
+@on_device
+@pytest.mark.parametrize("name", ["cylinder", "taylor_green", "cavity_d3q19"])
+def test_on_the_device_auto_picks_what_auto_choice_says(name):
+    """engine=auto on the device is the engine lbm.engines.auto_choice names for this platform, and says why."""
+    from lbm.engines import auto_choice
+
+    setup = setup_for(CASES[name], "float32")
+    platform = "cpu" if REHEARSAL else jax.default_backend()
+    engine = make_engine(setup, platform=platform)
+    wanted, why = auto_choice(setup, platform)
+    assert engine.name == wanted or REHEARSAL and engine.name == "xla", engine.note  # xla: no compiler here
+    assert why in engine.note

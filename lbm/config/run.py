@@ -44,8 +44,8 @@ from lbm.lattice import CS2, LATTICES
 
 MODES = ("fused", "instrumented")
 ENGINES = ("auto", "native", "pallas", "xla")
-"""Fused-mode engines: auto (native on CPU where it builds, pallas on GPU, on TPU pallas for a wall-free 2D box and
-xla otherwise, else xla), native (hand-fused C++
+"""Fused-mode engines: auto (native on CPU where it builds, pallas on GPU, on TPU pallas for a wall-free box and
+xla with walls, else xla), native (hand-fused C++
 via jax.ffi), pallas (Pallas kernels; interpret mode on CPU), xla."""
 PRECISIONS = ("float32", "float64")
 MACH_WARN = 0.1

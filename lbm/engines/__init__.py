@@ -4,8 +4,8 @@
 ``native``: a generated C++ kernel for the bulk plus the stage functions on boundary cells (CPU);
 ``pallas``: one Pallas kernel per step for the bulk plus the same boundary plan (GPU, TPU; interpreted on CPU);
 ``instrumented``: one jit per stage, annotated, for the profiler;
-``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free 2D box and xla for
-everything else (:func:`auto_choice` says why); xla where the chosen one does not support the setup.
+``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free box and xla where there
+are walls (:func:`auto_choice` says why); xla where the chosen one does not support the setup.
 """
 
 from __future__ import annotations
@@ -65,15 +65,14 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
         return "native", ""
     if platform != "tpu":
         return ("pallas", "") if platform in ACCELERATORS else ("xla", "")
-    # TPU v5e, jax 0.10.2, one `lbm bench` run per lattice (docs/performance.md, "Running on a TPU"): the Pallas
-    # kernel wins only without boundary cells in 2D (periodic D2Q9 1024^2: 8692 against 5459 MLUPS). With walls its
-    # gathers and scatters over boundary cells serialise on a TPU (the default cylinder: 297 against 2123 MLUPS),
-    # and in 3D the xla engine is faster (periodic D3Q19 128^3: 869 against 548; D3Q27 BGK 706 against 390).
-    wall_free = not setup.boundaries and not np.asarray(setup.solid).any()
-    if wall_free and len(setup.shape) == 2:
-        return "pallas", "auto on a TPU: pallas for a wall-free 2D box, where it is faster than xla"
-    where = "a 3D grid" if len(setup.shape) == 3 else "boundary cells"
-    return "xla", f"auto on a TPU: xla, faster than pallas on {where} (docs/performance.md, Running on a TPU)"
+    # TPU v5e, jax 0.10.2, `lbm bench variants=[pallas,xla]` (docs/performance.md, "Running on a TPU"): the Pallas
+    # kernel wins on a wall-free box (periodic D2Q9 1024^2: 8693 against 5546 MLUPS; D3Q19 128^3: 2332 against 870).
+    # With walls its gathers and scatters over the boundary cells serialise on a TPU and xla wins (the default
+    # cylinder 420x180: 297 against 2139; the D3Q19 cylinder 420x180x32: 61 against 92).
+    if not setup.boundaries and not np.asarray(setup.solid).any():
+        return "pallas", "auto on a TPU: pallas for a wall-free box, where it is faster than xla"
+    return "xla", ("auto on a TPU: xla, faster than pallas where there are boundary cells "
+                   "(docs/performance.md, Running on a TPU)")
 
 
 def _named(engine: str, setup: Setup, storage: str, platform: str, native: Native | None = None) -> Engine:
