@@ -106,7 +106,9 @@ def test_a_tpu_trace_adds_up_on_the_device_clock_in_both_forms(fixture, tmp_path
     for stage, row in via_json.items():  # the XPlane's times are whole ns as the JSON's µs with 3 decimals
         assert via_pb[stage]["status"] == row["status"] and via_pb[stage]["calls"] == row["calls"], stage
         if row["mean_ms"]:
-            assert float(via_pb[stage]["mean_ms"]) == pytest.approx(float(row["mean_ms"]), rel=1e-5, abs=1e-9), stage
+            # abs 1e-6 ms: a difference row (unattributed = step - sum of stages) adds the two forms' roundings
+            # of ~100 ops' times (measured: 1.7e-7 ms on the instrumented TPU fixture)
+            assert float(via_pb[stage]["mean_ms"]) == pytest.approx(float(row["mean_ms"]), rel=1e-5, abs=1e-6), stage
     timed = [r for r in via_json.values() if r["status"] in verdict.TIMED]
     step, total, gap = via_json["timestep"], via_json["sum of stages"], via_json["unattributed"]
     assert step["clock"] == "device" and all(r["clock"] == "device" for r in timed)
