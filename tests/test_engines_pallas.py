@@ -185,7 +185,7 @@ def test_h100_loop_body_is_one_pallas_kernel_per_step(tmp_path, case, args, max_
 def test_v5e_loop_body_is_one_mosaic_kernel_per_step(tmp_path, case, args):
     if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
-    rec = inspect_json(tmp_path, "target=v5e", *args)
+    rec = inspect_json(tmp_path, "target=v5e", "engine=pallas", *args)  # named: with walls auto picks xla on a TPU
     assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
     bulk = [k for k in rec["kernels"] if k["kind"] == "tpu_custom_call"]
     assert len(bulk) == 2 and all(k["stages"] == ["macroscopic", "equilibrium", "collide", "stream"] for k in bulk)
