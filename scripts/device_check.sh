@@ -8,7 +8,8 @@
 #   4. runs the default case (cylinder) profiled, fused and instrumented (short runs: a trace well under 2 MB),
 #      and XProf's offline converter (hlo_stats) on both traces where xprof is importable,
 #   5. runs `lbm validate --quick` (a check the device cannot run, float64 on a TPU, is skipped with its reason),
-#   6. runs the 3D grids that once aborted XLA's TPU compiler on the chip (scripts/compile_matrix.py --device),
+#   6. runs the 3D grids that once aborted XLA's TPU compiler on the chip (scripts/compile_matrix.py --device), with
+#      what is left of the budget (on the chip, 2026-12-06: the steps before it took 385 s),
 # and leaves everything under outputs/device-check/ (summary.txt, logs, bench-*/bench.json, profile-*/profile/,
 # validate/). Every step runs whatever happened before it: a failure is recorded (summary.txt, its log's tail) and
 # the next step goes on; the script exits 1 at the end if any step failed.
@@ -276,17 +277,25 @@ else
   say "skipped the device tests, bench and profiled runs: jax does not see the $device"
 fi
 
-# --- the 3D grids that aborted XLA's TPU compiler (issue 37, item 5), run on the chip: each configuration in its own
-# process (an abort is one line), one process at a time; the deviceless compiler's libtpu may differ from the chip's
-if sees "$python" && [[ -z "$rehearsal" ]]; then
-  step "compile matrix on the device (scripts/compile_matrix.py --device --set issue)" 150 "$out/compile-matrix.log" \
-    "$python" scripts/compile_matrix.py --device --set issue --budget 60
-fi
-
 # --- validate --quick on the device (issue 37, item 4): a check it cannot run (float64 on a TPU) is skipped -----
 if sees "$python"; then
   step "validate --quick" 150 "$out/validate.log" "$python" -m lbm validate --quick --out "$out/validate"
   check "validate wrote its report" test -s "$out/validate/validation.json"
+fi
+
+# --- the 3D grids that aborted XLA's TPU compiler (issue 37, item 5), run on the chip: each configuration in its own
+# process (an abort is one line), one process at a time; the deviceless compiler's libtpu may differ from the chip's.
+# Last, with what is left of the budget: it stops starting configurations at its --budget (a running one finishes,
+# up to about 25 s more), so the steps before it always run (on the chip, 2026-12-06: validate --quick 67 s did not
+# fit after a 60 s matrix that took 82 s)
+if sees "$python" && [[ -z "$rehearsal" ]]; then
+  matrix_budget=$(( start + budget - $(date +%s) - 20 - 40 ))
+  if (( matrix_budget >= 15 )); then
+    step "compile matrix on the device (scripts/compile_matrix.py --device --set issue, budget ${matrix_budget} s)" \
+      150 "$out/compile-matrix.log" "$python" scripts/compile_matrix.py --device --set issue --budget "$matrix_budget"
+  else
+    say "compile matrix on the device: not run, ${matrix_budget} s of the budget left (it needs 15)"
+  fi
 fi
 
 # --- results ------------------------------------------------------------------------------------------------------
