@@ -12,8 +12,9 @@ of the compile; on the device: the run's compile_time_s), the reason.
 Sets: ``issue`` the 3D grids of issue 37 (taylor_green_3d, D3Q27 cumulant 32^3..128^3 and BGK, D3Q19 BGK; pallas);
 ``sizes`` every 3D size 32, 48, 64, 96, 128 on both 3D lattices and three cases (pallas); ``pairwise`` a
 covering design in which every pair of values of lattice, collision, case, grid (32, 64, 128) and engine (pallas,
-xla) occurs (what CI's accelerator lane compiles: tests/test_compile_matrix.py); ``all`` the three. Exit code 1 when
-a configuration aborted or failed, 0 otherwise (REFUSED: lbm refused the configuration in one line, not a crash).
+xla) occurs, but collision x case (UNPAIRED) (what CI's accelerator lane compiles: tests/test_compile_matrix.py);
+``all`` the three. Exit code 1 when a configuration aborted or failed, 0 otherwise (REFUSED: lbm refused the
+configuration in one line, not a crash).
 Works with Python 3.11 and jax 0.10.2 (the TPU machine's) as with jax 0.12.
 """
 
@@ -104,15 +105,29 @@ def cost(c: Config) -> float:
     return math.prod(COST.get(v, 2.0) for v in dataclasses.astuple(c))
 
 
+FACTORS = ("lattice", "collision", "case", "size", "engine")
+UNPAIRED = (("collision", "case"),)
+"""Factor pairs the design does not cover: the collision is each cell's arithmetic, the case the program's structure
+(its boundary cells, walls, inlets); every collision still meets every lattice, grid and engine, and every case
+every lattice, grid and engine. Covering collision x case too took 75 configurations instead of 60 (the 7 x 8 pairs
+drive the design), and CI's whole run over its 8 minutes (issue 37, item 1)."""
+
+
+def paired(i: int, j: int) -> bool:
+    """Whether the design covers the pairs of values of factors i and j (FACTORS; not those in UNPAIRED)."""
+    return (FACTORS[i], FACTORS[j]) not in UNPAIRED and (FACTORS[j], FACTORS[i]) not in UNPAIRED
+
+
 def pairwise(sizes: tuple[int, ...] = PAIRWISE_SIZES) -> list[Config]:
-    """A covering design: every valid pair of values of any two factors in at least one configuration; greedy, each
-    step the configuration covering the most new pairs per unit of cost (its COST and a process's START)."""
+    """A covering design: every valid pair of values of any two factors (but UNPAIRED's) in at least one
+    configuration; greedy, each step the configuration covering the most new pairs per unit of cost (its COST and a
+    process's START)."""
     factors = (LATTICES, COLLISIONS, CASES, sizes, ENGINES)
     candidates = [Config(*v) for v in itertools.product(*factors) if valid(Config(*v))]
 
     def pairs(c: Config) -> set[tuple[int, object, int, object]]:
         v = dataclasses.astuple(c)
-        return {(i, v[i], j, v[j]) for i, j in itertools.combinations(range(len(v)), 2)}
+        return {(i, v[i], j, v[j]) for i, j in itertools.combinations(range(len(v)), 2) if paired(i, j)}
 
     uncovered = set().union(*(pairs(c) for c in candidates))
     chosen: list[Config] = []

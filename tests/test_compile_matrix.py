@@ -21,12 +21,16 @@ def test_the_design_covers_every_pair_of_values_lbm_offers():
     offered = [c for c in (matrix.Config(*v) for v in itertools.product(*factors)) if matrix.valid(c)]
     assert all(matrix.valid(c) for c in PAIRWISE)
     for i, j in itertools.combinations(range(len(factors)), 2):
+        if not matrix.paired(i, j):
+            continue
         wanted = {(dataclasses.astuple(c)[i], dataclasses.astuple(c)[j]) for c in offered}
         got = {(dataclasses.astuple(c)[i], dataclasses.astuple(c)[j]) for c in PAIRWISE}
         assert wanted <= got, sorted(wanted - got)[:5]
     # every lattice, collision, case, grid and engine lbm offers is in it, with every other factor
     assert {c.case for c in PAIRWISE} == set(matrix.CASES) and {c.collision for c in PAIRWISE} == set(matrix.COLLISIONS)
-    assert len(PAIRWISE) < 100  # a covering design, not the product (1 008 configurations)
+    assert len(PAIRWISE) <= 60  # a covering design, not the product (1 008 configurations)
+    # the one pair of factors left uncovered (matrix.UNPAIRED): collision x case
+    assert [(i, j) for i, j in itertools.combinations(range(len(factors)), 2) if not matrix.paired(i, j)] == [(1, 2)]
 
 
 def test_a_configuration_that_aborts_is_one_line_naming_it(tmp_path, monkeypatch):
