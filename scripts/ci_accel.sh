@@ -4,6 +4,7 @@
 # prints an initialisation error at every start). The environment lives outside the clone so that CI runs reuse it.
 #   LBM_SKIP_ACCEL=1      skip this lane, saying so (for a machine that cannot reach the package registry)
 #   LBM_ACCEL_ENV_CMD     the command that builds the environment (default: bash scripts/accel_env.sh)
+#   --prepare             build the environment only (.ci/run does, in the background, while the first lane runs)
 # A failure to build the environment fails the lane, so the deviceless compiles can never vanish from a green run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ if ! ${LBM_ACCEL_ENV_CMD:-bash scripts/accel_env.sh}; then
        "LBM_SKIP_ACCEL=1 on a machine without the package registry" >&2
   exit 1
 fi
+[[ "${1:-}" == "--prepare" ]] && { echo "ci: the accelerator lane's environment is ready"; exit 0; }
 # every test marked accel, wherever it lives; LBM_REQUIRE_ACCEL=1: one that skips (a plugin missing) fails.
 # Among them tests/test_compile_matrix.py: the pairwise design of scripts/compile_matrix.py compiled for a TPU v5e,
 # each configuration in its own process (an abort of XLA's TPU compiler fails the test naming it, not pytest).

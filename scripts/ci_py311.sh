@@ -2,6 +2,7 @@
 # CI's oldest lane: Python 3.11 with the oldest jax lbm supports (pyproject.toml's floor, jax>=0.10.2: the newest jax
 # on Python 3.11, preinstalled on the lent TPU v5e machine), in .venv-py311; runs the fast lane (pytest -m "not slow").
 #   LBM_PYTHON311   the Python 3.11 to use (default: python3.11 on PATH, else the newest 3.11 in pyenv)
+#   --prepare       build .venv-py311 only (.ci/run does, in the background, while the first lane's tests run)
 # No Python 3.11 found: the lane fails with one line (it is never skipped).
 # Cost on a 2-core machine (clean clone, cold pip, JAX and kernel caches): the install 36 s, the fast lane 156 s at
 # load 2-3 and 351 s at load 6-7 (260 CPU-s).
@@ -38,6 +39,7 @@ if [[ -x "$venv/bin/python" ]] && ! is311 "$venv/bin/python"; then rm -rf "$venv
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" --upgrade pip
 "${pip[@]}" "jax==$jax" "jaxlib==$jaxlib" -e ".[test]"
+[[ "${1:-}" == "--prepare" ]] && { echo "ci_py311: .venv-py311 ready"; exit 0; }
 echo "ci_py311: $("$venv/bin/python" -c 'import jax, sys; print("python", sys.version.split()[0], "jax", jax.__version__)'):" \
      "the fast lane"
 # LBM_REQUIRE_NATIVE=1: as in .ci/run's first lane, a missing compiler fails instead of skipping the native tests
