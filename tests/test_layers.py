@@ -126,3 +126,25 @@ def test_no_caller_outside_the_engines_probes_an_engine_with_getattr() -> None:
     found = [f"{path.relative_to(ROOT.parent)}:{n}" for path in ROOT.rglob("*.py") if "engines" not in path.parts
              for n, line in enumerate(path.read_text().splitlines(), 1) if probe.search(line)]
     assert found == []
+
+
+MAX_FUNCTION_LINES = 80
+"""DESIGN.md, "Modules a reader can hold": functions about 80 lines at most (def to last line, decorators apart)."""
+
+
+def _long_functions(tree: ast.AST, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``name (lines)`` of every function or method in a module's tree longer than ``limit`` lines."""
+    return [f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})" for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_no_function_runs_over_80_lines() -> None:
+    found = {str(p.relative_to(ROOT)): hits for p in sorted(ROOT.rglob("*.py"))
+             if (hits := _long_functions(ast.parse(p.read_text())))}
+    assert found == {}
+
+    def function(lines: int) -> str:
+        return "def f():\n" + "".join(f"    x{i} = {i}\n" for i in range(lines - 1))
+
+    assert _long_functions(ast.parse(function(80))) == []
+    assert _long_functions(ast.parse(function(81))) == ["f (81 lines, line 1)"]
