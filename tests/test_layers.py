@@ -7,6 +7,7 @@ io and config, kernels, boundaries, cases, engines (and profiling beside them), 
 
 import ast
 import collections
+import functools
 from pathlib import Path
 
 import pytest
@@ -20,13 +21,22 @@ LAYER = {"errors": 0, "stages": 0, "lattice": 0, "environment": 0, "hlo": 0, "ro
          "simulation": 6, "stopping": 6, "bench": 7, "validate": 7, "diff": 7, "api": 8, "cli": 9, "__main__": 10, "__init__": 10}
 """Top-level module or package -> layer; an import may only go to the same or a lower layer."""
 
+pytestmark = pytest.mark.xdist_group("layers")  # one worker parses the package once (_trees) for every test here
 
+
+@functools.cache
+def _trees() -> dict[Path, ast.Module]:
+    """Every module of the package, parsed (once per process: each test here reads them all)."""
+    return {path: ast.parse(path.read_text()) for path in sorted(ROOT.rglob("*.py"))}
+
+
+@functools.cache
 def _edges() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = collections.defaultdict(set)
-    for path in ROOT.rglob("*.py"):
+    for path, tree in _trees().items():
         rel = path.relative_to(ROOT).with_suffix("")
         module = rel.parts[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree):
             names = []
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
@@ -139,8 +149,7 @@ def _long_functions(tree: ast.AST, limit: int = MAX_FUNCTION_LINES) -> list[str]
 
 
 def test_no_function_runs_over_80_lines() -> None:
-    found = {str(p.relative_to(ROOT)): hits for p in sorted(ROOT.rglob("*.py"))
-             if (hits := _long_functions(ast.parse(p.read_text())))}
+    found = {str(p.relative_to(ROOT)): hits for p, tree in _trees().items() if (hits := _long_functions(tree))}
     assert found == {}
 
     def function(lines: int) -> str:
