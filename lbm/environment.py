@@ -36,6 +36,16 @@ def cpu_id() -> str:
     return "|".join(lines)[:4096] if lines else (platform.processor() or platform.machine())
 
 
+def user_cache(name: str, override: str) -> Path:
+    """Where lbm keeps its cache ``name``: the directory in the variable ``override`` where set, else
+    ``$XDG_CACHE_HOME/lbm/<name>`` (``~/.cache`` without it)."""
+    env = os.environ.get(override)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lbm" / name
+
+
 def versions() -> dict[str, str]:
     """Versions of jax, jaxlib and python."""
     import jax

@@ -37,6 +37,8 @@ def test_run_gives_the_command_lines_answer(tmp_path):
         np.testing.assert_array_equal(api.rho, z["rho"])
 
 
+@pytest.mark.slow  # two runs; the fast lane keeps lbm.run's absolute path (below) and fresh_run_dir's fresh directory
+# under outputs/, which the command line shares (tests/test_cli.py::test_default_run_directories_are_fresh_within_one_second)
 def test_default_run_directories_are_fresh_absolute_and_under_outputs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     first = lbm.run(SMALL).run_dir

@@ -278,6 +278,8 @@ def test_naive_baseline_is_the_same_bgk_step(lattice):
     np.testing.assert_allclose(naive_runner(lat, 1.3, 2)(f + 0), two, rtol=1e-14, atol=1e-16)
 
 
+@pytest.mark.slow  # three collisions compiled and timed (kbc's compile the longest); the fast lane keeps collisions
+# timed in turn with their ratio over the first in test_cpu_time_is_no_throughput_where_the_work_runs_on_an_accelerator
 def test_collisions_are_timed_in_turn_and_each_over_the_first(tmp_path, capsys):
     """``collisions=[...]``: one record per collision, all of one configuration timed in the same rounds with the same
     steps; the summary's time over the first listed collision is the median of the rounds' ratios, by both clocks."""

@@ -33,6 +33,8 @@ def test_image_dark_pixels_become_solid_cells_upright(triangle_png):
     np.testing.assert_array_equal(mask, solid[::-1].T)
 
 
+@pytest.mark.slow  # two 300-step cylinder runs (5 s cold, 2 cores); the fast lane keeps a mask read from .npy and .png
+# (the image test above, the bad .npy masks' refusals below) and the obstacle case's run and forces (the triangle's)
 def test_array_mask_equals_the_cylinder_case_exactly(tmp_path):
     """The cylinder's own mask given as a .npy gives the same flow and forces (same BCs, same viscosity)."""
     common = ["grid.nx=80", "grid.ny=36", "steps=300", "flow.tau=0.6", "case.inlet=nebb", "case.bounce_back=fullway"]

@@ -227,6 +227,8 @@ def test_a_callable_objective_that_is_not_a_real_scalar_is_refused_in_one_line()
         lbm.value_and_grad(CAVITY, ["flow.reynolds"], lambda f: f["vel"].sum())
 
 
+@pytest.mark.slow  # three calls, two compiles (3 s): keeping the program is for speed; the fast lane checks the value
+# (test_cavity_lid_speed_gradient_equals_finite_differences) and the timing line on stderr (the engine line's test)
 def test_a_repeated_call_reuses_the_compiled_gradient_and_logs_compile_and_run_times(monkeypatch, caplog):
     made = []
     real = api.gradient_function
@@ -286,7 +288,7 @@ def test_a_wall_fraction_at_a_node_keeps_its_whole_derivative():
     assert float(jax.grad(total)(r)) == pytest.approx(fd, rel=1e-3)
 
 
-@pytest.mark.slow  # two compiles; the fast lane keeps the kept-program test above
+@pytest.mark.slow  # two compiles, as the kept-program test above
 def test_a_callable_objective_is_recomputed_with_what_it_reads_now(monkeypatch):
     # a callable may read values its caller changes between calls: its compiled gradient is not kept
     monkeypatch.setattr(api, "COMPILED", {})

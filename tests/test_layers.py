@@ -7,6 +7,7 @@ io and config, kernels, boundaries, cases, engines (and profiling beside them), 
 
 import ast
 import collections
+import functools
 from pathlib import Path
 
 import pytest
@@ -20,13 +21,22 @@ LAYER = {"errors": 0, "stages": 0, "lattice": 0, "environment": 0, "hlo": 0, "ro
          "simulation": 6, "stopping": 6, "bench": 7, "validate": 7, "diff": 7, "api": 8, "cli": 9, "__main__": 10, "__init__": 10}
 """Top-level module or package -> layer; an import may only go to the same or a lower layer."""
 
+pytestmark = pytest.mark.xdist_group("layers")  # one worker parses the package once (_trees) for every test here
 
+
+@functools.cache
+def _trees() -> dict[Path, ast.Module]:
+    """Every module of the package, parsed (once per process: each test here reads them all)."""
+    return {path: ast.parse(path.read_text()) for path in sorted(ROOT.rglob("*.py"))}
+
+
+@functools.cache
 def _edges() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = collections.defaultdict(set)
-    for path in ROOT.rglob("*.py"):
+    for path, tree in _trees().items():
         rel = path.relative_to(ROOT).with_suffix("")
         module = rel.parts[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree):
             names = []
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
@@ -126,3 +136,24 @@ def test_no_caller_outside_the_engines_probes_an_engine_with_getattr() -> None:
     found = [f"{path.relative_to(ROOT.parent)}:{n}" for path in ROOT.rglob("*.py") if "engines" not in path.parts
              for n, line in enumerate(path.read_text().splitlines(), 1) if probe.search(line)]
     assert found == []
+
+
+MAX_FUNCTION_LINES = 80
+"""DESIGN.md, "Modules a reader can hold": functions about 80 lines at most (def to last line, decorators apart)."""
+
+
+def _long_functions(tree: ast.AST, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``name (lines)`` of every function or method in a module's tree longer than ``limit`` lines."""
+    return [f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})" for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_no_function_runs_over_80_lines() -> None:
+    found = {str(p.relative_to(ROOT)): hits for p, tree in _trees().items() if (hits := _long_functions(tree))}
+    assert found == {}
+
+    def function(lines: int) -> str:
+        return "def f():\n" + "".join(f"    x{i} = {i}\n" for i in range(lines - 1))
+
+    assert _long_functions(ast.parse(function(80))) == []
+    assert _long_functions(ast.parse(function(81))) == ["f (81 lines, line 1)"]

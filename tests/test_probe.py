@@ -45,7 +45,8 @@ def _run(tmp_path, probe: str):
     return res, run_dir
 
 
-@pytest.mark.native
+@pytest.mark.slow  # three runs in subprocesses, two probe children: 3.5 s; the fast lane keeps the child's verdicts
+@pytest.mark.native  # (test_the_child_classifies_an_abort_a_failure_and_an_answer) and the one-line refusals below
 def test_a_compile_that_aborts_is_refused_in_one_line_naming_the_engine_that_compiles(tmp_path):
     res, run_dir = _run(tmp_path, "1")
     assert res.returncode == 2, res.stderr[-3000:]

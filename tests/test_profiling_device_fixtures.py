@@ -31,6 +31,9 @@ from lbm.cli import main
 FIXTURES = Path(__file__).parent / "fixtures" / "device"
 COMMITTED = sorted(p for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []
 TPU = [p for p in COMMITTED if json.loads((p / "metrics.json").read_text())["device"].startswith("tpu")]
+TPU_PARAMS = [pytest.param(p, id=p.name, marks=pytest.mark.slow if "instrumented" in p.name else ()) for p in TPU]
+"""The TPU fixtures as parameters: the fast lane analyses the fused one (the run's default mode, the same trace reader
+and attribution); the instrumented one's analyses (1-3 s each) run in the full suite."""
 verdict = load_script("device_verdict")
 COMPARED = ("status", "calls", "clock", "mean_ms", "median_ms", "total_ms", "share", "contains")
 
@@ -98,7 +101,7 @@ def test_analyze_rebuilds_the_breakdown_from_the_fixtures_files(source, tmp_path
     assert metrics["status"] == "completed"
 
 
-@pytest.mark.parametrize("fixture", TPU, ids=[p.name for p in TPU])
+@pytest.mark.parametrize("fixture", TPU_PARAMS)
 def test_a_tpu_trace_adds_up_on_the_device_clock_in_both_forms(fixture, tmp_path, capsys):
     via_json = read(analyzed(trace_file(fixture, "trace.json.gz"), tmp_path / "json", capsys) / "breakdown.csv")
     via_pb = read(analyzed(trace_file(fixture, "xplane.pb"), tmp_path / "pb", capsys) / "breakdown.csv")
@@ -119,7 +122,7 @@ def test_a_tpu_trace_adds_up_on_the_device_clock_in_both_forms(fixture, tmp_path
     assert ok, line
 
 
-@pytest.mark.parametrize("fixture", TPU, ids=[p.name for p in TPU])
+@pytest.mark.parametrize("fixture", TPU_PARAMS)
 def test_a_tpu_trace_equals_an_independent_reading_of_its_ops(fixture, tmp_path, capsys):
     # the trace alone (no compile report): every op by the stage names in its tf_op, so a broken scope mapping, a
     # lost op or a wrong program run shows here
@@ -142,7 +145,7 @@ def test_a_tpu_trace_equals_an_independent_reading_of_its_ops(fixture, tmp_path,
     assert float(rows["timestep"]["mean_ms"]) == pytest.approx(step, rel=1e-9)
 
 
-@pytest.mark.parametrize("fixture", TPU, ids=[p.name for p in TPU])
+@pytest.mark.parametrize("fixture", TPU_PARAMS)
 def test_a_tpu_traces_kernels_agree_with_xprof(fixture, tmp_path, capsys):
     out = analyzed(fixture, tmp_path / "a", capsys)
     kernels = list(csv.DictReader((out / "kernels.csv").open()))

@@ -1,5 +1,7 @@
 """Profiling changes nothing it measures: a profiled run reports the physics of the same run unprofiled, its MLUPS
-leave the profiled steps out, and its breakdown adds up. The fast lane's real jax.profiler capture and ``analyze``."""
+leave the profiled steps out, and its breakdown adds up: real jax.profiler captures and ``analyze`` (all three marked
+slow, a run unprofiled and profiled each; the fast lane reads synthetic traces, tests/test_profiling_pipeline.py and
+tests/test_profiling_tracedb.py, and a real TPU trace, tests/test_profiling_device_fixtures.py's fused fixture)."""
 
 import csv
 import json
@@ -55,8 +57,9 @@ def check_breakdown(profile_dir):
     return doc, by
 
 
+@pytest.mark.slow  # two runs and a profiler capture: 6 s of the cold fast lane's 97 (2 cores)
 def test_profiled_fused_run_reports_the_same_physics(tmp_path):
-    """A real jax.profiler capture (tiny, the fast lane's): fused xla engine, chunks of 4 steps."""
+    """A real jax.profiler capture (tiny): fused xla engine, chunks of 4 steps."""
     plain, profiled, run_dir = pair(tmp_path, *TG, "engine=xla")
     assert profiled["decay_rel_error_max"] == pytest.approx(plain["decay_rel_error_max"], abs=1e-12)
     assert profiled["mass_rel_drift"] == pytest.approx(plain["mass_rel_drift"], abs=1e-12)

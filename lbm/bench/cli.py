@@ -192,7 +192,7 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
         return run_scaling(cfg, run_dir)
 
     from lbm.bench.report import print_table, summary, write_json
-    from lbm.bench.throughput import MeasureError, apply_roofline, measure, measure_interleaved, roofline_warnings
+    from lbm.bench.throughput import apply_roofline, roofline_warnings
     from lbm.engines.native.stream import probe
     from lbm.roofline import measure_bandwidth
 
@@ -218,37 +218,13 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
             progress("memory bandwidth: copy and triad, in place and into another array (lbm.roofline)")
             first = measure_bw("before the configurations")
             log.info("bandwidth %.1f GB/s (%s)", first["bandwidth_gbs"], first["roofline_kernel"])
-        records: list[dict[str, Any]] = []
-        skipped = [{"label": c.label, "reason": skip} for c, skip in p["configs"] if skip is not None]
-        todo = [c for c, skip in p["configs"] if skip is None]
-        groups = measured_groups(todo, p["collisions"] is not None)
-        for k, group in enumerate(groups, 1):
-            say = lambda text, k=k: progress(f"[{k}/{len(groups)}] {text}")  # noqa: E731
-            if len(group) > 1:  # collisions, or a peer and lbm's variants, of one configuration: repeats in turn
-                results = measure_interleaved(group, p["timing"], say)
-            else:
-                try:
-                    results = [measure(group[0], p["timing"], None, say)]
-                except MeasureError as exc:
-                    results = [exc]
-            for c, rec in zip(group, results, strict=True):
-                if isinstance(rec, Exception):
-                    skipped.append({"label": c.label, "reason": str(rec).splitlines()[0]})
-                    log.warning("skipped %s: %s", c.label, rec)
-                    continue
-                records.append(rec)
-                log.info("%s: %.1f MLUPS (spread %.1f%%)", c.label, rec["mlups"]["median"],
-                         rec["mlups"]["spread_pct"])
+        records, skipped = _measure_configurations(p, progress, log)
         bandwidth = None
         if first is not None:
             # Measured again after the configurations: on a shared machine the load changes during a
             # run, and the roofline is the larger of the two (the fractions can only come out lower).
             progress("memory bandwidth again, after the configurations")
-            second = measure_bw("after the configurations")
-            bandwidth = dict(max(first, second, key=lambda b: b["bandwidth_gbs"]))
-            bandwidth["runs"] = [first, second]
-            log.info("bandwidth %.1f GB/s (%s) after; roofline %.1f GB/s", second["bandwidth_gbs"],
-                     second["roofline_kernel"], bandwidth["bandwidth_gbs"])
+            bandwidth = _roofline_bandwidth(first, measure_bw("after the configurations"), log)
         doc["bandwidth"] = bandwidth
         bw = bandwidth["bandwidth_gbs"] if bandwidth else None
         for rec in records:
@@ -267,6 +243,44 @@ def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[s
     print_table(doc, console)
     print(f"wrote {path}", file=sys.stderr)
     return doc
+
+
+def _measure_configurations(p: dict[str, Any], progress: _Progress,
+                            log: logging.Logger) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Time the plan's configurations, group by group: (their records, the skipped ones with their reasons)."""
+    from lbm.bench.throughput import MeasureError, measure, measure_interleaved
+
+    records: list[dict[str, Any]] = []
+    skipped = [{"label": c.label, "reason": skip} for c, skip in p["configs"] if skip is not None]
+    todo = [c for c, skip in p["configs"] if skip is None]
+    groups = measured_groups(todo, p["collisions"] is not None)
+    for k, group in enumerate(groups, 1):
+        say = lambda text, k=k: progress(f"[{k}/{len(groups)}] {text}")  # noqa: E731
+        if len(group) > 1:  # collisions, or a peer and lbm's variants, of one configuration: repeats in turn
+            results = measure_interleaved(group, p["timing"], say)
+        else:
+            try:
+                results = [measure(group[0], p["timing"], None, say)]
+            except MeasureError as exc:
+                results = [exc]
+        for c, rec in zip(group, results, strict=True):
+            if isinstance(rec, Exception):
+                skipped.append({"label": c.label, "reason": str(rec).splitlines()[0]})
+                log.warning("skipped %s: %s", c.label, rec)
+                continue
+            records.append(rec)
+            log.info("%s: %.1f MLUPS (spread %.1f%%)", c.label, rec["mlups"]["median"],
+                     rec["mlups"]["spread_pct"])
+    return records, skipped
+
+
+def _roofline_bandwidth(first: dict[str, Any], second: dict[str, Any], log: logging.Logger) -> dict[str, Any]:
+    """The larger of the bandwidths measured before and after the configurations, with both as its ``runs``."""
+    bandwidth = dict(max(first, second, key=lambda b: b["bandwidth_gbs"]))
+    bandwidth["runs"] = [first, second]
+    log.info("bandwidth %.1f GB/s (%s) after; roofline %.1f GB/s", second["bandwidth_gbs"],
+             second["roofline_kernel"], bandwidth["bandwidth_gbs"])
+    return bandwidth
 
 
 def measured_groups(configs: list[Any], by_collision: bool = False) -> list[list[Any]]:

@@ -35,7 +35,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,19 +371,11 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     per = float(int(np.prod(block)) * steps)  # the HLO of a sharded chunk is one device's: per cell of its block
     bytes_per = loop.bytes / per
     minimum = lbm_bytes_per_cell(setup.lattice.q, np.dtype(setup.dtype).itemsize)
-    bandwidth, source = target.bandwidth_gbs, target.bandwidth_source
-    if bandwidth is None:
-        from lbm.engines.native.stream import probe
-        from lbm.roofline import measure_bandwidth
-
-        bandwidth = round(measure_bandwidth(nbytes=128 * 2**20, repeats=3, host=probe())["bandwidth_gbs"], 1)
-    devices = getattr(sharding, "device_set", set())
+    target_part = _target_record(target, sharding)
+    bandwidth = target_part["bandwidth_gbs"]
     record = {
         "schema": SCHEMA,
-        "target": {"name": target.name, "platform": target.platform, "device": target.device,
-                   "device_kind": sorted({d.device_kind for d in devices})[0] if devices else target.device,
-                   "devices": target.devices, "topology": target.topology,
-                   "bandwidth_gbs": bandwidth, "bandwidth_source": source},
+        "target": target_part,
         "engine": engine, "engine_note": note,
         "case": run.case, "lattice": setup.lattice.name, "collision": run.collision, "precision": run.precision,
         "grid": list(setup.shape), "cells": cells, "cells_per_device": int(np.prod(block)), "chunk_steps": n,
@@ -403,11 +395,7 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         "note": "" if bytes_per >= minimum else (
             f"the loop body keeps its state in on-chip memory ({loop.on_chip_bytes / per:.0f} B/cell/step there, "
             f"{bytes_per:.1f} B in memory): memory bandwidth does not bound it, no projection"),
-        "kernels": [{"name": k.name, "kind": k.kind, "opcode": k.opcode, "stages": k.stages,
-                     "read_bytes_per_cell_step": k.bytes_read / per, "written_bytes_per_cell_step": k.bytes_written / per,
-                     "on_chip_bytes_per_cell_step": (k.on_chip_read + k.on_chip_written) / per,
-                     "upper_bound_bytes_per_cell_step": k.upper_bound / per}
-                    for k in loop.kernels],
+        "kernels": _kernel_rows(loop.kernels, per),
         "traffic_model": "per top-level instruction of the loop body: the part of each operand its outputs need, "
                          "read once, and its results written once; in-place dynamic-update-slice/scatter write the "
                          "update only; on-chip memory spaces (TPU VMEM) apart (lbm/hlo.py, loop_traffic)",
@@ -418,6 +406,30 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         if record["projected_mlups"] is not None:  # every device at the spec bandwidth, the halo not counted
             record["projected_mlups"] *= target.devices
     return record, text
+
+
+def _target_record(target: Target, sharding: Any) -> dict[str, Any]:
+    """The record's ``target``: its name, platform, devices and bandwidth (measured here where it names none)."""
+    bandwidth, source = target.bandwidth_gbs, target.bandwidth_source
+    if bandwidth is None:
+        from lbm.engines.native.stream import probe
+        from lbm.roofline import measure_bandwidth
+
+        bandwidth = round(measure_bandwidth(nbytes=128 * 2**20, repeats=3, host=probe())["bandwidth_gbs"], 1)
+    devices = getattr(sharding, "device_set", set())
+    return {"name": target.name, "platform": target.platform, "device": target.device,
+            "device_kind": sorted({d.device_kind for d in devices})[0] if devices else target.device,
+            "devices": target.devices, "topology": target.topology,
+            "bandwidth_gbs": bandwidth, "bandwidth_source": source}
+
+
+def _kernel_rows(kernels: Sequence[Any], per: float) -> list[dict[str, Any]]:
+    """The record's ``kernels``: each loop-body kernel's bytes per cell and step (``per`` cell updates per loop)."""
+    return [{"name": k.name, "kind": k.kind, "opcode": k.opcode, "stages": k.stages,
+             "read_bytes_per_cell_step": k.bytes_read / per, "written_bytes_per_cell_step": k.bytes_written / per,
+             "on_chip_bytes_per_cell_step": (k.on_chip_read + k.on_chip_written) / per,
+             "upper_bound_bytes_per_cell_step": k.upper_bound / per}
+            for k in kernels]
 
 
 def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n: int, target: Target,

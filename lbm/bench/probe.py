@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lbm.environment import user_cache
 from lbm.errors import LbmError
 
 log = logging.getLogger("lbm")
@@ -62,11 +63,8 @@ class Probe:
 
 
 def _cache_dir() -> Path:
-    env = os.environ.get("LBM_PROBE_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lbm" / "compile-probe"
+    """Where probe answers are kept ($LBM_PROBE_CACHE, else the user cache directory)."""
+    return user_cache("compile-probe", "LBM_PROBE_CACHE")
 
 
 def _source_digest() -> str:

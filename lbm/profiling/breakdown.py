@@ -507,6 +507,24 @@ def _unscoped_origin(op: str, facts: dict[str, Any], origins: dict[str, str]) ->
     return origins.get(op, "no HLO metadata (not in the compile report)")
 
 
+def _fused_stage_rows(stages: list[str], units: list[str], unit_rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fused device table's rows: each listed stage (its own unit's row, skipped, or fused into a group's), then
+    the remaining units (groups, unscoped) in stage order."""
+    unit_rows = dict(unit_rows)
+    rows: list[dict[str, Any]] = []
+    for stage in _listed(stages):
+        if stage not in stages:
+            rows.append(_skipped(stage))
+        elif stage in unit_rows:
+            rows.append(unit_rows.pop(stage))
+        else:
+            groups = sorted((u for u in units if stage in u.split("+")), key=_stage_order)
+            rows.append({"stage": stage, "status": "fused", "contains": stage,
+                         "note": ("fused with other stages: see " + ", ".join(groups)) if groups
+                         else "no kernel of this stage found in the trace"})
+    return rows + [unit_rows[u] for u in sorted(unit_rows, key=_stage_order)]
+
+
 def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executions: list[Execution],
            info: CompileInfo, notes: list[str], programs: bool = False) -> Breakdown:
     """Per chunk, its execution's kernels by row; ``programs``: a TPU's program runs (the step: the chunk's run)."""
@@ -554,18 +572,7 @@ def _fused(stages: list[str], steps_all: list[Span], steady: list[Span], executi
             mine = sorted((k for k in kernels if unit_of(k) == UNSCOPED), key=lambda k: (-sum(kernels[k]), k))
             row["ops"] = "; ".join(f"{op}: {origin(op)}" for op in mine)  # the costliest first
         unit_rows[u] = row
-    rows: list[dict[str, Any]] = []
-    for stage in _listed(stages):
-        if stage not in stages:
-            rows.append(_skipped(stage))
-        elif stage in unit_rows:
-            rows.append(unit_rows.pop(stage))
-        else:
-            groups = sorted((u for u in units if stage in u.split("+")), key=_stage_order)
-            rows.append({"stage": stage, "status": "fused", "contains": stage,
-                         "note": ("fused with other stages: see " + ", ".join(groups)) if groups
-                         else "no kernel of this stage found in the trace"})
-    rows += [unit_rows[u] for u in sorted(unit_rows, key=_stage_order)]
+    rows = _fused_stage_rows(stages, units, unit_rows)
     device_step = summarize([v for _, c in chunks for v in c.step_samples],
                             matched[first_step.id].span / first_step.steps if first is not None and first_step else None,
                             sum(matched[st.id].span for st, _ in chunks), n_steps)

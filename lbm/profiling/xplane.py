@@ -14,7 +14,7 @@ Only the protobuf wire format is needed (varints, 64-bit words, length-delimited
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +141,27 @@ def _map_entry(buf: bytes) -> bytes | None:
     return next((v for n, w, v in fields(buf) if n == 2 and w == _LEN), None)
 
 
+def _same(v: Any) -> Any:
+    """A field's value as read (an id's varint)."""
+    return v
+
+
+def _message(buf: bytes, decode: dict[int, Callable[[Any], Any]], stats_field: int | None = None,
+             stat_names: dict[int, str] | None = None) -> tuple[dict[int, Any], dict[str, Any]]:
+    """The fields of a message named in ``decode``, each decoded (the last one of a number wins), and the stats
+    in its repeated field ``stats_field`` by name (``stat_names``: the plane's stat metadata)."""
+    values: dict[int, Any] = {}
+    stats: dict[str, Any] = {}
+    for n, _, x in fields(buf):
+        if n == stats_field:
+            st = _stat(x, stat_names or {})
+            if st is not None:
+                stats[st[0]] = st[1]
+        elif n in decode:
+            values[n] = decode[n](x)
+    return values, stats
+
+
 def _plane(buf: bytes) -> XPlaneData:
     name = ""
     lines_raw: list[bytes] = []
@@ -159,29 +180,16 @@ def _plane(buf: bytes) -> XPlaneData:
         elif number == PLANE_STAT_METADATA:
             entry = _map_entry(v)
             if entry is not None:
-                sid, sname = 0, ""
-                for n, _, x in fields(entry):
-                    if n == STAT_META_ID:
-                        sid = x
-                    elif n == STAT_META_NAME:
-                        sname = _text(x)
-                stat_names[sid] = sname
+                values, _ = _message(entry, {STAT_META_ID: _same, STAT_META_NAME: _text})
+                stat_names[values.get(STAT_META_ID, 0)] = values.get(STAT_META_NAME, "")
         elif number == PLANE_STATS:
             stats_raw.append(v)
     metadata: dict[int, tuple[str, dict[str, Any]]] = {}
     for raw in event_meta_raw:
-        mid, mname, display, mstats = 0, "", "", {}
-        for n, _, x in fields(raw):
-            if n == EVENT_META_ID:
-                mid = x
-            elif n == EVENT_META_NAME:
-                mname = _text(x)
-            elif n == EVENT_META_DISPLAY_NAME:
-                display = _text(x)
-            elif n == EVENT_META_STATS:
-                st = _stat(x, stat_names)
-                if st is not None:
-                    mstats[st[0]] = st[1]
+        values, mstats = _message(raw, {EVENT_META_ID: _same, EVENT_META_NAME: _text, EVENT_META_DISPLAY_NAME: _text},
+                                  EVENT_META_STATS, stat_names)
+        mid, mname = values.get(EVENT_META_ID, 0), values.get(EVENT_META_NAME, "")
+        display = values.get(EVENT_META_DISPLAY_NAME, "")
         if display and display != mname:
             mstats = {"long_name": mname, **mstats}
         metadata[mid] = (display or mname, mstats)
@@ -210,19 +218,9 @@ def _line(buf: bytes, metadata: dict[int, tuple[str, dict[str, Any]]], stat_name
             events_raw.append(v)
     line = XLine(display or name)
     for raw in events_raw:
-        mid = offset_ps = duration_ps = 0
-        own: dict[str, Any] = {}
-        for n, _, x in fields(raw):
-            if n == EVENT_METADATA_ID:
-                mid = x
-            elif n == EVENT_OFFSET_PS:
-                offset_ps = _signed(x)
-            elif n == EVENT_DURATION_PS:
-                duration_ps = _signed(x)
-            elif n == EVENT_STATS:
-                st = _stat(x, stat_names)
-                if st is not None:
-                    own[st[0]] = st[1]
+        values, own = _message(raw, {EVENT_METADATA_ID: _same, EVENT_OFFSET_PS: _signed, EVENT_DURATION_PS: _signed},
+                               EVENT_STATS, stat_names)
+        mid, offset_ps, duration_ps = (values.get(k, 0) for k in (EVENT_METADATA_ID, EVENT_OFFSET_PS, EVENT_DURATION_PS))
         ev_name, meta_stats = metadata.get(mid, (str(mid), {}))
         line.events.append(XEvent(ev_name, timestamp_ns + offset_ps / 1000.0, duration_ps / 1000.0,
                                   {**meta_stats, **own}))

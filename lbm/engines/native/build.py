@@ -32,7 +32,7 @@ import numpy as np
 
 from lbm.config.sections import Native
 from lbm.engines.native.codegen import KernelSpec, header
-from lbm.environment import cpu_id
+from lbm.environment import cpu_id, user_cache
 from lbm.errors import LbmError
 
 KERNELS = ("push", "aa_even", "aa_odd", "scatter")
@@ -59,11 +59,7 @@ def compiler() -> str | None:
 
 def cache_dir() -> Path:
     """Where built kernel libraries are kept ($LBM_KERNEL_CACHE, else the user cache directory)."""
-    env = os.environ.get("LBM_KERNEL_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lbm" / "kernels"
+    return user_cache("kernels", "LBM_KERNEL_CACHE")
 
 
 CXXFLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-std=c++17", "-shared", "-fPIC",
