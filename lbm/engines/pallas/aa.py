@@ -34,7 +34,6 @@ named ``BULK_SCOPE``, as the push kernels.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -51,9 +50,13 @@ from lbm.stages import BULK_SCOPE
 
 PIPELINES = ("blocks", "dma")
 """How the even kernel moves its blocks: Pallas' BlockSpec pipeline, or this module's DMA ring (see the module doc)."""
-AA_BYTES = 12 * 2**20
-"""Target bytes of one block of the in-place kernels (the DMA ring holds ``buffers`` of them, the BlockSpec
-pipeline four: input and output, double-buffered)."""
+AA_BYTES = 16 * 2**20
+"""Target bytes of one block of the in-place kernels in VMEM (the DMA ring holds ``buffers`` of them, the BlockSpec
+pipeline four: input and output, double-buffered). v5e, deviceless: D3Q19 256^3 compiles with 8 rows (38 MiB)
+in the ring and 4 in BlockSpec blocks, not 16 and 8 (VMEM: 128 MiB)."""
+MIN_BLOCKS = 8
+"""Fewest blocks along x the block height leaves where it can: the first fetch and the last write-back are not
+overlapped with compute (each 1 / blocks of the step's traffic)."""
 AA_BLOCK_MAX = 24 * 2**20
 """Largest block of one row the in-place kernels take (VMEM: 128 MiB on a v5e, the limit set below 100 MiB)."""
 VMEM_CAP = 100 * 2**20
@@ -63,9 +66,10 @@ BUFFERS = 2
 
 
 def aa_rows(lattice: Lattice, shape: tuple[int, ...], itemsize: int = 4, budget: int = AA_BYTES) -> int:
-    """Rows per block of the in-place kernels: the largest divisor of nx whose block fits ``budget`` bytes, else 1."""
-    row = lattice.q * math.prod(shape[1:]) * itemsize
-    fitting = [b for b in range(1, shape[0] + 1) if shape[0] % b == 0 and b * row <= budget]
+    """Rows per block of the in-place kernels: the largest divisor of nx whose block fits ``budget`` bytes of VMEM
+    and leaves at least MIN_BLOCKS blocks (so that DMAs overlap the compute), else 1."""
+    nx, row = shape[0], vmem_bytes(lattice.q, (1, *shape[1:]), itemsize)
+    fitting = [b for b in range(1, nx + 1) if nx % b == 0 and b * row <= budget and nx // b >= MIN_BLOCKS]
     return max(fitting) if fitting else 1
 
 
