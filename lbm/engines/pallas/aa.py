@@ -61,8 +61,10 @@ AA_BLOCK_MAX = 24 * 2**20
 """Largest block of one row the in-place kernels take (VMEM: 128 MiB on a v5e, the limit set below 100 MiB)."""
 VMEM_CAP = 100 * 2**20
 """The scoped VMEM limit the kernels ask for at most."""
-BUFFERS = 2
-"""VMEM buffers of the odd kernel's DMA ring: block p computes in one while block p + 1 arrives in another."""
+BUFFERS = 3
+"""VMEM buffers of the DMA ring: block p computes in one while block p + 1 arrives in a second and block p - 1
+goes back to HBM from the third (with two, program p first waits for block p - 1's write-back: the HBM then
+idles while p computes, beyond the time block p + 1's fetch takes)."""
 
 
 def aa_rows(lattice: Lattice, shape: tuple[int, ...], itemsize: int = 4, budget: int = AA_BYTES) -> int:
