@@ -159,7 +159,8 @@ def test_a_grid_only_the_inplace_kernels_fit_runs_even_chunks_only():
 @pytest.mark.accel
 @pytest.mark.parametrize("steps,ratio", [(10, 1.0), (11, 2.0)])
 def test_v5e_chunk_holds_the_populations_once(steps, ratio):
-    """Planned memory of the compiled chunk (D3Q19 64^3): the populations once; twice with an odd chunk's push step."""
+    """Planned memory of the compiled chunk (D3Q19 128^3): the populations once; twice with an odd chunk's push step.
+    (Not at 64^3: a last axis of 64 is padded to 128 lanes, and XLA plans the odd chunk's push buffer there apart.)"""
     if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
     from lbm.bench.inspect import load_target, prepare_environment, target_sharding
@@ -169,11 +170,11 @@ def test_v5e_chunk_holds_the_populations_once(steps, ratio):
     prepare_environment(target)
     import jax
 
-    setup = setup_for(["case=taylor_green", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=64"], "float32")
+    setup = setup_for(["case=taylor_green", "lattice=d3q19", "grid.nx=128", "grid.ny=128", "grid.nz=128"], "float32")
     engine = PallasEngine(setup, platform="tpu")
     sharding = target_sharding(target)
     args = (jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype), engine.params, step_index(0))
     specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
     m = engine.chunk_function(steps).lower(*specs).compile().memory_analysis()
     planned = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
-    assert planned / (setup.lattice.q * 64**3 * 4) == pytest.approx(ratio, abs=0.01)
+    assert planned / (setup.lattice.q * 128**3 * 4) == pytest.approx(ratio, abs=0.01)
