@@ -1,4 +1,5 @@
-"""The Pallas engine (GPU, TPU; interpret mode on a CPU): lbm.engines.pallas.engine, kernels in lbm.engines.pallas.kernels.
+"""The Pallas engine (GPU, TPU; interpret mode on a CPU): lbm.engines.pallas.engine, kernels in lbm.engines.pallas.kernels
+(push, two buffers) and lbm.engines.pallas.aa (in place, the AA pair: the TPU rows form in 3D).
 
 The kernels' cell body (lbm.engines.pallas.cell) runs the reference physics of lbm.kernels (which the xla engine
 runs) on per-direction arrays; tests/test_engines_pallas.py and tests/test_pallas_collisions.py pin it to the xla

@@ -10,6 +10,12 @@ one step before the loop. The boundary cells come from the plan the native engin
 through the same stage functions as every other engine (lbm.engines.timestep, each boundary
 condition's block form), and scattered into the ``push`` slots the kernel wrote.
 
+On a TPU in 3D the loop runs in place instead (lbm.engines.pallas.aa): each iteration is an AA
+pair, the even step and the odd step, each aliasing the one population array, so the compiled
+chunk holds the populations once (an odd chunk's lone first step is still a push step, which
+writes a second buffer). The boundary cells are gathered from the ``aa_even`` / ``aa_odd``
+slots before the kernel overwrites them, and scattered into the slots it wrote.
+
 Kernel formulation by platform: ``flat`` on GPUs (Triton), ``rows`` on TPUs (Mosaic; it needs
 a first axis the row blocks divide). On a CPU the kernel runs in Pallas interpret mode:
 correct, slow, for checking; the log says so. ``auto`` picks this engine on GPUs and TPUs.
@@ -28,7 +34,7 @@ from lbm.boundaries.base import StepState
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable
 from lbm.engines.bulk import BulkKernelEngine
-from lbm.engines.pallas import ACCELERATORS, kernels
+from lbm.engines.pallas import ACCELERATORS, aa, kernels
 from lbm.engines.timestep import outputs, run_stages
 
 log = logging.getLogger("lbm")
@@ -40,25 +46,38 @@ def platform_of(platform: str | None) -> str:
 
 
 class PallasKernel:
-    """The bulk kernel for a grid (a whole one, or one device's block) on a platform: its form and interpret mode."""
+    """The bulk kernel for a grid (a whole one, or one device's block) on a platform: its form and interpret mode.
+
+    ``inplace``: where the form is ``rows`` in 3D, also the in-place AA pair (:attr:`inplace` True where it runs;
+    the push step, for an odd chunk's first step, then need not fit: :attr:`push_unsupported` says why not).
+    """
 
     def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
-                 interpret: bool | None = None) -> None:
+                 interpret: bool | None = None, inplace: bool = False) -> None:
         dtype = jnp.dtype(setup.dtype)
         if dtype not in (jnp.float32, jnp.float64):
             raise EngineUnavailable(f"no Pallas kernel for dtype {dtype}")
         if storage != "compute":
             raise EngineUnavailable(f"the Pallas kernel keeps populations in the compute dtype, not {storage}")
-        if setup.lattice.q * int(np.prod(shape)) >= 2**31:
-            raise EngineUnavailable("more than 2**31 populations: the Pallas kernel indexes them with int32")
         self.setup = setup
         self.platform = platform_of(platform)
         self.interpret = self.platform not in ACCELERATORS if interpret is None else interpret
         self.form = "rows" if self.platform == "tpu" else "flat"
-        if self.form == "rows":
-            why = kernels.rows_unsupported(setup.lattice, shape, dtype)
+        self.inplace = inplace and self.form == "rows" and len(shape) == 3
+        self.push_unsupported = ""
+        if self.inplace:  # the AA kernels index rows, not populations: no int32 limit (the engine's slots have one)
+            why = aa.aa_unsupported(setup.lattice, shape, dtype)
             if why:
                 raise EngineUnavailable(why)
+            self.rows = aa.aa_rows(setup.lattice, shape, dtype.itemsize)
+            self.push_unsupported = kernels.rows_unsupported(setup.lattice, shape, dtype)
+        else:
+            if setup.lattice.q * int(np.prod(shape)) >= 2**31:
+                raise EngineUnavailable("more than 2**31 populations: the Pallas kernel indexes them with int32")
+            if self.form == "rows":
+                why = kernels.rows_unsupported(setup.lattice, shape, dtype)
+                if why:
+                    raise EngineUnavailable(why)
         self.note = f"{self.form} Pallas kernel in interpret mode: slow, for checking" if self.interpret else ""
         if self.interpret:
             log.warning("engine=pallas on %s runs its %s kernel in Pallas interpret mode: slow, for checking only",
@@ -67,9 +86,19 @@ class PallasKernel:
     def __call__(self, f: jnp.ndarray) -> jnp.ndarray:
         """One periodic push step of every cell of ``f`` ``(Q, *shape)``; a new array."""
         s = self.setup
+        if self.push_unsupported:
+            raise EngineUnavailable(f"{self.push_unsupported}: only the in-place AA pair runs here, an even number "
+                                    "of steps per chunk")
         step = kernels.flat_step if self.form == "flat" else kernels.rows_step
         return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
                     collision=s.collision)
+
+    def aa(self, f: jnp.ndarray, scheme: str) -> jnp.ndarray:
+        """The ``scheme`` (aa_even | aa_odd) step of every cell of ``f``, in place (aliased: donate ``f``)."""
+        s = self.setup
+        step = aa.aa_even_step if scheme == "aa_even" else aa.aa_odd_step
+        return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
+                    rows=self.rows, collision=s.collision)
 
 
 class PallasEngine(BulkKernelEngine):
@@ -80,19 +109,27 @@ class PallasEngine(BulkKernelEngine):
     def __init__(self, setup: Setup, storage: str = "compute", platform: str | None = None,
                  interpret: bool | None = None) -> None:
         super().__init__(setup, storage)
-        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret)
+        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True)
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
         self.note = self.bulk.note
         self.plan_boundaries()
+        if self.block is not None and setup.lattice.q * int(np.prod(setup.shape)) >= 2**31:
+            raise EngineUnavailable("more than 2**31 populations: the boundary cells' slots are int32")
 
-    def step(self, f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-        """Step ``t``: the bulk kernel, then the boundary cells' stages into the slots it wrote."""
-        out = self.bulk(f)
+    def step(self, f: jnp.ndarray, t: jnp.ndarray, params: Any, scheme: str = "push"
+             ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Step ``t`` of ``scheme`` (push | aa_even | aa_odd): the bulk kernel, then the boundary cells' stages into
+        the slots it wrote."""
         if self.block is None:
-            return out, {}
+            return (self.bulk(f) if scheme == "push" else self.bulk.aa(f, scheme)), {}
         lat, setup = self.setup.lattice, self.setup
-        slots = params.block.slots["push"]
+        slots = params.block.slots[scheme]
         pre = f.reshape(-1)[slots.gather].reshape((lat.q, -1) + (1,) * (lat.d - 1))
+        if scheme == "push":
+            out = self.bulk(f)
+        else:  # in place: the gather reads f before the kernel overwrites it (the barrier orders them)
+            pre, f = jax.lax.optimization_barrier((pre, f))
+            out = self.bulk.aa(f, scheme)
         s = run_stages(self._stages, StepState(f=pre, t=t), params.block.boundaries, setup)
         post = s.post.reshape(lat.q, -1)[:, : self.block.size]
         with jax.named_scope("stream"):
@@ -100,5 +137,15 @@ class PallasEngine(BulkKernelEngine):
         return out.reshape(f.shape), outputs(s)
 
     def chunk_function(self, n: int) -> Any:
-        """n steps, two per ``lax.scan`` iteration: the loop's buffer is handed back without a copy."""
-        return jax.jit(self.paired_chunk(n, self.step), donate_argnums=0)
+        """n steps, two per ``lax.scan`` iteration: the loop's buffer is handed back without a copy (an AA pair in
+        place where the kernel has one, after one push step if n is odd)."""
+        if not self.bulk.inplace:
+            return jax.jit(self.paired_chunk(n, self.step), donate_argnums=0)
+        if n % 2 and self.bulk.push_unsupported:
+            raise EngineUnavailable(f"{self.bulk.push_unsupported}: the in-place kernels run an even number of steps "
+                                    f"per chunk, not {n}")
+
+        def scheme(name: str) -> Any:
+            return lambda f, t, params: self.step(f, t, params, name)
+
+        return jax.jit(self.paired_chunk(n, scheme("push"), scheme("aa_even"), scheme("aa_odd")), donate_argnums=0)

@@ -1,0 +1,295 @@
+"""The in-place AA-pattern Pallas kernels of the TPU rows form in 3D: one population array, no second buffer.
+
+The AA pattern (Bailey et al. 2009; the native engine's scheme, lbm.engines.plan.slot_maps) runs two steps
+that each read and write every population once, in place, and leave the array canonical after the pair:
+
+``aa_even``: cell x reads f_i from slot i of x, collides, writes f*_i to slot opp(i) of x. Purely local.
+``aa_odd``:  cell x reads f_i from slot opp(i) of x - c_i (where the even step left f*_i of the cell
+upstream), collides, writes f*_i to slot i of x + c_i: the canonical layout again.
+
+Each memory location is read and written by one cell only, so any order of cells is in-place safe. With
+blocks of R rows along x (whole (y, z) planes), the locations one block of the odd step touches in slot j
+are the rows [x0 + c_x(j), x0 + c_x(j) + R) (mod nx): the cell x reads slot j = opp(i) at row x - c_x(i) =
+x + c_x(j), and writes slot i at row x + c_x(i). So a block reads a window of R rows per slot, shifted by
+that slot's c_x, and writes its results back into the same window: the x shift of streaming is all in the
+DMA offsets. Inside the block, row r of every window belongs to the cell row x0 + r; the y and z shifts are
+periodic rolls of whole planes (pltpu.roll, as the push kernel lbm.engines.pallas.kernels.rows_step does):
+f_i(x) = roll(window_opp(i)[r], c_i) and window_i[r] = roll(f*_i(x), c_i).
+
+Kernels:
+
+``aa_odd_step``: the array stays in HBM (``memory_space=pl.ANY``, the input aliased to the output); each
+program copies its block's windows into a VMEM buffer by DMA (per slot one copy of R rows, or two where the
+window can wrap around x: the edge row mod nx and the R - 1 rows that never wrap), collides row by row in
+that buffer in place, and copies the windows back. The grid runs in order ("arbitrary"): block p + 1's
+windows are fetched while block p computes, into a ring of ``buffers`` VMEM buffers (block p's write-back
+is waited on only when its buffer is needed again, or at the end).
+
+``aa_even_step``: the same, with every window at offset 0 (``pipeline="dma"``), or (``"blocks"``, the
+default) plain BlockSpec blocks of R rows, the input aliased to the output and pipelined by Pallas.
+
+Both run in Pallas interpret mode on a CPU (slow, for checking; tests/test_pallas_inplace.py). They are
+named ``BULK_SCOPE``, as the push kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+
+from lbm.engines.pallas.cell import collide_cell
+from lbm.engines.pallas.kernels import vmem_bytes
+from lbm.kernels.collision import Collision
+from lbm.lattice import Lattice
+from lbm.stages import BULK_SCOPE
+
+PIPELINES = ("blocks", "dma")
+"""How the even kernel moves its blocks: Pallas' BlockSpec pipeline, or this module's DMA ring (see the module doc)."""
+AA_BYTES = 16 * 2**20
+"""Target bytes of one block of the in-place kernels in VMEM (the DMA ring holds ``buffers`` of them, the BlockSpec
+pipeline four: input and output, double-buffered). v5e, deviceless: D3Q19 256^3 compiles with 8 rows (38 MiB)
+in the ring and 4 in BlockSpec blocks, not 16 and 8 (VMEM: 128 MiB)."""
+MIN_BLOCKS = 8
+"""Fewest blocks along x the block height leaves where it can: the first fetch and the last write-back are not
+overlapped with compute (each 1 / blocks of the step's traffic)."""
+AA_BLOCK_MAX = 24 * 2**20
+"""Largest block of one row the in-place kernels take (VMEM: 128 MiB on a v5e, the limit set below 100 MiB)."""
+VMEM_CAP = 100 * 2**20
+"""The scoped VMEM limit the kernels ask for at most."""
+BUFFERS = 3
+"""VMEM buffers of the DMA ring: block p computes in one while block p + 1 arrives in a second and block p - 1
+goes back to HBM from the third (with two, program p first waits for block p - 1's write-back: the HBM then
+idles while p computes, beyond the time block p + 1's fetch takes)."""
+
+
+def aa_rows(lattice: Lattice, shape: tuple[int, ...], itemsize: int = 4, budget: int = AA_BYTES) -> int:
+    """Rows per block of the in-place kernels: the largest divisor of nx whose block fits ``budget`` bytes of VMEM
+    and leaves at least MIN_BLOCKS blocks (so that DMAs overlap the compute), else 1."""
+    nx, row = shape[0], vmem_bytes(lattice.q, (1, *shape[1:]), itemsize)
+    fitting = [b for b in range(1, nx + 1) if nx % b == 0 and b * row <= budget and nx // b >= MIN_BLOCKS]
+    return max(fitting) if fitting else 1
+
+
+def aa_unsupported(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
+    """Why the in-place kernels cannot run this grid on a TPU ('' when they can)."""
+    if len(shape) != 3:
+        return "the in-place (AA) Pallas kernels are 3D only"
+    if jnp.dtype(dtype) != jnp.float32:
+        return f"the TPU Pallas kernel computes in float32, not {jnp.dtype(dtype)}"
+    if np.abs(lattice.c[:, 0]).max() > 1:
+        return "the in-place Pallas kernels stream at most one row along x"
+    size = vmem_bytes(lattice.q, (1, *shape[1:]), 4)
+    if size > AA_BLOCK_MAX:
+        return (f"grid {'x'.join(map(str, shape))}: one row of the in-place TPU kernel ({size / 2**20:.0f} MiB) "
+                f"does not fit its VMEM budget ({AA_BLOCK_MAX // 2**20} MiB)")
+    return ""
+
+
+def _compiler_params(interpret: bool, semantics: str, resident: int, row: int) -> Any:
+    """Mosaic's parameters: the grid's semantics and a VMEM limit of ``resident`` bytes (the blocks), one row's
+    temporaries and a margin, at most VMEM_CAP; None in interpret mode."""
+    if interpret:
+        return None
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.CompilerParams(dimension_semantics=(semantics,),
+                                vmem_limit_bytes=int(min(VMEM_CAP, resident + 6 * row + 16 * 2**20)))
+
+
+def _rows(rows: int, row: Callable[[Any], None]) -> None:
+    """``row(r)`` for r in range(rows): unrolled for one row, else a loop (Mosaic then compiles one row's code)."""
+    if rows == 1:
+        row(0)
+        return
+
+    def body(r: Any, carry: Any) -> Any:
+        row(r)
+        return carry
+
+    jax.lax.fori_loop(0, rows, body, 0)
+
+
+def _shifted(v: Any, c: np.ndarray, roll: Any) -> Any:
+    """Plane(s) ``v`` (.., y, z) rolled by c along y and z: v'[y, z] = v[y - c_y, z - c_z] (periodic)."""
+    for a in (1, 2):
+        if c[a]:
+            v = roll(v, int(c[a]) % v.shape[a], a)
+    return v
+
+
+def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]]) -> Callable[[Any, Any, Any], None]:
+    """Row r of the even step, from ``src`` (Q, R, y, z) into ``dst`` (may be ``src``): f*_i into slot opp(i)."""
+    opp = [int(k) for k in lattice.opposite]
+
+    def row(src: Any, dst: Any, r: Any) -> None:
+        post = collide([src[i, pl.ds(r, 1)] for i in range(lattice.q)])
+        for i in range(lattice.q):
+            dst[opp[i], pl.ds(r, 1)] = post[i].astype(dst.dtype)
+
+    return row
+
+
+def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], roll: Any
+             ) -> Callable[[Any, Any, Any], None]:
+    """Row r of the odd step on a block of windows, in place: f_i = roll(slot opp(i), c_i), slot i = roll(f*_i, c_i)."""
+    opp = [int(k) for k in lattice.opposite]
+
+    def row(src: Any, dst: Any, r: Any) -> None:
+        pre = [_shifted(src[opp[i], pl.ds(r, 1)], lattice.c[i], roll) for i in range(lattice.q)]
+        post = collide(pre)
+        for i in range(lattice.q):
+            dst[i, pl.ds(r, 1)] = _shifted(post[i], lattice.c[i], roll).astype(dst.dtype)
+
+    return row
+
+
+def _windows(a_ref: Any, buf: Any, sem: Any, offsets: list[int], nx: int, rows: int, block: Any, slot: Any,
+             to_hbm: bool) -> list[Any]:
+    """The DMA descriptors between block ``block``'s windows in HBM and VMEM buffer ``slot``: per slot j the rows
+    [x0 + o_j, x0 + o_j + rows) mod nx, o_j in {-1, 0, 1}; a window that can wrap as two copies of static size
+    (the edge row mod nx, and the rows - 1 rows that never wrap)."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    x0 = block * rows
+    out = []
+    for j, o in enumerate(offsets):
+        if o == 0:
+            parts = [(x0, 0, rows)]
+        elif o > 0:  # rows x0 + 1 .. x0 + rows: the last one wraps to 0 for the last block
+            parts = [(x0 + 1, 0, rows - 1), (jax.lax.rem(x0 + rows, nx), rows - 1, 1)]
+        else:  # rows x0 - 1 .. x0 + rows - 2: the first one wraps to nx - 1 for the first block
+            parts = [(jax.lax.rem(x0 + nx - 1, nx), 0, 1), (x0, 1, rows - 1)]
+        for start, at, n in parts:
+            if n == 0:
+                continue
+            hbm, vmem = a_ref.at[j, pl.ds(start, n)], buf.at[slot, j, pl.ds(at, n)]
+            src, dst = (vmem, hbm) if to_hbm else (hbm, vmem)
+            out.append(pltpu.make_async_copy(src, dst, sem.at[slot]))
+    return out
+
+
+def _ring_kernel(offsets: list[int], nx: int, rows: int, buffers: int, row: Callable[[Any, Any, Any], None]
+                 ) -> Callable[..., None]:
+    """The in-place DMA-ring kernel (module doc): program p fetches block p + 1, computes block p, writes it back."""
+    blocks = nx // rows
+
+    def kernel(a_in: Any, a_out: Any, buf: Any, rsem: Any, wsem: Any) -> None:
+        p = pl.program_id(0)
+
+        def reads(b: Any, s: Any) -> list[Any]:
+            return _windows(a_in, buf, rsem, offsets, nx, rows, b, s, False)
+
+        def writes(b: Any, s: Any) -> list[Any]:
+            return _windows(a_out, buf, wsem, offsets, nx, rows, b, s, True)
+
+        @pl.when(p == 0)
+        def _first() -> None:
+            for c in reads(0, 0):
+                c.start()
+
+        @pl.when(p + 1 < blocks)
+        def _prefetch() -> None:
+            nxt = jax.lax.rem(p + 1, buffers)
+
+            @pl.when(p + 1 >= buffers)
+            def _free() -> None:  # the buffer's last block (p + 1 - buffers) must be back in HBM
+                for c in writes(p + 1 - buffers, nxt):
+                    c.wait()
+
+            for c in reads(p + 1, nxt):
+                c.start()
+
+        slot = jax.lax.rem(p, buffers)
+        for c in reads(p, slot):
+            c.wait()
+        block = buf.at[slot]
+        _rows(rows, lambda r: row(block, block, r))
+        for c in writes(p, slot):
+            c.start()
+
+        @pl.when(p == blocks - 1)
+        def _drain() -> None:  # the write-backs no later program waited on
+            for b in range(max(0, blocks - buffers), blocks):
+                for c in writes(b, b % buffers):
+                    c.wait()
+
+    return kernel
+
+
+def _ring_call(f: jnp.ndarray, offsets: list[int], rows: int, buffers: int, row: Callable[[Any, Any, Any], None],
+               interpret: bool) -> jnp.ndarray:
+    """``f`` (Q, nx, ny, nz) updated in place by the DMA-ring kernel with per-slot window offsets ``offsets``."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    q, shape = f.shape[0], tuple(f.shape[1:])
+    nx = shape[0]
+    if nx % rows:
+        raise ValueError(f"{rows} rows per block do not divide nx = {nx}")
+    block = vmem_bytes(q, (rows, *shape[1:]), f.dtype.itemsize)
+    return pl.pallas_call(
+        _ring_kernel(offsets, nx, rows, buffers, row),
+        out_shape=jax.ShapeDtypeStruct(f.shape, f.dtype),
+        grid=(nx // rows,),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[pltpu.VMEM((buffers, q, rows, *shape[1:]), f.dtype),
+                        pltpu.SemaphoreType.DMA((buffers,)), pltpu.SemaphoreType.DMA((buffers,))],
+        input_output_aliases={0: 0},
+        compiler_params=_compiler_params(interpret, "arbitrary", buffers * block, block // rows),
+        interpret=interpret,
+        name=BULK_SCOPE,
+    )(f)
+
+
+def _collider(lattice: Lattice, omega_plus: float, omega_minus: float, force: np.ndarray | None,
+              collision: Collision | None) -> Callable[[list[Any]], list[Any]]:
+    return lambda fs: collide_cell(fs, lattice, omega_plus, omega_minus, force, collision)
+
+
+def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
+                 force: np.ndarray | None, interpret: bool = False, rows: int | None = None,
+                 collision: Collision | None = None, pipeline: str = "blocks") -> jnp.ndarray:
+    """The AA even step of populations ``(Q, nx, ny, nz)`` in place (``f`` aliased to the result; donate it)."""
+    q, shape = lattice.q, tuple(f.shape[1:])
+    rows = rows or aa_rows(lattice, shape, f.dtype.itemsize)
+    row = _even_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision))
+    if pipeline == "dma":
+        return _ring_call(f, [0] * q, rows, BUFFERS, row, interpret)
+    if pipeline != "blocks":
+        raise ValueError(f"unknown pipeline {pipeline!r}: choose one of {', '.join(PIPELINES)}")
+    if shape[0] % rows:
+        raise ValueError(f"{rows} rows per block do not divide nx = {shape[0]}")
+    spec = pl.BlockSpec((q, rows, *shape[1:]), lambda p: (0, p, 0, 0))
+    block = vmem_bytes(q, (rows, *shape[1:]), f.dtype.itemsize)
+
+    def kernel(f_ref: Any, o_ref: Any) -> None:
+        _rows(rows, lambda r: row(f_ref, o_ref, r))
+
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(f.shape, f.dtype),
+        grid=(shape[0] // rows,),
+        in_specs=[spec],
+        out_specs=spec,
+        input_output_aliases={0: 0},
+        compiler_params=_compiler_params(interpret, "parallel", 4 * block, block // rows),
+        interpret=interpret,
+        name=BULK_SCOPE,
+    )(f)
+
+
+def aa_odd_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
+                force: np.ndarray | None, interpret: bool = False, rows: int | None = None,
+                collision: Collision | None = None, buffers: int = BUFFERS) -> jnp.ndarray:
+    """The AA odd step of populations ``(Q, nx, ny, nz)`` in place (``f`` aliased to the result; donate it)."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    shape = tuple(f.shape[1:])
+    rows = rows or aa_rows(lattice, shape, f.dtype.itemsize)
+    row = _odd_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision), pltpu.roll)
+    return _ring_call(f, [int(c) for c in lattice.c[:, 0]], rows, buffers, row, interpret)
