@@ -202,9 +202,15 @@ on_device = pytest.mark.skipif(jax.default_backend() not in ("gpu", "tpu") and n
                                reason="needs a GPU or TPU (LBM_DEVICE_REHEARSAL=1 runs it on the CPU)")
 
 
+DEVICE_CASES = {**CASES, "taylor_green_3d": ["case=taylor_green_3d", "lattice=d3q27", "grid.nx=16", "grid.ny=16",
+                                               "grid.nz=16"]}
+"""On the device also a periodic 3D box of 8 blocks along x: on a TPU the in-place AA kernels (lbm.engines.pallas.aa),
+their DMA windows wrapping around x, the cumulant collision."""
+
+
 @pytest.mark.device
 @on_device
-@pytest.mark.parametrize("name", ["cylinder", "cavity", "taylor_green", "cavity_d3q19"])
+@pytest.mark.parametrize("name", ["cylinder", "cavity", "taylor_green", "cavity_d3q19", "taylor_green_3d"])
 def test_on_the_device_the_compiled_kernel_equals_the_reference(name):
     """The compiled kernel (Triton or Mosaic, not interpreted) against xla on the same device, 20 steps float32.
 
@@ -214,7 +220,7 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name):
     differences are 6.9e-7 (populations, cylinder) and 7.6e-7 (the cylinder's force, of magnitude 0.29); the
     bound, 1e-5 for both, is 5x the GPU estimate.
     """
-    setup = setup_for(CASES[name], "float32")
+    setup = setup_for(DEVICE_CASES[name], "float32")
     # named, not auto: on a TPU auto picks xla for walls (lbm.engines.auto_choice; its test is below)
     engine = make_engine(setup, engine="pallas")
     assert engine.name == "pallas", engine.note
