@@ -1,7 +1,7 @@
 # Sourced by the one-off device scripts (device_rows_sweep.sh, device_validate.sh): the carried py3.11 wheels
 # (.whl/, from scripts/device_wheels.sh) installed offline into a temporary folder APPENDED to PYTHONPATH (the lent
 # machine's jax stays first), this checkout in front of it, and $OUT (the device tool's folder; here: outputs/device)
-# made. scripts/device_check.sh does the same with more checks.
+# made, and matplotlib from the machine's index. scripts/device_check.sh does the same with more checks.
 site=$(mktemp -d)/site
 OUT=${OUT:-outputs/device}
 mkdir -p "$OUT"
@@ -10,3 +10,11 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     >"$OUT/install.log" 2>&1 || echo "device_env: the carried wheels did not install (see $OUT/install.log)" >&2
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}:$site PYTHONUNBUFFERED=1
+# matplotlib (lbm's plots; not among the wheels): from the machine's own index where it lacks one (the lent TPU machine
+# has /opt/pypi/simple). Without it every run ends in a ModuleNotFoundError when it draws its plots (2026-12-06).
+if ! python3 -c 'import matplotlib' >/dev/null 2>&1 && [[ -d /opt/pypi/simple ]]; then
+  env PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
+    --index-url file:///opt/pypi/simple --target "$site-mpl" matplotlib >"$OUT/install-matplotlib.log" 2>&1 \
+    || echo "device_env: matplotlib did not install (see $OUT/install-matplotlib.log)" >&2
+  export PYTHONPATH=$PYTHONPATH:$site-mpl
+fi
