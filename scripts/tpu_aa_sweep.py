@@ -68,6 +68,21 @@ def chunk(variant: str, lattice: Any, rows: int, steps: int, interpret: bool) ->
     return jax.jit(lambda f: lax.fori_loop(0, steps // 2, lambda _, f: two(f), f), donate_argnums=0)
 
 
+def timed_chunk(fn: Any, q: int, shape: tuple[int, ...]) -> tuple[float, float, Any]:
+    """A donated chunk on zero populations ``(q, *shape)``: its first call's seconds, the median of three more
+    calls, and the last populations."""
+    f = jnp.zeros((q, *shape), jnp.float32)
+    t0 = time.perf_counter()
+    f = jax.block_until_ready(fn(f))
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        f = jax.block_until_ready(fn(f))
+        times.append(time.perf_counter() - t0)
+    return first, statistics.median(times), f
+
+
 def measure(name: str, shape: tuple[int, ...], rows: int, variant: str, steps: int, cpu: bool, probe: float
             ) -> dict[str, Any]:
     """One configuration: first call, then the median of three timed calls; a row of the results."""
@@ -80,19 +95,9 @@ def measure(name: str, shape: tuple[int, ...], rows: int, variant: str, steps: i
            "engine_rows": mark == "*"}
     label = f"{name} {'x'.join(map(str, shape))} {variant:8s} R={rows}{mark}"
     try:
-        fn = chunk(variant, lat, rows, steps, cpu)
-        f = jnp.zeros((lat.q, *shape), jnp.float32)
-        t0 = time.perf_counter()
-        f = jax.block_until_ready(fn(f))
-        row["first_call_s"] = time.perf_counter() - t0
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            f = jax.block_until_ready(fn(f))
-            times.append(time.perf_counter() - t0)
+        row["first_call_s"], t, f = timed_chunk(chunk(variant, lat, rows, steps, cpu), lat.q, shape)
         row["finite"] = bool(jnp.isfinite(f).all())
         del f
-        t = statistics.median(times)
         row["mlups"] = cells * steps / t / 1e6
         row["gbs_min_traffic"] = row["mlups"] * 1e6 * 2 * lat.q * 4 / 1e9
         print(f"{label}: {row['mlups']:6.0f} MLUPS, {row['gbs_min_traffic']:4.0f} GB/s at the minimum traffic "

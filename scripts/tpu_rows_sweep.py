@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 import traceback
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from jax import lax
+from tpu_aa_sweep import timed_chunk  # scripts/ is on sys.path when this script runs
 
 from lbm.engines.pallas import kernels
 from lbm.lattice import get_lattice
@@ -61,17 +59,7 @@ def main() -> None:
         for rows in heights:
             row = {"lattice": name, "grid": list(shape), "rows": rows, "steps": steps}
             try:
-                fn = chunk(lat, rows, steps, cpu)
-                f = jnp.zeros((lat.q, *shape), jnp.float32)
-                t0 = time.perf_counter()
-                f = jax.block_until_ready(fn(f))
-                row["first_call_s"] = time.perf_counter() - t0
-                times = []
-                for _ in range(3):
-                    t0 = time.perf_counter()
-                    f = jax.block_until_ready(fn(f))
-                    times.append(time.perf_counter() - t0)
-                t = statistics.median(times)
+                row["first_call_s"], t, f = timed_chunk(chunk(lat, rows, steps, cpu), lat.q, shape)
                 row["mlups"] = cells * steps / t / 1e6
                 row["gbs_min_traffic"] = row["mlups"] * 1e6 * 2 * lat.q * 4 / 1e9
                 print(f"{name} {'x'.join(map(str, shape))} rows={rows}: {row['mlups']:.0f} MLUPS, "
