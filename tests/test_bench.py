@@ -417,3 +417,29 @@ def test_a_memory_bound_record_above_the_roofline_says_the_probe_is_wrong(capsys
     assert "copy 40.0, native_copy 45.0" in out and "last-level cache 32.0 MiB" in out
     assert "specification 60 GB/s (a datasheet): the roofline is 75 % of it" in out
     assert " ".join(f"WARNING {line}".split()) in " ".join(out.split())  # rich wraps long lines
+
+
+@pytest.mark.parametrize("steps", [None, 4])
+def test_a_fused_measurement_holds_the_populations_once(monkeypatch, steps):
+    """Every run of a fused measurement (the steps probe, warm-up, repeats, the kernel profile) holds one population
+    array on the device: the initial populations are handed to the run (donated), not kept beside a copy (D3Q19
+    512^3, 10.2 GB, on a 16 GiB TPU: twice that ran out of memory)."""
+    import jax
+
+    from lbm.bench import throughput
+
+    cfg = throughput.BenchConfig("periodic", "d2q9", (32, 24), "xla")
+    timing = throughput.Timing(repeats=2, warmup=1, steps=steps, min_time_s=0.001, max_steps=4, kernel_profile=2)
+    shape = (9, 32, 24)
+    held = []
+    run = throughput._FusedRunner.run
+
+    def counted(self, f, n):
+        held.append(sum(a.shape == shape for a in jax.live_arrays()))
+        return run(self, f, n)
+
+    monkeypatch.setattr(throughput._FusedRunner, "run", counted)
+    rec = throughput.measure(cfg, timing, None)
+    assert rec["steps_per_repeat"] == 4 and len(held) >= 4
+    assert max(held) == 1, held
+    assert rec["memory"]["population_bytes"] == 9 * 32 * 24 * 4
