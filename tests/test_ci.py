@@ -127,7 +127,8 @@ def _pytest_without_xdist(*args: str) -> subprocess.CompletedProcess[str]:
                            *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 
 
-@pytest.mark.parametrize("options", [(), ("-n", "0", "--dist", "loadgroup")], ids=["addopts", "n0"])
+@pytest.mark.parametrize("options", [(), pytest.param(("-n", "0", "--dist", "loadgroup"), marks=pytest.mark.slow)],
+                         ids=["addopts", "n0"])
 def test_the_suite_runs_without_pytest_xdist(options: tuple[str, ...]) -> None:
     """pyproject's addopts (-n auto --dist loadgroup), an explicit -n 0, the xdist hook and the xdist_group marks of
     tests/conftest.py: none stops pytest where pytest-xdist is absent; the tests run in one process."""
