@@ -16,7 +16,8 @@ from helpers.tpu_trace import Ev, to_json, to_xspace
 
 from lbm.cli import main
 from lbm.errors import LbmError
-from lbm.profiling.breakdown import GAP_ROW, STEP, SUM_ROW, UNSCOPED, compute, kernel_stage_map, scan_iterations
+from lbm.profiling.breakdown import GAP_ROW, STEP, SUM_ROW, UNSCOPED, compute, kernel_stage_map
+from lbm.profiling.chunks import scan_iterations
 from lbm.profiling.tracedb import SqliteTraceDB, tables_from_json, tables_from_xplane
 from lbm.profiling.xplane import XPlaneError, read_xspace
 

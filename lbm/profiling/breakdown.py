@@ -22,7 +22,7 @@ its number of steps). A chunk's kernels are attributed to rows by the stages in 
 ``named_scope`` metadata (the trace's ``tf_op`` where it gives one, widened to the compile
 report's stages where those hold it); a kernel that runs once per scan iteration gives one sample
 per iteration, divided by the steps per iteration; kernels outside the loop are spread over the
-chunk's steps. On a TPU the step is the chunk's program run; in instrumented mode there, a stage's
+chunk's steps (lbm.profiling.chunks). On a TPU the step is the chunk's program run; in instrumented mode there, a stage's
 time is its program run's ops and the step the sum of its program runs, and where the device works
 under half of the host's step a note says so and why.
 """
@@ -30,7 +30,7 @@ under half of the host's step a note says so and why.
 from __future__ import annotations
 
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +40,7 @@ import numpy as np
 from lbm.errors import LbmError
 from lbm.hlo import stages_in
 from lbm.profiling import queries
+from lbm.profiling.chunks import chunk_samples
 from lbm.profiling.events import (
     CompileInfo,
     Execution,
@@ -419,69 +420,6 @@ def kernel_stage_map(reported: dict[str, list[str]], events: Iterable[dict[str, 
         known = reported.get(op)
         out[op] = known if known is not None and set(scoped) <= set(known) else scoped
     return out
-
-
-@dataclass
-class ChunkSamples:
-    """One chunk execution split into per-step samples: per row, per scan iteration; and the whole step."""
-
-    steps: int
-    totals: dict[str, int]
-    """Device time (ns) per row over the whole chunk."""
-    samples: dict[str, list[float]]
-    """Per row, one per-step value (ns) per scan iteration (one per chunk without a loop)."""
-    step_samples: list[float]
-    """The step's device span per step (ns), one per scan iteration."""
-    iterations: int
-
-
-def scan_iterations(events: list[dict[str, Any]], steps: int) -> int:
-    """The scan loop's iterations in a chunk of ``steps``: among the kernels' run counts above 1 that divide the
-    steps, the one holding the most device time (the loop body's kernels run once per iteration, a nested loop's a
-    multiple of that); else the largest count."""
-    counts = Counter(str(e["hlo_op"]) for e in events)
-    time_by_count: dict[int, int] = defaultdict(int)
-    for e in events:
-        time_by_count[counts[str(e["hlo_op"])]] += int(e["dur"])
-    fits = [c for c in time_by_count if c > 1 and steps % c == 0]
-    if fits:
-        return max(fits, key=lambda c: (time_by_count[c], c))
-    return max(counts.values(), default=1)
-
-
-def chunk_samples(ex: Execution, steps: int, unit_of: Any) -> ChunkSamples:
-    """Split a chunk's kernels by scan iteration (:func:`scan_iterations`): a kernel run k times per iteration (its
-    count k x the iterations) gives its i-th run to iteration i // k; the others (outside the loop) are spread over
-    the chunk's steps."""
-    counts = Counter(str(e["hlo_op"]) for e in ex.events)
-    iters = scan_iterations(ex.events, steps)
-    body = {op for op, c in counts.items() if c % iters == 0} if iters > 1 else set()
-    per_iter = max(1, steps // iters) if body else steps
-    totals: dict[str, int] = defaultdict(int)
-    outside: dict[str, int] = defaultdict(int)
-    by_iter: list[dict[str, int]] = [defaultdict(int) for _ in range(iters if body else 1)]
-    iter_span = [(np.inf, -np.inf) for _ in by_iter]
-    seen: dict[str, int] = defaultdict(int)
-    for e in sorted(ex.events, key=lambda e: int(e["ts"])):
-        op, dur, ts = str(e["hlo_op"]), int(e["dur"]), int(e["ts"])
-        unit = unit_of(op)
-        totals[unit] += dur
-        if op in body:
-            i = seen[op] // (counts[op] // iters)
-            seen[op] += 1
-            by_iter[i][unit] += dur
-            lo, hi = iter_span[i]
-            iter_span[i] = (min(lo, ts), max(hi, ts + dur))
-        else:
-            outside[unit] += dur
-    units = set(totals)
-    if not body:
-        samples = {u: [totals[u] / steps] for u in units}
-        return ChunkSamples(steps, dict(totals), samples, [ex.span / steps], 1)
-    samples = {u: [it.get(u, 0) / per_iter + outside.get(u, 0) / steps for it in by_iter] for u in units}
-    loop_span = sum(hi - lo for lo, hi in iter_span)
-    rest = (ex.span - loop_span) / steps  # outside the iterations: the kernels before and after the loop, gaps
-    return ChunkSamples(steps, dict(totals), samples, [(hi - lo) / per_iter + rest for lo, hi in iter_span], iters)
 
 
 def chunk_modules(executions: list[Execution], info: CompileInfo, steps_all: list[Span], programs: bool) -> set[str] | None:
