@@ -157,3 +157,19 @@ def test_no_function_runs_over_80_lines() -> None:
 
     assert _long_functions(ast.parse(function(80))) == []
     assert _long_functions(ast.parse(function(81))) == ["f (81 lines, line 1)"]
+
+
+MAX_MODULE_LINES = 600
+"""DESIGN.md, "Modules a reader can hold": about 600 lines at most."""
+
+
+def _long_module(text: str, limit: int = MAX_MODULE_LINES) -> int | None:
+    """A module's line count where it is over ``limit``, else None."""
+    n = len(text.splitlines())
+    return n if n > limit else None
+
+
+def test_no_module_runs_over_600_lines() -> None:
+    found = {str(p.relative_to(ROOT)): n for p in sorted(ROOT.rglob("*.py")) if (n := _long_module(p.read_text()))}
+    assert found == {}
+    assert _long_module("x = 1\n" * 600) is None and _long_module("x = 1\n" * 601) == 601
