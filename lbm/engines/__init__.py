@@ -66,7 +66,8 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
     if platform != "tpu":
         return ("pallas", "") if platform in ACCELERATORS else ("xla", "")
     # TPU v5e, jax 0.10.2, `lbm bench variants=[pallas,xla]` (docs/performance.md, "Running on a TPU"): the Pallas
-    # kernel wins on a wall-free box (periodic D2Q9 1024^2: 8693 against 5546 MLUPS; D3Q19 128^3: 2332 against 870).
+    # kernel wins on a wall-free box (periodic D2Q9 1024^2: 8693 against 5546 MLUPS; D3Q19 256^3, in place: 4316
+    # against 578).
     # With walls its gathers and scatters over the boundary cells serialise on a TPU and xla wins (the default
     # cylinder 420x180: 297 against 2139; the D3Q19 cylinder 420x180x32: 61 against 92).
     if not setup.boundaries and not np.asarray(setup.solid).any():
