@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import fnmatch
 import json
 import math
 import warnings
@@ -184,18 +185,20 @@ CHECKS = CHECKS + CHECKS_3D
 
 
 def run_checks(out: Path, overrides: list[str], only: set[str] | None = None,
-               log: Callable[[str], None] = print, level: str = "full", platform: str | None = None
-               ) -> list[dict[str, Any]]:
+               log: Callable[[str], None] = print, level: str = "full", platform: str | None = None,
+               patterns: list[str] | None = None) -> list[dict[str, Any]]:
     """Validate every configuration first, then run each once (checks of one configuration share the run);
-    returns one record per check. A check ``platform`` (default: JAX's first device's) cannot run is skipped
-    with its reason, and the others run (raises LbmError where the user's own overrides ask what it cannot)."""
+    returns one record per check (of the cases ``only``, with names matching one of ``patterns``). A check
+    ``platform`` (default: JAX's first device's) cannot run is skipped with its reason, and the others run (raises
+    LbmError where the user's own overrides ask what it cannot)."""
     from lbm.config import RunConfig, load
     from lbm.simulation import float64_refusal, make_case, simulate
 
     platform = platform or device_platform()
     if (why := float64_refusal(platform)) and precision_asked(overrides) == "float64":
         raise LbmError(f"validate: precision=float64 cannot run on this {platform} ({why}); drop the override")
-    checks = [c for c in CHECKS if (not only or c.case in only) and level in c.levels]
+    checks = [c for c in CHECKS if (not only or c.case in only) and level in c.levels
+              and (not patterns or any(fnmatch.fnmatchcase(c.name, p) for p in patterns))]
     runs: dict[tuple[str, ...], RunConfig] = {}
     skipped: dict[tuple[str, ...], str] = {}
     with warnings.catch_warnings():
@@ -287,7 +290,8 @@ def parser() -> argparse.ArgumentParser:
     """The options of ``python -m lbm validate``; every other argument is a run override."""
     from lbm.config.command_line import ArgumentParser
 
-    p = ArgumentParser(prog="python -m lbm validate", usage="%(prog)s [--quick] [--case NAME]... [--out DIR] [overrides]",
+    p = ArgumentParser(prog="python -m lbm validate",
+                       usage="%(prog)s [--quick] [--case NAME]... [--check PATTERN]... [--out DIR] [overrides]",
                 description="Run the physics checks (analytic solutions, Ghia et al., the DFG benchmark, ...) and "
                 "write validation.md and validation.json, with one run directory per configuration. Overrides "
                 "(key=value, as for run) apply to every check, e.g. precision=float64 mode=instrumented. Exit code 0 "
@@ -297,13 +301,17 @@ def parser() -> argparse.ArgumentParser:
                    "level: published intervals at finer resolutions)")
     p.add_argument("--case", action="append", default=[], metavar="NAME",
                    help=f"only the checks of this case (repeatable): {', '.join(sorted({c.case for c in CHECKS}))}")
+    p.add_argument("--check", action="append", default=[], metavar="PATTERN",
+                   help="only the checks whose name matches this shell pattern (repeatable), e.g. 'dfg_3d1z_*'; the "
+                   "names are validation.md's first column")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="directory of the report (default outputs/validate/<date>/<time>)")
     return p
 
 
 def main(args: list[str]) -> int:
-    """``python -m lbm validate [--quick] [--case NAME]... [--out DIR] [overrides]``; exit 0 all pass, 1 a failure."""
+    """``python -m lbm validate [--quick] [--case NAME]... [--check PATTERN]... [--out DIR] [overrides]``; exit 0 all
+    pass, 1 a failure."""
     from lbm.config.command_line import split_hydra_args
 
     ns, rest = parser().parse_known_args(args)
@@ -311,13 +319,18 @@ def main(args: list[str]) -> int:
     known = {c.case for c in CHECKS}
     if only - known:
         raise LbmError(f"--case {', '.join(sorted(only - known))}: validated cases are {', '.join(sorted(known))}")
+    names = [c.name for c in CHECKS if level in c.levels and (not only or c.case in only)]
+    for pattern in ns.check:
+        if not fnmatch.filter(names, pattern):
+            raise LbmError(f"--check {pattern}: no {level}-level check{' of ' + ', '.join(sorted(only)) if only else ''}"
+                           f" matches; they are {', '.join(names)}")
     overrides, multirun, _ = split_hydra_args(rest)
     if multirun or any(o.split("=", 1)[0] in ("case", "+case") for o in overrides):
         raise LbmError("validate: choose cases with --case NAME, not case= or -m")
     out = out or Path("outputs") / "validate" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     if (out / "validation.json").exists():
         raise LbmError(f"{out} already holds a validation report; choose another --out")
-    results = run_checks(out, overrides, only or None, level=level)
+    results = run_checks(out, overrides, only or None, level=level, patterns=ns.check)
     text = report(results, overrides)
     (out / "validation.md").write_text(text)
     (out / "validation.json").write_text(json.dumps({"overrides": overrides, "checks": results}, indent=2) + "\n")

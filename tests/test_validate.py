@@ -86,3 +86,26 @@ def test_a_check_that_needs_float64_is_skipped_on_a_platform_without_it_and_the_
     with pytest.raises(LbmError, match="precision=float64 cannot run on this tpu") as info:
         main(["--quick", "--out", str(tmp_path / "w"), "precision=float64"])
     assert info.value.exit_code == 2 and not (tmp_path / "w").exists()
+
+
+def test_check_patterns_pick_checks_by_name_and_a_pattern_matching_none_is_refused(tmp_path, monkeypatch):
+    """``--check PATTERN`` (shell pattern, repeatable) runs only the matching checks of the level; a pattern that
+    matches none is one line naming the checks there are, exit code 2, nothing run."""
+    tiny = ("grid.nx=16", "grid.ny=16", "steps=100", "output.plots=false")
+    checks = (
+        Check("tg_mass", "taylor_green", tiny, "mass_rel_drift", 1e-5, "mass is conserved",
+              quantity=lambda m: abs(m["mass_rel_drift"])),
+        Check("tg_decay", "taylor_green", tiny, "decay_rel_error_max", 1e-12, "an impossible bound"),
+        Check("pois", "poiseuille", ("grid.ny=10", "steps=10", "output.plots=false"), "profile_max_error_over_umax",
+              1.0, "another case"),
+    )
+    monkeypatch.setattr(validate, "CHECKS", checks)
+    out = tmp_path / "v"
+    assert main(["--quick", "--check", "tg_m*", "--out", str(out)]) == 0  # tg_decay (which fails) is not run
+    data = json.loads((out / "validation.json").read_text())
+    assert [c["check"] for c in data["checks"]] == ["tg_mass"]
+    assert [p.name for p in out.glob("*_*")] == ["00_taylor_green"]
+    with pytest.raises(LbmError, match="--check pois: no quick-level check of taylor_green matches; they are "
+                                       "tg_mass, tg_decay") as info:
+        main(["--quick", "--case", "taylor_green", "--check", "pois", "--out", str(tmp_path / "w")])
+    assert info.value.exit_code == 2 and not (tmp_path / "w").exists()
