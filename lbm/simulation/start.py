@@ -17,6 +17,7 @@ import numpy as np
 from lbm import parallel
 from lbm.cases import CASES, Case, Setup
 from lbm.config import RunConfig, check_output_every, load
+from lbm.config.command_line import RESULT_FILES
 from lbm.config.run import single_device_refusal
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, LbmError
@@ -27,8 +28,6 @@ from lbm.simulation.chunks import Outputs, chunk_stats, identity, write_checkpoi
 
 log = logging.getLogger("lbm")
 
-
-RESULT_FILES = ("metrics.json", "fields.npz")
 
 
 def make_case(run: RunConfig) -> Case:
