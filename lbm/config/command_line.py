@@ -126,9 +126,10 @@ def check_writable(path: Path, setting: str = "hydra.run.dir (or hydra.sweep.dir
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    if not probe.is_dir():
+        raise LbmError(f"output directory {path} cannot be created: {probe} is a file, not a directory; "
+                       f"set {setting} to a writable place")
     try:
-        if not probe.is_dir():
-            raise NotADirectoryError(str(probe))
         tempfile.TemporaryDirectory(dir=probe).cleanup()
     except OSError as exc:
         raise LbmError(f"output directory {path} is not writable ({exc.strerror or exc}): "
