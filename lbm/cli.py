@@ -188,7 +188,7 @@ def lazy_command(module: str) -> Any:
 def cmd_bench(args: Sequence[str]) -> int:
     """``bench``: its help without loading the benchmark (nor JAX); else :mod:`lbm.bench.cli`."""
     if any(a in ("-h", "--help") for a in args):
-        return config_help("bench", "bench", split_hydra_args(args)[0])
+        return config_help("bench", "bench", split_hydra_args(args, "bench")[0])
     if any(a in HELP_FLAGS for a in args):
         return run_hydra(None, "bench", "bench", list(args))
     return lazy_command("lbm.bench.cli")(args)

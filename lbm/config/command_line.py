@@ -25,25 +25,49 @@ KNOWN_FLAGS = ("-m", "--multirun", "--resolve", *HELP_FLAGS, *HYDRA_FLAGS_WITH_V
 MAX_PREVALIDATED_JOBS = 4096
 
 
-def split_hydra_args(args: Sequence[str]) -> tuple[list[str], bool, bool]:
-    """Separate overrides from Hydra's own flags; returns (overrides, multirun, has_info_flags)."""
+HYDRA_FLAG_CHOICES = {"--cfg": ("job", "hydra", "all"),
+                      "--info": ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")}
+"""Hydra's flags whose value is one of a few words (--info's is optional)."""
+HYDRA_FLAG_ALIASES = {"-c": "--cfg", "-i": "--info"}
+
+
+def split_hydra_args(args: Sequence[str], command: str = "run", flags: Sequence[str] = ()
+                     ) -> tuple[list[str], bool, bool]:
+    """Separate overrides from Hydra's own flags; returns (overrides, multirun, has_info_flags).
+
+    ``command``: the lbm command (for the messages); ``flags``: its own options, offered for a mistyped one. A bad
+    flag or flag value is one LbmError line here, not Hydra's usage text later."""
     overrides: list[str] = []
     multirun = info = False
-    it = iter(args)
-    for a in it:
+    args = list(args)
+    for i, a in enumerate(args):
+        if i and args[i - 1] in HYDRA_FLAGS_WITH_VALUE and not (args[i - 1] in ("--info", "-i") and a.startswith("-")):
+            continue  # the value of the flag before
         if a in ("-m", "--multirun"):
             multirun = True
         elif a in (*HELP_FLAGS, "--resolve"):
             info = True
         elif a in HYDRA_FLAGS_WITH_VALUE:
             info = info or a in ("--cfg", "-c", "--info", "-i")
-            next(it, None)
+            check_flag_value(a, args[i + 1] if i + 1 < len(args) else None, command)
         elif a.startswith("-"):
-            raise LbmError(f"unknown option {a!r}{did_you_mean(a, KNOWN_FLAGS)}: pass config overrides as key=value "
-                           "(see python -m lbm run --help)")
+            raise LbmError(f"{command}: unknown option {a!r}{did_you_mean(a, (*flags, *KNOWN_FLAGS))}: pass config "
+                           f"overrides as key=value (python -m lbm {command} --help)")
         else:
             overrides.append(a)
     return overrides, multirun, info
+
+
+def check_flag_value(flag: str, value: str | None, command: str) -> None:
+    """Refuse a missing value of one of Hydra's flags, or one it does not know (--cfg job|hydra|all, --info ...)."""
+    name = HYDRA_FLAG_ALIASES.get(flag, flag)
+    choices = HYDRA_FLAG_CHOICES.get(name)
+    if name == "--info" and (value is None or value.startswith("-")):
+        return  # --info alone: all
+    if value is None:
+        raise LbmError(f"{command}: {flag} needs a value" + (f": one of {', '.join(choices)}" if choices else ""))
+    if choices and value not in choices:
+        raise LbmError(f"{command}: {flag} {value}: expected one of {', '.join(choices)}{did_you_mean(value, choices)}")
 
 
 def expand_jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -160,8 +184,14 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse for a command's own options: a bad option is one LbmError line (exit 2), not argparse's usage text."""
 
     def error(self, message: str) -> Any:
-        """Raise LbmError naming the command and where its options are listed."""
-        raise LbmError(f"{self.prog.removeprefix('python -m lbm ')}: {message} ({self.prog} --help)")
+        """Raise LbmError naming the command, the option meant (for a mistyped one) and where its options are listed."""
+        words = message.removeprefix("unrecognized arguments: ").split() if message.startswith("unrecognized") else []
+        hint = next((did_you_mean(w, self.option_names()) for w in words if w.startswith("-")), "")
+        raise LbmError(f"{self.prog.removeprefix('python -m lbm ')}: {message}{hint} ({self.prog} --help)")
+
+    def option_names(self) -> list[str]:
+        """Every option string of this parser (--quick, --out, ...)."""
+        return [name for name in self._option_string_actions if name.startswith("--")]
 
 
 def _no_job(cfg: Any) -> None:
