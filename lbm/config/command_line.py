@@ -350,7 +350,7 @@ def pin(dest: Destination) -> list[str]:
     if dest.subdirs is not None:
         table = list(dest.subdirs)
         OmegaConf.register_new_resolver(PINNED_SUBDIR, lambda num: table[int(num)], replace=True)
-        pins.append(f"hydra.sweep.subdir=${{{PINNED_SUBDIR}:${{hydra.job.num}}}}")
+        pins.append(f"hydra.sweep.subdir='${{{PINNED_SUBDIR}:${{hydra.job.num}}}}'")
     return pins
 
 
