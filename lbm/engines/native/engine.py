@@ -62,7 +62,6 @@ class NativeEngine(BulkKernelEngine):
         super().__init__(setup, storage)
         self.threading = native  # threads per step and pinning (the run config's native section; None: defaults)
         self.threads = threads_used(native.threads if native else 0, int(np.prod(setup.shape)))
-        """The threads that share a step (metrics.json: native_threads)."""
         dtype = jnp.dtype(setup.dtype)
         collision = setup.collision
         if collision is not None and collision.smagorinsky:
