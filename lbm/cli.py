@@ -82,7 +82,7 @@ def prevalidate(overrides: list[str], multirun: bool, output: bool = True, task:
         check_destination(dest, "hydra.sweep.dir (or hydra.sweep.subdir)" if multirun else "hydra.run.dir")
         for run in runs:
             preflight(run, here=launcher in (None, "basic"))
-        return pin(dest)
+        return pin(dest, local=launcher in (None, "basic"))
 
 
 def _task(cfg: Any, named_run_dir: bool = False) -> None:

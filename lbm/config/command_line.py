@@ -336,10 +336,11 @@ def _sweep_destination(hydra: Any, overrides: list[str], config_name: str, defau
     return Destination(dirs, sweep, _record(master), subdirs if clock else None, default)
 
 
-def pin(dest: Destination) -> list[str]:
+def pin(dest: Destination, local: bool = True) -> list[str]:
     """The Hydra overrides (appended after the user's) that make Hydra write exactly where ``dest`` was checked:
-    the directory as a literal path (Hydra's default one reserved now), a sweep's clock-read subdirectories through
-    a resolver that hands each job the one checked for it (jobs launched in this process)."""
+    the directory as a literal path (Hydra's default one reserved now) and, where the jobs run in this process
+    (``local``: Hydra's basic launcher), a sweep's clock-read subdirectories through a resolver that hands each job
+    the one checked for it."""
     from omegaconf import OmegaConf
 
     if dest.sweep_dir is None:
@@ -347,7 +348,7 @@ def pin(dest: Destination) -> list[str]:
         return [f"hydra.run.dir={pinned(path)}"]
     sweep = fresh_run_dir(Path("outputs") / "multirun").absolute() if dest.default else dest.sweep_dir
     pins = [f"hydra.sweep.dir={pinned(sweep)}"]
-    if dest.subdirs is not None:
+    if dest.subdirs is not None and local:
         table = list(dest.subdirs)
         OmegaConf.register_new_resolver(PINNED_SUBDIR, lambda num: table[int(num)], replace=True)
         pins.append(f"hydra.sweep.subdir='${{{PINNED_SUBDIR}:${{hydra.job.num}}}}'")

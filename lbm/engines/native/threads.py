@@ -22,7 +22,7 @@ def host_threads() -> int:
 
 def check_threads(threads: int) -> None:
     """Refuse native.threads above the cores this process may run on (more threads than cores only wait for each
-    other: 100000 ran 75x slower than 0 on 2 cores)."""
+    other)."""
     cores = host_threads()
     if threads > cores:
         raise ConfigError("native.threads", threads, f"an integer in [0, {cores}] (this process may run on {cores} "
