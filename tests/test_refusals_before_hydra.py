@@ -2,7 +2,6 @@
 trace_processor) come before it; every command's bad options are one line with the option meant."""
 
 import importlib
-import json
 
 import pytest
 
@@ -57,13 +56,6 @@ def test_the_threads_used_follow_the_kernel(monkeypatch):
     monkeypatch.setenv(threads.THREADS_ENV, "5")
     assert threads.threads_used(2, big) == 5
     assert threads.threads_used(2, big - 1) == 1
-
-
-def test_metrics_record_the_threads_used(tmp_path):
-    run_dir = tmp_path / "r"
-    assert main(["run", *TG, "engine=auto", f"hydra.run.dir={run_dir}"]) == 0
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["native_threads"] == (1 if metrics["engine"] == "native" else None)  # 256 cells: one thread
 
 
 BAD_OPTIONS = [

@@ -283,10 +283,16 @@ def destination(overrides: list[str], multirun: bool, task: Any, config_name: st
         GlobalHydra.instance().clear()
 
 
+RUN_RECORD = (".hydra", "lbm.log")
+"""What Hydra writes into a run's directory with lbm's settings (hydra.output_subdir, <hydra.job.name>.log)."""
+
+
 def _record(cfg: Any) -> tuple[str, ...]:
-    """The names a job writes into its directory before its task starts: hydra.output_subdir and <job name>.log."""
+    """The names a job writes into its directory before its task starts (hydra.output_subdir and <job name>.log, as
+    this run sets them), and those of an earlier run with lbm's settings."""
     subdir = cfg.hydra.output_subdir
-    return (*((str(subdir),) if subdir is not None else ()), f"{cfg.hydra.job.name}.log")
+    names = (*RUN_RECORD, *((str(subdir),) if subdir is not None else ()), f"{cfg.hydra.job.name}.log")
+    return tuple(dict.fromkeys(names))
 
 
 def _run_destination(hydra: Any, overrides: list[str], config_name: str, default: bool) -> Destination:
@@ -322,8 +328,8 @@ def _sweep_destination(hydra: Any, overrides: list[str], config_name: str, defau
     jobs = [job for batch in BasicSweeper.split_arguments(parser.parse_overrides(task), None) for job in batch]
     subdirs = []
     for num, job in enumerate(jobs):
-        if raw_subdir == "${hydra.job.num}":
-            subdirs.append(str(num))
+        if raw_subdir == "${hydra.job.num}" or (isinstance(raw_subdir, str) and "${" not in raw_subdir):
+            subdirs.append(str(num) if "${" in raw_subdir else raw_subdir)  # no interpolation: no composition needed
             continue
         cfg = hydra.config_loader.load_sweep_config(master, list(job))
         with open_dict(cfg):
@@ -380,7 +386,7 @@ def check_destination(dest: Destination, setting: str) -> None:
         check_fresh(path, setting, dest.record)
 
 
-def check_fresh(path: Path, setting: str, record: Sequence[str] = (".hydra", "lbm.log")) -> None:
+def check_fresh(path: Path, setting: str, record: Sequence[str] = RUN_RECORD) -> None:
     """Refuse to write into ``path`` (``setting``: the key that chooses it) when it, or a directory it lies in,
     holds an earlier run's results or record (``record``: the names Hydra writes), or cannot be created."""
     marks = (*RESULT_FILES, *record, SWEEP_RECORD)
