@@ -136,6 +136,10 @@ def test_the_python_api_refuses_an_earlier_run_in_any_form(earlier, monkeypatch)
         lbm.run(TG, run_dir=root / "a_file" / "x")
     with pytest.raises(LbmError, match="a_file is a file, not a directory; set run_dir"):
         lbm.run(TG, run_dir=root / "a_file")
+    (root / "dangling").symlink_to(root / "nowhere")
+    with pytest.raises(LbmError, match="dangling is a symbolic link to .*nowhere, which does not exist; set run_dir"):
+        lbm.run(TG, run_dir=root / "dangling")
+    (root / "dangling").unlink()
     with pytest.raises(LbmError, match="run_dir=.*cannot resolve it"):
         lbm.run(TG, run_dir="${hydra:job.name}")
     assert tree(root) == before

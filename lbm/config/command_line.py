@@ -149,6 +149,9 @@ def check_writable(path: Path, setting: str = "hydra.run.dir (or hydra.sweep.dir
 
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():
+            raise LbmError(f"output directory {path} cannot be created: {probe} is a symbolic link to "
+                           f"{os.readlink(probe)}, which does not exist; set {setting} to a writable place")
         probe = probe.parent
     if not probe.is_dir():
         raise LbmError(f"output directory {path} cannot be created: {probe} is a file, not a directory; "
