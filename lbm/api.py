@@ -40,33 +40,58 @@ class Result:
 
 def preflight(run: RunConfig, here: bool = True) -> Case:
     """Everything about ``run`` that can be refused before its directory exists: the case and its parameters, and
-    (``here``: the run starts in this process) the devices, float64 support, the checkpoint it resumes and, on a
-    TPU, whether its chunks compile (a compile probe in a child process: lbm.bench.probe).
+    (``here``: the run starts in this process) the devices, float64 support, native.threads against the cores, the
+    trace_processor a profile names, the checkpoint it resumes, the case's geometry and the engine built for it
+    (every refusal of lbm.simulation.start.start, made here first) and, on a TPU, whether its chunks compile (a compile
+    probe in a child process: lbm.bench.probe).
 
     A multi-process run (jax.distributed) checks its devices and checkpoint where it starts: no backend may start
     before jax.distributed.
     """
     from lbm import parallel
+    from lbm.engines.native.threads import check_threads
     from lbm.simulation import check_resume, make_case, resolve_parallel
+    from lbm.simulation.start import build_engine
 
     p = run.parallel
     single = p.coordinator is None and (p.num_processes or 1) == 1 and parallel.cluster_processes() == 1
     here = here and single
     if here:
         run = resolve_parallel(run)
+        check_threads(run.native.threads)
+        check_trace_processor(run)
     case = make_case(run)
-    header = None
-    if here and run.checkpoint.resume:
-        if run.precision == "float64":
-            import jax
+    if not here:
+        return case
+    if run.precision == "float64":
+        import jax
 
-            jax.config.update("jax_enable_x64", True)
-        header = check_resume(case.run, case.setup())
-    if here:  # a compile the compiler would abort on (XLA's TPU compiler): refused in one line (lbm.bench.probe)
-        from lbm.bench.probe import guard
+        jax.config.update("jax_enable_x64", True)
+    setup = case.setup()  # grid-sized arrays: a check of the memory a run needs comes before this line
+    header = check_resume(case.run, setup)
+    build_engine(case.run, setup)
+    from lbm.bench.probe import guard  # a compile the compiler would abort on (XLA's TPU compiler): one line
 
-        guard(case.run, header["step"] if header else 0)
+    guard(case.run, header["step"] if header else 0)
     return case
+
+
+def check_trace_processor(run: RunConfig) -> None:
+    """Refuse a trace_processor that is named (profile.trace_processor, or $LBM_TRACE_PROCESSOR for a profiled run)
+    but not an executable file, and profile.backend=perfetto without one: the breakdown needs it after the run."""
+    import os
+
+    from lbm.profiling.tracedb import TRACE_PROCESSOR_ENV, resolve_trace_processor
+
+    prof = run.profile
+    wanted = prof.enabled and prof.backend != "sqlite"
+    if not (prof.trace_processor or (wanted and (os.environ.get(TRACE_PROCESSOR_ENV) or prof.backend == "perfetto"))):
+        return
+    binary, why = resolve_trace_processor(prof.trace_processor)
+    if binary is None:
+        raise LbmError(f"{why}: give an executable trace_processor binary (profile.trace_processor or "
+                       f"{TRACE_PROCESSOR_ENV}), or profile.trace_processor=null with profile.backend=sqlite or auto "
+                       "(the embedded sqlite backend)")
 
 
 def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Result:
@@ -75,7 +100,7 @@ def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Res
 
     from lbm.config import load
     from lbm.config.command_line import fresh_run_dir
-    from lbm.simulation import check_run_dir, simulate
+    from lbm.simulation import simulate
 
     if isinstance(overrides, str):
         raise LbmError(f"lbm.run takes a list of overrides, e.g. [{overrides!r}], not one string")
@@ -84,12 +109,9 @@ def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Res
     if hydra_keys:
         raise LbmError(f"{hydra_keys[0]}: Hydra settings do not apply to lbm.run; pass run_dir= for the directory")
     config = load(overrides)
+    path = checked_run_dir(run_dir) if run_dir is not None else None
     preflight(config)
-    if run_dir is not None:
-        path = Path(run_dir).expanduser().absolute()
-        check_run_dir(path, "run_dir")
-    else:
-        path = fresh_run_dir(Path("outputs")).absolute()
+    path = path or fresh_run_dir(Path("outputs")).absolute()
     record = path / ".hydra"
     record.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.create(dataclasses.asdict(config.source)), record / "config.yaml")
@@ -103,3 +125,23 @@ def run(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> Res
         handler.close()
     with np.load(path / "fields.npz") as fields:
         return Result(metrics=metrics, rho=fields["rho"], u=fields["u"], solid=fields["solid"], run_dir=path)
+
+
+def checked_run_dir(run_dir: str | Path) -> Path:
+    """The absolute directory ``run_dir`` names (``~`` expanded; ``${now:...}``, ``${oc.env:...}`` resolved by Hydra's
+    and OmegaConf's resolvers, as in hydra.run.dir); LbmError when it cannot be created or holds an earlier run."""
+    from lbm.config.command_line import check_fresh
+
+    text = str(run_dir)
+    if "${" in text:
+        from hydra.core.utils import setup_globals
+        from omegaconf import OmegaConf
+
+        setup_globals()  # Hydra's resolvers: now, hydra, python_version
+        try:
+            text = str(OmegaConf.create({"run_dir": text}).run_dir)
+        except Exception as exc:  # a resolver's own error (an unset variable, ${hydra:...} outside a Hydra job)
+            raise LbmError(f"run_dir={run_dir}: cannot resolve it ({str(exc).splitlines()[0]})") from None
+    path = Path(text).expanduser().absolute()
+    check_fresh(path, "run_dir")
+    return path

@@ -21,12 +21,12 @@ from lbm.config import compose
 from lbm.config.checks import did_you_mean
 from lbm.config.command_line import (
     HELP_FLAGS,
+    check_destination,
     check_launcher,
-    check_writable,
+    destination,
     expand_jobs,
-    fresh_run_dir,
     hydra_value,
-    output_root,
+    pin,
     run_hydra,
     split_hydra_args,
 )
@@ -60,10 +60,12 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
-def prevalidate(overrides: list[str], multirun: bool, output: bool = True) -> None:
-    """Validate every job's config; with ``output`` (a run, not ``--cfg``) also the output location, the launcher,
-    each job's devices and checkpoint, and that no job's directory holds results. Raises LbmError on the first
-    problem, before Hydra creates or touches any directory."""
+def prevalidate(overrides: list[str], multirun: bool, output: bool = True, task: Any = None) -> list[str]:
+    """Validate every job's config; with ``output`` (a run, not ``--cfg``) also the launcher, each job's devices and
+    checkpoint, and every directory Hydra will write (resolved as Hydra resolves it, for the Hydra main around
+    ``task``): none may hold an earlier run's results or record. Raises LbmError on the first problem, before Hydra
+    creates or touches any directory; returns the Hydra overrides that pin the directories checked (lbm.config.
+    command_line.pin), for a run."""
     from lbm.config import load
 
     with warnings.catch_warnings():
@@ -71,39 +73,16 @@ def prevalidate(overrides: list[str], multirun: bool, output: bool = True) -> No
         jobs = expand_jobs(overrides, multirun)
         runs = [load(job) for job in jobs]
         if not output:
-            return
+            return []
         from lbm.api import preflight  # a run: the checks below import the run loop (and JAX), which it needs next
-        from lbm.simulation import check_run_dir
 
-        if not any("${" in o for o in overrides):
-            check_writable(output_root(overrides, multirun))
         launcher = hydra_value(overrides, "hydra/launcher") if multirun else None
         check_launcher(launcher)
-        for run_dir in job_dirs(overrides, multirun, len(jobs)):
-            check_run_dir(run_dir)
+        dest = destination(overrides, multirun, task or _task)
+        check_destination(dest, "hydra.sweep.dir (or hydra.sweep.subdir)" if multirun else "hydra.run.dir")
         for run in runs:
             preflight(run, here=launcher in (None, "basic"))
-
-
-def job_dirs(overrides: list[str], multirun: bool, jobs: int) -> list[Path]:
-    """The run directories the user named (``hydra.run.dir``, or ``hydra.sweep.dir`` with its numbered jobs)."""
-    if multirun:
-        sweep = hydra_value(overrides, "hydra.sweep.dir")
-        if sweep is None or "${" in sweep or hydra_value(overrides, "hydra.sweep.subdir") is not None:
-            return []
-        return [Path(sweep).expanduser() / str(i) for i in range(jobs)]
-    given = hydra_value(overrides, "hydra.run.dir")
-    return [] if given is None or "${" in given else [Path(given).expanduser()]
-
-
-def pin_output(args: list[str], overrides: list[str], multirun: bool) -> list[str]:
-    """``args`` with a fresh, reserved directory for Hydra's default ``outputs/<date>/<time>`` (two runs started in
-    the same second get two directories)."""
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    if hydra_value(overrides, key) is not None:
-        return args
-    root = Path("outputs") / "multirun" if multirun else Path("outputs")
-    return [*args, f"{key}={fresh_run_dir(root)}"]
+        return pin(dest, local=launcher in (None, "basic"))
 
 
 def _task(cfg: Any, named_run_dir: bool = False) -> None:
@@ -178,15 +157,14 @@ def cmd_run(args: Sequence[str]) -> int:
         return config_help("run", "config", overrides)
     if any(a in HELP_FLAGS for a in args):  # Hydra prints its own help or version and runs nothing
         return run_hydra(_task, "config", "run", args)
-    prevalidate(overrides, multirun, output=not info)
-    if info:
-        return run_hydra(_task, "config", "run", args)
+    multirun = multirun or hydra_value(overrides, "hydra.mode") == "MULTIRUN"  # Hydra's mode set as a key runs a sweep
     named = not multirun and hydra_value(overrides, "hydra.run.dir") is not None
 
     def task(cfg: Any) -> None:
         _task(cfg, named_run_dir=named)
 
-    return run_hydra(task, "config", "run", pin_output(args, overrides, multirun))
+    pins = prevalidate(overrides, multirun, output=not info, task=task)
+    return run_hydra(task if not info else _task, "config", "run", [*args, *pins])
 
 
 def lazy_command(module: str) -> Any:
@@ -210,7 +188,7 @@ def lazy_command(module: str) -> Any:
 def cmd_bench(args: Sequence[str]) -> int:
     """``bench``: its help without loading the benchmark (nor JAX); else :mod:`lbm.bench.cli`."""
     if any(a in ("-h", "--help") for a in args):
-        return config_help("bench", "bench", split_hydra_args(args)[0])
+        return config_help("bench", "bench", split_hydra_args(args, "bench")[0])
     if any(a in HELP_FLAGS for a in args):
         return run_hydra(None, "bench", "bench", list(args))
     return lazy_command("lbm.bench.cli")(args)

@@ -314,7 +314,8 @@ def main(args: list[str]) -> int:
     pass, 1 a failure."""
     from lbm.config.command_line import split_hydra_args
 
-    ns, rest = parser().parse_known_args(args)
+    p = parser()
+    ns, rest = p.parse_known_args(args)
     out, only, level = ns.out, set(ns.case), "quick" if ns.quick else "full"
     known = {c.case for c in CHECKS}
     if only - known:
@@ -324,7 +325,7 @@ def main(args: list[str]) -> int:
         if not fnmatch.filter(names, pattern):
             raise LbmError(f"--check {pattern}: no {level}-level check{' of ' + ', '.join(sorted(only)) if only else ''}"
                            f" matches; they are {', '.join(names)}")
-    overrides, multirun, _ = split_hydra_args(rest)
+    overrides, multirun, _ = split_hydra_args(rest, "validate", p.option_names())
     if multirun or any(o.split("=", 1)[0] in ("case", "+case") for o in overrides):
         raise LbmError("validate: choose cases with --case NAME, not case= or -m")
     out = out or Path("outputs") / "validate" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")

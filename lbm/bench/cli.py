@@ -482,7 +482,7 @@ def main(args: Sequence[str]) -> int:
 
     from lbm.config.command_line import expand_jobs, run_hydra, split_hydra_args
 
-    overrides, multirun, _ = split_hydra_args(args)
+    overrides, multirun, _ = split_hydra_args(args, "bench")
     for job in expand_jobs(overrides, multirun):
         cfg = compose_bench(job)
         if read_bench(cfg).parallel.devices is not None:

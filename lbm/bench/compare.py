@@ -444,8 +444,10 @@ Every verdict prints the load average and the repeat spread of both runs, and th
 
 def main(args: list[str]) -> int:
     """Entry point of ``python -m lbm compare``: prints the report; exit 0 OK, 1 REGRESSION, 3 INCONCLUSIVE."""
-    parser = argparse.ArgumentParser(prog="python -m lbm compare", description=__doc__.splitlines()[0],
-                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from lbm.config.command_line import ArgumentParser  # a bad option or a missing file: one line, not the usage
+
+    parser = ArgumentParser(prog="python -m lbm compare", description=__doc__.splitlines()[0],
+                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("base", help="the base bench.json")
     parser.add_argument("new", help="the new bench.json")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
@@ -461,11 +463,8 @@ def main(args: list[str]) -> int:
     parser.add_argument("--out", default=None, help="also write the markdown report to this file")
     try:
         ns = parser.parse_args(args)
-    except SystemExit as exc:
-        if exc.code == 0:
-            return 0
-        raise LbmError("usage: python -m lbm compare BASE.json NEW.json [--threshold 0.10] [--remeasure N] "
-                       "[--base-python PY] [--out report.md]") from None
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
     if not 0 <= ns.threshold < 1:
         raise LbmError(f"--threshold={ns.threshold}: expected a fraction in [0, 1)")
     if not 0 <= ns.remeasure <= 1000:

@@ -63,10 +63,11 @@ def fit_order(grids: list[int], errors: list[float]) -> tuple[float, float]:
 
 def parse(args: list[str]) -> tuple[list[int], str | None, list[str]]:
     """(grids, --out directory, run overrides) from the command line; ``grids=[16,32,64]`` is required."""
-    from lbm.config.command_line import take_option
+    from lbm.config.command_line import split_hydra_args, take_option
 
     grids: list[int] | None = None
     out, args = take_option(args, "--out")
+    split_hydra_args(args, "study convergence", ("--out",))  # a mistyped option: one line naming it
     rest: list[str] = []
     for a in args:
         if a.startswith("grids="):

@@ -80,7 +80,7 @@ def main(args: list[str]) -> int:
     parser = export_parser()
     ns, rest = parser.parse_known_args(args)
     out = ns.out
-    overrides, multirun, _ = split_hydra_args(rest)
+    overrides, multirun, _ = split_hydra_args(rest, "study export", parser.option_names())
     if multirun:
         raise LbmError("study export takes one configuration, not a sweep")
     case, setup = prepare(overrides)

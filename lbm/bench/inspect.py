@@ -549,7 +549,7 @@ def parse_args(args: list[str]) -> tuple[str, Path | None, list[str]]:
             out = Path(a.split("=", 1)[1]).expanduser()
         else:
             rest.append(a)
-    overrides, multirun, _ = split_hydra_args(rest)
+    overrides, multirun, _ = split_hydra_args(rest, "inspect", ("--out",))
     if multirun:
         raise LbmError("inspect compiles one configuration, not a sweep")
     return target, out, overrides

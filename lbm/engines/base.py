@@ -114,6 +114,8 @@ class Engine:
     """How the grid is split over a device mesh (lbm.engines.sharded.layout.Layout); None on one device."""
     plan_halo_bytes = 0
     """Bytes a block sends per step for its boundary plan's ghost cells (0 on one device)."""
+    threads: int | None = None
+    """CPU threads of the engine's own kernel sharing a step (the native engine's), None where XLA schedules it."""
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup

@@ -150,6 +150,7 @@ def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int
         "mode": run.mode,
         "engine": engine.name,
         "engine_note": engine.note,
+        "native_threads": engine.threads,  # the native kernel's threads sharing a step (lbm.engines.native.threads)
         "precision": run.precision,
         "grid": list(setup.shape),
         "cells": cells,

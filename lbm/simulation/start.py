@@ -17,6 +17,7 @@ import numpy as np
 from lbm import parallel
 from lbm.cases import CASES, Case, Setup
 from lbm.config import RunConfig, check_output_every, load
+from lbm.config.command_line import RESULT_FILES
 from lbm.config.run import single_device_refusal
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.errors import ConfigError, LbmError
@@ -27,8 +28,6 @@ from lbm.simulation.chunks import Outputs, chunk_stats, identity, write_checkpoi
 
 log = logging.getLogger("lbm")
 
-
-RESULT_FILES = ("metrics.json", "fields.npz")
 
 
 def make_case(run: RunConfig) -> Case:
@@ -160,14 +159,20 @@ def check_run_dir(run_dir: Path, setting: str = "hydra.run.dir") -> None:
 
 
 
-def engine_for(run: RunConfig, setup: Setup) -> Engine:
-    """The run's engine (one line naming it); LbmError when the engine asked for cannot run here."""
+def build_engine(run: RunConfig, setup: Setup) -> Engine:
+    """The run's engine, built without a word; LbmError when the engine asked for cannot run here (lbm.api.preflight
+    builds it once before the run directory exists, so that this refusal comes first)."""
     try:
-        engine = make_engine(setup, run.mode, engine=run.engine, sync=run.profile.sync,
-                             mesh=run.mesh_shape, partitioner=run.parallel.partitioner, native=run.native)
+        return make_engine(setup, run.mode, engine=run.engine, sync=run.profile.sync,
+                           mesh=run.mesh_shape, partitioner=run.parallel.partitioner, native=run.native)
     except EngineUnavailable as exc:
         hint = "" if run.mesh_shape else "; engine=auto falls back to the xla engine"
         raise LbmError(f"engine={run.engine} is not available here: {exc}{hint}") from None
+
+
+def engine_for(run: RunConfig, setup: Setup) -> Engine:
+    """The run's engine (one line naming it); LbmError when the engine asked for cannot run here."""
+    engine = build_engine(run, setup)
     if run.mode == "fused" or run.mesh_shape:
         log_engine_choice(engine, fallback_possible=run.engine == "auto" and not run.mesh_shape)
     elif run.engine != "auto":  # one device, instrumented: the engine setting has nothing to choose

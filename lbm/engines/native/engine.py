@@ -31,6 +31,7 @@ from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.native import build
 from lbm.engines.native.codegen import KernelSpec
 from lbm.engines.native.collisions import collision_rates
+from lbm.engines.native.threads import threads_used
 from lbm.engines.plan import OBSERVING, BlockArrays, plan_kernel
 from lbm.engines.timestep import outputs, run_stages
 from lbm.kernels.forces import link_force
@@ -60,6 +61,7 @@ class NativeEngine(BulkKernelEngine):
     def __init__(self, setup: Setup, storage: str = "compute", native: Native | None = None) -> None:
         super().__init__(setup, storage)
         self.threading = native  # threads per step and pinning (the run config's native section; None: defaults)
+        self.threads = threads_used(native.threads if native else 0, int(np.prod(setup.shape)))
         dtype = jnp.dtype(setup.dtype)
         collision = setup.collision
         if collision is not None and collision.smagorinsky:

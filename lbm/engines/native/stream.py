@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from lbm.engines.native.build import _exclusive, cache_dir, compiler, cxxflags
+from lbm.engines.native.threads import host_threads
 from lbm.environment import cpu_id
 from lbm.roofline import HostProbe, Series
 
@@ -81,14 +82,6 @@ def library() -> ctypes.CDLL:
                                ctypes.POINTER(ctypes.c_double)]
     lib.lbm_stream.restype = ctypes.c_int
     return lib
-
-
-def host_threads() -> int:
-    """The cores this process may run on (the size of XLA's intra-op pool, which the native kernel uses)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity call (macOS)
-        return os.cpu_count() or 1
 
 
 def prefetch_bytes() -> int:
