@@ -104,7 +104,7 @@ def analyse(trace: TraceFiles, out_dir: Path, facts: RunFacts, *, backend: str =
         written["breakdown_host_csv"] = "breakdown_host.csv"
     write_kernels_csv(out_dir / "kernels.csv", bd)
     breakdown_png(bd, out_dir / "breakdown.png", title)
-    if timeline_png(bd, out_dir / "timeline.png", title=f"{title}: 3 steady timesteps") is not None:
+    if timeline_png(bd, out_dir / "timeline.png", title=title) is not None:
         written["timeline_png"] = "timeline.png"
     extra = dict(extra or {})
     written.update(extra.pop("files", {}))
