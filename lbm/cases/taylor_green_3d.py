@@ -30,6 +30,7 @@ import numpy as np
 from lbm.cases.base import Case, Setup, Snapshot, make_setup
 from lbm.cases.cavity import read_reference_csv
 from lbm.config import RunConfig
+from lbm.config.defaults import log_picks, picked_record
 from lbm.errors import ConfigError
 from lbm.kernels.macroscopic import macroscopic
 from lbm.lattice import CS2, Lattice
@@ -38,8 +39,6 @@ REFERENCE = "tgv_re1600_spectral_512.csv"
 """The workshop's 512^3 pseudo-spectral solution (package data, lbm/reference/)."""
 T_END = 20.0
 """End of the run and of the compared window, in L / V0."""
-
-
 def _angles(n: int) -> list[np.ndarray]:
     """x, y, z of the cell centres in [-pi, pi], each ``(n, n, n)``."""
     x = -math.pi + (np.arange(n) + 0.5) * (2 * math.pi / n)
@@ -217,6 +216,7 @@ class TaylorGreen3D(Case):
         rho0, u0 = initial_fields(self.n, self.run.flow.u_lattice)
         derived = self.base_derived(self.length, rel)
         derived["steps_per_time_unit"] = self.length / self.run.flow.u_lattice
+        log_picks(self.name, self.run.picked)
         f_neq0 = initial_non_equilibrium(self.n, self.run.flow.u_lattice, rel["tau"], rho0, self.lattice)
         self._setup = make_setup(self, solid=np.zeros(self.run.grid, bool), rho0=rho0, u0=u0, rel=rel, derived=derived,
                                  f_neq0=f_neq0)
@@ -284,7 +284,8 @@ class TaylorGreen3D(Case):
         out: dict[str, Any] = {"kinetic_energy_initial": float(energy[0]), "kinetic_energy_final": float(energy[-1]),
                                "kinetic_energy_max_rise": float(max(0.0, np.diff(energy).max(initial=0.0))),
                                "t_final": float(t[-1]),
-                               "reference_dissipation_peak": ref_peak, "reference_dissipation_peak_time": ref_time}
+                               "reference_dissipation_peak": ref_peak, "reference_dissipation_peak_time": ref_time,
+                               "defaults_picked": picked_record(self.run.picked)}
         window = t <= T_END + 1e-9
         eps_ref = np.interp(t[window], ref["t"], ref["dissipation"])
         missing = []
