@@ -5,6 +5,7 @@ import pytest
 from conftest import run_config
 
 from lbm.config.defaults import cavity_collision, cavity_lid
+from lbm.config.run import validate_collision
 from lbm.errors import ConfigError
 
 
@@ -68,3 +69,10 @@ def test_explicit_cumulant_on_d3q19_is_still_refused_and_auto_needs_a_rule():
         run_config("case=taylor_green_3d", "lattice=d3q19", "collision=cumulant")
     with pytest.raises(ConfigError, match="collision=auto is invalid.*case cylinder"):
         run_config("collision=auto")
+
+
+def test_auto_is_a_run_s_choice_only():
+    """bench and the other users of the collision group get a kind, never auto."""
+    with pytest.raises(ConfigError, match="collision=auto is invalid: expected one of bgk"):
+        validate_collision({"name": "auto"})
+    assert validate_collision({"name": "auto"}, auto=True).name == "auto"

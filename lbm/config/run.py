@@ -25,7 +25,7 @@ from lbm.config.checks import (
     check_int,
     group_options,
 )
-from lbm.config.defaults import Pick, check_dims, pick
+from lbm.config.defaults import AUTO, Pick, check_dims, pick
 from lbm.config.schema import RunSchema
 from lbm.config.sections import (
     COLLISION_KINDS,
@@ -183,7 +183,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     tree = read_tree(cfg)
     lattice = check_choice("lattice", tree.lattice.name, tuple(LATTICES))
     check_dims(tree.case.name, lattice)
-    collision = validate_collision(tree.collision)
+    collision = validate_collision(tree.collision, auto=True)
     check_float("flow.reynolds", tree.flow.reynolds, 0.0)
     tau = None if tree.flow.tau is None else check_float("flow.tau", tree.flow.tau, 0.5)
     kind, grid_keys, u_lattice, picked = pick(tree.case.name, lattice, collision.name, dict(tree.grid),
@@ -217,10 +217,14 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     )
 
 
-def validate_collision(node: Mapping[str, Any]) -> Collision:
-    """The ``collision`` group: its kind, and the rates that kind reads (the others None)."""
+def validate_collision(node: Mapping[str, Any], auto: bool = False) -> Collision:
+    """The ``collision`` group: its kind, and the rates that kind reads (the others None).
+
+    ``auto``: ``collision=auto`` is accepted (a run's case picks the kind, lbm.config.defaults); elsewhere refused.
+    """
     section = node if isinstance(node, Collision) else read_section(Collision, node, "collision")
-    name = check_choice("collision", section.name, group_options("collision"))
+    kinds = tuple(k for k in group_options("collision") if auto or k != AUTO)
+    name = check_choice("collision", section.name, kinds)
     given = None if section.magic is None else check_float("collision.magic", section.magic, 0.0)  # checked for every kind
     magic = given if name in ("trt", "mrt") else None
     rates: dict[str, float | None] = {}
