@@ -31,7 +31,7 @@ from lbm.cases.surface import MESH_SUFFIXES, placed, read_surface, solid_nodes, 
 from lbm.errors import ConfigError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
-BLOCKAGE_WARN = 0.1
+BLOCKAGE_WARN = 0.2
 """Above this blockage (the obstacle's extent over the channel's, across the flow) the forces are a confined body's:
 the walls' (2D: periodic images') constraint raises the drag above an isolated body's."""
 CELLS_ACROSS_WARN = 10
