@@ -151,13 +151,16 @@ class Obstacle(Cylinder):
         """The area the forces are divided by, the blockage across the flow, and notes where either limits the forces.
 
         ``blockage_ratio``: the largest of the obstacle's extents over the channel's, along each axis across the flow
-        that the obstacle does not span; ``blockage_area_ratio``: its projection on the inlet plane over that plane.
+        that the obstacle does not span (a surface's own extents); ``blockage_area_ratio``: its projection on the inlet plane over that plane.
         """
         mask = self.obstacle()[0]
         grid = self.run.grid
         shadow = mask.any(axis=0)  # the projection on the inlet plane
-        extents = [int(shadow.any(axis=tuple(b for b in range(shadow.ndim) if b != a)).sum())
+        extents = [float(shadow.any(axis=tuple(b for b in range(shadow.ndim) if b != a)).sum())
                    for a in range(shadow.ndim)]
+        if self.is_surface:  # the surface's own extents, not its nodes' (as the frontal height)
+            lo, hi = self.surface.bounds
+            extents = [float(hi[a] - lo[a]) for a in range(1, len(grid))]
         ratios = [e / n for e, n in zip(extents, grid[1:], strict=True) if e < n]
         out: dict[str, Any] = {"frontal_area": self.reference_area, "blockage_ratio": max(ratios, default=1.0),
                                "blockage_area_ratio": float(shadow.sum()) / float(np.prod(grid[1:]))}
