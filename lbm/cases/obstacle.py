@@ -151,7 +151,8 @@ class Obstacle(Cylinder):
         """The area the forces are divided by, the blockage across the flow, and notes where either limits the forces.
 
         ``blockage_ratio``: the largest of the obstacle's extents over the channel's, along each axis across the flow
-        that the obstacle does not span (a surface's own extents); ``blockage_area_ratio``: its projection on the inlet plane over that plane.
+        that the obstacle does not span (a surface's own extents); ``blockage_area_ratio``: its projection on the
+        inlet plane over that plane.
         """
         mask = self.obstacle()[0]
         grid = self.run.grid
