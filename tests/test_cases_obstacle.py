@@ -84,11 +84,13 @@ def test_voxel_mask_in_3d(tmp_path):
     ("empty.npy", [], "at least one solid"),
     ("flat.npy", ["lattice=d3q19", "grid.nz=8"], "3D array"),
     ("big.npy", [], "fits"),
+    ("soft.npy", [], r"0 and 1 only \(this float64 array holds values in \[0, 0.9"),
 ])
 def test_bad_masks_are_one_line_errors(tmp_path, mask, extra, message):
     np.save(tmp_path / "empty.npy", np.zeros((3, 3), bool))
     np.save(tmp_path / "flat.npy", np.ones((3, 3), bool))
     np.save(tmp_path / "big.npy", np.ones((100, 10), bool))
+    np.save(tmp_path / "soft.npy", np.linspace(0, 0.9, 16).reshape(4, 4))  # issue 39: not silently a solid block
     overrides = ["case=obstacle", "grid.nx=60", "grid.ny=30", *extra]
     if mask is not None:
         overrides.append(f"case.mask={tmp_path / mask}")
@@ -128,3 +130,30 @@ def test_default_inlet_is_stable_where_zou_he_diverges_and_the_error_names_the_i
         simulate(run_config(*base, "steps=1000", "case.inlet=zou_he"), tmp_path / "zou_he")
     assert "first bad cell (0, 0)" in str(err.value) and "inlet (Inlet, kind zou_he)" in str(err.value)
     assert "case.inlet=nebb" in str(err.value)
+
+
+def test_a_mask_of_0_and_1_numbers_is_read_as_booleans(tmp_path):
+    np.save(tmp_path / "ones.npy", np.eye(4))
+    np.testing.assert_array_equal(read_mask(tmp_path / "ones.npy", 2), np.eye(4, dtype=bool))
+
+
+@pytest.mark.parametrize(("height", "ny", "notes"), [(10, 120, set()), (10, 30, {"blockage_note"}),
+                                                     (6, 120, {"resolution_note"})])
+def test_blockage_and_resolution_are_flagged_and_the_frontal_area_given(tmp_path, height, ny, notes):
+    """Issue 39 item 6: the area the forces are divided by, the blockage, and notes where they limit the forces."""
+    case = make_case(load(["case=obstacle", f"case.mask={ellipse(tmp_path, height)}", "grid.nx=120", f"grid.ny={ny}"]))
+    out = case.confinement()
+    assert out["frontal_area"] == case.reference_area == height  # D x depth 1 in 2D
+    assert out["blockage_ratio"] == pytest.approx(height / ny) == out["blockage_area_ratio"]
+    assert {k for k in out if k.endswith("_note")} == notes
+
+
+def test_a_3d_obstacle_blockage_is_its_largest_extent_across_the_flow(tmp_path):
+    box = np.ones((4, 8, 4), bool)  # 8 cells along y, 4 along z
+    np.save(tmp_path / "box.npy", box)
+    case = make_case(load(["case=obstacle", f"case.mask={tmp_path / 'box.npy'}", "lattice=d3q19", "grid.nx=40",
+                           "grid.ny=24", "grid.nz=24"]))
+    out = case.confinement()
+    assert out["frontal_area"] == 32  # the projection on the inlet plane: no full span
+    assert out["blockage_ratio"] == pytest.approx(8 / 24) and out["blockage_area_ratio"] == pytest.approx(32 / 576)
+    assert "blockage_note" in out and "resolution_note" in out  # D = 8 cells

@@ -142,3 +142,17 @@ def test_surface_obstacles_are_refused_in_one_line_before_anything_is_written(tm
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "case.mask" in err, (name, err)
         assert not out.exists()
+
+
+def test_a_sphere_in_a_narrow_channel_is_flagged_for_blockage_and_resolution(tmp_path: Path) -> None:
+    """Issue 39 item 6: D = 8 in a 24^2 cross-section: the surface's own extent over the channel's, the frontal area."""
+    from lbm.config import load
+    from lbm.simulation import make_case
+
+    trimesh.creation.icosphere(subdivisions=2, radius=1.0).export(tmp_path / "sphere.stl")
+    case = make_case(load(["case=obstacle", f"case.mask={tmp_path / 'sphere.stl'}", "case.scale=4", "lattice=d3q19",
+                           "grid.nx=48", "grid.ny=24", "grid.nz=24"]))
+    out = case.confinement()
+    assert out["blockage_ratio"] == pytest.approx(case.diameter / 24) and 7.8 < case.diameter <= 8.0
+    assert out["frontal_area"] == case.reference_area == case.obstacle()[0].any(axis=0).sum()
+    assert "blockage_note" in out and "resolution_note" in out

@@ -11,7 +11,14 @@ from conftest import advance, run_config
 
 import lbm
 from lbm.cases.base import Snapshot
-from lbm.cases.taylor_green_3d import REFERENCE, energy_enstrophy, initial_fields, peak, shell_spectra
+from lbm.cases.taylor_green_3d import (
+    REFERENCE,
+    energy_enstrophy,
+    initial_fields,
+    peak,
+    peak_count,
+    shell_spectra,
+)
 from lbm.errors import ConfigError
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
@@ -232,8 +239,9 @@ def test_the_reference_itself_passes_the_validate_checks_far_inside_their_bounds
 @pytest.mark.slow  # ~3 s: a run on the xla engine
 def test_a_run_that_ends_before_the_peak_warns(tmp_path):
     res = lbm.run(tgv("steps=8", "output.every=2", "output.plots=false", "engine=xla", n=8), run_dir=tmp_path / "run")
-    [warning] = res.metrics["warnings"]
+    warning, resolution = res.metrics["warnings"]
     assert warning.startswith("taylor_green_3d: the run ends at t = ") and warning.endswith("run steps=auto")
+    assert resolution.startswith("taylor_green_3d: 8^3 under-resolves the vortex")
     assert "dissipation_peak_rel_error" not in res.metrics
 
 
@@ -253,3 +261,23 @@ def test_initial_fields_are_symmetric():
     kk = np.meshgrid(k, k, k, indexing="ij")
     div = sum(np.fft.ifftn(1j * kk[a] * np.fft.fftn(u[a])) for a in range(3))
     assert np.abs(div).max() < 1e-15
+
+
+def test_peak_count_sees_one_peak_in_the_reference_and_two_in_a_double_hump():
+    ref = lbm.cases.taylor_green_3d.columns(lbm.cases.cavity.read_reference_csv(REFERENCE))
+    assert peak_count(ref["dissipation"]) == 1
+    t = np.linspace(0, 20, 400)
+    assert peak_count(np.exp(-(t - 6) ** 2) + 0.9 * np.exp(-(t - 10) ** 2)) == 2
+    assert peak_count(np.exp(-t)) == 0  # falling from the first sample: no peak
+
+
+@pytest.mark.parametrize(("n", "hump", "noted"), [(64, False, False), (32, False, True), (64, True, True)])
+def test_under_resolution_is_flagged(n, hump, noted):
+    """Issue 39 item 6: below 64^3, or with a second dissipation peak, the run says it is under-resolved."""
+    case = make_case(run_config("case=taylor_green_3d", "lattice=d3q19", f"grid.nx={n}", f"grid.ny={n}",
+                                f"grid.nz={n}"))
+    t = np.linspace(0, 20, 400)
+    y = np.exp(-(t - 9) ** 2 / 4) + (0.8 * np.exp(-(t - 5) ** 2) if hump else 0)
+    out = case.resolution_notes(y)
+    assert out["dissipation_peaks"] == (2 if hump else 1)
+    assert ("resolution_note" in out) == noted

@@ -22,6 +22,7 @@ import numpy as np
 from lbm.boundaries import MovingWall
 from lbm.cases.base import Case, Convergence, Setup, Snapshot, make_setup
 from lbm.config import RunConfig
+from lbm.config.defaults import log_picks, picked_record
 from lbm.errors import ConfigError
 
 GHIA_REYNOLDS = (100, 400, 1000, 3200, 5000, 7500, 10000)
@@ -147,6 +148,7 @@ class Cavity(Case):
         wall_u[(0, *lid_cells(d))] = self.run.flow.u_lattice
         derived = self.base_derived(length, rel)
         derived["flow_through_steps"] = length / self.run.flow.u_lattice
+        log_picks(self.name, self.run.picked)
         walls = MovingWall.with_velocity(solid, wall_u, self.lattice, self.dtype)
         return make_setup(self, solid=solid, rho0=np.ones(shape), u0=np.zeros((d,) + shape), rel=rel,
                           boundaries=(walls,), derived=derived, wall_velocity=wall_u)
@@ -204,8 +206,8 @@ class Cavity(Case):
         return (f"{key}_u_max_abs_error", f"{key}_v_max_abs_error")
 
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
-        """Steadiness, and the deviation from Ghia et al. where they tabulate this Reynolds number."""
-        out: dict[str, Any] = {}
+        """Steadiness, the deviation from Ghia et al. where they tabulate this Reynolds number, the defaults picked."""
+        out: dict[str, Any] = {"defaults_picked": picked_record(self.run.picked)}
         change = self.steady_change()
         if change is not None:
             out["steady_change_per_1000_steps"] = change

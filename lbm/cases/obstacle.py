@@ -25,11 +25,17 @@ import numpy as np
 
 from lbm.boundaries import InterpolatedBounceBack
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
+from lbm.cases.base import Setup
 from lbm.cases.cylinder import OUTLETS, Cylinder
 from lbm.cases.surface import MESH_SUFFIXES, placed, read_surface, solid_nodes, surface_intersect
 from lbm.errors import ConfigError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
+BLOCKAGE_WARN = 0.2
+"""Above this blockage (the obstacle's extent over the channel's, across the flow) the forces are a confined body's:
+the walls' (2D: periodic images') constraint raises the drag above an isolated body's."""
+CELLS_ACROSS_WARN = 10
+"""Below this many cells across the frontal height the obstacle's boundary layer is under-resolved."""
 
 
 def read_mask(path: Path, dims: int) -> np.ndarray:
@@ -44,6 +50,11 @@ def read_mask(path: Path, dims: int) -> np.ndarray:
             raise ConfigError("case.mask", str(path), "a .npy array of booleans or numbers")
         if array.ndim != dims:
             raise ConfigError("case.mask", str(path), f"a {dims}D array for this lattice (the file holds {array.ndim}D)")
+        if array.dtype.kind != "b" and not np.isin(array, (0, 1)).all():
+            finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array
+            held = f"[{finite.min():g}, {finite.max():g}]" if finite.size else "no finite values"
+            raise ConfigError("case.mask", str(path), f"a boolean .npy array, or one of 0 and 1 only (this {array.dtype} "
+                              f"array holds values in {held}): threshold it, e.g. numpy.save(path, a > 0.5)")
         return np.asarray(array, dtype=bool)
     if path.suffix.lower() not in IMAGE_SUFFIXES:
         raise ConfigError("case.mask", str(path), f"an image ({', '.join(IMAGE_SUFFIXES)}), a .npy array or, "
@@ -135,6 +146,41 @@ class Obstacle(Cylinder):
         if columns.ndim == 2 and not columns.all(axis=1)[columns.any(axis=1)].all():
             return float(columns.sum())
         return super().reference_area
+
+    def confinement(self) -> dict[str, Any]:
+        """The area the forces are divided by, the blockage across the flow, and notes where either limits the forces.
+
+        ``blockage_ratio``: the largest of the obstacle's extents over the channel's, along each axis across the flow
+        that the obstacle does not span (a surface's own extents); ``blockage_area_ratio``: its projection on the
+        inlet plane over that plane.
+        """
+        mask = self.obstacle()[0]
+        grid = self.run.grid
+        shadow = mask.any(axis=0)  # the projection on the inlet plane
+        extents = [float(shadow.any(axis=tuple(b for b in range(shadow.ndim) if b != a)).sum())
+                   for a in range(shadow.ndim)]
+        if self.is_surface:  # the surface's own extents, not its nodes' (as the frontal height)
+            lo, hi = self.surface.bounds
+            extents = [float(hi[a] - lo[a]) for a in range(1, len(grid))]
+        ratios = [e / n for e, n in zip(extents, grid[1:], strict=True) if e < n]
+        out: dict[str, Any] = {"frontal_area": self.reference_area, "blockage_ratio": max(ratios, default=1.0),
+                               "blockage_area_ratio": float(shadow.sum()) / float(np.prod(grid[1:]))}
+        if out["blockage_ratio"] > BLOCKAGE_WARN:
+            out["blockage_note"] = (
+                f"the obstacle spans {out['blockage_ratio']:.0%} of the channel across the flow (blockage ratio "
+                f"{out['blockage_ratio']:.3f}, area ratio {out['blockage_area_ratio']:.3f}; above {BLOCKAGE_WARN:g} "
+                "the channel's confinement raises cd above an isolated body's): widen the channel (grid.ny"
+                + (", grid.nz" if len(grid) == 3 else "") + ") to compare with a free-stream drag")
+        if self.diameter < CELLS_ACROSS_WARN:
+            out["resolution_note"] = (
+                f"{self.diameter:g} cells across the obstacle's frontal height (fewer than {CELLS_ACROSS_WARN}): its "
+                "boundary layer is under-resolved and the forces carry a large discretisation error; raise "
+                "case.scale (surfaces) or the mask's resolution")
+        return out
+
+    def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
+        """The cylinder's force statistics, the frontal area they are divided by, and the blockage (with notes)."""
+        return {**super().metrics(setup, fields, steps), **self.confinement()}
 
     def walls(self, obstacle: np.ndarray, kind: str) -> Any:
         """The obstacle's walls: interpolated at a surface's exact distances, else the cylinder's rule of ``kind``."""

@@ -25,8 +25,10 @@ from lbm.config.checks import (
     check_int,
     group_options,
 )
+from lbm.config.defaults import AUTO, Pick, check_dims, pick
 from lbm.config.schema import RunSchema
 from lbm.config.sections import (
+    COLLISION_KINDS,
     COLLISION_LATTICES,
     Checkpoint,
     Collision,
@@ -106,6 +108,9 @@ class RunConfig:
     """The blocks per grid axis the run uses (lbm.parallel), None on one device; with ``parallel.devices=-1`` and no
     ``parallel.mesh`` known where the job runs (:func:`lbm.simulation.resolve_parallel`)."""
     source: RunSchema = field(repr=False, compare=False)
+    """As composed: ``collision`` auto and null grid or velocity keys where the case picks them (``picked``)."""
+    picked: tuple[Pick, ...] = ()
+    """The keys the case filled because the user left them open (lbm.config.defaults), in the order picked."""
 
     @property
     def case(self) -> str:
@@ -177,7 +182,14 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     """Check every value of a (resolved, plain-dict) config and return a RunConfig."""
     tree = read_tree(cfg)
     lattice = check_choice("lattice", tree.lattice.name, tuple(LATTICES))
-    collision = validate_collision(tree.collision)
+    check_dims(tree.case.name, lattice)
+    collision = validate_collision(tree.collision, auto=True)
+    check_float("flow.reynolds", tree.flow.reynolds, 0.0)
+    tau = None if tree.flow.tau is None else check_float("flow.tau", tree.flow.tau, 0.5)
+    kind, grid_keys, u_lattice, picked = pick(tree.case.name, lattice, collision.name, dict(tree.grid),
+                                              tree.flow.reynolds, tree.flow.u_lattice, tau)
+    if kind != collision.name:  # picked for collision=auto: the kind's own default rates
+        collision = validate_collision(Collision(name=kind, magic=getattr(COLLISION_KINDS[kind], "magic", None)))
     if lattice not in COLLISION_LATTICES.get(collision.name, (lattice,)):
         raise ConfigError("lattice", lattice, f"one of {', '.join(COLLISION_LATTICES[collision.name])} with "
                           f"collision={collision.name}", "it needs every velocity of {-1, 0, 1}^d; "
@@ -186,8 +198,9 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     engine = check_choice("engine", tree.engine, ENGINES)
     precision = check_choice("precision", tree.precision, PRECISIONS)
     steps = None if tree.steps == "auto" else check_int("steps", tree.steps, 1, words="an integer >= 1 or auto")
-    grid = validate_grid(tree.grid, lattice)
-    flow = validate_flow(tree.flow)
+    grid = validate_grid(Grid(**grid_keys), lattice)
+    flow = validate_flow(Flow(reynolds=tree.flow.reynolds, u_lattice=u_lattice, tau=tau),
+                         picked=any(p.key == "flow.u_lattice" for p in picked))
     output = validate_output(tree.output, steps)
     checkpoint = validate_checkpoint(tree.checkpoint, steps)
     gradient = validate_gradient(tree.gradient)
@@ -200,14 +213,18 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
         precision=precision, steps=steps, steps_auto=steps is None, grid=grid, flow=flow, steps_per_dispatch=spd,
         output=output, checkpoint=checkpoint, gradient=gradient, parallel=par, native=native, profile=profile,
         mesh_shape=mesh,
-        source=tree,
+        source=tree, picked=picked,
     )
 
 
-def validate_collision(node: Mapping[str, Any]) -> Collision:
-    """The ``collision`` group: its kind, and the rates that kind reads (the others None)."""
+def validate_collision(node: Mapping[str, Any], auto: bool = False) -> Collision:
+    """The ``collision`` group: its kind, and the rates that kind reads (the others None).
+
+    ``auto``: ``collision=auto`` is accepted (a run's case picks the kind, lbm.config.defaults); elsewhere refused.
+    """
     section = node if isinstance(node, Collision) else read_section(Collision, node, "collision")
-    name = check_choice("collision", section.name, group_options("collision"))
+    kinds = tuple(k for k in group_options("collision") if auto or k != AUTO)
+    name = check_choice("collision", section.name, kinds)
     given = None if section.magic is None else check_float("collision.magic", section.magic, 0.0)  # checked for every kind
     magic = given if name in ("trt", "mrt") else None
     rates: dict[str, float | None] = {}
@@ -240,10 +257,11 @@ def validate_grid(section: Grid, lattice: str, key: str = "grid") -> tuple[int, 
     return grid
 
 
-def validate_flow(section: Flow) -> Flow:
+def validate_flow(section: Flow, picked: bool = False) -> Flow:
     """The ``flow`` section: reynolds, tau (or None), u_lattice; a warning above Mach 0.1, refused from Mach 0.5.
 
     ``u_lattice`` is None only with ``flow.tau`` set: for a case that derives it from tau (it refuses None otherwise).
+    ``picked``: the case chose u_lattice (lbm.config.defaults, which states its Mach number): no Mach warning.
     """
     reynolds = check_float("flow.reynolds", section.reynolds, 0.0)
     tau = None if section.tau is None else check_float("flow.tau", section.tau, 0.5)
@@ -256,7 +274,7 @@ def validate_flow(section: Flow) -> Flow:
             "flow.u_lattice", u_lat, f"a number in (0, {MACH_MAX * math.sqrt(CS2):.3f}) (Mach < {MACH_MAX})",
             f"it gives Mach {mach:.2f}; use <= 0.1 for accuracy",
         )
-    if mach > MACH_WARN:
+    if mach > MACH_WARN and not picked:
         warnings.warn(
             f"flow.u_lattice={u_lat:g} gives Mach {mach:.3f} > {MACH_WARN}: expect compressibility errors ~Ma^2",
             LbmWarning, stacklevel=3,

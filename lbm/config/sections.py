@@ -38,9 +38,10 @@ class Section(Mapping[str, Any]):
 class Grid(Section):
     """Cells along x, y and (3D lattices) z."""
 
-    nx: int = MISSING
-    ny: int = MISSING
+    nx: int | None = MISSING
+    ny: int | None = MISSING
     nz: int | None = MISSING
+    """null where the case picks it (lbm.config.defaults: the cavity), or nz for 2D lattices."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,10 +175,11 @@ class MrtRates(TrtRates):
 
 
 COLLISION_KINDS: dict[str, type[CollisionKind]] = {
-    "bgk": CollisionKind, "cumulant": CollisionKind, "kbc": CollisionKind, "mrt": MrtRates,
+    "auto": CollisionKind, "bgk": CollisionKind, "cumulant": CollisionKind, "kbc": CollisionKind, "mrt": MrtRates,
     "recursive_regularized": RegularizedRates, "regularized": RegularizedRates, "trt": TrtRates,
 }
-"""Each collision kind's keys, stored in Hydra's ``collision`` group as ``<kind>_schema``."""
+"""Each collision kind's keys, stored in Hydra's ``collision`` group as ``<kind>_schema`` (``auto``: the case
+picks the kind, lbm.config.defaults)."""
 COLLISION_LATTICES: dict[str, tuple[str, ...]] = {"cumulant": ("d2q9", "d3q27")}
 """The lattices a collision kind runs on, where not every one: the cumulant needs every velocity of {-1, 0, 1}^d."""
 
