@@ -51,7 +51,7 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
     from lbm import parallel
     from lbm.engines.native.threads import check_threads
     from lbm.simulation import check_resume, make_case, resolve_parallel
-    from lbm.simulation.start import build_engine
+    from lbm.simulation.start import build_engine, keep_prepared
 
     p = run.parallel
     single = p.coordinator is None and (p.num_processes or 1) == 1 and parallel.cluster_processes() == 1
@@ -70,6 +70,7 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
     setup = case.setup()  # grid-sized arrays: a check of the memory a run needs comes before this line
     header = check_resume(case.run, setup)
     build_engine(case.run, setup)
+    keep_prepared(run, case, setup)  # the run takes them (lbm.simulation.start.prepare): built once
     from lbm.bench.probe import guard  # a compile the compiler would abort on (XLA's TPU compiler): one line
 
     guard(case.run, header["step"] if header else 0)

@@ -1,5 +1,6 @@
 """lbm.run: the Python API validates like the command line and returns what the run wrote."""
 
+import importlib
 import json
 import subprocess
 import sys
@@ -35,6 +36,29 @@ def test_run_gives_the_command_lines_answer(tmp_path):
     with np.load(tmp_path / "cli" / "fields.npz") as z:
         np.testing.assert_array_equal(api.u, z["u"])  # same config, same engine: bitwise the same
         np.testing.assert_array_equal(api.rho, z["rho"])
+
+
+def test_a_run_builds_its_grid_sized_setup_once(tmp_path, monkeypatch):
+    """preflight builds the case's Setup (its refusals come before the run directory) and the run takes that one:
+    at 512^3 a setup takes minutes. Through lbm.run and through the command line (Hydra composes the config again)."""
+    from lbm.cases.taylor_green import TaylorGreen
+
+    start = importlib.import_module("lbm.simulation.start")  # the module (lbm.simulation.start is also a function)
+    built = []
+    setup = TaylorGreen.setup
+    monkeypatch.setattr(TaylorGreen, "setup", lambda self: built.append(1) or setup(self))
+    lbm.run(SMALL, run_dir=tmp_path / "api")
+    assert len(built) == 1 and not start.PREPARED
+    assert main(["run", *SMALL, f"hydra.run.dir={tmp_path / 'cli'}"]) == 0
+    assert len(built) == 2 and not start.PREPARED
+    # a kept setup is for its own config only: another config builds its own
+    from lbm.config import load
+
+    a, b = load(SMALL), load([SMALL[0], "grid.nx=16", "grid.ny=16", *SMALL[3:]])
+    case_a, setup_a = start.prepare(a)
+    start.keep_prepared(start.resolve_parallel(a), case_a, setup_a)
+    case_b, _ = start.prepare(b)
+    assert case_b is not case_a and case_b.run.grid == (16, 16) and not start.PREPARED and len(built) == 4
 
 
 @pytest.mark.slow  # two runs; the fast lane keeps lbm.run's absolute path (below) and fresh_run_dir's fresh directory

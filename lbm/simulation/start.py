@@ -87,8 +87,21 @@ def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:
     run = resolve_parallel(config if isinstance(config, RunConfig) else load(list(config)))
     if run.precision == "float64":
         jax.config.update("jax_enable_x64", True)
+    if PREPARED and PREPARED[0][0] == run:  # preflight built them for this run: the grid-sized arrays once
+        return PREPARED.pop()[1:]
+    PREPARED.clear()
     case = make_case(run)
     return case, case.setup()
+
+
+PREPARED: list[tuple[RunConfig, Case, Setup]] = []
+"""The case and Setup that preflight built for the run about to start (at most one), which :func:`prepare` takes
+for the same resolved config instead of building them again (at 512^3 a setup takes minutes of the host)."""
+
+
+def keep_prepared(run: RunConfig, case: Case, setup: Setup) -> None:
+    """Hand the case and Setup preflight built for ``run`` (resolved) to the next :func:`prepare` of it."""
+    PREPARED[:] = [(run, case, setup)]
 
 
 def chunk_size(run: RunConfig) -> int:
