@@ -201,6 +201,7 @@ def test_the_log_says_how_far_from_the_published_interval_the_resolution_is(capl
         make_case(run_config("case=schafer_turek", "case.cells_per_diameter=30", "collision=bgk")).log_expectation()
         make_case(run_config("case=schafer_turek", "case.cells_per_diameter=25")).log_expectation()
         make_case(run_config("case=schafer_turek", "case.variant=2D-2", "case.cells_per_diameter=30")).log_expectation()
+        make_case(run_config("case=schafer_turek", "case.variant=3D-1Z", "lattice=d3q19", "grid.nz=4")).log_expectation()
     text = caplog.text
     assert "N = 70, float32, validated settings: expect cd_max 3.2349 (inside [3.22, 3.24]), cl_max 0.9895 " \
            "(0.051% below [0.99, 1.01])" in text
@@ -211,6 +212,8 @@ def test_the_log_says_how_far_from_the_published_interval_the_resolution_is(capl
     assert "differ from the validated ones (collision=bgk)" in text and "held against the published intervals" in text
     assert "not measured at this resolution" in text and "(measured at N = 30: docs/dfg.md)" in text
     assert "DFG 2D-2, N = 30, float32: not measured at this resolution" in text  # measured before the storage
+    assert "DFG 3D-1Z, N = 10, float32: not measured at this resolution with the validated settings (none measured " \
+           "since the engines store f - w" in text
 
 
 @pytest.mark.slow
@@ -240,6 +243,8 @@ def test_published_verdicts_of_known_values():
     partial = published_verdict(published, {"cd": 5.58})
     assert partial["inside_published"] is False and partial["published"]["cl"]["verdict"] == "not measured"
     assert published_verdict(published, {})["inside_published"] is None
+    far = published_verdict(published, {"cd": 7.546, "cl": 0.02482})  # 3D-1Z's first 2000 steps, on 2D-1's intervals
+    assert far["published"]["cd"]["verdict"] == "35% above" and far["published"]["cl"]["verdict"] == "126% above"
 
 
 def test_the_steady_variants_judge_convergence_on_the_drag_over_acoustic_periods():

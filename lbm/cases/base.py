@@ -190,7 +190,9 @@ def distance_to_interval(value: float, interval: tuple[float, float]) -> str:
     if low <= value <= high:
         return "inside"
     bound = high if value > high else low
-    return f"{100 * abs(value - bound) / abs(bound):.2g}% {'above' if value > high else 'below'}"
+    percent = 100 * abs(value - bound) / abs(bound)
+    return f"{percent:.2g}% {'above' if value > high else 'below'}" if percent < 99.5 else \
+        f"{percent:.0f}% {'above' if value > high else 'below'}"
 
 
 def published_verdict(published: Published, metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -232,7 +234,7 @@ def result_checks(case: Case, setup: Setup, metrics: Mapping[str, Any], steps: i
     if crit is not None:
         out["converged"], out["convergence"] = crit.converged, crit.as_dict()
         if not crit.converged:
-            value = "unknown (fewer than two samples)" if crit.value is None else f"{crit.value:.3g}"
+            value = "unknown (the run is too short to measure it)" if crit.value is None else f"{crit.value:.3g}"
             what = ", ".join(result_keys) or "its metrics"
             warnings.append(f"{case.name} is not converged at step {steps}: {crit.measure} = {value}, bound "
                             f"{crit.bound:.3g}; {what}: taken from an unconverged state; {crit.hint}")

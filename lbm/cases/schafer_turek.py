@@ -343,9 +343,10 @@ class SchaferTurek(Cylinder):
         measured = MEASURED.get((self.variant, self.cells, self.run.precision))
         if measured is None:
             known = sorted(n for v, n, p in MEASURED if v == self.variant and p == self.run.precision)
-            log.info("%s, %s: not measured at this resolution with the validated settings (measured at N = %s: "
-                     "docs/dfg.md); the result is held against the published intervals at the end", head,
-                     self.run.precision, ", ".join(map(str, known)) or "none")
+            where = (f"measured at N = {', '.join(map(str, known))}: docs/dfg.md" if known else
+                     "none measured since the engines store f - w, whose float32 rounding moved the older figures")
+            log.info("%s, %s: not measured at this resolution with the validated settings (%s); the result is held "
+                     "against the published intervals at the end", head, self.run.precision, where)
             return
         parts = [f"{q} {measured[q]:.5g} ({distance_to_interval(measured[q], published[q])} [{lo:g}, {hi:g}])"
                  for q, (lo, hi) in published.items()]
