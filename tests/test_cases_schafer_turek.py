@@ -212,8 +212,13 @@ def test_the_log_says_how_far_from_the_published_interval_the_resolution_is(capl
     assert "differ from the validated ones (collision=bgk)" in text and "held against the published intervals" in text
     assert "not measured at this resolution" in text and "(measured at N = 30: docs/dfg.md)" in text
     assert "DFG 2D-2, N = 30, float32: not measured at this resolution" in text  # measured before the storage
-    assert "DFG 3D-1Z, N = 10, float32: not measured at this resolution with the validated settings (none measured " \
-           "since the engines store f - w" in text
+    assert "DFG 3D-1Z, N = 10, float32, validated settings: expect cd 6.23 (inside [6.05, 6.25]), cl 0.009551 " \
+           "(inside [0.008, 0.01]), dp 0.1646 (0.24% below [0.165, 0.175])" in text
+    with caplog.at_level("INFO", logger="lbm"):
+        make_case(run_config("case=schafer_turek", "case.variant=3D-1Z", "lattice=d3q19", "grid.nz=4",
+                             "precision=float64")).log_expectation()
+    assert "DFG 3D-1Z, N = 10, float64: not measured at this resolution with the validated settings (none measured " \
+           "since the engines store f - w" in caplog.text
 
 
 @pytest.mark.slow
