@@ -1,5 +1,7 @@
 """Time-series statistics (lbm.cases.signals): the stationary window and its uncertainties on signals with known answers."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -135,3 +137,76 @@ def test_a_decaying_swing_is_left_out_of_the_window():
     growing = 2.4 + 1e-3 * np.exp(t[:1200] / 200) * rng.standard_normal(1200)  # noise that grows to the end
     assert stationary_window(growing, reference=np.zeros(1200)) is None
     assert "grow or decay" in nonstationary_reason(growing, np.zeros(1200))
+
+
+# The physical rule (issue 39 item 4): a batch spans the flow's own time scale (min_batch), a window four of them.
+
+ACOUSTIC = 1455
+"""The default cylinder's acoustic round trip 2 nx / c_s in steps (420 cells), its statistics' time scale."""
+
+
+def test_the_default_cylinders_first_200_steps_are_a_transient_not_a_window():
+    """The recorded start-up of the default cylinder (drag 112 at step 1, about -0.8 by step 200, where the
+    settled drag is positive): 20 batches of 10 steps once made steps 151-200 a "stationary window"; batches
+    of one acoustic round trip leave no window in 200 steps, and the reason names the time scale."""
+    rows = np.loadtxt(Path(__file__).parent / "data" / "cylinder_startup_200_steps.csv", delimiter=",", skiprows=4)
+    cd, cl = rows[:, 1], rows[:, 2]
+    assert len(cd) == 200 and cd[0] > 100 and cd[-50:].mean() < 0
+    old = stationary_window(cd, reference=cl, min_cycle=1666)  # the rule without a time scale
+    assert old is not None and (old.start, old.stop) == (150, 200)
+    assert stationary_window(cd, reference=cl, min_cycle=1666, min_batch=ACOUSTIC) is None
+    reason = nonstationary_reason(cd, cl, min_cycle=1666, min_batch=ACOUSTIC, scale="the acoustic round trip")
+    assert reason == "the series spans 0.137 times the acoustic round trip (1455 samples); a window spans at least 4"
+
+
+@pytest.mark.parametrize("n, found", [(4 * ACOUSTIC - 10, False), (6 * ACOUSTIC, True), (20 * ACOUSTIC, True)])
+def test_an_acoustic_ringing_is_averaged_over_whole_periods(n, found):
+    """An undamped ringing of period = the time scale about 1.4: no window before the series spans four periods;
+    over six or more, one whose mean is 1.4 (each batch averages a whole period)."""
+    t = np.arange(n, dtype=np.float64)
+    cd = 1.4 + 0.3 * np.sin(2 * np.pi * t / ACOUSTIC + 0.3) + 1e-3 * np.random.default_rng(5).standard_normal(n)
+    w = stationary_window(cd, reference=np.zeros(n), min_batch=ACOUSTIC)
+    assert (w is not None) == found
+    if w is not None:
+        assert np.all(np.diff(w.edges) >= ACOUSTIC) and w.stop - w.start >= 4 * ACOUSTIC
+        mean, err = mean_with_error(w.batch_means(cd))
+        assert abs(mean - 1.4) < 3e-4 and err < 1e-4
+    else:
+        assert "spans 3.99 times" in nonstationary_reason(cd, np.zeros(n), min_batch=ACOUSTIC)
+
+
+def test_a_decaying_ringing_is_left_out_and_its_mean_found():
+    """Start-up ringing (period = the time scale) decaying as exp(-t/4000) about 1.4: the window starts where
+    the ringing is below 2% of the mean, and measures 1.4."""
+    n = 40000
+    t = np.arange(n, dtype=np.float64)
+    cd = 1.4 + 1.5 * np.exp(-t / 4000) * np.sin(2 * np.pi * t / ACOUSTIC) + 1e-3 * np.random.default_rng(6).standard_normal(n)
+    w = stationary_window(cd, reference=np.zeros(n), min_batch=ACOUSTIC)
+    assert w is not None and 1.5 * np.exp(-w.start / 4000) < 0.02 * 1.4
+    mean, err = mean_with_error(w.batch_means(cd))
+    assert abs(mean - 1.4) < max(3 * err, 1e-4)
+
+
+@pytest.mark.parametrize("n, found", [(3 * 1000, False), (4 * 1000 - 1, False), (20000, True)])
+def test_a_start_up_transient_needs_four_time_scales(n, found):
+    """A drag relaxing as exp(-t/1000) to 5.58 (time scale 1000 samples): no window before the series spans four
+    time scales; then one that leaves the relaxation out and measures 5.58."""
+    t = np.arange(n, dtype=np.float64)
+    cd = 5.58 + 2.0 * np.exp(-t / 1000) + 1e-4 * np.random.default_rng(7).standard_normal(n)
+    w = stationary_window(cd, reference=np.zeros(n), min_batch=1000)
+    assert (w is not None) == found
+    if w is not None:
+        assert w.batches >= 4 and np.all(np.diff(w.edges) >= 1000) and cd[w.start] - 5.58 < 0.01
+        mean, err = mean_with_error(w.batch_means(cd))
+        assert mean == pytest.approx(5.58, abs=5 * err + 1e-4)
+
+
+def test_periodic_shedding_windows_span_four_time_scales():
+    """Shedding cycles of 4000 samples (growing until 30000): a window of whole cycles with the period measured
+    where the time scale is shorter than a cycle; a time scale as long as the window leaves none."""
+    cl = shedding()
+    cd = 1.75 + 0.1 * np.abs(cl)
+    w = stationary_window(cd, reference=cl, min_cycle=1333, min_batch=ACOUSTIC)
+    assert w is not None and w.periodic and w.stop - w.start >= 4 * ACOUSTIC
+    assert np.mean(np.diff(w.edges)) == pytest.approx(4000.0, abs=2.0)
+    assert stationary_window(cd, reference=cl, min_cycle=1333, min_batch=w.stop - w.start) is None

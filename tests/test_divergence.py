@@ -55,3 +55,17 @@ def test_a_cell_on_a_boundary_condition_names_it():
     cx, cy = setup.derived["center"]
     assert "bounce_back (FullwayBounceBack)" in likely_cause(setup, (int(cx), int(cy)))
     assert "outflow (Outflow)" in likely_cause(setup, (39, 7))
+
+
+def test_the_advice_offers_only_what_changes_the_run():
+    """Issue 39: a diverged run with a nebb inlet was told to try case.inlet=nebb, and a TRT run collision=trt."""
+    _, setup = prepare(run_config("case=cylinder", "grid.nx=40", "grid.ny=20", "case.inlet=nebb", "flow.tau=0.51"))
+    inlet = likely_cause(setup, (0, 7))
+    assert "lies on the boundary condition inlet (Inlet, kind nebb)" in inlet
+    assert "case.inlet=nebb" not in inlet and "case.inlet=zou_he or case.inlet=equilibrium" in inlet
+    assert inlet.count("collision=trt") == 2  # BGK: the boundary's fix and the tau cause's
+    _, setup = prepare(run_config("case=cylinder", "grid.nx=40", "grid.ny=20", "case.inlet=zou_he", "flow.tau=0.51",
+                                  "collision=trt"))
+    inlet = likely_cause(setup, (0, 7))
+    assert "collision=trt" not in inlet and "case.inlet=nebb or case.inlet=equilibrium" in inlet
+    assert "collision=trt" not in likely_cause(setup, (30, 3))

@@ -55,6 +55,27 @@ def test_resume_taylor_green_keeps_the_decay_history(tmp_path):
     assert np.array_equal(fields(tmp_path / "a")["u"], fields(tmp_path / "c")["u"])
 
 
+TIMING_KEYS = {"compile_time_s", "compile_times_s", "mlups", "wall_time_s", "resumed_from_step"}
+"""The metrics a resumed run may report differently: its own clocks, and where it resumed."""
+
+
+def test_resuming_to_twice_the_steps_gives_the_uninterrupted_metrics(tmp_path):
+    """Issue 39 item 7: with the automatic output.every, run 200 steps, resume to 400, and metrics.json equals that
+    of an uninterrupted 400-step run in every key but the clocks (decay_rel_error_max differed when the chunk was
+    steps/10: samples every 20 steps, then 40)."""
+    base = ["case=taylor_green", "grid.nx=24", "grid.ny=24", "output.plots=false"]
+    simulate(run_config(*base, "steps=200", "checkpoint.every=200"), tmp_path / "a")
+    resumed = simulate(run_config(*base, "steps=400", f"checkpoint.resume={tmp_path / 'a'}"), tmp_path / "b")
+    full = simulate(run_config(*base, "steps=400"), tmp_path / "c")
+    assert resumed["resumed_from_step"] == 200
+    on_disk = [json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("b", "c")]
+    for m in (resumed, full, *on_disk):
+        for key in TIMING_KEYS:
+            m.pop(key, None)
+    assert resumed == full and on_disk[0] == on_disk[1] and full["chunk_steps"] == 100
+    assert (tmp_path / "b" / "decay.csv").read_text() == (tmp_path / "c" / "decay.csv").read_text()
+
+
 def test_checkpoint_keep_defaults_to_three(tmp_path):
     simulate(run_config("case=taylor_green", "grid.nx=16", "grid.ny=16", "steps=50", "checkpoint.every=10",
                         "output.plots=false"), tmp_path / "r")

@@ -176,19 +176,65 @@ class Convergence:
         return {"measure": self.measure, "value": self.value, "bound": self.bound}
 
 
+@dataclass(frozen=True)
+class Published:
+    """Published values a case's metrics are held against: quantity -> (low, high), and their source."""
+
+    intervals: Mapping[str, tuple[float, float]]
+    source: str
+
+
+def distance_to_interval(value: float, interval: tuple[float, float]) -> str:
+    """``inside`` the interval, or how far (relative, in %) above or below it ``value`` lies."""
+    low, high = interval
+    if low <= value <= high:
+        return "inside"
+    bound = high if value > high else low
+    percent = 100 * abs(value - bound) / abs(bound)
+    return f"{percent:.2g}% {'above' if value > high else 'below'}" if percent < 99.5 else \
+        f"{percent:.0f}% {'above' if value > high else 'below'}"
+
+
+def published_verdict(published: Published, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``published`` (per quantity: value, low, high, verdict), ``inside_published`` (every quantity measured and
+    inside; None where none was measured) and ``published_source``."""
+    rows: dict[str, dict[str, Any]] = {}
+    for quantity, (low, high) in published.intervals.items():
+        value = metrics.get(quantity)
+        verdict = "not measured" if value is None else distance_to_interval(float(value), (low, high))
+        rows[quantity] = {"value": value, "low": low, "high": high, "verdict": verdict}
+    measured = [r for r in rows.values() if r["value"] is not None]
+    inside = None if not measured else len(measured) == len(rows) and all(r["verdict"] == "inside" for r in measured)
+    return {"published": rows, "inside_published": inside, "published_source": published.source}
+
+
+def published_phrase(case_name: str, verdict: Mapping[str, Any]) -> str:
+    """One line: whether the metrics are inside the published intervals, quantity by quantity."""
+    parts = [f"{q} {r['value']:.5g} {r['verdict']} [{r['low']:g}, {r['high']:g}]" if r["value"] is not None
+             else f"{q} not measured" for q, r in verdict["published"].items()]
+    head = {True: "inside", False: "NOT inside", None: "not measured against"}[verdict["inside_published"]]
+    return f"{case_name}: {head} the published intervals ({verdict['published_source']}): {', '.join(parts)}"
+
+
 def result_checks(case: Case, setup: Setup, metrics: Mapping[str, Any], steps: int,
                   result_keys: Sequence[str]) -> dict[str, Any]:
-    """``converged`` (where the case has a criterion), the mass-drift bound, and ``warnings`` about both.
+    """``converged`` (where the case has a criterion), the mass-drift bound, the verdict against published values
+    (where the case has them), and ``warnings`` about them.
 
     ``result_keys``: the case's own metrics, named in the warning when they come from an unconverged state.
     """
     out: dict[str, Any] = {}
     warnings: list[str] = []
+    published = case.published()
+    if published is not None:
+        out.update(published_verdict(published, metrics))
+        if out["inside_published"] is not True:
+            warnings.append(published_phrase(case.name, out))
     crit = case.convergence(setup, steps)
     if crit is not None:
         out["converged"], out["convergence"] = crit.converged, crit.as_dict()
         if not crit.converged:
-            value = "unknown (fewer than two samples)" if crit.value is None else f"{crit.value:.3g}"
+            value = "unknown (the run is too short to measure it)" if crit.value is None else f"{crit.value:.3g}"
             what = ", ".join(result_keys) or "its metrics"
             warnings.append(f"{case.name} is not converged at step {steps}: {crit.measure} = {value}, bound "
                             f"{crit.bound:.3g}; {what}: taken from an unconverged state; {crit.hint}")
@@ -295,6 +341,10 @@ class Case:
 
     def convergence(self, setup: Setup, steps: int) -> Convergence | None:
         """The case's criterion for the state its metrics describe, after ``steps`` (None: the case has none)."""
+        return None
+
+    def published(self) -> Published | None:
+        """The published values this run's metrics are compared with (None: the case has none)."""
         return None
 
     def state(self) -> dict[str, np.ndarray]:

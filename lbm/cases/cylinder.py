@@ -29,6 +29,7 @@ from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
 from lbm.cases.signals import Window, cycles_phrase, mean_with_error, nonstationary_reason, stationary_window
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
+from lbm.lattice import CS2
 
 OUTLETS = ("zero_gradient", "characteristic")
 SHAPES = ("circle", "ellipse")
@@ -228,11 +229,21 @@ class Cylinder(Case):
         """Mean drag, lift amplitude and Strouhal number over the stationary window."""
         return ("cd_mean", "cl_amplitude", "strouhal")
 
+    def statistics_time_scale(self) -> tuple[int, str]:
+        """The shortest batch of a stationary window, in steps, and what it is: the longer of the convective time
+        D/U and the acoustic round trip 2 nx / c_s (the start-up's pressure waves cross the channel and back)."""
+        u = self.run.flow.u_lattice
+        convective, acoustic = self.diameter / u, 2 * self.run.grid[0] / math.sqrt(CS2)
+        if convective >= acoustic:
+            return int(math.ceil(convective)), "the convective time D/U"
+        return int(math.ceil(acoustic)), "the acoustic round trip 2 nx / c_s"
+
     def metrics(self, setup: Setup, fields: dict[str, np.ndarray], steps: int) -> dict[str, Any]:
         """Drag, lift and Strouhal number over the statistically stationary window, with their standard errors.
 
         The window (lbm.cases.signals.stationary_window) starts where MSER ends the transient, batches
-        being shedding cycles of the lift; ``case.average_from`` (a fraction of the run) overrides
+        being shedding cycles of the lift, each batch at least :meth:`statistics_time_scale` long (so a
+        window spans at least four of it); ``case.average_from`` (a fraction of the run) overrides
         the start. Without a stationary window the statistics are None and ``stationary_note`` says why.
         """
         rows = self.coefficients()
@@ -242,20 +253,24 @@ class Cylinder(Case):
         # shedding cycles are near D / (St U) steps, St ~ 0.2; a lift oscillation three times faster than that
         # estimate (the start-up's acoustic ringing) is not shedding and cuts no batches
         min_cycle = int(setup.derived.get("shedding_period_estimate_steps", 0) / 3)
+        min_batch, scale = self.statistics_time_scale()
+        rules = {"min_cycle": min_cycle, "min_batch": min_batch}
         forced = self.average_from
         if forced is None:
-            window = stationary_window(cd, reference=cl, min_cycle=min_cycle)
+            window = stationary_window(cd, reference=cl, **rules)
         else:
             start = int(forced * len(rows))
-            window = stationary_window(cd[start:], reference=cl[start:], min_cycle=min_cycle)
+            window = stationary_window(cd[start:], reference=cl[start:], **rules)
             window = window and Window(window.start + start, window.stop + start, window.edges + start,
                                        window.periodic)
         out: dict[str, Any] = {"cd_mean": None, "cd_mean_error": None, "cl_mean": None, "cl_amplitude": None,
                                "cl_amplitude_error": None, "strouhal": None, "strouhal_error": None,
-                               "stationary_window_steps": None, "stationary_cycles": 0}
+                               "stationary_window_steps": None, "stationary_cycles": 0,
+                               "stationary_batch_min_steps": min_batch, "stationary_batch_min_is": scale}
         if window is None:
             out["stationary_note"] = (
-                f"no statistically stationary window in {len(rows)} steps ({nonstationary_reason(cd, cl, min_cycle=min_cycle)}; "
+                f"no statistically stationary window in {len(rows)} steps "
+                f"({nonstationary_reason(cd, cl, **rules, scale=scale)}; "
                 f"{cycles_phrase(cl, 'lift')}): run more steps")
             return out
         out["stationary_window_steps"] = [int(rows[window.start, 0]), int(rows[window.stop - 1, 0])]

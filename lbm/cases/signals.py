@@ -18,6 +18,12 @@ while the window is not stationary:
   and their means follow its phase.
 
 No window is found when fewer than MIN_BATCHES batches remain; :func:`nonstationary_reason` says why.
+
+The rule is also physical: a batch must span the flow's own time scale (``min_batch`` samples, given by the
+case: e.g. the cylinder's convective time D/U or its acoustic round trip 2 nx / c_s, whichever is longer), so a
+window spans at least MIN_BATCHES of them. Batches shorter than that are a few samples of a start-up transient
+or of its acoustic ringing, whose means look stationary only because nothing has had time to change: without
+this bound, the first 200 steps of the default cylinder gave a "stationary window" of steps 151-200.
 """
 
 from __future__ import annotations
@@ -87,14 +93,17 @@ def slow_oscillation(signal: np.ndarray) -> tuple[float, float]:
 
 
 def batch_edges(signal: np.ndarray, reference: np.ndarray, batches: int = 20, oscillation: float = 1e-3,
-                min_cycle: int = 0) -> tuple[np.ndarray, bool]:
-    """(Batch edges, whether they are ``reference``'s cycles) for the window rules of :func:`stationary_window`."""
+                min_cycle: int = 0, min_batch: int = 0) -> tuple[np.ndarray, bool]:
+    """(Batch edges, whether they are ``reference``'s cycles) for the window rules of :func:`stationary_window`.
+
+    Without cycles the series is cut into ``batches`` equal parts, fewer where a part would be shorter than
+    ``min_batch`` samples (the flow's time scale) or than two samples: a short series gives fewer than MIN_BATCHES.
+    """
     x, ref = np.asarray(signal, dtype=np.float64), np.asarray(reference, dtype=np.float64)
     if 0.5 * np.ptp(ref[len(ref) // 2:]) > oscillation:
         return cycle_starts(ref, min_cycle=min_cycle), True
-    if len(x) < 2 * batches:  # batches of at least two samples: a shorter series has no window to judge
-        return np.zeros(0, np.int64), False
-    return np.linspace(0, len(x), batches + 1).astype(int), False
+    count = min(batches, len(x) // max(2, min_batch))
+    return (np.linspace(0, len(x), count + 1).astype(int) if count else np.zeros(0, np.int64)), False
 
 
 def cycle_starts(signal: np.ndarray, hysteresis: float = 0.2, min_cycle: int = 0) -> np.ndarray:
@@ -159,25 +168,25 @@ class Window:
 
 
 def stationary_window(signal: np.ndarray, reference: np.ndarray | None = None, batches: int = 20,
-                      oscillation: float = 1e-3, min_cycle: int = 0) -> Window | None:
+                      oscillation: float = 1e-3, min_cycle: int = 0, min_batch: int = 0) -> Window | None:
     """The stationary part of ``signal`` (None if there is none); cycles of ``reference`` (e.g. the lift) cut batches.
 
     Where ``reference`` oscillates (half its range over the second half of the series above
     ``oscillation``), batches are its cycles, and a series with too few cycles has no window;
-    otherwise the series is cut into ``batches`` equal parts; cycles shorter than ``min_cycle`` samples
-    do not count (see cycle_starts). The window starts at MSER's
-    truncation point and must hold MIN_BATCHES batches whose oscillation amplitude drifts less
-    than DRIFT_TOLERANCE.
+    otherwise the series is cut into ``batches`` equal parts of at least ``min_batch`` samples; cycles shorter than
+    ``min_cycle`` samples do not count (see cycle_starts). The window starts at MSER's
+    truncation point, must hold MIN_BATCHES batches whose oscillation amplitude drifts less
+    than DRIFT_TOLERANCE, and must span MIN_BATCHES times ``min_batch`` samples.
     """
     x = np.asarray(signal, dtype=np.float64)
     ref = x if reference is None else np.asarray(reference, dtype=np.float64)
-    edges, periodic = batch_edges(x, ref, batches, oscillation, min_cycle)
+    edges, periodic = batch_edges(x, ref, batches, oscillation, min_cycle, min_batch)
     if len(edges) - 1 < MIN_BATCHES:
         return None
     full = Window(int(edges[0]), int(edges[-1]), edges, periodic)
     k = mser_start(full.batch_means(x))
-    while len(edges) - 1 - k >= MIN_BATCHES:  # the transient of the amplitude may outlast that of the mean
-        window = Window(int(edges[k]), int(edges[-1]), edges[k:], periodic)
+    while len(edges) - 1 - k >= MIN_BATCHES and edges[-1] - edges[k] >= MIN_BATCHES * min_batch:
+        window = Window(int(edges[k]), int(edges[-1]), edges[k:], periodic)  # the amplitude's transient may be longer
         if window_problem(window, x, ref) is None:
             return window
         k += 1
@@ -243,11 +252,16 @@ def _drifts(values: np.ndarray, floor: float) -> bool:
 
 
 def nonstationary_reason(signal: np.ndarray, reference: np.ndarray | None = None, batches: int = 20,
-                         oscillation: float = 1e-3, min_cycle: int = 0) -> str:
-    """Why :func:`stationary_window` finds no window in ``signal`` (same arguments), as a phrase for a report."""
+                         oscillation: float = 1e-3, min_cycle: int = 0, min_batch: int = 0,
+                         scale: str = "the flow's time scale") -> str:
+    """Why :func:`stationary_window` finds no window in ``signal`` (same arguments), as a phrase for a report;
+    ``scale`` names what ``min_batch`` samples are (e.g. "the convective time D/U")."""
     x = np.asarray(signal, dtype=np.float64)
     ref = x if reference is None else np.asarray(reference, dtype=np.float64)
-    edges, periodic = batch_edges(x, ref, batches, oscillation, min_cycle)
+    edges, periodic = batch_edges(x, ref, batches, oscillation, min_cycle, min_batch)
+    if len(x) < MIN_BATCHES * min_batch:
+        return (f"the series spans {len(x) / min_batch:.3g} times {scale} ({min_batch} samples); a window spans "
+                f"at least {MIN_BATCHES}")
     if len(edges) - 1 < MIN_BATCHES:
         kind = "oscillation cycles" if periodic else "batches"
         return f"{max(len(edges) - 1, 0)} {kind}, fewer than the {MIN_BATCHES} a window needs"

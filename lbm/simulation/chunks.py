@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm import parallel
+from lbm.boundaries.inlet import INLET_KINDS
 from lbm.cases import Case, Setup
 from lbm.cases.base import Snapshot
 from lbm.config import RunConfig
@@ -85,26 +86,35 @@ def first_bad_cell(f: np.ndarray, lattice: Lattice) -> tuple[int, ...]:
 
 
 def likely_cause(setup: Setup, cell: tuple[int, ...] = ()) -> str:
-    """The most probable reason a run diverged, with the fix to try; names the boundary conditions on ``cell``."""
+    """The most probable reason a run diverged, with the fix to try; names the boundary conditions on ``cell``.
+
+    Fixes are offered only where they change something: collision=trt only for BGK, another inlet kind than the
+    run's own."""
     tau, mach = setup.tau, setup.derived["mach"]
+    bgk = setup.collision is None and setup.omega_minus == setup.omega_plus
     if tau < 0.52:
         cause = (f"tau={tau:.4f} is too close to 0.5 for this resolution: raise the grid resolution, lower "
-                 "flow.reynolds, or use collision=trt")
+                 f"flow.reynolds{', or use collision=trt' if bgk else ''}")
     elif mach > 0.2:
         cause = f"Mach {mach:.2f} is too high: lower flow.u_lattice (<= 0.1)"
     else:
         cause = (f"the resolution is probably too low for Re={setup.reynolds:g} (tau={tau:.4f}, Mach={mach:.3f}): "
                  "raise the grid resolution or lower flow.reynolds")
     flat = int(np.ravel_multi_index(cell, setup.shape)) if len(cell) == len(setup.shape) else -1
-    names = []
+    names, fixes = [], ["collision=trt"] if bgk else []
     for bc in setup.boundaries:
         fp = bc.footprint(setup.shape, setup.lattice)
         if flat in fp.face or flat in fp.cells:
             names.append(f"{bc.stage} ({bc.label()})")
+            kind = bc.__dict__.get("kind")
+            if bc.stage == "inlet" and kind in INLET_KINDS:
+                fixes.append("another inlet kind (" + " or ".join(f"case.inlet={k}" for k in INLET_KINDS
+                                                                  if k != kind) + ")")
     if not names:
         return cause
-    return (f"the cell lies on the boundary condition {' and '.join(names)}, the likely cause: try collision=trt or "
-            f"another kind of it (e.g. case.inlet=nebb for a velocity inlet); or {cause}")
+    tried = f": try {' or '.join(fixes)}" if fixes else ""
+    return f"the cell lies on the boundary condition {' and '.join(names)}, the likely cause{tried}; or {cause}"
+
 
 def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
     """What a checkpoint records about its run, to refuse resuming an incompatible one."""

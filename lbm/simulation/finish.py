@@ -86,7 +86,7 @@ def latest_good_state(run_dir: Path, in_memory: tuple[int, np.ndarray] | None) -
 
 def finish(s: Started, f: jnp.ndarray, metrics: dict[str, Any]) -> None:
     """Write fields, the case's files, plots, the monitor and metrics.json (last, with the list of outputs)."""
-    from lbm.cases.base import result_checks
+    from lbm.cases.base import published_phrase, result_checks
 
     run, case, setup, engine, outputs, run_dir = s.run, s.case, s.setup, s.engine, s.outputs, s.run_dir
     if s.profiler is not None:
@@ -123,6 +123,8 @@ def finish(s: Started, f: jnp.ndarray, metrics: dict[str, Any]) -> None:
     write_json(run_dir / "metrics.json", metrics)
     log.info("wrote %s: %s", run_dir, ", ".join(metrics["outputs"]))
     log.info("result (%s): %s", metrics["status"], summary_line(case, metrics))
+    if metrics.get("inside_published"):  # outside (or unmeasured) is a warning, below
+        log.info(published_phrase(case.name, metrics))
     for warning in metrics["warnings"]:
         log.warning(warning)
 
@@ -185,7 +187,7 @@ def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
             "processes": jax.process_count()}
 
 
-RUN_SUMMARY_KEYS = ("mlups", "compile_time_s", "mass_rel_drift", "converged")
+RUN_SUMMARY_KEYS = ("mlups", "compile_time_s", "mass_rel_drift", "converged", "inside_published")
 """What the last log line shows of every run, before the case's own keys (:meth:`lbm.cases.Case.summary_keys`)."""
 
 

@@ -104,8 +104,13 @@ def keep_prepared(run: RunConfig, case: Case, setup: Setup) -> None:
     PREPARED[:] = [(run, case, setup)]
 
 
+AUTO_CHUNK_STEPS = 100
+"""Steps per chunk with output.every=0 (automatic): a constant, not a share of ``steps``, so that a run resumed to a
+larger ``steps`` samples its monitored series at the same steps as an uninterrupted one (same metrics)."""
+
+
 def chunk_size(run: RunConfig) -> int:
-    """Steps per chunk: output.every, else steps_per_dispatch, else about a tenth of the run (at most 1000).
+    """Steps per chunk: output.every, else steps_per_dispatch, else AUTO_CHUNK_STEPS (at most the run's steps).
 
     With checkpoints the chunk also divides checkpoint.every, so chunks end on checkpoint steps.
     """
@@ -114,7 +119,7 @@ def chunk_size(run: RunConfig) -> int:
     elif run.steps_per_dispatch:
         k = min(run.steps_per_dispatch, run.steps)
     else:
-        k = max(1, min(1000, run.steps // 10))
+        k = max(1, min(AUTO_CHUNK_STEPS, run.steps))
     every = run.checkpoint.every
     return math.gcd(k, every) if every else k
 
