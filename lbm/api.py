@@ -62,6 +62,10 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
 
             jax.config.update("jax_enable_x64", True)
         header = check_resume(case.run, case.setup())
+    if here:  # a grid that cannot fit in memory: refused before anything is allocated (lbm.simulation.memory)
+        from lbm.simulation.memory import check_fits
+
+        check_fits(case.run)
     if here:  # a compile the compiler would abort on (XLA's TPU compiler): refused in one line (lbm.bench.probe)
         from lbm.bench.probe import guard
 

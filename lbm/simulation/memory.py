@@ -1,0 +1,225 @@
+"""Will a run fit? Its peak memory, estimated before anything is allocated, against what the host and device have.
+
+The estimate is analytic (no array is made, nothing is lowered or compiled), per cell of the grid:
+
+- the populations ``Q * itemsize``, times the engine's planned peak over the populations (:data:`ENGINE_FACTOR`:
+  XLA's memory analysis of the compiled chunk, arguments + outputs - aliased + temporaries, measured per engine; the
+  ratio does not change with the grid, see tests/simulation/test_memory.py and scripts/memory_estimate.py);
+- a host copy of the populations (the last good state kept for a divergence report, checkpoints, fields);
+- the case's set-up arrays at their peak (:data:`SETUP_BYTES`, measured with tracemalloc per case);
+- the observation, fields and plots (:data:`OUTPUT_BYTES`, per dimension, from the measured peak RSS of real runs).
+
+On a CPU the device is the host: everything is counted against the host. On a GPU or TPU the populations and the
+engine's temporaries are counted against each device's ``memory_stats()['bytes_limit']`` (less what is in use), the
+rest against the host. The host has the least of /proc/meminfo's MemAvailable, ``ulimit -v`` (RLIMIT_AS less the
+process's present virtual size) and the cgroup's memory limit (less its anonymous memory).
+
+``LBM_MEMORY_CHECK=0`` skips the check: the estimate is an upper bound (up to about 1.6x the measured peak for the
+xla engine on a CPU), so a run just past it may still fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import resource
+from pathlib import Path
+from typing import Any
+
+from lbm.config import RunConfig
+from lbm.errors import LbmError
+from lbm.lattice import LATTICES
+
+ENV = "LBM_MEMORY_CHECK"
+"""``0`` skips the check (see the module doc)."""
+GIB = 2**30
+
+ENGINE_FACTOR = {"xla": 4.0, "native": 1.1, "pallas": 2.5, "instrumented": 4.0}
+"""Planned peak of an engine's program over its populations (XLA memory_analysis: arguments + outputs - aliased +
+temporaries). xla: 3.11 (periodic) to 3.49 (cylinder) on a CPU, 3.95 (D3Q19 256^3) and 4.00 (D2Q9 4096^2) on a TPU
+v5e (docs/tpu-v5e/2026-12-06/bench_*.json); native: 1.00 periodic, 1.01 cylinder (its boundary lists as
+arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D; instrumented: one jit per stage, each
+stage's output beside its input, bounded as xla's."""
+
+SETUP_BYTES = {("taylor_green", 2): 136, ("taylor_green_3d", 3): 376, ("cavity", 2): 272, ("cavity", 3): 552,
+               ("cylinder", 2): 72, ("cylinder", 3): 72, ("schafer_turek", 2): 72, ("schafer_turek", 3): 72,
+               ("poiseuille", 2): 128, ("poiseuille", 3): 128}
+"""Bytes per cell a case's Setup holds at its peak while it is built (tracemalloc, rounded up; the test
+test_setup_bytes_bound_each_case measures every entry). Cases not listed: :data:`SETUP_DEFAULT`."""
+SETUP_DEFAULT = 560
+
+OUTPUT_BYTES = {2: 96, 3: 640}
+"""Bytes per cell the observation (3D: velocity spectra), fields and plots add, per dimension: the measured peak RSS
+of taylor_green (2048^2) and taylor_green_3d (128^3) runs less the other terms (scripts/memory_estimate.py)."""
+HEADROOM = 256 * 2**20
+"""Bytes for what does not grow with the grid: compiling, the native kernels, buffers of the libraries."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """A run's estimated peak bytes by part; ``device`` parts live on the accelerator (on a CPU: the host)."""
+
+    cells: int
+    populations: int
+    temporaries: int
+    """The engine's program beyond the populations (XLA's planned temporaries, in and out buffers)."""
+    host_copy: int
+    setup: int
+    outputs: int
+    devices: int = 1
+
+    @property
+    def device(self) -> int:
+        """Bytes on each device: the populations and the engine's temporaries, split over the devices."""
+        return (self.populations + self.temporaries) // self.devices
+
+    @property
+    def host_only(self) -> int:
+        """Bytes on the host besides the device's."""
+        return self.host_copy + self.setup + self.outputs
+
+
+def engine_factor(run: RunConfig, platform: str) -> tuple[str, float]:
+    """The engine the run will use (as far as the config says) and its planned peak over the populations."""
+    if run.mode == "instrumented":
+        return "instrumented", ENGINE_FACTOR["instrumented"]
+    engine = run.engine
+    if engine == "auto":  # lbm.engines.auto_choice: native on a CPU (xla without a compiler), else pallas or xla
+        if platform == "cpu" and run.devices == 1:
+            from lbm.engines.native import build
+
+            engine = "native" if build.compiler() is not None else "xla"
+        else:
+            engine = "xla"  # the larger of pallas and xla
+    return engine, ENGINE_FACTOR.get(engine, ENGINE_FACTOR["xla"])
+
+
+def estimate(run: RunConfig, platform: str = "cpu") -> Need:
+    """The peak bytes of ``run`` (its final grid, ``case.run``) by part, without allocating."""
+    lattice = LATTICES[run.lattice]
+    cells = math.prod(run.grid)
+    itemsize = 8 if run.precision == "float64" else 4
+    populations = lattice.q * itemsize * cells
+    _, factor = engine_factor(run, platform)
+    setup = SETUP_BYTES.get((run.case, lattice.d), SETUP_DEFAULT) * cells
+    return Need(cells=cells, populations=populations, temporaries=int((factor - 1.0) * populations),
+                host_copy=populations, setup=setup, outputs=OUTPUT_BYTES[lattice.d] * cells,
+                devices=max(1, run.devices))
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _field(text: str | None, key: str) -> int | None:
+    """The integer after ``key`` in a /proc or cgroup file of "key value [kB]" lines."""
+    for line in (text or "").splitlines():
+        parts = line.replace(":", " ").split()
+        if len(parts) >= 2 and parts[0] == key:
+            return int(parts[1]) * (1024 if len(parts) > 2 and parts[2] == "kB" else 1)
+    return None
+
+
+def cgroup_available() -> int | None:
+    """Bytes the process's cgroup still allows (its limit less its anonymous memory), None without a limit."""
+    limit = (_read("/sys/fs/cgroup/memory.max") or "").strip()
+    if limit and limit != "max":
+        used = _field(_read("/sys/fs/cgroup/memory.stat"), "anon")
+        if used is None:
+            used = int((_read("/sys/fs/cgroup/memory.current") or "0").strip() or 0)
+        return int(limit) - used
+    v1 = (_read("/sys/fs/cgroup/memory/memory.limit_in_bytes") or "").strip()
+    if v1 and int(v1) < 2**60:
+        used = _field(_read("/sys/fs/cgroup/memory/memory.stat"), "rss") or 0
+        return int(v1) - used
+    return None
+
+
+def host_available() -> tuple[int, str]:
+    """Bytes the host can still give this process, and which limit says so (the least of them)."""
+    found: list[tuple[int, str]] = []
+    avail = _field(_read("/proc/meminfo"), "MemAvailable")
+    if avail is not None:
+        found.append((avail, "MemAvailable"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        size = _field(_read("/proc/self/status"), "VmSize") or 0
+        found.append((soft - size, "ulimit -v"))
+    cgroup = cgroup_available()
+    if cgroup is not None:
+        found.append((cgroup, "cgroup memory limit"))
+    if not found:
+        return 2**62, "no limit found"
+    return min(found)
+
+
+def device_available() -> tuple[int, str] | None:
+    """Bytes free on the first device (``memory_stats()``: bytes_limit less bytes_in_use), None where the device does
+    not say (a CPU: its memory is the host's)."""
+    import jax
+
+    device = jax.devices()[0]
+    stats = device.memory_stats() if device.platform != "cpu" else None
+    if not stats or "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), f"{device.platform.upper()} memory"
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.3g} GiB" if n < 100 * GIB else f"{n / GIB:,.0f} GiB"
+
+
+def largest_grid(grid: tuple[int, ...], cells: int) -> tuple[int, ...]:
+    """``grid`` scaled alike on every axis to at most ``cells`` cells."""
+    s = (cells / math.prod(grid)) ** (1 / len(grid))
+    out = [max(1, int(n * s)) for n in grid]
+    while math.prod(out) > cells and max(out) > 1:
+        out[out.index(max(out))] -= 1
+    return tuple(out)
+
+
+def refusal(run: RunConfig, need: Need, host: tuple[int, str], device: tuple[int, str] | None) -> str | None:
+    """The one-line refusal of a run that does not fit (None when it fits)."""
+    on_host = need.host_only + (0 if device else need.device * need.devices)
+    places = [("the host", on_host, host, on_host / need.cells)]
+    if device:
+        places.append((f"each {device[1].split()[0]}", need.device, device, need.device / need.cells))
+    for where, bytes_, (avail, source), per_cell in places:
+        if bytes_ + HEADROOM <= avail:
+            continue
+        parts = [f"populations {_gib(need.populations // need.devices)}",
+                 f"engine temporaries {_gib(need.temporaries // need.devices)}"]
+        if where == "the host":
+            parts += [f"host copy {_gib(need.host_copy)}", f"set-up {_gib(need.setup)}",
+                      f"fields and plots {_gib(need.outputs)}"]
+        fits = max(0, avail - HEADROOM) / per_cell
+        lattice = run.lattice.upper()
+        big = "x".join(map(str, largest_grid(run.grid, int(fits)))) if fits >= 1 else "none"
+        return (f"grid {'x'.join(map(str, run.grid))} needs ~{_gib(bytes_ + HEADROOM)} on {where} "
+                f"({', '.join(parts)}, other {_gib(HEADROOM)}), {_gib(max(avail, 0))} are available ({source}); "
+                f"the largest {lattice} grid of this shape that fits is {big} ({ENV}=0 skips this estimate)")
+    return None
+
+
+def check_fits(run: RunConfig) -> None:
+    """Refuse (LbmError, one line) a run whose estimated peak memory exceeds what the host or device has."""
+    if os.environ.get(ENV, "1") == "0":
+        return
+    import jax
+
+    platform = jax.default_backend()
+    device = None if platform == "cpu" else device_available()
+    message = refusal(run, estimate(run, platform), host_available(), device)
+    if message:
+        raise LbmError(message)
+
+
+def describe(run: RunConfig, platform: str = "cpu") -> dict[str, Any]:
+    """The estimate as data (bytes by part, per-cell figures), for scripts and reports."""
+    need = estimate(run, platform)
+    return {**dataclasses.asdict(need), "device_bytes": need.device, "host_only_bytes": need.host_only,
+            "engine": engine_factor(run, platform)[0]}
