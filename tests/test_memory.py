@@ -226,3 +226,27 @@ def test_cli_refuses_a_grid_that_cannot_fit_before_the_run_directory_exists(grid
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not target.exists()
     assert not (tmp_path / "outputs").exists()
+
+
+def _peak_rss(overrides: list[str], run_dir: Path) -> int:
+    """Peak resident bytes of one real ``python -m lbm run`` (os.wait4, as /usr/bin/time -v reads it), capped."""
+    env = {**os.environ, "PYTHONPATH": str(Path(lbm.__file__).parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "lbm", "run", *overrides, "steps=4", "output.every=2",
+                             f"hydra.run.dir={run_dir}"], cwd=run_dir.parent, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_capped)
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read().decode()[-2000:]
+    return usage.ru_maxrss * 1024
+
+
+@pytest.mark.slow
+def test_estimate_bounds_the_measured_peak_rss_of_real_runs(tmp_path):
+    """The peak RSS of a real run grows by no more per cell than the estimate says (two sizes: the process's own
+    size cancels), and the estimate is not more than three times what the run takes."""
+    grids = [(256, 256), (768, 768)]
+    peaks = [_peak_rss(["case=taylor_green", "engine=xla", f"grid.nx={nx}", f"grid.ny={ny}"], tmp_path / f"run{nx}")
+             for nx, ny in grids]
+    measured = (peaks[1] - peaks[0]) / (768 * 768 - 256 * 256)
+    need = estimate(_run("case=taylor_green", "engine=xla", "grid.nx=768", "grid.ny=768"))
+    per_cell = (need.host_only + need.populations + need.temporaries) / need.cells
+    assert measured <= per_cell <= 3 * measured, (measured, per_cell)

@@ -14,8 +14,8 @@ engine's temporaries are counted against each device's ``memory_stats()['bytes_l
 rest against the host. The host has the least of /proc/meminfo's MemAvailable, ``ulimit -v`` (RLIMIT_AS less the
 process's present virtual size) and the cgroup's memory limit (less its anonymous memory).
 
-``LBM_MEMORY_CHECK=0`` skips the check: the estimate is an upper bound (up to about 1.6x the measured peak for the
-xla engine on a CPU), so a run just past it may still fit.
+``LBM_MEMORY_CHECK=0`` skips the check: the estimate is an upper bound (1.1x to 1.6x the measured growth of the peak
+RSS per cell, docs/memory.md), so a run just past it may still fit.
 """
 
 from __future__ import annotations
@@ -51,11 +51,12 @@ SETUP_DEFAULT = 560
 
 OUTPUT_BYTES = {("taylor_green", 2): 96, ("taylor_green_3d", 3): 640}
 """Bytes per cell the observation (taylor_green_3d: its velocity spectra), fields and plots add: the slope of the
-measured peak RSS of two real runs (``/usr/bin/time -v``, steps=4) less the other terms, rounded up: taylor_green
-1024^2 and 2048^2 (196 B per cell in all), taylor_green_3d 64^3 and 128^3 (1101), cylinder 840x360 and 1680x720
-(318), the D3Q19 cylinder 96x48x48 and 192x96x96 (375), cavity 256^2 and 768^2 (398), D3Q19 cavity 64^3 and 112^3
-(638). Cases not listed: :data:`OUTPUT_DEFAULT`."""
-OUTPUT_DEFAULT = 192
+measured peak RSS of two real runs at a grid and twice its side (scripts/memory_estimate.py, steps=4) less the other
+terms, rounded up. Measured, bytes per cell in all (the estimate), docs/memory.md: taylor_green 1024^2/2048^2
+210-213 (308), taylor_green_3d 64^3/128^3 1013-1101 (1243), cylinder 840x360/1680x720 318-343 (404), D3Q19 cylinder
+96x48x48/192x96x96 372-416 (488), cavity 256^2/512^2 376-399 (604), D3Q19 cavity 64^3/128^3 627-647 (968). Cases
+not listed: :data:`OUTPUT_DEFAULT`."""
+OUTPUT_DEFAULT = 256
 SUGGEST = 0.95
 """The largest grid a refusal suggests fills this share of what is available: the process's own size moves a little
 from one start to the next (its virtual size under ``ulimit -v`` by about 70 MB)."""
