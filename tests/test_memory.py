@@ -240,13 +240,14 @@ def _peak_rss(overrides: list[str], run_dir: Path) -> int:
 
 
 @pytest.mark.slow
-def test_estimate_bounds_the_measured_peak_rss_of_real_runs(tmp_path):
-    """The peak RSS of a real run grows by no more per cell than the estimate says (two sizes: the process's own
-    size cancels), and the estimate is not more than three times what the run takes."""
-    grids = [(256, 256), (768, 768)]
-    peaks = [_peak_rss(["case=taylor_green", "engine=xla", f"grid.nx={nx}", f"grid.ny={ny}"], tmp_path / f"run{nx}")
-             for nx, ny in grids]
-    measured = (peaks[1] - peaks[0]) / (768 * 768 - 256 * 256)
-    need = estimate(_run("case=taylor_green", "engine=xla", "grid.nx=768", "grid.ny=768"))
+@pytest.mark.parametrize("mode", ["engine=xla", "mode=instrumented"])
+def test_estimate_bounds_the_measured_peak_rss_of_real_runs(mode, tmp_path):
+    """A real run's peak RSS grows by no more per cell than the estimate says (two sizes: the process's own size
+    cancels), and the estimate is not more than three times that growth."""
+    sides = (512, 1024)
+    small, large = (_peak_rss(["case=taylor_green", mode, f"grid.nx={n}", f"grid.ny={n}"], tmp_path / f"run{n}")
+                    for n in sides)
+    measured = (large - small) / (sides[1] ** 2 - sides[0] ** 2)
+    need = estimate(_run("case=taylor_green", mode, f"grid.nx={sides[1]}", f"grid.ny={sides[1]}"))
     per_cell = (need.host_only + need.populations + need.temporaries) / need.cells
     assert measured <= per_cell <= 3 * measured, (measured, per_cell)
