@@ -38,12 +38,12 @@ GIB = 2**30
 
 ENGINE_FACTOR = {"xla": 4.1, "native": 1.1, "pallas": 2.5, "instrumented": 10.0}
 """Planned peak of an engine's program over its populations (XLA memory_analysis: arguments + outputs - aliased +
-temporaries). xla: 3.11 (periodic) to 3.49 (cylinder) on a CPU, 3.95 (D3Q19 256^3) and 4.00 (D2Q9 4096^2) on a TPU
+temporaries). xla: 3.11 (periodic) to 3.51 (cylinder) on a CPU, 3.95 (D3Q19 256^3) and 4.00 (D2Q9 4096^2) on a TPU
 v5e (docs/tpu-v5e/2026-12-06/bench_*.json); native: 1.00 periodic, 1.01 cylinder (its boundary lists as
 arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D. instrumented runs one jit per stage and
-holds the stages' outputs between them, which no one program's analysis sees: its peak RSS grows by 474-502 B per
-cell (taylor_green 512^2/1024^2/2048^2, /usr/bin/time -v), 6.4 populations beyond the set-up and outputs, and 768^2
-adds 420 MiB over 16^2 (tests/test_memory.py); 10 bounds both."""
+holds the stages' outputs between them, which no one program's analysis sees: its peak RSS grows by 459-502 B per
+cell (taylor_green 512^2/1024^2/2048^2, /usr/bin/time -v and tests/test_memory.py), 6.4 populations beyond the
+set-up and outputs; 10 bounds it."""
 
 SETUP_BYTES = {("taylor_green", 2): 136, ("taylor_green_3d", 3): 376, ("cavity", 2): 272, ("cavity", 3): 552,
                ("cylinder", 2): 72, ("cylinder", 3): 72, ("schafer_turek", 2): 72, ("schafer_turek", 3): 96,
