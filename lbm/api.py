@@ -67,9 +67,12 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
         import jax
 
         jax.config.update("jax_enable_x64", True)
+    from lbm.simulation.memory import check_fits  # a grid that cannot fit: refused before anything is allocated
+
+    check_fits(case.run)
     setup = case.setup()  # grid-sized arrays: a check of the memory a run needs comes before this line
     header = check_resume(case.run, setup)
-    build_engine(case.run, setup)
+    check_fits(case.run, build_engine(case.run, setup).name)  # on an accelerator: the device's part, engine known
     keep_prepared(run, case, setup)  # the run takes them (lbm.simulation.start.prepare): built once
     from lbm.bench.probe import guard  # a compile the compiler would abort on (XLA's TPU compiler): one line
 

@@ -1,0 +1,269 @@
+"""Will a run fit? Its peak memory, estimated before anything is allocated, against what the host and device have.
+
+The estimate is analytic (no array is made, nothing is lowered or compiled), per cell of the grid:
+
+- the populations ``Q * itemsize``, times the engine's planned peak over the populations (:data:`ENGINE_FACTOR`:
+  XLA's memory analysis of the compiled chunk, arguments + outputs - aliased + temporaries, measured per engine; the
+  ratio does not change with the grid, see tests/test_memory.py and scripts/memory_estimate.py);
+- a host copy of the populations (the last good state kept for a divergence report, checkpoints, fields);
+- the case's set-up arrays at their peak (:data:`SETUP_BYTES`, measured with tracemalloc per case);
+- the observation, fields and plots (:data:`OUTPUT_BYTES`, from the measured peak RSS of real runs).
+
+On a CPU the device is the host: everything is counted against the host. On a GPU or TPU the populations and the
+larger of the engine's temporaries and the fields are counted against each device's ``memory_stats()['bytes_limit']``
+(less what is in use), the rest against the host. The host has the least of /proc/meminfo's MemAvailable,
+``ulimit -v`` (RLIMIT_AS less the process's present virtual size) and the cgroup's memory limit (less its anonymous
+memory).
+
+``LBM_MEMORY_CHECK=0`` skips the check: the estimate is an upper bound (1.1x to 1.6x the measured growth of the peak
+RSS per cell, docs/memory.md), so a run just past it may still fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import resource
+from pathlib import Path
+from typing import Any
+
+from lbm.config import RunConfig
+from lbm.errors import LbmError
+from lbm.lattice import LATTICES
+
+ENV = "LBM_MEMORY_CHECK"
+"""``0`` skips the check (see the module doc)."""
+GIB = 2**30
+
+ENGINE_FACTOR = {"xla": 4.1, "native": 1.1, "pallas": 2.5, "instrumented": 10.0}
+"""Planned peak of an engine's program over its populations (XLA memory_analysis: arguments + outputs - aliased +
+temporaries). xla: 3.11 (periodic) to 3.51 (cylinder) on a CPU, 3.95 (D3Q19 256^3) and 4.00 (D2Q9 4096^2) on a TPU
+v5e (docs/tpu-v5e/2026-12-06/bench_*.json); native: 1.00 periodic, 1.01 cylinder (its boundary lists as
+arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D. instrumented runs one jit per stage and
+holds the stages' outputs between them, which no one program's analysis sees: its peak RSS grows by 459-502 B per
+cell (taylor_green 512^2/1024^2/2048^2, /usr/bin/time -v and tests/test_memory.py), 6.4 populations beyond the
+set-up and outputs; 10 bounds it."""
+
+SETUP_BYTES = {("taylor_green", 2): 136, ("taylor_green_3d", 3): 376, ("cavity", 2): 272, ("cavity", 3): 552,
+               ("cylinder", 2): 72, ("cylinder", 3): 72, ("schafer_turek", 2): 72, ("schafer_turek", 3): 96,
+               ("poiseuille", 2): 128, ("poiseuille", 3): 96, ("duct", 3): 96}
+"""Bytes per cell a case's Setup holds at its peak while it is built (tracemalloc, rounded up; the test
+test_setup_bytes_bound_each_case measures every entry). Cases not listed: :data:`SETUP_DEFAULT`."""
+SETUP_DEFAULT = 560
+
+OUTPUT_BYTES = {("taylor_green", 2): 96, ("taylor_green_3d", 3): 640}
+"""Bytes per cell the observation (taylor_green_3d: its velocity spectra), fields and plots add: the slope of the
+measured peak RSS of two real runs at a grid and twice its side (scripts/memory_estimate.py, steps=4) less the other
+terms, rounded up. Measured, bytes per cell in all (the estimate), docs/memory.md: taylor_green 1024^2/2048^2
+210-213 (308), taylor_green_3d 64^3/128^3 1013-1101 (1243), cylinder 840x360/1680x720 318-343 (404), D3Q19 cylinder
+96x48x48/192x96x96 372-416 (488), cavity 256^2/512^2 376-399 (604), D3Q19 cavity 64^3/128^3 627-647 (968). Cases
+not listed: :data:`OUTPUT_DEFAULT`."""
+OUTPUT_DEFAULT = 256
+SUGGEST = 0.95
+"""The largest grid a refusal suggests fills this share of what is available: the process's own size moves a little
+from one start to the next (its virtual size under ``ulimit -v`` by about 70 MB)."""
+HEADROOM = 256 * 2**20
+"""Bytes for what does not grow with the grid: compiling, the native kernels, buffers of the libraries."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """A run's estimated peak bytes by part; ``device`` parts live on the accelerator (on a CPU: the host)."""
+
+    cells: int
+    populations: int
+    temporaries: int
+    """The engine's program beyond the populations (XLA's planned temporaries, in and out buffers)."""
+    host_copy: int
+    setup: int
+    outputs: int
+    devices: int = 1
+
+    @property
+    def observation(self) -> int:
+        """Bytes an accelerator holds beside the populations between chunks: the observation's programs (fields,
+        reductions, taylor_green_3d's spectra) plan at most 1.63x the populations (deviceless v5e, 512^3), so the
+        populations' size bounds them; the rest of :attr:`outputs` (files, plots) is the host's."""
+        return self.populations
+
+    @property
+    def device(self) -> int:
+        """Bytes on each accelerator at its peak: the populations with the engine's temporaries (a chunk), or with
+        the observation (between chunks), split over the devices."""
+        return (self.populations + max(self.temporaries, self.observation)) // self.devices
+
+    @property
+    def host_only(self) -> int:
+        """Bytes on the host besides the device's."""
+        return self.host_copy + self.setup + self.outputs
+
+
+PALLAS_IN_PLACE = 1.1
+"""The pallas engine's planned peak in 3D on a TPU: the in-place AA pair holds the populations once (1.00 on the chip,
+D3Q19 256^3 and 512^3, docs/tpu-v5e/2026-12-06/), plus the boundary plan's cells."""
+
+
+def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> tuple[str, float]:
+    """The engine the run will use (``engine``: the one built for it, else as far as the config says) and its planned
+    peak over the populations."""
+    if run.mode == "instrumented":
+        return "instrumented", ENGINE_FACTOR["instrumented"]
+    engine = engine or run.engine
+    if engine == "pallas" and platform == "tpu" and LATTICES[run.lattice].d == 3:
+        return engine, PALLAS_IN_PLACE
+    if engine == "auto":  # lbm.engines.auto_choice: native on a CPU (xla without a compiler), else pallas or xla
+        if platform == "cpu" and run.devices == 1:
+            from lbm.engines.native import build
+
+            engine = "native" if build.compiler() is not None else "xla"
+        else:
+            engine = "xla"  # the larger of pallas and xla
+    return engine, ENGINE_FACTOR.get(engine, ENGINE_FACTOR["xla"])
+
+
+def estimate(run: RunConfig, platform: str = "cpu", engine: str | None = None) -> Need:
+    """The peak bytes of ``run`` (its final grid, ``case.run``; ``engine``: the one built for it) by part, without
+    allocating."""
+    lattice = LATTICES[run.lattice]
+    cells = math.prod(run.grid)
+    itemsize = 8 if run.precision == "float64" else 4
+    populations = lattice.q * itemsize * cells
+    _, factor = engine_factor(run, platform, engine)
+    setup = SETUP_BYTES.get((run.case, lattice.d), SETUP_DEFAULT) * cells
+    return Need(cells=cells, populations=populations, temporaries=round((factor - 1.0) * populations),
+                host_copy=populations, setup=setup, outputs=OUTPUT_BYTES.get((run.case, lattice.d), OUTPUT_DEFAULT) * cells,
+                devices=max(1, run.devices))
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _field(text: str | None, key: str) -> int | None:
+    """The integer after ``key`` in a /proc or cgroup file of "key value [kB]" lines."""
+    for line in (text or "").splitlines():
+        parts = line.replace(":", " ").split()
+        if len(parts) >= 2 and parts[0] == key:
+            return int(parts[1]) * (1024 if len(parts) > 2 and parts[2] == "kB" else 1)
+    return None
+
+
+def cgroup_available() -> int | None:
+    """Bytes the process's cgroup still allows (its limit less its anonymous memory), None without a limit."""
+    limit = (_read("/sys/fs/cgroup/memory.max") or "").strip()
+    if limit and limit != "max":
+        used = _field(_read("/sys/fs/cgroup/memory.stat"), "anon")
+        if used is None:
+            used = int((_read("/sys/fs/cgroup/memory.current") or "0").strip() or 0)
+        return int(limit) - used
+    v1 = (_read("/sys/fs/cgroup/memory/memory.limit_in_bytes") or "").strip()
+    if v1 and int(v1) < 2**60:
+        used = _field(_read("/sys/fs/cgroup/memory/memory.stat"), "rss") or 0
+        return int(v1) - used
+    return None
+
+
+def host_available() -> tuple[int, str]:
+    """Bytes the host can still give this process, and which limit says so (the least of them)."""
+    found: list[tuple[int, str]] = []
+    avail = _field(_read("/proc/meminfo"), "MemAvailable")
+    if avail is not None:
+        found.append((avail, "MemAvailable"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        size = _field(_read("/proc/self/status"), "VmSize") or 0
+        found.append((soft - size, "ulimit -v"))
+    cgroup = cgroup_available()
+    if cgroup is not None:
+        found.append((cgroup, "cgroup memory limit"))
+    if not found:
+        return 2**62, "no limit found"
+    return min(found)
+
+
+def device_available() -> tuple[int, str] | None:
+    """Bytes free on the first device (``memory_stats()``: bytes_limit less bytes_in_use), None where the device does
+    not say (a CPU: its memory is the host's)."""
+    import jax
+
+    device = jax.devices()[0]
+    stats = device.memory_stats() if device.platform != "cpu" else None
+    if not stats or "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), f"{device.platform.upper()} memory"
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.3g} GiB" if n < 100 * GIB else f"{n / GIB:,.0f} GiB"
+
+
+def largest_grid(grid: tuple[int, ...], cells: int) -> tuple[int, ...]:
+    """``grid`` scaled alike on every axis to at most ``cells`` cells."""
+    s = (cells / math.prod(grid)) ** (1 / len(grid))
+    out = [max(1, int(n * s)) for n in grid]
+    while math.prod(out) > cells and max(out) > 1:
+        out[out.index(max(out))] -= 1
+    return tuple(out)
+
+
+def _parts(need: Need, on_device: bool, with_device: bool) -> list[tuple[str, int]]:
+    """The named bytes counted on the device (``on_device``) or on the host (``with_device``: the host is the device)."""
+    n = need.devices
+    if on_device:
+        return [("populations", need.populations // n),
+                ("engine temporaries or the observation", max(need.temporaries, need.observation) // n)]
+    device = [("populations", need.populations), ("engine temporaries", need.temporaries)] if with_device else []
+    return [*device, ("host copy", need.host_copy), ("set-up", need.setup), ("fields and plots", need.outputs)]
+
+
+def refusal(run: RunConfig, need: Need, host: tuple[int, str], device: tuple[int, str] | None,
+            check_device: bool = True) -> str | None:
+    """The one-line refusal of a run that does not fit (None when it fits); ``device`` None: the host is the device;
+    ``check_device`` False: the host's part only (before the engine is known)."""
+    places = [("the host", _parts(need, False, device is None), host)]
+    if device and check_device:
+        places.append((f"each {device[1].split()[0]}", _parts(need, True, False), device))
+    for where, parts, (avail, source) in places:
+        need_bytes = sum(b for _, b in parts)
+        if need_bytes + HEADROOM <= avail:
+            continue
+        per_cell = need_bytes * (need.devices if where != "the host" else 1) / need.cells
+        fits = int(SUGGEST * max(0, avail - HEADROOM) * (need.devices if where != "the host" else 1) / per_cell)
+        big = "x".join(map(str, largest_grid(run.grid, fits))) if fits >= 1 else "none"
+        listed = ", ".join(f"{name} {_gib(b)}" for name, b in parts)
+        return (f"grid {'x'.join(map(str, run.grid))} needs ~{_gib(need_bytes + HEADROOM)} on {where} "
+                f"({listed}, other {_gib(HEADROOM)}), {_gib(max(avail, 0))} are available ({source}); "
+                f"the largest {run.lattice.upper()} grid of this shape that fits is {big} "
+                f"({ENV}=0 skips this estimate)")
+    return None
+
+
+def check_fits(run: RunConfig, engine: str | None = None) -> None:
+    """Refuse (LbmError, one line) a run whose estimated peak memory exceeds what the host or device has.
+
+    Called twice by lbm.api.preflight: before the Setup is built (``engine`` None: the host, and on a CPU, whose
+    memory is the device's, everything, auto being the native engine there), and on an accelerator once more with the
+    engine built for the run (auto's choice depends on the Setup's walls), for the device's part.
+    """
+    if os.environ.get(ENV, "1") == "0":
+        return
+    import jax
+
+    platform = jax.default_backend()
+    if platform == "cpu" and engine is not None:
+        return  # checked whole before the Setup
+    device = None if platform == "cpu" else device_available()
+    message = refusal(run, estimate(run, platform, engine), host_available(), device, check_device=engine is not None)
+    if message:
+        raise LbmError(message)
+
+
+def describe(run: RunConfig, platform: str = "cpu") -> dict[str, Any]:
+    """The estimate as data (bytes by part, per-cell figures), for scripts and reports."""
+    need = estimate(run, platform)
+    return {**dataclasses.asdict(need), "device_bytes": need.device, "host_only_bytes": need.host_only,
+            "engine": engine_factor(run, platform)[0]}
