@@ -63,12 +63,16 @@ class PallasKernel:
         self.platform = platform_of(platform)
         self.interpret = self.platform not in ACCELERATORS if interpret is None else interpret
         self.form = "rows" if self.platform == "tpu" else "flat"
-        self.inplace = inplace and self.form == "rows" and len(shape) == 3
-        self.push_unsupported = ""
+        self.inplace = inplace and self.form == "rows"
+        self.push_unsupported = self.inplace_note = ""
         if self.inplace:  # the AA kernels index rows, not populations: no int32 limit (the engine's slots have one)
             why = aa.aa_unsupported(setup.lattice, shape, dtype)
-            if why:
+            if why and len(shape) == 3:
                 raise EngineUnavailable(why)
+            if why:  # 2D: the push rows kernel runs every step instead
+                self.inplace, self.inplace_note = False, f"{why}: the push rows kernel runs every step"
+                log.info("engine=pallas: %s", self.inplace_note)
+        if self.inplace:
             self.rows = aa.aa_rows(setup.lattice, shape, dtype.itemsize)
             self.push_unsupported = kernels.rows_unsupported(setup.lattice, shape, dtype)
         else:
@@ -78,7 +82,9 @@ class PallasKernel:
                 why = kernels.rows_unsupported(setup.lattice, shape, dtype)
                 if why:
                     raise EngineUnavailable(why)
-        self.note = f"{self.form} Pallas kernel in interpret mode: slow, for checking" if self.interpret else ""
+        notes = [f"{self.form} Pallas kernel in interpret mode: slow, for checking" if self.interpret else "",
+                 self.inplace_note]
+        self.note = "; ".join(n for n in notes if n)
         if self.interpret:
             log.warning("engine=pallas on %s runs its %s kernel in Pallas interpret mode: slow, for checking only",
                         jax.default_backend(), self.form)
@@ -148,4 +154,23 @@ class PallasEngine(BulkKernelEngine):
         def scheme(name: str) -> Any:
             return lambda f, t, params: self.step(f, t, params, name)
 
-        return jax.jit(self.paired_chunk(n, scheme("push"), scheme("aa_even"), scheme("aa_odd")), donate_argnums=0)
+        if self.setup.lattice.d == 3:
+            return jax.jit(self.paired_chunk(n, scheme("push"), scheme("aa_even"), scheme("aa_odd")),
+                           donate_argnums=0)
+        # 2D: the loop carries the kernels' view of the populations (aa.plane_view: one copy into its layout per
+        # chunk, and one back); an odd chunk's push step runs first, on the grid's shape (its input then dies)
+        first = self.paired_chunk(1, scheme("push")) if n % 2 else None
+        pairs = self.paired_chunk(n - n % 2, scheme("push"), scheme("aa_even"), scheme("aa_odd")) if n > 1 else None
+
+        def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            auxes = []
+            if first is not None:
+                f, aux = first(f, params, t0)
+                auxes.append(aux)
+            if pairs is not None:
+                out, aux = pairs(aa.plane_view(f), params, t0 + n % 2)
+                f = out.reshape(f.shape)
+                auxes.append(aux)
+            return f, {k: jnp.concatenate([a[k] for a in auxes]) for k in auxes[0]}
+
+        return jax.jit(chunk, donate_argnums=0)
