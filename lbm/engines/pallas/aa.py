@@ -1,4 +1,4 @@
-"""The in-place AA-pattern Pallas kernels of the TPU rows form in 3D: one population array, no second buffer.
+"""The in-place AA-pattern Pallas kernels of the TPU rows form, 3D and 2D: one population array, no second buffer.
 
 The AA pattern (Bailey et al. 2009; the native engine's scheme, lbm.engines.plan.slot_maps) runs two steps
 that each read and write every population once, in place, and leave the array canonical after the pair:
@@ -27,6 +27,15 @@ is waited on only when its buffer is needed again, or at the end).
 
 ``aa_even_step``: the same, with every window at offset 0 (``pipeline="dma"``), or (``"blocks"``, the
 default) plain BlockSpec blocks of R rows, the input aliased to the output and pipelined by Pallas.
+
+2D (D2Q9): the kernels index the populations (Q, nx, ny) as (Q, nx, ny / 128, 128) (``plane_view``; ny a
+multiple of 1024, so that a row of y fills whole (8, 128) tiles), so x is the major, untiled axis exactly as in
+3D and the DMA windows shift along it. A DMA window on (Q, nx, ny) itself would not do: x is the sublane axis
+there, and Mosaic slices it only at offsets and sizes that are multiples of 8 (jax 0.10.2, deviceless v5e). The
+y shift of a row (ny / 128, 128) is a lane roll by c_y, with the c_y lanes that wrap taken from the neighbouring
+sublane row (a sublane roll, periodic: ``_shifted_flat``). The view is not free in HBM (the (8, 128) tiles of
+(x, y) are not those of (y / 128, 128)): the pallas engine's chunk copies into it once and back, holding 2x the
+populations at 2048^2 and up (v5e, deviceless; at 1024^2 XLA keeps the view in VMEM).
 
 Both run in Pallas interpret mode on a CPU (slow, for checking; tests/test_pallas_inplace.py). They are
 named ``BULK_SCOPE``, as the push kernels.

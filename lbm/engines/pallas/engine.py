@@ -10,11 +10,14 @@ one step before the loop. The boundary cells come from the plan the native engin
 through the same stage functions as every other engine (lbm.engines.timestep, each boundary
 condition's block form), and scattered into the ``push`` slots the kernel wrote.
 
-On a TPU in 3D the loop runs in place instead (lbm.engines.pallas.aa): each iteration is an AA
+On a TPU the loop runs in place instead (lbm.engines.pallas.aa): each iteration is an AA
 pair, the even step and the odd step, each aliasing the one population array, so the compiled
 chunk holds the populations once (an odd chunk's lone first step is still a push step, which
-writes a second buffer). The boundary cells are gathered from the ``aa_even`` / ``aa_odd``
-slots before the kernel overwrites them, and scattered into the slots it wrote.
+writes a second buffer). In 2D the loop carries the kernels' view of the populations
+(aa.plane_view: one copy into it per chunk and one back, 2x the populations); where ny is not a
+multiple of 1024 the push kernel runs every step, and the engine's note says so. The boundary cells
+are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
+scattered into the slots it wrote.
 
 Kernel formulation by platform: ``flat`` on GPUs (Triton), ``rows`` on TPUs (Mosaic; it needs
 a first axis the row blocks divide). On a CPU the kernel runs in Pallas interpret mode:
@@ -48,8 +51,9 @@ def platform_of(platform: str | None) -> str:
 class PallasKernel:
     """The bulk kernel for a grid (a whole one, or one device's block) on a platform: its form and interpret mode.
 
-    ``inplace``: where the form is ``rows`` in 3D, also the in-place AA pair (:attr:`inplace` True where it runs;
-    the push step, for an odd chunk's first step, then need not fit: :attr:`push_unsupported` says why not).
+    ``inplace``: where the form is ``rows``, also the in-place AA pair (:attr:`inplace` True where it runs; in 2D
+    a grid it does not fit runs the push kernel, :attr:`inplace_note` says why; where the pair runs, the push step,
+    for an odd chunk's first step, need not fit: :attr:`push_unsupported` says why not).
     """
 
     def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
