@@ -43,6 +43,7 @@ named ``BULK_SCOPE``, as the push kernels.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -298,12 +299,12 @@ def _collider(lattice: Lattice, omega_plus: float, omega_minus: float, force: np
 def _viewed(step: Callable[..., jnp.ndarray]) -> Callable[..., jnp.ndarray]:
     """``step`` on a 2D grid's populations ``(Q, nx, ny)`` through :func:`plane_view` and back (in the engine's
     loop the view is the carried array itself: no copy per step)."""
+    @functools.wraps(step)
     def on_grid(f: jnp.ndarray, lattice: Lattice, *args: Any, **kw: Any) -> jnp.ndarray:
         if f.ndim == lattice.d + 1 and lattice.d == 2:
             return step(plane_view(f), lattice, *args, **kw).reshape(f.shape)
         return step(f, lattice, *args, **kw)
 
-    on_grid.__doc__, on_grid.__name__ = step.__doc__, step.__name__
     return on_grid
 
 
