@@ -5,8 +5,9 @@
 # the device tests of the 2D pair (the compiled kernels against xla: a periodic box and the cavity, ny = 1024), the
 # 2D pair against the push rows kernel per block height (scripts/tpu_aa_sweep.py --only d2q9, 4096^2), then one
 # `lbm bench` (the bandwidth probe in the same run) of D2Q9 periodic 4096^2, pallas and xla. In $OUT: aa2d.log,
-# aa2d.json, bench-d2q9-4096.json. min_time_s=0.5: chunks of 256 steps at 4096^2, so that the 2D chunk's two copies
-# into and out of the kernels' view (4 population passes) cost under 1 % of the 512 passes of the steps.
+# aa2d.json, bench-d2q9-4096.json. min_time_s=0.5: steps per chunk = 0.5 s over the step time, rounded up to a power
+# of two (lbm.bench.throughput), some hundreds at 4096^2, so that the 2D chunk's two copies into and out of the
+# kernels' view (about 4 population passes) weigh little against 2 passes per step.
 # Rehearsal on a CPU (interpret mode, tiny grids, numbers meaningless):
 #   JAX_PLATFORMS=cpu LBM_DEVICE_REHEARSAL=1 AA2D_N=1024 OUT=/tmp/aa2d-out bash scripts/device_aa2d.sh
 set -u
