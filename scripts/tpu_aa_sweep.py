@@ -1,8 +1,8 @@
 """The in-place AA kernels against the push rows kernel on a TPU, at HBM-bound sizes, in one process (issue 38).
 
-    python scripts/tpu_aa_sweep.py [--out FILE.json] [--steps 20] [--probe 667] [--only d3q19]
+    python scripts/tpu_aa_sweep.py [--out FILE.json] [--steps 20] [--probe 667] [--only d3q19|d3q27|d2q9]
 
-For D3Q19 and D3Q27 at 256^3 it times, per block height R (rows per program), ``--steps`` periodic BGK steps
+For D3Q19 and D3Q27 at 256^3, and D2Q9 at 4096^2, it times, per block height R (rows per program), ``--steps`` periodic BGK steps
 inside one jitted ``lax.fori_loop`` (two steps per iteration, the array donated, as the pallas engine's chunk):
 
 ``push``        lbm.engines.pallas.kernels.rows_step twice (two buffers; reads (R + 2) / R of f: its halo rows)
@@ -12,6 +12,9 @@ inside one jitted ``lax.fori_loop`` (two steps per iteration, the array donated,
 ``aa_2buf``     ``aa`` with two VMEM buffers in the odd step's ring, not three (program p then first waits for
                 block p - 1's write-back)
 ``even``/``odd`` one kernel alone, twice per iteration (in place; the populations stay zero, so finite)
+
+In 2D the in-place variants loop on the kernels' view of the populations (lbm.engines.pallas.aa.plane_view: y as
+(ny / 128, 128) planes), as the pallas engine's chunk does; ``push`` on the grid's shape (its R: a multiple of 8).
 
 and prints MLUPS and GB/s at the minimum traffic (read and write every population once: 2 Q 4 B per cell),
 as a share of ``--probe`` GB/s (the chip's measured bandwidth; 667 GB/s on the lent v5e). A configuration the
@@ -37,9 +40,11 @@ from lbm.engines.pallas import aa, kernels
 from lbm.lattice import get_lattice
 
 TPU_CASES = (("d3q19", (256, 256, 256), (2, 1, 4), ("aa", "push", "aa_dma", "aa_2buf", "even", "odd")),
-             ("d3q27", (256, 256, 256), (2, 1, 4), ("aa", "push", "aa_dma", "aa_2buf", "even", "odd")))
+             ("d3q27", (256, 256, 256), (2, 1, 4), ("aa", "push", "aa_dma", "aa_2buf", "even", "odd")),
+             ("d2q9", (4096, 4096), (64, 32, 128, 8), ("aa", "push", "aa_2buf", "aa_dma")))
 CPU_CASES = (("d3q19", (8, 8, 128), (2, 1), ("aa", "push", "aa_dma", "aa_2buf", "even", "odd")),
-             ("d3q27", (4, 8, 128), (1,), ("aa", "push")))
+             ("d3q27", (4, 8, 128), (1,), ("aa", "push")),
+             ("d2q9", (16, 1024), (8,), ("aa", "push", "aa_2buf")))
 OMEGA = 1 / 0.6
 """BGK at tau 0.6."""
 
@@ -69,8 +74,8 @@ def chunk(variant: str, lattice: Any, rows: int, steps: int, interpret: bool) ->
 
 
 def timed_chunk(fn: Any, q: int, shape: tuple[int, ...]) -> tuple[float, float, Any]:
-    """A donated chunk on zero populations ``(q, *shape)``: its first call's seconds, the median of three more
-    calls, and the last populations."""
+    """A donated chunk on zero populations ``(q, *shape)`` (the array the chunk loops on): its first call's
+    seconds, the median of three more calls, and the last populations."""
     f = jnp.zeros((q, *shape), jnp.float32)
     t0 = time.perf_counter()
     f = jax.block_until_ready(fn(f))
@@ -95,7 +100,8 @@ def measure(name: str, shape: tuple[int, ...], rows: int, variant: str, steps: i
            "engine_rows": mark == "*"}
     label = f"{name} {'x'.join(map(str, shape))} {variant:8s} R={rows}{mark}"
     try:
-        row["first_call_s"], t, f = timed_chunk(chunk(variant, lat, rows, steps, cpu), lat.q, shape)
+        looped = shape if variant == "push" else aa.view_shape(shape)  # 2D: the kernels' view (module doc)
+        row["first_call_s"], t, f = timed_chunk(chunk(variant, lat, rows, steps, cpu), lat.q, looped)
         row["finite"] = bool(jnp.isfinite(f).all())
         del f
         row["mlups"] = cells * steps / t / 1e6
@@ -116,7 +122,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--probe", type=float, default=667.0, help="the chip's measured bandwidth, GB/s")
-    ap.add_argument("--only", default=None, help="one lattice (d3q19 or d3q27)")
+    ap.add_argument("--only", default=None, help="one lattice (d3q19, d3q27 or d2q9)")
     args = ap.parse_args()
     dev = jax.devices()[0]
     cpu = dev.platform == "cpu"

@@ -203,14 +203,18 @@ on_device = pytest.mark.skipif(jax.default_backend() not in ("gpu", "tpu") and n
 
 
 DEVICE_CASES = {**CASES, "taylor_green_3d": ["case=taylor_green_3d", "lattice=d3q27", "grid.nx=16", "grid.ny=16",
-                                               "grid.nz=16"]}
+                                               "grid.nz=16"],
+                "taylor_green_aa2d": ["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
+                "cavity_aa2d": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"]}
 """On the device also a periodic 3D box of 8 blocks along x: on a TPU the in-place AA kernels (lbm.engines.pallas.aa),
-their DMA windows wrapping around x, the cumulant collision."""
+their DMA windows wrapping around x, the cumulant collision; and D2Q9 grids with ny = 1024, where the 2D AA pair runs
+(y as (8, 128) planes, 8 blocks of 2 rows along x), periodic and with walls."""
 
 
 @pytest.mark.device
 @on_device
-@pytest.mark.parametrize("name", ["cylinder", "cavity", "taylor_green", "cavity_d3q19", "taylor_green_3d"])
+@pytest.mark.parametrize("name", ["cylinder", "cavity", "taylor_green", "cavity_d3q19", "taylor_green_3d",
+                                  "taylor_green_aa2d", "cavity_aa2d"])
 def test_on_the_device_the_compiled_kernel_equals_the_reference(name):
     """The compiled kernel (Triton or Mosaic, not interpreted) against xla on the same device, 20 steps float32.
 
@@ -225,6 +229,8 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name):
     engine = make_engine(setup, engine="pallas")
     assert engine.name == "pallas", engine.note
     assert engine.interpret == (jax.default_backend() == "cpu")  # compiled wherever there is an accelerator
+    if name.endswith("aa2d") and jax.default_backend() == "tpu":
+        assert engine.bulk.inplace, engine.note  # the 2D AA pair, not the push kernel
     _compare(setup, engine, 20, 1e-5, aux_tol=1e-5)
 
 

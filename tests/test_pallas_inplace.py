@@ -34,31 +34,38 @@ COLLISIONS = {"trt": None, "cumulant": Collision("cumulant", 1.7)}
 
 def _random(lat, shape, seed=1):
     rng = np.random.default_rng(seed)
-    return jnp.asarray(lat.w.reshape(-1, 1, 1, 1) * 0.2 * rng.standard_normal((lat.q, *shape)), jnp.float32)
+    w = lat.w.reshape((-1,) + (1,) * len(shape))
+    return jnp.asarray(w * 0.2 * rng.standard_normal((lat.q, *shape)), jnp.float32)
 
 
 def _collide(f, lat, collision):
-    drho, u = macroscopic(f, lat, FORCE)
+    force = FORCE[: lat.d]
+    drho, u = macroscopic(f, lat, force)
     feq = equilibrium(drho, u, lat)
     if collision is None:
-        return collide(f, feq, u, lat, 1.3, 0.8, FORCE)  # TRT
-    return collision(f, feq, u, lat, FORCE)
+        return collide(f, feq, u, lat, 1.3, 0.8, force)  # TRT
+    return collision(f, feq, u, lat, force)
 
 
-def _kernel_args(collision):
+def _kernel_args(collision, lat=None):
     rate = (1.3, 0.8) if collision is None else (collision.omega, collision.omega)
-    return dict(omega_plus=rate[0], omega_minus=rate[1], force=FORCE, interpret=True, collision=collision)
+    force = FORCE[: lat.d] if lat is not None else FORCE
+    return dict(omega_plus=rate[0], omega_minus=rate[1], force=force, interpret=True, collision=collision)
 
 
 def _upstream(a, lat):
     """The odd step's pre-collision populations of every cell: f_i(x) = a[opp(i), x - c_i]."""
-    return jnp.stack([jnp.roll(a[int(lat.opposite[i])], tuple(lat.c[i]), axis=(0, 1, 2)) for i in range(lat.q)])
+    axes = tuple(range(lat.d))
+    return jnp.stack([jnp.roll(a[int(lat.opposite[i])], tuple(lat.c[i]), axis=axes) for i in range(lat.q)])
 
 
 KERNEL_CASES = [("d3q19", (4, 8, 128), 1, "trt"), ("d3q19", (4, 8, 128), 2, "trt"), ("d3q19", (4, 8, 128), 4, "trt"),
-                ("d3q27", (6, 8, 128), 3, "trt"), ("d3q27", (6, 16, 128), 2, "cumulant")]
+                ("d3q27", (6, 8, 128), 3, "trt"), ("d3q27", (6, 16, 128), 2, "cumulant"),
+                ("d2q9", (6, 1024), 1, "trt"), ("d2q9", (6, 2048), 2, "trt"), ("d2q9", (4, 1024), 4, "cumulant")]
 """Block heights of one row (unrolled), several (the row loop), and the whole axis (every window of the odd step
-wraps inside one block); an odd height; TRT with a force, and the cumulant operator."""
+wraps inside one block); an odd height; TRT with a force, and the cumulant operator. D2Q9 with ny = 1024 and 2048:
+y viewed as (8, 128) and (16, 128) planes (lbm.engines.pallas.aa.plane_view), so the y shift crosses lanes and
+sublanes and wraps from the last sublane row to the first."""
 
 
 # all slow: the fast lane runs both kernels through the engine (box_d3q19 against xla, below) and the DMA ring's waits
@@ -66,7 +73,7 @@ wraps inside one block); an odd height; TRT with a force, and the cumulant opera
 @pytest.mark.parametrize("lattice,shape,rows,collision", slow_except(KERNEL_CASES, fast=set()))
 def test_each_aa_kernel_equals_its_reference_and_a_pair_two_push_steps(lattice, shape, rows, collision):
     lat, collision = LATTICES[lattice], COLLISIONS[collision]
-    kw = _kernel_args(collision)
+    kw = _kernel_args(collision, lat)
     f = _random(lat, shape)
     post = _collide(f, lat, collision)
     even = aa_even_step(f, lat, rows=rows, **kw)
@@ -96,6 +103,20 @@ def test_the_dma_ring_under_tpu_interpret_mode(rows, buffers):
 
 
 @pytest.mark.slow
+def test_the_2d_dma_ring_under_tpu_interpret_mode():
+    """D2Q9 (8 x 2048: planes of (16, 128)) through the ring of three buffers, blocks of 2 rows, TRT with a force."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    lat = LATTICES["d2q9"]
+    f = _random(lat, (8, 2048))
+    kw = dict(_kernel_args(None, lat), interpret=pltpu.InterpretParams())
+    pair = aa_odd_step(aa_even_step(f, lat, rows=2, pipeline="dma", **kw), lat, rows=2, **kw)
+    post = _collide(f, lat, None)
+    two = stream(_collide(stream(post, lat), lat, None), lat)
+    np.testing.assert_allclose(np.asarray(pair), np.asarray(two), rtol=0, atol=TOL)
+
+
+@pytest.mark.slow
 def test_the_even_kernel_through_the_dma_ring_equals_it_through_blocks():
     lat = LATTICES["d3q19"]
     f = _random(lat, (4, 8, 128))
@@ -108,16 +129,22 @@ BOX19 = ["case=taylor_green", "lattice=d3q19", "grid.nx=6", "grid.ny=8", "grid.n
 BOX27 = ["case=taylor_green", "lattice=d3q27", "grid.nx=16", "grid.ny=8", "grid.nz=128"]
 CAVITY = ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"]
 CYLINDER = ["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"]
+BOX9 = ["case=taylor_green", "lattice=d2q9", "grid.nx=8", "grid.ny=1024"]
 CASES = {"box_d3q19": BOX19, "box_d3q27_cumulant": BOX27 + ["collision=cumulant"], "cavity_d3q19": CAVITY,
-         "cylinder_d3q19": CYLINDER}
+         "cylinder_d3q19": CYLINDER, "box_d2q9": BOX9, "box_d2q9_mrt": BOX9 + ["collision=mrt"],
+         "cavity_d2q9": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
+         "cylinder_d2q9": ["case=cylinder", "lattice=d2q9", "grid.nx=24", "grid.ny=1024", "case.radius=5"]}
 ENGINE_CASES = [("box_d3q19", 3), ("box_d3q19", 4), ("box_d3q27_cumulant", 2), ("cavity_d3q19", 3),
-                ("cylinder_d3q19", 4)]
+                ("cylinder_d3q19", 4), ("box_d2q9", 3), ("box_d2q9", 4), ("box_d2q9_mrt", 2), ("cavity_d2q9", 3),
+                ("cylinder_d2q9", 4)]
 """Periodic D3Q19 (BGK; one row per block) over an odd chunk (a push step, then a pair) and an even one; D3Q27
 cumulant (two rows per block); the lid-driven cavity (walls and the moving lid) and the cylinder (inlet, outflow,
-obstacle walls, and its force) on the boundary cells' slots."""
+obstacle walls, and its force) on the boundary cells' slots. The same in 2D with ny = 1024 (the 2D pair on the
+engine's view of the populations, lbm.engines.pallas.aa.plane_view; one row per block in the box, two in the
+cavity), and D2Q9 MRT."""
 
 
-@pytest.mark.parametrize("name,steps", slow_except(ENGINE_CASES, fast={("box_d3q19", 3)}))
+@pytest.mark.parametrize("name,steps", slow_except(ENGINE_CASES, fast={("box_d3q19", 3), ("box_d2q9", 3)}))
 def test_the_inplace_engine_equals_the_xla_engine(name, steps):
     setup = setup_for(CASES[name], "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=True)
@@ -142,7 +169,19 @@ def test_block_heights_and_what_the_inplace_kernels_refuse():
     assert aa_rows(d3q19, (6, 8, 128)) == 1
     assert aa_unsupported(d3q19, (512, 512, 512), jnp.float32) == ""
     assert "does not fit" in aa_unsupported(d3q27, (512, 512, 512), jnp.float32)  # 27 MiB a row
-    assert "3D only" in aa_unsupported(LATTICES["d2q9"], (64, 64), jnp.float32)
+    d2q9 = LATTICES["d2q9"]
+    assert aa_rows(d2q9, (4096, 4096)) == 64  # a row is 144 KiB: 64 rows fit 16 MiB, and leave 64 blocks
+    assert aa_rows(d2q9, (16, 1024)) == 2
+    assert aa_unsupported(d2q9, (4096, 4096), jnp.float32) == aa_unsupported(d2q9, (24, 1024), jnp.float32) == ""
+    assert "multiple of 1024" in aa_unsupported(d2q9, (1024, 1000), jnp.float32)
+    assert "multiple of 1024" in aa_unsupported(d2q9, (64, 512), jnp.float32)
+
+
+def test_a_2d_grid_the_inplace_kernels_do_not_fit_runs_the_push_kernel_and_says_so():
+    setup = setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=512"], "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    assert not engine.bulk.inplace and "multiple of 1024" in engine.note and "push rows kernel" in engine.note
+    engine.chunk_function(3)  # the push kernel's chunk: any number of steps
 
 
 def test_a_grid_only_the_inplace_kernels_fit_runs_even_chunks_only():
@@ -161,10 +200,12 @@ def test_a_grid_only_the_inplace_kernels_fit_runs_even_chunks_only():
 
 
 @pytest.mark.accel
-@pytest.mark.parametrize("steps,ratio", [(10, 1.0), (11, 2.0)])
-def test_v5e_chunk_holds_the_populations_once(steps, ratio):
+@pytest.mark.parametrize("lattice,steps,ratio", [("d3q19", 10, 1.0), ("d3q19", 11, 2.0), ("d2q9", 10, 2.0)])
+def test_v5e_chunk_holds_the_populations_once(lattice, steps, ratio):
     """Planned memory of the compiled chunk (D3Q19 128^3): the populations once; twice with an odd chunk's push step.
-    (Not at 64^3: a last axis of 64 is padded to 128 lanes, and XLA plans the odd chunk's push buffer there apart.)"""
+    (Not at 64^3: a last axis of 64 is padded to 128 lanes, and XLA plans the odd chunk's push buffer there apart.)
+    D2Q9 2048^2: twice, the populations and their copy in the kernels' layout (lbm.engines.pallas.aa.plane_view: the
+    (8, 128) tiles of (x, y) are not those of (y / 128, 128)); the push kernel planned 2.5x."""
     if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
     from lbm.bench.inspect import load_target, prepare_environment, target_sharding
@@ -174,11 +215,12 @@ def test_v5e_chunk_holds_the_populations_once(steps, ratio):
     prepare_environment(target)
     import jax
 
-    setup = setup_for(["case=taylor_green", "lattice=d3q19", "grid.nx=128", "grid.ny=128", "grid.nz=128"], "float32")
+    grid = ["grid.nx=128", "grid.ny=128", "grid.nz=128"] if lattice == "d3q19" else ["grid.nx=2048", "grid.ny=2048"]
+    setup = setup_for(["case=taylor_green", f"lattice={lattice}", *grid], "float32")
     engine = PallasEngine(setup, platform="tpu")
     sharding = target_sharding(target)
     args = (jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype), engine.params, step_index(0))
     specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
     m = engine.chunk_function(steps).lower(*specs).compile().memory_analysis()
     planned = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
-    assert planned / (setup.lattice.q * 128**3 * 4) == pytest.approx(ratio, abs=0.01)
+    assert planned / (setup.lattice.q * np.prod(setup.shape) * 4) == pytest.approx(ratio, abs=0.01)

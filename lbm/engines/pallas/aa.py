@@ -1,4 +1,4 @@
-"""The in-place AA-pattern Pallas kernels of the TPU rows form in 3D: one population array, no second buffer.
+"""The in-place AA-pattern Pallas kernels of the TPU rows form, 3D and 2D: one population array, no second buffer.
 
 The AA pattern (Bailey et al. 2009; the native engine's scheme, lbm.engines.plan.slot_maps) runs two steps
 that each read and write every population once, in place, and leave the array canonical after the pair:
@@ -28,12 +28,22 @@ is waited on only when its buffer is needed again, or at the end).
 ``aa_even_step``: the same, with every window at offset 0 (``pipeline="dma"``), or (``"blocks"``, the
 default) plain BlockSpec blocks of R rows, the input aliased to the output and pipelined by Pallas.
 
+2D (D2Q9): the kernels index the populations (Q, nx, ny) as (Q, nx, ny / 128, 128) (``plane_view``; ny a
+multiple of 1024, so that a row of y fills whole (8, 128) tiles), so x is the major, untiled axis exactly as in
+3D and the DMA windows shift along it. A DMA window on (Q, nx, ny) itself would not do: x is the sublane axis
+there, and Mosaic slices it only at offsets and sizes that are multiples of 8 (jax 0.10.2, deviceless v5e). The
+y shift of a row (ny / 128, 128) is a lane roll by c_y, with the c_y lanes that wrap taken from the neighbouring
+sublane row (a sublane roll, periodic: ``_shifted_flat``). The view is not free in HBM (the (8, 128) tiles of
+(x, y) are not those of (y / 128, 128)): the pallas engine's chunk copies into it once and back, holding 2x the
+populations at 2048^2 and up (v5e, deviceless; at 1024^2 XLA keeps the view in VMEM).
+
 Both run in Pallas interpret mode on a CPU (slow, for checking; tests/test_pallas_inplace.py). They are
 named ``BULK_SCOPE``, as the push kernels.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -67,23 +77,42 @@ goes back to HBM from the third (with two, program p first waits for block p - 1
 idles while p computes, beyond the time block p + 1's fetch takes)."""
 
 
+LANES = 128
+"""Lanes of a TPU vector register: a 2D grid's y axis is viewed as rows of this many cells (:func:`plane_view`)."""
+
+
+def view_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The grid shape the in-place kernels index: 3D as is; 2D (nx, ny) as (nx, ny / 128, 128), so that x stays
+    the major, untiled axis (the DMA windows shift along it) and a row of y fills whole (8, 128) tiles."""
+    return shape if len(shape) == 3 else (shape[0], shape[1] // LANES, LANES)
+
+
+def plane_view(f: jnp.ndarray) -> jnp.ndarray:
+    """Populations ``(Q, *grid)`` as the in-place kernels take them (:func:`view_shape`; the same elements in
+    the same order; in 2D XLA copies them into the view's tiled layout)."""
+    return f.reshape(f.shape[0], *view_shape(tuple(f.shape[1:])))
+
+
 def aa_rows(lattice: Lattice, shape: tuple[int, ...], itemsize: int = 4, budget: int = AA_BYTES) -> int:
-    """Rows per block of the in-place kernels: the largest divisor of nx whose block fits ``budget`` bytes of VMEM
-    and leaves at least MIN_BLOCKS blocks (so that DMAs overlap the compute), else 1."""
-    nx, row = shape[0], vmem_bytes(lattice.q, (1, *shape[1:]), itemsize)
+    """Rows per block of the in-place kernels on grid ``shape``: the largest divisor of nx whose block fits
+    ``budget`` bytes of VMEM and leaves at least MIN_BLOCKS blocks (so that DMAs overlap the compute), else 1."""
+    nx, row = shape[0], vmem_bytes(lattice.q, (1, *view_shape(shape)[1:]), itemsize)
     fitting = [b for b in range(1, nx + 1) if nx % b == 0 and b * row <= budget and nx // b >= MIN_BLOCKS]
     return max(fitting) if fitting else 1
 
 
 def aa_unsupported(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
     """Why the in-place kernels cannot run this grid on a TPU ('' when they can)."""
-    if len(shape) != 3:
-        return "the in-place (AA) Pallas kernels are 3D only"
+    if len(shape) not in (2, 3):
+        return "the in-place (AA) Pallas kernels are 2D and 3D only"
+    if len(shape) == 2 and shape[1] % (8 * LANES):
+        return (f"grid {'x'.join(map(str, shape))}: the 2D in-place Pallas kernels need ny a multiple of "
+                f"{8 * LANES} (rows of y as whole (8, {LANES}) tiles)")
     if jnp.dtype(dtype) != jnp.float32:
         return f"the TPU Pallas kernel computes in float32, not {jnp.dtype(dtype)}"
     if np.abs(lattice.c[:, 0]).max() > 1:
         return "the in-place Pallas kernels stream at most one row along x"
-    size = vmem_bytes(lattice.q, (1, *shape[1:]), 4)
+    size = vmem_bytes(lattice.q, (1, *view_shape(shape)[1:]), 4)
     if size > AA_BLOCK_MAX:
         return (f"grid {'x'.join(map(str, shape))}: one row of the in-place TPU kernel ({size / 2**20:.0f} MiB) "
                 f"does not fit its VMEM budget ({AA_BLOCK_MAX // 2**20} MiB)")
@@ -122,6 +151,21 @@ def _shifted(v: Any, c: np.ndarray, roll: Any) -> Any:
     return v
 
 
+def _shifted_flat(v: Any, c: np.ndarray, roll: Any) -> Any:
+    """A 2D grid's row(s) ``v`` (.., ny / 128, 128) (:func:`view_shape`) shifted by c_y along y, periodic:
+    v'[y] = v[y - c_y] with y = 128 s + l. A lane roll by c_y, and in the c_y lanes it wraps, the same lanes of
+    the neighbouring sublane row (a sublane roll by the sign of c_y, periodic: the last row's neighbour is the
+    first)."""
+    cy = int(c[1])
+    if not cy:
+        return v
+    lanes = v.shape[-1]
+    r = roll(v, cy % lanes, v.ndim - 1)
+    s = roll(r, (1 if cy > 0 else -1) % v.shape[-2], v.ndim - 2)
+    lane = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 1)
+    return jnp.where(lane < cy if cy > 0 else lane >= lanes + cy, s, r)
+
+
 def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]]) -> Callable[[Any, Any, Any], None]:
     """Row r of the even step, from ``src`` (Q, R, y, z) into ``dst`` (may be ``src``): f*_i into slot opp(i)."""
     opp = [int(k) for k in lattice.opposite]
@@ -138,12 +182,13 @@ def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], roll: 
              ) -> Callable[[Any, Any, Any], None]:
     """Row r of the odd step on a block of windows, in place: f_i = roll(slot opp(i), c_i), slot i = roll(f*_i, c_i)."""
     opp = [int(k) for k in lattice.opposite]
+    shift = _shifted if lattice.d == 3 else _shifted_flat
 
     def row(src: Any, dst: Any, r: Any) -> None:
-        pre = [_shifted(src[opp[i], pl.ds(r, 1)], lattice.c[i], roll) for i in range(lattice.q)]
+        pre = [shift(src[opp[i], pl.ds(r, 1)], lattice.c[i], roll) for i in range(lattice.q)]
         post = collide(pre)
         for i in range(lattice.q):
-            dst[i, pl.ds(r, 1)] = _shifted(post[i], lattice.c[i], roll).astype(dst.dtype)
+            dst[i, pl.ds(r, 1)] = shift(post[i], lattice.c[i], roll).astype(dst.dtype)
 
     return row
 
@@ -251,12 +296,32 @@ def _collider(lattice: Lattice, omega_plus: float, omega_minus: float, force: np
     return lambda fs: collide_cell(fs, lattice, omega_plus, omega_minus, force, collision)
 
 
+def _viewed(step: Callable[..., jnp.ndarray]) -> Callable[..., jnp.ndarray]:
+    """``step`` on a 2D grid's populations ``(Q, nx, ny)`` through :func:`plane_view` and back (in the engine's
+    loop the view is the carried array itself: no copy per step)."""
+    @functools.wraps(step)
+    def on_grid(f: jnp.ndarray, lattice: Lattice, *args: Any, **kw: Any) -> jnp.ndarray:
+        if f.ndim == lattice.d + 1 and lattice.d == 2:
+            return step(plane_view(f), lattice, *args, **kw).reshape(f.shape)
+        return step(f, lattice, *args, **kw)
+
+    return on_grid
+
+
+def _grid_of(view: jnp.ndarray, lattice: Lattice) -> tuple[int, ...]:
+    """The grid shape of populations in the kernels' view (:func:`view_shape`)."""
+    shape = tuple(view.shape[1:])
+    return shape if lattice.d == 3 else (shape[0], shape[1] * shape[2])
+
+
+@_viewed
 def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
                  force: np.ndarray | None, interpret: bool = False, rows: int | None = None,
                  collision: Collision | None = None, pipeline: str = "blocks") -> jnp.ndarray:
-    """The AA even step of populations ``(Q, nx, ny, nz)`` in place (``f`` aliased to the result; donate it)."""
+    """The AA even step of populations ``(Q, *grid)`` (or their :func:`plane_view`) in place (``f`` aliased to
+    the result; donate it)."""
     q, shape = lattice.q, tuple(f.shape[1:])
-    rows = rows or aa_rows(lattice, shape, f.dtype.itemsize)
+    rows = rows or aa_rows(lattice, _grid_of(f, lattice), f.dtype.itemsize)
     row = _even_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision))
     if pipeline == "dma":
         return _ring_call(f, [0] * q, rows, BUFFERS, row, interpret)
@@ -264,7 +329,7 @@ def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minu
         raise ValueError(f"unknown pipeline {pipeline!r}: choose one of {', '.join(PIPELINES)}")
     if shape[0] % rows:
         raise ValueError(f"{rows} rows per block do not divide nx = {shape[0]}")
-    spec = pl.BlockSpec((q, rows, *shape[1:]), lambda p: (0, p, 0, 0))
+    spec = pl.BlockSpec((q, rows, *shape[1:]), lambda p: (0, p, 0, 0))  # 2D: the view is 4D too
     block = vmem_bytes(q, (rows, *shape[1:]), f.dtype.itemsize)
 
     def kernel(f_ref: Any, o_ref: Any) -> None:
@@ -283,13 +348,14 @@ def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minu
     )(f)
 
 
+@_viewed
 def aa_odd_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
                 force: np.ndarray | None, interpret: bool = False, rows: int | None = None,
                 collision: Collision | None = None, buffers: int = BUFFERS) -> jnp.ndarray:
-    """The AA odd step of populations ``(Q, nx, ny, nz)`` in place (``f`` aliased to the result; donate it)."""
+    """The AA odd step of populations ``(Q, *grid)`` (or their :func:`plane_view`) in place (``f`` aliased to
+    the result; donate it)."""
     from jax.experimental.pallas import tpu as pltpu
 
-    shape = tuple(f.shape[1:])
-    rows = rows or aa_rows(lattice, shape, f.dtype.itemsize)
+    rows = rows or aa_rows(lattice, _grid_of(f, lattice), f.dtype.itemsize)
     row = _odd_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision), pltpu.roll)
     return _ring_call(f, [int(c) for c in lattice.c[:, 0]], rows, buffers, row, interpret)

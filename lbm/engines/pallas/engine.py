@@ -10,11 +10,14 @@ one step before the loop. The boundary cells come from the plan the native engin
 through the same stage functions as every other engine (lbm.engines.timestep, each boundary
 condition's block form), and scattered into the ``push`` slots the kernel wrote.
 
-On a TPU in 3D the loop runs in place instead (lbm.engines.pallas.aa): each iteration is an AA
+On a TPU the loop runs in place instead (lbm.engines.pallas.aa): each iteration is an AA
 pair, the even step and the odd step, each aliasing the one population array, so the compiled
 chunk holds the populations once (an odd chunk's lone first step is still a push step, which
-writes a second buffer). The boundary cells are gathered from the ``aa_even`` / ``aa_odd``
-slots before the kernel overwrites them, and scattered into the slots it wrote.
+writes a second buffer). In 2D the loop carries the kernels' view of the populations
+(aa.plane_view: one copy into it per chunk and one back, 2x the populations); where ny is not a
+multiple of 1024 the push kernel runs every step, and the engine's note says so. The boundary cells
+are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
+scattered into the slots it wrote.
 
 Kernel formulation by platform: ``flat`` on GPUs (Triton), ``rows`` on TPUs (Mosaic; it needs
 a first axis the row blocks divide). On a CPU the kernel runs in Pallas interpret mode:
@@ -48,8 +51,9 @@ def platform_of(platform: str | None) -> str:
 class PallasKernel:
     """The bulk kernel for a grid (a whole one, or one device's block) on a platform: its form and interpret mode.
 
-    ``inplace``: where the form is ``rows`` in 3D, also the in-place AA pair (:attr:`inplace` True where it runs;
-    the push step, for an odd chunk's first step, then need not fit: :attr:`push_unsupported` says why not).
+    ``inplace``: where the form is ``rows``, also the in-place AA pair (:attr:`inplace` True where it runs; in 2D
+    a grid it does not fit runs the push kernel, :attr:`inplace_note` says why; where the pair runs, the push step,
+    for an odd chunk's first step, need not fit: :attr:`push_unsupported` says why not).
     """
 
     def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
@@ -63,12 +67,16 @@ class PallasKernel:
         self.platform = platform_of(platform)
         self.interpret = self.platform not in ACCELERATORS if interpret is None else interpret
         self.form = "rows" if self.platform == "tpu" else "flat"
-        self.inplace = inplace and self.form == "rows" and len(shape) == 3
-        self.push_unsupported = ""
+        self.inplace = inplace and self.form == "rows"
+        self.push_unsupported = self.inplace_note = ""
         if self.inplace:  # the AA kernels index rows, not populations: no int32 limit (the engine's slots have one)
             why = aa.aa_unsupported(setup.lattice, shape, dtype)
-            if why:
+            if why and len(shape) == 3:
                 raise EngineUnavailable(why)
+            if why:  # 2D: the push rows kernel runs every step instead
+                self.inplace, self.inplace_note = False, f"{why}: the push rows kernel runs every step"
+                log.info("engine=pallas: %s", self.inplace_note)
+        if self.inplace:
             self.rows = aa.aa_rows(setup.lattice, shape, dtype.itemsize)
             self.push_unsupported = kernels.rows_unsupported(setup.lattice, shape, dtype)
         else:
@@ -78,7 +86,9 @@ class PallasKernel:
                 why = kernels.rows_unsupported(setup.lattice, shape, dtype)
                 if why:
                     raise EngineUnavailable(why)
-        self.note = f"{self.form} Pallas kernel in interpret mode: slow, for checking" if self.interpret else ""
+        notes = [f"{self.form} Pallas kernel in interpret mode: slow, for checking" if self.interpret else "",
+                 self.inplace_note]
+        self.note = "; ".join(n for n in notes if n)
         if self.interpret:
             log.warning("engine=pallas on %s runs its %s kernel in Pallas interpret mode: slow, for checking only",
                         jax.default_backend(), self.form)
@@ -148,4 +158,23 @@ class PallasEngine(BulkKernelEngine):
         def scheme(name: str) -> Any:
             return lambda f, t, params: self.step(f, t, params, name)
 
-        return jax.jit(self.paired_chunk(n, scheme("push"), scheme("aa_even"), scheme("aa_odd")), donate_argnums=0)
+        if self.setup.lattice.d == 3:
+            return jax.jit(self.paired_chunk(n, scheme("push"), scheme("aa_even"), scheme("aa_odd")),
+                           donate_argnums=0)
+        # 2D: the loop carries the kernels' view of the populations (aa.plane_view: one copy into its layout per
+        # chunk, and one back); an odd chunk's push step runs first, on the grid's shape (its input then dies)
+        first = self.paired_chunk(1, scheme("push")) if n % 2 else None
+        pairs = self.paired_chunk(n - n % 2, scheme("push"), scheme("aa_even"), scheme("aa_odd")) if n > 1 else None
+
+        def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            auxes = []
+            if first is not None:
+                f, aux = first(f, params, t0)
+                auxes.append(aux)
+            if pairs is not None:
+                out, aux = pairs(aa.plane_view(f), params, t0 + n % 2)
+                f = out.reshape(f.shape)
+                auxes.append(aux)
+            return f, {k: jnp.concatenate([a[k] for a in auxes]) for k in auxes[0]}
+
+        return jax.jit(chunk, donate_argnums=0)
