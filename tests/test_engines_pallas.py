@@ -215,7 +215,7 @@ their DMA windows wrapping around x, the cumulant collision; and D2Q9 grids with
 @on_device
 @pytest.mark.parametrize("name", ["cylinder", "cavity", "taylor_green", "cavity_d3q19", "taylor_green_3d",
                                   "taylor_green_aa2d", "cavity_aa2d"])
-def test_on_the_device_the_compiled_kernel_equals_the_reference(name):
+def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatch):
     """The compiled kernel (Triton or Mosaic, not interpreted) against xla on the same device, 20 steps float32.
 
     Not bitwise: XLA and Triton contract multiply-adds into FMAs differently, and Triton lowers a float32
@@ -224,6 +224,10 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name):
     differences are 6.9e-7 (populations, cylinder) and 7.6e-7 (the cylinder's force, of magnitude 0.29); the
     bound, 1e-5 for both, is 5x the GPU estimate.
     """
+    if name.endswith("aa2d"):  # the 2D pair, chosen from 128 MiB of populations, on a grid of 16 x 1024
+        from lbm.engines.pallas import aa
+
+        monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
     setup = setup_for(DEVICE_CASES[name], "float32")
     # named, not auto: on a TPU auto picks xla for walls (lbm.engines.auto_choice; its test is below)
     engine = make_engine(setup, engine="pallas")

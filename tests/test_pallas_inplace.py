@@ -17,7 +17,8 @@ from conftest import setup_for, slow_except
 from helpers.inspect_cli import installed
 
 from lbm.engines import EngineUnavailable
-from lbm.engines.pallas.aa import aa_even_step, aa_odd_step, aa_rows, aa_unsupported
+from lbm.engines.pallas import aa
+from lbm.engines.pallas.aa import aa2d_not_chosen, aa_even_step, aa_odd_step, aa_rows, aa_unsupported
 from lbm.engines.pallas.engine import PallasEngine
 from lbm.engines.xla import XlaEngine
 from lbm.kernels.collision import Collision, collide
@@ -175,6 +176,23 @@ def test_block_heights_and_what_the_inplace_kernels_refuse():
     assert aa_unsupported(d2q9, (4096, 4096), jnp.float32) == aa_unsupported(d2q9, (24, 1024), jnp.float32) == ""
     assert "multiple of 1024" in aa_unsupported(d2q9, (1024, 1000), jnp.float32)
     assert "multiple of 1024" in aa_unsupported(d2q9, (64, 512), jnp.float32)
+
+
+@pytest.fixture(autouse=True)
+def _the_2d_pair_on_small_grids(monkeypatch):
+    """The tests' 2D grids (ny = 1024, a few rows) run the pair: it is chosen from 128 MiB of populations only."""
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+
+
+def test_a_2d_grid_under_the_vmem_size_keeps_the_measured_push_kernel_and_says_so(monkeypatch):
+    d2q9, d3q19 = LATTICES["d2q9"], LATTICES["d3q19"]
+    assert aa2d_not_chosen(d2q9, (4096, 4096), jnp.float32) == "" == aa2d_not_chosen(d3q19, (8, 8, 128), jnp.float32)
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 128 * 2**20)
+    assert aa2d_not_chosen(d2q9, (2048, 2048), jnp.float32) == ""  # 151 MB
+    assert "36 MiB of populations, under the 128 MiB" in aa2d_not_chosen(d2q9, (1024, 1024), jnp.float32)
+    setup = setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"], "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    assert not engine.bulk.inplace and "under the 128 MiB" in engine.note and "push rows kernel" in engine.note
 
 
 def test_a_2d_grid_the_inplace_kernels_do_not_fit_runs_the_push_kernel_and_says_so():

@@ -119,6 +119,22 @@ def aa_unsupported(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
     return ""
 
 
+AA2D_MIN_BYTES = 128 * 2**20
+"""Populations from which the 2D in-place pair runs on a TPU instead of the push rows kernel: the VMEM's size. Below
+it the push kernel was measured on the chip (D2Q9 1024^2, 37.7 MB: 8583 MLUPS, 92.8 % of the same-run probe,
+docs/tpu-v5e/2026-12-06/device-check/); above it the push kernel's halo gathers cost 2.38x the traffic (4096^2: 36 %
+of the probe), where the pair moves 1.00x deviceless. The 2D pair has not yet been timed on the chip."""
+
+
+def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
+    """Why a 2D grid the pair could run keeps the push rows kernel ('' for 3D or from AA2D_MIN_BYTES up)."""
+    size = lattice.q * int(np.prod(shape)) * jnp.dtype(dtype).itemsize
+    if len(shape) != 2 or size >= AA2D_MIN_BYTES:
+        return ""
+    return (f"{size / 2**20:.0f} MiB of populations, under the {AA2D_MIN_BYTES // 2**20} MiB from which the 2D "
+            "in-place pair runs (the push rows kernel was measured at 93 % of the probe at 1024^2)")
+
+
 def _compiler_params(interpret: bool, semantics: str, resident: int, row: int) -> Any:
     """Mosaic's parameters: the grid's semantics and a VMEM limit of ``resident`` bytes (the blocks), one row's
     temporaries and a margin, at most VMEM_CAP; None in interpret mode."""
