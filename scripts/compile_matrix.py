@@ -209,6 +209,77 @@ def deviceless(c: Config, target: str, scratch: Path, timeout: float) -> Outcome
     return _ended(c, res.returncode, res.stderr, engine, time.perf_counter() - t0)
 
 
+BATCH_CHILD = """
+import json, sys
+from lbm.bench.probe import _child
+from lbm.errors import LbmError
+for line in sys.stdin:
+    i, argv = json.loads(line)
+    print(json.dumps({"config": i}), flush=True)
+    try:
+        code = _child(argv)
+    except LbmError as exc:
+        print(json.dumps({"refused": str(exc)}), flush=True)
+        code = 2
+    print(json.dumps({"exit": code}), flush=True)
+"""
+"""The batch child: lbm.bench.probe's compile for each configuration read from stdin, in one process; a marker line
+before each (its index) and its exit code after, so that the parent knows which configuration an abort ended."""
+
+
+def _batch_outcome(c: Config, said: list[dict], seconds: float) -> Outcome:
+    """A finished configuration's outcome from the batch child's lines about it (as :func:`deviceless` reads its
+    child's)."""
+    engine = next((d["engine"] for d in reversed(said) if "engine" in d), "")
+    last = said[-1] if said else {}
+    if last.get("exit") == 0 and len(said) > 1 and "compile_s" in said[-2]:
+        return Outcome(c, "OK", engine, said[-2]["compile_s"])
+    if "refused" in (said[-2] if len(said) > 1 else {}):
+        return Outcome(c, "REFUSED", engine, seconds, said[-2]["refused"][:160])
+    errors = [d["error"] for d in said if "error" in d]
+    return Outcome(c, "ERROR", engine, seconds, errors[-1][:160] if errors else f"exit {last.get('exit')}")
+
+
+def deviceless_batch(configs: list[Config], target: str, scratch: Path, timeout: float) -> list[Outcome]:
+    """:func:`deviceless` for several configurations, compiled one after the other in one child (one start of Python,
+    jax and libtpu for all); a configuration that ends the child (an abort, a time-out) gets its own outcome, as in
+    :func:`deviceless`, and those after it are compiled in a new child."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done: dict[int, Outcome] = {}
+    while len(done) < len(configs):
+        todo = [i for i in range(len(configs)) if i not in done]
+        stdin = "".join(json.dumps([i, [target, "auto", *overrides(configs[i], scratch)]]) + "\n" for i in todo)
+        t0 = time.perf_counter()
+        try:
+            res = subprocess.run([sys.executable, "-c", BATCH_CHILD], input=stdin, capture_output=True, text=True,
+                                 env=env, cwd=REPO, timeout=timeout * len(todo))
+            out, code, stderr = res.stdout, res.returncode, res.stderr
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+            code, stderr = None, ""
+        said: dict[int, list[dict]] = {}
+        current = None
+        for ln in out.splitlines():
+            if ln.startswith("{"):
+                d = json.loads(ln)
+                if set(d) == {"config"}:
+                    current = d["config"]
+                    said[current] = []
+                elif current is not None:
+                    said[current].append(d)
+        for i, lines in said.items():
+            if lines and "exit" in lines[-1]:
+                done[i] = _batch_outcome(configs[i], lines, time.perf_counter() - t0)
+        ended = current if current is not None and current not in done else todo[0]
+        if ended not in done:  # the child ended in this configuration (or before the first one)
+            engine = next((d["engine"] for d in reversed(said.get(ended, [])) if "engine" in d), "")
+            done[ended] = (Outcome(configs[ended], "ERROR", "", time.perf_counter() - t0,
+                                   f"no answer within {timeout * len(todo):.0f} s") if code is None
+                           else _ended(configs[ended], code, stderr, engine, time.perf_counter() - t0))
+    return [done[i] for i in range(len(configs))]
+
+
 def on_device(c: Config, scratch: Path, timeout: float) -> Outcome:
     """A 20-step ``python -m lbm run`` of a configuration on this machine's device, in a child (no compile probe:
     the run's own compile is what is checked)."""

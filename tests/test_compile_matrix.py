@@ -7,6 +7,7 @@ pytest. The design itself is checked here too (no accelerator needed).
 
 import dataclasses
 import itertools
+import json
 
 import pytest
 from conftest import load_script
@@ -51,11 +52,71 @@ def test_a_configuration_that_aborts_is_one_line_naming_it(tmp_path, monkeypatch
     assert out.line().endswith("SIGABRT: Check failed: rank == 3 Cannot find a valid window")
 
 
+def test_an_abort_in_a_batch_fails_its_configuration_alone(tmp_path, monkeypatch):
+    """A batch's child that dies in its second configuration: that one is ABORT by name, the others are compiled (the
+    third in a new child), as if each had had its own process."""
+    import subprocess
+    import sys
+
+    real, children = subprocess.run, []
+    fake = ("import json, os, sys\n"
+            "for line in sys.stdin:\n"
+            "    i, argv = json.loads(line)\n"
+            "    print(json.dumps({'config': i}), flush=True)\n"
+            "    if 'lattice=d2q9' not in argv and i == 1:\n"
+            "        sys.stderr.write('F1 x.cc:1] Check failed: rank == 3\\n'); sys.stderr.flush(); os.abort()\n"
+            "    print(json.dumps({'engine': 'pallas', 'compile_s': 0.5}), flush=True)\n"
+            "    print(json.dumps({'exit': 0}), flush=True)\n")
+
+    def batch_child(cmd, **kwargs):
+        children.append([json.loads(ln)[0] for ln in kwargs["input"].splitlines()])
+        return real([sys.executable, "-c", fake], **kwargs)
+
+    monkeypatch.setattr(matrix.subprocess, "run", batch_child)
+    configs = [c for c in PAIRWISE if c.lattice == "d3q27"][:3]
+    outs = matrix.deviceless_batch(configs, "v5e", tmp_path, timeout=60)
+    assert [o.status for o in outs] == ["OK", "ABORT", "OK"]
+    assert outs[1].line().startswith(f"ABORT   {configs[1].name}") and outs[1].line().endswith(
+        "SIGABRT: Check failed: rank == 3")
+    assert outs[0].seconds == outs[2].seconds == 0.5 and children == [[0, 1, 2], [2]]
+
+
+BATCHES = 4
+"""The design's configurations are compiled in this many children (scripts/compile_matrix.deviceless_batch: one start of
+Python, jax and libtpu per batch, about 1.9 CPU-s each, instead of one per configuration: 4 cheap configurations took
+4.3 CPU-s in one child, 10.1 in four); each batch is an xdist group, so it is compiled once, on one worker. A
+configuration that aborts still fails alone, by name: the batch's child dies in it, and the configurations after it
+are compiled in a new child."""
+
+
+def _batches(configs: list, n: int) -> dict:
+    """Each configuration's batch: the dearest first into the cheapest batch so far (by compile_matrix.cost)."""
+    load, batch = [0.0] * n, {}
+    for c in sorted(configs, key=lambda c: -(matrix.cost(c) + matrix.START)):
+        k = load.index(min(load))
+        batch[c] = k
+        load[k] += matrix.cost(c) + matrix.START
+    return batch
+
+
+BATCH = _batches(PAIRWISE, BATCHES)
+_compiled: dict = {}
+
+
+def _v5e_outcome(config, scratch):
+    """The deviceless v5e compile of ``config``: its batch compiled (once) in one child, then looked up."""
+    if config not in _compiled:
+        batch = [c for c in PAIRWISE if BATCH[c] == BATCH[config]]
+        _compiled.update(zip(batch, matrix.deviceless_batch(batch, "v5e", scratch, timeout=600), strict=True))
+    return _compiled[config]
+
+
 @pytest.mark.accel
-@pytest.mark.parametrize("config", PAIRWISE, ids=[c.name.replace(" ", "-") for c in PAIRWISE])
+@pytest.mark.parametrize("config", [pytest.param(c, marks=pytest.mark.xdist_group(f"v5e_batch{BATCH[c]}"),
+                                                 id=c.name.replace(" ", "-")) for c in PAIRWISE])
 def test_v5e_compiles(tmp_path, config):
     if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
-    out = matrix.deviceless(config, "v5e", tmp_path, timeout=600)
+    out = _v5e_outcome(config, tmp_path)
     assert out.status == "OK", out.line()
     assert out.engine == config.engine  # the engine asked for compiled, not a fallback
