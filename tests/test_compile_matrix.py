@@ -1,8 +1,8 @@
 """Every lattice x collision x case x grid x engine compiles for a TPU v5e (issue 37: XLA's TPU compiler aborted the
 process on the pallas engine's 3D programs below 128^3), in CI's accelerator lane (scripts/ci_accel.sh, tests marked
-accel): the pairwise covering design of scripts/compile_matrix.py, each configuration compiled without the device in
-its own process (lbm.bench.probe), so that an abort fails the test that names the configuration instead of ending
-pytest. The design itself is checked here too (no accelerator needed).
+accel): the pairwise covering design of scripts/compile_matrix.py, compiled without the device in child processes
+(lbm.bench.probe; a few batches of configurations, BATCHES), so that an abort fails the test that names the
+configuration instead of ending pytest. The design itself is checked here too (no accelerator needed).
 """
 
 import dataclasses
