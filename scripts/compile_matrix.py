@@ -240,10 +240,47 @@ def _batch_outcome(c: Config, said: list[dict], seconds: float) -> Outcome:
     return Outcome(c, "ERROR", engine, seconds, errors[-1][:160] if errors else f"exit {last.get('exit')}")
 
 
+def _batch_child(todo: list[int], stdin: str, env: dict[str, str], timeout: float) -> tuple[dict, int | None, str]:
+    """Run the batch child on ``stdin``, stopping it when a configuration gives no answer within ``timeout`` seconds
+    (from its marker; the first one's from the start); its lines per configuration, its exit code (None: stopped) and
+    its stderr."""
+    import queue
+    import threading
+
+    said: dict[int, list[dict]] = {}
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, "-c", BATCH_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=err, text=True, env=env, cwd=REPO)
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=lambda: [*map(lines.put, child.stdout), lines.put(None)], daemon=True).start()
+        child.stdin.write(stdin)
+        child.stdin.close()
+        current, code = todo[0], None
+        while True:
+            try:
+                ln = lines.get(timeout=timeout)
+            except queue.Empty:  # this configuration hangs: stop the child
+                child.kill()
+                child.wait()
+                break
+            if ln is None:
+                code = child.wait()
+                break
+            if ln.startswith("{"):
+                d = json.loads(ln)
+                if set(d) == {"config"}:
+                    current = d["config"]
+                    said[current] = []
+                else:
+                    said.setdefault(current, []).append(d)
+        err.seek(0)
+        return said, code, err.read()
+
+
 def deviceless_batch(configs: list[Config], target: str, scratch: Path, timeout: float) -> list[Outcome]:
     """:func:`deviceless` for several configurations, compiled one after the other in one child (one start of Python,
-    jax and libtpu for all); a configuration that ends the child (an abort, a time-out) gets its own outcome, as in
-    :func:`deviceless`, and those after it are compiled in a new child."""
+    jax and libtpu for all; ``timeout`` per configuration); a configuration that ends the child (an abort, a time-out)
+    gets its own outcome, as in :func:`deviceless`, and those after it are compiled in a new child."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     done: dict[int, Outcome] = {}
@@ -251,31 +288,16 @@ def deviceless_batch(configs: list[Config], target: str, scratch: Path, timeout:
         todo = [i for i in range(len(configs)) if i not in done]
         stdin = "".join(json.dumps([i, [target, "auto", *overrides(configs[i], scratch)]]) + "\n" for i in todo)
         t0 = time.perf_counter()
-        try:
-            res = subprocess.run([sys.executable, "-c", BATCH_CHILD], input=stdin, capture_output=True, text=True,
-                                 env=env, cwd=REPO, timeout=timeout * len(todo))
-            out, code, stderr = res.stdout, res.returncode, res.stderr
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-            code, stderr = None, ""
-        said: dict[int, list[dict]] = {}
-        current = None
-        for ln in out.splitlines():
-            if ln.startswith("{"):
-                d = json.loads(ln)
-                if set(d) == {"config"}:
-                    current = d["config"]
-                    said[current] = []
-                elif current is not None:
-                    said[current].append(d)
+        said, code, stderr = _batch_child(todo, stdin, env, timeout)
         for i, lines in said.items():
             if lines and "exit" in lines[-1]:
                 done[i] = _batch_outcome(configs[i], lines, time.perf_counter() - t0)
-        ended = current if current is not None and current not in done else todo[0]
-        if ended not in done:  # the child ended in this configuration (or before the first one)
+        # the child ended in this configuration (or before the first one's marker)
+        ended = next(i for i in [*said, *todo] if i not in done) if len(done) < len(configs) else None
+        if ended is not None:
             engine = next((d["engine"] for d in reversed(said.get(ended, [])) if "engine" in d), "")
-            done[ended] = (Outcome(configs[ended], "ERROR", "", time.perf_counter() - t0,
-                                   f"no answer within {timeout * len(todo):.0f} s") if code is None
+            done[ended] = (Outcome(configs[ended], "ERROR", engine, time.perf_counter() - t0,
+                                   f"no answer within {timeout:.0f} s") if code is None
                            else _ended(configs[ended], code, stderr, engine, time.perf_counter() - t0))
     return [done[i] for i in range(len(configs))]
 

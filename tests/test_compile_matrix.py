@@ -52,33 +52,34 @@ def test_a_configuration_that_aborts_is_one_line_naming_it(tmp_path, monkeypatch
     assert out.line().endswith("SIGABRT: Check failed: rank == 3 Cannot find a valid window")
 
 
-def test_an_abort_in_a_batch_fails_its_configuration_alone(tmp_path, monkeypatch):
-    """A batch's child that dies in its second configuration: that one is ABORT by name, the others are compiled (the
-    third in a new child), as if each had had its own process."""
+def test_an_abort_or_a_hang_in_a_batch_fails_its_configuration_alone(tmp_path, monkeypatch):
+    """A batch's child that dies in its second configuration and hangs in its fourth: each is failed by name (ABORT,
+    ERROR after the per-configuration time-out), the others are compiled (the third in a new child), as if each had
+    had its own process."""
     import subprocess
     import sys
 
-    real, children = subprocess.run, []
-    fake = ("import json, os, sys\n"
-            "for line in sys.stdin:\n"
-            "    i, argv = json.loads(line)\n"
+    real, seen = subprocess.Popen, tmp_path / "children.txt"
+    fake = ("import json, os, sys, time\n"
+            "got = [json.loads(line) for line in sys.stdin]\n"
+            f"open({str(seen)!r}, 'a').write(json.dumps([i for i, _ in got]) + '\\n')\n"
+            "for i, argv in got:\n"
             "    print(json.dumps({'config': i}), flush=True)\n"
-            "    if 'lattice=d2q9' not in argv and i == 1:\n"
+            "    if i == 1:\n"
             "        sys.stderr.write('F1 x.cc:1] Check failed: rank == 3\\n'); sys.stderr.flush(); os.abort()\n"
+            "    if i == 3:\n"
+            "        time.sleep(600)\n"
             "    print(json.dumps({'engine': 'pallas', 'compile_s': 0.5}), flush=True)\n"
             "    print(json.dumps({'exit': 0}), flush=True)\n")
-
-    def batch_child(cmd, **kwargs):
-        children.append([json.loads(ln)[0] for ln in kwargs["input"].splitlines()])
-        return real([sys.executable, "-c", fake], **kwargs)
-
-    monkeypatch.setattr(matrix.subprocess, "run", batch_child)
-    configs = [c for c in PAIRWISE if c.lattice == "d3q27"][:3]
-    outs = matrix.deviceless_batch(configs, "v5e", tmp_path, timeout=60)
-    assert [o.status for o in outs] == ["OK", "ABORT", "OK"]
+    monkeypatch.setattr(matrix.subprocess, "Popen", lambda cmd, **kwargs: real([sys.executable, "-c", fake], **kwargs))
+    configs = [c for c in PAIRWISE if c.lattice == "d3q27"][:4]
+    outs = matrix.deviceless_batch(configs, "v5e", tmp_path, timeout=3)
+    assert [o.status for o in outs] == ["OK", "ABORT", "OK", "ERROR"]
     assert outs[1].line().startswith(f"ABORT   {configs[1].name}") and outs[1].line().endswith(
         "SIGABRT: Check failed: rank == 3")
-    assert outs[0].seconds == outs[2].seconds == 0.5 and children == [[0, 1, 2], [2]]
+    assert outs[3].line().startswith(f"ERROR   {configs[3].name}") and outs[3].line().endswith("no answer within 3 s")
+    assert outs[0].seconds == outs[2].seconds == 0.5
+    assert [json.loads(ln) for ln in seen.read_text().splitlines()] == [[0, 1, 2, 3], [2, 3]]
 
 
 BATCHES = 4
