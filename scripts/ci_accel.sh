@@ -21,7 +21,8 @@ fi
 [[ "${1:-}" == "--prepare" ]] && { echo "ci: the accelerator lane's environment is ready"; exit 0; }
 # every test marked accel, wherever it lives; LBM_REQUIRE_ACCEL=1: one that skips (a plugin missing) fails.
 # Among them tests/test_compile_matrix.py: the pairwise design of scripts/compile_matrix.py compiled for a TPU v5e,
-# each configuration in its own process (an abort of XLA's TPU compiler fails the test naming it, not pytest).
+# in four child processes (an abort of XLA's TPU compiler fails the test naming it, not pytest; the configurations
+# after it go on in a new child).
 start=$SECONDS
 LBM_REQUIRE_ACCEL=1 PYTHONPATH="$PWD" "$LBM_ACCEL_VENV/bin/python" -m pytest -q -m accel --durations=5
 echo "ci: the accelerator lane's tests took $((SECONDS - start)) s"

@@ -209,6 +209,99 @@ def deviceless(c: Config, target: str, scratch: Path, timeout: float) -> Outcome
     return _ended(c, res.returncode, res.stderr, engine, time.perf_counter() - t0)
 
 
+BATCH_CHILD = """
+import json, sys
+from lbm.bench.probe import _child
+from lbm.errors import LbmError
+for line in sys.stdin:
+    i, argv = json.loads(line)
+    print(json.dumps({"config": i}), flush=True)
+    try:
+        code = _child(argv)
+    except LbmError as exc:
+        print(json.dumps({"refused": str(exc)}), flush=True)
+        code = 2
+    print(json.dumps({"exit": code}), flush=True)
+"""
+"""The batch child: lbm.bench.probe's compile for each configuration read from stdin, in one process; a marker line
+before each (its index) and its exit code after, so that the parent knows which configuration an abort ended."""
+
+
+def _batch_outcome(c: Config, said: list[dict], seconds: float) -> Outcome:
+    """A finished configuration's outcome from the batch child's lines about it (as :func:`deviceless` reads its
+    child's)."""
+    engine = next((d["engine"] for d in reversed(said) if "engine" in d), "")
+    last = said[-1] if said else {}
+    if last.get("exit") == 0 and len(said) > 1 and "compile_s" in said[-2]:
+        return Outcome(c, "OK", engine, said[-2]["compile_s"])
+    if "refused" in (said[-2] if len(said) > 1 else {}):
+        return Outcome(c, "REFUSED", engine, seconds, said[-2]["refused"][:160])
+    errors = [d["error"] for d in said if "error" in d]
+    return Outcome(c, "ERROR", engine, seconds, errors[-1][:160] if errors else f"exit {last.get('exit')}")
+
+
+def _batch_child(todo: list[int], stdin: str, env: dict[str, str], timeout: float) -> tuple[dict, int | None, str]:
+    """Run the batch child on ``stdin``, stopping it when a configuration gives no answer within ``timeout`` seconds
+    (from its marker; the first one's from the start); its lines per configuration, its exit code (None: stopped) and
+    its stderr."""
+    import queue
+    import threading
+
+    said: dict[int, list[dict]] = {}
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, "-c", BATCH_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=err, text=True, env=env, cwd=REPO)
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=lambda: [*map(lines.put, child.stdout), lines.put(None)], daemon=True).start()
+        child.stdin.write(stdin)
+        child.stdin.close()
+        current, code = todo[0], None
+        while True:
+            try:
+                ln = lines.get(timeout=timeout)
+            except queue.Empty:  # this configuration hangs: stop the child
+                child.kill()
+                child.wait()
+                break
+            if ln is None:
+                code = child.wait()
+                break
+            if ln.startswith("{"):
+                d = json.loads(ln)
+                if set(d) == {"config"}:
+                    current = d["config"]
+                    said[current] = []
+                else:
+                    said.setdefault(current, []).append(d)
+        err.seek(0)
+        return said, code, err.read()
+
+
+def deviceless_batch(configs: list[Config], target: str, scratch: Path, timeout: float) -> list[Outcome]:
+    """:func:`deviceless` for several configurations, compiled one after the other in one child (one start of Python,
+    jax and libtpu for all; ``timeout`` per configuration); a configuration that ends the child (an abort, a time-out)
+    gets its own outcome, as in :func:`deviceless`, and those after it are compiled in a new child."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done: dict[int, Outcome] = {}
+    while len(done) < len(configs):
+        todo = [i for i in range(len(configs)) if i not in done]
+        stdin = "".join(json.dumps([i, [target, "auto", *overrides(configs[i], scratch)]]) + "\n" for i in todo)
+        t0 = time.perf_counter()
+        said, code, stderr = _batch_child(todo, stdin, env, timeout)
+        for i, lines in said.items():
+            if lines and "exit" in lines[-1]:
+                done[i] = _batch_outcome(configs[i], lines, time.perf_counter() - t0)
+        # the child ended in this configuration (or before the first one's marker)
+        ended = next(i for i in [*said, *todo] if i not in done) if len(done) < len(configs) else None
+        if ended is not None:
+            engine = next((d["engine"] for d in reversed(said.get(ended, [])) if "engine" in d), "")
+            done[ended] = (Outcome(configs[ended], "ERROR", engine, time.perf_counter() - t0,
+                                   f"no answer within {timeout:.0f} s") if code is None
+                           else _ended(configs[ended], code, stderr, engine, time.perf_counter() - t0))
+    return [done[i] for i in range(len(configs))]
+
+
 def on_device(c: Config, scratch: Path, timeout: float) -> Outcome:
     """A 20-step ``python -m lbm run`` of a configuration on this machine's device, in a child (no compile probe:
     the run's own compile is what is checked)."""

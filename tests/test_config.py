@@ -156,3 +156,14 @@ def test_tau_near_one_half_warns_for_bgk_only(collision, warned):
     messages = [str(w.message) for w in caught if issubclass(w.category, LbmWarning)]
     assert messages == (["tau=0.50500 is close to 0.5: BGK may go unstable; lower flow.reynolds, raise the resolution "
                          "or use collision=trt"] if warned else [])
+
+
+def test_the_suites_memoised_composition_hands_out_copies_and_keeps_no_failure():
+    """tests/conftest.py composes each list of overrides once per process (compose_once): a caller that changes its
+    config does not change the next caller's, and a refused list is refused again, with its message."""
+    first = compose(["case=cavity", "grid.nx=24"])
+    first["grid"]["nx"] = 7
+    assert compose(["case=cavity", "grid.nx=24"])["grid"]["nx"] == 24
+    for _ in range(2):
+        with pytest.raises(LbmError, match="grid.nx=abc is invalid"):
+            compose(["grid.nx=abc"])
