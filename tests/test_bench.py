@@ -155,6 +155,7 @@ BAD = [
     (["collisions=[]"], "collisions=[]"),
     (["collisions=[bgk,turbo]"], "collisions=turbo"),
     (["collisions=[bgk,kbc,bgk]"], "each collision once"),
+    (["collisions=[bgk,auto]"], "collisions=auto"),  # auto is a case's pick for a run, not a kernel to time
     (["collision=trt", "collisions=[bgk,kbc]"], "collision=trt"),
     (["lattice=d3q19", "grid.nz=16", "collisions=[bgk,cumulant]"], "cumulant runs on d2q9, d3q27 only"),
     (["lattice=d3q19", "grid.nz=16", "collision=cumulant"], "collision=cumulant"),

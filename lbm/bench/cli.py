@@ -148,7 +148,8 @@ def _collisions(listed: Any, collision: str, lattice: str) -> list[str]:
         names, key = [collision], "collision"
     else:
         key = "collisions"
-        names = [check_choice(key, c, group_options("collision")) for c in _as_list(listed)]
+        kinds = tuple(o for o in group_options("collision") if o != "auto")  # auto: a run's case picks, not bench
+        names = [check_choice(key, c, kinds) for c in _as_list(listed)]
         if not names:
             raise ConfigError(key, "[]", "a list of collision names, the baseline first, e.g. collisions=[bgk,kbc,"
                               "cumulant] (or null: the collision group's one alone)")
