@@ -12,7 +12,6 @@ that ran passes, 1 when one fails, 2 on bad input (an override the platform cann
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import fnmatch
 import json
@@ -20,11 +19,11 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from lbm.errors import LbmError
+from lbm.reference import dfg_intervals
 
 
 @dataclass(frozen=True)
@@ -77,15 +76,6 @@ DFG_2D1_N20 = ("case.variant=2D-1", "case.cells_per_diameter=20", "flow.tau=0.6"
 DFG_2D1_N30 = ("case.variant=2D-1", "precision=float64")
 DFG_2D2_N70 = ("case.variant=2D-2",)
 """The full level's DFG runs: the variants' defaults (2D-1 in float64)."""
-
-
-def dfg_intervals() -> dict[str, dict[str, tuple[float, float]]]:
-    """variant -> quantity -> the published (low, high) of Schafer & Turek (1996) (package data, read without JAX)."""
-    text = resources.files("lbm.reference").joinpath("schafer_turek_1996_intervals.csv").read_text()
-    out: dict[str, dict[str, tuple[float, float]]] = {}
-    for row in csv.DictReader(ln for ln in text.splitlines() if ln and not ln.startswith("#")):
-        out.setdefault(row["variant"], {})[row["quantity"]] = (float(row["low"]), float(row["high"]))
-    return out
 
 
 DFG = dfg_intervals()

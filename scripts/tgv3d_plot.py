@@ -20,8 +20,8 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lbm.cases.cavity import read_reference_csv  # noqa: E402
 from lbm.cases.taylor_green_3d import REFERENCE, read_table  # noqa: E402
+from lbm.reference import read_reference_csv  # noqa: E402
 
 WINDOWS = ((0, 20), (0, 10), (10, 20), (0, 6), (6, 8), (8, 10), (10, 13), (13, 16), (16, 20))
 """Windows of t (L / V0) for the rms deviations; each holds the samples a <= t < b (t <= 20 in the last)."""

@@ -26,8 +26,8 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lbm.cases.cavity import read_reference_csv  # noqa: E402
 from lbm.cases.taylor_green_3d import REFERENCE, read_table, shell_spectra, spectrum_table  # noqa: E402
+from lbm.reference import read_reference_csv  # noqa: E402
 
 REYNOLDS = 1600.0
 """Re of the reference (nu = 1 / Re in its units)."""

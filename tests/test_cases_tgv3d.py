@@ -264,7 +264,7 @@ def test_initial_fields_are_symmetric():
 
 
 def test_peak_count_sees_one_peak_in_the_reference_and_two_in_a_double_hump():
-    ref = lbm.cases.taylor_green_3d.columns(lbm.cases.cavity.read_reference_csv(REFERENCE))
+    ref = lbm.cases.taylor_green_3d.columns(lbm.reference.read_reference_csv(REFERENCE))
     assert peak_count(ref["dissipation"]) == 1
     t = np.linspace(0, 20, 400)
     assert peak_count(np.exp(-(t - 6) ** 2) + 0.9 * np.exp(-(t - 10) ** 2)) == 2

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import math
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,9 @@ from lbm.cases.base import Case, Convergence, Setup, Snapshot, make_setup
 from lbm.config import RunConfig
 from lbm.config.defaults import log_picks, picked_record
 from lbm.errors import ConfigError
+from lbm.reference import read_reference_csv
 
 GHIA_REYNOLDS = (100, 400, 1000, 3200, 5000, 7500, 10000)
-
-
-def read_reference_csv(name: str) -> list[dict[str, str]]:
-    """Rows of a packaged reference CSV (its leading '#' source line skipped)."""
-    text = resources.files("lbm.reference").joinpath(name).read_text()
-    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-    return list(csv.DictReader(lines))
 
 
 def ghia_reference(reynolds: float) -> dict[str, np.ndarray] | None:

@@ -49,7 +49,6 @@ from lbm.boundaries import (
 from lbm.boundaries.inlet import INLET_KINDS
 from lbm.boundaries.pressure import PRESSURE_KINDS
 from lbm.cases.base import Convergence, Published, Setup, distance_to_interval, make_setup
-from lbm.cases.cavity import read_reference_csv
 from lbm.cases.cylinder import Cylinder
 from lbm.cases.signals import dominant_frequency
 from lbm.config import RunConfig
@@ -57,6 +56,7 @@ from lbm.config.schema import option_file
 from lbm.config.sections import TrtRates
 from lbm.errors import ConfigError, LbmError
 from lbm.lattice import CS2, Lattice
+from lbm.reference import dfg_intervals
 
 log = logging.getLogger("lbm")
 
@@ -103,14 +103,6 @@ float64 (rounding far below the digits shown): docs/dfg.md, "the wall location u
 2D-2 N = 70: docs/dfg.md, "For python -m lbm validate" (7.5 s of flow); 3D-1Z N = 10: python -m lbm run
 case=schafer_turek case.variant=3D-1Z lattice=d3q19 grid.nz=4 (steady after 10100 steps; 6.230, 0.00957, 0.16495
 after 11000 steps in docs/validation_3d.md, before the f - w storage)."""
-
-
-def published_intervals() -> dict[str, dict[str, tuple[float, float]]]:
-    """variant -> quantity -> the published (low, high) (reference/schafer_turek_1996_intervals.csv)."""
-    out: dict[str, dict[str, tuple[float, float]]] = {}
-    for row in read_reference_csv("schafer_turek_1996_intervals.csv"):
-        out.setdefault(row["variant"], {})[row["quantity"]] = (float(row["low"]), float(row["high"]))
-    return out
 
 
 def line_value(values: np.ndarray, x: float, side: int) -> float:
@@ -265,7 +257,7 @@ class SchaferTurek(Cylinder):
 
     def published(self) -> Published | None:
         """The variant's published intervals (Schäfer & Turek 1996; none for 2D-3)."""
-        intervals = published_intervals().get(self.variant)
+        intervals = dfg_intervals().get(self.variant)
         return None if intervals is None else Published(intervals, "Schäfer & Turek 1996")
 
     def profile(self, u_max: float) -> np.ndarray:
@@ -332,7 +324,7 @@ class SchaferTurek(Cylinder):
 
     def log_expectation(self) -> None:
         """One log line: how far from the published intervals lbm measured this variant at this resolution."""
-        published = published_intervals().get(self.variant)
+        published = dfg_intervals().get(self.variant)
         head = f"DFG {self.variant}, N = {self.cells}"
         if published is None:
             log.info("%s: lbm ships no published intervals for this variant, nothing to compare with", head)

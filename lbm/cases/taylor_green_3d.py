@@ -28,12 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.cases.base import Case, Setup, Snapshot, make_setup
-from lbm.cases.cavity import read_reference_csv
 from lbm.config import RunConfig
 from lbm.config.defaults import log_picks, picked_record
 from lbm.errors import ConfigError
 from lbm.kernels.macroscopic import macroscopic
 from lbm.lattice import CS2, Lattice
+from lbm.reference import read_reference_csv
 
 REFERENCE = "tgv_re1600_spectral_512.csv"
 """The workshop's 512^3 pseudo-spectral solution (package data, lbm/reference/)."""
