@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lbm.errors import LbmError
-from lbm.progress import shown_log
+from lbm.simulation.progress import shown_log
 
 if TYPE_CHECKING:
     from lbm.cases import Case

@@ -167,7 +167,7 @@ def test_v5e_chunk_holds_the_populations_once(steps, ratio):
     (Not at 64^3: a last axis of 64 is padded to 128 lanes, and XLA plans the odd chunk's push buffer there apart.)"""
     if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
-    from lbm.bench.inspect import load_target, prepare_environment, target_sharding
+    from lbm.bench.targets import load_target, prepare_environment, target_sharding
     from lbm.engines.timestep import step_index
 
     target = load_target("v5e")

@@ -22,7 +22,7 @@ from lbm.diff.objectives import Objective, check, check_callable, evaluate, from
 from lbm.diff.parameters import Parameterisation, parameterise
 from lbm.diff.run import check_window, differentiable_run
 from lbm.errors import LbmError
-from lbm.progress import shown_log
+from lbm.simulation.progress import shown_log
 
 log = logging.getLogger("lbm")
 

@@ -14,25 +14,16 @@ from typing import Any
 from lbm.config import RunConfig
 from lbm.errors import DivergenceError
 from lbm.io.fields import write_json
-from lbm.progress import Progress
 from lbm.simulation.chunks import (
     LAST_GOOD_MAX_BYTES,
-    RHO_BOUNDS,
-    Outputs,
-    Position,
     advance_chunk,
-    chunk_stats,
-    diverged,
-    first_bad_cell,
-    identity,
     interrupted_by,
-    likely_cause,
     run_chunks,
     stop_early,
-    write_checkpoint,
 )
 from lbm.simulation.finish import (
     build_metrics,
+    device_description,
     finish,
     finish_diverged,
     finish_interrupted,
@@ -46,16 +37,16 @@ from lbm.simulation.finish import (
     write_metrics,
     write_monitor,
 )
+from lbm.simulation.health import RHO_BOUNDS, chunk_stats, diverged, first_bad_cell, likely_cause
+from lbm.simulation.outputs import Outputs, identity, write_checkpoint
+from lbm.simulation.progress import Progress
+from lbm.simulation.signals import StopSignals
 from lbm.simulation.start import (
     RESULT_FILES,
-    Started,
     check_float64_supported,
     check_resume,
     check_run_dir,
-    chunk_lengths,
-    chunk_size,
     compile_ahead,
-    device_description,
     engine_for,
     float64_refusal,
     log_engine_choice,
@@ -68,7 +59,7 @@ from lbm.simulation.start import (
     start,
     start_profiler,
 )
-from lbm.stopping import StopSignals
+from lbm.simulation.state import Position, Started, chunk_lengths, chunk_size
 
 log = logging.getLogger("lbm")
 
