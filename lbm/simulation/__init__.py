@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.config import RunConfig
+from lbm.environment import precision_scope
 from lbm.errors import DivergenceError
 from lbm.io.fields import write_json
 from lbm.simulation.chunks import (
@@ -77,6 +78,12 @@ __all__ = [
 
 def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Run a validated configuration and write metrics.json, fields.npz, case files and plots into ``run_dir``."""
+    with precision_scope(run.precision):  # a float64 run leaves JAX's float64 switch as it found it
+        return _simulate(run, run_dir)
+
+
+def _simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """start, then the chunks, then finish: each takes what the one before returned."""
     s = start(run, run_dir)
     at = Position(step=s.start, f=s.f)
     progress = Progress(s.run.steps, s.start, math.prod(s.setup.shape), s.run.output.progress)

@@ -19,6 +19,7 @@ from lbm.config import RunConfig, check_output_every, load
 from lbm.config.command_line import RESULT_FILES
 from lbm.config.run import single_device_refusal
 from lbm.engines import Engine, EngineUnavailable, make_engine
+from lbm.environment import use_precision
 from lbm.errors import ConfigError, LbmError
 from lbm.io.checkpoint import DEVIATIONS, check_compatible, find_checkpoint, load_checkpoint, read_header
 from lbm.kernels.equilibrium import shifted
@@ -83,11 +84,11 @@ def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:
     """The one path from overrides (or a validated config) to a case and its Setup, used by every command.
 
     Overrides are validated once (lbm.config.load); ``steps=auto`` is resolved (``case.run`` is final);
-    float64 is switched on when the run asks for it.
+    float64 is switched on when the run asks for it (and left on: the caller keeps the arrays; a run puts it back,
+    :func:`lbm.environment.precision_scope`).
     """
     run = resolve_parallel(config if isinstance(config, RunConfig) else load(list(config)))
-    if run.precision == "float64":
-        jax.config.update("jax_enable_x64", True)
+    use_precision(run.precision)
     if PREPARED and PREPARED[0][0] == run:  # preflight built them for this run: the grid-sized arrays once
         return PREPARED.pop()[1:]
     PREPARED.clear()
