@@ -1,7 +1,12 @@
-"""The run loop: build the case, compile, advance in chunks, check, observe, checkpoint, write the run directory.
+"""The run loop, one way: :func:`simulate` calls start, then the chunks, then finish, each taking what the one before
+returned; none of them calls back up, or imports another.
 
-:mod:`~lbm.simulation.start` (case, engine, resume, profiler, compilation), :mod:`~lbm.simulation.chunks` (the health
-check, outputs and checkpoints of each chunk) and :mod:`~lbm.simulation.finish` (fields, plots, metrics.json).
+:mod:`~lbm.simulation.start` (case, engine, resume, profiler, compilation) returns a
+:class:`~lbm.simulation.state.Started`; :mod:`~lbm.simulation.chunks` advances its
+:class:`~lbm.simulation.state.Position` (health check, observation, outputs, checkpoints, progress, signals);
+:mod:`~lbm.simulation.finish` writes fields, plots and metrics.json from both. Beneath them: ``state`` (the data
+handed on, the chunking), ``health`` (the device reduction, divergence), ``outputs`` (per-chunk files, checkpoints),
+``signals`` (SIGINT/SIGTERM) and ``progress`` (the bar or log lines).
 """
 
 from __future__ import annotations
