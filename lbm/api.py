@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lbm.environment import precision_scope
 from lbm.errors import LbmError
-from lbm.progress import shown_log
+from lbm.simulation.progress import shown_log
 
 if TYPE_CHECKING:
     from lbm.cases import Case
@@ -50,8 +51,7 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
     """
     from lbm import parallel
     from lbm.engines.native.threads import check_threads
-    from lbm.simulation import check_resume, make_case, resolve_parallel
-    from lbm.simulation.start import build_engine, keep_prepared
+    from lbm.simulation import make_case, resolve_parallel
 
     p = run.parallel
     single = p.coordinator is None and (p.num_processes or 1) == 1 and parallel.cluster_processes() == 1
@@ -63,21 +63,25 @@ def preflight(run: RunConfig, here: bool = True) -> Case:
     case = make_case(run)
     if not here:
         return case
-    if run.precision == "float64":
-        import jax
+    with precision_scope(run.precision):  # built as the run builds them; the switch put back for the run to set
+        check_built(run, case)
+    return case
 
-        jax.config.update("jax_enable_x64", True)
+
+def check_built(run: RunConfig, case: Case) -> None:
+    """preflight's checks that build: the memory the grid needs, the Setup, the checkpoint, the engine, the compile
+    probe; the Setup is kept for the run of ``run`` (resolved)."""
+    from lbm.bench.probe import guard
+    from lbm.simulation import check_resume
     from lbm.simulation.memory import check_fits  # a grid that cannot fit: refused before anything is allocated
+    from lbm.simulation.start import build_engine, keep_prepared
 
     check_fits(case.run)
     setup = case.setup()  # grid-sized arrays: a check of the memory a run needs comes before this line
     header = check_resume(case.run, setup)
     check_fits(case.run, build_engine(case.run, setup).name)  # on an accelerator: the device's part, engine known
     keep_prepared(run, case, setup)  # the run takes them (lbm.simulation.start.prepare): built once
-    from lbm.bench.probe import guard  # a compile the compiler would abort on (XLA's TPU compiler): one line
-
-    guard(case.run, header["step"] if header else 0)
-    return case
+    guard(case.run, header["step"] if header else 0)  # a compile the compiler would abort on (XLA's TPU compiler)
 
 
 def check_trace_processor(run: RunConfig) -> None:

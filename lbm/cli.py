@@ -95,7 +95,7 @@ def _task(cfg: Any, named_run_dir: bool = False) -> None:
 
     from lbm.config import LbmWarning, from_composed
     from lbm.simulation import simulate
-    from lbm.stopping import Interrupted
+    from lbm.simulation.signals import Interrupted
 
     log = logging.getLogger("lbm")
     for noisy in ("jax", "matplotlib"):

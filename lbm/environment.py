@@ -1,13 +1,16 @@
 """The machine and software a process runs on: device, jax/jaxlib/python versions, CPU model, XLA_FLAGS.
 
 One probe for ``bench.json`` (its ``environment``) and ``metrics.json`` (device and versions);
-:func:`cpu_id` is what a ``-march=native`` build may be keyed on.
+:func:`cpu_id` is what a ``-march=native`` build may be keyed on; :func:`precision_scope` is the one switch of
+JAX's float64 arithmetic (``jax_enable_x64``), put back after the run that needed it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +83,40 @@ def environment() -> dict[str, Any]:
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         "host_machine": platform.machine(),
     }
+
+
+def float64_enabled() -> bool:
+    """Whether JAX computes in float64 where asked (``jax_enable_x64``) in this process now."""
+    import jax
+
+    return bool(jax.config.jax_enable_x64)
+
+
+def _switch_float64(on: bool) -> None:
+    """The one place ``jax_enable_x64`` is switched."""
+    import jax
+
+    jax.config.update("jax_enable_x64", on)
+
+
+def use_precision(precision: str) -> None:
+    """Switch JAX's float64 arithmetic on for a ``precision=float64`` run (left on: callers that keep its arrays,
+    e.g. :func:`lbm.simulation.prepare`'s); float32 leaves the switch as it is. Scope a whole run with
+    :func:`precision_scope`, which puts it back."""
+    if precision == "float64" and not float64_enabled():
+        _switch_float64(True)
+
+
+@contextlib.contextmanager
+def precision_scope(precision: str | None = None) -> Iterator[None]:
+    """Inside: float64 arithmetic on for a ``precision=float64`` run (None: as the block itself asks, through
+    :func:`use_precision`); after: ``jax_enable_x64`` as it was before, so that a float32 run that follows a float64
+    one in the same process computes as in a fresh process."""
+    before = float64_enabled()
+    if precision is not None:
+        use_precision(precision)
+    try:
+        yield
+    finally:
+        if float64_enabled() != before:
+            _switch_float64(before)

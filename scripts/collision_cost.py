@@ -109,8 +109,9 @@ def main(argv: list[str]) -> int:
     args.collision = args.collision or ["bgk", "mrt", "regularized", "recursive_regularized", "kbc"]
     import jax
 
-    if args.precision == "float64":
-        jax.config.update("jax_enable_x64", True)
+    from lbm.environment import use_precision
+
+    use_precision(args.precision)
     d = 2 if args.lattice == "d2q9" else 3
     records = []
     for n in args.grid or [64]:

@@ -200,10 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("ellipse_drag.py needs optax: pip install \"lbm[optim]\"", file=sys.stderr)
         return 2
-    import jax
 
-    if args.precision == "float64":
-        jax.config.update("jax_enable_x64", True)
+    from lbm.environment import use_precision
+
+    use_precision(args.precision)
     args.out.mkdir(parents=True, exist_ok=True)
     record = optimise(args)
     (args.out / "ellipse_drag.json").write_text(json.dumps(record, indent=1))

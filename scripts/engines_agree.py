@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from lbm.config import load
 from lbm.engines import EngineUnavailable, make_engine
+from lbm.environment import use_precision
 from lbm.errors import LbmError
 from lbm.simulation import make_case
 
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
                         help="largest difference allowed (default 1e-5 in float32, 1e-12 in float64)")
     args = parser.parse_args(argv)
     if any(o.startswith("precision=float64") for o in args.overrides):
-        jax.config.update("jax_enable_x64", True)
+        use_precision("float64")
     try:
         setup = make_case(load(args.overrides)).setup()
         steps = [int(s) for s in args.steps.split(",")]

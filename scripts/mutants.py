@@ -98,10 +98,10 @@ MUTATIONS = [
     # runs: signals, frames, divergence
     Mutation("a signal stops without its checkpoint", "lbm/simulation/chunks.py",
              "s.run_dir, s.checkpoint(at.step, at.f))", 's.run_dir, s.run_dir / "checkpoints")', RUNS),
-    Mutation("each frame its own colour scale", "lbm/simulation/chunks.py",
+    Mutation("each frame its own colour scale", "lbm/simulation/outputs.py",
              "self.frame_limit = frame(path, fields, step, self.frame_limit)",
              "self.frame_limit = frame(path, fields, step, None)", RUNS),
-    Mutation("divergence misses densities above the bound", "lbm/simulation/chunks.py",
+    Mutation("divergence misses densities above the bound", "lbm/simulation/health.py",
              "| (rho >= RHO_BOUNDS[1])", "| (rho >= 10 * RHO_BOUNDS[1])", RUNS),
     Mutation("compare's evidence misses added work", "lbm/bench/evidence.py",
              "up = {f for f, _, _, rel in fields if rel > threshold}",

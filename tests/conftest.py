@@ -38,7 +38,7 @@ os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 """Where the CUDA compiler plugin is installed (the accelerator lane's environment, scripts/ci_accel.sh), it registers
 with JAX only if its version check, which needs a driver, is skipped before JAX's backends start: the lane compiles for
 a GPU in the test process (tests/helpers/inspect_cli.run_inspect), after other tests may have started them.
-(lbm.bench.inspect.prepare_environment sets the same for a command line that compiles for a target.)"""
+(lbm.bench.targets.prepare_environment sets the same for a command line that compiles for a target.)"""
 
 NATIVE_TEST_OPT = "0"
 """The suite builds the native kernels at -O0 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every

@@ -121,3 +121,54 @@ def test_importing_lbm_stays_cheap():
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
     assert callable(lbm.run) and lbm.Result.__name__ == "Result"
+
+
+def test_precision_scope_puts_the_float64_switch_back_as_it_found_it():
+    """lbm.environment.precision_scope: on inside for float64 (or as the block asks), as before after it."""
+    from lbm.environment import float64_enabled, precision_scope, use_precision
+
+    assert not float64_enabled()
+    with precision_scope("float64"):
+        assert float64_enabled()
+    assert not float64_enabled()
+    with precision_scope():  # the block asks (lbm.simulation.prepare does, for a float64 run)
+        use_precision("float64")
+        assert float64_enabled()
+    assert not float64_enabled()
+    with precision_scope("float32"):
+        assert not float64_enabled()
+    use_precision("float64")  # on before the scope: left on (the conftest puts it back after this test)
+    with precision_scope("float64"):
+        assert float64_enabled()
+    assert float64_enabled()
+
+
+def test_a_float64_run_leaves_the_float64_switch_as_it_found_it(tmp_path):
+    """lbm.run (preflight, then the run) computes a float64 run in float64 and switches jax_enable_x64 back off."""
+    from lbm.environment import float64_enabled
+
+    assert not float64_enabled()
+    result = lbm.run([*SMALL, "precision=float64"], run_dir=tmp_path / "f64")
+    assert result.rho.dtype == np.float64 and result.metrics["precision"] == "float64"
+    assert not float64_enabled()
+
+
+@pytest.mark.slow  # three runs, one in a fresh process
+def test_a_float32_run_after_a_float64_one_is_bitwise_as_in_a_fresh_process(tmp_path):
+    """The command line's float64 run also puts the switch back, and a float32 run that follows it in the same
+    process writes bitwise the fields a fresh process writes."""
+    from lbm.environment import float64_enabled
+
+    assert main(["run", *SMALL, "precision=float64", f"hydra.run.dir={tmp_path / 'f64'}"]) == 0
+    assert not float64_enabled()
+    cylinder = ["case=cylinder", "grid.nx=80", "grid.ny=36", "steps=20", "output.plots=false"]
+    after = lbm.run(cylinder, run_dir=tmp_path / "after")
+    code = f"import lbm; lbm.run({cylinder!r}, run_dir='fresh')"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert after.rho.dtype == np.float32
+    with np.load(tmp_path / "fresh" / "fields.npz") as fresh, np.load(after.run_dir / "fields.npz") as same:
+        assert sorted(fresh.files) == sorted(same.files)
+        for name in fresh.files:
+            np.testing.assert_array_equal(same[name], fresh[name])

@@ -444,3 +444,16 @@ def test_a_fused_measurement_holds_the_populations_once(monkeypatch, steps):
     assert rec["steps_per_repeat"] == 4 and len(held) >= 4
     assert max(held) == 1, held
     assert rec["memory"]["population_bytes"] == 9 * 32 * 24 * 4
+
+
+def test_a_float64_bench_puts_the_float64_switch_back(tmp_path):
+    """bench measures a float64 configuration with JAX's float64 switch on, and leaves it as it found it."""
+    from lbm.environment import float64_enabled
+
+    assert not float64_enabled()
+    run_dir = tmp_path / "run"
+    assert main(["bench", "cases=[periodic]", "variants=[xla]", "grid.nx=8", "grid.ny=8", "repeats=1", "steps=2",
+                 "precision=float64", "kernel_profile=0", "bandwidth.enabled=false", f"hydra.run.dir={run_dir}"]) == 0
+    (record,) = json.loads((run_dir / "bench.json").read_text())["records"]
+    assert record["precision"] == "float64" and record["mlups"]["median"] > 0
+    assert not float64_enabled()

@@ -20,7 +20,7 @@ import pytest
 from conftest import run_config, setup_for, slow_except
 from helpers.inspect_cli import inspect_json, installed
 
-from lbm.bench.inspect import cuda_plugin
+from lbm.bench.targets import cuda_plugin
 from lbm.engines import EngineUnavailable, make_engine
 from lbm.engines.pallas.engine import PallasEngine
 from lbm.engines.pallas.kernels import flat_step, rows_block, rows_step

@@ -320,7 +320,7 @@ def test_gradient_program_compiles_for_a_gpu_without_one(tmp_path):
     import subprocess
     import sys
 
-    from lbm.bench.inspect import CUDA_PLUGINS
+    from lbm.bench.targets import CUDA_PLUGINS
 
     if not any(importlib.util.find_spec(m.split(".")[0]) and importlib.util.find_spec(m) for m in CUDA_PLUGINS):
         pytest.skip("no CUDA plugin here (bash scripts/accel_env.sh)")

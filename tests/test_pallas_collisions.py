@@ -17,7 +17,7 @@ import pytest
 from conftest import setup_for, slow_except
 from helpers.inspect_cli import inspect_json
 
-from lbm.bench.inspect import cuda_plugin
+from lbm.bench.targets import cuda_plugin
 from lbm.engines import make_engine
 from lbm.engines.pallas.engine import PallasEngine
 from lbm.engines.pallas.kernels import flat_step, rows_step

@@ -226,7 +226,7 @@ def test_v5e_chunk_holds_the_populations_once(lattice, steps, ratio):
     (8, 128) tiles of (x, y) are not those of (y / 128, 128)); the push kernel planned 2.5x."""
     if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
-    from lbm.bench.inspect import load_target, prepare_environment, target_sharding
+    from lbm.bench.targets import load_target, prepare_environment, target_sharding
     from lbm.engines.timestep import step_index
 
     target = load_target("v5e")

@@ -187,19 +187,22 @@ def environment() -> dict[str, Any]:
 
 def run_bench(cfg: dict[str, Any], run_dir: Path, console: Any = None) -> dict[str, Any]:
     """Measure everything the config asks for and write bench.json into ``run_dir``; returns the document."""
-    import jax
+    from lbm.environment import precision_scope
 
     if read_bench(cfg).parallel.devices is not None:
         return run_scaling(cfg, run_dir)
+    p = plan(cfg)
+    with precision_scope("float64" if any(c.precision == "float64" for c, _ in p["configs"]) else None):
+        return _bench(cfg, p, run_dir, console)
 
+
+def _bench(cfg: dict[str, Any], p: dict[str, Any], run_dir: Path, console: Any) -> dict[str, Any]:
+    """:func:`run_bench` once the plan ``p`` is made and the precision set."""
     from lbm.bench.report import print_table, summary, write_json
     from lbm.bench.throughput import apply_roofline, roofline_warnings
     from lbm.engines.native.stream import probe
     from lbm.roofline import measure_bandwidth
 
-    p = plan(cfg)
-    if any(c.precision == "float64" for c, _ in p["configs"]):
-        jax.config.update("jax_enable_x64", True)
     log = logging.getLogger("lbm.bench")
     doc: dict[str, Any] = {
         "schema": SCHEMA,

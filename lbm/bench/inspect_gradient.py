@@ -122,7 +122,7 @@ def format_gradient(g: dict[str, Any]) -> list[str]:
 def inspect_gradient(overrides: list[str], options: dict[str, str], target: Any, forward: dict[str, Any]
                      ) -> tuple[dict[str, Any], str]:
     """Compile the gradient program of the run for ``target`` (one device); (its record, its HLO text)."""
-    from lbm.bench.inspect import compile_chunk, target_sharding
+    from lbm.bench.targets import compile_chunk, target_sharding
 
     if target.devices > 1:
         raise LbmError("gradient=true compiles for one device: a target of one chip (e.g. target=h100)")

@@ -52,12 +52,18 @@ def _say(obj: dict[str, Any]) -> None:
 def worker(configs: list[dict[str, Any]]) -> None:
     """Set up and compile each configuration, report their evidence, then time one repeat of configuration ``i`` per
     ``run i`` line on stdin."""
+    from lbm.environment import precision_scope
+
+    with precision_scope("float64" if any(c["precision"] == "float64" for c in configs) else None):
+        _serve(configs)
+
+
+def _serve(configs: list[dict[str, Any]]) -> None:
+    """:func:`worker` with the precision set."""
     import jax
 
     from lbm.bench.throughput import BenchConfig, Timing, make_runner, make_setup
 
-    if any(c["precision"] == "float64" for c in configs):
-        jax.config.update("jax_enable_x64", True)
     states, evidence, engines = [], [], []
     for config in configs:
         cfg = BenchConfig(case=config["case"], lattice=config["lattice"], grid=tuple(config["grid"]),

@@ -163,7 +163,7 @@ def device_target() -> str | None:
     """The lbm target (lbm/targets) of JAX's default device; None where none describes it."""
     import jax
 
-    from lbm.bench.inspect import load_target, target_names
+    from lbm.bench.targets import load_target, target_names
 
     dev = jax.devices()[0]
     if dev.platform == "cpu":
@@ -194,8 +194,7 @@ def guard(run: Any, start: int = 0) -> Probe | None:
     probe's answer (None where the run is not probed). ``run``: as the case resolved it; ``start``: its first step."""
     if not wanted(run):
         return None
-    from lbm.simulation import chunk_size
-    from lbm.simulation.start import chunk_lengths
+    from lbm.simulation import chunk_lengths, chunk_size
 
     target = device_target()
     if target is None:
@@ -212,7 +211,7 @@ def guard(run: Any, start: int = 0) -> Probe | None:
     if result.status == "failed":
         log.info("compile probe (%s) gave no answer, the run goes on: %s", target, result.message)
         return result
-    from lbm.bench.inspect import load_target
+    from lbm.bench.targets import load_target
 
     engine = result.engine or run.engine
     other = ALTERNATIVE.get(load_target(target).platform, {}).get(engine, "xla")
@@ -234,7 +233,7 @@ def _child(argv: Sequence[str]) -> int:
     ``TARGET LENGTHS`` (comma-separated steps): the run pickled on stdin (:func:`probe`); ``TARGET auto OVERRIDE...``:
     the run of those overrides (one device) and its own chunk lengths (scripts/compile_matrix.py).
     """
-    from lbm.bench.inspect import (
+    from lbm.bench.targets import (
         chunk_for_target,
         compile_chunk,
         engine_for,
@@ -251,8 +250,7 @@ def _child(argv: Sequence[str]) -> int:
     name = argv[0]
     if argv[1] == "auto":
         from lbm.config import load
-        from lbm.simulation import chunk_size, make_case
-        from lbm.simulation.start import chunk_lengths
+        from lbm.simulation import chunk_lengths, chunk_size, make_case
 
         run = make_case(load(list(argv[2:]))).run
         lengths = sorted(chunk_lengths(0, run.steps, chunk_size(run)))

@@ -9,7 +9,7 @@ The rules are the validated set-ups:
 - ``cavity``: the square (2D, 130^2) or the cube (3D, 66^3; docs/validation_3d.md), ``grid.ny`` and ``grid.nz``
   following ``grid.nx``; the lid speed 0.05, or 0.1 (Mach 0.17, lbm validate's Re 1000 set-ups) where 0.05 gives
   tau below :data:`CAVITY_TAU_MIN`; TRT in 3D (the cube's validated collision) and in 2D where tau is below
-  :data:`lbm.config.run.TAU_WARN` (BGK's stability margin), else BGK.
+  :data:`TAU_WARN` (BGK's stability margin), else BGK.
 - ``taylor_green_3d``: the cumulant on D3Q27 (the validated 64^3 default), KBC on D3Q19 (lbm validate's TGV_32
   and docs/validation_3d.md's 64^3 D3Q19 row), as the cumulant needs every velocity of {-1, 0, 1}^3.
 """
@@ -25,6 +25,8 @@ from lbm.lattice import CS2, LATTICES
 
 AUTO = "auto"
 """The collision group's option that leaves the kind to the case (``collision=auto``)."""
+TAU_WARN = 0.51
+"""Relaxation times below this give a warning: BGK is close to its stability limit."""
 CASE_DIMS: dict[str, tuple[int, ...]] = {"taylor_green_3d": (3,), "duct": (3,)}
 """The spatial dimensions of the cases that run on one kind of lattice only (the others run on 2D and 3D lattices)."""
 CAVITY_GRID = {2: 130, 3: 66}
@@ -112,8 +114,6 @@ def cavity_lid(length: int, reynolds: float, tau: float | None) -> tuple[float, 
 def cavity_collision(d: int, length: int, reynolds: float, tau: float | None,
                      u_lattice: float | None) -> tuple[str, str]:
     """The cavity's collision on a ``d``-dimensional lattice at the tau the flow gives, and why."""
-    from lbm.config.run import TAU_WARN
-
     if d == 3:
         return "trt", "the validated cube (docs/validation_3d.md); walls exactly half-way"
     if tau is None and u_lattice is not None and reynolds > 0:

@@ -25,7 +25,7 @@ from lbm.config.checks import (
     check_int,
     group_options,
 )
-from lbm.config.defaults import AUTO, Pick, check_dims, pick
+from lbm.config.defaults import AUTO, TAU_WARN, Pick, check_dims, pick
 from lbm.config.schema import RunSchema
 from lbm.config.sections import (
     COLLISION_KINDS,
@@ -54,8 +54,6 @@ MACH_WARN = 0.1
 """Mach numbers above this give a warning (compressibility error grows as Ma^2)."""
 MACH_MAX = 0.5
 """Mach numbers at or above this are refused: the second-order equilibrium breaks down."""
-TAU_WARN = 0.51
-"""Relaxation times below this give a warning: BGK is close to its stability limit."""
 
 
 class LbmWarning(UserWarning):

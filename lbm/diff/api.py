@@ -21,8 +21,9 @@ import numpy as np
 from lbm.diff.objectives import Objective, check, check_callable, evaluate, from_result
 from lbm.diff.parameters import Parameterisation, parameterise
 from lbm.diff.run import check_window, differentiable_run
+from lbm.environment import float64_enabled, precision_scope
 from lbm.errors import LbmError
-from lbm.progress import shown_log
+from lbm.simulation.progress import shown_log
 
 log = logging.getLogger("lbm")
 
@@ -131,14 +132,14 @@ def value_and_grad(overrides: Sequence[str], wrt: Sequence[str], objective: Obje
     import jax
     import jax.numpy as jnp
 
-    with shown_log():
+    with shown_log(), precision_scope():  # prepare switches float64 on for such a run; put back after
         param = prepare_gradient(overrides, wrt)
         check_window(window, param.case.run.steps)
         out_dir = profile_directory(param, profile_dir)
         values = {k: jnp.asarray(param.base[k], param.setup.dtype) for k in wrt}
         # only a named objective is kept: a callable may read values its caller changes between calls
         key = None if callable(objective) else (tuple(overrides), tuple(wrt), objective, checkpoint, every, window,
-                                                snapshots, jax.config.jax_enable_x64, jax.default_backend())
+                                                snapshots, float64_enabled(), jax.default_backend())
         fn = compiled(key, lambda: gradient_function(param, wrt, objective, checkpoint, every, window, snapshots),
                       values)
         start = time.perf_counter()

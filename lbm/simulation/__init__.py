@@ -1,7 +1,12 @@
-"""The run loop: build the case, compile, advance in chunks, check, observe, checkpoint, write the run directory.
+"""The run loop, one way: :func:`simulate` calls start, then the chunks, then finish, each taking what the one before
+returned; none of them calls back up, or imports another.
 
-:mod:`~lbm.simulation.start` (case, engine, resume, profiler, compilation), :mod:`~lbm.simulation.chunks` (the health
-check, outputs and checkpoints of each chunk) and :mod:`~lbm.simulation.finish` (fields, plots, metrics.json).
+:mod:`~lbm.simulation.start` (case, engine, resume, profiler, compilation) returns a
+:class:`~lbm.simulation.state.Started`; :mod:`~lbm.simulation.chunks` advances its
+:class:`~lbm.simulation.state.Position` (health check, observation, outputs, checkpoints, progress, signals);
+:mod:`~lbm.simulation.finish` writes fields, plots and metrics.json from both. Beneath them: ``state`` (the data
+handed on, the chunking), ``health`` (the device reduction, divergence), ``outputs`` (per-chunk files, checkpoints),
+``signals`` (SIGINT/SIGTERM) and ``progress`` (the bar or log lines).
 """
 
 from __future__ import annotations
@@ -12,27 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from lbm.config import RunConfig
+from lbm.environment import precision_scope
 from lbm.errors import DivergenceError
 from lbm.io.fields import write_json
-from lbm.progress import Progress
 from lbm.simulation.chunks import (
     LAST_GOOD_MAX_BYTES,
-    RHO_BOUNDS,
-    Outputs,
-    Position,
     advance_chunk,
-    chunk_stats,
-    diverged,
-    first_bad_cell,
-    identity,
     interrupted_by,
-    likely_cause,
     run_chunks,
     stop_early,
-    write_checkpoint,
 )
 from lbm.simulation.finish import (
     build_metrics,
+    device_description,
     finish,
     finish_diverged,
     finish_interrupted,
@@ -46,16 +43,16 @@ from lbm.simulation.finish import (
     write_metrics,
     write_monitor,
 )
+from lbm.simulation.health import RHO_BOUNDS, chunk_stats, diverged, first_bad_cell, likely_cause
+from lbm.simulation.outputs import Outputs, identity, write_checkpoint
+from lbm.simulation.progress import Progress
+from lbm.simulation.signals import StopSignals
 from lbm.simulation.start import (
     RESULT_FILES,
-    Started,
     check_float64_supported,
     check_resume,
     check_run_dir,
-    chunk_lengths,
-    chunk_size,
     compile_ahead,
-    device_description,
     engine_for,
     float64_refusal,
     log_engine_choice,
@@ -68,7 +65,7 @@ from lbm.simulation.start import (
     start,
     start_profiler,
 )
-from lbm.stopping import StopSignals
+from lbm.simulation.state import Position, Started, chunk_lengths, chunk_size
 
 log = logging.getLogger("lbm")
 
@@ -86,6 +83,12 @@ __all__ = [
 
 def simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Run a validated configuration and write metrics.json, fields.npz, case files and plots into ``run_dir``."""
+    with precision_scope(run.precision):  # a float64 run leaves JAX's float64 switch as it found it
+        return _simulate(run, run_dir)
+
+
+def _simulate(run: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """start, then the chunks, then finish: each takes what the one before returned."""
     s = start(run, run_dir)
     at = Position(step=s.start, f=s.f)
     progress = Progress(s.run.steps, s.start, math.prod(s.setup.shape), s.run.output.progress)

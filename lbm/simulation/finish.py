@@ -20,8 +20,8 @@ from lbm.errors import DivergenceError
 from lbm.io.checkpoint import GLOB as CHECKPOINT_GLOB
 from lbm.io.checkpoint import load_checkpoint
 from lbm.io.fields import write_fields, write_json
-from lbm.simulation.chunks import Position, chunk_stats
-from lbm.simulation.start import Started, chunk_size, device_description
+from lbm.simulation.health import chunk_stats
+from lbm.simulation.state import Position, Started, chunk_size
 
 log = logging.getLogger("lbm")
 
@@ -176,6 +176,17 @@ def build_metrics(run: RunConfig, setup: Setup, engine: Engine, steps_timed: int
         "mach": setup.derived["mach"],
         "derived": dict(setup.derived),
     }
+
+
+def device_description() -> dict[str, Any]:
+    """The default device and the software that drives it."""
+    from lbm.environment import device_label, environment
+
+    env = environment()
+    return {"device": device_label(), "device_count": env["device_count"], "jax": env["jax"], "jaxlib": env["jaxlib"],
+            "python": env["python"], "host": env["host_machine"]}
+
+
 
 
 def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:

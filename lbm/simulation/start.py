@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,14 @@ from lbm.config import RunConfig, check_output_every, load
 from lbm.config.command_line import RESULT_FILES
 from lbm.config.run import single_device_refusal
 from lbm.engines import Engine, EngineUnavailable, make_engine
+from lbm.environment import use_precision
 from lbm.errors import ConfigError, LbmError
 from lbm.io.checkpoint import DEVIATIONS, check_compatible, find_checkpoint, load_checkpoint, read_header
 from lbm.kernels.equilibrium import shifted
 from lbm.lattice import Lattice
-from lbm.simulation.chunks import Outputs, chunk_stats, identity, write_checkpoint
+from lbm.simulation.health import chunk_stats
+from lbm.simulation.outputs import Outputs, identity
+from lbm.simulation.state import Started, chunk_lengths, chunk_size
 
 log = logging.getLogger("lbm")
 
@@ -82,11 +84,11 @@ def prepare(config: RunConfig | Sequence[str]) -> tuple[Case, Setup]:
     """The one path from overrides (or a validated config) to a case and its Setup, used by every command.
 
     Overrides are validated once (lbm.config.load); ``steps=auto`` is resolved (``case.run`` is final);
-    float64 is switched on when the run asks for it.
+    float64 is switched on when the run asks for it (and left on: the caller keeps the arrays; a run puts it back,
+    :func:`lbm.environment.precision_scope`).
     """
     run = resolve_parallel(config if isinstance(config, RunConfig) else load(list(config)))
-    if run.precision == "float64":
-        jax.config.update("jax_enable_x64", True)
+    use_precision(run.precision)
     if PREPARED and PREPARED[0][0] == run:  # preflight built them for this run: the grid-sized arrays once
         return PREPARED.pop()[1:]
     PREPARED.clear()
@@ -102,35 +104,6 @@ for the same resolved config instead of building them again (at 512^3 a setup ta
 def keep_prepared(run: RunConfig, case: Case, setup: Setup) -> None:
     """Hand the case and Setup preflight built for ``run`` (resolved) to the next :func:`prepare` of it."""
     PREPARED[:] = [(run, case, setup)]
-
-
-AUTO_CHUNK_STEPS = 100
-"""Steps per chunk with output.every=0 (automatic): a constant, not a share of ``steps``, so that a run resumed to a
-larger ``steps`` samples its monitored series at the same steps as an uninterrupted one (same metrics)."""
-
-
-def chunk_size(run: RunConfig) -> int:
-    """Steps per chunk: output.every, else steps_per_dispatch, else AUTO_CHUNK_STEPS (at most the run's steps).
-
-    With checkpoints the chunk also divides checkpoint.every, so chunks end on checkpoint steps.
-    """
-    if run.output.every:
-        k = run.output.every
-    elif run.steps_per_dispatch:
-        k = min(run.steps_per_dispatch, run.steps)
-    else:
-        k = max(1, min(AUTO_CHUNK_STEPS, run.steps))
-    every = run.checkpoint.every
-    return math.gcd(k, every) if every else k
-
-
-def device_description() -> dict[str, Any]:
-    """The default device and the software that drives it."""
-    from lbm.environment import device_label, environment
-
-    env = environment()
-    return {"device": device_label(), "device_count": env["device_count"], "jax": env["jax"], "jaxlib": env["jaxlib"],
-            "python": env["python"], "host": env["host_machine"]}
 
 
 def log_parameters(run: RunConfig, setup: Setup) -> None:
@@ -272,50 +245,13 @@ def compile_ahead(engine: Engine, f: jnp.ndarray, run: RunConfig, start: int, k:
              ", ".join(f"{n}: {t * 1e3:.0f} ms" for n, t in engine.compile_times.items()))
 
 
+
+
 def sharded_placement(engine: Engine, setup: Setup) -> tuple[Any, jnp.ndarray]:
     """How populations reach the engine (sharded over its mesh, or as they are) and the fluid mask placed alike."""
     return engine.place, engine.place_cells(setup.fluid)
 
 
-def chunk_lengths(start: int, steps: int, k: int) -> set[int]:
-    """Distinct chunk lengths of a run from ``start`` to ``steps`` whose chunks end on multiples of k."""
-    lengths, s = set(), start
-    while s < steps:
-        n = min(k - s % k, steps - s)
-        lengths.add(n)
-        s += n
-    return lengths
-
-
-@dataclass(frozen=True)
-class Started:
-    """A run ready to step: its final config, case, Setup and engine, the populations to start from and where."""
-
-    run: RunConfig
-    """As the case resolved it (``steps=auto`` final)."""
-    run_dir: Path
-    case: Case
-    setup: Setup
-    engine: Engine
-    place: Callable[[Any], jnp.ndarray]
-    """Populations onto the engine's devices (sharded over its mesh, or as they are)."""
-    fluid: jnp.ndarray
-    """The fluid mask, placed as the populations are."""
-    f: jnp.ndarray
-    """The populations at step ``start``."""
-    start: int
-    """The step the run starts from (a checkpoint's when resuming, else 0)."""
-    mass0: float
-    """The fluid mass at step 0 (the reference of the mass drift)."""
-    chunk: int
-    """Steps per chunk (:func:`chunk_size`)."""
-    outputs: Outputs
-    profiler: Any
-    """The started lbm.profiling.capture.Profiler, None without ``profile.enabled``."""
-
-    def checkpoint(self, step: int, f: Any) -> Path:
-        """Write the checkpoint of ``step`` (populations ``f``, the case's and the monitor's series)."""
-        return write_checkpoint(self.run, self.run_dir, self.case, self.setup, self.outputs, self.mass0, step, f)
 
 
 def start(run: RunConfig, run_dir: Path) -> Started:

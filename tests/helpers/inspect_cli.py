@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lbm.bench.inspect import _installed as installed  # noqa: F401  (re-exported for the tests)
-from lbm.bench.inspect import cuda_plugin
+from lbm.bench.targets import _installed as installed  # noqa: F401  (re-exported for the tests)
+from lbm.bench.targets import cuda_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root (the subprocesses run from there, with it on PYTHONPATH)."""
