@@ -6,7 +6,7 @@
 
 Each VARIANT is ``KIND[@FILE...][~FLAGS]``: the collision kind (kbc or cumulant), optionally with the body of other
 copies of source files (of lbm/engines/native/collisions.py: its ``kbc_lines``, ``cumulant_lines`` and ``FUSED``; of
-lbm/kernels/cumulant.py: its ``relax_cell``), optionally with extra compiler flags (space-separated, after the kernel
+lbm/kernels/collisions/cumulant.py: its ``relax_cell``), optionally with extra compiler flags (space-separated, after the kernel
 cache's own). Every variant builds as a library of its own (under LBM_NATIVE_EXTRA_FLAGS=-DBODY_AB_<i> ...). The
 periodic D3Q27 float32 box of scripts/collision_cost.py, native engine: per grid, 9 rounds of an even number of steps
 lasting about 2 s on BGK, every variant once per round in rotating order. Prints each variant's median time over

@@ -19,7 +19,7 @@ from lbm.boundaries.base import BoundaryCondition, pytree_dataclass, static
 from lbm.config import RunConfig, viscosity
 from lbm.config.cases import CaseParams
 from lbm.errors import ConfigError
-from lbm.kernels.collision import Collision, trt_omega_minus
+from lbm.kernels.collisions import Collision, trt_omega_minus
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice, get_lattice
 from lbm.stages import CORE_STAGES, STAGES

@@ -1,6 +1,6 @@
 """Per-direction populations: a ``(Q, *grid)`` array split along Q into a tuple of Q arrays, with arithmetic.
 
-The collision operators (lbm.kernels.collision) are written once for both forms: the stacked array the
+The collision operators (lbm.kernels.collisions) are written once for both forms: the stacked array the
 xla and instrumented engines run, and :class:`Directions`, what a Pallas kernel body holds (Triton needs
 power-of-two tensor shapes, so a cell block is one array per direction). The helpers here give each
 operation the form of its operand: on an array one jax.numpy call, on Directions its

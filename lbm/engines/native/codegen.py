@@ -16,7 +16,7 @@ inlet cell, with the rule of lbm.boundaries.inlet applied first. Guo's forcing t
 constants (``LBM_FORCE_CONSTANTS``, from a table the kernel fills once per call: ``LBM_FORCE_TABLE``)
 instead of dividing by c_s^2 in every cell. The collision is BGK or TRT (rates omega+, omega-) or one of
 lbm.engines.native.collisions.KINDS (mrt, regularized, recursive_regularized, kbc, cumulant: the last recorded from
-lbm.kernels.cumulant's own cell function, lbm.engines.native.recorder), whose rates the kernel takes
+lbm.kernels.collisions.cumulant's own cell function, lbm.kernels.collisions.recorder), whose rates the kernel takes
 per call as an array (``LBM_RATES`` of them) and turns into constants in the same table: a rate change
 rebuilds nothing.
 """
@@ -114,7 +114,7 @@ def force_table(spec: KernelSpec) -> list[str]:
 
     G[0..D) = F; G[D] = (1 - wp/2) / cs^2 (times w_i u.F: the symmetric part's uniform term); G[D+1+i] =
     (1 - wm/2) w_i c_i.F / cs^2 (the antisymmetric part); G[D+1+Q+i] = (1 - wp/2) w_i c_i.F / cs^4 (times c_i.u),
-    G[D+1+2Q+i] the same without w_i (the BGK form, :func:`collide_body`). lbm.kernels.collision.guo_source.
+    G[D+1+2Q+i] the same without w_i (the BGK form, :func:`collide_body`). lbm.kernels.collisions.guo_source.
     mrt applies the prefactors itself (its table holds 1 for them). From G[D+1+3Q] on: the constants the kind
     derives from its rates R (lbm.engines.native.collisions.rate_table).
     """

@@ -27,8 +27,8 @@ The parametrisation holds near tau = 1/2, where the operator is used: from omega
 :data:`OMEGA_PARAMETRISED`). Below, every order above two relaxes to zero at rate 1 (the 2015 operator).
 
 One function, :func:`relax_cell`, computes a cell on any numbers with +, -, * and /: jax arrays (the xla,
-instrumented and Pallas engines, lbm.kernels.collision.Collision) and the native engine's C recorder
-(lbm.engines.native.recorder), so the engines cannot diverge. Tensor-product lattices only (every velocity of
+instrumented and Pallas engines, lbm.kernels.collisions.Collision) and the native engine's C recorder
+(lbm.kernels.collisions.recorder), so the engines cannot diverge. Tensor-product lattices only (every velocity of
 {-1, 0, 1}^d): D2Q9 and D3Q27.
 """
 
@@ -45,6 +45,8 @@ from typing import Any
 import jax
 
 from lbm.config.sections import COLLISION_LATTICES
+from lbm.kernels.collisions.native import Cell
+from lbm.kernels.collisions.recorder import Recorder
 from lbm.kernels.directions import Pops, qsum, split, stack
 from lbm.lattice import Lattice
 
@@ -401,3 +403,19 @@ def cumulant(f: Pops, feq: Pops, u: Any, lattice: Lattice, omega: Any, force: Se
     barrier = None if split(f) else jax.lax.optimization_barrier
     out = relax_cell(g, qsum(feq), [u[a] for a in range(lattice.d)], lattice, cumulant_rates(omega), force, barrier)
     return stack(out, f)
+
+
+_CUMULANT_RATES = ("omega", "w3", "w4", "w5", "a", "b")
+"""The per-call rates of :class:`CumulantRates` the cumulant cell reads (bulk is the constant BULK_RATE)."""
+
+
+def cumulant_lines(spec: Cell) -> list[str]:
+    """C statements of the cumulant collision: lbm.kernels.collisions.cumulant.relax_cell run on recorded C values."""
+    lat = spec.lattice
+    rec = Recorder("cu_")
+    rates = CumulantRates(bulk=BULK_RATE, **{name: rec.name(f"{name}_") for name in _CUMULANT_RATES})
+    force = [rec.name(f"F{a}_") for a in range(lat.d)] if spec.forced else None
+    out = relax_cell([rec.name(f"f{i}") for i in range(lat.q)], rec.name("drho"),
+                     [rec.name(f"u{a}") for a in range(lat.d)], lat, rates, force)
+    return rec.program({f"o{i}": o for i, o in enumerate(out)})
+
