@@ -10,6 +10,11 @@ entropic weights divide by the absolute f_eq; the cumulant operator (lbm.kernels
 deviations themselves. Lattice constants and rates are static Python/numpy
 values; the moment bases are built once per lattice from its velocity set (lbm.kernels.collisions.moments).
 
+A kind is one module here: a :class:`~lbm.kernels.collisions.operator.CollisionOperator` subclass (its parameters,
+lattices, jnp rule and native body) registered in :data:`COLLISION_KINDS`, the one list of kinds that the config,
+the cases and every engine read (docs/contributing.md, "A collision kind"). Importing this package imports every
+module in it, so the registry is complete.
+
 - :func:`collide` is the BGK/TRT entry point (the rates ``omega_plus``, ``omega_minus`` of a Setup).
 - :class:`Collision` is a frozen spec (kind + rates) for every kind; ``spec(f, feq, u, lattice, force)``
   is the post-collision state. ``Collision.bgk_trt(omega_plus, omega_minus)`` gives the spec of a rate pair.
@@ -21,6 +26,9 @@ Triton needs power-of-two shapes). lbm.kernels.directions gives each operation t
 on Directions a matrix product over Q is its sum of single populations, equal to the dot to rounding.
 tests/test_pallas_collisions.py pins every kind on the pallas engine to the xla engine.
 """
+
+import importlib
+import pkgutil
 
 from lbm.kernels.collisions.bgk import bgk
 from lbm.kernels.collisions.kbc import kbc, kbc_matrices
@@ -36,12 +44,15 @@ from lbm.kernels.collisions.moments import (
     stress_neq,
 )
 from lbm.kernels.collisions.mrt import mrt
+from lbm.kernels.collisions.operator import COLLISION_KINDS, Collision, CollisionOperator, collision_operator
 from lbm.kernels.collisions.regularized import regularized
-from lbm.kernels.collisions.spec import COLLISION_KINDS, Collision
 from lbm.kernels.collisions.trt import collide, trt, trt_omega_minus
 
+for _module in pkgutil.iter_modules(__path__):  # every kind registers itself: a new kind is a new module
+    importlib.import_module(f"{__name__}.{_module.name}")
+
 __all__ = [
-    "COLLISION_KINDS", "MOMENT_CLASSES", "Collision", "Rate", "bgk", "collide", "guo_source", "hermite2", "hermite3",
-    "kbc", "kbc_matrices", "moment_basis", "mrt", "raw_moment_basis", "regularized", "smagorinsky_omega",
-    "stress_neq", "trt", "trt_omega_minus",
+    "COLLISION_KINDS", "MOMENT_CLASSES", "Collision", "CollisionOperator", "Rate", "bgk", "collide", "collision_operator",
+    "guo_source", "hermite2", "hermite3", "kbc", "kbc_matrices", "moment_basis", "mrt", "raw_moment_basis",
+    "regularized", "smagorinsky_omega", "stress_neq", "trt", "trt_omega_minus",
 ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import jax.numpy as jnp
 import numpy as np
 
 from lbm.kernels.collisions.moments import _guo_raw, _project, raw_moment_basis
@@ -21,8 +21,12 @@ from lbm.kernels.collisions.native import (
     batched_reciprocals,
     fused_dot,
 )
+from lbm.kernels.collisions.operator import Collision, CollisionOperator, NativeBody, register
 from lbm.kernels.directions import Pops, per_direction, qsum
 from lbm.lattice import Lattice
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
 
 
 def kbc_matrices(lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -62,6 +66,8 @@ def kbc(
     everywhere: a velocity inlet's reconstructed populations need not carry the imposed mass and momentum exactly
     (the native kernel leaves dk out where neither a force nor an inlet acts, where it is rounding).
     """
+    import jax.numpy as jnp
+
     b_mat, k_mat, s_mat = kbc_matrices(lattice)
     neq = f - feq
     m = _project(b_mat, neq)
@@ -161,3 +167,23 @@ def kbc_lines(spec: Cell) -> list[str]:
         lines.append(f"real o{i} = (LBM_FMA(-bg, g{i}, f{i}){kept_term}){force};")
     return lines
 
+
+
+def kbc_constants(spec: Cell) -> list[tuple[str, str]]:
+    """The per-call constants of the KBC cell (R = omega)."""
+    return [("om_", "R[0]"), ("om1_", "R[0] - (real)1")]
+
+
+class Kbc(CollisionOperator):
+    """KBC: the shear part at 1/tau, the higher-order part at the entropic stabiliser's rate (:func:`kbc`)."""
+
+    name = "kbc"
+    native = NativeBody(rates=("omega",), lines=kbc_lines, constants=kbc_constants, fused=True)
+
+    def apply(self, spec: Collision, f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice,
+              force: np.ndarray | None) -> Pops:
+        """:func:`kbc`."""
+        return kbc(f, feq, u, lattice, spec.omega, force)
+
+
+register(Kbc())

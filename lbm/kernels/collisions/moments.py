@@ -8,15 +8,17 @@ import functools
 import itertools
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from lbm.kernels.directions import Directions, Pops, per_direction, qsum, split
 from lbm.lattice import CS2, Lattice
 
-Rate = float | jnp.ndarray
+if TYPE_CHECKING:
+    import jax.numpy as jnp
+
+Rate: TypeAlias = "float | jnp.ndarray"
 """A relaxation rate: a constant, or one per cell (Smagorinsky)."""
 
 
@@ -57,7 +59,11 @@ def _combine(coeffs: np.ndarray, xs: Sequence[jnp.ndarray]) -> jnp.ndarray:
             continue
         term = x if coef == 1.0 else -x if coef == -1.0 else coef * x
         out = term if out is None else out + term
-    return jnp.zeros_like(xs[0]) if out is None else out
+    if out is None:
+        import jax.numpy as jnp
+
+        return jnp.zeros_like(xs[0])
+    return out
 
 
 def _polynomials(d: int) -> list[tuple[str, tuple[tuple[int, ...], ...], tuple[int, ...]]]:
@@ -181,6 +187,9 @@ def _project(matrix: np.ndarray, x: Pops) -> Pops:
     if split(x):
         rows = [np.where(np.abs(row) > 1e-13 * np.abs(row).max(), row, 0.0) for row in np.asarray(matrix)]
         return Directions(_combine(row, x) for row in rows)
+    import jax
+    import jax.numpy as jnp
+
     return jnp.einsum("kq,q...->k...", jnp.asarray(matrix, x.dtype), x, precision=jax.lax.Precision.HIGHEST)
 
 
@@ -208,6 +217,8 @@ def smagorinsky_omega(
     norm2 = sum((1.0 if a == b else 2.0) * p * p for (a, b), p in pi.items())
     rho = 1.0 + qsum(feq)  # the equilibrium's deviations sum to δρ
     tau = 1.0 / omega
+    import jax.numpy as jnp
+
     tau_eff = 0.5 * (tau + jnp.sqrt(tau * tau + 18.0 * math.sqrt(2.0) * constant**2 * jnp.sqrt(norm2) / rho))
     return 1.0 / tau_eff
 

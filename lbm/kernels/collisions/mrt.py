@@ -10,18 +10,21 @@ enters as ``f* = f - L(neq + F/2) + F`` (L the relaxation above, F the forcing p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from lbm.kernels.collisions.moments import _combine, _guo_raw, moment_basis, smagorinsky_omega
-from lbm.kernels.collisions.native import Cell, _guo, _guo_sf, _lin, _moment, _pairs, _parity_sums
+from lbm.kernels.collisions.native import Cell, _fmt, _guo, _guo_sf, _lin, _moment, _pairs, _parity_sums
+from lbm.kernels.collisions.operator import Collision, CollisionOperator, NativeBody, rate, register
+from lbm.kernels.collisions.trt import MAGIC, trt_omega_minus
 from lbm.kernels.directions import Pops, stack
 from lbm.lattice import Lattice
 
 if TYPE_CHECKING:
-    from lbm.kernels.collisions.spec import Collision
+    import jax.numpy as jnp
+
 
 def mrt(
     f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice, spec: Collision,
@@ -33,6 +36,8 @@ def mrt(
     forcing populations: each moment k relaxes at s_k and gains (1 - s_k/2) of the force's moment k.
     Conserved moments have s = 0, so density keeps its value and momentum gains exactly F.
     """
+    import jax.numpy as jnp
+
     m, m_inv, classes = moment_basis(lattice)
     rates = spec.rates()
     s: list[float | jnp.ndarray] = [rates[cls] for cls in classes]
@@ -81,3 +86,47 @@ def mrt_lines(spec: Cell) -> list[str]:
         lines.append(f"real o{i} = f{i} - (({relax}) + ({proj})){force};")
     return lines
 
+
+
+def mrt_constants(spec: Cell) -> list[tuple[str, str]]:
+    """The per-call constants of the MRT cell (R = bulk, shear, odd, even): the rates each moment class's
+    projection carries, over the row's norm."""
+    m, _, classes = moment_basis(spec.lattice)
+    out = [("se_", "R[3]"), ("hse_", "(real)0.5 * R[3]"), ("hso_", "(real)0.5 * R[2]")]
+    return out + [(f"sk{k}_", f"({_MRT_PROJECTED[cls]}) / (real){_fmt(float(m[k] @ m[k]))}")
+                  for k, cls in enumerate(classes) if cls in _MRT_PROJECTED]
+
+
+@dataclass(frozen=True)
+class MrtRates:
+    """``collision=mrt``: the rates of the moment classes (null: from 1/tau, or from ``magic`` for ``odd``)."""
+
+    magic: float = rate(MAGIC)
+    bulk: float | None = rate(1.0, 0.0, 2.0, optional=True)
+    ghost: float | None = rate(1.0, 0.0, 2.0, optional=True)
+    odd: float | None = rate(1.0, 0.0, 2.0, optional=True)
+    smagorinsky: float = rate(0.0, low_open=False)
+
+
+class Mrt(CollisionOperator):
+    """MRT in the orthogonal moment basis (lbm.kernels.collisions.moments.moment_basis)."""
+
+    name = "mrt"
+    Rates = MrtRates
+    smagorinsky = True
+    native = NativeBody(rates=("bulk", "shear", "odd", "even"), lines=mrt_lines, constants=mrt_constants,
+                        bare_force=True)
+
+    def relaxation(self, omega: float, params: Any) -> tuple[float, Collision | None]:
+        """The odd moments' rate (``odd``, else from ``magic``) and the spec with the bulk and ghost rates."""
+        omega_minus = params.odd or trt_omega_minus(omega, params.magic)
+        les = {} if params.smagorinsky is None else {"smagorinsky": params.smagorinsky}
+        return omega_minus, Collision(self.name, omega, omega_minus, params.bulk, params.ghost, **les)
+
+    def apply(self, spec: Collision, f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice,
+              force: np.ndarray | None) -> Pops:
+        """:func:`mrt`."""
+        return mrt(f, feq, u, lattice, spec, force)
+
+
+register(Mrt())

@@ -7,14 +7,19 @@ Native: the stress relaxation with the trace at its own rate is ``(1 - omega) a2
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from lbm.kernels.collisions.moments import _project, hermite2, hermite3, smagorinsky_omega
 from lbm.kernels.collisions.native import Cell, _fmt, _lin, _moment, _pairs, _parity_sums
+from lbm.kernels.collisions.operator import Collision, CollisionOperator, NativeBody, rate, register
 from lbm.kernels.directions import Pops, per_direction, qsum, stack
 from lbm.lattice import CS2, Lattice
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
 
 
 def regularized(
@@ -74,7 +79,7 @@ def regularized(
     return out
 
 
-def regularized_lines(spec: Cell) -> list[str]:
+def regularized_lines(spec: Cell, recursive: bool = False) -> list[str]:
     """C statements of the (recursive) regularized collision (lbm.kernels.collisions.regularized)."""
     lat = spec.lattice
     q, d, c, w = lat.q, lat.d, lat.c, lat.w
@@ -101,7 +106,7 @@ def regularized_lines(spec: Cell) -> list[str]:
     if spec.forced:  # A1 = (1 - omega) a1 + (1 - omega/2) F
         for a in range(d):
             lines.append(f"real A1_{a} = c1_ * ({_moment(lat, c[:, a].astype(np.float64), 'g')}) + c3_ * F{a}_;")
-    if spec.collision == "recursive_regularized":
+    if recursive:
         triples, _, rec3 = hermite3(lat)
 
         def a2(x: int, y: int) -> str:
@@ -118,8 +123,47 @@ def regularized_lines(spec: Cell) -> list[str]:
         expr = f"feq{i} + (real){_fmt(w[i] / (2 * CS2**2))} * ({hess + ' - ' if c[i].any() else '-'}trA)"
         if spec.forced and c[i].any():
             expr += f" + (real){_fmt(w[i] / CS2)} * ({_lin(c[i].astype(np.float64), [f'A1_{a}' for a in range(d)])})"
-        if spec.collision == "recursive_regularized" and rec3[i].any():
+        if recursive and rec3[i].any():
             expr += f" + ({_lin(rec3[i], [f'a3_{t}' for t in range(len(triples))])})"
         lines.append(f"real o{i} = {expr};")
     return lines
 
+
+
+def regularized_constants(spec: Cell) -> list[tuple[str, str]]:
+    """The per-call constants of the regularized cell (R = omega, bulk)."""
+    d = _fmt(spec.lattice.d)
+    return [("c1_", "(real)1 - R[0]"), ("c2_", f"(R[0] - R[1]) / (real){d}"), ("c3_", "(real)1 - (real)0.5 * R[0]"),
+            ("c4_", f"(R[0] - R[1]) / (real){_fmt(2 * spec.lattice.d)}")]
+
+
+@dataclass(frozen=True)
+class RegularizedRates:
+    """``collision=regularized``: the bulk rate (null: 1/tau) and the Smagorinsky constant."""
+
+    bulk: float | None = rate(1.0, 0.0, 2.0, optional=True)
+    smagorinsky: float = rate(0.0, low_open=False)
+
+
+class Regularized(CollisionOperator):
+    """Regularized BGK: f* - feq keeps only the relaxed second-order Hermite component (:func:`regularized`)."""
+
+    name = "regularized"
+    Rates = RegularizedRates
+    smagorinsky = True
+    recursive = False
+    native = NativeBody(rates=("omega", "bulk"), lines=regularized_lines, constants=regularized_constants)
+
+    def relaxation(self, omega: float, params: Any) -> tuple[float, Collision | None]:
+        """omega- = omega; the spec with the bulk rate and the Smagorinsky constant."""
+        les = {} if params.smagorinsky is None else {"smagorinsky": params.smagorinsky}
+        return omega, Collision(self.name, omega, bulk=params.bulk, **les)
+
+    def apply(self, spec: Collision, f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice,
+              force: np.ndarray | None) -> Pops:
+        """:func:`regularized`."""
+        return regularized(f, feq, u, lattice, spec.omega, force, spec.smagorinsky, spec.bulk,
+                           recursive=self.recursive)
+
+
+register(Regularized())

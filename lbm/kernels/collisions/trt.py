@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from lbm.kernels.collisions.bgk import bgk
 from lbm.kernels.collisions.moments import guo_source
+from lbm.kernels.collisions.operator import Collision, CollisionOperator, rate, register
 from lbm.kernels.directions import Pops
 from lbm.lattice import Lattice
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
 
 
 def trt(f: Pops, feq: Pops, lattice: Lattice, omega_plus: float, omega_minus: float) -> Pops:
@@ -47,3 +52,33 @@ def trt_omega_minus(omega_plus: float, magic: float) -> float:
     tau_minus = 0.5 + magic / (1.0 / omega_plus - 0.5)
     return 1.0 / tau_minus
 
+
+
+MAGIC = 0.1875
+"""Lambda: 3/16 puts half-way bounce-back walls exactly half-way (the default of trt and mrt, written once)."""
+
+
+@dataclass(frozen=True)
+class TrtRates:
+    """``collision=trt``: omega- from the magic parameter Lambda = (1/omega+ - 1/2)(1/omega- - 1/2)."""
+
+    magic: float = rate(MAGIC)
+
+
+class Trt(CollisionOperator):
+    """TRT: the symmetric part at 1/tau, the antisymmetric at the rate the magic parameter gives."""
+
+    name = "trt"
+    Rates = TrtRates
+
+    def relaxation(self, omega: float, params: Any) -> tuple[float, Collision | None]:
+        """omega- from ``params.magic``, and no spec: the engines' BGK/TRT path of the rate pair."""
+        return trt_omega_minus(omega, params.magic), None
+
+    def apply(self, spec: Collision, f: Pops, feq: Pops, u: jnp.ndarray | Sequence[jnp.ndarray], lattice: Lattice,
+              force: np.ndarray | None) -> Pops:
+        """TRT with Guo's forcing term (BGK where the two rates are equal)."""
+        return collide(f, feq, u, lattice, spec.omega, spec.rates()["odd"], force)
+
+
+register(Trt())
