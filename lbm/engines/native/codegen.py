@@ -15,8 +15,8 @@ inlet runs in the kernel (``KernelSpec.inlet``), ``LBM_COLLIDE_INLET`` is the sa
 inlet cell, with the rule of lbm.boundaries.inlet applied first. Guo's forcing term uses per-direction
 constants (``LBM_FORCE_CONSTANTS``, from a table the kernel fills once per call: ``LBM_FORCE_TABLE``)
 instead of dividing by c_s^2 in every cell. The collision is BGK or TRT (rates omega+, omega-) or one of
-lbm.engines.native.collisions.KINDS (mrt, regularized, recursive_regularized, kbc, cumulant: the last recorded from
-lbm.kernels.collisions.cumulant's own cell function, lbm.kernels.collisions.recorder), whose rates the kernel takes
+lbm.engines.native.collisions.KINDS (the kinds with a native body of their own, lbm.kernels.collisions: the
+cumulant's recorded from its own cell function, lbm.kernels.collisions.recorder), whose rates the kernel takes
 per call as an array (``LBM_RATES`` of them) and turns into constants in the same table: a rate change
 rebuilds nothing.
 """

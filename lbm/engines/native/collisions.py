@@ -17,7 +17,7 @@ from lbm.kernels.collisions.native import pairwise_sum
 if TYPE_CHECKING:
     from lbm.engines.native.codegen import KernelSpec
 
-KINDS = tuple(name for name, op in COLLISION_KINDS.items() if op.native is not None)
+KINDS = tuple(sorted(name for name, op in COLLISION_KINDS.items() if op.native is not None))
 """The collision kinds with a cell body of their own in the native kernel (beyond bgk and trt, which it computes from
 the rate pair omega+, omega-); any other kind's spec makes the native engine unavailable (EngineUnavailable)."""
 

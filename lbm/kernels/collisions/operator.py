@@ -111,7 +111,7 @@ def collision_operator(name: str) -> CollisionOperator:
     try:
         return COLLISION_KINDS[name]
     except KeyError:
-        raise ValueError(f"collision kind must be one of {', '.join(COLLISION_KINDS)}, not {name!r}") from None
+        raise ValueError(f"collision kind must be one of {', '.join(sorted(COLLISION_KINDS))}, not {name!r}") from None
 
 
 def parameters() -> Mapping[str, Any]:
@@ -153,7 +153,7 @@ class Collision:
         if not self.smagorinsky >= 0.0:
             raise ValueError(f"smagorinsky constant must be >= 0, not {self.smagorinsky!r}")
         if self.smagorinsky and not op.smagorinsky:
-            takes = ", ".join(k for k, o in COLLISION_KINDS.items() if o.smagorinsky)
+            takes = ", ".join(sorted(k for k, o in COLLISION_KINDS.items() if o.smagorinsky))
             raise ValueError(f"the Smagorinsky model applies to {takes}, not {self.kind}")
 
     @property
