@@ -28,8 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lbm.engines.base import EngineUnavailable
-from lbm.engines.native.collisions import KINDS, collision_lines, pairwise_sum, rate_constants, rate_table
-from lbm.kernels.collisions import COLLISION_KINDS
+from lbm.engines.native.collisions import KINDS, collision_lines, native_body, pairwise_sum, rate_constants, rate_table
 from lbm.kernels.collisions.operator import NativeBody
 from lbm.lattice import CS2, Lattice
 
@@ -62,7 +61,7 @@ class KernelSpec:
     @property
     def body(self) -> NativeBody | None:
         """The cell body of the kind beyond bgk and trt (None: bgk or trt)."""
-        return COLLISION_KINDS[self.collision].native if self.collision else None
+        return native_body(self)
 
     @property
     def fused(self) -> bool:

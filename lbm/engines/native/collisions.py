@@ -9,13 +9,9 @@ rearranged for fewer operations per cell, with the same value up to rounding (ea
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from lbm.kernels.collisions import COLLISION_KINDS, Collision
-from lbm.kernels.collisions.native import pairwise_sum
-
-if TYPE_CHECKING:
-    from lbm.engines.native.codegen import KernelSpec
+from lbm.kernels.collisions.native import Cell, pairwise_sum
+from lbm.kernels.collisions.operator import NativeBody
 
 KINDS = tuple(sorted(name for name, op in COLLISION_KINDS.items() if op.native is not None))
 """The collision kinds with a cell body of their own in the native kernel (beyond bgk and trt, which it computes from
@@ -33,27 +29,34 @@ def collision_rates(collision: Collision) -> tuple[float, ...]:
     return tuple(float(named[name]) for name in body.rates)
 
 
-def _rate_exprs(spec: KernelSpec) -> list[tuple[str, str]]:
+def native_body(spec: Cell) -> NativeBody | None:
+    """The cell body of ``spec``'s kind (None: bgk or trt, the kernel's own path of the rate pair)."""
+    return COLLISION_KINDS[spec.collision].native if spec.collision else None
+
+
+def _rate_exprs(spec: Cell) -> list[tuple[str, str]]:
     """(name, C expression of the rates R[..]) of each per-call constant the cell of ``spec``'s kind reads."""
-    return spec.body.constants(spec) if spec.body is not None else []
+    body = native_body(spec)
+    return body.constants(spec) if body is not None else []
 
 
-def rate_table(spec: KernelSpec, offset: int) -> list[str]:
+def rate_table(spec: Cell, offset: int) -> list[str]:
     """C statements storing the per-call constants of ``spec``'s rates R[..] at G[offset..] (none for bgk/trt)."""
     return [f"G[{offset + j}] = {expr};" for j, (_, expr) in enumerate(_rate_exprs(spec))]
 
 
-def rate_constants(spec: KernelSpec, offset: int) -> list[str]:
+def rate_constants(spec: Cell, offset: int) -> list[str]:
     """C declarations of the per-call constants from the table F[offset..] (:func:`rate_table`), for the cell loops."""
     names = [name for name, _ in _rate_exprs(spec)]
     return [f"const real {name} = F[{offset + j}];" for j, name in enumerate(names)] + [f"(void){n};" for n in names]
 
 
-def collision_lines(spec: KernelSpec) -> list[str]:
+def collision_lines(spec: Cell) -> list[str]:
     """C statements computing o0.. for ``spec.collision`` (one of :data:`KINDS`)."""
-    if spec.body is None:
+    body = native_body(spec)
+    if body is None:
         raise ValueError(f"no native collision {spec.collision!r}")
-    return spec.body.lines(spec)
+    return body.lines(spec)
 
 
-__all__ = ["KINDS", "collision_lines", "collision_rates", "pairwise_sum", "rate_constants", "rate_table"]
+__all__ = ["KINDS", "collision_lines", "native_body", "collision_rates", "pairwise_sum", "rate_constants", "rate_table"]
