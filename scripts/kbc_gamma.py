@@ -2,7 +2,7 @@
 
     python scripts/kbc_gamma.py outputs/RUN/checkpoints/checkpoint_N.npz [...]
 
-For each checkpoint (D3Q27 or D3Q19, no body force) it recomputes lbm.kernels.collision.kbc's split per cell
+For each checkpoint (D3Q27 or D3Q19, no body force) it recomputes lbm.kernels.collisions.kbc's split per cell
 (numpy, in slabs) and prints, for each precision: percentiles of gamma, the share of cells where the
 round-off guard takes gamma = 2, the share with gamma < 1.5, the dh-weighted mean of gamma (weights <dh|dh>,
 the entropic size of what gamma relaxes), the median of |dh|/|ds| in the entropic norm, and the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lbm.kernels.collision import kbc_matrices
+from lbm.kernels.collisions import kbc_matrices
 from lbm.lattice import Lattice, get_lattice
 
 

@@ -1,26 +1,29 @@
 """Variants of a native collision body (or of its compiler flags) against this tree's, with BGK, interleaved in one process.
 
-    git show be28b82:lbm/engines/native/collisions.py > /tmp/col_base.py
+    git show be28b82:lbm/engines/native/collisions.py > /tmp/col_base.py   # or a copy of lbm/kernels/collisions/kbc.py
     .venv/bin/python scripts/native_body_ab.py 64,128 kbc kbc@/tmp/col_base.py
     .venv/bin/python scripts/native_body_ab.py 64 cumulant "cumulant@/tmp/col_base.py@/tmp/cumulant_base.py~-DX=1"
 
 Each VARIANT is ``KIND[@FILE...][~FLAGS]``: the collision kind (kbc or cumulant), optionally with the body of other
-copies of source files (of lbm/engines/native/collisions.py: its ``kbc_lines``, ``cumulant_lines`` and ``FUSED``; of
-lbm/kernels/cumulant.py: its ``relax_cell``), optionally with extra compiler flags (space-separated, after the kernel
-cache's own). Every variant builds as a library of its own (under LBM_NATIVE_EXTRA_FLAGS=-DBODY_AB_<i> ...). The
-periodic D3Q27 float32 box of scripts/collision_cost.py, native engine: per grid, 9 rounds of an even number of steps
-lasting about 2 s on BGK, every variant once per round in rotating order. Prints each variant's median time over
-BGK's and over the first variant's in the same round (CPU time of the process; wall clock beside it) with the load
-average.
+copies of source files (before the collision kinds moved to lbm/kernels/collisions/, lbm/engines/native/collisions.py:
+its ``kbc_lines``, ``cumulant_lines`` and ``FUSED``; now lbm/kernels/collisions/kbc.py's ``kbc_lines`` and
+lbm/kernels/collisions/cumulant.py's ``cumulant_lines`` and ``relax_cell``), optionally with extra compiler flags
+(space-separated, after the kernel cache's own). Every variant builds as a library of its own (under
+LBM_NATIVE_EXTRA_FLAGS=-DBODY_AB_<i> ...). The periodic D3Q27 float32 box of scripts/collision_cost.py, native engine:
+per grid, 9 rounds of an even number of steps lasting about 2 s on BGK, every variant once per round in rotating
+order. Prints each variant's median time over BGK's and over the first variant's in the same round (CPU time of the
+process; wall clock beside it) with the load average.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import statistics
 import sys
 import time
+import unittest.mock
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +32,23 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import collision_cost  # noqa: E402
 
-import lbm.engines.native.codegen as codegen  # noqa: E402
-import lbm.engines.native.collisions as col  # noqa: E402
+from lbm.kernels.collisions import COLLISION_KINDS  # noqa: E402
+
+kbc_module = importlib.import_module("lbm.kernels.collisions.kbc")  # the package's name kbc is the function
+cumulant_module = importlib.import_module("lbm.kernels.collisions.cumulant")
 
 ROUNDS, MIN_TIME = 9, 2.0
 PATCHED = ("kbc_lines", "cumulant_lines", "relax_cell", "FUSED")
-"""The names of lbm.engines.native.collisions a variant's file may replace (by the same name in that file; FUSED in
-lbm.engines.native.codegen too: a copy of collisions.py from before it existed fuses nothing)."""
+"""The names a variant's file may replace (by the same name in that file): the two kinds' native cell bodies, the
+cumulant's cell function, and FUSED, the kinds whose body is fused (NativeBody.fused; a copy of collisions.py from
+before FUSED existed fuses nothing)."""
+
+
+def own() -> dict[str, Any]:
+    """This tree's values of :data:`PATCHED`."""
+    return {"kbc_lines": kbc_module.kbc_lines, "cumulant_lines": cumulant_module.cumulant_lines,
+            "relax_cell": cumulant_module.relax_cell,
+            "FUSED": tuple(k for k in ("kbc", "cumulant") if type(COLLISION_KINDS[k]).native.fused)}
 
 
 def patches_of(path: str, i: str) -> dict[str, Any]:
@@ -43,19 +56,24 @@ def patches_of(path: str, i: str) -> dict[str, Any]:
     spec = importlib.util.spec_from_file_location(f"body_ab_{i}", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
+    with unittest.mock.patch("lbm.kernels.collisions.operator.register", lambda op: op):  # a copy of a kind's module
+        spec.loader.exec_module(mod)  # registers nothing: this tree's kinds stay the registry
     out = {name: getattr(mod, name) for name in PATCHED if hasattr(mod, name)}
+    kind = getattr(mod, "Kbc", None)  # a copy of lbm/kernels/collisions/kbc.py: its own NativeBody.fused
+    if "kbc_lines" in out and kind is not None:
+        out.setdefault("FUSED", tuple(k for k in own()["FUSED"] if k != "kbc" or kind.native.fused))
     if "kbc_lines" in out:
         out.setdefault("FUSED", ())
     return out
 
 
 def patch(values: dict[str, Any]) -> None:
-    """Set the names of :data:`PATCHED` in lbm.engines.native.collisions (and FUSED in codegen)."""
-    for name, value in values.items():
-        setattr(col, name, value)
-    codegen.FUSED = col.FUSED
-    col.cumulant_lines.__globals__["relax_cell"] = col.relax_cell  # a copy's cumulant_lines calls the variant's
+    """Set the kbc and cumulant kinds' native bodies (NativeBody.lines, .fused) to the values of :data:`PATCHED`."""
+    for kind in ("kbc", "cumulant"):
+        op = COLLISION_KINDS[kind]
+        op.native = dataclasses.replace(type(op).native, lines=values[f"{kind}_lines"],  # type: ignore[misc]
+                                        fused=kind in values["FUSED"])
+    values["cumulant_lines"].__globals__["relax_cell"] = values["relax_cell"]  # a copy's cumulant_lines: the variant's
 
 
 def parse(i: int, text: str) -> tuple[str, str, dict[str, Any], str]:
@@ -74,10 +92,10 @@ def measure(n: int, variants: list[tuple[str, str, dict[str, Any], str]]) -> Non
     """Time BGK and every variant on the n³ box, interleaved, and print the ratios."""
     import jax
 
-    own = {name: getattr(col, name) for name in PATCHED}
+    mine = own()
     prepared, steps = [], 2
     for label, kind, patches, flags in [("bgk", "bgk", {}, ""), *variants]:
-        patch({**own, **patches})
+        patch({**mine, **patches})
         os.environ["LBM_NATIVE_EXTRA_FLAGS"] = flags
         stepper, f0 = collision_cost.prepare("d3q27", (n, n, n), kind, "native", "float32")
         if kind == "bgk":
@@ -86,7 +104,7 @@ def measure(n: int, variants: list[tuple[str, str, dict[str, Any], str]]) -> Non
         f, _ = stepper.advance(f0 + 0, steps)  # builds the library while patched, and warms it
         jax.block_until_ready(f)
         prepared.append((label, stepper, f))
-    patch(own)
+    patch(mine)
     os.environ.pop("LBM_NATIVE_EXTRA_FLAGS")
     cpu: list[list[float]] = [[] for _ in prepared]
     wall: list[list[float]] = [[] for _ in prepared]

@@ -19,7 +19,7 @@ from lbm.diff.adjoint import (
     streamed,
 )
 from lbm.diff.walls import Halfway, halfway, pulled
-from lbm.kernels.collision import bgk, trt
+from lbm.kernels.collisions import bgk, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream

@@ -24,7 +24,7 @@ from lbm.boundaries.inlet import inlet
 from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.boundaries.outflow import outflow
 from lbm.engines.plan import Block
-from lbm.kernels.collision import collide
+from lbm.kernels.collisions import collide
 from lbm.kernels.equilibrium import absolute, equilibrium, shifted
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream

@@ -11,7 +11,7 @@ from lbm.boundaries import InterpolatedBounceBack, ParabolicBounceBack
 from lbm.boundaries.parabolic import parabolic_weights
 from lbm.engines import make_engine
 from lbm.engines.xla import XlaEngine
-from lbm.kernels.collision import trt_omega_minus
+from lbm.kernels.collisions import trt_omega_minus
 from lbm.lattice import D2Q9
 
 

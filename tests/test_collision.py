@@ -1,4 +1,4 @@
-"""Collision kernels (lbm.kernels.collision): BGK/TRT/MRT/regularized/recursive regularized/KBC/Smagorinsky
+"""Collision kernels (lbm.kernels.collisions): BGK/TRT/MRT/regularized/recursive regularized/KBC/Smagorinsky
 against closed forms."""
 
 import math
@@ -10,7 +10,7 @@ import pytest
 from conftest import ALL_LATTICES, alternate, random_state, shape_for, slow_except
 
 from lbm.boundaries.bounce_back import bounce_back_halfway, halfway_links
-from lbm.kernels.collision import (
+from lbm.kernels.collisions import (
     Collision,
     collide,
     hermite2,

@@ -7,8 +7,9 @@ from conftest import run_config
 
 from lbm.config.checks import CONFIG_DIR
 from lbm.config.schema import option_file
-from lbm.config.sections import COLLISION_KINDS, TrtRates
+from lbm.config.sections import COLLISION_SCHEMAS as COLLISION_KINDS
 from lbm.errors import LbmError
+from lbm.kernels.collisions.trt import TrtRates
 
 
 def test_every_collision_option_has_a_schema():

@@ -1,8 +1,8 @@
-"""The cumulant collision (lbm.kernels.cumulant): conservation, its equilibrium, the viscosity, and every engine.
+"""The cumulant collision (lbm.kernels.collisions.cumulant): conservation, its equilibrium, the viscosity, and every engine.
 
 The operator is written once (``relax_cell`` on any numbers with arithmetic): the xla and instrumented engines run
 it on arrays, the Pallas kernel body on per-direction arrays, the native kernel on C generated from it
-(lbm.engines.native.recorder). Bounds: 2-3x above the measured values in the comments.
+(lbm.kernels.collisions.recorder). Bounds: 2-3x above the measured values in the comments.
 """
 
 import jax
@@ -21,8 +21,8 @@ from lbm.engines.native.collisions import collision_rates
 from lbm.engines.pallas.kernels import flat_step
 from lbm.engines.xla import XlaEngine
 from lbm.errors import ConfigError
-from lbm.kernels.collision import Collision
-from lbm.kernels.cumulant import cumulant_rates, parametrised
+from lbm.kernels.collisions import Collision
+from lbm.kernels.collisions.cumulant import cumulant_rates, parametrised
 from lbm.kernels.directions import Directions
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic

@@ -10,7 +10,7 @@ from helpers.boundaries import random_populations
 from lbm.engines.native import build as native
 from lbm.engines.native.codegen import KernelSpec
 from lbm.engines.plan import slot_maps
-from lbm.kernels.collision import collide, trt_omega_minus
+from lbm.kernels.collisions import collide, trt_omega_minus
 from lbm.kernels.equilibrium import absolute, equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream

@@ -167,7 +167,7 @@ def test_every_optimisation_level_gives_bitwise_the_same_populations(monkeypatch
     from lbm.boundaries import HalfwayBounceBack
     from lbm.engines.native.collisions import collision_rates
     from lbm.engines.plan import wall_records
-    from lbm.kernels.collision import Collision
+    from lbm.kernels.collisions import Collision
 
     lat, shape = LATTICES["d2q9"], (9, 8)
     spec = KernelSpec(lat, "float16", False, True, "zou_he", "kbc")

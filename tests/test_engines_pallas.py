@@ -25,7 +25,7 @@ from lbm.engines import EngineUnavailable, make_engine
 from lbm.engines.pallas.engine import PallasEngine
 from lbm.engines.pallas.kernels import flat_step, rows_block, rows_step
 from lbm.engines.xla import XlaEngine
-from lbm.kernels.collision import collide
+from lbm.kernels.collisions import collide
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream

@@ -7,7 +7,7 @@ import pytest
 from conftest import ALL_LATTICES, random_state, shape_for
 
 from lbm.boundaries.bounce_back import bounce_back_halfway, halfway_links
-from lbm.kernels.collision import collide
+from lbm.kernels.collisions import collide
 from lbm.kernels.equilibrium import absolute, equilibrium
 from lbm.kernels.forces import boundary_links, momentum_exchange
 from lbm.kernels.macroscopic import macroscopic

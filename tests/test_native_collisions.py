@@ -1,7 +1,7 @@
 """The native engine's mrt, regularized, recursive_regularized and kbc kernels against the reference (xla) physics.
 
 Kernel level: one push step and one in-place AA pair of the generated kernel equal the reference collision
-(lbm.kernels.collision.Collision) then streaming, on random populations of a periodic box, with and without a
+(lbm.kernels.collisions.Collision) then streaming, on random populations of a periodic box, with and without a
 body force, for two sets of rates through one built kernel (the rates are run-time values). Engine level: every
 new collision on the native engine follows the xla engine over several steps on a periodic box (taylor_green), a
 walled one (cavity: resting and moving walls in the kernel), a force-driven channel (poiseuille) and the cylinder
@@ -21,7 +21,7 @@ from lbm.engines.native import build as native
 from lbm.engines.native.codegen import KernelSpec
 from lbm.engines.native.collisions import KINDS, collision_rates
 from lbm.engines.xla import XlaEngine
-from lbm.kernels.collision import Collision
+from lbm.kernels.collisions import Collision
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
@@ -158,8 +158,8 @@ def test_native_engine_refuses_the_smagorinsky_model_in_one_line():
 
 
 def test_the_native_kernel_covers_every_collision_kind():
-    """A new kind in lbm.kernels.collision must get a native generator, or the native engine would build none."""
-    from lbm.kernels.collision import COLLISION_KINDS
+    """A new kind in lbm.kernels.collisions must get a native generator, or the native engine would build none."""
+    from lbm.kernels.collisions import COLLISION_KINDS
 
     assert set(COLLISION_KINDS) == {"bgk", "trt", *KINDS}
     assert set(KINDS) - set(RATES) == {"cumulant"}  # every other kind is in this file's kernel matrix
@@ -169,7 +169,7 @@ def test_the_native_kernel_covers_every_collision_kind():
 
 def test_the_recorder_fuses_each_product_that_one_sum_alone_uses():
     """a b + c -> LBM_FMA(a, b, c), c - a b -> LBM_FMA(-a, b, c); a product with another use stays, dead values go."""
-    from lbm.engines.native.recorder import Recorder
+    from lbm.kernels.collisions.recorder import Recorder
 
     rec = Recorder("t")
     a, b, c = rec.name("a"), rec.name("b"), rec.name("c")

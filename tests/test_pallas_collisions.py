@@ -1,6 +1,6 @@
 """mrt, regularized, recursive_regularized and kbc on the pallas engine against the xla engine (the reference).
 
-The Pallas kernel body (lbm.engines.pallas.cell) runs the operators of lbm.kernels.collision on per-direction
+The Pallas kernel body (lbm.engines.pallas.cell) runs the operators of lbm.kernels.collisions on per-direction
 arrays (lbm.kernels.directions.Directions); the xla engine runs the same code on ``(Q, *grid)`` arrays, where
 the projections over Q are matrix products. The two sum the same terms in another order, so they agree to
 rounding. Bounds (measured maxima in the comments): float32 2e-6, float64 1e-14 on populations of order
@@ -22,7 +22,7 @@ from lbm.engines import make_engine
 from lbm.engines.pallas.engine import PallasEngine
 from lbm.engines.pallas.kernels import flat_step, rows_step
 from lbm.engines.xla import XlaEngine
-from lbm.kernels.collision import Collision
+from lbm.kernels.collisions import Collision
 from lbm.kernels.directions import Directions
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic

@@ -21,7 +21,7 @@ from lbm.engines.pallas import aa
 from lbm.engines.pallas.aa import aa2d_not_chosen, aa_even_step, aa_odd_step, aa_rows, aa_unsupported
 from lbm.engines.pallas.engine import PallasEngine
 from lbm.engines.xla import XlaEngine
-from lbm.kernels.collision import Collision, collide
+from lbm.kernels.collisions import Collision, collide
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream
@@ -30,7 +30,7 @@ from lbm.lattice import LATTICES
 TOL = 2e-6
 FORCE = np.array([2e-3, -1e-3, 5e-4])
 COLLISIONS = {"trt": None, "cumulant": Collision("cumulant", 1.7)}
-"""TRT (rates 1.3, 0.8: lbm.kernels.collision.collide) and the cumulant operator, each with the force FORCE."""
+"""TRT (rates 1.3, 0.8: lbm.kernels.collisions.collide) and the cumulant operator, each with the force FORCE."""
 
 
 def _random(lat, shape, seed=1):

@@ -71,7 +71,7 @@ def test_exported_stage_computes_what_the_stage_computes(tmp_path):
     from jax import export
 
     from lbm.bench.export import write_bundle
-    from lbm.kernels.collision import collide
+    from lbm.kernels.collisions import collide
     from lbm.simulation import make_case
 
     setup = make_case(run_config("case=taylor_green", "grid.nx=12", "grid.ny=10")).setup()

@@ -24,7 +24,7 @@ import numpy as np
 
 from lbm.bench.study_args import STRATEGIES, batching_parser
 from lbm.hlo import count_fusions
-from lbm.kernels.collision import bgk
+from lbm.kernels.collisions import bgk
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream

@@ -142,7 +142,7 @@ def _collisions(listed: Any, collision: str, lattice: str) -> list[str]:
     ratios) or else the ``collision`` group's one; each checked to run on ``lattice`` (raises ConfigError)."""
     from lbm.config import check_choice
     from lbm.config.checks import group_options
-    from lbm.config.sections import COLLISION_LATTICES
+    from lbm.kernels.collisions import COLLISION_KINDS
 
     if listed is None:
         names, key = [collision], "collision"
@@ -159,9 +159,10 @@ def _collisions(listed: Any, collision: str, lattice: str) -> list[str]:
             raise ConfigError("collision", collision, "bgk (the default) beside collisions=[...]", "collisions= takes "
                               "each collision with its group's defaults: drop collision= or list it in collisions=")
     for name in names:
-        if lattice not in COLLISION_LATTICES.get(name, (lattice,)):
+        op = COLLISION_KINDS.get(name)
+        if op is not None and op.lattices is not None and lattice not in op.lattices:
             raise ConfigError(key, name, f"a collision that runs on lattice={lattice}", f"{name} runs on "
-                              f"{', '.join(COLLISION_LATTICES[name])} only: it needs every velocity of {{-1, 0, 1}}^d")
+                              f"{', '.join(op.lattices)} only: {op.lattice_reason}")
     return names
 
 

@@ -180,15 +180,15 @@ class BoundaryCondition:
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The stage's state after this boundary condition (dense arrays ``(Q, *grid)``)."""
-        raise NotImplementedError
+        raise FormUnavailable(f"{type(self).__name__} has no dense rule")
 
     def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
-        """The cells this boundary condition writes and reads."""
-        raise NotImplementedError
+        """The cells this boundary condition writes and reads; FormUnavailable if it does not say (no block form)."""
+        raise FormUnavailable(f"{type(self).__name__} has no footprint (the bulk-kernel engines need its block form)")
 
     def on_block(self, block: CellBlock) -> BoundaryCondition:
-        """The same rule on the cells of ``block`` (which holds this condition's footprint)."""
-        raise NotImplementedError
+        """The same rule on the cells of ``block`` (which holds this condition's footprint); FormUnavailable if none."""
+        raise FormUnavailable(f"{type(self).__name__} has no block form (the bulk-kernel engines need one)")
 
     def label(self) -> str:
         """The condition's name in messages: its class, and its ``kind`` where it has one."""

@@ -19,7 +19,7 @@ from lbm.boundaries.base import BoundaryCondition, pytree_dataclass, static
 from lbm.config import RunConfig, viscosity
 from lbm.config.cases import CaseParams
 from lbm.errors import ConfigError
-from lbm.kernels.collision import Collision, trt_omega_minus
+from lbm.kernels.collisions import COLLISION_KINDS, Collision
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice, get_lattice
 from lbm.stages import CORE_STAGES, STAGES
@@ -307,15 +307,7 @@ class Case:
         nu, tau, reynolds = viscosity(self.run, length)
         omega_plus = 1.0 / tau
         rates = self.run.collision_params
-        kind = rates.name
-        omega_minus = trt_omega_minus(omega_plus, rates.magic) if kind in ("trt", "mrt") else omega_plus
-        collision = None
-        les = {} if rates.smagorinsky is None else {"smagorinsky": rates.smagorinsky}  # kbc has none: off
-        if kind == "mrt":
-            omega_minus = rates.odd or omega_minus
-            collision = Collision("mrt", omega_plus, omega_minus, rates.bulk, rates.ghost, **les)
-        elif kind in ("regularized", "recursive_regularized", "kbc", "cumulant"):
-            collision = Collision(kind, omega_plus, bulk=rates.bulk, **les)
+        omega_minus, collision = COLLISION_KINDS[rates.name].relaxation(omega_plus, rates)
         return dict(nu=nu, tau=tau, reynolds=reynolds, omega_plus=omega_plus, omega_minus=omega_minus,
                     collision=collision)
 

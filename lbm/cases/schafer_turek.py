@@ -53,8 +53,8 @@ from lbm.cases.cylinder import Cylinder
 from lbm.cases.signals import dominant_frequency
 from lbm.config import RunConfig
 from lbm.config.schema import option_file
-from lbm.config.sections import TrtRates
 from lbm.errors import ConfigError, LbmError
+from lbm.kernels.collisions.trt import TrtRates
 from lbm.lattice import CS2, Lattice
 from lbm.reference import dfg_intervals
 

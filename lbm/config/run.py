@@ -28,11 +28,9 @@ from lbm.config.checks import (
 from lbm.config.defaults import AUTO, TAU_WARN, Pick, check_dims, pick
 from lbm.config.schema import RunSchema
 from lbm.config.sections import (
-    COLLISION_KINDS,
-    COLLISION_LATTICES,
     Checkpoint,
-    Collision,
     CollisionKind,
+    CollisionParams,
     Flow,
     Gradient,
     Grid,
@@ -42,6 +40,7 @@ from lbm.config.sections import (
     Profile,
 )
 from lbm.errors import ConfigError
+from lbm.kernels.collisions import COLLISION_KINDS
 from lbm.lattice import CS2, LATTICES
 
 MODES = ("fused", "instrumented")
@@ -83,7 +82,7 @@ class RunConfig:
 
     case_params: CaseParams
     lattice: str
-    collision_params: Collision
+    collision_params: CollisionParams  # type: ignore[valid-type]
     mode: str
     engine: str
     precision: str
@@ -168,7 +167,7 @@ def read_tree(cfg: Mapping[str, Any], schema: type[T] = RunSchema) -> T:  # type
             name = check_choice("case", node.get("name") if isinstance(node, Mapping) else None, group_options("case"))
             sections[f.name] = read_section(CASE_PARAMS[name], node, "case")
         elif tp is CollisionKind:  # every kind's rates, None where the kind has none (validate_collision checks them)
-            sections[f.name] = read_section(Collision, cfg.get(f.name), f.name)
+            sections[f.name] = read_section(CollisionParams, cfg.get(f.name), f.name)
         elif f.name not in cfg:
             raise ConfigError(f.name, None, "a value (the key is missing from the config)")
         else:
@@ -187,11 +186,9 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     kind, grid_keys, u_lattice, picked = pick(tree.case.name, lattice, collision.name, dict(tree.grid),
                                               tree.flow.reynolds, tree.flow.u_lattice, tau)
     if kind != collision.name:  # picked for collision=auto: the kind's own default rates
-        collision = validate_collision(Collision(name=kind, magic=getattr(COLLISION_KINDS[kind], "magic", None)))
-    if lattice not in COLLISION_LATTICES.get(collision.name, (lattice,)):
-        raise ConfigError("lattice", lattice, f"one of {', '.join(COLLISION_LATTICES[collision.name])} with "
-                          f"collision={collision.name}", "it needs every velocity of {-1, 0, 1}^d; "
-                          f"on {lattice} choose another collision, e.g. collision=kbc")
+        defaults = dataclasses.asdict(COLLISION_KINDS[kind].Rates())
+        collision = validate_collision(CollisionParams(name=kind, **defaults))  # type: ignore[call-arg]
+    check_collision_lattice(collision.name, lattice)
     mode = check_choice("mode", tree.mode, MODES)
     engine = check_choice("engine", tree.engine, ENGINES)
     precision = check_choice("precision", tree.precision, PRECISIONS)
@@ -215,26 +212,33 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     )
 
 
-def validate_collision(node: Mapping[str, Any], auto: bool = False) -> Collision:
-    """The ``collision`` group: its kind, and the rates that kind reads (the others None).
+def validate_collision(node: Mapping[str, Any], auto: bool = False) -> Any:
+    """The ``collision`` group: its kind, and the rates that kind reads (the others None): a CollisionParams.
 
+    Each key is checked by the range its kind declares (lbm.kernels.collisions: the fields of the kind's ``Rates``).
     ``auto``: ``collision=auto`` is accepted (a run's case picks the kind, lbm.config.defaults); elsewhere refused.
     """
-    section = node if isinstance(node, Collision) else read_section(Collision, node, "collision")
+    section = node if isinstance(node, CollisionParams) else read_section(CollisionParams, node, "collision")
     kinds = tuple(k for k in group_options("collision") if auto or k != AUTO)
     name = check_choice("collision", section.name, kinds)
-    given = None if section.magic is None else check_float("collision.magic", section.magic, 0.0)  # checked for every kind
-    magic = given if name in ("trt", "mrt") else None
+    if name == AUTO:
+        return CollisionParams(name=name)
     rates: dict[str, float | None] = {}
-    for key in ("bulk", "ghost", "odd"):
-        value = getattr(section, key)
-        if value is not None and (name == "mrt" or (key == "bulk" and name.endswith("regularized"))):
-            rates[key] = check_float(f"collision.{key}", value, 0.0, 2.0)
-    smagorinsky = None
-    if name in ("mrt", "regularized", "recursive_regularized"):
-        smagorinsky = check_float("collision.smagorinsky", section.smagorinsky, 0.0, low_open=False)
-    return Collision(name=name, magic=magic, bulk=rates.get("bulk"), ghost=rates.get("ghost"), odd=rates.get("odd"),
-                     smagorinsky=smagorinsky)
+    for f in dataclasses.fields(COLLISION_KINDS[name].Rates):
+        value, rule = getattr(section, f.name), f.metadata
+        if value is None and rule["optional"]:
+            rates[f.name] = None
+            continue
+        rates[f.name] = check_float(f"collision.{f.name}", value, rule["low"], rule["high"], low_open=rule["low_open"])
+    return CollisionParams(name=name, **rates)  # type: ignore[call-arg]
+
+
+def check_collision_lattice(kind: str, lattice: str) -> None:
+    """A ConfigError where the collision ``kind`` does not run on ``lattice`` (the kind's own lattices)."""
+    op = COLLISION_KINDS[kind]
+    if op.lattices is not None and lattice not in op.lattices:
+        raise ConfigError("lattice", lattice, f"one of {', '.join(op.lattices)} with collision={kind}",
+                          f"{op.lattice_reason}; on {lattice} choose another collision, e.g. collision={op.instead}")
 
 
 def validate_grid(section: Grid, lattice: str, key: str = "grid") -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """Hydra structured-config schemas of ``configs/config.yaml`` (run) and ``configs/bench.yaml``.
 
 The sections (:mod:`lbm.config.sections`), each case's parameters (:mod:`lbm.config.cases`) and
-each collision kind's rates (:data:`lbm.config.sections.COLLISION_KINDS`) give every key its type;
+each collision kind's rates (:data:`lbm.config.sections.COLLISION_SCHEMAS`) give every key its type;
 registered in Hydra's ConfigStore and named first in the YAML defaults lists, they make Hydra refuse
 wrong types while composing. The values and their comments stay in the YAML files (``MISSING`` here
 means: set there); a default several options share is written once, in their schema (``magic``).
@@ -24,14 +24,14 @@ from omegaconf import MISSING
 from lbm.config.cases import CASE_PARAMS, CaseParams
 from lbm.config.checks import CONFIG_DIR, did_you_mean, group_options
 from lbm.config.sections import (
-    COLLISION_KINDS,
+    COLLISION_SCHEMAS,
     Bandwidth,
     Checkpoint,
     CollisionKind,
     Flow,
     Gradient,
     Grid,
-    Lattice,
+    LatticeGroup,
     Native,
     Output,
     Parallel,
@@ -50,7 +50,7 @@ class RunSchema:
     """``configs/config.yaml``: the configuration of ``python -m lbm run``."""
 
     case: CaseParams = dataclasses.field(default=MISSING, metadata=OPEN_GROUP)  # typed by the case's own schema
-    lattice: Lattice = dataclasses.field(default_factory=Lattice)
+    lattice: LatticeGroup = dataclasses.field(default_factory=LatticeGroup)
     collision: CollisionKind = dataclasses.field(default=MISSING, metadata=OPEN_GROUP)  # typed by the kind's schema
     mode: str = MISSING
     engine: str = MISSING
@@ -71,7 +71,7 @@ class RunSchema:
 class BenchSchema:
     """``configs/bench.yaml``: the configuration of ``python -m lbm bench`` (its grids and lattice are run's)."""
 
-    lattice: Lattice = dataclasses.field(default_factory=Lattice)
+    lattice: LatticeGroup = dataclasses.field(default_factory=LatticeGroup)
     collision: CollisionKind = dataclasses.field(default=MISSING, metadata=OPEN_GROUP)  # typed by the kind's schema
     collisions: Any = MISSING  # null or a list of collision names, each with its group's defaults
     cases: list[str] = MISSING
@@ -122,7 +122,7 @@ def register() -> None:
         store.store(name=f"{config_name}_schema", node=thawed(schema))
     for case, params in CASE_PARAMS.items():
         store.store(group="case", name=f"{case}_schema", node=thawed(params))
-    for kind, rates in COLLISION_KINDS.items():
+    for kind, rates in COLLISION_SCHEMAS.items():
         store.store(group="collision", name=f"{kind}_schema", node=thawed(rates))
     if not OmegaConf.has_resolver("lbm.cells"):
         OmegaConf.register_new_resolver("lbm.cells", cells_across)
@@ -130,7 +130,7 @@ def register() -> None:
         OmegaConf.register_new_resolver("lbm.if_null", if_null)
 
 
-GROUP_SCHEMAS: dict[Any, dict[str, Any]] = {CaseParams: CASE_PARAMS, CollisionKind: COLLISION_KINDS}
+GROUP_SCHEMAS: dict[Any, dict[str, Any]] = {CaseParams: CASE_PARAMS, CollisionKind: COLLISION_SCHEMAS}
 """The base schema of each typed config group -> its options' schemas (their keys and types)."""
 
 
@@ -142,7 +142,7 @@ def option_keys(group: str, option: str) -> tuple[str, ...]:
     node = option_file(group, option)
     if "@package _global_" in path.read_text().split("\n", 1)[0]:
         node = node.get(group) or {}
-    schemas = {"case": CASE_PARAMS, "collision": COLLISION_KINDS}.get(group, {})
+    schemas = {"case": CASE_PARAMS, "collision": COLLISION_SCHEMAS}.get(group, {})
     typed = [f.name for f in dataclasses.fields(schemas[option])] if option in schemas else []
     return tuple(dict.fromkeys(k for k in [*node, *typed] if k != "defaults"))
 

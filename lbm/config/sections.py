@@ -10,10 +10,14 @@ its keys (``dict(run.checkpoint)`` is what metrics.json and a checkpoint's heade
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from omegaconf import MISSING
+
+from lbm.kernels.collisions import COLLISION_KINDS, CollisionOperator
+from lbm.kernels.collisions.operator import parameters
 
 
 class Section(Mapping[str, Any]):
@@ -120,8 +124,8 @@ class Profile(Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class Lattice(Section):
-    """The velocity set (the group ``lattice``)."""
+class LatticeGroup(Section):
+    """The velocity set chosen (the group ``lattice``; the velocity set itself is lbm.lattice.Lattice)."""
 
     name: str = MISSING
 
@@ -133,55 +137,33 @@ class CollisionKind(Section):
     name: str = MISSING
 
 
-@dataclasses.dataclass(frozen=True)
-class Collision(CollisionKind):
-    """The validated collision: its kind and the rates of that kind (None: the kind has none).
-
-    magic: trt and mrt (Lambda); bulk: mrt and the regularized kinds; ghost, odd: mrt;
-    smagorinsky: mrt and the regularized kinds.
-    """
-
-    magic: float | None = None
-    bulk: float | None = None
-    ghost: float | None = None
-    odd: float | None = None
-    smagorinsky: float | None = None
+def _collision_params() -> type:
+    """The validated collision (:data:`CollisionParams`): its kind and every key of every kind, a number or None
+    (None: the kind has none), one field per key of lbm.kernels.collisions.operator.parameters."""
+    fields = [(key, float | None, dataclasses.field(default=None)) for key in parameters()]
+    cls = dataclasses.make_dataclass("CollisionParams", fields, bases=(CollisionKind,), frozen=True)
+    cls.__module__ = __name__
+    cls.__doc__ = "The validated collision: its kind and the rates of that kind (None: the kind has none)."
+    return cls
 
 
-@dataclasses.dataclass(frozen=True)
-class TrtRates(CollisionKind):
-    """``collision=trt``: omega- from the magic parameter Lambda = (1/omega+ - 1/2)(1/omega- - 1/2)."""
-
-    magic: float = 0.1875
-    """Lambda: 3/16 puts half-way bounce-back walls exactly half-way (the default of trt and mrt, written once)."""
+CollisionParams = _collision_params()
 
 
-@dataclasses.dataclass(frozen=True)
-class RegularizedRates(CollisionKind):
-    """``collision=regularized`` and ``recursive_regularized``: the bulk rate and the Smagorinsky constant."""
-
-    bulk: float | None = MISSING
-    smagorinsky: float = MISSING
-
-
-@dataclasses.dataclass(frozen=True)
-class MrtRates(TrtRates):
-    """``collision=mrt``: the rates of the moment classes (null: from 1/tau, or from ``magic`` for ``odd``)."""
-
-    bulk: float | None = MISSING
-    ghost: float | None = MISSING
-    odd: float | None = MISSING
-    smagorinsky: float = MISSING
+def _schema(op: CollisionOperator) -> type:
+    """The Hydra schema of a kind's option (``<kind>_schema``): its name and the fields of its parameter dataclass."""
+    hints = typing.get_type_hints(op.Rates)
+    fields = [(f.name, hints[f.name], dataclasses.field(default=f.default)) for f in dataclasses.fields(op.Rates)]
+    cls = dataclasses.make_dataclass(op.Rates.__name__, fields, bases=(CollisionKind,), frozen=True)
+    cls.__module__ = __name__
+    cls.__doc__ = op.Rates.__doc__
+    return cls
 
 
-COLLISION_KINDS: dict[str, type[CollisionKind]] = {
-    "auto": CollisionKind, "bgk": CollisionKind, "cumulant": CollisionKind, "kbc": CollisionKind, "mrt": MrtRates,
-    "recursive_regularized": RegularizedRates, "regularized": RegularizedRates, "trt": TrtRates,
-}
+COLLISION_SCHEMAS: dict[str, type[CollisionKind]] = {
+    "auto": CollisionKind, **{name: _schema(op) for name, op in sorted(COLLISION_KINDS.items())}}
 """Each collision kind's keys, stored in Hydra's ``collision`` group as ``<kind>_schema`` (``auto``: the case
-picks the kind, lbm.config.defaults)."""
-COLLISION_LATTICES: dict[str, tuple[str, ...]] = {"cumulant": ("d2q9", "d3q27")}
-"""The lattices a collision kind runs on, where not every one: the cumulant needs every velocity of {-1, 0, 1}^d."""
+picks the kind, lbm.config.defaults), from the kinds' own parameter dataclasses (lbm.kernels.collisions)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -121,7 +121,7 @@ def _even_odd(x: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, jnp.ndarra
 def relax(f: jnp.ndarray, feq: jnp.ndarray, omega_plus: Any, omega_minus: Any, lattice: Lattice, two_rates: bool
           ) -> jnp.ndarray:
     """BGK (``two_rates`` False: omega+ only) or TRT relaxation of ``f`` towards ``feq``, with an O(Q) adjoint."""
-    from lbm.kernels.collision import bgk, trt
+    from lbm.kernels.collisions import bgk, trt
 
     return trt(f, feq, lattice, omega_plus, omega_minus) if two_rates else bgk(f, feq, omega_plus)
 
@@ -156,7 +156,7 @@ def relax_equilibrium(f: jnp.ndarray, drho: jnp.ndarray, u: jnp.ndarray, omega_p
                       lattice: Lattice, two_rates: bool) -> jnp.ndarray:
     """:func:`relax` of ``f`` towards the equilibrium of ``drho``, ``u`` (computed under the scope ``equilibrium``),
     with one adjoint for both that never recomputes the equilibrium."""
-    from lbm.kernels.collision import bgk, trt
+    from lbm.kernels.collisions import bgk, trt
 
     with jax.named_scope("equilibrium"):
         feq = equilibrium(drho, u, lattice)

@@ -37,7 +37,7 @@ from lbm.cases.base import Case, Setup
 from lbm.config import LbmWarning
 from lbm.diff.geometry import ON_THE_WALL, moved_ellipse
 from lbm.errors import LbmError
-from lbm.kernels.collision import Collision, bgk, guo_source, trt
+from lbm.kernels.collisions import Collision, bgk, guo_source, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice
 
@@ -57,7 +57,7 @@ the cylinder's geometry keys those of its shape, :data:`SHAPE_KEYS`)."""
 
 @dataclasses.dataclass(frozen=True)
 class TracedCollision(Collision):
-    """A :class:`~lbm.kernels.collision.Collision` whose rates are traced values: the kernels are pure jax.numpy in
+    """A :class:`~lbm.kernels.collisions.Collision` whose rates are traced values: the kernels are pure jax.numpy in
     their rates; the checks of the rates ran on the run's own values (the Setup's Collision)."""
 
     def __post_init__(self) -> None:
@@ -68,7 +68,7 @@ class TracedCollision(Collision):
 class Relaxation:
     """The collision with traced rates and an optional traced body force (Guo), used as ``Setup.collision``.
 
-    BGK and TRT call lbm.kernels.collision.bgk / trt and add Guo's term (linear in the force); the other
+    BGK and TRT call lbm.kernels.collisions.bgk / trt and add Guo's term (linear in the force); the other
     kinds call their kernel through a :class:`TracedCollision` (``spec``), and a traced force enters as the
     kernel's affine dependence on it: K(F) = K(0) + sum_a F_a (K(e_a) - K(0)) (every kind without the
     Smagorinsky model is affine in the force, whose value the kernels take as a static array;

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from lbm.boundaries.base import FormUnavailable
 from lbm.cases.base import Setup
 from lbm.config.run import ENGINES, MODES  # the choices of the config keys engine and mode
 from lbm.config.sections import Native
@@ -77,7 +78,18 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
 
 
 def _named(engine: str, setup: Setup, storage: str, platform: str, native: Native | None = None) -> Engine:
-    """The engine called ``engine``; EngineUnavailable where it cannot run."""
+    """The engine called ``engine``; EngineUnavailable where it cannot run (a component without a form it needs
+    too: FormUnavailable)."""
+    try:
+        return _built(engine, setup, storage, platform, native)
+    except EngineUnavailable:
+        raise
+    except FormUnavailable as exc:
+        raise EngineUnavailable(str(exc)) from None
+
+
+def _built(engine: str, setup: Setup, storage: str, platform: str, native: Native | None) -> Engine:
+    """The engine called ``engine`` built for ``setup`` (its constructor's exceptions pass)."""
     if engine == "native":
         from lbm.engines.native.engine import NativeEngine
 

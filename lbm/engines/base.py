@@ -63,7 +63,7 @@ def attempt(build: Callable[..., Any], *args: Any) -> Any:
     what can be built, without a chain of fallbacks on exceptions."""
     try:
         return build(*args)
-    except EngineUnavailable as exc:
+    except FormUnavailable as exc:  # EngineUnavailable, or a form of a component the engine needs
         return Unavailable(str(exc))
 
 

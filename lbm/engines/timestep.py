@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from lbm.boundaries.base import BoundaryCondition, StepState
 from lbm.cases.base import Setup
-from lbm.kernels.collision import collide
+from lbm.kernels.collisions import collide
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.streaming import stream

@@ -6,7 +6,7 @@ velocity ``u`` is ``(D, *grid)``. Lattice constants are static Python/numpy data
 These modules are the reference physics: the xla and instrumented engines run them. The two fast engines
 compute the same step elsewhere:
 - the Pallas kernels (lbm.engines.pallas.cell) call these functions on per-direction arrays
-  (lbm.kernels.directions): every collision operator and its forcing (collision.py), the momentum and
+  (lbm.kernels.directions): every collision kind and its forcing (collisions/), the momentum and
   c_i . u; the density and the equilibrium, whose functions here take stacked arrays, are written there in
   the same formulas;
 - the native kernel's C++ is generated from the lattice (lbm.engines.native.codegen).

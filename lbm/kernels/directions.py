@@ -1,6 +1,6 @@
 """Per-direction populations: a ``(Q, *grid)`` array split along Q into a tuple of Q arrays, with arithmetic.
 
-The collision operators (lbm.kernels.collision) are written once for both forms: the stacked array the
+The collision operators (lbm.kernels.collisions) are written once for both forms: the stacked array the
 xla and instrumented engines run, and :class:`Directions`, what a Pallas kernel body holds (Triton needs
 power-of-two tensor shapes, so a cell block is one array per direction). The helpers here give each
 operation the form of its operand: on an array one jax.numpy call, on Directions its
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
 
 
 def _operator(op: Callable[[Any, Any], Any]) -> tuple[Callable[..., Directions], Callable[..., Directions]]:
@@ -70,7 +72,7 @@ class Directions(tuple):
         return Directions(a.astype(dtype) for a in self)
 
 
-Pops = jnp.ndarray | Directions
+Pops: TypeAlias = "jnp.ndarray | Directions"  # jax is imported where a kernel runs, not where the config reads kinds
 """Populations (or any per-direction quantity): a ``(Q, *grid)`` array or its :class:`Directions`."""
 
 
@@ -81,11 +83,15 @@ def split(x: Any) -> bool:
 
 def stack(xs: Sequence[jnp.ndarray], like: Pops) -> Pops:
     """``xs`` in the form of ``like``: stacked along a new first axis, or as Directions."""
+    import jax.numpy as jnp
+
     return Directions(xs) if split(like) else jnp.stack(xs)
 
 
 def qsum(x: Pops) -> jnp.ndarray:
     """The sum over the first axis (the directions)."""
+    import jax.numpy as jnp
+
     return sum(x[1:], x[0]) if split(x) else jnp.sum(x, axis=0)
 
 
@@ -93,5 +99,7 @@ def per_direction(v: np.ndarray, like: Any, d: int) -> Pops:
     """Static per-direction constants ``v`` that broadcast against fields shaped like ``like`` (D fields or a grid)."""
     if split(like):
         return Directions(float(x) for x in v)
+    import jax.numpy as jnp
+
     return jnp.asarray(v.reshape((-1,) + (1,) * d), like.dtype)
 

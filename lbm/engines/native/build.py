@@ -85,17 +85,13 @@ def cxxflags() -> list[str]:
     return [*flags, *os.environ.get("LBM_NATIVE_EXTRA_FLAGS", "").split()]
 
 
-SCHEDULED = ("cumulant",)
-"""The collision kinds built with GCC's instruction scheduler before register allocation (-fschedule-insns
--fsched-pressure; the same operations, so the same bits): the cumulant took 0.92-0.96x of its time without them at
-64³ (two runs, by its ratio to BGK's time in the same round) and 0.93x at 128³; KBC 1.02x at 64³ and 0.93x at 128³,
-so it is left out (docs/physics.md, "Cost against BGK")."""
 
 
 def kernel_flags(spec: KernelSpec, cxx: str) -> list[str]:
-    """The compiler flags of ``spec``'s library: :func:`cxxflags`, with the scheduler for :data:`SCHEDULED` under GCC."""
+    """The compiler flags of ``spec``'s library: :func:`cxxflags`, with the scheduler under GCC where the kind's
+    native body asks for it (NativeBody.scheduled)."""
     flags, n = cxxflags(), len(CXXFLAGS)  # the scheduler before $LBM_NATIVE_EXTRA_FLAGS (-fno-schedule-insns undoes it)
-    if spec.collision in SCHEDULED and "Free Software Foundation" in compiler_version(cxx):
+    if spec.body is not None and spec.body.scheduled and "Free Software Foundation" in compiler_version(cxx):
         flags[n:n] = ["-fschedule-insns", "-fsched-pressure"]
     return flags
 
@@ -286,7 +282,7 @@ def push(spec: KernelSpec, src: jnp.ndarray, dst: jnp.ndarray, omega_plus: float
     Returns the new populations, ``src`` at the flat ``slots`` (int32, any shape; read first) and the new
     populations at the flat ``observe`` slots (read last). ``walls``: the step's wall records (WALL_RECORDS);
     ``u_in``: the inflow ``(D, *face)`` of a velocity inlet on x = 0 (``spec.inlet`` its kind); ``outflow``: a
-    zero-gradient outflow on x = nx - 1; ``rates``: the rates of ``spec.collision`` (lbm.engines.native.collisions.RATES);
+    zero-gradient outflow on x = nx - 1; ``rates``: the rates of ``spec.collision`` (its NativeBody.rates);
     ``threading``: the run config's ``native`` section (threads per step, 0 for XLA's intra-op pool size; pinning),
     None for its defaults (kernels.cc, ``parallel_for``).
     """

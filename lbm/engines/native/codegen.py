@@ -15,8 +15,8 @@ inlet runs in the kernel (``KernelSpec.inlet``), ``LBM_COLLIDE_INLET`` is the sa
 inlet cell, with the rule of lbm.boundaries.inlet applied first. Guo's forcing term uses per-direction
 constants (``LBM_FORCE_CONSTANTS``, from a table the kernel fills once per call: ``LBM_FORCE_TABLE``)
 instead of dividing by c_s^2 in every cell. The collision is BGK or TRT (rates omega+, omega-) or one of
-lbm.engines.native.collisions.KINDS (mrt, regularized, recursive_regularized, kbc, cumulant: the last recorded from
-lbm.kernels.cumulant's own cell function, lbm.engines.native.recorder), whose rates the kernel takes
+lbm.engines.native.collisions.KINDS (the kinds with a native body of their own, lbm.kernels.collisions: the
+cumulant's recorded from its own cell function, lbm.kernels.collisions.recorder), whose rates the kernel takes
 per call as an array (``LBM_RATES`` of them) and turns into constants in the same table: a rate change
 rebuilds nothing.
 """
@@ -27,13 +27,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lbm.engines.native.collisions import FUSED, KINDS, RATES, collision_lines, pairwise_sum, rate_constants, rate_table
+from lbm.engines.base import EngineUnavailable
+from lbm.engines.native.collisions import KINDS, collision_lines, native_body, pairwise_sum, rate_constants, rate_table
+from lbm.kernels.collisions.operator import NativeBody
 from lbm.lattice import CS2, Lattice
 
 STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("float", "float16")}
 """storage name -> (C compute type, C storage type)."""
 SCHEMES = {"PUSH": "push", "AA_EVEN": "aa_even", "AA_ODD": "aa_odd"}
 """C names of the streaming schemes (lbm.engines.plan.SCHEMES)."""
+
+
+class NoNativeCollision(EngineUnavailable, ValueError):
+    """A collision kind without a native body (its NativeBody is None): the native engine is unavailable, and
+    ``auto`` falls back; a ValueError too, for a caller that asks for the kernel itself."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,17 @@ class KernelSpec:
 
     def __post_init__(self) -> None:
         if self.collision and self.collision not in KINDS:
-            raise ValueError(f"no native collision {self.collision!r}: bgk, trt or one of {', '.join(KINDS)}")
+            raise NoNativeCollision(f"no native collision {self.collision!r}: bgk, trt or one of {', '.join(KINDS)}")
+
+    @property
+    def body(self) -> NativeBody | None:
+        """The cell body of the kind beyond bgk and trt (None: bgk or trt)."""
+        return native_body(self)
+
+    @property
+    def fused(self) -> bool:
+        """Whether the cell body is a long one (NativeBody.fused): fused multiply-adds, the paired equilibrium."""
+        return self.body is not None and self.body.fused
 
     @property
     def kind(self) -> str:
@@ -114,14 +131,15 @@ def force_table(spec: KernelSpec) -> list[str]:
 
     G[0..D) = F; G[D] = (1 - wp/2) / cs^2 (times w_i u.F: the symmetric part's uniform term); G[D+1+i] =
     (1 - wm/2) w_i c_i.F / cs^2 (the antisymmetric part); G[D+1+Q+i] = (1 - wp/2) w_i c_i.F / cs^4 (times c_i.u),
-    G[D+1+2Q+i] the same without w_i (the BGK form, :func:`collide_body`). lbm.kernels.collision.guo_source.
-    mrt applies the prefactors itself (its table holds 1 for them). From G[D+1+3Q] on: the constants the kind
+    G[D+1+2Q+i] the same without w_i (the BGK form, :func:`collide_body`). lbm.kernels.collisions.guo_source.
+    A body with NativeBody.bare_force (mrt) applies the prefactors itself (its table holds 1 for them).
+    From G[D+1+3Q] on: the constants the kind
     derives from its rates R (lbm.engines.native.collisions.rate_table).
     """
     lat = spec.lattice
     q, d = lat.q, lat.d
     lines = [f"G[{a}] = F[{a}];" for a in range(d)]
-    if spec.collision == "mrt":
+    if spec.body is not None and spec.body.bare_force:
         lines.append("{ const real kp = (real)1, km = (real)1;")
     else:
         lines.append("{ const real kp = (real)1 - (real)0.5 * wp, km = (real)1 - (real)0.5 * wm;")
@@ -163,7 +181,7 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
             if spec.forced:
                 expr = f"({expr}) + (real)0.5 * F{a}_"
             lines.append(f"real m{a} = {expr};")
-        if spec.collision in FUSED:  # one division
+        if spec.fused:  # one division
             lines.append("real irho = (real)1 / rho;")
             lines += [f"real u{a} = m{a} * irho;" for a in range(d)]
         else:
@@ -173,11 +191,11 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
     for i in range(q):
         cu = _signed([(int(c[i, a]), f"u{a}") for a in range(d)]) or "0"
         lines.append(f"real cu{i} = {cu};")
-        if spec.collision not in FUSED:
+        if not spec.fused:
             w = _fmt(lat.w[i])
             poly = f"(base + cu{i} * ((real)3 + (real)4.5 * cu{i}))" if c[i].any() else "base"
             lines.append(f"real feq{i} = (real){w} * (drho + rho * {poly});")
-    if spec.collision in FUSED:
+    if spec.fused:
         lines += paired_equilibrium(lat)
     if inlet:
         lines += inlet_unknowns(spec)
@@ -204,7 +222,7 @@ def collide_body(spec: KernelSpec, inlet: bool = False) -> list[str]:
 def paired_equilibrium(lat: Lattice) -> list[str]:
     """C statements of feq0.. as ``feq_i = w_i e_i``, ``e_i = (drho + rho base + 4.5 rho cu_i^2) + 3 rho cu_i``: the
     two directions of a pair share the first part (the same polynomial as :func:`collide_body`'s, fewer operations,
-    fused multiply-adds: the kernels of lbm.engines.native.collisions.FUSED)."""
+    fused multiply-adds: the kinds whose NativeBody is fused)."""
     c, w, opp = lat.c, lat.w, lat.opposite
     lines = ["real e0_ = LBM_FMA(rho, base, drho), r3_ = (real)3 * rho, r45_ = (real)4.5 * rho;"]
     for i in range(lat.q):
@@ -307,13 +325,13 @@ def header(spec: KernelSpec) -> str:
         _macro("LBM_UNPACK", [" ".join(f"real f{i} = f_[{i}];" for i in range(q))]),
         _macro("LBM_PACK", [" ".join(f"out_[{i}] = o{i};" for i in range(q))]),
         f"#define LBM_FORCE_SIZE {d + 1 + 3 * q + len(rate_table(spec, 0))}",
-        f"#define LBM_RATES {len(RATES.get(spec.collision, ())) or 1}",
+        f"#define LBM_RATES {len(spec.body.rates) if spec.body is not None else 1}",
         _macro("LBM_FORCE_TABLE", force_table(spec)),
         _macro("LBM_FORCE_CONSTANTS", force_constants(spec)),
         _macro("LBM_COLLIDE", collide_body(spec)),
         f"#define LBM_INLET {1 if spec.inlet else 0}",
         "#ifndef LBM_GATHERED_EDGES",  # -DLBM_GATHERED_EDGES=0 in LBM_NATIVE_EXTRA_FLAGS: scripts/native_body_ab.py
-        f"#define LBM_GATHERED_EDGES {1 if spec.collision in FUSED else 0}",
+        f"#define LBM_GATHERED_EDGES {1 if spec.fused else 0}",
         "#endif",
         _macro("LBM_INLET_POINTERS", [" ".join(f"const real* U{a} = U[{a}];" for a in range(d))]),
         _macro("LBM_COLLIDE_INLET", collide_body(spec, inlet=True) if spec.inlet else ["LBM_COLLIDE"]),

@@ -54,7 +54,7 @@ from jax.experimental import pallas as pl
 
 from lbm.engines.pallas.cell import collide_cell
 from lbm.engines.pallas.kernels import vmem_bytes
-from lbm.kernels.collision import Collision
+from lbm.kernels.collisions import Collision
 from lbm.lattice import Lattice
 from lbm.stages import BULK_SCOPE
 

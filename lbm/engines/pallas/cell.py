@@ -5,7 +5,7 @@ Pallas kernels hold the populations as Q arrays (a cell block per direction), no
 cells per direction. The reference physics is lbm.kernels (jax.numpy; the xla engine runs it). This
 body calls it where a list of arrays allows: the momentum (lbm.kernels.macroscopic.momentum),
 c_i . u (lbm.kernels.equilibrium.velocity_dot) and every collision operator with its forcing
-(lbm.kernels.collision, on :class:`~lbm.kernels.directions.Directions`). The density and the
+(lbm.kernels.collisions, on :class:`~lbm.kernels.directions.Directions`). The density and the
 equilibrium are written here in the reference's formulas and order of operations:
 lbm.kernels.macroscopic (a matrix product over Q in 3D) and lbm.kernels.equilibrium (``jnp.sum``
 and ``jnp.stack`` over Q) take stacked arrays, which a Triton kernel cannot hold.
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from lbm.kernels.collision import Collision, collide
+from lbm.kernels.collisions import Collision, collide
 from lbm.kernels.directions import Directions
 from lbm.kernels.equilibrium import equilibrium_terms
 from lbm.kernels.macroscopic import momentum
@@ -39,8 +39,8 @@ def collide_cell(f: Sequence[Any], lattice: Lattice, omega_plus: float, omega_mi
     """Post-collision populations of the cells in ``f`` (one array per direction, all the same shape), as every
     engine holds them: deviations f - w from the rest state (lbm.kernels.equilibrium).
 
-    ``collision`` None: BGK when the two rates are equal, else TRT (lbm.kernels.collision.collide); else that
-    operator (any kind of lbm.kernels.collision.COLLISION_KINDS).
+    ``collision`` None: BGK when the two rates are equal, else TRT (lbm.kernels.collisions.collide); else that
+    operator (any kind of lbm.kernels.collisions.COLLISION_KINDS).
     """
     f = Directions(f)
     drho = sum(f[1:], f[0])

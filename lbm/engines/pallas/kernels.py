@@ -34,7 +34,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from lbm.engines.pallas.cell import collide_cell
-from lbm.kernels.collision import Collision
+from lbm.kernels.collisions import Collision
 from lbm.lattice import Lattice
 from lbm.stages import BULK_SCOPE
 

@@ -1,6 +1,6 @@
 """C code from a Python kernel: run it on :class:`CValue` numbers, whose +, -, *, / and abs() write C.
 
-lbm.kernels.cumulant.relax_cell computes one cell on any numbers with arithmetic; given CValues named after the
+lbm.kernels.collisions.cumulant.relax_cell computes one cell on any numbers with arithmetic; given CValues named after the
 generated body's variables (``f0``, ``u0``, ``drho``, the rates) it returns CValues whose text is the C of its
 results, and the :class:`Recorder` holds one operation per statement (``real c_12 = c_3 * u0;``): the native
 kernel computes the operator the xla engine runs, term by term, and the two cannot diverge. Constant operands

@@ -27,8 +27,8 @@ The parametrisation holds near tau = 1/2, where the operator is used: from omega
 :data:`OMEGA_PARAMETRISED`). Below, every order above two relaxes to zero at rate 1 (the 2015 operator).
 
 One function, :func:`relax_cell`, computes a cell on any numbers with +, -, * and /: jax arrays (the xla,
-instrumented and Pallas engines, lbm.kernels.collision.Collision) and the native engine's C recorder
-(lbm.engines.native.recorder), so the engines cannot diverge. Tensor-product lattices only (every velocity of
+instrumented and Pallas engines, lbm.kernels.collisions.Collision) and the native engine's C recorder
+(lbm.kernels.collisions.recorder), so the engines cannot diverge. Tensor-product lattices only (every velocity of
 {-1, 0, 1}^d): D2Q9 and D3Q27.
 """
 
@@ -42,13 +42,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jax
-
-from lbm.config.sections import COLLISION_LATTICES
+from lbm.kernels.collisions.native import Cell
+from lbm.kernels.collisions.operator import Collision, CollisionOperator, NativeBody, register
+from lbm.kernels.collisions.recorder import Recorder, literal
 from lbm.kernels.directions import Pops, qsum, split, stack
 from lbm.lattice import Lattice
 
-TENSOR_LATTICES = COLLISION_LATTICES["cumulant"]
+TENSOR_LATTICES = ("d2q9", "d3q27")
 """The lattices the cumulant operator runs on (every velocity of {-1, 0, 1}^d), as the config checks them."""
 
 Exps = tuple[int, ...]
@@ -398,6 +398,55 @@ def _relax_3d(c: dict[Exps, Split], post: dict[Exps, Split], grad: list[Any], sh
 def cumulant(f: Pops, feq: Pops, u: Any, lattice: Lattice, omega: Any, force: Sequence[float] | None = None) -> Pops:
     """Post-collision populations (deviations f - w, in the form of ``f``) of the cumulant operator (module doc)."""
     g = list(f) if split(f) else [f[i] for i in range(lattice.q)]
+    import jax
+
     barrier = None if split(f) else jax.lax.optimization_barrier
     out = relax_cell(g, qsum(feq), [u[a] for a in range(lattice.d)], lattice, cumulant_rates(omega), force, barrier)
     return stack(out, f)
+
+
+_CUMULANT_RATES = ("omega", "w3", "w4", "w5", "a", "b")
+"""The per-call rates of :class:`CumulantRates` the cumulant cell reads (bulk is the constant BULK_RATE)."""
+
+
+def cumulant_lines(spec: Cell) -> list[str]:
+    """C statements of the cumulant collision: lbm.kernels.collisions.cumulant.relax_cell run on recorded C values."""
+    lat = spec.lattice
+    rec = Recorder("cu_")
+    rates = CumulantRates(bulk=BULK_RATE, **{name: rec.name(f"{name}_") for name in _CUMULANT_RATES})
+    force = [rec.name(f"F{a}_") for a in range(lat.d)] if spec.forced else None
+    out = relax_cell([rec.name(f"f{i}") for i in range(lat.q)], rec.name("drho"),
+                     [rec.name(f"u{a}") for a in range(lat.d)], lat, rates, force)
+    return rec.program({f"o{i}": o for i, o in enumerate(out)})
+
+
+
+def cumulant_constants(spec: Cell) -> list[tuple[str, str]]:
+    """The per-call constants of the cumulant cell (R = omega): the rates of :func:`cumulant_rates`, as nested C
+    expressions."""
+    rec = Recorder(emit=False)
+    on = rec.name(f"(R[0] >= {literal(OMEGA_PARAMETRISED)} ? (real)1 : (real)0)")
+    rates = cumulant_rates(rec.name("R[0]"), on)
+    return [(f"{name}_", getattr(rates, name).text) for name in _CUMULANT_RATES]
+
+
+class Cumulant(CollisionOperator):
+    """The cumulant collision (Geier et al.): on the lattices with every velocity of {-1, 0, 1}^d."""
+
+    name = "cumulant"
+    lattices = TENSOR_LATTICES
+    lattice_reason = "it needs every velocity of {-1, 0, 1}^d"
+    instead = "kbc"
+    native = NativeBody(rates=("omega",), lines=cumulant_lines, constants=cumulant_constants, fused=True,
+                        scheduled=True)
+    """Scheduled: GCC's instruction scheduler before register allocation (-fschedule-insns -fsched-pressure; the same
+    operations, so the same bits): the cumulant took 0.92-0.96x of its time without them at 64³ (two runs, by its
+    ratio to BGK's time in the same round) and 0.93x at 128³; KBC 1.02x at 64³ and 0.93x at 128³, so it is left out
+    (docs/physics.md, "Cost against BGK")."""
+
+    def apply(self, spec: Collision, f: Pops, feq: Pops, u: Any, lattice: Lattice, force: Any) -> Pops:
+        """:func:`cumulant`."""
+        return cumulant(f, feq, u, lattice, spec.omega, force)
+
+
+register(Cumulant())
