@@ -209,8 +209,11 @@ def test_the_3d_taylor_green_case_defaults_to_the_validated_cumulant_and_names_t
     run = run_config("case=taylor_green_3d")  # the case's YAML overrides the lattice and collision groups
     assert (run.lattice, run.collision, run.grid) == ("d3q27", "cumulant", (64, 64, 64))
     assert run_config("case=taylor_green_3d", "lattice=d3q19", "collision=kbc").collision == "kbc"
+    # the collision the user left open follows the lattice (issue 39 item 9): kbc on d3q19, said so in the pick
+    d3q19 = run_config("case=taylor_green_3d", "lattice=d3q19")
+    assert d3q19.collision == "kbc" and [(p.key, p.value) for p in d3q19.picked] == [("collision", "kbc")]
     with pytest.raises(ConfigError, match="on d3q19 choose another collision, e.g. collision=kbc"):
-        run_config("case=taylor_green_3d", "lattice=d3q19")
+        run_config("case=taylor_green_3d", "lattice=d3q19", "collision=cumulant")  # asked for: refused
 
 
 @pytest.mark.slow
