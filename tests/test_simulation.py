@@ -446,3 +446,16 @@ def test_large_populations_are_copied_to_the_host_at_most_a_twentieth_of_the_ste
     assert host_copy_due(small, 0.0, 10.0)  # every chunk, whatever the copy costs
     assert host_copy_due(large, 0.0, 0.0)  # the first copy (none measured yet)
     assert not host_copy_due(large, 1.9, 0.1) and host_copy_due(large, 2.0, 0.1)
+
+
+def test_the_automatic_chunk_is_fixed_and_a_profiled_runs_holds_its_window():
+    """output.every=0: 100 steps a chunk whatever ``steps`` is (a run resumed to more steps samples where an
+    uninterrupted one does); a profiled run's chunk is a tenth of the run, so that a 20-step run still has warm-up and
+    steady chunks (the profiling tests and the device check run 20-100 steps)."""
+    from lbm.simulation.state import AUTO_CHUNK_STEPS, chunk_size
+
+    assert AUTO_CHUNK_STEPS == 100
+    assert [chunk_size(run_config("case=taylor_green", f"steps={n}")) for n in (20, 200, 2000, 60000)] == [20, 100, 100, 100]
+    profiled = [chunk_size(run_config("case=taylor_green", f"steps={n}", "profile.enabled=true")) for n in (20, 100, 60000)]
+    assert profiled == [2, 10, 1000]
+    assert chunk_size(run_config("case=taylor_green", "steps=2000", "output.every=40")) == 40

@@ -24,7 +24,9 @@ larger ``steps`` samples its monitored series at the same steps as an uninterrup
 
 
 def chunk_size(run: RunConfig) -> int:
-    """Steps per chunk: output.every, else steps_per_dispatch, else AUTO_CHUNK_STEPS (at most the run's steps).
+    """Steps per chunk: output.every, else steps_per_dispatch, else AUTO_CHUNK_STEPS (at most the run's steps); a
+    profiled run's automatic chunk is a tenth of the run (at most 1000, at least 1), so that a short run holds the
+    profile's warm-up and steady chunks (docs/profiling.md; a profiled run is a measurement, not one to resume).
 
     With checkpoints the chunk also divides checkpoint.every, so chunks end on checkpoint steps.
     """
@@ -32,6 +34,8 @@ def chunk_size(run: RunConfig) -> int:
         k = run.output.every
     elif run.steps_per_dispatch:
         k = min(run.steps_per_dispatch, run.steps)
+    elif run.profile.enabled:
+        k = max(1, min(1000, run.steps // 10))
     else:
         k = max(1, min(AUTO_CHUNK_STEPS, run.steps))
     every = run.checkpoint.every
