@@ -183,8 +183,11 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     collision = validate_collision(tree.collision, auto=True)
     check_float("flow.reynolds", tree.flow.reynolds, 0.0)
     tau = None if tree.flow.tau is None else check_float("flow.tau", tree.flow.tau, 0.5)
-    kind, grid_keys, u_lattice, picked = pick(tree.case.name, lattice, collision.name, dict(tree.grid),
-                                              tree.flow.reynolds, tree.flow.u_lattice, tau)
+    # the keys a case's picks read, checked first where they are set (a bad one is named, not the pick's rule)
+    given = {k: v if v is None else check_int(f"grid.{k}", v, 4) for k, v in dict(tree.grid).items()}
+    u_given = None if tree.flow.u_lattice is None else check_float("flow.u_lattice", tree.flow.u_lattice, 0.0)
+    kind, grid_keys, u_lattice, picked = pick(tree.case.name, lattice, collision.name, given, tree.flow.reynolds,
+                                              u_given, tau)
     if kind != collision.name:  # picked for collision=auto: the kind's own default rates
         defaults = dataclasses.asdict(COLLISION_KINDS[kind].Rates())
         collision = validate_collision(CollisionParams(name=kind, **defaults))  # type: ignore[call-arg]
@@ -230,6 +233,12 @@ def validate_collision(node: Mapping[str, Any], auto: bool = False) -> Any:
             rates[f.name] = None
             continue
         rates[f.name] = check_float(f"collision.{f.name}", value, rule["low"], rule["high"], low_open=rule["low_open"])
+    for key in (f.name for f in dataclasses.fields(section) if f.name != "name" and f.name not in rates):
+        value = getattr(section, key)  # a rate this kind does not read: unused, but checked (a typo fails here too)
+        rule = next((g.metadata for op in COLLISION_KINDS.values() for g in dataclasses.fields(op.Rates)
+                     if g.name == key), None)
+        if value is not None and rule is not None:
+            check_float(f"collision.{key}", value, rule["low"], rule["high"], low_open=rule["low_open"])
     return CollisionParams(name=name, **rates)  # type: ignore[call-arg]
 
 
