@@ -250,17 +250,25 @@ def test_cli_refuses_a_grid_that_cannot_fit_before_the_run_directory_exists(grid
     assert not (tmp_path / "outputs").exists()
 
 
+LAUNCHER = ("import os, resource, subprocess, sys; cap = int(sys.argv[1]); "
+            "p = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, "
+            "preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap))); "
+            "_, status, usage = os.wait4(p.pid, 0); print(usage.ru_maxrss, os.waitstatus_to_exitcode(status))")
+"""Runs its arguments capped and prints their peak RSS (KiB) and exit code. A child forked from the test's own
+process would report that process's peak as its own (Linux keeps the forked memory's high-water mark across exec:
+in the whole suite a worker of some GB hid the growth), so the run is forked from this small launcher instead."""
+
+
 def _peak_rss(overrides: list[str], run_dir: Path) -> int:
     """Peak resident bytes of one real ``python -m lbm run`` (os.wait4, as /usr/bin/time -v reads it), capped at
     6 GiB of address space (a 2048^2 instrumented run asks for 2.7 GiB beside the process's own 1 GiB)."""
     env = {**os.environ, "PYTHONPATH": str(Path(lbm.__file__).parents[1])}
-    proc = subprocess.Popen([sys.executable, "-m", "lbm", "run", *overrides, "steps=4", "output.every=2",
-                             f"hydra.run.dir={run_dir}"], cwd=run_dir.parent, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (6 * GIB, 6 * GIB)))
-    _, status, usage = os.wait4(proc.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read().decode()[-2000:]
-    return usage.ru_maxrss * 1024
+    command = [sys.executable, "-m", "lbm", "run", *overrides, "steps=4", "output.every=2", f"hydra.run.dir={run_dir}"]
+    out = subprocess.run([sys.executable, "-c", LAUNCHER, str(6 * GIB), *command], cwd=run_dir.parent, env=env,
+                         capture_output=True, text=True, timeout=600)
+    maxrss, code = out.stdout.split()[-2:]
+    assert code == "0", out.stderr[-2000:]
+    return int(maxrss) * 1024
 
 
 @pytest.mark.slow
