@@ -187,8 +187,7 @@ def run_checks(out: Path, overrides: list[str], only: set[str] | None = None,
     platform = platform or device_platform()
     if (why := float64_refusal(platform)) and precision_asked(overrides) == "float64":
         raise LbmError(f"validate: precision=float64 cannot run on this {platform} ({why}); drop the override")
-    checks = [c for c in CHECKS if (not only or c.case in only) and level in c.levels
-              and (not patterns or any(fnmatch.fnmatchcase(c.name, p) for p in patterns))]
+    checks = selected(level, only, patterns)
     runs: dict[tuple[str, ...], RunConfig] = {}
     skipped: dict[tuple[str, ...], str] = {}
     with warnings.catch_warnings():
@@ -230,6 +229,13 @@ def run_checks(out: Path, overrides: list[str], only: set[str] | None = None,
         results.append(record | {"value": value, "relative_error": error, "passed": check.passes(value),
                                  "run_dir": str(run_dir)})
     return results
+
+
+def selected(level: str, only: set[str] | None = None, patterns: list[str] | None = None) -> list[Check]:
+    """The checks of ``level``, of the cases ``only`` (all where empty), named by one of ``patterns`` (all where
+    empty: shell patterns)."""
+    return [c for c in CHECKS if level in c.levels and (not only or c.case in only)
+            and (not patterns or any(fnmatch.fnmatchcase(c.name, p) for p in patterns))]
 
 
 def device_platform() -> str:
@@ -310,9 +316,9 @@ def main(args: list[str]) -> int:
     known = {c.case for c in CHECKS}
     if only - known:
         raise LbmError(f"--case {', '.join(sorted(only - known))}: validated cases are {', '.join(sorted(known))}")
-    names = [c.name for c in CHECKS if level in c.levels and (not only or c.case in only)]
+    names = [c.name for c in selected(level, only)]
     for pattern in ns.check:
-        if not fnmatch.filter(names, pattern):
+        if not selected(level, only, [pattern]):
             raise LbmError(f"--check {pattern}: no {level}-level check{' of ' + ', '.join(sorted(only)) if only else ''}"
                            f" matches; they are {', '.join(names)}")
     overrides, multirun, _ = split_hydra_args(rest, "validate", p.option_names())

@@ -88,30 +88,22 @@ def test_each_aa_kernel_equals_its_reference_and_a_pair_two_push_steps(lattice, 
     np.testing.assert_allclose(np.asarray(pair), np.asarray(two), rtol=0, atol=TOL)
 
 
-@pytest.mark.parametrize("rows,buffers", slow_except([(1, 3), (2, 2), (2, 3)], fast={(2, 3)}))
-def test_the_dma_ring_under_tpu_interpret_mode(rows, buffers):
+RING_CASES = [("d3q19", (8, 8, 128), 1, 3), ("d3q19", (8, 8, 128), 2, 2), ("d3q19", (8, 8, 128), 2, 3),
+              ("d2q9", (8, 2048), 2, 3)]
+"""(lattice, grid, rows, buffers) of the ring tests; D2Q9 8 x 2048: planes of (16, 128), blocks of 2 rows."""
+
+
+@pytest.mark.parametrize("lattice,shape,rows,buffers", slow_except(RING_CASES, fast={RING_CASES[2]}))
+def test_the_dma_ring_under_tpu_interpret_mode(lattice, shape, rows, buffers):
     """TPU interpret mode simulates the DMAs and their semaphores, and runs a DMA only when it is waited on: a
-    missing or misplaced wait leaves stale populations (a deliberately dropped wait of the ring gave 0.27)."""
+    missing or misplaced wait leaves stale populations (a deliberately dropped wait of the ring gave 0.27). TRT with
+    a force, in 3D and 2D."""
     from jax.experimental.pallas import tpu as pltpu
 
-    lat = LATTICES["d3q19"]
-    f = _random(lat, (8, 8, 128))
-    kw = dict(_kernel_args(None), interpret=pltpu.InterpretParams())
-    pair = aa_odd_step(aa_even_step(f, lat, rows=rows, pipeline="dma", **kw), lat, rows=rows, buffers=buffers, **kw)
-    post = _collide(f, lat, None)
-    two = stream(_collide(stream(post, lat), lat, None), lat)
-    np.testing.assert_allclose(np.asarray(pair), np.asarray(two), rtol=0, atol=TOL)
-
-
-@pytest.mark.slow
-def test_the_2d_dma_ring_under_tpu_interpret_mode():
-    """D2Q9 (8 x 2048: planes of (16, 128)) through the ring of three buffers, blocks of 2 rows, TRT with a force."""
-    from jax.experimental.pallas import tpu as pltpu
-
-    lat = LATTICES["d2q9"]
-    f = _random(lat, (8, 2048))
+    lat = LATTICES[lattice]
+    f = _random(lat, shape)
     kw = dict(_kernel_args(None, lat), interpret=pltpu.InterpretParams())
-    pair = aa_odd_step(aa_even_step(f, lat, rows=2, pipeline="dma", **kw), lat, rows=2, **kw)
+    pair = aa_odd_step(aa_even_step(f, lat, rows=rows, pipeline="dma", **kw), lat, rows=rows, buffers=buffers, **kw)
     post = _collide(f, lat, None)
     two = stream(_collide(stream(post, lat), lat, None), lat)
     np.testing.assert_allclose(np.asarray(pair), np.asarray(two), rtol=0, atol=TOL)

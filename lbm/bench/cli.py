@@ -141,15 +141,13 @@ def _collisions(listed: Any, collision: str, lattice: str) -> list[str]:
     """The collisions to measure: ``collisions`` (each with its group's defaults; the first is the baseline of the
     ratios) or else the ``collision`` group's one; each checked to run on ``lattice`` (raises ConfigError)."""
     from lbm.config import check_choice
-    from lbm.config.checks import group_options
     from lbm.kernels.collisions import COLLISION_KINDS
 
     if listed is None:
         names, key = [collision], "collision"
     else:
         key = "collisions"
-        kinds = tuple(o for o in group_options("collision") if o != "auto")  # auto: a run's case picks, not bench
-        names = [check_choice(key, c, kinds) for c in _as_list(listed)]
+        names = [check_choice(key, c, tuple(sorted(COLLISION_KINDS))) for c in _as_list(listed)]  # kinds, not auto
         if not names:
             raise ConfigError(key, "[]", "a list of collision names, the baseline first, e.g. collisions=[bgk,kbc,"
                               "cumulant] (or null: the collision group's one alone)")
