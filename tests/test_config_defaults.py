@@ -76,3 +76,13 @@ def test_auto_is_a_run_s_choice_only():
     with pytest.raises(ConfigError, match="collision=auto is invalid: expected one of bgk"):
         validate_collision({"name": "auto"})
     assert validate_collision({"name": "auto"}, auto=True).name == "auto"
+
+
+def test_the_run_log_names_the_picked_keys(tmp_path):
+    """The picks are logged where the run logs its parameters (lbm.log), also when preflight built the case."""
+    import lbm
+
+    res = lbm.run(["case=cavity", "grid.nx=18", "steps=20", "output.plots=false"], run_dir=tmp_path / "run")
+    line = next(ln for ln in (res.run_dir / "lbm.log").read_text().splitlines() if "picked the keys left open" in ln)
+    assert "cavity picked the keys left open: " in line and "flow.u_lattice=" in line and "grid.ny=18" in line
+    assert "grid.nx=" not in line  # set by the user

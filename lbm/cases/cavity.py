@@ -21,7 +21,7 @@ import numpy as np
 from lbm.boundaries import MovingWall
 from lbm.cases.base import Case, Convergence, Setup, Snapshot, make_setup
 from lbm.config import RunConfig
-from lbm.config.defaults import log_picks, picked_record
+from lbm.config.defaults import picked_record
 from lbm.errors import ConfigError
 from lbm.reference import read_reference_csv
 
@@ -141,7 +141,6 @@ class Cavity(Case):
         wall_u[(0, *lid_cells(d))] = self.run.flow.u_lattice
         derived = self.base_derived(length, rel)
         derived["flow_through_steps"] = length / self.run.flow.u_lattice
-        log_picks(self.name, self.run.picked)
         walls = MovingWall.with_velocity(solid, wall_u, self.lattice, self.dtype)
         return make_setup(self, solid=solid, rho0=np.ones(shape), u0=np.zeros((d,) + shape), rel=rel,
                           boundaries=(walls,), derived=derived, wall_velocity=wall_u)

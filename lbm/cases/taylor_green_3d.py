@@ -29,7 +29,7 @@ import numpy as np
 
 from lbm.cases.base import Case, Setup, Snapshot, make_setup
 from lbm.config import RunConfig
-from lbm.config.defaults import log_picks, picked_record
+from lbm.config.defaults import picked_record
 from lbm.errors import ConfigError
 from lbm.kernels.macroscopic import macroscopic
 from lbm.lattice import CS2, Lattice
@@ -244,7 +244,6 @@ class TaylorGreen3D(Case):
         rho0, u0 = initial_fields(self.n, self.run.flow.u_lattice)
         derived = self.base_derived(self.length, rel)
         derived["steps_per_time_unit"] = self.length / self.run.flow.u_lattice
-        log_picks(self.name, self.run.picked)
         f_neq0 = initial_non_equilibrium(self.n, self.run.flow.u_lattice, rel["tau"], rho0, self.lattice)
         self._setup = make_setup(self, solid=np.zeros(self.run.grid, bool), rho0=rho0, u0=u0, rel=rel, derived=derived,
                                  f_neq0=f_neq0)

@@ -17,6 +17,7 @@ from lbm import parallel
 from lbm.cases import CASES, Case, Setup
 from lbm.config import RunConfig, check_output_every, load
 from lbm.config.command_line import RESULT_FILES
+from lbm.config.defaults import log_picks
 from lbm.config.run import single_device_refusal
 from lbm.engines import Engine, EngineUnavailable, make_engine
 from lbm.environment import use_precision
@@ -119,6 +120,7 @@ def log_parameters(run: RunConfig, setup: Setup) -> None:
         "derived: Re=%.6g tau=%.6f nu=%.6g (lattice units) omega=%.6f u_lattice=%.4g Mach=%.4f L=%g cells",
         d["reynolds"], d["tau"], d["nu"], d["omega"], d["u_lattice"], d["mach"], d["reference_length"],
     )
+    log_picks(run.case, run.picked)  # the keys the case chose where the user left them open (lbm.config.defaults)
 
 
 def log_engine_choice(engine: Engine, fallback_possible: bool = True) -> None:
