@@ -20,7 +20,7 @@ if ! ${LBM_ACCEL_ENV_CMD:-bash scripts/accel_env.sh}; then
 fi
 [[ "${1:-}" == "--prepare" ]] && { echo "ci: the accelerator lane's environment is ready"; exit 0; }
 # every test marked accel, wherever it lives; LBM_REQUIRE_ACCEL=1: one that skips (a plugin missing) fails.
-# Among them tests/test_compile_matrix.py: the pairwise design of scripts/compile_matrix.py compiled for a TPU v5e,
+# Among them tests/scripts/test_compile_matrix.py: the pairwise design of scripts/compile_matrix.py compiled for a TPU v5e,
 # in four child processes (an abort of XLA's TPU compiler fails the test naming it, not pytest; the configurations
 # after it go on in a new child).
 start=$SECONDS

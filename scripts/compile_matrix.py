@@ -12,7 +12,7 @@ of the compile; on the device: the run's compile_time_s), the reason.
 Sets: ``issue`` the 3D grids of issue 37 (taylor_green_3d, D3Q27 cumulant 32^3..128^3 and BGK, D3Q19 BGK; pallas);
 ``sizes`` every 3D size 32, 48, 64, 96, 128 on both 3D lattices and three cases (pallas); ``pairwise`` a
 covering design in which every pair of values of lattice, collision, case, grid (32, 64, 128) and engine (pallas,
-xla) occurs, but collision x case (UNPAIRED) (what CI's accelerator lane compiles: tests/test_compile_matrix.py);
+xla) occurs, but collision x case (UNPAIRED) (what CI's accelerator lane compiles: tests/scripts/test_compile_matrix.py);
 ``all`` the three. Exit code 1 when a configuration aborted or failed, 0 otherwise (REFUSED: lbm refused the
 configuration in one line, not a crash).
 Works with Python 3.11 and jax 0.10.2 (the TPU machine's) as with jax 0.12.

@@ -10,7 +10,7 @@ source scripts/device_env.sh
 log=$OUT/aa.log
 python3 -c 'import jax; print(jax.__version__, jax.devices())' 2>&1 | grep -v -i warn | tee "$log"
 # the compiled kernels against xla on the chip (the 3D box and the 3D cavity run the AA pair there)
-timeout 120 python3 -m pytest -q -n 0 -p no:cacheprovider -m device tests/test_engines_pallas.py \
+timeout 120 python3 -m pytest -q -n 0 -p no:cacheprovider -m device tests/engines/pallas/test_engines_pallas.py \
   -k equals_the_reference 2>&1 | tail -4 | tee -a "$log"
 timeout 100 python3 scripts/tpu_aa_sweep.py --only d3q19 --out "$OUT/aa.json" 2>&1 \
   | grep -v "^  File\|^Traceback\|^    \|UserWarning\|warnings.warn" | tee -a "$log"

@@ -211,7 +211,7 @@ if sees "$python"; then
   # level 0, which is there for the CPU suite's compile time, not for the device's kernels
   XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=3" XLA_PYTHON_CLIENT_PREALLOCATE=false \
     step "pytest -m device" 240 "$out/pytest-device.log" \
-    "$python" -m pytest -q -n 0 -p no:cacheprovider -m device tests/test_engines_pallas.py \
+    "$python" -m pytest -q -n 0 -p no:cacheprovider -m device tests/engines/pallas/test_engines_pallas.py \
     --junitxml="$out/pytest-device.xml"
   check "pytest -m device ran its tests" grep -q " passed" "$out/pytest-device.log"
   check "pytest -m device skipped none" bash -c "! grep -q ' skipped' '$out/pytest-device.log'"

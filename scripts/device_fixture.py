@@ -33,7 +33,7 @@ trace in both of jax.profiler's forms (``*.trace.json.gz``, ``*.xplane.pb``) and
 run directory's ``profile/``; the breakdown and kernels the device computed (``profile/breakdown.csv``,
 ``profile/kernels.csv``); XProf's hlo_stats (``profile/xprof_hlo_stats.json``, its columns cut to the ones the
 cross-check and a reader need: not the HLO text and source HTML); the run's ``metrics.json``; ``made.txt`` (how
-the fixture was made). tests/test_profiling_device_fixtures.py checks every fixture folder. An existing fixture
+the fixture was made). tests/profiling/test_profiling_device_fixtures.py checks every fixture folder. An existing fixture
 of the same name is never overwritten, and one over 2 MB is refused.
 """
 

@@ -22,7 +22,7 @@ step() {  # step LIMIT_S COMMAND...: one step, its output in the log
   timeout -k 5 "$limit" "$@" 2>&1 | grep -v "UserWarning\|warnings.warn\|^  warnings\|^bench " | tail -25 | tee -a "$log"
   echo "=== exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s" | tee -a "$log"
 }
-step 60 env LBM_PALLAS_AA2D=1 python3 -m pytest -q -n 0 -p no:cacheprovider -m device tests/test_engines_pallas.py -k "equals_the_reference and aa2d"
+step 60 env LBM_PALLAS_AA2D=1 python3 -m pytest -q -n 0 -p no:cacheprovider -m device tests/engines/pallas/test_engines_pallas.py -k "equals_the_reference and aa2d"
 step 90 env LBM_PALLAS_AA2D=1 python3 -m lbm bench lattice=d2q9 "variants=[pallas,xla]" "cases=[periodic]" grid.nx=4096 grid.ny=4096 \
   repeats=3 min_time_s=0.5 kernel_profile=0 bandwidth.repeats=5 hydra.run.dir=outputs/device-walls/bench-d2q9
 cp outputs/device-walls/bench-d2q9/bench.json "$OUT/bench-d2q9-4096.json" 2>/dev/null

@@ -35,17 +35,22 @@ class Mutation(NamedTuple):
     tests: tuple[str, ...]
 
 
-ENGINES = ("tests/test_kernels.py", "tests/test_engines.py", "tests/test_engines_xla.py", "tests/test_collision.py")
-WALLS = ("tests/test_boundaries.py", "tests/test_cases.py", "tests/test_boundaries_interpolated.py")
-PROFILE = ("tests/test_profiling_pipeline.py", "tests/test_profiling_equal.py", "tests/test_profiling_run.py",
-           "tests/test_profiling_device_fixtures.py", "tests/test_profiling_tracedb.py")
-CKPT = ("tests/test_simulation.py", "tests/test_cli.py", "tests/test_api.py", "tests/test_deviations.py")
-COMPARE = ("tests/test_compare.py",)
-FACES = ("tests/test_boundaries.py", "tests/test_boundaries_outlet.py", "tests/test_boundaries_pressure.py")
-NATIVE = ("tests/test_engines_native.py", "tests/test_native_collisions.py", "tests/test_engines_agree.py")
-PALLAS = ("tests/test_engines_pallas.py", "tests/test_pallas_collisions.py")
+ENGINES = ("tests/kernels/test_kernels.py", "tests/engines/test_engines.py", "tests/engines/test_engines_xla.py",
+           "tests/kernels/collisions/test_collision.py")
+WALLS = ("tests/boundaries/test_boundaries.py", "tests/cases/test_cases.py", "tests/boundaries/test_boundaries_interpolated.py")
+PROFILE = ("tests/profiling/test_profiling_pipeline.py", "tests/profiling/test_profiling_equal.py",
+           "tests/profiling/test_profiling_run.py", "tests/profiling/test_profiling_device_fixtures.py",
+           "tests/profiling/test_profiling_tracedb.py")
+CKPT = ("tests/simulation/test_simulation.py", "tests/test_cli.py", "tests/test_api.py", "tests/simulation/test_deviations.py")
+COMPARE = ("tests/bench/test_compare.py",)
+FACES = ("tests/boundaries/test_boundaries.py", "tests/boundaries/test_boundaries_outlet.py",
+         "tests/boundaries/test_boundaries_pressure.py")
+NATIVE = ("tests/engines/native/test_engines_native.py", "tests/engines/native/test_native_collisions.py",
+          "tests/scripts/test_engines_agree.py")
+PALLAS = ("tests/engines/pallas/test_engines_pallas.py", "tests/engines/pallas/test_pallas_collisions.py")
 SHARDED = ("tests/test_parallel.py",)
-RUNS = ("tests/test_simulation.py", "tests/test_fields.py", "tests/test_divergence.py", "tests/test_cases_obstacle.py")
+RUNS = ("tests/simulation/test_simulation.py", "tests/io/test_fields.py", "tests/simulation/test_divergence.py",
+        "tests/cases/test_cases_obstacle.py")
 
 MUTATIONS = [
     # engines

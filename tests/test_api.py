@@ -4,16 +4,15 @@ import importlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.paths import REPO
 
 import lbm
 from lbm.cli import main
 from lbm.errors import ConfigError, LbmError
 
-REPO = Path(__file__).resolve().parents[1]
 SMALL = ["case=taylor_green", "grid.nx=12", "grid.ny=12", "steps=5", "output.plots=false"]
 
 

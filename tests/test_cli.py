@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.paths import REPO
 
 from lbm.cli import main
-
-REPO = Path(__file__).resolve().parents[1]
 
 BAD_INPUTS = [
     (["grid.nx=0"], "grid.nx"),
@@ -352,7 +351,7 @@ def test_multirun_sweep_over_grid_sizes(tmp_path):
     ("cavity", lambda h, nu, u: math.ceil(100 * h / u)),
 ])
 def test_auto_steps_follow_the_documented_rule(case, expected):
-    from conftest import run_config
+    from helpers.runs import run_config
 
     from lbm.simulation import make_case
 

@@ -1,7 +1,7 @@
 """Sharded runs equal the 1-device run: every case on 2, 4 and 8 forced CPU devices, 1D, 2D and 3D meshes, both modes.
 
 Forced host devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``) must be set before JAX
-starts, so the sharded work runs in subprocesses (tests/parallel_worker.py), each printing one JSON line.
+starts, so the sharded work runs in subprocesses (tests/helpers/parallel_worker.py), each printing one JSON line.
 
 Bounds: float64 populations after a few steps differ from the 1-device run by rounding only (measured over
 every slow case here: <= 7.8e-16 for populations, 8.9e-16 on the sharded pallas engine, and <= 3.8e-15 for
@@ -17,13 +17,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.paths import REPO, TESTS
 
-ROOT = Path(__file__).resolve().parent.parent
-WORKER = Path(__file__).with_name("parallel_worker.py")
+WORKER = TESTS / "helpers" / "parallel_worker.py"
 ROUNDING = 2e-15
 """Populations, sharded against one device (float64; measured <= 8.9e-16)."""
 FORCE_ROUNDING = 1e-14
@@ -38,14 +37,14 @@ def forced(devices: int) -> dict[str, str]:
     # the suite's own XLA flags (tests/conftest.py) kept
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
     env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
 def worker(task: str, payload: dict, devices: int = 8, timeout: int = 600) -> dict:
-    """Run one task of tests/parallel_worker.py on forced devices and return its JSON."""
+    """Run one task of tests/helpers/parallel_worker.py on forced devices and return its JSON."""
     done = subprocess.run([sys.executable, str(WORKER), task, json.dumps(payload)], env=forced(devices),
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -157,7 +156,7 @@ ST = ["case=schafer_turek", "case.cells_per_diameter=4", "collision=bgk", "case.
 def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
     """Even step counts on 8 blocks and in 3D (the cylinder on 2x2x2, the duct on 1x2x2, Schafer-Turek's
     interpolated cylinder and pressure outlet on 1x2), float64; then float32 on a 2x2 mesh: 2e-6, the bound
-    tests/test_engines_pallas.py holds the 1-device Pallas engine to (measured here: 4.8e-7 after 6 steps)."""
+    tests/engines/pallas/test_engines_pallas.py holds the 1-device Pallas engine to (measured here: 4.8e-7 after 6 steps)."""
     cases = [["cylinder", PALLAS_BC["cylinder"], [[8]], ["fused"], "pallas"],
              ["cylinder-3d", ["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=12", "grid.nz=8",
                               "case.bounce_back=halfway"], [[2, 2, 2]], ["fused"], "pallas"],
@@ -242,7 +241,7 @@ def fast_lane_tasks() -> dict:
 def test_fast_lane_sharded_run_with_boundary_conditions(fast_lane_tasks):
     """The fast lane's representative of the mesh engines with boundary conditions: the cylinder (inlet, outflow,
     wall and forces on the blocks holding them) by the dense block forms, 3 float64 steps on 2 blocks against one
-    device. (The Pallas kernel with boundary conditions: tests/test_engines_pallas.py's fast case, the cavity.)"""
+    device. (The Pallas kernel with boundary conditions: tests/engines/pallas/test_engines_pallas.py's fast case, the cavity.)"""
     result = fast_lane_tasks["equality"]
     assert result["cylinder|2|fused"]["engine"] == "ShardedEngine"
     for key, r in result.items():
@@ -273,7 +272,7 @@ def test_bad_parallel_settings_are_one_line_errors(fast_lane_tasks):
 def test_bad_parallel_settings_exit_2_on_the_command_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "lbm", "run", "parallel.devices=4", "steps=2", "grid.nx=64", "grid.ny=32",
                            "hydra.run.dir=" + str(tmp_path / "run")], env=forced(2),
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("lbm: error: parallel.devices=4 is invalid: expected at most 2")
     assert "Traceback" not in done.stderr
@@ -285,7 +284,7 @@ def test_instrumented_mode_runs_the_characteristic_outlet_on_several_devices(tmp
     done = subprocess.run([sys.executable, "-m", "lbm", "run", "parallel.devices=2", "mode=instrumented", "steps=2",
                            "case=cylinder", "grid.nx=40", "grid.ny=20", "case.outlet=characteristic",
                            "output.progress=none", "hydra.run.dir=" + str(tmp_path / "run")], env=forced(2),
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["status"] == "completed" and metrics["engine"] == "instrumented", metrics
@@ -357,7 +356,7 @@ def free_port() -> int:
 
 
 def lbm_run(args: list[str], devices: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "lbm", "run", *args], env=forced(devices), cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "lbm", "run", *args], env=forced(devices), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -397,7 +396,7 @@ def test_submitit_local_runs_a_sweep(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "lbm", "run", "-m", "hydra/launcher=submitit_local", "case=taylor_green",
          "grid.nx=32,48", "grid.ny=32", "steps=20", "output.plots=false", "output.progress=none", "engine=xla",
-         f"hydra.sweep.dir={tmp_path}"], env=forced(1), cwd=ROOT, capture_output=True, text=True, timeout=600)
+         f"hydra.sweep.dir={tmp_path}"], env=forced(1), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     grids = sorted(json.loads((tmp_path / str(i) / "metrics.json").read_text())["grid"][0] for i in range(2))
     assert grids == [32, 48]
@@ -406,7 +405,7 @@ def test_submitit_local_runs_a_sweep(tmp_path):
 
 def test_slurm_preset_composes():
     done = subprocess.run([sys.executable, "-m", "lbm", "run", "--cfg", "hydra", "hydra/launcher=slurm",
-                           "hydra.launcher.partition=gpu"], env=forced(1), cwd=ROOT, capture_output=True, text=True,
+                           "hydra.launcher.partition=gpu"], env=forced(1), cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "SlurmLauncher" in done.stdout and "partition: gpu" in done.stdout and "gpus_per_task: 1" in done.stdout

@@ -6,7 +6,7 @@ W = nz - 2 fluid cells; walls sit half-way, at y' = 0, H and z' = 0, W (y' = j -
 force (Guo forcing) F = nu u_max / S(H, W) follows from the series below (S = the axis speed per unit F/nu).
 
 Reference: the Fourier series of the Poisson problem nu (u_yy + u_zz) = -F with u = 0 on the walls
-(separation of variables; tests/test_cases_3d.py checks it against a finite-difference solution):
+(separation of variables; tests/cases/test_cases_3d.py checks it against a finite-difference solution):
 
     u(y, z) = 4 F H² / (nu pi³) Σ_{n odd} n⁻³ sin(n pi y / H) [1 - cosh(n pi (z - W/2) / H) / cosh(n pi W / (2H))]
 

@@ -11,7 +11,7 @@ runs the plain stages and keeps each segment's starting populations, and the bac
 each segment with residuals (annotated ``collide (recompute)``) and pulls back through it; ``binomial``
 follows the same schedule of actions as the fused run (lbm.diff.checkpointing.binomial_schedule), every
 step it re-runs annotated ``collide (recompute)``. It gives the fused run's derivative
-(tests/test_gradient_tools.py).
+(tests/diff/test_gradient_tools.py).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class Relaxation:
     kinds call their kernel through a :class:`TracedCollision` (``spec``), and a traced force enters as the
     kernel's affine dependence on it: K(F) = K(0) + sum_a F_a (K(e_a) - K(0)) (every kind without the
     Smagorinsky model is affine in the force, whose value the kernels take as a static array;
-    tests/test_gradient_tools.py checks it).
+    tests/diff/test_gradient_tools.py checks it).
     """
 
     def __init__(self, omega_plus: Any, omega_minus: Any, two_rates: bool, force: Any = None,

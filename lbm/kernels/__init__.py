@@ -10,8 +10,9 @@ compute the same step elsewhere:
   c_i . u; the density and the equilibrium, whose functions here take stacked arrays, are written there in
   the same formulas;
 - the native kernel's C++ is generated from the lattice (lbm.engines.native.codegen).
-Tests pin both to the xla engine: tests/test_engines.py (``test_native_engine_equals_the_reference``),
-tests/test_engines_native.py (``test_native_kernels_equal_collide_then_stream``), tests/test_engines_pallas.py
-(``test_flat_kernel_engine_equals_the_reference``, ``test_kernels_equal_collide_then_stream``: BGK, TRT) and
-tests/test_pallas_collisions.py (``test_the_pallas_engine_equals_the_xla_engine``: mrt, the regularized kinds, kbc).
+Tests pin both to the xla engine: tests/engines/test_engines.py (``test_native_engine_equals_the_reference``),
+tests/engines/native/test_engines_native.py (``test_native_kernels_equal_collide_then_stream``),
+tests/engines/pallas/test_engines_pallas.py (``test_flat_kernel_engine_equals_the_reference``,
+``test_kernels_equal_collide_then_stream``: BGK, TRT) and tests/engines/pallas/test_pallas_collisions.py
+(``test_the_pallas_engine_equals_the_xla_engine``: mrt, the regularized kinds, kbc).
 """

@@ -4,7 +4,7 @@ The estimate is analytic (no array is made, nothing is lowered or compiled), per
 
 - the populations ``Q * itemsize``, times the engine's planned peak over the populations (:data:`ENGINE_FACTOR`:
   XLA's memory analysis of the compiled chunk, arguments + outputs - aliased + temporaries, measured per engine; the
-  ratio does not change with the grid, see tests/test_memory.py and scripts/memory_estimate.py);
+  ratio does not change with the grid, see tests/simulation/test_memory.py and scripts/memory_estimate.py);
 - a host copy of the populations (the last good state kept for a divergence report, checkpoints, fields);
 - the case's set-up arrays at their peak (:data:`SETUP_BYTES`, measured with tracemalloc per case);
 - the observation, fields and plots (:data:`OUTPUT_BYTES`, from the measured peak RSS of real runs).
@@ -42,7 +42,7 @@ temporaries). xla: 3.11 (periodic) to 3.51 (cylinder) on a CPU, 3.95 (D3Q19 256^
 v5e (docs/tpu-v5e/2026-12-06/bench_*.json); native: 1.00 periodic, 1.01 cylinder (its boundary lists as
 arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D. instrumented runs one jit per stage and
 holds the stages' outputs between them, which no one program's analysis sees: its peak RSS grows by 459-502 B per
-cell (taylor_green 512^2/1024^2/2048^2, /usr/bin/time -v and tests/test_memory.py), 6.4 populations beyond the
+cell (taylor_green 512^2/1024^2/2048^2, /usr/bin/time -v and tests/simulation/test_memory.py), 6.4 populations beyond the
 set-up and outputs; 10 bounds it."""
 
 SETUP_BYTES = {("taylor_green", 2): 136, ("taylor_green_3d", 3): 376, ("cavity", 2): 272, ("cavity", 3): 552,

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO
 
 from lbm.bench.targets import _installed as installed  # noqa: F401  (re-exported for the tests)
 from lbm.bench.targets import cuda_plugin
 
-ROOT = Path(__file__).resolve().parents[2]
 """The repository root (the subprocesses run from there, with it on PYTHONPATH)."""
 
 CUDA = cuda_plugin() or "jax_plugins.xla_cuda12"
@@ -23,9 +23,9 @@ CUDA = cuda_plugin() or "jax_plugins.xla_cuda12"
 
 def run_cli(*args):
     """``python -m lbm inspect ARGS`` from the repository root; the completed process."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "lbm", "inspect", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
+                          cwd=REPO, timeout=600)
 
 
 def run_inspect(*args):

@@ -71,7 +71,7 @@ CXXFLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd"
 OPT_LEVELS = ("0", "1", "2", "3")
 """The optimisation levels $LBM_NATIVE_OPT may name. Every level gives bitwise the same populations: with
 -ffp-contract=off and no -ffast-math GCC and Clang neither fuse nor reorder floating-point operations at any level,
-and the vectorised loop (``omp simd``) has no reduction (tests/test_engines_native_build.py compares the test
+and the vectorised loop (``omp simd``) has no reduction (tests/engines/native/test_engines_native_build.py compares the test
 suite's -O1 to -O3). Lower levels build faster (-O1: about half of -O3's compiler time); -O0's kernels run ~5x slower."""
 
 

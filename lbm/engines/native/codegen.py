@@ -8,8 +8,8 @@ used by the scalar edge cells and by the vectorised row loops), and the per-dire
 loads and stores of each streaming scheme. Every storage type holds the deviations f_i - w_i from the rest
 state and the collision computes on them (δρ = Σ f̃_i, ρ = 1 + δρ, f_eq - w from
 lbm.kernels.equilibrium's formula). The formulas are those of lbm.kernels, the reference physics
-(the xla engine runs it), generated from the lattice rather than written by hand; tests/test_engines_native.py
-(``test_native_kernels_equal_collide_then_stream``) and tests/test_engines.py
+(the xla engine runs it), generated from the lattice rather than written by hand; tests/engines/native/test_engines_native.py
+(``test_native_kernels_equal_collide_then_stream``) and tests/engines/test_engines.py
 (``test_native_engine_equals_the_reference``) pin the native engine to the xla engine. Where a velocity
 inlet runs in the kernel (``KernelSpec.inlet``), ``LBM_COLLIDE_INLET`` is the same collision of an
 inlet cell, with the rule of lbm.boundaries.inlet applied first. Guo's forcing term uses per-direction

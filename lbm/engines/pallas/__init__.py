@@ -2,8 +2,8 @@
 (push, two buffers) and lbm.engines.pallas.aa (in place, the AA pair: the TPU rows form in 3D).
 
 The kernels' cell body (lbm.engines.pallas.cell) runs the reference physics of lbm.kernels (which the xla engine
-runs) on per-direction arrays; tests/test_engines_pallas.py and tests/test_pallas_collisions.py pin it to the xla
-engine.
+runs) on per-direction arrays; tests/engines/pallas/test_engines_pallas.py and
+tests/engines/pallas/test_pallas_collisions.py pin it to the xla engine.
 """
 
 ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")

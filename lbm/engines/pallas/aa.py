@@ -37,7 +37,7 @@ sublane row (a sublane roll, periodic: ``_shifted_flat``). The view is not free 
 (x, y) are not those of (y / 128, 128)): the pallas engine's chunk copies into it once and back, holding 2x the
 populations at 2048^2 and up (v5e, deviceless; at 1024^2 XLA keeps the view in VMEM).
 
-Both run in Pallas interpret mode on a CPU (slow, for checking; tests/test_pallas_inplace.py). They are
+Both run in Pallas interpret mode on a CPU (slow, for checking; tests/engines/pallas/test_pallas_inplace.py). They are
 named ``BULK_SCOPE``, as the push kernels.
 """
 

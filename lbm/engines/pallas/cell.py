@@ -10,9 +10,9 @@ equilibrium are written here in the reference's formulas and order of operations
 lbm.kernels.macroscopic (a matrix product over Q in 3D) and lbm.kernels.equilibrium (``jnp.sum``
 and ``jnp.stack`` over Q) take stacked arrays, which a Triton kernel cannot hold.
 
-Tests pin a Pallas step to the xla step to rounding: tests/test_engines_pallas.py
+Tests pin a Pallas step to the xla step to rounding: tests/engines/pallas/test_engines_pallas.py
 (``test_kernels_equal_collide_then_stream`` on one periodic step, ``test_flat_kernel_engine_equals_the_reference``
-on whole cases, BGK and TRT) and tests/test_pallas_collisions.py (every other collision kind).
+on whole cases, BGK and TRT) and tests/engines/pallas/test_pallas_collisions.py (every other collision kind).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The bulk kernel (lbm.engines.pallas.kernels, named ``BULK_SCOPE``) updates every
 periodic fluid in the push scheme: it reads one buffer and writes a second, fresh one. The
 chunk runs two steps per loop iteration, so the loop carries one buffer and XLA needs no
 copy of it: the first step's result is a new buffer, the second's goes back into the loop's
-own (checked by tests/test_engines_pallas.py on the compiled HLO). An odd chunk starts with
+own (checked by tests/engines/pallas/test_engines_pallas.py on the compiled HLO). An odd chunk starts with
 one step before the loop. The boundary cells come from the plan the native engine uses
 (lbm.engines.plan): their pre-step populations are gathered from the input buffer, run
 through the same stage functions as every other engine (lbm.engines.timestep, each boundary

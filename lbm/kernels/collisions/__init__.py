@@ -24,7 +24,7 @@ and instrumented engines run: this is the reference) and :class:`Directions`, a 
 arrays (the body of the Pallas kernels, lbm.engines.pallas.cell, which cannot hold a ``(Q, ...)`` tensor:
 Triton needs power-of-two shapes). lbm.kernels.directions gives each operation the form of its operand;
 on Directions a matrix product over Q is its sum of single populations, equal to the dot to rounding.
-tests/test_pallas_collisions.py pins every kind on the pallas engine to the xla engine.
+tests/engines/pallas/test_pallas_collisions.py pins every kind on the pallas engine to the xla engine.
 """
 
 import importlib

@@ -114,8 +114,8 @@ BULK_RATE = 1.0
 """The rate of the second-order cumulants' trace (the bulk): the 2017 parametrisation's formulas assume it."""
 OMEGA_PARAMETRISED = 1.8
 """The shear rate from which the 2017 parametrisation is used (tau <= 5/9). Below, its fourth-order terms make the
-D3Q27 shear wave grow (tau = 0.58: measured, tests/test_collision_cumulant.py; the parametrised rates leave (0, 2)
-below omega = 7/4, lbmpy's note), and the operator is the 2015 one: every order above two relaxed to zero."""
+D3Q27 shear wave grow (tau = 0.58: measured, tests/kernels/collisions/test_collision_cumulant.py; the parametrised
+rates leave (0, 2) below omega = 7/4, lbmpy's note), and the operator is the 2015 one: every order above two relaxed to zero."""
 
 
 def parametrised(omega: Any) -> Any:

@@ -1,0 +1,243 @@
+"""The in-place AA kernels of the TPU rows form in 3D (lbm.engines.pallas.aa), in Pallas interpret mode on the CPU.
+
+Each kernel alone against the reference step written with jax.numpy (lbm.kernels): the even step is collide,
+each post-collision population into the opposite slot of its own cell; the odd step reads population i from
+the opposite slot of the cell upstream (x - c_i), collides, and streams to x + c_i. An even-odd pair is two
+push steps. Then the pallas engine on a TPU target (the AA pair in its loop, a push step first in an odd
+chunk) against the xla engine, on periodic boxes and with walls, an inlet, an outflow and an obstacle's
+force (the boundary cells' ``aa_even`` / ``aa_odd`` slots). Bounds as tests/engines/pallas/test_engines_pallas.py:
+float32 2e-6 on populations of order 0.1-0.4 (random) and 0.01 (the cases), measured at most 2e-8.
+The deviceless v5e compiles (marked ``accel``) need ``bash scripts/accel_env.sh``.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers.inspect_cli import installed
+from helpers.lattices import slow_except
+from helpers.runs import setup_for
+
+from lbm.engines import EngineUnavailable
+from lbm.engines.pallas import aa
+from lbm.engines.pallas.aa import aa2d_not_chosen, aa_even_step, aa_odd_step, aa_rows, aa_unsupported
+from lbm.engines.pallas.engine import PallasEngine
+from lbm.engines.xla import XlaEngine
+from lbm.kernels.collisions import Collision, collide
+from lbm.kernels.equilibrium import equilibrium
+from lbm.kernels.macroscopic import macroscopic
+from lbm.kernels.streaming import stream
+from lbm.lattice import LATTICES
+
+TOL = 2e-6
+FORCE = np.array([2e-3, -1e-3, 5e-4])
+COLLISIONS = {"trt": None, "cumulant": Collision("cumulant", 1.7)}
+"""TRT (rates 1.3, 0.8: lbm.kernels.collisions.collide) and the cumulant operator, each with the force FORCE."""
+
+
+def _random(lat, shape, seed=1):
+    rng = np.random.default_rng(seed)
+    w = lat.w.reshape((-1,) + (1,) * len(shape))
+    return jnp.asarray(w * 0.2 * rng.standard_normal((lat.q, *shape)), jnp.float32)
+
+
+def _collide(f, lat, collision):
+    force = FORCE[: lat.d]
+    drho, u = macroscopic(f, lat, force)
+    feq = equilibrium(drho, u, lat)
+    if collision is None:
+        return collide(f, feq, u, lat, 1.3, 0.8, force)  # TRT
+    return collision(f, feq, u, lat, force)
+
+
+def _kernel_args(collision, lat=None):
+    rate = (1.3, 0.8) if collision is None else (collision.omega, collision.omega)
+    force = FORCE[: lat.d] if lat is not None else FORCE
+    return dict(omega_plus=rate[0], omega_minus=rate[1], force=force, interpret=True, collision=collision)
+
+
+def _upstream(a, lat):
+    """The odd step's pre-collision populations of every cell: f_i(x) = a[opp(i), x - c_i]."""
+    axes = tuple(range(lat.d))
+    return jnp.stack([jnp.roll(a[int(lat.opposite[i])], tuple(lat.c[i]), axis=axes) for i in range(lat.q)])
+
+
+KERNEL_CASES = [("d3q19", (4, 8, 128), 1, "trt"), ("d3q19", (4, 8, 128), 2, "trt"), ("d3q19", (4, 8, 128), 4, "trt"),
+                ("d3q27", (6, 8, 128), 3, "trt"), ("d3q27", (6, 16, 128), 2, "cumulant"),
+                ("d2q9", (6, 1024), 1, "trt"), ("d2q9", (6, 2048), 2, "trt"), ("d2q9", (4, 1024), 4, "cumulant")]
+"""Block heights of one row (unrolled), several (the row loop), and the whole axis (every window of the odd step
+wraps inside one block); an odd height; TRT with a force, and the cumulant operator. D2Q9 with ny = 1024 and 2048:
+y viewed as (8, 128) and (16, 128) planes (lbm.engines.pallas.aa.plane_view), so the y shift crosses lanes and
+sublanes and wraps from the last sublane row to the first."""
+
+
+# all slow: the fast lane runs both kernels through the engine (box_d3q19 against xla, below) and the DMA ring's waits
+# under TPU interpret mode; these pin each kernel alone (5.8 CPU-s for the cheapest case, cold)
+@pytest.mark.parametrize("lattice,shape,rows,collision", slow_except(KERNEL_CASES, fast=set()))
+def test_each_aa_kernel_equals_its_reference_and_a_pair_two_push_steps(lattice, shape, rows, collision):
+    lat, collision = LATTICES[lattice], COLLISIONS[collision]
+    kw = _kernel_args(collision, lat)
+    f = _random(lat, shape)
+    post = _collide(f, lat, collision)
+    even = aa_even_step(f, lat, rows=rows, **kw)
+    np.testing.assert_allclose(np.asarray(even), np.asarray(post)[lat.opposite], rtol=0, atol=TOL)
+    a = _random(lat, shape, seed=2)  # the odd step alone, on any array
+    odd = aa_odd_step(a, lat, rows=rows, **kw)
+    np.testing.assert_allclose(np.asarray(odd), np.asarray(stream(_collide(_upstream(a, lat), lat, collision), lat)),
+                               rtol=0, atol=TOL)
+    pair = aa_odd_step(aa_even_step(f, lat, rows=rows, **kw), lat, rows=rows, **kw)
+    two = stream(_collide(stream(post, lat), lat, collision), lat)
+    np.testing.assert_allclose(np.asarray(pair), np.asarray(two), rtol=0, atol=TOL)
+
+
+RING_CASES = [("d3q19", (8, 8, 128), 1, 3), ("d3q19", (8, 8, 128), 2, 2), ("d3q19", (8, 8, 128), 2, 3),
+              ("d2q9", (8, 2048), 2, 3)]
+"""(lattice, grid, rows, buffers) of the ring tests; D2Q9 8 x 2048: planes of (16, 128), blocks of 2 rows."""
+
+
+@pytest.mark.parametrize("lattice,shape,rows,buffers", slow_except(RING_CASES, fast={RING_CASES[2]}))
+def test_the_dma_ring_under_tpu_interpret_mode(lattice, shape, rows, buffers):
+    """TPU interpret mode simulates the DMAs and their semaphores, and runs a DMA only when it is waited on: a
+    missing or misplaced wait leaves stale populations (a deliberately dropped wait of the ring gave 0.27). TRT with
+    a force, in 3D and 2D."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    lat = LATTICES[lattice]
+    f = _random(lat, shape)
+    kw = dict(_kernel_args(None, lat), interpret=pltpu.InterpretParams())
+    pair = aa_odd_step(aa_even_step(f, lat, rows=rows, pipeline="dma", **kw), lat, rows=rows, buffers=buffers, **kw)
+    post = _collide(f, lat, None)
+    two = stream(_collide(stream(post, lat), lat, None), lat)
+    np.testing.assert_allclose(np.asarray(pair), np.asarray(two), rtol=0, atol=TOL)
+
+
+@pytest.mark.slow
+def test_the_even_kernel_through_the_dma_ring_equals_it_through_blocks():
+    lat = LATTICES["d3q19"]
+    f = _random(lat, (4, 8, 128))
+    kw = _kernel_args(None)
+    blocks = aa_even_step(f, lat, rows=2, **kw)
+    np.testing.assert_array_equal(np.asarray(aa_even_step(f, lat, rows=2, pipeline="dma", **kw)), np.asarray(blocks))
+
+
+BOX19 = ["case=taylor_green", "lattice=d3q19", "grid.nx=6", "grid.ny=8", "grid.nz=128"]
+BOX27 = ["case=taylor_green", "lattice=d3q27", "grid.nx=16", "grid.ny=8", "grid.nz=128"]
+CAVITY = ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"]
+CYLINDER = ["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"]
+BOX9 = ["case=taylor_green", "lattice=d2q9", "grid.nx=8", "grid.ny=1024"]
+CASES = {"box_d3q19": BOX19, "box_d3q27_cumulant": BOX27 + ["collision=cumulant"], "cavity_d3q19": CAVITY,
+         "cylinder_d3q19": CYLINDER, "box_d2q9": BOX9, "box_d2q9_mrt": BOX9 + ["collision=mrt"],
+         "cavity_d2q9": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
+         "cylinder_d2q9": ["case=cylinder", "lattice=d2q9", "grid.nx=24", "grid.ny=1024", "case.radius=5"]}
+ENGINE_CASES = [("box_d3q19", 3), ("box_d3q19", 4), ("box_d3q27_cumulant", 2), ("cavity_d3q19", 3),
+                ("cylinder_d3q19", 4), ("box_d2q9", 3), ("box_d2q9", 4), ("box_d2q9_mrt", 2), ("cavity_d2q9", 3),
+                ("cylinder_d2q9", 4)]
+"""Periodic D3Q19 (BGK; one row per block) over an odd chunk (a push step, then a pair) and an even one; D3Q27
+cumulant (two rows per block); the lid-driven cavity (walls and the moving lid) and the cylinder (inlet, outflow,
+obstacle walls, and its force) on the boundary cells' slots. The same in 2D with ny = 1024 (the 2D pair on the
+engine's view of the populations, lbm.engines.pallas.aa.plane_view; one row per block in the box, two in the
+cavity), and D2Q9 MRT."""
+
+
+@pytest.mark.parametrize("name,steps", slow_except(ENGINE_CASES, fast={("box_d3q19", 3), ("box_d2q9", 3)}))
+def test_the_inplace_engine_equals_the_xla_engine(name, steps):
+    setup = setup_for(CASES[name], "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    assert engine.form == "rows" and engine.bulk.inplace
+    f0 = np.asarray(setup.initial_populations())  # 1% noise: every bulk cell off equilibrium from the first step
+    f0 = (f0 * (1 + 0.01 * np.random.default_rng(2).standard_normal(f0.shape))).astype(f0.dtype)
+    f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
+    f, aux = engine.advance(jnp.array(f0), steps)
+    assert np.abs(np.asarray(f_ref) - f0).max() > 1e-4  # the steps did change the populations
+    np.testing.assert_allclose(np.asarray(f), np.asarray(f_ref), rtol=0, atol=TOL)
+    assert set(aux) == set(aux_ref)
+    for k in aux:
+        np.testing.assert_allclose(np.asarray(aux[k]), np.asarray(aux_ref[k]), rtol=0, atol=10 * TOL)
+
+
+def test_block_heights_and_what_the_inplace_kernels_refuse():
+    d3q19, d3q27 = LATTICES["d3q19"], LATTICES["d3q27"]
+    assert aa_rows(d3q19, (256, 256, 256)) == 2  # a row is 4.75 MiB in VMEM: 2 rows fit 16 MiB, 4 do not
+    assert aa_rows(d3q27, (256, 256, 256)) == 2  # 6.75 MiB a row
+    assert aa_rows(d3q19, (512, 512, 512)) == 1  # 19 MiB a row: more than the target, one row
+    assert aa_rows(d3q19, (32, 32, 32)) == 4  # at least 8 blocks (a row pads to 32 x 128 lanes: 0.3 MiB)
+    assert aa_rows(d3q19, (6, 8, 128)) == 1
+    assert aa_unsupported(d3q19, (512, 512, 512), jnp.float32) == ""
+    assert "does not fit" in aa_unsupported(d3q27, (512, 512, 512), jnp.float32)  # 27 MiB a row
+    d2q9 = LATTICES["d2q9"]
+    assert aa_rows(d2q9, (4096, 4096)) == 64  # a row is 144 KiB: 64 rows fit 16 MiB, and leave 64 blocks
+    assert aa_rows(d2q9, (16, 1024)) == 2
+    assert aa_unsupported(d2q9, (4096, 4096), jnp.float32) == aa_unsupported(d2q9, (24, 1024), jnp.float32) == ""
+    assert "multiple of 1024" in aa_unsupported(d2q9, (1024, 1000), jnp.float32)
+    assert "multiple of 1024" in aa_unsupported(d2q9, (64, 512), jnp.float32)
+
+
+@pytest.fixture(autouse=True)
+def _the_2d_pair_on_small_grids(monkeypatch):
+    """The tests' 2D grids (ny = 1024, a few rows) run the pair: it is off by default (LBM_PALLAS_AA2D) and chosen
+    from 128 MiB of populations only."""
+    monkeypatch.setenv(aa.AA2D_ENV, "1")
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+
+
+def test_a_2d_grid_keeps_the_measured_push_kernel_unless_the_pair_is_on_and_the_grid_over_the_vmem_size(monkeypatch):
+    d2q9, d3q19 = LATTICES["d2q9"], LATTICES["d3q19"]
+    assert aa2d_not_chosen(d2q9, (4096, 4096), jnp.float32) == "" == aa2d_not_chosen(d3q19, (8, 8, 128), jnp.float32)
+    monkeypatch.setenv(aa.AA2D_ENV, "0")
+    assert "off until timed on a TPU" in aa2d_not_chosen(d2q9, (4096, 4096), jnp.float32)
+    assert aa2d_not_chosen(d3q19, (8, 8, 128), jnp.float32) == ""  # the 3D pair is measured: always on
+    monkeypatch.setenv(aa.AA2D_ENV, "1")
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 128 * 2**20)
+    assert aa2d_not_chosen(d2q9, (2048, 2048), jnp.float32) == ""  # 151 MB
+    assert "36 MiB of populations, under the 128 MiB" in aa2d_not_chosen(d2q9, (1024, 1024), jnp.float32)
+    setup = setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"], "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    assert not engine.bulk.inplace and "under the 128 MiB" in engine.note and "push rows kernel" in engine.note
+
+
+def test_a_2d_grid_the_inplace_kernels_do_not_fit_runs_the_push_kernel_and_says_so():
+    setup = setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=512"], "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    assert not engine.bulk.inplace and "multiple of 1024" in engine.note and "push rows kernel" in engine.note
+    engine.chunk_function(3)  # the push kernel's chunk: any number of steps
+
+
+def test_a_grid_only_the_inplace_kernels_fit_runs_even_chunks_only():
+    """D3Q19 planes of 512 x 512 (a row of 19 MiB, as at 512^3, where two buffers would not fit the chip either):
+    the push kernel's row does not fit its VMEM budget, the AA pair's does. 8 rows, not 512: the same rows, and a
+    setup of 2 M cells, not 134 M (45 s on a 2-core CPU)."""
+    setup = setup_for(["case=taylor_green", "lattice=d3q19", "grid.nx=8", "grid.ny=512", "grid.nz=512"], "float32")
+    engine = PallasEngine(setup, platform="tpu")
+    assert engine.bulk.inplace and "does not fit" in engine.bulk.push_unsupported
+    engine.chunk_function(10)
+    with pytest.raises(EngineUnavailable, match="even number of steps"):
+        engine.chunk_function(11)
+
+
+# --- deviceless compiles (bash scripts/accel_env.sh; .venv-accel/bin/python -m pytest -m accel) ----------------
+
+
+@pytest.mark.accel
+@pytest.mark.parametrize("lattice,steps,ratio", [("d3q19", 10, 1.0), ("d3q19", 11, 2.0), ("d2q9", 10, 2.0)])
+def test_v5e_chunk_holds_the_populations_once(lattice, steps, ratio):
+    """Planned memory of the compiled chunk (D3Q19 128^3): the populations once; twice with an odd chunk's push step.
+    (Not at 64^3: a last axis of 64 is padded to 128 lanes, and XLA plans the odd chunk's push buffer there apart.)
+    D2Q9 2048^2: twice, the populations and their copy in the kernels' layout (lbm.engines.pallas.aa.plane_view: the
+    (8, 128) tiles of (x, y) are not those of (y / 128, 128)); the push kernel planned 2.5x."""
+    if not installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+    from lbm.bench.targets import load_target, prepare_environment, target_sharding
+    from lbm.engines.timestep import step_index
+
+    target = load_target("v5e")
+    prepare_environment(target)
+    import jax
+
+    grid = ["grid.nx=128", "grid.ny=128", "grid.nz=128"] if lattice == "d3q19" else ["grid.nx=2048", "grid.ny=2048"]
+    setup = setup_for(["case=taylor_green", f"lattice={lattice}", *grid], "float32")
+    engine = PallasEngine(setup, platform="tpu")
+    sharding = target_sharding(target)
+    args = (jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype), engine.params, step_index(0))
+    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
+    m = engine.chunk_function(steps).lower(*specs).compile().memory_analysis()
+    planned = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+    assert planned / (setup.lattice.q * np.prod(setup.shape) * 4) == pytest.approx(ratio, abs=0.01)
