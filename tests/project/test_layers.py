@@ -2,7 +2,7 @@
 
 Layers, lowest first (DESIGN.md): the leaf modules (errors, stages, lattice, environment, hlo, roofline, parallel,
 reference: the published data and its readers), io and kernels, config (it reads the collision kinds), boundaries,
-cases, engines (and profiling beside them), simulation, the commands (bench, validate), api, cli. Every
+cases, engines (and profiling beside them), simulation, diff, the commands (bench, validate) and api, cli. Every
 ``import lbm...`` statement is read, also those inside functions.
 """
 
@@ -19,7 +19,7 @@ ROOT = Path(lbm.__file__).parent
 LAYER = {"errors": 0, "stages": 0, "lattice": 0, "environment": 0, "hlo": 0, "roofline": 0, "reference": 0,
          "parallel": 0,
          "io": 1, "kernels": 1, "config": 2, "boundaries": 3, "cases": 4, "engines": 5, "profiling": 5,
-         "simulation": 6, "bench": 7, "validate": 7, "diff": 7, "api": 8, "cli": 9, "__main__": 10, "__init__": 10}
+         "simulation": 6, "diff": 7, "bench": 8, "validate": 8, "api": 8, "cli": 9, "__main__": 10, "__init__": 10}
 """Top-level module or package -> layer; an import may only go to the same or a lower layer."""
 
 pytestmark = pytest.mark.xdist_group("layers")  # one worker parses the package once (_trees) for every test here
