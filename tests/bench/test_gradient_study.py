@@ -6,6 +6,7 @@ import pytest
 
 from lbm.bench.gradient_study import parse
 from lbm.cli import main
+from lbm.diff.checkpointing import binomial_schedule
 from lbm.errors import LbmError
 
 
@@ -39,7 +40,10 @@ def test_tiny_study_writes_timing_and_memory_that_checkpointing_bounds(tmp_path)
     growth = {p: mem[(p, 256)]["gradient_bytes"] / mem[(p, 16)]["gradient_bytes"] for p in ("none", "sqrt", "binomial")}
     assert growth["none"] > 8  # every step's state kept: grows with the steps (16x more steps)
     assert growth["sqrt"] < growth["none"] / 2
-    assert growth["binomial"] < 1.1  # four states kept, whatever the steps
+    # four states kept, whatever the steps: it grows by at most its schedule's table (16 bytes an action), which XLA
+    # may hold in a buffer of the longer program while the shorter one's stays a constant (CI: exactly 343 x 16 bytes)
+    grown = mem[("binomial", 256)]["gradient_bytes"] - mem[("binomial", 16)]["gradient_bytes"]
+    assert grown <= 16 * len(binomial_schedule(256, 4))
     assert t["cpu_ratio"] == pytest.approx(t["value_and_grad_cpu_s"] / t["forward_cpu_s"])
     assert set(t["passes"]) == {"forward_pass", "recompute", "adjoint"}  # each pass of sqrt's gradient timed alone
     assert all(p["over_forward_step"] == pytest.approx(p["ms_per_step"] / t["forward_ms_per_step"])

@@ -122,7 +122,9 @@ def test_the_gradient_keeps_no_per_direction_transposes_and_binomial_memory_does
     # what made reverse mode through the kernels slow; the hand-written adjoints have none inside the loops
     assert not [line for line in long.as_text().splitlines() if " pad(" in line and "/while/" in line]
     grown = planned_bytes(long) - planned_bytes(short)
-    assert grown <= 16 * (len(binomial_schedule(256, 4)) - len(binomial_schedule(16, 4)))  # the schedule's table
+    # what grows is the schedule's table (16 bytes an action), at most all of the longer one's: XLA may hold it in a
+    # buffer of the longer program while the shorter one's stays a constant (seen in CI: exactly 343 x 16 bytes)
+    assert grown <= 16 * len(binomial_schedule(256, 4))
 
 
 def test_moved_circle_at_its_own_centre_and_radius_is_the_numpy_wall():
