@@ -287,7 +287,8 @@ def test_instrumented_mode_runs_the_characteristic_outlet_on_several_devices(tmp
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert metrics["status"] == "completed" and metrics["engine"] == "instrumented", metrics
+    assert metrics["status"] == "completed" and (metrics["engine"], metrics["mode"]) == ("xla", "instrumented"), metrics
+    assert metrics["parallel"]["partitioner"] == "shard_map", metrics["parallel"]
 
 
 def test_instrumented_mode_without_a_dense_block_form_is_a_one_line_error():
@@ -328,7 +329,8 @@ def test_run_directory_checkpoints_and_resume(tmp_path):
     r = worker("run_dirs", {"root": str(tmp_path), "runs": runs[:2]}, devices=4)
     r |= worker("run_dirs", {"root": str(tmp_path), "runs": runs[2:]}, devices=4)
     assert {k: v.get("status") for k, v in r.items()} == dict.fromkeys(["one", "full", "same", "other"], "completed"), r
-    assert r["full"]["engine"] == "sharded" and r["full"]["parallel"]["mesh"] == [2, 2]
+    assert r["full"]["engine"] == "xla" and r["full"]["parallel"]["mesh"] == [2, 2]  # the config's engine names
+    assert r["full"]["parallel"]["partitioner"] == "shard_map" and r["one"]["parallel"]["partitioner"] is None
     assert r["other"]["parallel"]["mesh"] == [2, 1]
     load = {name: np.load(tmp_path / name / "fields.npz") for name, _ in runs}
     for key in ("rho", "u", "solid"):

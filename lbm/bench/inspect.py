@@ -183,7 +183,7 @@ def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n:
                             "chunk (what a device sends or contributes); those of the loop body per step, those XLA "
                             "moved out of the loop per chunk divided by its steps. Expected halo: the populations "
                             "entering through each shared block face (3 of 9 for D2Q9, 5 of 19 for D3Q19) x face "
-                            "cells x bytes (engine sharded: the second axis' faces include the first's ghost cells; "
+                            "cells x bytes (engine xla: the second axis' faces include the first's ghost cells; "
                             "engine pallas: the block's own faces, plus, with boundary conditions, the Q populations of "
                             "the ghost cells its boundary plan reads, padded to one count per neighbour)",
     }

@@ -109,7 +109,12 @@ class Engine:
     """Base of the engines: holds the setup, its boundary conditions on the device, and compile times."""
 
     name = "engine"
+    """The engine that computes the steps, as the config's ``engine`` key names it (xla, native, pallas)."""
     mode = "fused"
+    """How the steps are dispatched, as the config's ``mode`` key names it (fused, instrumented)."""
+    partitioner: str | None = None
+    """How the steps are split over a device mesh, as ``parallel.partitioner`` names it (shard_map, gspmd); None on
+    one device."""
     layout: Any = None
     """How the grid is split over a device mesh (lbm.engines.sharded.layout.Layout); None on one device."""
     plan_halo_bytes = 0

@@ -1,4 +1,4 @@
-"""The ``sharded`` engine: the timestep of lbm.engines.timestep on blocks of a device mesh, under ``shard_map``.
+"""The xla engine on a device mesh under ``shard_map``: the timestep of lbm.engines.timestep on blocks of the mesh.
 
 Populations are sharded along the grid axes (lbm.parallel). Each device runs the stages on its
 block: the local ones (outflow, macroscopic, equilibrium, inlet, collide, full-way bounce-back) on
@@ -149,7 +149,7 @@ class ShardedSupport(OnMesh):
 class ShardedEngine(ShardedSupport, FusedEngine):
     """The fused timestep on every block of a mesh under shard_map, n steps per dispatch with lax.scan."""
 
-    name = "sharded"
+    name = "xla"
 
     def __init__(self, setup: Setup, layout: Layout, dense: DenseForms, storage: str = "compute") -> None:
         FusedEngine.__init__(self, setup, storage)
@@ -188,7 +188,7 @@ class ShardedEngine(ShardedSupport, FusedEngine):
 class ShardedInstrumentedEngine(ShardedSupport, InstrumentedEngine):
     """Each piece of the sharded timestep (``halo`` included) its own jit over shard_map, annotated with its stage."""
 
-    name = "instrumented"
+    name = "xla"
 
     def __init__(self, setup: Setup, layout: Layout, dense: DenseForms, sync: bool = False) -> None:
         Engine.__init__(self, setup)

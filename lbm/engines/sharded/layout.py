@@ -156,6 +156,7 @@ class OnMesh:
     """What every engine on a mesh shares: populations and masks placed on its layout, fields gathered to the host."""
 
     layout: Layout
+    partitioner: str | None = "shard_map"
 
     def place(self, f: Any) -> jax.Array:
         """Populations (host or one device) sharded over the mesh."""
