@@ -1,7 +1,7 @@
 """The engines on a device mesh: populations sharded along the grid axes (lbm.parallel), one block per device.
 
 ``layout``: how the grid is split; ``halo``: what the blocks exchange; ``dense``: the timestep on every block
-under ``shard_map``, each boundary condition in its block form; ``blockplan``: the bulk step of each block as a
+under ``shard_map``, each boundary condition in its block form; ``shardplan``: the bulk step of each block as a
 periodic grid with the boundary cells by a plan per block (Pallas, or the xla step); ``gspmd``: XLA's partitioner.
 """
 
@@ -14,7 +14,7 @@ import jax
 from lbm.cases.base import Setup
 from lbm.config.run import single_device_refusal
 from lbm.engines.base import Engine, EngineUnavailable, Unavailable, attempt
-from lbm.engines.sharded.blockplan import BlockPlan, ShardedPallasEngine, ShardedPlanEngine, block_plan, plan_engine
+from lbm.engines.sharded.shardplan import BlockPlan, ShardedPallasEngine, ShardedPlanEngine, block_plan, plan_engine
 from lbm.engines.sharded.dense import DenseForms, ShardedEngine, ShardedInstrumentedEngine, dense_forms
 from lbm.engines.sharded.gspmd import GspmdEngine
 from lbm.engines.sharded.layout import Layout

@@ -11,7 +11,7 @@ Each boundary condition gives its block form (:func:`block_forms`, its
 masks and link arrays are laid out per block, forces are summed over the blocks with ``psum``.
 ``fused``: n steps under ``lax.scan`` in one jit, each stage (``halo`` too) in ``jax.named_scope``;
 ``instrumented``: each stage its own jit, annotated. The other design, a bulk step per block with a
-boundary-cell plan per block, is lbm.engines.sharded.blockplan.
+boundary-cell plan per block, is lbm.engines.sharded.shardplan.
 """
 
 from __future__ import annotations
