@@ -380,7 +380,7 @@ def test_two_processes_equal_one_device(tmp_path):
     logs.append(one.communicate(timeout=600)[0])
     assert [p.returncode for p in (*procs, one)] == [0, 0, 0], "\n".join(log[-2000:] for log in logs)
     multi = json.loads((tmp_path / "multi" / "metrics.json").read_text())
-    assert multi["parallel"] == {"devices": 4, "mesh": [2, 2], "block": [32, 16], "partitioner": "shard_map",
+    assert multi["parallel"] == {"devices": 4, "mesh": [2, 2], "shard": [32, 16], "partitioner": "shard_map",
                                  "processes": 2}
     a, b = np.load(tmp_path / "one" / "fields.npz"), np.load(tmp_path / "multi" / "fields.npz")
     for key in ("rho", "u", "solid"):

@@ -119,11 +119,11 @@ class BulkRule:
 
 
 class MeshLayout(Protocol):
-    """A grid split into blocks over a device mesh (lbm.engines.sharded.layout.Layout), as the conditions use it."""
+    """A grid split into shards over a device mesh (lbm.engines.sharded.layout.Layout), as the conditions use it."""
 
     grid_shape: tuple[int, ...]
     shape: tuple[int, ...]
-    block: tuple[int, ...]
+    shard: tuple[int, ...]
     ext: tuple[int, ...]
     sharded_axes: tuple[str, ...]
     mesh_axes: tuple[str, ...]
@@ -133,7 +133,7 @@ class MeshLayout(Protocol):
         ...
 
     def extended(self, a: Any, lead: int = 1) -> Any:
-        """A per-cell array laid out as extended blocks (periodic ghost layers), one block per device."""
+        """A per-cell array laid out as extended shards (periodic ghost layers), one shard per device."""
         ...
 
     def on_face(self, bc: Any, dtype: Any) -> Any:
@@ -141,31 +141,31 @@ class MeshLayout(Protocol):
         ...
 
     def owns_planes(self, bc: Any, lattice: Lattice) -> int:
-        """The side (0 or -1) of a face condition whose cells lie in the first or last block along x."""
+        """The side (0 or -1) of a face condition whose cells lie in the first or last shard along x."""
         ...
 
-    def blocks(self) -> list[tuple[int, ...]]:
-        """Mesh coordinates of every block, in device order."""
+    def shards(self) -> list[tuple[int, ...]]:
+        """Mesh coordinates of every shard, in device order."""
         ...
 
     def own_extended(self, a: Any, coords: tuple[int, ...], lead: int = 1, axes: slice = slice(None)) -> np.ndarray:
-        """Block ``coords``'s extended block of a per-cell array ``(*lead, *grid[axes])``."""
+        """Shard ``coords``'s extended shard of a per-cell array ``(*lead, *grid[axes])``."""
         ...
 
     def to_extended(self, flat: np.ndarray, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """Grid cells ``flat`` as cells of block ``coords``'s extended block, and whether each lies in it."""
+        """Grid cells ``flat`` as cells of shard ``coords``'s extended shard, and whether each lies in it."""
         ...
 
     def links(self, bc: Any, lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """An obstacle's links split by the block of their fluid cell."""
+        """An obstacle's links split by the shard of their fluid cell."""
         ...
 
-    def stacked(self, per_block: list[Any]) -> Any:
-        """Per-block pytrees of one form stacked along a leading device axis, sharded over the mesh."""
+    def stacked(self, per_shard: list[Any]) -> Any:
+        """Per-shard pytrees of one form stacked along a leading device axis, sharded over the mesh."""
         ...
 
     def per_device(self, a: np.ndarray) -> Any:
-        """A host array ``(blocks * k,)`` placed one slice of k per device."""
+        """A host array ``(shards * k,)`` placed one slice of k per device."""
         ...
 
 

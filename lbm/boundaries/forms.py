@@ -75,7 +75,7 @@ class OnExtended(BoundaryCondition):
 
     ``own_reads``: state arrays besides ``post`` that the rule reads on the block's own cells only, given to it
     zero-padded to the extended block (``ghosts`` cells per side and grid axis); ``ghost_reads``: those it also
-    reads in the ghost layers, whose planes the ``halo`` exchanges (lbm.engines.sharded.halo.extend). ``per_block``: the
+    reads in the ghost layers, whose planes the ``halo`` exchanges (lbm.engines.sharded.halo.extend). ``per_shard``: the
     inner condition's arrays carry a leading axis of one block per device (link lists re-mapped per block).
     """
 
@@ -83,7 +83,7 @@ class OnExtended(BoundaryCondition):
     own_reads: tuple[str, ...] = static(())
     ghost_reads: tuple[str, ...] = static(())
     ghosts: tuple[int, ...] = static(())
-    per_block: bool = static(False)
+    per_shard: bool = static(False)
     after_halo = True
 
     @property
@@ -93,7 +93,7 @@ class OnExtended(BoundaryCondition):
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The inner (dense) rule on the extended block."""
-        inner = jax.tree_util.tree_map(lambda a: a[0], self.inner) if self.per_block else self.inner
+        inner = jax.tree_util.tree_map(lambda a: a[0], self.inner) if self.per_shard else self.inner
         if not self.own_reads:
             return inner.apply(s, lattice)
         padded = {name: jnp.pad(getattr(s, name), [(0, 0)] * (getattr(s, name).ndim - len(self.ghosts))
@@ -208,7 +208,7 @@ class FaceCondition(BoundaryCondition):
         x = np.unique(np.unravel_index(face, mesh.grid_shape)[0])
         if x.size != 1 or x[0] not in (0, mesh.grid_shape[0] - 1):
             raise FormUnavailable(f"{type(self).__name__}: a face that is not the grid face x = 0 or x = nx - 1")
-        return FacePlane(inner=self, lo=1 if mesh.shape[0] > 1 else 0, own=mesh.block[0],
+        return FacePlane(inner=self, lo=1 if mesh.shape[0] > 1 else 0, own=mesh.shard[0],
                          side=0 if x[0] == 0 else -1, blocks=mesh.shape[0])
 
 

@@ -118,7 +118,7 @@ class Engine:
     layout: Any = None
     """How the grid is split over a device mesh (lbm.engines.sharded.layout.Layout); None on one device."""
     plan_halo_bytes = 0
-    """Bytes a block sends per step for its boundary plan's ghost cells (0 on one device)."""
+    """Bytes a shard sends per step for its boundary plan's ghost cells (0 on one device)."""
     threads: int | None = None
     """CPU threads of the engine's own kernel sharing a step (the native engine's), None where XLA schedules it."""
 

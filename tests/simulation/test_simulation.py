@@ -399,7 +399,7 @@ def test_the_native_fallback_warning_only_where_native_was_asked_for(caplog, fal
 
     from lbm.simulation import log_engine_choice
 
-    engine = types.SimpleNamespace(name="xla", mode="fused", note="mesh 2x1 (x), blocks 8x8")
+    engine = types.SimpleNamespace(name="xla", mode="fused", note="mesh 2x1 (x), shards 8x8")
     with caplog.at_level(logging.INFO, logger="lbm"):
         log_engine_choice(engine, fallback_possible=fallback_possible)
     (record,) = [r for r in caplog.records if r.name == "lbm"]
@@ -414,11 +414,11 @@ def test_the_engine_line_names_the_mode(caplog):
 
     from lbm.simulation import log_engine_choice
 
-    engine = types.SimpleNamespace(name="xla", mode="instrumented", note="mesh 2x1 (x), blocks 8x8")
+    engine = types.SimpleNamespace(name="xla", mode="instrumented", note="mesh 2x1 (x), shards 8x8")
     with caplog.at_level(logging.INFO, logger="lbm"):
         log_engine_choice(engine, fallback_possible=False)
     assert [r.getMessage() for r in caplog.records if r.name == "lbm"] == [
-        "instrumented engine: xla (mesh 2x1 (x), blocks 8x8)"]
+        "instrumented engine: xla (mesh 2x1 (x), shards 8x8)"]
 
 
 
