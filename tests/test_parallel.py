@@ -309,7 +309,7 @@ def test_instrumented_mode_without_a_dense_block_form_is_a_one_line_error():
         make_sharded(dataclasses.replace(setup, boundaries=(unknown,)), (1, 1), mode="instrumented")
     message = str(err.value)
     assert "\n" not in message and message.startswith("mode=instrumented on several devices")
-    assert "no block form of Unknown" in message and "mode=fused" in message
+    assert "no mesh form of Unknown" in message and "mode=fused" in message
 
 
 @pytest.mark.slow

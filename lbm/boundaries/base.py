@@ -9,8 +9,8 @@ its class:
   which engines whose bulk kernel treats every cell as fluid (native, Pallas) run on those cells;
 - its rule for the bulk kernels (:meth:`~BoundaryCondition.bulk_rule`): what the native kernel needs
   to apply it itself, or None; and its form applied while streaming (:meth:`~BoundaryCondition.folded`);
-- its forms on a device mesh (:meth:`~BoundaryCondition.on_mesh` for the dense block forms,
-  :meth:`~BoundaryCondition.on_extended` for a block's plan), from a :class:`MeshLayout`.
+- its forms on a device mesh (:meth:`~BoundaryCondition.on_mesh` for the dense mesh forms,
+  :meth:`~BoundaryCondition.on_extended` for a shard's plan), from a :class:`MeshLayout`.
 
 A subclass inherits all of them: one that changes the rule overrides the forms that no longer hold.
 Arrays (masks, velocities, link lists) are pytree leaves and reach jitted code as arguments; options
@@ -174,9 +174,9 @@ class BoundaryCondition:
 
     stage: ClassVar[str]
     after_halo: ClassVar[bool] = False
-    """Block forms on a mesh: whether the rule runs on the extended block, after the halo."""
+    """Mesh forms: whether the rule runs on the extended shard, after the halo."""
     ghost_reads: tuple[str, ...] = ()
-    """Block forms on a mesh: StepState arrays the rule reads in the ghost layers (the halo exchanges their planes)."""
+    """Mesh forms: StepState arrays the rule reads in the ghost layers (the halo exchanges their planes)."""
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The stage's state after this boundary condition (dense arrays ``(Q, *grid)``)."""
@@ -209,12 +209,12 @@ class BoundaryCondition:
         return None
 
     def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
-        """The block form on every block of ``mesh`` (inside shard_map), its arrays placed; FormUnavailable if none."""
-        raise FormUnavailable(f"the sharded engine has no block form of {type(self).__name__}")
+        """The mesh form on every shard of ``mesh`` (inside shard_map), its arrays placed; FormUnavailable if none."""
+        raise FormUnavailable(f"the sharded engine has no mesh form of {type(self).__name__}")
 
     def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
-        """The condition as block ``coords`` sees it on its extended block (host arrays); FormUnavailable if none."""
-        raise FormUnavailable(f"no per-block plan for {type(self).__name__}")
+        """The condition as shard ``coords`` sees it on its extended shard (host arrays); FormUnavailable if none."""
+        raise FormUnavailable(f"no per-shard plan for {type(self).__name__}")
 
     def link_count(self) -> int | None:
         """How many links a link condition (forces, interpolated walls) holds; None for the others."""
