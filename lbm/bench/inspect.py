@@ -79,7 +79,7 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     n = max(MIN_CHUNK_STEPS, chunk_size(run))
     mesh = target_mesh(target, shape) if shape is not None else None
     sharding = target_sharding(target) if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    fn, args, engine, note, plan_bytes = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)
+    fn, args, engine, note, halo_plan_bytes = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)
     text, compile_s = compile_chunk(fn, args, sharding, target)
     loop = loop_traffic(text, (*STAGES, HALO))
     steps = max(1, n // loop.trip_count) if loop.trip_count > 1 else n
@@ -119,7 +119,7 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         "overrides": list(overrides or []),
     }
     if shape is not None:
-        record["parallel"] = sharded_record(text, setup, shape, steps, n, target, engine, plan_bytes)
+        record["parallel"] = sharded_record(text, setup, shape, steps, n, target, engine, halo_plan_bytes)
         if record["projected_mlups"] is not None:  # every device at the spec bandwidth, the halo not counted
             record["projected_mlups"] *= target.devices
     return record, text
@@ -150,10 +150,10 @@ def _kernel_rows(kernels: Sequence[Any], per: float) -> list[dict[str, Any]]:
 
 
 def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n: int, target: Target,
-                   engine: str, plan_bytes: int = 0) -> dict[str, Any]:
+                   engine: str, halo_plan_bytes: int = 0) -> dict[str, Any]:
     """Devices, mesh, shards, and the collectives per step of a sharded chunk (``steps`` per loop iteration, ``n``
     per chunk), with the halo bytes counted in the HLO against those the lattice, the shards and the boundary
-    plan (``plan_bytes`` per shard) call for."""
+    plan (``halo_plan_bytes`` per shard) call for."""
     import numpy as np
 
     from lbm.engines.sharded import halo
@@ -176,8 +176,8 @@ def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n:
         # kernel's returns the wrapped populations on the shard's own faces, and with boundary conditions the
         # neighbours send the Q populations of the ghost cells its boundary plan reads (lbm.engines.sharded)
         "halo_bytes_per_step_expected": halo.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize,
-                                                            corners=engine != "pallas") / devices + plan_bytes,
-        "halo_plan_bytes_per_step": plan_bytes,
+                                                            corners=engine != "pallas") / devices + halo_plan_bytes,
+        "halo_plan_bytes_per_step": halo_plan_bytes,
         "halo_populations_per_face": int(halo.entering(setup.lattice.c, 0, 1).size),
         "collective_model": "per device and step: the logical bytes of each collective's operands in the compiled "
                             "chunk (what a device sends or contributes); those of the loop body per step, those XLA "

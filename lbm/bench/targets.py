@@ -116,18 +116,18 @@ def chip_grid(topology: str) -> list[int]:
 def gpu_target_config(target: Target) -> str:
     """The GpuTargetConfigProto text of a CUDA target (its ``gpu`` fields as gpu_device_info)."""
 
-    def block(d: dict[str, Any], indent: str) -> list[str]:
+    def message(d: dict[str, Any], indent: str) -> list[str]:
         out = []
         for k, v in d.items():
             if isinstance(v, dict):
-                out += [f"{indent}{k} {{", *block(v, indent + "  "), f"{indent}}}"]
+                out += [f"{indent}{k} {{", *message(v, indent + "  "), f"{indent}}}"]
             elif isinstance(v, str):
                 out.append(f'{indent}{k}: "{v}"')
             else:
                 out.append(f"{indent}{k}: {v}")
         return out
 
-    lines = ["gpu_device_info {", *block(target.gpu, "  "), "}", 'platform_name: "CUDA"',
+    lines = ["gpu_device_info {", *message(target.gpu, "  "), "}", 'platform_name: "CUDA"',
              f'device_description_str: "{target.device}"']
     return "\n".join(lines) + "\n"
 
@@ -261,7 +261,7 @@ def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mes
         f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype, sharding=eng.layout.sharding())
         t = jax.ShapeDtypeStruct((), step_index(0).dtype,
                                  sharding=jax.sharding.NamedSharding(eng.layout.mesh, jax.sharding.PartitionSpec()))
-        return eng.chunk_function(n), (f, eng.params, t), eng.name, eng.note, eng.plan_halo_bytes
+        return eng.chunk_function(n), (f, eng.params, t), eng.name, eng.note, eng.halo_plan_bytes
     try:
         eng = make_engine(setup, mode="fused", engine=engine, platform=platform)
     except EngineUnavailable as exc:

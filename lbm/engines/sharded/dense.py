@@ -125,7 +125,7 @@ class ShardedSupport(OnMesh):
         self.functions = [piece_function(p, setup, self.layout.shape) for p in self.pieces]
         self.dense = as_arrays(setup.boundaries)
         self.params = self.forms
-        self.plan_halo_bytes = plane_bytes(self.forms, self.layout.shard, self.layout.shape, setup.lattice,
+        self.halo_plan_bytes = plane_bytes(self.forms, self.layout.shard, self.layout.shape, setup.lattice,
                                            jnp.dtype(setup.dtype).itemsize)
 
     def _dense_params(self) -> Any:

@@ -234,10 +234,10 @@ class ShardedBulkEngine(OnMesh, FusedEngine):
         self.layout, self.bulk, self.plan = layout, bulk, plan
         self.dense = as_arrays(setup.boundaries)
         self.params = plan if plan is not None else ()
-        self.plan_halo_bytes = plan.halo_bytes if plan is not None else 0
+        self.halo_plan_bytes = plan.halo_bytes if plan is not None else 0
         self._stages = tuple(s for s in setup.stages if s != "stream")
         cells = (f"the boundary cells by a plan per shard (its ghost cells sent by their shards, "
-                 f"{self.plan_halo_bytes} B/step), " if plan is not None else "")
+                 f"{self.halo_plan_bytes} B/step), " if plan is not None else "")
         self.note = "; ".join(filter(None, [
             f"mesh {'x'.join(map(str, layout.shape))} ({', '.join(layout.sharded_axes)}), shards "
             f"{'x'.join(map(str, layout.shard))}, {self.kernel_text} on each shard, {cells}halo after it",
