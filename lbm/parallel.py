@@ -1,12 +1,12 @@
-"""Device mesh, sharding of grid arrays, the halo exchange between blocks, and jax.distributed across hosts.
+"""Device mesh, sharding of grid arrays, the halo exchange between shards, and jax.distributed across hosts.
 
-A run on N devices splits the grid into blocks over a mesh ``(mx, my[, mz])`` (one mesh axis per
+A run on N devices splits the grid into shards over a mesh ``(mx, my[, mz])`` (one mesh axis per
 grid axis, named ``x``, ``y``, ``z``; ``mx * my * mz = N``). Populations ``(Q, *grid)`` are sharded
-with ``NamedSharding(mesh, P(None, "x", "y"[, "z"]))``; a device holds the block ``(Q, *grid / mesh)``.
-:func:`halo_extend` (inside ``shard_map``) gives a block a ghost layer on each face it shares with
-another block, holding only the populations that enter through that face (those with c_a > 0 on the
+with ``NamedSharding(mesh, P(None, "x", "y"[, "z"]))``; a device holds the shard ``(Q, *grid / mesh)``.
+:func:`halo_extend` (inside ``shard_map``) gives a shard a ghost layer on each face it shares with
+another shard, holding only the populations that enter through that face (those with c_a > 0 on the
 low side, c_a < 0 on the high side: 3 of 9 for D2Q9, 5 of 19 for D3Q19), exchanged with ``ppermute``.
-Mesh axes of size 1 need no ghost layer (the block's own periodic wrap is the grid's).
+Mesh axes of size 1 need no ghost layer (the shard's own periodic wrap is the grid's).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def resolve_devices(devices: int) -> int:
 
 
 def mesh_shape(devices: int, mesh: Sequence[int] | None, grid: Sequence[int]) -> tuple[int, ...]:
-    """Blocks along each grid axis: ``mesh`` padded with 1s, or all ``devices`` along x; checked against the grid."""
+    """Shards along each grid axis: ``mesh`` padded with 1s, or all ``devices`` along x; checked against the grid."""
     d = len(grid)
     if not mesh:
         shape = (devices,) + (1,) * (d - 1)
@@ -86,12 +86,12 @@ def mesh_shape(devices: int, mesh: Sequence[int] | None, grid: Sequence[int]) ->
         shape = tuple(mesh) + (1,) * (d - len(mesh))
         if math.prod(shape) != devices:
             raise ConfigError("parallel.mesh", list(mesh),
-                              f"blocks whose product is parallel.devices={devices} (it is {math.prod(shape)})")
+                              f"shards whose product is parallel.devices={devices} (it is {math.prod(shape)})")
     for axis, (n, m) in enumerate(zip(grid, shape, strict=True)):
         if n % m or (m > 1 and n // m < 2):
             name = "grid.n" + AXES[axis]
-            raise ConfigError(name, n, f"a multiple of {m} (the mesh's blocks along {AXES[axis]}) with at least "
-                              f"2 cells per block: choose parallel.mesh or the grid so that they divide")
+            raise ConfigError(name, n, f"a multiple of {m} (the mesh's shards along {AXES[axis]}) with at least "
+                              f"2 cells per shard: choose parallel.mesh or the grid so that they divide")
     return shape
 
 
@@ -160,7 +160,7 @@ def own_log_file(directory: str | os.PathLike[str]) -> list[str]:
 
 
 def extended(a: np.ndarray, shape: Sequence[int], lead: int = 1) -> np.ndarray:
-    """``a`` ``(*lead, *grid)`` laid out as blocks each with its periodic ghost layer (width 1 on sharded axes)."""
+    """``a`` ``(*lead, *grid)`` laid out as shards each with its periodic ghost layer (width 1 on sharded axes)."""
     out = np.asarray(a)
     for axis, m in enumerate(shape):
         if m == 1:

@@ -287,7 +287,8 @@ def test_instrumented_mode_runs_the_characteristic_outlet_on_several_devices(tmp
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert metrics["status"] == "completed" and metrics["engine"] == "instrumented", metrics
+    assert metrics["status"] == "completed" and (metrics["engine"], metrics["mode"]) == ("xla", "instrumented"), metrics
+    assert metrics["parallel"]["partitioner"] == "shard_map", metrics["parallel"]
 
 
 def test_instrumented_mode_without_a_dense_block_form_is_a_one_line_error():
@@ -308,7 +309,7 @@ def test_instrumented_mode_without_a_dense_block_form_is_a_one_line_error():
         make_sharded(dataclasses.replace(setup, boundaries=(unknown,)), (1, 1), mode="instrumented")
     message = str(err.value)
     assert "\n" not in message and message.startswith("mode=instrumented on several devices")
-    assert "no block form of Unknown" in message and "mode=fused" in message
+    assert "no mesh form of Unknown" in message and "mode=fused" in message
 
 
 @pytest.mark.slow
@@ -328,7 +329,8 @@ def test_run_directory_checkpoints_and_resume(tmp_path):
     r = worker("run_dirs", {"root": str(tmp_path), "runs": runs[:2]}, devices=4)
     r |= worker("run_dirs", {"root": str(tmp_path), "runs": runs[2:]}, devices=4)
     assert {k: v.get("status") for k, v in r.items()} == dict.fromkeys(["one", "full", "same", "other"], "completed"), r
-    assert r["full"]["engine"] == "sharded" and r["full"]["parallel"]["mesh"] == [2, 2]
+    assert r["full"]["engine"] == "xla" and r["full"]["parallel"]["mesh"] == [2, 2]  # the config's engine names
+    assert r["full"]["parallel"]["partitioner"] == "shard_map" and r["one"]["parallel"]["partitioner"] is None
     assert r["other"]["parallel"]["mesh"] == [2, 1]
     load = {name: np.load(tmp_path / name / "fields.npz") for name, _ in runs}
     for key in ("rho", "u", "solid"):
@@ -378,7 +380,7 @@ def test_two_processes_equal_one_device(tmp_path):
     logs.append(one.communicate(timeout=600)[0])
     assert [p.returncode for p in (*procs, one)] == [0, 0, 0], "\n".join(log[-2000:] for log in logs)
     multi = json.loads((tmp_path / "multi" / "metrics.json").read_text())
-    assert multi["parallel"] == {"devices": 4, "mesh": [2, 2], "block": [32, 16], "partitioner": "shard_map",
+    assert multi["parallel"] == {"devices": 4, "mesh": [2, 2], "shard": [32, 16], "partitioner": "shard_map",
                                  "processes": 2}
     a, b = np.load(tmp_path / "one" / "fields.npz"), np.load(tmp_path / "multi" / "fields.npz")
     for key in ("rho", "u", "solid"):

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.bench.evidence import WORK_FIELDS, Structural, records_diff
-from lbm.bench.interleave import BLOCKS, Interleaved, rounds_needed, verdict_of_rounds
+from lbm.bench.interleave import WORKER_PAIRS, Interleaved, rounds_needed, verdict_of_rounds
 from lbm.bench.interleave import measure as measure_interleaved
 from lbm.errors import LbmError
 
@@ -454,7 +454,7 @@ def main(args: list[str]) -> int:
                         help="smallest relative change that matters (default 0.10 = 10%%)")
     parser.add_argument("--remeasure", type=int, default=0, metavar="N",
                         help=f"time N interleaved rounds (base, new, new, base, ...) of each configuration not "
-                             f"decided by its structure, in one time window, over up to {BLOCKS} fresh pairs of "
+                             f"decided by its structure, in one time window, over up to {WORKER_PAIRS} fresh pairs of "
                              f"workers (stopping once the rest could not change the verdict); {rounds_needed()} or "
                              "more for a 95%% interval, 20 recommended")
     parser.add_argument("--base-python", default=None, metavar="PY",

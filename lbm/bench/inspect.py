@@ -16,8 +16,8 @@ HLO (``chunk.hlo.txt``) into the run directory (``--out DIR`` or ``hydra.run.dir
 A multi-device target (``target=v5e:2x2``: a 4-chip TPU topology; ``target=h100:1x1x4``: the CUDA
 plugin's partitions x hosts x GPUs per host; or ``target=v5e parallel.devices=4``) compiles the
 sharded chunk (lbm.engines.sharded, shard_map over a mesh of the topology's chips; ``parallel.mesh``
-chooses the blocks, default the TPU's chip grid or all GPUs along x). The HLO is one device's: per-cell
-figures are per cell of its block, and ``parallel`` in inspect.json lists the collectives per step
+chooses the shards, default the TPU's chip grid or all GPUs along x). The HLO is one device's: per-cell
+figures are per cell of its shard, and ``parallel`` in inspect.json lists the collectives per step
 (kind, stages, in the loop body or once per chunk, bytes each device sends) and the halo bytes counted
 there against those the lattice calls for (lbm.engines.sharded.halo.halo_bytes).
 
@@ -79,13 +79,13 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     n = max(MIN_CHUNK_STEPS, chunk_size(run))
     mesh = target_mesh(target, shape) if shape is not None else None
     sharding = target_sharding(target) if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    fn, args, engine, note, plan_bytes = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)
+    fn, args, engine, note, halo_plan_bytes = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)
     text, compile_s = compile_chunk(fn, args, sharding, target)
     loop = loop_traffic(text, (*STAGES, HALO))
     steps = max(1, n // loop.trip_count) if loop.trip_count > 1 else n
     cells = int(np.prod(setup.shape))
-    block = [g // m for g, m in zip(setup.shape, shape or [1] * len(setup.shape), strict=True)]
-    per = float(int(np.prod(block)) * steps)  # the HLO of a sharded chunk is one device's: per cell of its block
+    shard = [g // m for g, m in zip(setup.shape, shape or [1] * len(setup.shape), strict=True)]
+    per = float(int(np.prod(shard)) * steps)  # the HLO of a sharded chunk is one device's: per cell of its shard
     bytes_per = loop.bytes / per
     minimum = lbm_bytes_per_cell(setup.lattice.q, np.dtype(setup.dtype).itemsize)
     target_part = _target_record(target, sharding)
@@ -95,7 +95,7 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         "target": target_part,
         "engine": engine, "engine_note": note,
         "case": run.case, "lattice": setup.lattice.name, "collision": run.collision, "precision": run.precision,
-        "grid": list(setup.shape), "cells": cells, "cells_per_device": int(np.prod(block)), "chunk_steps": n,
+        "grid": list(setup.shape), "cells": cells, "cells_per_device": int(np.prod(shard)), "chunk_steps": n,
         "stages": list(setup.stages),
         "jax": jax.__version__, "jaxlib": jaxlib.__version__, "compile_time_s": round(compile_s, 3),
         "hlo_file": HLO_FILE, "loop_body": loop.body, "trip_count": loop.trip_count,
@@ -119,7 +119,7 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         "overrides": list(overrides or []),
     }
     if shape is not None:
-        record["parallel"] = sharded_record(text, setup, shape, steps, n, target, engine, plan_bytes)
+        record["parallel"] = sharded_record(text, setup, shape, steps, n, target, engine, halo_plan_bytes)
         if record["projected_mlups"] is not None:  # every device at the spec bandwidth, the halo not counted
             record["projected_mlups"] *= target.devices
     return record, text
@@ -150,10 +150,10 @@ def _kernel_rows(kernels: Sequence[Any], per: float) -> list[dict[str, Any]]:
 
 
 def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n: int, target: Target,
-                   engine: str, plan_bytes: int = 0) -> dict[str, Any]:
-    """Devices, mesh, blocks, and the collectives per step of a sharded chunk (``steps`` per loop iteration, ``n``
-    per chunk), with the halo bytes counted in the HLO against those the lattice, the blocks and the boundary
-    plan (``plan_bytes`` per block) call for."""
+                   engine: str, halo_plan_bytes: int = 0) -> dict[str, Any]:
+    """Devices, mesh, shards, and the collectives per step of a sharded chunk (``steps`` per loop iteration, ``n``
+    per chunk), with the halo bytes counted in the HLO against those the lattice, the shards and the boundary
+    plan (``halo_plan_bytes`` per shard) call for."""
     import numpy as np
 
     from lbm.engines.sharded import halo
@@ -168,23 +168,23 @@ def sharded_record(text: str, setup: Any, shape: tuple[int, ...], steps: int, n:
     itemsize = np.dtype(setup.dtype).itemsize
     return {
         "devices": devices, "topology": target.topology, "mesh": list(shape),
-        "block": [g // m for g, m in zip(setup.shape, shape, strict=True)], "partitioner": "shard_map",
+        "shard": [g // m for g, m in zip(setup.shape, shape, strict=True)], "partitioner": "shard_map",
         "collectives_per_step": rows,
         "collective_bytes_per_step": sum(r["bytes_per_device"] for r in rows),
         "halo_bytes_per_step": sum(r["bytes_per_device"] for r in rows if HALO in r["stages"]),
-        # the xla step's halo extends the block axis by axis (later faces include earlier ghost cells); the pallas
-        # kernel's returns the wrapped populations on the block's own faces, and with boundary conditions the
+        # the xla step's halo extends the shard axis by axis (later faces include earlier ghost cells); the pallas
+        # kernel's returns the wrapped populations on the shard's own faces, and with boundary conditions the
         # neighbours send the Q populations of the ghost cells its boundary plan reads (lbm.engines.sharded)
         "halo_bytes_per_step_expected": halo.halo_bytes(setup.lattice.c, setup.shape, shape, itemsize,
-                                                            corners=engine != "pallas") / devices + plan_bytes,
-        "halo_plan_bytes_per_step": plan_bytes,
+                                                            corners=engine != "pallas") / devices + halo_plan_bytes,
+        "halo_plan_bytes_per_step": halo_plan_bytes,
         "halo_populations_per_face": int(halo.entering(setup.lattice.c, 0, 1).size),
         "collective_model": "per device and step: the logical bytes of each collective's operands in the compiled "
                             "chunk (what a device sends or contributes); those of the loop body per step, those XLA "
                             "moved out of the loop per chunk divided by its steps. Expected halo: the populations "
-                            "entering through each shared block face (3 of 9 for D2Q9, 5 of 19 for D3Q19) x face "
-                            "cells x bytes (engine sharded: the second axis' faces include the first's ghost cells; "
-                            "engine pallas: the block's own faces, plus, with boundary conditions, the Q populations of "
+                            "entering through each shared shard face (3 of 9 for D2Q9, 5 of 19 for D3Q19) x face "
+                            "cells x bytes (engine xla: the second axis' faces include the first's ghost cells; "
+                            "engine pallas: the shard's own faces, plus, with boundary conditions, the Q populations of "
                             "the ghost cells its boundary plan reads, padded to one count per neighbour)",
     }
 
@@ -231,8 +231,8 @@ def format_report(record: dict[str, Any]) -> str:
 
 def format_parallel(p: dict[str, Any]) -> list[str]:
     """The collectives table and the halo bytes of a sharded inspect record."""
-    lines = [f"{p['devices']} devices ({p['topology']}), mesh {'x'.join(map(str, p['mesh']))}, blocks "
-             f"{'x'.join(map(str, p['block']))}, {p['partitioner']}; collectives per step (per device):"]
+    lines = [f"{p['devices']} devices ({p['topology']}), mesh {'x'.join(map(str, p['mesh']))}, shards "
+             f"{'x'.join(map(str, p['shard']))}, {p['partitioner']}; collectives per step (per device):"]
     rows = [(c["kind"], "+".join(c["stages"]) or "-", c["where"], f"{c['count']:g}", f"{c['bytes_per_device']:.1f}")
             for c in p["collectives_per_step"]] or [("none", "-", "-", "0", "0")]
     head = ("collective", "stages", "where", "count", "bytes sent")

@@ -7,7 +7,7 @@ after configuration, rounds, each one timed repeat of both sides back to back, i
 base-new, ... (so a drift of the machine within a round does not favour one side); each round gives one ratio
 t_new / t_base of the process CPU time of the repeat (of the wall clock where the work runs on an accelerator: the
 process's CPU time is then the host's dispatch, not the work). A process's speed has a part of its own that stays for all
-its rounds, so the N rounds are spread over up to :data:`BLOCKS` fresh pairs of workers (JAX's persistent
+its rounds, so the N rounds are spread over up to :data:`WORKER_PAIRS` fresh pairs of workers (JAX's persistent
 compilation cache lets the later pairs load what the first compiled), and each pair of workers gives one
 observation, the median of its rounds' log ratios. The slowdown is the median of these observations, with the
 distribution-free 95% confidence interval of a median (order statistics, binomial coverage). The pairs stop
@@ -279,21 +279,21 @@ def load_now() -> list[float] | None:
         return None
 
 
-BLOCKS = 6
+WORKER_PAIRS = 6
 """Pairs of fresh workers the rounds are spread over. A process's speed has a part of its own, the same for all its
 rounds (identical code in two workers measured 20% apart, round after round: docs/studies.md), so the unit of
 replication is a pair of workers, not a round: each pair gives one observation, the median of its rounds."""
 
 
-def block_plan(rounds: int) -> list[int]:
-    """Rounds per pair of workers: ``rounds`` spread as evenly as possible over min(rounds, BLOCKS) pairs."""
-    blocks = min(rounds, BLOCKS)
-    return [rounds // blocks + (1 if k < rounds % blocks else 0) for k in range(blocks)]
+def rounds_per_pair(rounds: int) -> list[int]:
+    """Rounds per pair of workers: ``rounds`` spread as evenly as possible over min(rounds, WORKER_PAIRS) pairs."""
+    pairs = min(rounds, WORKER_PAIRS)
+    return [rounds // pairs + (1 if k < rounds % pairs else 0) for k in range(pairs)]
 
 
 @dataclass
 class _Config:
-    """What the blocks have measured of one configuration so far."""
+    """What the pairs of workers have measured of one configuration so far."""
 
     recs: tuple[dict[str, Any], dict[str, Any]]
     observations: list[float] = field(default_factory=list)
@@ -308,10 +308,10 @@ class _Config:
 def measure(pairs: list[tuple[dict[str, Any], dict[str, Any]]], base_flags: str, new_flags: str, rounds: int,
             base_python: str | None, say: Any = None, threshold: float | None = None) -> list[Interleaved]:
     """Time ``rounds`` interleaved rounds of the configuration of each (base, new) record pair, spread over fresh
-    pairs of workers (:func:`block_plan`; one worker per side for all the configurations); with a ``threshold``,
+    pairs of workers (:func:`rounds_per_pair`; one worker per side for all the configurations); with a ``threshold``,
     a configuration stops once its first pairs of workers settle the verdict of all of them."""
     configs = [worker_config(b, n) for b, n in pairs]
-    plan = block_plan(rounds)
+    plan = rounds_per_pair(rounds)
     state = [_Config(recs) for recs in pairs]
     with tempfile.TemporaryDirectory(prefix="lbm-interleave-") as cwd:
         for b, n_rounds in enumerate(plan):
@@ -327,7 +327,7 @@ def measure(pairs: list[tuple[dict[str, Any], dict[str, Any]]], base_flags: str,
                 for s in sides.values():
                     s.ready = s.answer()
                 for j, i in enumerate(todo):
-                    _block(j, state[i], sides, n_rounds, lambda text, i=i, b=b: say and say(
+                    _pair_rounds(j, state[i], sides, n_rounds, lambda text, i=i, b=b: say and say(
                         i, f"workers {b + 1}/{len(plan)}: {text}"))
                     c = state[i]
                     c.done = (threshold is not None and not c.mismatch
@@ -339,7 +339,7 @@ def measure(pairs: list[tuple[dict[str, Any], dict[str, Any]]], base_flags: str,
                         (c.load_start, load_now()), c.mismatch, len(plan), c.clock) for c in state]
 
 
-def _block(j: int, c: _Config, sides: dict[str, Side], rounds: int, say: Any) -> None:
+def _pair_rounds(j: int, c: _Config, sides: dict[str, Side], rounds: int, say: Any) -> None:
     """``rounds`` interleaved rounds of configuration ``j`` of the started workers; their median log ratio is one
     observation of ``c``."""
     from lbm.bench.evidence import diff

@@ -40,7 +40,7 @@ class Target:
 
     @property
     def mesh(self) -> tuple[int, ...]:
-        """The default blocks per grid axis on this target: a TPU's chip grid, all GPUs along x."""
+        """The default shards per grid axis on this target: a TPU's chip grid, all GPUs along x."""
         dims = chip_grid(self.topology) if self.topology else [1]
         if self.platform == "tpu":
             return tuple(d for d in dims if d > 1) or (1,)
@@ -116,18 +116,18 @@ def chip_grid(topology: str) -> list[int]:
 def gpu_target_config(target: Target) -> str:
     """The GpuTargetConfigProto text of a CUDA target (its ``gpu`` fields as gpu_device_info)."""
 
-    def block(d: dict[str, Any], indent: str) -> list[str]:
+    def message(d: dict[str, Any], indent: str) -> list[str]:
         out = []
         for k, v in d.items():
             if isinstance(v, dict):
-                out += [f"{indent}{k} {{", *block(v, indent + "  "), f"{indent}}}"]
+                out += [f"{indent}{k} {{", *message(v, indent + "  "), f"{indent}}}"]
             elif isinstance(v, str):
                 out.append(f'{indent}{k}: "{v}"')
             else:
                 out.append(f"{indent}{k}: {v}")
         return out
 
-    lines = ["gpu_device_info {", *block(target.gpu, "  "), "}", 'platform_name: "CUDA"',
+    lines = ["gpu_device_info {", *message(target.gpu, "  "), "}", 'platform_name: "CUDA"',
              f'device_description_str: "{target.device}"']
     return "\n".join(lines) + "\n"
 
@@ -223,7 +223,7 @@ def target_sharding(target: Target) -> Any:
 
 
 def target_mesh(target: Target, shape: tuple[int, ...]) -> Any:
-    """The target's chips as a mesh of ``shape`` blocks, one named axis per grid axis (lbm.parallel.AXES)."""
+    """The target's chips as a mesh of ``shape`` shards, one named axis per grid axis (lbm.parallel.AXES)."""
     from jax.experimental import topologies
 
     from lbm.parallel import AXES
@@ -241,9 +241,9 @@ def engine_for(target: Target, requested: str) -> str:
 def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mesh: Any = None
                      ) -> tuple[Callable[..., Any], tuple[Any, ...], str, str, int]:
     """The jitted n-step fused chunk of ``engine`` for ``setup`` on ``platform``: (function, example arguments,
-    engine, note, bytes a block sends per step for its boundary plan's ghost cells). ``auto`` resolves as on that
+    engine, note, bytes a shard sends per step for its boundary plan's ghost cells). ``auto`` resolves as on that
     platform (pallas on cuda/tpu, native on cpu, else xla). With a ``mesh`` of several devices (a deviceless
-    topology), the sharded chunk on its blocks; its example arguments carry their shardings.
+    topology), the sharded chunk on its shards; its example arguments carry their shardings.
 
     The one place inspect reaches into the engines: it compiles what the run loop would dispatch.
     """
@@ -261,7 +261,7 @@ def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mes
         f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype, sharding=eng.layout.sharding())
         t = jax.ShapeDtypeStruct((), step_index(0).dtype,
                                  sharding=jax.sharding.NamedSharding(eng.layout.mesh, jax.sharding.PartitionSpec()))
-        return eng.chunk_function(n), (f, eng.params, t), eng.name, eng.note, eng.plan_halo_bytes
+        return eng.chunk_function(n), (f, eng.params, t), eng.name, eng.note, eng.halo_plan_bytes
     try:
         eng = make_engine(setup, mode="fused", engine=engine, platform=platform)
     except EngineUnavailable as exc:

@@ -9,8 +9,8 @@ its class:
   which engines whose bulk kernel treats every cell as fluid (native, Pallas) run on those cells;
 - its rule for the bulk kernels (:meth:`~BoundaryCondition.bulk_rule`): what the native kernel needs
   to apply it itself, or None; and its form applied while streaming (:meth:`~BoundaryCondition.folded`);
-- its forms on a device mesh (:meth:`~BoundaryCondition.on_mesh` for the dense block forms,
-  :meth:`~BoundaryCondition.on_extended` for a block's plan), from a :class:`MeshLayout`.
+- its forms on a device mesh (:meth:`~BoundaryCondition.on_mesh` for the dense mesh forms,
+  :meth:`~BoundaryCondition.on_extended` for a shard's plan), from a :class:`MeshLayout`.
 
 A subclass inherits all of them: one that changes the rule overrides the forms that no longer hold.
 Arrays (masks, velocities, link lists) are pytree leaves and reach jitted code as arguments; options
@@ -119,11 +119,11 @@ class BulkRule:
 
 
 class MeshLayout(Protocol):
-    """A grid split into blocks over a device mesh (lbm.engines.sharded.layout.Layout), as the conditions use it."""
+    """A grid split into shards over a device mesh (lbm.engines.sharded.layout.Layout), as the conditions use it."""
 
     grid_shape: tuple[int, ...]
     shape: tuple[int, ...]
-    block: tuple[int, ...]
+    shard: tuple[int, ...]
     ext: tuple[int, ...]
     sharded_axes: tuple[str, ...]
     mesh_axes: tuple[str, ...]
@@ -133,7 +133,7 @@ class MeshLayout(Protocol):
         ...
 
     def extended(self, a: Any, lead: int = 1) -> Any:
-        """A per-cell array laid out as extended blocks (periodic ghost layers), one block per device."""
+        """A per-cell array laid out as extended shards (periodic ghost layers), one shard per device."""
         ...
 
     def on_face(self, bc: Any, dtype: Any) -> Any:
@@ -141,31 +141,31 @@ class MeshLayout(Protocol):
         ...
 
     def owns_planes(self, bc: Any, lattice: Lattice) -> int:
-        """The side (0 or -1) of a face condition whose cells lie in the first or last block along x."""
+        """The side (0 or -1) of a face condition whose cells lie in the first or last shard along x."""
         ...
 
-    def blocks(self) -> list[tuple[int, ...]]:
-        """Mesh coordinates of every block, in device order."""
+    def shards(self) -> list[tuple[int, ...]]:
+        """Mesh coordinates of every shard, in device order."""
         ...
 
     def own_extended(self, a: Any, coords: tuple[int, ...], lead: int = 1, axes: slice = slice(None)) -> np.ndarray:
-        """Block ``coords``'s extended block of a per-cell array ``(*lead, *grid[axes])``."""
+        """Shard ``coords``'s extended shard of a per-cell array ``(*lead, *grid[axes])``."""
         ...
 
     def to_extended(self, flat: np.ndarray, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """Grid cells ``flat`` as cells of block ``coords``'s extended block, and whether each lies in it."""
+        """Grid cells ``flat`` as cells of shard ``coords``'s extended shard, and whether each lies in it."""
         ...
 
     def links(self, bc: Any, lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """An obstacle's links split by the block of their fluid cell."""
+        """An obstacle's links split by the shard of their fluid cell."""
         ...
 
-    def stacked(self, per_block: list[Any]) -> Any:
-        """Per-block pytrees of one form stacked along a leading device axis, sharded over the mesh."""
+    def stacked(self, per_shard: list[Any]) -> Any:
+        """Per-shard pytrees of one form stacked along a leading device axis, sharded over the mesh."""
         ...
 
     def per_device(self, a: np.ndarray) -> Any:
-        """A host array ``(blocks * k,)`` placed one slice of k per device."""
+        """A host array ``(shards * k,)`` placed one slice of k per device."""
         ...
 
 
@@ -174,9 +174,9 @@ class BoundaryCondition:
 
     stage: ClassVar[str]
     after_halo: ClassVar[bool] = False
-    """Block forms on a mesh: whether the rule runs on the extended block, after the halo."""
+    """Mesh forms: whether the rule runs on the extended shard, after the halo."""
     ghost_reads: tuple[str, ...] = ()
-    """Block forms on a mesh: StepState arrays the rule reads in the ghost layers (the halo exchanges their planes)."""
+    """Mesh forms: StepState arrays the rule reads in the ghost layers (the halo exchanges their planes)."""
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The stage's state after this boundary condition (dense arrays ``(Q, *grid)``)."""
@@ -209,12 +209,12 @@ class BoundaryCondition:
         return None
 
     def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
-        """The block form on every block of ``mesh`` (inside shard_map), its arrays placed; FormUnavailable if none."""
-        raise FormUnavailable(f"the sharded engine has no block form of {type(self).__name__}")
+        """The mesh form on every shard of ``mesh`` (inside shard_map), its arrays placed; FormUnavailable if none."""
+        raise FormUnavailable(f"the sharded engine has no mesh form of {type(self).__name__}")
 
     def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
-        """The condition as block ``coords`` sees it on its extended block (host arrays); FormUnavailable if none."""
-        raise FormUnavailable(f"no per-block plan for {type(self).__name__}")
+        """The condition as shard ``coords`` sees it on its extended shard (host arrays); FormUnavailable if none."""
+        raise FormUnavailable(f"no per-shard plan for {type(self).__name__}")
 
     def link_count(self) -> int | None:
         """How many links a link condition (forces, interpolated walls) holds; None for the others."""

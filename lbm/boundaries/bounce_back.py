@@ -189,7 +189,7 @@ class FullwayBounceBack(BoundaryCondition):
         return dataclasses.replace(self, solid=mesh.grid(np.asarray(self.solid, bool), lead=0))
 
     def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
-        """The same rule with the mask on the extended block."""
+        """The same rule with the mask on the extended shard."""
         return dataclasses.replace(self, solid=mesh.own_extended(np.asarray(self.solid, bool), coords, lead=0))
 
 
@@ -241,16 +241,16 @@ class HalfwayBounceBack(BoundaryCondition):
                                    links=place(np.asarray(self.links, bool), 1))
 
     def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
-        """The dense rule on the extended block after the halo (it reads the fluid cells across a face)."""
+        """The dense rule on the extended shard after the halo (it reads the fluid cells across a face)."""
         return OnExtended(inner=self.laid_out(lambda a, lead: mesh.extended(a, lead=lead)))
 
     def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
-        """The walls on the extended block, minus the links that would leave it."""
+        """The walls on the extended shard, minus the links that would leave it."""
         form = self.laid_out(lambda a, lead: mesh.own_extended(a, coords, lead=lead))
         links = np.array(form.links)
         for j, c in enumerate(lattice.c):
             for axis, m in enumerate(mesh.shape):
-                if m > 1 and c[axis]:  # a link from the outermost ghost layer leaves the extended block
+                if m > 1 and c[axis]:  # a link from the outermost ghost layer leaves the extended shard
                     edge = -1 if c[axis] > 0 else 0
                     links[(j,) + (slice(None),) * axis + (edge,)] = False
         return dataclasses.replace(form, links=links)

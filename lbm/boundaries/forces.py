@@ -18,7 +18,7 @@ from lbm.boundaries.base import (
     StepState,
     pytree_dataclass,
 )
-from lbm.boundaries.forms import BlockForces, pad_links
+from lbm.boundaries.forms import ShardForces, pad_links
 from lbm.kernels.forces import boundary_links, momentum_exchange
 from lbm.lattice import Lattice
 
@@ -58,7 +58,7 @@ class Forces(BoundaryCondition):
         return BulkRule(links=True)
 
     def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
-        """The links split by the block of their fluid cell, padded to one length, summed over the blocks."""
+        """The links split by the shard of their fluid cell, padded to one length, summed over the shards."""
         if np.any(lattice.c[0]):
             raise FormUnavailable("the sharded forces pad with population 0, which must be the rest population")
         dirs, owner_flat, src_flat, dst_flat = mesh.links(self, lattice)
@@ -70,10 +70,10 @@ class Forces(BoundaryCondition):
             k = int(sel.sum())
             out[0, b, :k], out[1, b, :k], out[2, b, :k] = dirs[sel], src_flat[sel], dst_flat[sel]
         placed = [mesh.per_device(a.reshape(-1)) for a in out]
-        return BlockForces(link_dir=placed[0], link_src=placed[1], link_dst=placed[2], axes=mesh.mesh_axes)
+        return ShardForces(link_dir=placed[0], link_src=placed[1], link_dst=placed[2], axes=mesh.mesh_axes)
 
     def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
-        """The links whose fluid cell block ``coords`` owns, as cells of its extended block."""
+        """The links whose fluid cell shard ``coords`` owns, as cells of its extended shard."""
         dirs, owner, _, dst = mesh.links(self, lattice)
         mine = owner == np.ravel_multi_index(coords, mesh.shape)
         src, _ = mesh.to_extended(np.asarray(self.link_src, np.int64)[mine], coords)
@@ -84,8 +84,8 @@ class Forces(BoundaryCondition):
         return int(np.asarray(self.link_dir).size)
 
     def padded(self, length: int, spare: int) -> BoundaryCondition:
-        """A :class:`~lbm.boundaries.forms.BlockForces` over no mesh axis (the block's part, summed after the chunk),
+        """A :class:`~lbm.boundaries.forms.ShardForces` over no mesh axis (the shard's part, summed after the chunk),
         padded with direction 0 (the rest population, c = 0: no force) on the padding cell."""
-        return BlockForces(link_dir=pad_links(self.link_dir, length).astype(np.int32),
+        return ShardForces(link_dir=pad_links(self.link_dir, length).astype(np.int32),
                            link_src=pad_links(self.link_src, length, spare).astype(np.int32),
                            link_dst=pad_links(self.link_dst, length, spare).astype(np.int32))

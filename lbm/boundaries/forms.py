@@ -1,9 +1,9 @@
-"""Block forms shared by the boundary conditions on a device mesh (lbm.engines.sharded).
+"""Mesh forms shared by the boundary conditions on a device mesh (lbm.engines.sharded).
 
-A face condition on a mesh keeps its rule on the blocks that hold the grid's face (:class:`OnEdge` on the
-block itself, :class:`OwnerOnly` on a block's gathered cells, :class:`FacePlane` on the block's own planes
-inside its extended block); a condition that reads across block faces runs after the halo on the extended
-block (:class:`OnExtended`); the momentum exchange sums each block's links over the mesh (:class:`BlockForces`).
+A face condition on a mesh keeps its rule on the shards that hold the grid's face (:class:`OnEdge` on the
+shard itself, :class:`OwnerOnly` on a shard's gathered cells, :class:`FacePlane` on the shard's own planes
+inside its extended shard); a condition that reads across shard faces runs after the halo on the extended
+shard (:class:`OnExtended`); the momentum exchange sums each shard's links over the mesh (:class:`ShardForces`).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ FACE_FIELDS = {"f": 1, "drho": 0, "u": 1, "feq": 1}
 
 @pytree_dataclass
 class OnEdge(BoundaryCondition):
-    """A face condition of the grid face x = 0 (``side`` 0) or x = nx - 1 (``side`` -1), kept on the blocks holding it."""
+    """A face condition of the grid face x = 0 (``side`` 0) or x = nx - 1 (``side`` -1), kept on the shards holding it."""
 
     inner: Any
     side: int = static(0)
-    blocks: int = static(1)
+    shards: int = static(1)
 
     @property
     def stage(self) -> str:  # type: ignore[override]
@@ -46,13 +46,13 @@ class OnEdge(BoundaryCondition):
         return self.inner.stage
 
     def holds_face(self) -> jax.Array:
-        """Whether this block (inside shard_map) holds the grid's face."""
-        return jax.lax.axis_index("x") == (0 if self.side == 0 else self.blocks - 1)
+        """Whether this shard (inside shard_map) holds the grid's face."""
+        return jax.lax.axis_index("x") == (0 if self.side == 0 else self.shards - 1)
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """The inner rule, its changes kept only where this block holds the grid's face (:meth:`kept`)."""
+        """The inner rule, its changes kept only where this shard holds the grid's face (:meth:`kept`)."""
         new = self.inner.apply(s, lattice)
-        if self.blocks == 1:
+        if self.shards == 1:
             return new
         edge = self.holds_face()
         changes = {}
@@ -63,7 +63,7 @@ class OnEdge(BoundaryCondition):
         return s.replace(**changes)
 
     def kept(self, edge: jax.Array, old: jax.Array, upd: jax.Array, ax: int) -> jax.Array:
-        """``upd`` on the block's own face plane (grid axis x at array axis ``ax``) where ``edge``, else ``old``."""
+        """``upd`` on the shard's own face plane (grid axis x at array axis ``ax``) where ``edge``, else ``old``."""
         i = 0 if self.side == 0 else old.shape[ax] - 1
         face = jnp.where(edge, jax.lax.slice_in_dim(upd, i, i + 1, axis=ax), jax.lax.slice_in_dim(old, i, i + 1, axis=ax))
         return jax.lax.dynamic_update_slice_in_dim(upd, face, i, axis=ax)
@@ -71,19 +71,19 @@ class OnEdge(BoundaryCondition):
 
 @pytree_dataclass
 class OnExtended(BoundaryCondition):
-    """A condition that reads across block faces, run after the halo on the extended block (its arrays laid out so).
+    """A condition that reads across shard faces, run after the halo on the extended shard (its arrays laid out so).
 
-    ``own_reads``: state arrays besides ``post`` that the rule reads on the block's own cells only, given to it
-    zero-padded to the extended block (``ghosts`` cells per side and grid axis); ``ghost_reads``: those it also
-    reads in the ghost layers, whose planes the ``halo`` exchanges (lbm.engines.sharded.halo.extend). ``per_block``: the
-    inner condition's arrays carry a leading axis of one block per device (link lists re-mapped per block).
+    ``own_reads``: state arrays besides ``post`` that the rule reads on the shard's own cells only, given to it
+    zero-padded to the extended shard (``ghosts`` cells per side and grid axis); ``ghost_reads``: those it also
+    reads in the ghost layers, whose planes the ``halo`` exchanges (lbm.engines.sharded.halo.extend). ``per_shard``: the
+    inner condition's arrays carry a leading axis of one shard per device (link lists re-mapped per shard).
     """
 
     inner: Any
     own_reads: tuple[str, ...] = static(())
     ghost_reads: tuple[str, ...] = static(())
     ghosts: tuple[int, ...] = static(())
-    per_block: bool = static(False)
+    per_shard: bool = static(False)
     after_halo = True
 
     @property
@@ -92,8 +92,8 @@ class OnExtended(BoundaryCondition):
         return self.inner.stage
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """The inner (dense) rule on the extended block."""
-        inner = jax.tree_util.tree_map(lambda a: a[0], self.inner) if self.per_block else self.inner
+        """The inner (dense) rule on the extended shard."""
+        inner = jax.tree_util.tree_map(lambda a: a[0], self.inner) if self.per_shard else self.inner
         if not self.own_reads:
             return inner.apply(s, lattice)
         padded = {name: jnp.pad(getattr(s, name), [(0, 0)] * (getattr(s, name).ndim - len(self.ghosts))
@@ -102,11 +102,11 @@ class OnExtended(BoundaryCondition):
 
 
 @pytree_dataclass
-class BlockForces(BoundaryCondition):
-    """Momentum exchange over the links whose fluid cell lies in the block, summed over all blocks (psum over
-    ``axes``; none: the block's part).
+class ShardForces(BoundaryCondition):
+    """Momentum exchange over the links whose fluid cell lies in the shard, summed over all shards (psum over
+    ``axes``; none: the shard's part).
 
-    ``link_src`` indexes the block, ``link_dst`` the extended block; padding links have direction 0 (c = 0).
+    ``link_src`` indexes the shard, ``link_dst`` the extended shard; padding links have direction 0 (c = 0).
     """
 
     link_dir: Any
@@ -117,14 +117,14 @@ class BlockForces(BoundaryCondition):
     after_halo = True
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """The state with the obstacle's total force (shape ``(D,)``), the same on every block."""
+        """The state with the obstacle's total force (shape ``(D,)``), the same on every shard."""
         force = momentum_exchange(s.collided, s.post, self.link_dir, self.link_src, self.link_dst, lattice)
         return s.replace(force=jax.lax.psum(force, self.axes) if self.axes else force)
 
 
 @pytree_dataclass
 class OwnerOnly(OnEdge):
-    """A face condition's block form whose rule is kept only on the blocks holding the grid face x = 0 (``side`` 0)
+    """A face condition's block form whose rule is kept only on the shards holding the grid face x = 0 (``side`` 0)
     or x = nx - 1 (``side`` -1); elsewhere the cells keep what the other stages gave them."""
 
     def kept(self, edge: jax.Array, old: jax.Array, upd: jax.Array, ax: int) -> jax.Array:
@@ -134,7 +134,7 @@ class OwnerOnly(OnEdge):
 
 class ShiftedBlock:
     """A cell block seen through a grid of ``shape`` whose cell k is cell ``offset + k`` of the block's own grid
-    (the planes of one block's own x-range inside its extended block, with the same trailing axes)."""
+    (the planes of one shard's own x-range inside its extended shard, with the same trailing axes)."""
 
     def __init__(self, block: CellBlock, shape: tuple[int, ...], offset: int) -> None:
         self.block, self.shape, self.offset, self.lattice = block, shape, offset, block.lattice
@@ -156,15 +156,15 @@ class ShiftedBlock:
 
 @pytree_dataclass
 class FacePlane(BoundaryCondition):
-    """A condition of the grid face x = 0 or x = nx - 1 on the block's own x-range inside its extended block
-    (``own`` planes from plane ``lo``): every block holds its planes (one plan form for all), the rule acts on
-    the blocks holding the grid's face (:class:`OwnerOnly`). The cells it reads are gathered with its face."""
+    """A condition of the grid face x = 0 or x = nx - 1 on the shard's own x-range inside its extended shard
+    (``own`` planes from plane ``lo``): every shard holds its planes (one plan form for all), the rule acts on
+    the shards holding the grid's face (:class:`OwnerOnly`). The cells it reads are gathered with its face."""
 
     inner: Any
     lo: int = static(0)
     own: int = static(1)
     side: int = static(0)
-    blocks: int = static(1)
+    shards: int = static(1)
 
     @property
     def stage(self) -> str:  # type: ignore[override]
@@ -172,16 +172,16 @@ class FacePlane(BoundaryCondition):
         return self.inner.stage
 
     def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
-        """The inner condition's cells on the block's own x-range, the cells it reads kept with its face."""
+        """The inner condition's cells on the shard's own x-range, the cells it reads kept with its face."""
         offset = self.lo * math.prod(shape[1:])
         fp = self.inner.footprint((self.own, *shape[1:]), lattice)
         return Footprint(face=np.concatenate([fp.face, np.setdiff1d(fp.ghosts, fp.face)]) + offset,
                          cells=fp.cells + offset)
 
     def on_block(self, block: CellBlock) -> BoundaryCondition:
-        """The inner condition's block form, kept on the face's blocks."""
+        """The inner condition's block form, kept on the face's shards."""
         shifted = ShiftedBlock(block, (self.own, *block.shape[1:]), self.lo * math.prod(block.shape[1:]))
-        return OwnerOnly(inner=self.inner.on_block(shifted), side=self.side, blocks=self.blocks)
+        return OwnerOnly(inner=self.inner.on_block(shifted), side=self.side, shards=self.shards)
 
 
 def pad_links(a: Any, length: int, value: int = 0) -> np.ndarray:
@@ -192,25 +192,25 @@ def pad_links(a: Any, length: int, value: int = 0) -> np.ndarray:
 
 class FaceCondition(BoundaryCondition):
     """A condition of the grid face x = 0 or x = nx - 1 whose rule reads only planes near that face: on a mesh it
-    acts on the blocks that hold the face (:class:`OnEdge`; in a block's plan :class:`FacePlane`)."""
+    acts on the shards that hold the face (:class:`OnEdge`; in a shard's plan :class:`FacePlane`)."""
 
     def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
-        """The rule on every block's own face planes, kept on the blocks holding the grid's face."""
-        return OnEdge(inner=mesh.on_face(self, dtype), side=mesh.owns_planes(self, lattice), blocks=mesh.shape[0])
+        """The rule on every shard's own face planes, kept on the shards holding the grid's face."""
+        return OnEdge(inner=mesh.on_face(self, dtype), side=mesh.owns_planes(self, lattice), shards=mesh.shape[0])
 
     def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
-        """The rule on the block's own x-range of planes (:class:`FacePlane`), kept on the face's blocks."""
+        """The rule on the shard's own x-range of planes (:class:`FacePlane`), kept on the face's shards."""
         return self.face_plane(mesh, lattice)
 
     def face_plane(self, mesh: MeshLayout, lattice: Lattice) -> FacePlane:
-        """This condition (its arrays as the block sees them) as a :class:`FacePlane` of the block's own planes."""
+        """This condition (its arrays as the shard sees them) as a :class:`FacePlane` of the shard's own planes."""
         face = self.footprint(mesh.grid_shape, lattice).face
         x = np.unique(np.unravel_index(face, mesh.grid_shape)[0])
         if x.size != 1 or x[0] not in (0, mesh.grid_shape[0] - 1):
             raise FormUnavailable(f"{type(self).__name__}: a face that is not the grid face x = 0 or x = nx - 1")
-        return FacePlane(inner=self, lo=1 if mesh.shape[0] > 1 else 0, own=mesh.block[0],
-                         side=0 if x[0] == 0 else -1, blocks=mesh.shape[0])
+        return FacePlane(inner=self, lo=1 if mesh.shape[0] > 1 else 0, own=mesh.shard[0],
+                         side=0 if x[0] == 0 else -1, shards=mesh.shape[0])
 
 
-__all__ = ["FACE_FIELDS", "BlockForces", "FaceCondition", "FacePlane", "OnEdge", "OnExtended", "OwnerOnly",
+__all__ = ["FACE_FIELDS", "FaceCondition", "FacePlane", "OnEdge", "OnExtended", "OwnerOnly", "ShardForces",
            "ShiftedBlock", "pad_links"]

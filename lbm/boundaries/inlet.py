@@ -169,7 +169,7 @@ class Inlet(FaceCondition):
         return BulkRule(inflow=True)
 
     def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
-        """The inflow on the block's own face cells (:class:`~lbm.boundaries.forms.FacePlane`)."""
+        """The inflow on the shard's own face cells (:class:`~lbm.boundaries.forms.FacePlane`)."""
         u = mesh.own_extended(np.asarray(self.u), coords, lead=1, axes=slice(1, None))
         return dataclasses.replace(self, u=u).face_plane(mesh, lattice)
 

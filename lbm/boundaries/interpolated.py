@@ -167,30 +167,30 @@ class InterpolatedBounceBack(BoundaryCondition):
                                    q=np.asarray(self.q)[mine])
 
     def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:
-        """The wall on every extended block: the links whose fluid cell the block owns, their cells as extended-block
-        positions, padded to one length (on ghost cell 0, never streamed into the block) and stacked one block per
+        """The wall on every extended shard: the links whose fluid cell the shard owns, their cells as extended-shard
+        positions, padded to one length (on ghost cell 0, never streamed into the shard) and stacked one shard per
         device; what else the rule reads (:attr:`reads`) zero-padded, or exchanged by the halo at the far cell."""
         if not mesh.sharded_axes:
-            raise FormUnavailable("an interpolated wall's block form needs a sharded axis (its padding ghost cell)")
+            raise FormUnavailable("an interpolated wall's mesh form needs a sharded axis (its padding ghost cell)")
         fluid = np.asarray(self.link_fluid, np.int64)
-        owner = np.stack(np.unravel_index(fluid, mesh.grid_shape)) // np.asarray(mesh.block)[:, None]
-        per_block = []
-        for coords in mesh.blocks():
+        owner = np.stack(np.unravel_index(fluid, mesh.grid_shape)) // np.asarray(mesh.shard)[:, None]
+        per_shard = []
+        for coords in mesh.shards():
             mine = np.all(owner == np.asarray(coords)[:, None], axis=0)
             ends = [mesh.to_extended(np.asarray(a, np.int64)[mine], coords)
                     for a in (self.link_solid, self.link_fluid, self.link_far)]
             if not all(ok.all() for _, ok in ends):
-                raise FormUnavailable(f"{type(self).__name__}: a link reaching past a block's ghost layer")
+                raise FormUnavailable(f"{type(self).__name__}: a link reaching past a shard's ghost layer")
             solid = mesh.own_extended(np.asarray(self.solid, bool), coords, lead=0)
-            per_block.append(self.on_links(mine, [e for e, _ in ends], solid))
-        length = max(1, max(form.link_count() for form in per_block))
-        stacked = mesh.stacked([form.padded(length, 0) for form in per_block])
+            per_shard.append(self.on_links(mine, [e for e, _ in ends], solid))
+        length = max(1, max(form.link_count() for form in per_shard))
+        stacked = mesh.stacked([form.padded(length, 0) for form in per_shard])
         own, far = self.reads
         return OnExtended(inner=stacked, own_reads=own, ghost_reads=far,
-                          ghosts=tuple(1 if m > 1 else 0 for m in mesh.shape), per_block=True)
+                          ghosts=tuple(1 if m > 1 else 0 for m in mesh.shape), per_shard=True)
 
     def on_extended(self, mesh: MeshLayout, lattice: Lattice, coords: tuple[int, ...]) -> BoundaryCondition:
-        """The links whose cells all lie in block ``coords``'s extended block."""
+        """The links whose cells all lie in shard ``coords``'s extended shard."""
         ends = [mesh.to_extended(np.asarray(a, np.int64), coords) for a in (self.link_solid, self.link_fluid,
                                                                              self.link_far)]
         mine = ends[0][1] & ends[1][1] & ends[2][1]

@@ -102,7 +102,7 @@ class RunConfig:
     """The native engine's threads per step (0: XLA's intra-op pool size) and pinning."""
     profile: Profile
     mesh_shape: tuple[int, ...] | None
-    """The blocks per grid axis the run uses (lbm.parallel), None on one device; with ``parallel.devices=-1`` and no
+    """The shards per grid axis the run uses (lbm.parallel), None on one device; with ``parallel.devices=-1`` and no
     ``parallel.mesh`` known where the job runs (:func:`lbm.simulation.resolve_parallel`)."""
     source: RunSchema = field(repr=False, compare=False)
     """As composed: ``collision`` auto and null grid or velocity keys where the case picks them (``picked``)."""
@@ -126,7 +126,7 @@ class RunConfig:
 
     @property
     def devices(self) -> int:
-        """Devices the run uses: the mesh's blocks, 1 without a mesh; -1 (every device) until the job resolves it."""
+        """Devices the run uses: the mesh's shards, 1 without a mesh; -1 (every device) until the job resolves it."""
         if self.mesh_shape is not None:
             return math.prod(self.mesh_shape)
         return -1 if self.parallel.devices == -1 else 1
@@ -346,7 +346,7 @@ PARTITIONERS = ("shard_map", "gspmd")
 
 def validate_parallel(section: Parallel, grid: tuple[int, ...],
                       engine: str) -> tuple[tuple[int, ...] | None, Parallel]:
-    """The ``parallel`` section: (blocks per grid axis where known and more than one, the section).
+    """The ``parallel`` section: (shards per grid axis where known and more than one, the section).
 
     Touches no device and imports no JAX: jax.distributed is started, the device count checked and
     ``-1`` resolved where the job runs (:func:`lbm.simulation.resolve_parallel`), so that a launcher can validate a

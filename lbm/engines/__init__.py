@@ -32,7 +32,7 @@ def make_engine(setup: Setup, mode: str = "fused", engine: str = "auto", storage
     """The engine for ``mode`` and ``engine`` (see ENGINES) on ``platform`` (default: JAX's default backend);
     EngineUnavailable if a named engine (native, pallas) cannot run this setup there.
 
-    ``mesh`` (blocks per grid axis, lbm.parallel) with more than one block gives a sharded engine:
+    ``mesh`` (shards per grid axis, lbm.parallel) with more than one shard gives a sharded engine:
     ``partitioner`` shard_map (lbm.engines.sharded, halo exchange) or gspmd (XLA partitions the xla step), over
     ``devices`` (default JAX's; those of a deviceless topology to compile for it, lbm.bench.inspect).
     ``native``: the native engine's threads and pinning (the run config's section; None: its defaults).

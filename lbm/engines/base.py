@@ -6,7 +6,7 @@ returns them with the per-step outputs stacked along a leading axis of length n.
 before and after optimisation, XLA's cost analysis, lowering and compile times), which
 ``inspect``, ``bench`` and the profiler read without knowing the engine. ``fields`` gives
 host copies of the moments a step sees, compiled once per engine. What a caller needs besides
-(``place``, ``place_cells``, ``layout``, ``stage_names``, ``plan_halo_bytes``) every engine has, with
+(``place``, ``place_cells``, ``layout``, ``stage_names``, ``halo_plan_bytes``) every engine has, with
 single-device defaults here that the engines on a mesh (lbm.engines.sharded) override.
 """
 
@@ -109,11 +109,16 @@ class Engine:
     """Base of the engines: holds the setup, its boundary conditions on the device, and compile times."""
 
     name = "engine"
+    """The engine that computes the steps, as the config's ``engine`` key names it (xla, native, pallas)."""
     mode = "fused"
+    """How the steps are dispatched, as the config's ``mode`` key names it (fused, instrumented)."""
+    partitioner: str | None = None
+    """How the steps are split over a device mesh, as ``parallel.partitioner`` names it (shard_map, gspmd); None on
+    one device."""
     layout: Any = None
     """How the grid is split over a device mesh (lbm.engines.sharded.layout.Layout); None on one device."""
-    plan_halo_bytes = 0
-    """Bytes a block sends per step for its boundary plan's ghost cells (0 on one device)."""
+    halo_plan_bytes = 0
+    """Bytes a shard sends per step for its boundary plan's ghost cells (0 on one device)."""
     threads: int | None = None
     """CPU threads of the engine's own kernel sharing a step (the native engine's), None where XLA schedules it."""
 

@@ -1,4 +1,5 @@
-"""The ``instrumented`` engine: each stage its own compiled jit, annotated with its stage name; a Python loop over steps.
+"""The xla engine in ``mode=instrumented``: each stage its own compiled jit, annotated with its stage name; a Python
+loop over steps.
 
 Each stage of lbm.engines.timestep is compiled alone and wrapped in
 ``jax.profiler.annotate_function(name=stage)``; every step runs under
@@ -24,7 +25,7 @@ from lbm.stages import TIMESTEP
 class InstrumentedEngine(Engine):
     """One compiled executable per stage, each annotated with its name; ``sync`` blocks after every stage."""
 
-    name = "instrumented"
+    name = "xla"  # the reference stages, each its own jit
     mode = "instrumented"
 
     def __init__(self, setup: Setup, sync: bool = False) -> None:

@@ -190,11 +190,12 @@ def device_description() -> dict[str, Any]:
 
 
 def parallel_description(run: RunConfig, engine: Engine) -> dict[str, Any]:
-    """Devices, mesh, partitioner and processes of the run."""
+    """Devices, mesh, shard (cells per device along each grid axis), partitioner (the engine's: None on one device,
+    else shard_map or gspmd) and processes of the run."""
     layout = engine.layout
     return {"devices": run.devices, "mesh": list(layout.shape) if layout is not None else None,
-            "block": list(layout.block) if layout is not None else None,
-            "partitioner": run.parallel.partitioner if layout is not None else None,
+            "shard": list(layout.shard) if layout is not None else None,
+            "partitioner": engine.partitioner,
             "processes": jax.process_count()}
 
 

@@ -36,14 +36,15 @@ ENV = "LBM_MEMORY_CHECK"
 """``0`` skips the check (see the module doc)."""
 GIB = 2**30
 
-ENGINE_FACTOR = {"xla": 4.1, "native": 1.1, "pallas": 2.5, "instrumented": 10.0}
-"""Planned peak of an engine's program over its populations (XLA memory_analysis: arguments + outputs - aliased +
+ENGINE_FACTOR = {"xla": 4.1, "native": 1.1, "pallas": 2.5}
+"""Planned peak of an engine's fused program over its populations (XLA memory_analysis: arguments + outputs - aliased +
 temporaries). xla: 3.11 (periodic) to 3.51 (cylinder) on a CPU, 3.95 (D3Q19 256^3) and 4.00 (D2Q9 4096^2) on a TPU
 v5e (docs/tpu-v5e/2026-12-06/bench_*.json); native: 1.00 periodic, 1.01 cylinder (its boundary lists as
-arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D. instrumented runs one jit per stage and
-holds the stages' outputs between them, which no one program's analysis sees: its peak RSS grows by 459-502 B per
-cell (taylor_green 512^2/1024^2/2048^2, /usr/bin/time -v and tests/simulation/test_memory.py), 6.4 populations beyond the
-set-up and outputs; 10 bounds it."""
+arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D."""
+INSTRUMENTED_FACTOR = 10.0
+"""The same for mode=instrumented, which runs one jit per stage and holds the stages' outputs between them, which no
+one program's analysis sees: its peak RSS grows by 459-502 B per cell (taylor_green 512^2/1024^2/2048^2,
+/usr/bin/time -v and tests/simulation/test_memory.py), 6.4 populations beyond the set-up and outputs; 10 bounds it."""
 
 SETUP_BYTES = {("taylor_green", 2): 136, ("taylor_green_3d", 3): 376, ("cavity", 2): 272, ("cavity", 3): 552,
                ("cylinder", 2): 72, ("cylinder", 3): 72, ("schafer_turek", 2): 72, ("schafer_turek", 3): 96,
@@ -107,8 +108,8 @@ D3Q19 256^3 and 512^3, docs/tpu-v5e/2026-12-06/), plus the boundary plan's cells
 def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> tuple[str, float]:
     """The engine the run will use (``engine``: the one built for it, else as far as the config says) and its planned
     peak over the populations."""
-    if run.mode == "instrumented":
-        return "instrumented", ENGINE_FACTOR["instrumented"]
+    if run.mode == "instrumented":  # the xla engine's stages, one jit each
+        return "xla", INSTRUMENTED_FACTOR
     engine = engine or run.engine
     if engine == "pallas" and platform == "tpu" and LATTICES[run.lattice].d == 3:
         return engine, PALLAS_IN_PLACE
@@ -266,4 +267,4 @@ def describe(run: RunConfig, platform: str = "cpu") -> dict[str, Any]:
     """The estimate as data (bytes by part, per-cell figures), for scripts and reports."""
     need = estimate(run, platform)
     return {**dataclasses.asdict(need), "device_bytes": need.device, "host_only_bytes": need.host_only,
-            "engine": engine_factor(run, platform)[0]}
+            "engine": engine_factor(run, platform)[0], "mode": run.mode}

@@ -168,9 +168,9 @@ def engine_for(run: RunConfig, setup: Setup) -> Engine:
     engine = build_engine(run, setup)
     if run.mode == "fused" or run.mesh_shape:
         log_engine_choice(engine, fallback_possible=run.engine == "auto" and not run.mesh_shape)
-    elif run.engine != "auto":  # one device, instrumented: the engine setting has nothing to choose
+    elif run.engine not in ("auto", "xla"):  # one device, instrumented: the xla engine's stages, whatever was asked
         log.info("engine=%s is not used: it chooses how mode=fused computes a step; mode=instrumented runs each stage "
-                 "as its own jit", run.engine)
+                 "of the xla engine as its own jit", run.engine)
     return engine
 
 

@@ -188,9 +188,9 @@ def test_a_speed_of_its_own_per_process_is_not_taken_for_a_regression(monkeypatc
     import random
 
     from lbm.bench import interleave
-    from lbm.bench.interleave import block_plan, measure, verdict_of_rounds
+    from lbm.bench.interleave import measure, rounds_per_pair, verdict_of_rounds
 
-    assert block_plan(20) == [4, 4, 3, 3, 3, 3] and block_plan(6) == [1] * 6 and block_plan(2) == [1, 1]
+    assert rounds_per_pair(20) == [4, 4, 3, 3, 3, 3] and rounds_per_pair(6) == [1] * 6 and rounds_per_pair(2) == [1, 1]
     rng = random.Random(7)
     slower = {"value": 1.0, "offset": 0.15}
 
@@ -434,14 +434,14 @@ def test_interleaved_workers_time_both_sides_and_check_their_programs(base_bench
     """Real workers, one per side for every configuration: one timed repeat per side and round, each round on a
     fresh pair (two rounds: two pairs); a file whose program differs from what the worker compiles is named as a
     mismatch."""
-    from lbm.bench.interleave import block_plan, measure
+    from lbm.bench.interleave import measure, rounds_per_pair
 
     doc = json.loads(open(base_bench).read())
     rec = doc["records"][0]
     other = copy.deepcopy(rec)
     other["evidence"]["custom_call_targets"] = ["lbm_some_other_kernel"]
     # the first configuration's base file claims another program than its worker compiles; the second is honest
-    assert block_plan(2) == [1, 1]
+    assert rounds_per_pair(2) == [1, 1]
     claimed, honest = measure([(other, rec), (rec, rec)], SUITE_XLA_FLAGS, SUITE_XLA_FLAGS, 2, None)
     for got in (claimed, honest):
         assert got.rounds == 2 and len(got.log_ratios) == 2 and all(math.isfinite(x) for x in got.log_ratios)

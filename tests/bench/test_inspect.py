@@ -329,20 +329,20 @@ def test_a_mesh_that_does_not_divide_the_cases_own_grid_is_a_one_line_error(tmp_
 
 # Sharded deviceless compiles: the halo bytes each device sends per step, read from the compiled HLO, against a
 # count by hand: (entering populations per face) x (face cells) x 2 faces x 4 bytes (float32). The periodic box runs
-# the Pallas kernel on each block, whose halo returns the wrapped populations on the block's own faces; the cylinder
-# runs the Pallas kernel on each block too; the blocks holding the ghost cells its boundary plan reads send
+# the Pallas kernel on each shard, whose halo returns the wrapped populations on the shard's own faces; the cylinder
+# runs the Pallas kernel on each shard too; the shards holding the ghost cells its boundary plan reads send
 # their 9 populations (``halo_plan_bytes_per_step``, from the plan): more than none, fewer than whole faces.
 SHARDED = {
-    # v5e:2x2 -> mesh 2x2, blocks 32x16: x faces 16 cells, y faces 32 cells, 3 of 9 populations each
+    # v5e:2x2 -> mesh 2x2, shards 32x16: x faces 16 cells, y faces 32 cells, 3 of 9 populations each
     "v5e:2x2 d2q9": (["target=v5e:2x2", "case=taylor_green", "grid.nx=64", "grid.ny=32", "steps=40"],
                      [2, 2], "pallas", 3 * (16 + 32) * 2 * 4),
-    # mesh 2x2x1, blocks 8x8x16: x faces 8x16 cells, y faces 8x16, 5 of 19 populations each
+    # mesh 2x2x1, shards 8x8x16: x faces 8x16 cells, y faces 8x16, 5 of 19 populations each
     "v5e:2x2 d3q19": (["target=v5e:2x2", "lattice=d3q19", "case=taylor_green", "grid.nx=16", "grid.ny=16",
                        "grid.nz=16", "steps=40"], [2, 2, 1], "pallas", 5 * (8 * 16 + 8 * 16) * 2 * 4),
-    # the cylinder (walls, inlet, outflow, forces) on v5e:2x2: blocks 210x90, the wrapped populations on the
-    # block's own faces (x faces 90 cells, y faces 210); and the plan's ghost cells, below
+    # the cylinder (walls, inlet, outflow, forces) on v5e:2x2: shards 210x90, the wrapped populations on the
+    # shard's own faces (x faces 90 cells, y faces 210); and the plan's ghost cells, below
     "v5e:2x2 cylinder": (["target=v5e:2x2", "steps=100"], [2, 2], "pallas", 3 * (90 + 210) * 2 * 4),
-    # the cylinder on four GPUs, mesh 4x1, blocks 105x180: x faces 180 cells
+    # the cylinder on four GPUs, mesh 4x1, shards 105x180: x faces 180 cells
     "h100:1x1x4 cylinder": (["target=h100:1x1x4", "steps=100"], [4, 1], "pallas", 3 * 180 * 2 * 4),
     # four GPUs on one host (the CUDA plugin's topology partitions x hosts x GPUs per host), mesh 4x1: x faces only
     "h100:1x1x4 d2q9": (["target=h100:1x1x4", "case=taylor_green", "grid.nx=64", "grid.ny=32", "steps=40"],
@@ -363,13 +363,13 @@ def test_sharded_deviceless_compile_halo_bytes_and_collectives(tmp_path, name):
     p = rec["parallel"]
     assert p["devices"] == 4 and rec["target"]["devices"] == 4 and p["mesh"] == mesh
     assert rec["engine"] == engine
-    assert engine == "pallas"  # the Pallas kernel on each block, as auto runs it on one device
+    assert engine == "pallas"  # the Pallas kernel on each shard, as auto runs it on one device
     assert any(k["kind"] in ("tpu_custom_call", "__gpu$xla.gpu.triton") for k in rec["kernels"])
     assert "xla step" not in rec["engine_note"]
     plan = p["halo_plan_bytes_per_step"]
     assert p["halo_bytes_per_step"] == halo + plan == p["halo_bytes_per_step_expected"]
     if "cylinder" in name:  # all 9 populations of some, not all, face cells (cells x 2 faces x 4 B)
-        assert 0 < plan < 9 * (sum(rec["cells_per_device"] // n for n in p["block"]) * 2 * 4)
+        assert 0 < plan < 9 * (sum(rec["cells_per_device"] // n for n in p["shard"]) * 2 * 4)
     else:
         assert plan == 0
     kinds = {(c["kind"], tuple(c["stages"])) for c in p["collectives_per_step"]}

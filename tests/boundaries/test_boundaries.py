@@ -277,7 +277,7 @@ def test_a_block_without_a_needed_cell_is_refused():
 def test_a_subclass_of_a_condition_keeps_the_fast_paths():
     """A subclass that keeps the rule (here: only a new name) is asked for its forms, not dropped by a type check:
     the native kernel applies its walls, inlet, outflow and forces, the xla engine folds its half-way wall into
-    streaming, and it has its block forms on a mesh."""
+    streaming, and it has its mesh forms."""
     from lbm.boundaries.base import pytree_dataclass
     from lbm.engines.plan import plan_kernel
     from lbm.engines.timestep import fold_walls
@@ -309,11 +309,11 @@ def test_a_subclass_of_a_condition_keeps_the_fast_paths():
     assert isinstance(fold_walls((wall,), D2Q9)[0], PulledHalfway)
     from types import SimpleNamespace
 
-    from lbm.boundaries.forms import BlockForces, OnEdge, OnExtended
+    from lbm.boundaries.forms import OnEdge, OnExtended, ShardForces
     from lbm.engines.sharded import Layout
 
     layout = Layout(SimpleNamespace(shape=shape), (1, 1))
     forms = [bc.on_mesh(layout, D2Q9, np.float64) for bc in (wall, face, exit_, drag)]
-    assert [type(f) for f in forms] == [OnExtended, OnEdge, OnEdge, BlockForces]
+    assert [type(f) for f in forms] == [OnExtended, OnEdge, OnEdge, ShardForces]
     assert isinstance(forms[0].inner, Wall) and isinstance(forms[1].inner, Face)
     assert BoundaryCondition.bulk_rule(wall) is None  # what a condition without a kernel rule answers

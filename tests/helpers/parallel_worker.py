@@ -25,7 +25,7 @@ def advance(overrides: list[str], mesh: tuple[int, ...] | None, steps: int, mode
             partitioner: str = "shard_map", setup_change: Any = None, engine: str = "xla"
             ) -> tuple[np.ndarray, dict[str, np.ndarray], Any]:
     """Populations and per-step outputs after ``steps`` steps of ``engine`` on ``mesh`` (None: one device);
-    ``engine="plan"``: the xla step with the per-block plan (the fallback for conditions without a dense block
+    ``engine="plan"``: the xla step with the per-shard plan (the fallback for conditions without a dense mesh
     form), built directly."""
     case, setup = prepare(overrides)
     if setup_change is not None:
@@ -88,7 +88,7 @@ def equality(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def vortex(args: dict[str, Any]) -> dict[str, Any]:
-    """A Lamb-Oseen vortex carried by a uniform flow across the block faces of a 4x1 mesh, against one device."""
+    """A Lamb-Oseen vortex carried by a uniform flow across the shard faces of a 4x1 mesh, against one device."""
     jax.config.update("jax_enable_x64", True)
     nx, ny, steps, drift = 64, 32, args["steps"], 0.05
     overrides = ["case=taylor_green", f"grid.nx={nx}", f"grid.ny={ny}", "precision=float64", "flow.reynolds=200"]
@@ -108,7 +108,7 @@ def vortex(args: dict[str, Any]) -> dict[str, Any]:
     u = fields["u"]
     vorticity = np.gradient(u[1], axis=0) - np.gradient(u[0], axis=1)
     centre = float(np.unravel_index(np.argmax(np.abs(vorticity)), vorticity.shape)[0])
-    # the jump of vorticity between neighbouring columns, at the block faces and elsewhere
+    # the jump of vorticity between neighbouring columns, at the shard faces and elsewhere
     jumps = np.abs(np.diff(vorticity, axis=0)).max(axis=1)
     faces = [15, 31, 47]
     return {"f": float(np.abs(f - ref).max()), "u": float(np.abs(u - fields_ref["u"]).max()),

@@ -98,8 +98,9 @@ def test_analyze_rebuilds_the_breakdown_from_the_fixtures_files(source, tmp_path
     if metrics["mode"] == "fused" or metrics["device"].startswith("tpu"):
         kernels = sum(float(k["total_ms"]) for k in csv.DictReader((out / "kernels.csv").open()))
         assert sum(float(r["total_ms"]) for r in timed) == pytest.approx(kernels, rel=1e-4)
-    # instrumented: the engine of one jit per stage
-    assert metrics["engine"] == ("instrumented" if metrics["mode"] == "instrumented" else "pallas")
+    # instrumented: the xla engine's stages, one jit each (engine "instrumented" in the fixture, recorded before
+    # metrics.json's engine took the config's names)
+    assert metrics["engine"] in (("xla", "instrumented") if metrics["mode"] == "instrumented" else ("pallas",))
     assert metrics["status"] == "completed"
 
 

@@ -399,7 +399,7 @@ def test_the_native_fallback_warning_only_where_native_was_asked_for(caplog, fal
 
     from lbm.simulation import log_engine_choice
 
-    engine = types.SimpleNamespace(name="xla", mode="fused", note="mesh 2x1 (x), blocks 8x8")
+    engine = types.SimpleNamespace(name="xla", mode="fused", note="mesh 2x1 (x), shards 8x8")
     with caplog.at_level(logging.INFO, logger="lbm"):
         log_engine_choice(engine, fallback_possible=fallback_possible)
     (record,) = [r for r in caplog.records if r.name == "lbm"]
@@ -414,15 +414,15 @@ def test_the_engine_line_names_the_mode(caplog):
 
     from lbm.simulation import log_engine_choice
 
-    engine = types.SimpleNamespace(name="instrumented", mode="instrumented", note="mesh 2x1 (x), blocks 8x8")
+    engine = types.SimpleNamespace(name="xla", mode="instrumented", note="mesh 2x1 (x), shards 8x8")
     with caplog.at_level(logging.INFO, logger="lbm"):
         log_engine_choice(engine, fallback_possible=False)
     assert [r.getMessage() for r in caplog.records if r.name == "lbm"] == [
-        "instrumented engine: instrumented (mesh 2x1 (x), blocks 8x8)"]
+        "instrumented engine: xla (mesh 2x1 (x), shards 8x8)"]
 
 
 
-@pytest.mark.parametrize("engine,said", [("native", True), ("xla", True), ("auto", False)])
+@pytest.mark.parametrize("engine,said", [("native", True), ("pallas", True), ("xla", False), ("auto", False)])
 def test_an_engine_named_for_an_instrumented_run_is_said_to_be_unused(caplog, engine, said):
     import logging
 
@@ -431,10 +431,31 @@ def test_an_engine_named_for_an_instrumented_run_is_said_to_be_unused(caplog, en
     run = run_config("mode=instrumented", f"engine={engine}", "case=taylor_green", "grid.nx=8", "grid.ny=8")
     _, setup = prepare(run)
     with caplog.at_level(logging.INFO, logger="lbm"):
-        assert engine_for(run, setup).name == "instrumented"
+        engine_used = engine_for(run, setup)
+    assert (engine_used.name, engine_used.mode, engine_used.partitioner) == ("xla", "instrumented", None)
     lines = [r.getMessage() for r in caplog.records if r.name == "lbm" and "is not used" in r.getMessage()]
     assert lines == ([f"engine={engine} is not used: it chooses how mode=fused computes a step; mode=instrumented "
-                      "runs each stage as its own jit"] if said else [])
+                      "runs each stage of the xla engine as its own jit"] if said else [])
+
+
+@pytest.mark.parametrize("mode,mesh,partitioner", [("instrumented", None, None), ("fused", (1, 1), "shard_map"),
+                                                   ("instrumented", (1, 1), "shard_map"), ("fused", (1, 1), "gspmd")])
+def test_metrics_name_the_engine_as_the_config_does_and_the_partitioner_apart(mode, mesh, partitioner):
+    """metrics.json's ``engine`` is one of the config key's names (the xla engine runs instrumented and mesh runs
+    here), its ``mode`` the config's, and how the mesh splits the steps is ``parallel.partitioner`` (None: one
+    device). The mesh engines are built on a 1x1 mesh, which one device holds."""
+    from lbm.engines import make_engine
+    from lbm.engines.sharded import make_sharded
+    from lbm.simulation import prepare
+    from lbm.simulation.finish import build_metrics
+
+    run = run_config(f"mode={mode}", "engine=xla", "case=taylor_green", "grid.nx=8", "grid.ny=8", "steps=2")
+    _, setup = prepare(run)
+    engine = (make_engine(setup, mode, engine="xla") if mesh is None else
+              make_sharded(setup, mesh, mode, engine="xla", partitioner=partitioner))
+    metrics = build_metrics(run, setup, engine, 0, 0.0, "completed")
+    assert metrics["engine"] == "xla", metrics["engine"]  # not instrumented, sharded or gspmd
+    assert metrics["mode"] == mode and metrics["parallel"]["partitioner"] == partitioner
 
 
 def test_large_populations_are_copied_to_the_host_at_most_a_twentieth_of_the_stepping():

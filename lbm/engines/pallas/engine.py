@@ -49,7 +49,7 @@ def platform_of(platform: str | None) -> str:
 
 
 class PallasKernel:
-    """The bulk kernel for a grid (a whole one, or one device's block) on a platform: its form and interpret mode.
+    """The bulk kernel for a grid (a whole one, or one device's shard) on a platform: its form and interpret mode.
 
     ``inplace``: where the form is ``rows``, also the in-place AA pair (:attr:`inplace` True where it runs; in 2D
     a grid it does not fit runs the push kernel, :attr:`inplace_note` says why; where the pair runs, the push step,

@@ -1,17 +1,17 @@
-"""The ``sharded`` engine: the timestep of lbm.engines.timestep on blocks of a device mesh, under ``shard_map``.
+"""The xla engine on a device mesh under ``shard_map``: the timestep of lbm.engines.timestep on shards of the mesh.
 
 Populations are sharded along the grid axes (lbm.parallel). Each device runs the stages on its
-block: the local ones (outflow, macroscopic, equilibrium, inlet, collide, full-way bounce-back) on
-the block itself; then the ``halo`` stage gives the post-collision populations a ghost layer holding
-the populations that enter the block (``ppermute``, only those crossing each face; with a parabolic
+shard: the local ones (outflow, macroscopic, equilibrium, inlet, collide, full-way bounce-back) on
+the shard itself; then the ``halo`` stage gives the post-collision populations a ghost layer holding
+the populations that enter the shard (``ppermute``, only those crossing each face; with a parabolic
 wall also the planes of drho and u); the stages that read across a face (half-way, moving and
-interpolated walls, forces, stream) run on the extended block, and streaming crops it back.
-Each boundary condition gives its block form (:func:`block_forms`, its
-:meth:`~lbm.boundaries.base.BoundaryCondition.on_mesh`): face conditions act only on the edge blocks,
-masks and link arrays are laid out per block, forces are summed over the blocks with ``psum``.
+interpolated walls, forces, stream) run on the extended shard, and streaming crops it back.
+Each boundary condition gives its mesh form (:func:`mesh_forms`, its
+:meth:`~lbm.boundaries.base.BoundaryCondition.on_mesh`): face conditions act only on the edge shards,
+masks and link arrays are laid out per shard, forces are summed over the shards with ``psum``.
 ``fused``: n steps under ``lax.scan`` in one jit, each stage (``halo`` too) in ``jax.named_scope``;
-``instrumented``: each stage its own jit, annotated. The other design, a bulk step per block with a
-boundary-cell plan per block, is lbm.engines.sharded.blockplan.
+``instrumented``: each stage its own jit, annotated. The other design, a bulk step per shard with a
+boundary-cell plan per shard, is lbm.engines.sharded.shardplan.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from lbm.lattice import Lattice
 from lbm.stages import CORE_STAGES, FUSED_STEP, HALO, TIMESTEP
 
 
-def block_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice,
+def mesh_forms(boundaries: tuple[BoundaryCondition, ...], layout: Layout, lattice: Lattice,
                 dtype: Any) -> tuple[BoundaryCondition, ...]:
-    """Each boundary condition in its block form on the mesh (:meth:`BoundaryCondition.on_mesh`), arrays placed;
+    """Each boundary condition in its mesh form (:meth:`BoundaryCondition.on_mesh`), arrays placed;
     EngineUnavailable if one has none."""
     try:
         return tuple(bc.on_mesh(layout, lattice, dtype) for bc in boundaries)
@@ -53,7 +53,7 @@ Piece = tuple[str, tuple[int, ...]]
 
 @dataclass(frozen=True)
 class DenseForms:
-    """The dense block forms of a setup's conditions on a layout (:func:`block_forms`), and the timestep as pieces
+    """The dense mesh forms of a setup's conditions on a layout (:func:`mesh_forms`), and the timestep as pieces
     (:func:`pieces_of`)."""
 
     forms: tuple[BoundaryCondition, ...]
@@ -61,14 +61,14 @@ class DenseForms:
 
 
 def dense_forms(setup: Setup, layout: Layout) -> DenseForms:
-    """The setup's dense block forms and pieces on ``layout``; EngineUnavailable where there are none."""
-    forms = block_forms(setup.boundaries, layout, setup.lattice, setup.dtype)
+    """The setup's dense mesh forms and pieces on ``layout``; EngineUnavailable where there are none."""
+    forms = mesh_forms(setup.boundaries, layout, setup.lattice, setup.dtype)
     return DenseForms(forms=forms, pieces=tuple(pieces_of(setup, forms)))
 
 
 def pieces_of(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]:
-    """The timestep as (stage, indices of its block-form conditions), with ``halo`` before the first stage that
-    reads across a face; EngineUnavailable if a block-local condition would have to follow the halo."""
+    """The timestep as (stage, indices of its mesh-form conditions), with ``halo`` before the first stage that
+    reads across a face; EngineUnavailable if a shard-local condition would have to follow the halo."""
     pieces: list[Piece] = []
     halo_done = False
     for name in setup.stages:
@@ -76,9 +76,9 @@ def pieces_of(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]
         ext = tuple(i for i in mine if forms[i].after_halo)
         local = tuple(i for i in mine if not forms[i].after_halo)
         if ext and local and min(ext) < max(local) or halo_done and local:
-            raise EngineUnavailable(f"stage {name}: a block-local condition follows one that reads across blocks")
+            raise EngineUnavailable(f"stage {name}: a shard-local condition follows one that reads across shards")
         if ext and name in CORE_STAGES:
-            raise EngineUnavailable(f"stage {name}: a condition reading across blocks in a core stage")
+            raise EngineUnavailable(f"stage {name}: a condition reading across shards in a core stage")
         if halo_done or ext or name == "stream":
             if not halo_done:
                 if local:
@@ -92,7 +92,7 @@ def pieces_of(setup: Setup, forms: tuple[BoundaryCondition, ...]) -> list[Piece]
 
 
 def piece_function(piece: Piece, setup: Setup, shape: tuple[int, ...]) -> Callable[[StepState, Any], StepState]:
-    """One piece of the timestep on a block (inside shard_map): a stage's part, or the halo exchange."""
+    """One piece of the timestep on a shard (inside shard_map): a stage's part, or the halo exchange."""
     name, idx = piece
     c = setup.lattice.c
 
@@ -114,7 +114,7 @@ def piece_function(piece: Piece, setup: Setup, shape: tuple[int, ...]) -> Callab
 
 
 class ShardedSupport(OnMesh):
-    """What the shard_map engines share: the layout, the block-form conditions, the pieces of the timestep."""
+    """What the shard_map engines share: the layout, the mesh-form conditions, the pieces of the timestep."""
 
     setup: Setup
 
@@ -125,16 +125,16 @@ class ShardedSupport(OnMesh):
         self.functions = [piece_function(p, setup, self.layout.shape) for p in self.pieces]
         self.dense = as_arrays(setup.boundaries)
         self.params = self.forms
-        self.plan_halo_bytes = plane_bytes(self.forms, self.layout.block, self.layout.shape, setup.lattice,
+        self.halo_plan_bytes = plane_bytes(self.forms, self.layout.shard, self.layout.shape, setup.lattice,
                                            jnp.dtype(setup.dtype).itemsize)
 
     def _dense_params(self) -> Any:
         return self.dense
 
     def shard_note(self) -> str:
-        """One line: mesh, block and halo."""
+        """One line: mesh, shard and halo."""
         return (f"mesh {'x'.join(map(str, self.layout.shape))} ({', '.join(self.layout.sharded_axes)}), "
-                f"blocks {'x'.join(map(str, self.layout.block))}, halo before {self.pieces[self.halo_at() + 1][0]}")
+                f"shards {'x'.join(map(str, self.layout.shard))}, halo before {self.pieces[self.halo_at() + 1][0]}")
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -147,9 +147,9 @@ class ShardedSupport(OnMesh):
 
 
 class ShardedEngine(ShardedSupport, FusedEngine):
-    """The fused timestep on every block of a mesh under shard_map, n steps per dispatch with lax.scan."""
+    """The fused timestep on every shard of a mesh under shard_map, n steps per dispatch with lax.scan."""
 
-    name = "sharded"
+    name = "xla"
 
     def __init__(self, setup: Setup, layout: Layout, dense: DenseForms, storage: str = "compute") -> None:
         FusedEngine.__init__(self, setup, storage)
@@ -157,7 +157,7 @@ class ShardedEngine(ShardedSupport, FusedEngine):
         self.note = self.shard_note()
 
     def chunk_function(self, n: int) -> Any:
-        """n timesteps on each block under lax.scan, inside shard_map (f donated)."""
+        """n timesteps on each shard under lax.scan, inside shard_map (f donated)."""
         setup, functions, pieces = self.setup, self.functions, self.pieces
         fspec = self.layout.spec()
 
@@ -188,7 +188,7 @@ class ShardedEngine(ShardedSupport, FusedEngine):
 class ShardedInstrumentedEngine(ShardedSupport, InstrumentedEngine):
     """Each piece of the sharded timestep (``halo`` included) its own jit over shard_map, annotated with its stage."""
 
-    name = "instrumented"
+    name = "xla"
 
     def __init__(self, setup: Setup, layout: Layout, dense: DenseForms, sync: bool = False) -> None:
         Engine.__init__(self, setup)

@@ -1,4 +1,5 @@
-"""The ``gspmd`` engine: the unsharded xla step with sharded populations, split by XLA's SPMD partitioner."""
+"""The xla engine with ``parallel.partitioner=gspmd``: the unsharded xla step with sharded populations, split by XLA's
+SPMD partitioner."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from lbm.engines.xla import XlaEngine
 class GspmdEngine(OnMesh, XlaEngine):
     """The unsharded xla step with sharded populations: XLA's SPMD partitioner splits it (the comparison)."""
 
-    name = "gspmd"
+    name = "xla"
+    partitioner = "gspmd"
 
     def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute") -> None:
         super().__init__(setup, storage)

@@ -1,10 +1,10 @@
-"""The halo: what the blocks of a device mesh exchange (``ppermute`` inside ``shard_map``), in one place.
+"""The halo: what the shards of a device mesh exchange (``ppermute`` inside ``shard_map``), in one place.
 
-:func:`extend` gives a block a ghost layer on every shared face: the populations that enter through it
-(the dense block forms' ``halo`` stage) or whole planes of a field (drho, u for a parabolic wall);
-:func:`return_wrapped` sends back the populations a block's periodic push step wrapped around a shared face
-(the per-block plan); :func:`ghost_owners` and :func:`send_to` say which block owns a ghost cell and where a
-block's cells go. Mesh axes of size 1 need no ghost layer (the block's own periodic wrap is the grid's).
+:func:`extend` gives a shard a ghost layer on every shared face: the populations that enter through it
+(the dense mesh forms' ``halo`` stage) or whole planes of a field (drho, u for a parabolic wall);
+:func:`return_wrapped` sends back the populations a shard's periodic push step wrapped around a shared face
+(the per-shard plan); :func:`ghost_owners` and :func:`send_to` say which shard owns a ghost cell and where a
+shard's cells go. Mesh axes of size 1 need no ghost layer (the shard's own periodic wrap is the grid's).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def entering(lattice_c: np.ndarray, axis: int, sign: int) -> np.ndarray:
 
 
 def extend(a: jnp.ndarray, shape: Sequence[int], lead: int = 1, lattice_c: np.ndarray | None = None) -> jnp.ndarray:
-    """A block array ``(*lead, *b)`` with ghost layers on its sharded faces holding the neighbours' planes (ppermute):
+    """A shard array ``(*lead, *b)`` with ghost layers on its sharded faces holding the neighbours' planes (ppermute):
     every component, as :func:`lbm.parallel.extended` lays them out on the host; with ``lattice_c`` (populations,
     ``lead`` 1) only the populations that enter through each face, the others zero.
 
@@ -55,25 +55,25 @@ def extend(a: jnp.ndarray, shape: Sequence[int], lead: int = 1, lattice_c: np.nd
     return e
 
 
-def ghost_owners(cells: np.ndarray, block: Sequence[int], shape: Sequence[int]
+def ghost_owners(cells: np.ndarray, shard: Sequence[int], shape: Sequence[int]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For cells of a block's extended block (coordinates ``(D, n)``, ghost layers of width 1 on the sharded axes):
-    whether each lies in a ghost layer, the offset ``(D, n)`` of the neighbouring block that owns it (-1, 0, 1 per
-    axis), and its flat index in that block (own cells: their own)."""
+    """For cells of an extended shard (coordinates ``(D, n)``, ghost layers of width 1 on the sharded axes):
+    whether each lies in a ghost layer, the offset ``(D, n)`` of the neighbouring shard that owns it (-1, 0, 1 per
+    axis), and its flat index in that shard (own cells: their own)."""
     cells = np.asarray(cells, np.int64)
     offset = np.zeros_like(cells)
     local = cells.copy()
-    for a, (b, m) in enumerate(zip(block, shape, strict=True)):
+    for a, (b, m) in enumerate(zip(shard, shape, strict=True)):
         if m == 1:
             continue
         offset[a] = np.where(cells[a] == 0, -1, np.where(cells[a] == b + 1, 1, 0))
         local[a] = np.where(cells[a] == 0, b - 1, np.where(cells[a] == b + 1, 0, cells[a] - 1))
-    return np.any(offset != 0, axis=0), offset, np.ravel_multi_index(tuple(local), tuple(block))
+    return np.any(offset != 0, axis=0), offset, np.ravel_multi_index(tuple(local), tuple(shard))
 
 
 def send_to(offset: Sequence[int], shape: Sequence[int]) -> list[tuple[int, int]]:
-    """``ppermute`` pairs over all mesh axes (linear block indices) from each block to the block at ``-offset``
-    from it (periodic): what each block sends to the neighbour that reads its cells at ``offset``."""
+    """``ppermute`` pairs over all mesh axes (linear shard indices) from each shard to the shard at ``-offset``
+    from it (periodic): what each shard sends to the neighbour that reads its cells at ``offset``."""
     pairs = []
     for b in range(math.prod(shape)):
         coords = np.unravel_index(b, tuple(shape))
@@ -83,13 +83,13 @@ def send_to(offset: Sequence[int], shape: Sequence[int]) -> list[tuple[int, int]
 
 
 def return_wrapped(f: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) -> jnp.ndarray:
-    """A block ``(Q, *b)`` after a push step that was periodic on the block, with the populations that wrapped
+    """A shard ``(Q, *b)`` after a push step that was periodic on the shard, with the populations that wrapped
     around a shared face sent to the neighbour they entered (ppermute) and the neighbour's taking their place.
 
-    A population leaving through the high face (c_a > 0) wrapped onto the block's own low face: it belongs on
-    the low face of the next block, which sends its own wrapped ones the same way; likewise through the low
+    A population leaving through the high face (c_a > 0) wrapped onto the shard's own low face: it belongs on
+    the low face of the next shard, which sends its own wrapped ones the same way; likewise through the low
     face. The same populations cross each face as in :func:`extend` (3 of 9 for D2Q9, 5 of 19 for
-    D3Q19). Axes one after another, so a diagonal population reaches the block across a corner.
+    D3Q19). Axes one after another, so a diagonal population reaches the shard across a corner.
     """
     for axis, m in enumerate(shape):
         if m == 1:
@@ -105,7 +105,7 @@ def return_wrapped(f: jnp.ndarray, lattice_c: np.ndarray, shape: Sequence[int]) 
 
 
 def crop(e: jnp.ndarray, shape: Sequence[int], lead: int = 1) -> jnp.ndarray:
-    """The interior of an extended block (ghost layers removed)."""
+    """The interior of an extended shard (ghost layers removed)."""
     for axis, m in enumerate(shape):
         if m > 1:
             ax = lead + axis
@@ -115,10 +115,10 @@ def crop(e: jnp.ndarray, shape: Sequence[int], lead: int = 1) -> jnp.ndarray:
 
 def halo_bytes(lattice_c: np.ndarray, grid: Sequence[int], shape: Sequence[int], itemsize: int,
                corners: bool = True) -> int:
-    """Bytes every block sends per step, summed over all blocks (the populations crossing each shared face).
+    """Bytes every shard sends per step, summed over all shards (the populations crossing each shared face).
 
     ``corners``: the faces of each axis include the ghost cells of the axes before (:func:`extend`);
-    without, the block's own faces only (:func:`return_wrapped`).
+    without, the shard's own faces only (:func:`return_wrapped`).
     """
     total, ext = 0, [n // m for n, m in zip(grid, shape, strict=True)]
     for axis, m in enumerate(shape):
@@ -131,13 +131,13 @@ def halo_bytes(lattice_c: np.ndarray, grid: Sequence[int], shape: Sequence[int],
     return total
 
 
-def plane_bytes(forms: tuple[BoundaryCondition, ...], block: Sequence[int], shape: Sequence[int], lattice: Lattice,
+def plane_bytes(forms: tuple[BoundaryCondition, ...], shard: Sequence[int], shape: Sequence[int], lattice: Lattice,
                 itemsize: int) -> int:
-    """Bytes per device and step that the halo's plane exchanges (:func:`extend` of the fields the block forms
-    read in the ghost layers) send for ``forms`` on blocks ``block`` of a mesh ``shape``."""
+    """Bytes per device and step that the halo's plane exchanges (:func:`extend` of the fields the mesh forms
+    read in the ghost layers) send for ``forms`` on shards ``shard`` of a mesh ``shape``."""
     fields = {r for bc in forms for r in bc.ghost_reads}
     components = sum(lattice.d if FACE_FIELDS[r] else 1 for r in fields)
-    ext, total = list(block), 0
+    ext, total = list(shard), 0
     for axis, m in enumerate(shape):
         if m > 1:
             total += 2 * components * math.prod(ext[:axis] + ext[axis + 1:])

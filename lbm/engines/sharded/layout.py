@@ -1,4 +1,4 @@
-"""How one grid is split over a device mesh: the layout of blocks, and what every engine on a mesh shares."""
+"""How one grid is split over a device mesh: the layout of shards, and what every engine on a mesh shares."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from lbm.lattice import Lattice
 
 
 class Layout:
-    """How one grid is split: the mesh, its shape per grid axis, and the placement of per-block arrays.
+    """How one grid is split: the mesh, its shape per grid axis, and the placement of per-shard arrays.
 
-    ``devices`` (default: JAX's) may be those of a deviceless topology (lbm.bench.inspect): per-block
+    ``devices`` (default: JAX's) may be those of a deviceless topology (lbm.bench.inspect): per-shard
     arrays are then described (shape, dtype, sharding) instead of placed, which is all a compile needs.
     """
 
@@ -30,8 +30,8 @@ class Layout:
         self.mesh = parallel.make_mesh(self.shape, devices)
         self._place = parallel.place if devices is None else parallel.describe_placement
         self.ndim = len(self.shape)
-        self.block = tuple(n // m for n, m in zip(setup.shape, self.shape, strict=True))
-        self.ext = tuple(b + 2 if m > 1 else b for b, m in zip(self.block, self.shape, strict=True))
+        self.shard = tuple(n // m for n, m in zip(setup.shape, self.shape, strict=True))
+        self.ext = tuple(b + 2 if m > 1 else b for b, m in zip(self.shard, self.shape, strict=True))
         self.sharded_axes = tuple(parallel.AXES[a] for a, m in enumerate(self.shape) if m > 1)
         self.mesh_axes = parallel.AXES[: self.ndim]
         self.grid_shape = tuple(setup.shape)
@@ -49,7 +49,7 @@ class Layout:
         return self._place(a, self.mesh, self.spec(lead))
 
     def extended(self, a: Any, lead: int = 1) -> jax.Array:
-        """A per-cell array laid out as extended blocks (periodic ghost layers), sharded one block per device."""
+        """A per-cell array laid out as extended shards (periodic ghost layers), one per device."""
         return self._place(parallel.extended(np.asarray(a), self.shape, lead), self.mesh, self.spec(lead))
 
     def face(self, u: Any) -> jax.Array:
@@ -72,65 +72,65 @@ class Layout:
 
     def owns_planes(self, bc: BoundaryCondition, lattice: Lattice) -> int:
         """The side (0: x = 0, -1: x = nx - 1) of a face condition whose cells (written and read) lie in the first
-        or last block along x; EngineUnavailable otherwise."""
+        or last shard along x; EngineUnavailable otherwise."""
         fp = bc.footprint(self.setup.shape, lattice)
         x = np.unravel_index(np.concatenate([fp.face, fp.cells, fp.ghosts]), self.setup.shape)[0]
-        nx, bx = self.setup.shape[0], self.block[0]
+        nx, bx = self.setup.shape[0], self.shard[0]
         if x.size and x.max() < bx and 0 in x:
             return 0
         if x.size and x.min() >= nx - bx and nx - 1 in x:
             return -1
-        raise EngineUnavailable(f"{type(bc).__name__} reads planes beyond the first or last block along x "
-                                f"(blocks of {bx} planes)")
+        raise EngineUnavailable(f"{type(bc).__name__} reads planes beyond the first or last shard along x "
+                                f"(shards of {bx} planes)")
 
     def links(self, bc: Any, lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The obstacle's links split by the block of their fluid cell: direction, owner block (flat), fluid
-        cell in its block (flat) and solid cell in the owner's extended block (flat)."""
+        """The obstacle's links split by the shard of their fluid cell: direction, owner shard (flat), fluid
+        cell in its shard (flat) and solid cell in the owner's extended shard (flat)."""
         dirs, src = np.asarray(bc.link_dir, np.int64), np.asarray(bc.link_src, np.int64)
         if not src.size:
             return dirs, src, src, src
         coords = np.stack(np.unravel_index(src, self.setup.shape))
-        block = np.asarray(self.block)[:, None]
-        owner = coords // block
-        local = coords % block
+        shard = np.asarray(self.shard)[:, None]
+        owner = coords // shard
+        local = coords % shard
         c = lattice.c[dirs].T
         sharded = (np.asarray(self.shape) > 1)[:, None]
-        dst_local = np.where(sharded, local + 1 + c, (local + c) % block)
-        return (dirs, np.ravel_multi_index(tuple(owner), self.shape), np.ravel_multi_index(tuple(local), self.block),
+        dst_local = np.where(sharded, local + 1 + c, (local + c) % shard)
+        return (dirs, np.ravel_multi_index(tuple(owner), self.shape), np.ravel_multi_index(tuple(local), self.shard),
                 np.ravel_multi_index(tuple(dst_local), self.ext))
 
     def per_device(self, a: np.ndarray) -> jax.Array:
-        """A host array ``(blocks * k,)`` placed one slice of k per device (sharded over every mesh axis)."""
+        """A host array ``(shards * k,)`` placed one slice of k per device (sharded over every mesh axis)."""
         return self._place(a, self.mesh, P(self.mesh_axes))
 
-    def blocks(self) -> list[tuple[int, ...]]:
-        """Mesh coordinates of every block, in device order."""
+    def shards(self) -> list[tuple[int, ...]]:
+        """Mesh coordinates of every shard, in device order."""
         return [tuple(int(i) for i in np.unravel_index(b, self.shape)) for b in range(math.prod(self.shape))]
 
     def own_extended(self, a: Any, coords: tuple[int, ...], lead: int = 1, axes: slice = slice(None)) -> np.ndarray:
-        """Block ``coords``'s extended block (periodic ghost layers) of a per-cell array ``(*lead, *grid[axes])``."""
+        """Shard ``coords``'s extended shard (periodic ghost layers) of a per-cell array ``(*lead, *grid[axes])``."""
         shape, ext = self.shape[axes], self.ext[axes]
         out = parallel.extended(np.asarray(a), shape, lead)
         return out[(slice(None),) * lead + tuple(slice(c * e, (c + 1) * e) for c, e in zip(coords[axes], ext,
                                                                                           strict=True))]
 
     def to_extended(self, flat: np.ndarray, coords: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """Grid cells ``flat`` as cells of block ``coords``'s extended block (flat), and whether each lies in it."""
+        """Grid cells ``flat`` as cells of shard ``coords``'s extended shard (flat), and whether each lies in it."""
         g = np.stack(np.unravel_index(np.asarray(flat, np.int64), self.setup.shape))
         e = np.empty_like(g)
-        for a, (m, b, n) in enumerate(zip(self.shape, self.block, self.setup.shape, strict=True)):
+        for a, (m, b, n) in enumerate(zip(self.shape, self.shard, self.setup.shape, strict=True)):
             e[a] = (g[a] - (coords[a] * b - 1)) % n if m > 1 else g[a]
         ok = np.all(e < np.asarray(self.ext)[:, None], axis=0)
         return np.ravel_multi_index(tuple(np.where(ok, e, 0)), self.ext), ok
 
-    def stacked(self, per_block: list[Any]) -> Any:
-        """Per-block pytrees of one form, stacked along a leading device axis and sharded over the mesh;
+    def stacked(self, per_shard: list[Any]) -> Any:
+        """Per-shard pytrees of one form, stacked along a leading device axis and sharded over the mesh;
         EngineUnavailable if their forms differ."""
-        flat = [jax.tree_util.tree_flatten(t) for t in per_block]
+        flat = [jax.tree_util.tree_flatten(t) for t in per_shard]
         tree = flat[0][1]
         shapes = [tuple(np.shape(x) for x in leaves) for leaves, _ in flat]
         if any(t != tree for _, t in flat) or any(s != shapes[0] for s in shapes):
-            raise EngineUnavailable("the blocks' boundary plans differ in form")
+            raise EngineUnavailable("the shards' boundary plans differ in form")
         spec = P(self.mesh_axes)
         leaves = [self._place(np.stack([np.asarray(leaves[k]) for leaves, _ in flat]), self.mesh, spec)
                   for k in range(len(flat[0][0]))]
@@ -148,7 +148,7 @@ def state_specs(ndim: int) -> StepState:
 
 
 def param_specs(params: Any) -> Any:
-    """The PartitionSpec of every placed array of the block-form conditions."""
+    """The PartitionSpec of every placed array of the mesh-form conditions."""
     return jax.tree_util.tree_map(lambda a: a.sharding.spec, params)
 
 
@@ -156,6 +156,7 @@ class OnMesh:
     """What every engine on a mesh shares: populations and masks placed on its layout, fields gathered to the host."""
 
     layout: Layout
+    partitioner: str | None = "shard_map"
 
     def place(self, f: Any) -> jax.Array:
         """Populations (host or one device) sharded over the mesh."""
@@ -166,5 +167,5 @@ class OnMesh:
         return self.layout.grid(np.asarray(a), lead=0)
 
     def fields(self, f: Any, step: int = 0) -> dict[str, np.ndarray]:
-        """Host copies of rho, u and solid (gathered from the blocks, computed on one device as a 1-device run does)."""
+        """Host copies of rho, u and solid (gathered from the shards, computed on one device as a 1-device run does)."""
         return super().fields(jnp.asarray(parallel.to_host(f)), step)  # type: ignore[misc]
