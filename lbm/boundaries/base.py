@@ -106,7 +106,7 @@ class FormUnavailable(RuntimeError):
 class BulkRule:
     """What a bulk kernel (native) needs to apply a boundary condition itself, row by row after its bulk pass.
 
-    ``wall``: (solid mask, half-way links or None for full-way, moving-wall term or None) of a bounce-back wall;
+    ``wall``: (solid mask, half-way links or None for full-way, wall term or None) of a bounce-back wall;
     ``inflow``: a velocity inlet on the face x = 0 (``velocity(t)`` and ``kind`` as lbm.boundaries.inlet.Inlet);
     ``outflow``: a zero-gradient outflow on x = nx - 1; ``links``: a momentum exchange over the links
     (``link_dir``, ``link_src``, ``link_dst``) read from the kernel's post-step populations.
@@ -205,7 +205,7 @@ class BoundaryCondition:
 
     @property
     def halfway_wall(self) -> tuple[Any, Any, Any] | None:
-        """(solid mask, links, momentum term or None) where this condition is a half-way bounce-back wall; else None."""
+        """(solid mask, links, wall term or None) where this condition is a half-way bounce-back wall; else None."""
         return None
 
     def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:

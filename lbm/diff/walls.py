@@ -3,8 +3,8 @@
 Half-way walls (lbm.boundaries.HalfwayBounceBack, MovingWall) are applied while streaming where nothing reads the
 bounced populations before (lbm.engines.timestep.fold_walls): :class:`Pulled` runs the xla engine's rule
 (:func:`pulled`), whose transpose is cell-local (bounce-back is its own transpose: the cotangent of a population
-that came out of a solid cell goes back to the slot it was reflected from), and adds a moving wall's momentum term
-on its links (affine: its cotangent is the cotangent on the links). :class:`Halfway` is the dense rule
+that came out of a solid cell goes back to the slot it was reflected from), and adds a moving wall's wall term on
+its links (affine: its cotangent is the cotangent on the links). :class:`Halfway` is the dense rule
 (:func:`halfway`) where the walls cannot be folded. :func:`with_adjoints` puts a run's conditions in these forms.
 """
 
@@ -66,7 +66,7 @@ halfway.defvjp(_halfway_fwd, _halfway_bwd)
 
 @pytree_dataclass
 class Halfway(BoundaryCondition):
-    """lbm.boundaries.HalfwayBounceBack or MovingWall (``wall_term`` None or the wall's term) with :func:`halfway`."""
+    """lbm.boundaries.HalfwayBounceBack or MovingWall (``wall_term`` None or the wall's wall term) with :func:`halfway`."""
 
     solid: Any
     links: Any
@@ -75,7 +75,7 @@ class Halfway(BoundaryCondition):
     stage = "bounce_back"
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """Solid cells take the reflected populations of their fluid neighbours (and the wall's momentum)."""
+        """Solid cells take the reflected populations of their fluid neighbours (and the wall term)."""
         return s.replace(post=halfway(s.post, self.solid, self.links, self.wall_term, lattice))
 
     def folded(self, lattice: Lattice) -> Pulled | None:
@@ -91,12 +91,12 @@ class Halfway(BoundaryCondition):
         term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
         at = np.stack([directions, cells]).astype(np.int32)
         if not self.gathered:
-            return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=at)
+            return Pulled(bits=pull_bits(solid, lattice), wall_term=term, wall_term_at=at)
         carried = tuple(int(i) for i in np.unique(directions))
         index = np.full((len(carried), solid.size), directions.size, np.int16 if directions.size < 2 ** 15 else np.int32)
         index[np.searchsorted(carried, directions), cells] = np.arange(directions.size)
-        return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=at, index=index.reshape(-1, *solid.shape),
-                      carried=carried)
+        return Pulled(bits=pull_bits(solid, lattice), wall_term=term, wall_term_at=at,
+                      index=index.reshape(-1, *solid.shape), carried=carried)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -129,11 +129,12 @@ pulled.defvjp(_pulled_fwd, _pulled_bwd)
 @pytree_dataclass
 class Pulled(BoundaryCondition):
     """:class:`Halfway` applied while streaming (stage ``stream``): lbm.boundaries.bounce_back.PulledHalfway's rule
-    (:func:`pulled`), and a moving wall's ``term`` added on its links, (direction, flat cell) ``term_at`` (2, n)."""
+    (:func:`pulled`), and a moving wall's ``wall_term`` added on its links, (direction, flat cell) ``wall_term_at``
+    (2, n)."""
 
     bits: Any
-    term: Any = None
-    term_at: Any = None
+    wall_term: Any = None
+    wall_term_at: Any = None
     index: Any = None
     carried: tuple[int, ...] = static(())
     stage = "stream"
@@ -141,11 +142,11 @@ class Pulled(BoundaryCondition):
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The streamed populations with the links that came out of solid cells replaced."""
         f = pulled(s.f, s.post, self.bits, lattice)
-        if self.term is None:
+        if self.wall_term is None:
             return s.replace(f=f)
         if self.index is not None:
-            return s.replace(f=on_links(f, self.term.astype(f.dtype), self.index, self.term_at, self.carried))
-        moved = f.reshape(lattice.q, -1).at[self.term_at[0], self.term_at[1]].add(self.term.astype(f.dtype))
+            return s.replace(f=on_links(f, self.wall_term.astype(f.dtype), self.index, self.wall_term_at, self.carried))
+        moved = f.reshape(lattice.q, -1).at[self.wall_term_at[0], self.wall_term_at[1]].add(self.wall_term.astype(f.dtype))
         return s.replace(f=moved.reshape(f.shape))
 
 
@@ -177,8 +178,8 @@ def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice, p
                   ) -> tuple[BoundaryCondition, ...]:
     """``boundaries`` with the conditions that have a hand-written adjoint here in that form (the others as they are:
     jax differentiates their rule), half-way walls applied while streaming where the xla engine does so; a moving
-    wall's term gathered into the stream kernel on a GPU or TPU (``platform``, default jax's backend), scattered onto
-    its links after it on a CPU (in place there)."""
+    wall's wall term gathered into the stream kernel on a GPU or TPU (``platform``, default jax's backend), scattered
+    onto its links after it on a CPU (in place there)."""
     out = []
     for bc in boundaries:
         wall = bc.halfway_wall
