@@ -24,7 +24,7 @@ import numpy as np
 
 from lbm.boundaries import INLET_KINDS, CharacteristicOutlet, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
-from lbm.boundaries.interpolated import InterpolatedBounceBack, Intersect, ball_intersect
+from lbm.boundaries.interpolated import InterpolatedBounceBack, Intersect, array_of, ball_intersect, vector_of
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
 from lbm.cases.signals import Window, cycles_phrase, mean_with_error, nonstationary_reason, stationary_window
 from lbm.config import RunConfig
@@ -36,17 +36,18 @@ SHAPES = ("circle", "ellipse")
 """case.shape: a circle of case.radius, or an ellipse of semi-axes case.axes = [a, b] along x and y."""
 
 
-def ellipse_intersect(center: tuple[float, float], axes: tuple[float, float]) -> Intersect:
-    """Ray–ellipse intersection in the (x, y) plane (a cylinder along z in 3D): the entering root.
+def ellipse_intersect(center: Any, axes: Any, xp: Any = np) -> Intersect:
+    """Ray–ellipse intersection in the (x, y) plane (a cylinder along z in 3D): the entering root (``xp`` jax.numpy:
+    a traced centre and semi-axes, as a differentiable run moves the wall).
 
     The ellipse of semi-axes (a, b) is the unit circle in coordinates scaled by (1/a, 1/b), where the
     fraction of a link along which the wall lies is the same.
     """
-    scale = 1.0 / np.asarray(axes, np.float64)
-    unit = ball_intersect(tuple(np.asarray(center, np.float64) * scale), 1.0)
+    scale = 1.0 / vector_of(axes, xp)
+    unit = ball_intersect(vector_of(center, xp) * scale, 1.0, xp)
 
-    def intersect(points: np.ndarray, links: np.ndarray) -> np.ndarray:
-        return unit(np.asarray(points, np.float64)[:, :2] * scale, np.asarray(links, np.float64)[:, :2] * scale)
+    def intersect(points: np.ndarray, links: np.ndarray) -> Any:
+        return unit(array_of(points, xp)[:, :2] * scale, array_of(links, xp)[:, :2] * scale)
 
     return intersect
 

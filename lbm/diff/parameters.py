@@ -31,11 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries import Inlet, InterpolatedBounceBack, MovingWall
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
+from lbm.boundaries.interpolated import ON_THE_WALL
 from lbm.cases.base import Case, Setup
+from lbm.cases.cylinder import ellipse_intersect
 from lbm.config import LbmWarning
-from lbm.diff.geometry import ON_THE_WALL, moved_ellipse
 from lbm.errors import LbmError
 from lbm.kernels.collisions import Collision, bgk, guo_source, trt
 from lbm.kernels.equilibrium import equilibrium
@@ -193,16 +193,10 @@ def traced_setup(case: Case, setup: Setup, omegas: tuple[Any, Any], force: Any =
     return dataclasses.replace(setup, collision=relax, force=None)
 
 
-def replaced(boundaries: tuple[BoundaryCondition, ...], kind: type, change: Callable[[Any], Any]
-             ) -> tuple[BoundaryCondition, ...]:
-    """``boundaries`` with each condition of type ``kind`` replaced by ``change(condition)``."""
-    return tuple(change(bc) if type(bc) is kind else bc for bc in boundaries)
-
-
 def _cavity(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float]) -> Traced:
     omegas = relaxation(case, float(case.run.grid[0] - 2), v)
     ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # the lid's momentum term is linear in its speed
-    bcs = replaced(setup.boundaries, MovingWall, lambda w: dataclasses.replace(w, wall_term=w.wall_term * ratio))
+    bcs = tuple(bc.with_velocity_scaled(ratio) for bc in setup.boundaries)
     wall_u = jnp.asarray(setup.wall_velocity, setup.dtype) * ratio  # fields.npz's u in the lid's solid cells
     return Traced(traced_setup(case, setup, omegas), bcs, setup.initial_populations(), {"wall_velocity": wall_u})
 
@@ -229,10 +223,9 @@ def _cylinder(case: Case, setup: Setup, v: dict[str, Any], base: dict[str, float
     radius = axes[1]  # the Reynolds length and half the frontal height: the semi-axis across the flow
     omegas = relaxation(case, radius, v)
     ratio = v["flow.u_lattice"] / base["flow.u_lattice"]  # inflow and initial flow are linear in u_lattice
-    bcs = replaced(setup.boundaries, Inlet, lambda bc: dataclasses.replace(bc, u=bc.u * ratio))
     center = (v["case.center.x"], v["case.center.y"])
-    bcs = replaced(bcs, InterpolatedBounceBack,
-                   lambda w: moved_ellipse(w, setup.shape, setup.lattice, center, axes))
+    wall = ellipse_intersect(center, axes, jnp)
+    bcs = tuple(bc.with_velocity_scaled(ratio).moved_to(wall, setup.shape, setup.lattice) for bc in setup.boundaries)
     u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
     f0 = equilibrium(jnp.asarray(np.asarray(setup.rho0, np.float64) - 1.0, setup.dtype), u0, setup.lattice)
     depth = float(setup.shape[2]) if len(setup.shape) == 3 else 1.0
@@ -267,13 +260,9 @@ def base_values(case: Case) -> dict[str, float]:
 def warn_nodes_on_the_wall(setup: Setup, key: str) -> None:
     """An LbmWarning where a node lies on the curved wall (the objective jumps there; the derivative is one-sided)."""
     # the solid mask changes with any step of the shape; the derivative is that of the unchanged mask
-    wall = next(bc for bc in setup.boundaries if isinstance(bc, InterpolatedBounceBack))
-    q = np.asarray(wall.q, np.float64)
-    near = np.flatnonzero((q < ON_THE_WALL) | (q > 1 - ON_THE_WALL))
+    near = np.concatenate([n for bc in setup.boundaries if (n := bc.nodes_on_the_wall(ON_THE_WALL)) is not None])
     if near.size:
-        i = near[0]
-        node = np.asarray(wall.link_fluid if q[i] < 0.5 else wall.link_solid)[i]
-        where = tuple(int(x) for x in np.unravel_index(int(node), setup.shape))
+        where = tuple(int(x) for x in np.unravel_index(int(near[0]), setup.shape))
         warnings.warn(f"{key}: {near.size} wall links have a node on the wall (e.g. {where}, within {ON_THE_WALL:g} "
                       "of a link's length): a change of the shape moves it across, the objective jumps there, and the "
                       "derivative is that of the unchanged mask (one-sided); move the shape off the nodes by a "
@@ -294,7 +283,7 @@ def parameterise(case: Case, setup: Setup, wrt: tuple[str, ...]) -> Parameterisa
         if key not in keys:
             hint = " (flow.tau is set: differentiate by flow.tau)" if key == "flow.reynolds" else ""
             raise LbmError(f"cannot differentiate case={case.name} by {key!r}{hint}: choose from {', '.join(keys)}")
-    if set(wrt) & set(GEOMETRY_KEYS) and not any(isinstance(bc, InterpolatedBounceBack) for bc in setup.boundaries):
+    if set(wrt) & set(GEOMETRY_KEYS) and all(bc.nodes_on_the_wall(ON_THE_WALL) is None for bc in setup.boundaries):
         raise LbmError(f"{sorted(set(wrt) & set(GEOMETRY_KEYS))[0]}: a wall on a binary mask has no shape gradient; "
                        "set case.bounce_back=interpolated (the wall fraction then moves with the shape)")
     if set(wrt) & set(GEOMETRY_KEYS):
