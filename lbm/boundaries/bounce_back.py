@@ -255,11 +255,14 @@ class HalfwayBounceBack(BoundaryCondition):
                     links[(j,) + (slice(None),) * axis + (edge,)] = False
         return dataclasses.replace(form, links=links)
 
-    def folded(self, lattice: Lattice) -> PulledHalfway | None:
-        """The same walls applied while streaming (:class:`PulledHalfway`); None if ``links`` are not those of ``solid``."""
+    def folded(self, lattice: Lattice) -> BoundaryCondition | None:
+        """The same walls applied while streaming (:meth:`streaming_form`); None if ``links`` are not those of ``solid``."""
         solid = foldable_solid(self.solid, self.links, lattice)
-        if solid is None:
-            return None
+        return None if solid is None else self.streaming_form(solid, lattice)
+
+    def streaming_form(self, solid: np.ndarray, lattice: Lattice) -> BoundaryCondition:
+        """These walls applied while streaming (:class:`PulledHalfway`), ``solid`` their mask (whose half-way links they
+        are): the wall term as a table per direction where each direction carries one value, else dense."""
         if self.wall_term is None:
             return PulledHalfway(bits=pull_bits(solid, lattice))
         term = pulled(np.asarray(self.wall_term), lattice)
@@ -323,6 +326,7 @@ class PulledHalfway(BoundaryCondition):
     wall_term: Any = None
     carried: tuple[int, ...] = static(())
     stage = "stream"
+    affine = True
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The streamed populations with the links that came out of solid cells replaced."""

@@ -18,14 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass, static
-from lbm.boundaries.bounce_back import (
-    bounce_back_halfway,
-    bounce_back_halfway_pulled,
-    foldable_solid,
-    pull_bits,
-    written_out_on_cpu,
-)
+from lbm.boundaries.bounce_back import bounce_back_halfway, bounce_back_halfway_pulled, pull_bits, written_out_on_cpu
 from lbm.boundaries.bounce_back import pulled as moved_to_fluid
+from lbm.boundaries.moving_wall import MovingWall
 from lbm.diff.adjoint import cell_form, streamed
 from lbm.engines.timestep import fold_walls
 from lbm.lattice import Lattice
@@ -65,24 +60,19 @@ halfway.defvjp(_halfway_fwd, _halfway_bwd)
 
 
 @pytree_dataclass
-class Halfway(BoundaryCondition):
-    """lbm.boundaries.HalfwayBounceBack or MovingWall (``wall_term`` None or the wall's wall term) with :func:`halfway`."""
+class Halfway(MovingWall):
+    """A half-way wall, resting (``wall_term`` None) or moving, whose rules carry their adjoints: :func:`halfway`, and
+    :class:`Pulled` applied while streaming (``gathered``: its wall term gathered into the stream kernel)."""
 
-    solid: Any
-    links: Any
-    wall_term: Any = None
     gathered: bool = static(False)
-    stage = "bounce_back"
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells take the reflected populations of their fluid neighbours (and the wall term)."""
         return s.replace(post=halfway(s.post, self.solid, self.links, self.wall_term, lattice))
 
-    def folded(self, lattice: Lattice) -> Pulled | None:
-        """The same walls applied while streaming (:class:`Pulled`), as lbm.engines.timestep.fold_walls asks."""
-        solid = foldable_solid(self.solid, self.links, lattice)
-        if solid is None:
-            return None
+    def streaming_form(self, solid: np.ndarray, lattice: Lattice) -> Pulled:
+        """These walls applied while streaming (:class:`Pulled`; lbm.engines.timestep.fold_walls asks
+        :meth:`~lbm.boundaries.bounce_back.HalfwayBounceBack.folded`), the wall term on the links."""
         if self.wall_term is None:
             return Pulled(bits=pull_bits(solid, lattice))
         # the term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
@@ -138,6 +128,7 @@ class Pulled(BoundaryCondition):
     index: Any = None
     carried: tuple[int, ...] = static(())
     stage = "stream"
+    affine = True
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The streamed populations with the links that came out of solid cells replaced."""
@@ -192,4 +183,4 @@ def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice, p
 def affine_stream(boundaries: tuple[BoundaryCondition, ...]) -> bool:
     """Whether the stream stage with ``boundaries`` is affine in the collided populations (the pull, and walls applied
     while streaming as :class:`Pulled`): its pullback is then the same at every point (lbm.diff.checkpointing.Split)."""
-    return all(isinstance(bc, Pulled) for bc in boundaries if bc.stage == "stream")
+    return all(bc.affine for bc in boundaries if bc.stage == "stream")
