@@ -58,7 +58,7 @@ def test_ellipse_refusals(overrides, key):
 
 
 def test_collision_kernels_are_affine_in_the_force():
-    """What lbm.diff.parameters.Relaxation rests on: K(F) = K(0) + sum_a F_a (K(e_a) - K(0)) for every kind."""
+    """What lbm.cases.traced.Relaxation rests on: K(F) = K(0) + sum_a F_a (K(e_a) - K(0)) for every kind."""
     import jax.numpy as jnp
 
     from lbm.kernels.collisions import COLLISION_KINDS, Collision
