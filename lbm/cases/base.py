@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -393,6 +393,21 @@ class Case:
         """``setup`` rebuilt from the traced values ``v`` of every key (``base``: their values in the run);
         LbmError where the case has no differentiable form."""
         raise self.no_differentiable_form()
+
+
+DIFFERENTIABLE_FORM = ("differentiable_keys", "shape_keys", "differentiable_values", "differentiable_objectives",
+                       "traced")
+"""The methods of :class:`Case` that make up a differentiable form."""
+
+C = TypeVar("C", bound=type[Case])
+
+
+def without_differentiable_form(cls: C) -> C:
+    """``cls`` (a case class) with :class:`Case`'s :data:`DIFFERENTIABLE_FORM`: for a subclass whose flow is not its
+    parent's differentiable one (a cylinder's subclass with another obstacle)."""
+    for name in DIFFERENTIABLE_FORM:
+        setattr(cls, name, getattr(Case, name))
+    return cls
 
 
 # --- geometry helpers shared by cases --------------------------------------------------
