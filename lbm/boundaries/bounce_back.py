@@ -265,15 +265,15 @@ class HalfwayBounceBack(BoundaryCondition):
         are): the wall term as a table per direction where each direction carries one value, else dense."""
         if self.wall_term is None:
             return PulledHalfway(bits=pull_bits(solid, lattice))
-        term = pulled(np.asarray(self.wall_term), lattice)
-        table = np.zeros(lattice.q, term.dtype)
+        wall_term = pulled(np.asarray(self.wall_term), lattice)
+        table = np.zeros(lattice.q, wall_term.dtype)
         for i in range(lattice.q):
-            values = np.unique(term[i][term[i] != 0])
-            if values.size > 1:  # several wall velocities along this direction: the dense term
-                return PulledHalfway(bits=pull_bits(solid, lattice), wall_term=term)
+            values = np.unique(wall_term[i][wall_term[i] != 0])
+            if values.size > 1:  # several wall velocities along this direction: the dense wall term
+                return PulledHalfway(bits=pull_bits(solid, lattice), wall_term=wall_term)
             table[i] = values[0] if values.size else 0
         carried = tuple(int(i) for i in np.flatnonzero(table))
-        flags = [term[i] != 0 for i in carried]
+        flags = [wall_term[i] != 0 for i in carried]
         if lattice.q + 1 + len(carried) <= 32:  # the links with a wall term in the same word
             return PulledHalfway(bits=pull_bits(solid, lattice, flags), wall_term=table, carried=carried)
         return PulledHalfway(bits=pull_bits(solid, lattice), wall_term_bits=pack_bits(flags, solid.shape),

@@ -75,17 +75,17 @@ class Halfway(MovingWall):
         :meth:`~lbm.boundaries.bounce_back.HalfwayBounceBack.folded`), the wall term on the links."""
         if self.wall_term is None:
             return Pulled(bits=pull_bits(solid, lattice))
-        # the term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
-        # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) term
+        # the wall term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
+        # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) one
         directions, cells = np.nonzero(moved_to_fluid(np.asarray(self.links, bool), lattice).reshape(lattice.q, -1))
-        term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
+        wall_term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
         at = np.stack([directions, cells]).astype(np.int32)
         if not self.gathered:
-            return Pulled(bits=pull_bits(solid, lattice), wall_term=term, wall_term_at=at)
+            return Pulled(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at)
         carried = tuple(int(i) for i in np.unique(directions))
         index = np.full((len(carried), solid.size), directions.size, np.int16 if directions.size < 2 ** 15 else np.int32)
         index[np.searchsorted(carried, directions), cells] = np.arange(directions.size)
-        return Pulled(bits=pull_bits(solid, lattice), wall_term=term, wall_term_at=at,
+        return Pulled(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at,
                       index=index.reshape(-1, *solid.shape), carried=carried)
 
 
@@ -142,20 +142,20 @@ class Pulled(BoundaryCondition):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def on_links(f: jnp.ndarray, term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
+def on_links(f: jnp.ndarray, wall_term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
              ) -> jnp.ndarray:
-    """``f`` plus the per-link ``term`` (n,), gathered into the planes of the directions ``carried`` through ``index``
+    """``f`` plus the per-link ``wall_term`` (n,), gathered into the planes of the directions ``carried`` through ``index``
     (one plane per carried direction: each cell's link number, n where it has none): an elementwise add a GPU fuses
     into the stream kernel (a scatter of the links is a kernel of its own after it, so a loop that stores the result
     copies it). Its adjoint takes the cotangents at the links ``at`` ((direction, flat cell), (2, n))."""
-    table = jnp.concatenate([term, jnp.zeros((1,), term.dtype)])
+    table = jnp.concatenate([wall_term, jnp.zeros((1,), wall_term.dtype)])
     planes = {i: jnp.take(table, index[k], mode="clip") for k, i in enumerate(carried)}
     return jnp.stack([f[i] + planes[i] if i in planes else f[i] for i in range(f.shape[0])])
 
 
-def _on_links_fwd(f: jnp.ndarray, term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
+def _on_links_fwd(f: jnp.ndarray, wall_term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
                   ) -> tuple[jnp.ndarray, Any]:
-    return on_links(f, term, index, at, carried), at
+    return on_links(f, wall_term, index, at, carried), at
 
 
 def _on_links_bwd(carried: tuple[int, ...], at: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
