@@ -119,14 +119,14 @@ enum Kind { PUSH = 0, AA_EVEN = 1, AA_ODD = 2 };
 //   rest  a[d] = 0                        a solid cell's populations that no link reflects: the rest state (its own row)
 //   copy  a[d] = a[s] + add               a half-way link: s is the write slot of the opposite population of the
 //                                         row's fluid cell across the link (just written), d the solid cell's slot;
-//                                         add is the wall term (a moving wall's)
+//                                         add is the moving-wall term
 //   keep  a[d] = src[s]                   full-way, push only: the solid cell's pre-step population, reversed
 //                                         (in place, a skipped full-way cell already holds it: AA slots coincide)
 // Every record writes a slot of a skipped solid cell and reads a slot its own row's fluid cell wrote (or the
 // source buffer), so rows stay independent: the threads need no further synchronisation.
 struct RowWalls {
   const int32_t *skip_off, *skip, *rest_off, *rest, *copy_off, *copy_dst, *copy_src, *keep_off, *keep_src, *keep_dst;
-  const real* copy_add;  // null: no wall term (resting walls)
+  const real* copy_add;  // null: no moving-wall term
 };
 
 // ---- faces in the kernel ------------------------------------------------------------------------------------------
