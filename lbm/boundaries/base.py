@@ -10,7 +10,11 @@ its class:
 - its rule for the bulk kernels (:meth:`~BoundaryCondition.bulk_rule`): what the native kernel needs
   to apply it itself, or None; and its form applied while streaming (:meth:`~BoundaryCondition.folded`);
 - its forms on a device mesh (:meth:`~BoundaryCondition.on_mesh` for the dense mesh forms,
-  :meth:`~BoundaryCondition.on_extended` for a shard's plan), from a :class:`MeshLayout`.
+  :meth:`~BoundaryCondition.on_extended` for a shard's plan), from a :class:`MeshLayout`;
+- what a differentiable run (lbm.diff) asks: its half-way wall (:attr:`~BoundaryCondition.halfway_wall`, which
+  lbm.diff.walls gives a hand-written adjoint), whether its rule is affine, and its continuous inputs
+  (:meth:`~BoundaryCondition.with_velocity_scaled`, :meth:`~BoundaryCondition.moved_to`,
+  :meth:`~BoundaryCondition.nodes_on_the_wall`).
 
 A subclass inherits all of them: one that changes the rule overrides the forms that no longer hold.
 Arrays (masks, velocities, link lists) are pytree leaves and reach jitted code as arguments; options
@@ -106,7 +110,7 @@ class FormUnavailable(RuntimeError):
 class BulkRule:
     """What a bulk kernel (native) needs to apply a boundary condition itself, row by row after its bulk pass.
 
-    ``wall``: (solid mask, half-way links or None for full-way, moving-wall term or None) of a bounce-back wall;
+    ``wall``: (solid mask, half-way links or None for full-way, wall term or None) of a bounce-back wall;
     ``inflow``: a velocity inlet on the face x = 0 (``velocity(t)`` and ``kind`` as lbm.boundaries.inlet.Inlet);
     ``outflow``: a zero-gradient outflow on x = nx - 1; ``links``: a momentum exchange over the links
     (``link_dir``, ``link_src``, ``link_dst``) read from the kernel's post-step populations.
@@ -205,7 +209,26 @@ class BoundaryCondition:
 
     @property
     def halfway_wall(self) -> tuple[Any, Any, Any] | None:
-        """(solid mask, links, momentum term or None) where this condition is a half-way bounce-back wall; else None."""
+        """(solid mask, links, wall term or None) where this condition is a half-way bounce-back wall; else None."""
+        return None
+
+    # --- what a differentiable run (lbm.diff) asks ------------------------------------------------------------
+    affine: ClassVar[bool] = False
+    """Whether the rule is affine in the populations it reads (its pullback then the same at every state)."""
+
+    def with_velocity_scaled(self, ratio: Any) -> BoundaryCondition:
+        """The condition with every velocity it prescribes (an inflow, a wall's motion) times ``ratio`` (a traced
+        scalar: a differentiable run's u_lattice over the run's); itself where it prescribes none."""
+        return self
+
+    def moved_to(self, intersect: Any, shape: tuple[int, ...], lattice: Lattice) -> BoundaryCondition:
+        """A curved wall with its links (and the mask) kept, cut where ``intersect`` (jax.numpy, traced; as
+        lbm.boundaries.interpolated.Intersect) puts the wall; itself where it has no curved wall."""
+        return self
+
+    def nodes_on_the_wall(self, tolerance: float) -> np.ndarray | None:
+        """For a curved wall: per link whose wall point lies within ``tolerance`` (link lengths) of a node, that node
+        (flat index); None where the condition has no curved wall (nothing of it moves with a shape)."""
         return None
 
     def on_mesh(self, mesh: MeshLayout, lattice: Lattice, dtype: Any) -> BoundaryCondition:

@@ -54,8 +54,9 @@ def bounce_back_halfway(
 
     ``links[j]`` flags solid cells s whose neighbour s + c_j is fluid; streaming then
     carries f_j(s) = f*_opp(j)(s + c_j) [+ wall_term_j(s)] into that neighbour, which
-    places the wall half-way along the link. ``wall_term`` = 2 w_j rho_w (c_j . u_w) / cs^2
-    for moving walls. Other solid cells are reset to the rest state (deviations 0).
+    places the wall half-way along the link. ``wall_term``: the wall term of moving walls,
+    2 w_j rho_w (c_j . u_w) / cs^2 (lbm.boundaries.moving_wall). Other solid cells are reset to the rest state
+    (deviations 0).
     """
     axes = tuple(range(lattice.d))
     reflected = []
@@ -90,8 +91,8 @@ def bounce_back_halfway_pulled(
     f_post: jnp.ndarray,
     bits: jnp.ndarray,
     lattice: Lattice,
-    moving: jnp.ndarray | None = None,
-    term: jnp.ndarray | None = None,
+    wall_term_bits: jnp.ndarray | None = None,
+    wall_term: jnp.ndarray | None = None,
     carried: tuple[int, ...] = (),
 ) -> jnp.ndarray:
     """:func:`bounce_back_halfway` followed by :func:`~lbm.kernels.streaming.stream`, from ``stream(f_post)``.
@@ -99,21 +100,21 @@ def bounce_back_halfway_pulled(
     ``bits`` (unsigned ``(*grid)``, from :func:`pull_bits`): bit i says the cell x - c_i is solid, bit Q that x is.
     Where x - c_i is solid, the population streamed into x came from a solid cell, and the dense rule
     gives it f*_opp(i)(x) [+ wall term] on a fluid x, the rest state (0) on a solid x; elsewhere it is ``f_streamed``
-    unchanged. The wall term, where given, is either dense (``term`` ``(Q, *grid)``, already pulled to x)
-    or a table ``term`` ``(Q,)`` on the directions ``carried`` (the others carry none): the k-th of them on
-    the links whose bit Q + 1 + k is set in ``bits``, or bit k in ``moving`` where it is given.
+    unchanged. The wall term, where given, is either dense (``wall_term`` ``(Q, *grid)``, already pulled to x)
+    or a table ``wall_term`` ``(Q,)`` on the directions ``carried`` (the others carry none): the k-th of them on
+    the links whose bit Q + 1 + k is set in ``bits``, or bit k in ``wall_term_bits`` where it is given.
     """
     q = lattice.q
     solid = (bits >> q) & 1 == 1
-    word, first = (bits, q + 1) if moving is None else (moving, 0)
+    word, first = (bits, q + 1) if wall_term_bits is None else (wall_term_bits, 0)
     out = []
     for i in range(q):
         reflected = f_post[lattice.opposite[i]]
-        if term is not None and term.ndim == 1 and i in carried:
+        if wall_term is not None and wall_term.ndim == 1 and i in carried:
             hit = (word >> (first + carried.index(i))) & 1 == 1
-            reflected = reflected + jnp.where(hit, term[i], jnp.zeros((), term.dtype))
-        elif term is not None and term.ndim > 1:
-            reflected = reflected + term[i]
+            reflected = reflected + jnp.where(hit, wall_term[i], jnp.zeros((), wall_term.dtype))
+        elif wall_term is not None and wall_term.ndim > 1:
+            reflected = reflected + wall_term[i]
         rest = jnp.zeros((), f_post.dtype)
         out.append(jnp.where((bits >> i) & 1 == 1, jnp.where(solid, rest, reflected), f_streamed[i]))
     return jnp.stack(out)
@@ -209,19 +210,18 @@ class HalfwayBounceBack(BoundaryCondition):
         """Half-way walls on the surface of the mask ``solid``."""
         return cls(solid=solid, links=halfway_links(solid, lattice))
 
-    @property
-    def wall(self) -> Any:
-        """The wall's momentum term per link (None: resting walls)."""
-        return None
+    wall_term = None
+    """The wall term per link, ``(Q, *grid)``: the momentum a moving wall adds (lbm.boundaries.moving_wall); None here:
+    resting walls. A class attribute, not a field: :class:`~lbm.boundaries.moving_wall.MovingWall` makes it one."""
 
     @property
     def halfway_wall(self) -> tuple[Any, Any, Any]:
-        """Its solid mask, links and momentum term (None: resting walls)."""
-        return self.solid, self.links, self.wall
+        """Its solid mask, links and wall term (None: resting walls)."""
+        return self.solid, self.links, self.wall_term
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells take the reflected populations of their fluid neighbours."""
-        return s.replace(post=bounce_back_halfway(s.post, self.solid, self.links, lattice, self.wall))
+        return s.replace(post=bounce_back_halfway(s.post, self.solid, self.links, lattice, self.wall_term))
 
     def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
         """Writes the solid cells, reads the fluid cells across their links."""
@@ -232,8 +232,8 @@ class HalfwayBounceBack(BoundaryCondition):
 
     def bulk_rule(self) -> BulkRule:
         """A half-way wall: its solid cells, links and wall term."""
-        wall = None if self.wall is None else np.asarray(self.wall)
-        return BulkRule(wall=(np.asarray(self.solid, bool), np.asarray(self.links, bool), wall))
+        wall_term = None if self.wall_term is None else np.asarray(self.wall_term)
+        return BulkRule(wall=(np.asarray(self.solid, bool), np.asarray(self.links, bool), wall_term))
 
     def laid_out(self, place: Callable[[np.ndarray, int], Any]) -> HalfwayBounceBack:
         """The same walls with each per-cell array ``a`` (``lead`` leading axes) replaced by ``place(a, lead)``."""
@@ -255,26 +255,29 @@ class HalfwayBounceBack(BoundaryCondition):
                     links[(j,) + (slice(None),) * axis + (edge,)] = False
         return dataclasses.replace(form, links=links)
 
-    def folded(self, lattice: Lattice) -> PulledHalfway | None:
-        """The same walls applied while streaming (:class:`PulledHalfway`); None if ``links`` are not those of ``solid``."""
+    def folded(self, lattice: Lattice) -> BoundaryCondition | None:
+        """The same walls applied while streaming (:meth:`streaming_form`); None if ``links`` are not those of ``solid``."""
         solid = foldable_solid(self.solid, self.links, lattice)
-        if solid is None:
-            return None
-        if self.wall is None:
+        return None if solid is None else self.streaming_form(solid, lattice)
+
+    def streaming_form(self, solid: np.ndarray, lattice: Lattice) -> BoundaryCondition:
+        """These walls applied while streaming (:class:`PulledHalfway`), ``solid`` their mask (whose half-way links they
+        are): the wall term as a table per direction where each direction carries one value, else dense."""
+        if self.wall_term is None:
             return PulledHalfway(bits=pull_bits(solid, lattice))
-        term = pulled(np.asarray(self.wall), lattice)
-        table = np.zeros(lattice.q, term.dtype)
+        wall_term = pulled(np.asarray(self.wall_term), lattice)
+        table = np.zeros(lattice.q, wall_term.dtype)
         for i in range(lattice.q):
-            values = np.unique(term[i][term[i] != 0])
-            if values.size > 1:  # several wall velocities along this direction: the dense term
-                return PulledHalfway(bits=pull_bits(solid, lattice), term=term)
+            values = np.unique(wall_term[i][wall_term[i] != 0])
+            if values.size > 1:  # several wall velocities along this direction: the dense wall term
+                return PulledHalfway(bits=pull_bits(solid, lattice), wall_term=wall_term)
             table[i] = values[0] if values.size else 0
         carried = tuple(int(i) for i in np.flatnonzero(table))
-        flags = [term[i] != 0 for i in carried]
+        flags = [wall_term[i] != 0 for i in carried]
         if lattice.q + 1 + len(carried) <= 32:  # the links with a wall term in the same word
-            return PulledHalfway(bits=pull_bits(solid, lattice, flags), term=table, carried=carried)
-        return PulledHalfway(bits=pull_bits(solid, lattice), moving=pack_bits(flags, solid.shape), term=table,
-                             carried=carried)
+            return PulledHalfway(bits=pull_bits(solid, lattice, flags), wall_term=table, carried=carried)
+        return PulledHalfway(bits=pull_bits(solid, lattice), wall_term_bits=pack_bits(flags, solid.shape),
+                             wall_term=table, carried=carried)
 
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The rule on gathered cells, with the block position of each link's fluid neighbour."""
@@ -285,9 +288,9 @@ class HalfwayBounceBack(BoundaryCondition):
             flagged = np.flatnonzero(links[j])
             if flagged.size:
                 positions[j, flagged] = block.index_of(neighbour(block.cells[flagged], block.shape, lat.c[j]))
-        wall = None if self.wall is None else np.asarray(self.wall).reshape(lat.q, -1)[:, block.cells]
+        wall_term = None if self.wall_term is None else np.asarray(self.wall_term).reshape(lat.q, -1)[:, block.cells]
         solid = np.asarray(self.solid, bool).reshape(-1)[block.cells]
-        return HalfwayOnBlock(solid=solid, links=links, neighbours=positions, wall=wall)
+        return HalfwayOnBlock(solid=solid, links=links, neighbours=positions, wall_term=wall_term)
 
 
 @pytree_dataclass
@@ -297,13 +300,13 @@ class HalfwayOnBlock(BoundaryCondition):
     solid: Any
     links: Any
     neighbours: Any
-    wall: Any = None
+    wall_term: Any = None
     stage = "bounce_back"
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells take the reflected populations of their gathered fluid neighbours."""
         post = bounce_back_halfway_gathered(flat_block(s.post), self.solid, self.links, self.neighbours, lattice,
-                                            self.wall)
+                                            self.wall_term)
         return s.replace(post=post.reshape(s.post.shape))
 
 
@@ -314,19 +317,20 @@ class PulledHalfway(BoundaryCondition):
 
     The populations it leaves equal ``stream(bounce_back_halfway(post))`` on every cell (fluid and solid),
     without the dense rule's second shift of the reflected populations (:func:`bounce_back_halfway_pulled`).
-    ``bits`` from :func:`pull_bits`; ``moving``, ``term`` and ``carried`` the wall term (None: resting walls), as
-    :func:`bounce_back_halfway_pulled` takes them.
+    ``bits`` from :func:`pull_bits`; ``wall_term_bits``, ``wall_term`` and ``carried`` the wall term (None: resting
+    walls), as :func:`bounce_back_halfway_pulled` takes them.
     """
 
     bits: Any
-    moving: Any = None
-    term: Any = None
+    wall_term_bits: Any = None
+    wall_term: Any = None
     carried: tuple[int, ...] = static(())
     stage = "stream"
+    affine = True
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The streamed populations with the links that came out of solid cells replaced."""
         # the post-collision populations written out once on a CPU: XLA:CPU otherwise recomputes the collision
         # of f*_opp(i) in each of the Q per-population kernels (up to 0.25x of the box, docs/performance.md)
         return s.replace(f=bounce_back_halfway_pulled(s.f, written_out_on_cpu(s.post), self.bits, lattice,
-                                                      self.moving, self.term, self.carried))
+                                                      self.wall_term_bits, self.wall_term, self.carried))

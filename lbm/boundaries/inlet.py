@@ -150,6 +150,10 @@ class Inlet(FaceCondition):
         """The inflow ``(D, *face)`` at step ``t``."""
         return self.u * time_factor(t, self.profile, self.ramp_steps, jnp.result_type(self.u))
 
+    def with_velocity_scaled(self, ratio: Any) -> Inlet:
+        """The inflow ``ratio`` times as fast."""
+        return dataclasses.replace(self, u=self.u * ratio)
+
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Face populations, density, velocity and equilibrium with the inflow imposed."""
         f, drho, u, feq = inlet(s.f, s.drho, s.u, s.feq, self.velocity(s.t), lattice, self.kind)

@@ -32,6 +32,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -51,31 +52,46 @@ from lbm.lattice import Lattice
 Intersect = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """(points (n, D), link vectors (n, D)) -> q: where the wall cuts each link, as a fraction of it."""
 
+ON_THE_WALL = 1e-6
+"""A node closer to a curved wall than this (in link lengths, q or 1 - q) counts as on it."""
 
-def bfl_weights(q: np.ndarray, far_is_fluid: np.ndarray) -> np.ndarray:
-    """Linear BFL coefficients (3, n) of f*_i(x_f), f*_i(x_f - c_i), f*_ī(x_f) for wall fractions ``q``."""
-    q = np.asarray(q, np.float64)
+
+def array_of(a: Any, xp: Any = np) -> Any:
+    """``a`` as an array of ``xp`` (numpy: float64; jax.numpy: traced values keep their dtype)."""
+    return np.asarray(a, np.float64) if xp is np else xp.asarray(a)
+
+
+def vector_of(values: Any, xp: Any = np) -> Any:
+    """The numbers ``values`` (or, with ``xp`` jax.numpy, traced scalars) as one vector."""
+    return np.asarray(values, np.float64) if xp is np else xp.stack([xp.asarray(v) for v in values])
+
+
+def bfl_weights(q: Any, far_is_fluid: np.ndarray, xp: Any = np) -> Any:
+    """Linear BFL coefficients (3, n) of f*_i(x_f), f*_i(x_f - c_i), f*_ī(x_f) for wall fractions ``q`` (``xp``
+    jax.numpy: traced fractions, smooth in q on each side of q = 1/2 and continuous across it)."""
+    q = array_of(q, xp)
     low = (q < 0.5) & far_is_fluid
     high = q >= 0.5
-    w = np.zeros((3, q.size))
-    w[0] = np.where(low, 2 * q, np.where(high, 1 / (2 * np.maximum(q, 0.5)), 1.0))
-    w[1] = np.where(low, 1 - 2 * q, 0.0)
-    w[2] = np.where(high, (2 * q - 1) / (2 * np.maximum(q, 0.5)), 0.0)
-    return w
+    half = xp.maximum(q, 0.5)
+    return xp.stack([xp.where(low, 2 * q, xp.where(high, 1 / (2 * half), 1.0)), xp.where(low, 1 - 2 * q, 0.0),
+                     xp.where(high, (2 * q - 1) / (2 * half), 0.0)])
 
 
-def ball_intersect(center: tuple[float, ...], radius: float) -> Intersect:
-    """Ray–ball intersection over the first ``len(center)`` axes (a disc, a cylinder along z, a sphere): the entering root."""
-    c0 = np.asarray(center, np.float64)
+def ball_intersect(center: Any, radius: Any, xp: Any = np) -> Intersect:
+    """Ray–ball intersection over the first ``len(center)`` axes (a disc, a cylinder along z, a sphere): the entering root
+    (``xp`` jax.numpy: a traced centre and radius)."""
+    c0 = vector_of(center, xp)
+    # a traced root keeps a finite derivative where a link only touches the ball (the square root's at 0 is not)
+    floor = 0.0 if xp is np else 1e-300
 
-    def intersect(points: np.ndarray, links: np.ndarray) -> np.ndarray:
-        p = np.asarray(points, np.float64)[:, : c0.size] - c0
-        c = np.asarray(links, np.float64)[:, : c0.size]
-        a = np.sum(c * c, axis=1)
-        b = 2 * np.sum(p * c, axis=1)
-        k = np.sum(p * p, axis=1) - radius**2
-        disc = np.sqrt(np.maximum(b * b - 4 * a * k, 0.0))
-        return (-b - disc) / (2 * np.where(a > 0, a, 1.0))
+    def intersect(points: np.ndarray, links: np.ndarray) -> Any:
+        p = array_of(points, xp)[:, : c0.size] - c0
+        c = array_of(links, xp)[:, : c0.size]
+        a = xp.sum(c * c, axis=1)
+        b = 2 * xp.sum(p * c, axis=1)
+        k = xp.sum(p * p, axis=1) - radius**2
+        disc = xp.sqrt(xp.maximum(b * b - 4 * a * k, floor))
+        return (-b - disc) / (2 * xp.where(a > 0, a, 1.0))
 
     return intersect
 
@@ -139,6 +155,34 @@ class InterpolatedBounceBack(BoundaryCondition):
         coords = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij")
         solid = (coords[0] - center[0]) ** 2 + (coords[1] - center[1]) ** 2 < radius**2
         return cls.from_shape(solid, circle_intersect(center, radius), lattice)
+
+    def link_points(self, shape: tuple[int, ...], lattice: Lattice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per link: the fluid node's coordinates (n, D), the link vector c_i (n, D), and whether x_f - c_i is fluid (n,)."""
+        link_fluid = np.asarray(self.link_fluid, np.int64)
+        points = np.stack(np.unravel_index(link_fluid, shape), axis=1).astype(np.float64)
+        links = lattice.c[np.asarray(self.link_dir, np.int64)].astype(np.float64)
+        return points, links, np.asarray(self.link_far, np.int64) != link_fluid
+
+    def moved_to(self, intersect: Intersect, shape: tuple[int, ...], lattice: Lattice) -> BoundaryCondition:
+        """The same links (the mask unchanged) with q and its weights where ``intersect`` (jax.numpy, traced) cuts them.
+
+        q lies in [0, 1] (a node on the wall can come out a rounding outside), with the derivative of the unclipped q
+        where the clip moved it by a rounding (:data:`ON_THE_WALL`): at a node on the wall that is the one-sided
+        derivative in the direction that keeps the mask (a clip's would be half); a q clipped further (a shape far from
+        the mask's) keeps the clip's.
+        """
+        points, links, far_is_fluid = self.link_points(shape, lattice)
+        raw = intersect(points, links)
+        clipped = jnp.clip(raw, 0.0, 1.0)
+        q = jnp.where(jnp.abs(raw - clipped) <= ON_THE_WALL, raw + jax.lax.stop_gradient(clipped - raw), clipped)
+        return dataclasses.replace(self, weights=bfl_weights(q, far_is_fluid, jnp), q=q)
+
+    def nodes_on_the_wall(self, tolerance: float) -> np.ndarray:
+        """Per link whose wall point lies within ``tolerance`` of a node (in link lengths): that node (flat index)."""
+        q = np.asarray(self.q, np.float64)
+        near = np.flatnonzero((q < tolerance) | (q > 1 - tolerance))
+        return np.where(q[near] < 0.5, np.asarray(self.link_fluid)[near], np.asarray(self.link_solid)[near]).astype(
+            np.int64)
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells at rest, the wall links' populations interpolated (BFL)."""

@@ -40,8 +40,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import StepState, pytree_dataclass
-from lbm.boundaries.interpolated import InterpolatedBounceBack
+from lbm.boundaries.base import BoundaryCondition, FormUnavailable, StepState, pytree_dataclass
+from lbm.boundaries.interpolated import InterpolatedBounceBack, Intersect
 from lbm.lattice import CS2, Lattice
 
 
@@ -99,6 +99,11 @@ class ParabolicBounceBack(InterpolatedBounceBack):
         return cls(solid=wall.solid, link_dir=wall.link_dir, link_solid=wall.link_solid, link_fluid=wall.link_fluid,
                    link_far=wall.link_far, weights=parabolic_weights(np.asarray(wall.q), far != fluid, omega_minus),
                    q=wall.q)
+
+    def moved_to(self, intersect: Intersect, shape: tuple[int, ...], lattice: Lattice) -> BoundaryCondition:
+        """FormUnavailable: the parabolic weights of traced wall fractions are not written (linear BFL's are)."""
+        raise FormUnavailable(f"{type(self).__name__} has no traced wall fractions: use linear BFL "
+                              "(lbm.boundaries.interpolated.InterpolatedBounceBack) for a shape gradient")
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells at rest, the wall links' populations interpolated and corrected."""

@@ -9,16 +9,17 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, pytree_dataclass, static
+from lbm.cases.traced import Traced
 from lbm.config import RunConfig, viscosity
 from lbm.config.cases import CaseParams
-from lbm.errors import ConfigError
+from lbm.errors import ConfigError, LbmError
 from lbm.kernels.collisions import COLLISION_KINDS, Collision
 from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2, Lattice, get_lattice
@@ -364,6 +365,49 @@ class Case:
     def monitor_series(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per-step series the monitor plot shows in a panel of their own: name -> (steps, values); none by default."""
         return {}
+
+    # --- differentiable form (lbm.diff, from the pieces of lbm.cases.traced) ------------------------------------
+    def no_differentiable_form(self) -> LbmError:
+        """The one-line error of a differentiable run of a case that has no differentiable form."""
+        return LbmError(f"case={self.name} has no differentiable form: differentiate one of the cases "
+                        "docs/differentiable.md lists")
+
+    def differentiable_keys(self) -> tuple[str, ...]:
+        """The continuous config keys a differentiable run of this case takes (``flow.reynolds`` standing for
+        ``flow.tau`` where the run sets tau); LbmError where the case has no differentiable form."""
+        raise self.no_differentiable_form()
+
+    def shape_keys(self) -> tuple[str, ...]:
+        """Of :meth:`differentiable_keys`, those that move a wall (they need a curved wall: a mask has no gradient)."""
+        return ()
+
+    def differentiable_values(self) -> dict[str, float]:
+        """Each of :meth:`differentiable_keys` outside the flow section -> its value in the run."""
+        return {}
+
+    def differentiable_objectives(self) -> tuple[str, ...]:
+        """The named objectives (lbm.diff.objectives) this case's differentiable form gives beyond the fields'."""
+        return ()
+
+    def traced(self, setup: Setup, v: Mapping[str, Any], base: Mapping[str, float]) -> Traced:
+        """``setup`` rebuilt from the traced values ``v`` of every key (``base``: their values in the run);
+        LbmError where the case has no differentiable form."""
+        raise self.no_differentiable_form()
+
+
+DIFFERENTIABLE_FORM = ("differentiable_keys", "shape_keys", "differentiable_values", "differentiable_objectives",
+                       "traced")
+"""The methods of :class:`Case` that make up a differentiable form."""
+
+C = TypeVar("C", bound=type[Case])
+
+
+def without_differentiable_form(cls: C) -> C:
+    """``cls`` (a case class) with :class:`Case`'s :data:`DIFFERENTIABLE_FORM`: for a subclass whose flow is not its
+    parent's differentiable one (a cylinder's subclass with another obstacle)."""
+    for name in DIFFERENTIABLE_FORM:
+        setattr(cls, name, getattr(Case, name))
+    return cls
 
 
 # --- geometry helpers shared by cases --------------------------------------------------

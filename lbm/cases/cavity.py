@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from lbm.boundaries import MovingWall
 from lbm.cases.base import Case, Convergence, Setup, Snapshot, make_setup
+from lbm.cases.traced import FLOW_KEYS, Traced, traced_rates, traced_setup
 from lbm.config import RunConfig
 from lbm.config.defaults import picked_record
 from lbm.errors import ConfigError
@@ -144,6 +147,18 @@ class Cavity(Case):
         walls = MovingWall.with_velocity(solid, wall_u, self.lattice, self.dtype)
         return make_setup(self, solid=solid, rho0=np.ones(shape), u0=np.zeros((d,) + shape), rel=rel,
                           boundaries=(walls,), derived=derived, wall_velocity=wall_u)
+
+    def differentiable_keys(self) -> tuple[str, ...]:
+        """flow.reynolds and flow.u_lattice (the lid speed; at fixed Re it also sets nu)."""
+        return FLOW_KEYS
+
+    def traced(self, setup: Setup, v: Mapping[str, Any], base: Mapping[str, float]) -> Traced:
+        """The rates of the traced Re and lid speed, and the lid's wall term (linear in its speed)."""
+        omegas = traced_rates(self, float(self.run.grid[0] - 2), v)
+        ratio = v["flow.u_lattice"] / base["flow.u_lattice"]
+        bcs = tuple(bc.with_velocity_scaled(ratio) for bc in setup.boundaries)
+        wall_u = jnp.asarray(setup.wall_velocity, setup.dtype) * ratio  # fields.npz's u in the lid's solid cells
+        return Traced(traced_setup(self, setup, omegas), bcs, setup.initial_populations(), {"wall_velocity": wall_u})
 
     def observe(self, snapshot: Snapshot) -> None:
         """Keep the last two velocity snapshots to report how steady the flow is."""

@@ -17,36 +17,44 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from lbm.boundaries import INLET_KINDS, CharacteristicOutlet, Forces, FullwayBounceBack, HalfwayBounceBack, Inlet, Outflow
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
-from lbm.boundaries.interpolated import InterpolatedBounceBack, Intersect, ball_intersect
+from lbm.boundaries.interpolated import InterpolatedBounceBack, Intersect, array_of, ball_intersect, vector_of
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
 from lbm.cases.signals import Window, cycles_phrase, mean_with_error, nonstationary_reason, stationary_window
+from lbm.cases.traced import FLOW_KEYS, Traced, traced_rates, traced_setup
 from lbm.config import RunConfig
 from lbm.errors import ConfigError
+from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2
 
 OUTLETS = ("zero_gradient", "characteristic")
 SHAPES = ("circle", "ellipse")
 """case.shape: a circle of case.radius, or an ellipse of semi-axes case.axes = [a, b] along x and y."""
+CENTER_KEYS = ("case.center.x", "case.center.y")
+SHAPE_KEYS = {"circle": ("case.radius", *CENTER_KEYS), "ellipse": ("case.axes.a", "case.axes.b", *CENTER_KEYS)}
+"""The continuous keys of each case.shape (a differentiable run's geometry keys)."""
 
 
-def ellipse_intersect(center: tuple[float, float], axes: tuple[float, float]) -> Intersect:
-    """Ray–ellipse intersection in the (x, y) plane (a cylinder along z in 3D): the entering root.
+def ellipse_intersect(center: Any, axes: Any, xp: Any = np) -> Intersect:
+    """Ray–ellipse intersection in the (x, y) plane (a cylinder along z in 3D): the entering root (``xp`` jax.numpy:
+    a traced centre and semi-axes, as a differentiable run moves the wall).
 
     The ellipse of semi-axes (a, b) is the unit circle in coordinates scaled by (1/a, 1/b), where the
     fraction of a link along which the wall lies is the same.
     """
-    scale = 1.0 / np.asarray(axes, np.float64)
-    unit = ball_intersect(tuple(np.asarray(center, np.float64) * scale), 1.0)
+    scale = 1.0 / vector_of(axes, xp)
+    unit = ball_intersect(vector_of(center, xp) * scale, 1.0, xp)
 
-    def intersect(points: np.ndarray, links: np.ndarray) -> np.ndarray:
-        return unit(np.asarray(points, np.float64)[:, :2] * scale, np.asarray(links, np.float64)[:, :2] * scale)
+    def intersect(points: np.ndarray, links: np.ndarray) -> Any:
+        return unit(array_of(points, xp)[:, :2] * scale, array_of(links, xp)[:, :2] * scale)
 
     return intersect
 
@@ -191,6 +199,38 @@ class Cylinder(Case):
         """case.bounce_back=interpolated: linear BFL on the exact circle or ellipse (the obstacle mask's own)."""
         cx, cy, a, b = self.shape_geometry()
         return InterpolatedBounceBack.from_shape(obstacle, ellipse_intersect((cx, cy), (a, b)), self.lattice)
+
+    def differentiable_keys(self) -> tuple[str, ...]:
+        """flow.reynolds, flow.u_lattice (the inflow) and the geometry keys of case.shape (:meth:`shape_keys`)."""
+        return FLOW_KEYS + self.shape_keys()
+
+    def shape_keys(self) -> tuple[str, ...]:
+        """case.radius (a circle) or case.axes.a, case.axes.b (an ellipse), and case.center.x, case.center.y."""
+        return SHAPE_KEYS[self.params.shape]
+
+    def differentiable_values(self) -> dict[str, float]:
+        """The geometry keys' values: the semi-axes (or the radius) and the centre."""
+        cx, cy, a, b = self.shape_geometry()
+        size = {"case.axes.a": a, "case.axes.b": b} if self.params.shape == "ellipse" else {"case.radius": b}
+        return {**size, "case.center.x": cx, "case.center.y": cy}
+
+    def differentiable_objectives(self) -> tuple[str, ...]:
+        """The mean drag and lift coefficients (cd, cl as forces.csv gives them)."""
+        return ("drag", "lift")
+
+    def traced(self, setup: Setup, v: Mapping[str, Any], base: Mapping[str, float]) -> Traced:
+        """The rates of the traced Re (radius: the semi-axis across the flow), the inflow and initial flow (linear in
+        u_lattice), a curved wall moved to the traced ellipse, and the force that gives cd = 1."""
+        axes = (v["case.axes.a"], v["case.axes.b"]) if "case.axes.a" in v else (v["case.radius"], v["case.radius"])
+        radius = axes[1]  # the Reynolds length and half the frontal height: the semi-axis across the flow
+        omegas = traced_rates(self, radius, v)
+        ratio = v["flow.u_lattice"] / base["flow.u_lattice"]
+        wall = ellipse_intersect((v["case.center.x"], v["case.center.y"]), axes, jnp)
+        bcs = tuple(bc.with_velocity_scaled(ratio).moved_to(wall, setup.shape, setup.lattice) for bc in setup.boundaries)
+        u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
+        f0 = equilibrium(jnp.asarray(np.asarray(setup.rho0, np.float64) - 1.0, setup.dtype), u0, setup.lattice)
+        norm = 0.5 * v["flow.u_lattice"] ** 2 * 2 * radius * self.depth
+        return Traced(traced_setup(self, setup, omegas), bcs, f0, {"force_norm": norm})
 
     def outlet(self) -> Outflow | CharacteristicOutlet:
         """The outlet of case.outlet; the characteristic one held at density 1 (uniform inflow: no mean gradient)."""

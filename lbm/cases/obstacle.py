@@ -25,7 +25,7 @@ import numpy as np
 
 from lbm.boundaries import InterpolatedBounceBack
 from lbm.boundaries.bounce_back import BOUNCE_BACK_KINDS
-from lbm.cases.base import Setup
+from lbm.cases.base import Setup, without_differentiable_form
 from lbm.cases.cylinder import OUTLETS, Cylinder
 from lbm.cases.surface import MESH_SUFFIXES, placed, read_surface, solid_nodes, surface_intersect
 from lbm.errors import ConfigError
@@ -78,6 +78,7 @@ def read_mask(path: Path, dims: int) -> np.ndarray:
     return np.ascontiguousarray((lum < 0.5)[::-1].T)  # rows from the top -> cells (x, y) with y up
 
 
+@without_differentiable_form  # the cylinder's moves its circle or ellipse; a mask read from a file has none
 class Obstacle(Cylinder):
     """Vortex shedding behind an obstacle read from a file; forces as the cylinder's, on its frontal height."""
 

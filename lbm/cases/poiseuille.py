@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from lbm.boundaries import HalfwayBounceBack, InterpolatedBounceBack
 from lbm.cases.base import Case, Convergence, Setup, make_setup
+from lbm.cases.traced import FLOW_KEYS, HalfForce, Traced, traced_rates, traced_setup
 from lbm.errors import ConfigError
+from lbm.lattice import CS2
 
 STEADY_TRANSIENT = 1e-6
 """The start-up transient left, over the centre-line speed, below which the channel counts as steady."""
@@ -84,6 +88,19 @@ class Poiseuille(Case):
         remaining = 32.0 / math.pi**3 * math.exp(-math.pi**2 * setup.nu * steps / self.height**2)
         return Convergence(remaining < STEADY_TRANSIENT, "transient_over_umax", remaining, STEADY_TRANSIENT,
                            "run more steps, or steps=auto (1.5 diffusion times H^2/nu)")
+
+    def differentiable_keys(self) -> tuple[str, ...]:
+        """flow.reynolds and flow.u_lattice (both through the body force F = 8 nu u / H²)."""
+        return FLOW_KEYS
+
+    def traced(self, setup: Setup, v: Mapping[str, Any], base: Mapping[str, float]) -> Traced:
+        """The rates of the traced Re and speed, and the body force that drives that speed (:meth:`body_force`)."""
+        height = self.height
+        omegas = traced_rates(self, height, v)
+        nu = CS2 * (1.0 / omegas[0] - 0.5)
+        force = jnp.stack([8.0 * nu * v["flow.u_lattice"] / height**2] + [0.0 * nu] * (setup.lattice.d - 1))
+        return Traced(traced_setup(self, setup, omegas, force), (HalfForce(force=force), *setup.boundaries),
+                      setup.initial_populations(), {})
 
     def body_force(self, height: float, nu: float) -> float:
         """The force along x that drives a centre-line speed of u_lattice between walls ``height`` apart."""

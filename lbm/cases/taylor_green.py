@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from lbm.cases.base import Case, Setup, Snapshot, coordinates, make_setup
+from lbm.cases.traced import FLOW_KEYS, Traced, traced_rates, traced_setup
 from lbm.config import RunConfig
+from lbm.kernels.equilibrium import equilibrium
 from lbm.lattice import CS2
 
 
@@ -68,6 +72,18 @@ class TaylorGreen(Case):
         derived["decay_time_steps"] = 1.0 / (rel["nu"] * (kx**2 + ky**2))
         return make_setup(self, solid=np.zeros(shape, bool), rho0=1.0 + p / CS2, u0=self.mode, rel=rel,
                           derived=derived)
+
+    def differentiable_keys(self) -> tuple[str, ...]:
+        """flow.reynolds and flow.u_lattice (the initial amplitude: the initial state)."""
+        return FLOW_KEYS
+
+    def traced(self, setup: Setup, v: Mapping[str, Any], base: Mapping[str, float]) -> Traced:
+        """The rates of the traced Re and amplitude U, and the initial state: u0 ~ U, rho0 - 1 ~ U^2 (its pressure)."""
+        omegas = traced_rates(self, float(self.run.grid[0]), v)
+        ratio = v["flow.u_lattice"] / base["flow.u_lattice"]
+        u0 = jnp.asarray(setup.u0, setup.dtype) * ratio
+        drho0 = jnp.asarray(np.asarray(setup.rho0, np.float64) - 1.0, setup.dtype) * ratio**2
+        return Traced(traced_setup(self, setup, omegas), setup.boundaries, equilibrium(drho0, u0, setup.lattice), {})
 
     def amplitude(self, u: np.ndarray) -> float:
         """Amplitude of the velocity field ``u`` along the initial mode."""

@@ -442,7 +442,7 @@ def core_for(setup: Setup, boundaries: tuple[BoundaryCondition, ...], platform: 
 
 CORE = core_stages(lambda f, setup: moments_of(f, setup.lattice, setup.force), equilibrium_of, _collision, streamed)
 """The core stages (lbm.stages.CORE_STAGES) with hand-written adjoints, for a Setup whose collision is a
-lbm.diff.parameters.Relaxation (what lbm.engines.timestep.timestep takes as ``core``)."""
+lbm.cases.traced.Relaxation (what lbm.engines.timestep.timestep takes as ``core``)."""
 
 
 RELAXED = core_stages(lambda f, setup: moments_of(f, setup.lattice, setup.force), lambda drho, u, lattice: None,

@@ -103,7 +103,7 @@ def gradient_function(param: Parameterisation, wrt: Sequence[str], objective: Ob
     checkpoint = policy.checkpoint if checkpoint is None else checkpoint
     every = policy.every if every is None else every
     snapshots = policy.snapshots if snapshots is None else snapshots
-    check(objective, param.case.name)
+    check(objective, param.case)
     check_callable(objective, tuple(param.setup.shape), param.setup.dtype)
     if param.case.run.mode == "instrumented":
         from lbm.diff.instrumented import InstrumentedGradient
@@ -215,7 +215,7 @@ def finite_difference(overrides: Sequence[str], key: str, objective: Objective, 
     param = prepare_gradient(overrides, [key])
     steps = param.case.run.steps
     window = check_window(window, steps)
-    check(objective, param.case.name)
+    check(objective, param.case)
     if points not in (2, 4):
         raise LbmError(f"points={points!r}: a central difference of 2 or 4 points")
     x = param.base[key]

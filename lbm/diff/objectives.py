@@ -2,7 +2,8 @@
 
 Named objectives (lattice units):
 - ``kinetic_energy`` (every case): sum over fluid cells of rho |u|^2 / 2 in the final fields;
-- ``drag``, ``lift`` (cylinder): the mean of cd (cl) over the last ``window`` steps (default: all),
+- ``drag``, ``lift`` (the cases whose differentiable form gives them, lbm.cases.base.Case.differentiable_objectives:
+  the cylinder): the mean of cd (cl) over the last ``window`` steps (default: all),
   cd = 2 F_x / (u_lattice^2 D), D = 2 r, as ``forces.csv`` gives it per step.
 
 A callable takes the final fields ``{"rho": (grid), "u": (D, *grid), "solid": (grid) bool}`` (jax
@@ -14,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from lbm.errors import LbmError
+
+if TYPE_CHECKING:
+    from lbm.cases.base import Case
 
 Objective = str | Callable[[Mapping[str, Any]], Any]
 
@@ -34,18 +38,18 @@ def kinetic_energy(fields: Mapping[str, Any]) -> Any:
     return jnp.sum(jnp.where(fluid, 0.5 * rho * jnp.sum(u * u, axis=0), 0.0))
 
 
-def names(case: str) -> tuple[str, ...]:
-    """The named objectives of ``case``."""
-    return FIELD_OBJECTIVES + (FORCE_OBJECTIVES if case == "cylinder" else ())
+def names(case: Case) -> tuple[str, ...]:
+    """The named objectives of ``case``: the fields' and those its differentiable form gives."""
+    return FIELD_OBJECTIVES + case.differentiable_objectives()
 
 
-def check(objective: Objective, case: str) -> None:
+def check(objective: Objective, case: Case) -> None:
     """LbmError (one line) unless ``objective`` is a callable or one of the case's names."""
     if callable(objective):
         return
     if objective not in names(case):
-        raise LbmError(f"objective={objective!r} is not defined for case={case}: use one of {', '.join(names(case))} "
-                       "or a callable on the final fields {rho, u, solid}")
+        raise LbmError(f"objective={objective!r} is not defined for case={case.name}: use one of "
+                       f"{', '.join(names(case))} or a callable on the final fields {{rho, u, solid}}")
 
 
 def check_callable(objective: Objective, shape: tuple[int, ...], dtype: Any) -> None:

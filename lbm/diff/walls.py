@@ -3,8 +3,8 @@
 Half-way walls (lbm.boundaries.HalfwayBounceBack, MovingWall) are applied while streaming where nothing reads the
 bounced populations before (lbm.engines.timestep.fold_walls): :class:`Pulled` runs the xla engine's rule
 (:func:`pulled`), whose transpose is cell-local (bounce-back is its own transpose: the cotangent of a population
-that came out of a solid cell goes back to the slot it was reflected from), and adds a moving wall's momentum term
-on its links (affine: its cotangent is the cotangent on the links). :class:`Halfway` is the dense rule
+that came out of a solid cell goes back to the slot it was reflected from), and adds a moving wall's wall term on
+its links (affine: its cotangent is the cotangent on the links). :class:`Halfway` is the dense rule
 (:func:`halfway`) where the walls cannot be folded. :func:`with_adjoints` puts a run's conditions in these forms.
 """
 
@@ -18,14 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass, static
-from lbm.boundaries.bounce_back import (
-    bounce_back_halfway,
-    bounce_back_halfway_pulled,
-    foldable_solid,
-    pull_bits,
-    written_out_on_cpu,
-)
+from lbm.boundaries.bounce_back import bounce_back_halfway, bounce_back_halfway_pulled, pull_bits, written_out_on_cpu
 from lbm.boundaries.bounce_back import pulled as moved_to_fluid
+from lbm.boundaries.moving_wall import MovingWall
 from lbm.diff.adjoint import cell_form, streamed
 from lbm.engines.timestep import fold_walls
 from lbm.lattice import Lattice
@@ -65,38 +60,33 @@ halfway.defvjp(_halfway_fwd, _halfway_bwd)
 
 
 @pytree_dataclass
-class Halfway(BoundaryCondition):
-    """lbm.boundaries.HalfwayBounceBack or MovingWall (``wall_term`` None or the wall's term) with :func:`halfway`."""
+class Halfway(MovingWall):
+    """A half-way wall, resting (``wall_term`` None) or moving, whose rules carry their adjoints: :func:`halfway`, and
+    :class:`Pulled` applied while streaming (``gathered``: its wall term gathered into the stream kernel)."""
 
-    solid: Any
-    links: Any
-    wall_term: Any = None
     gathered: bool = static(False)
-    stage = "bounce_back"
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
-        """Solid cells take the reflected populations of their fluid neighbours (and the wall's momentum)."""
+        """Solid cells take the reflected populations of their fluid neighbours (and the wall term)."""
         return s.replace(post=halfway(s.post, self.solid, self.links, self.wall_term, lattice))
 
-    def folded(self, lattice: Lattice) -> Pulled | None:
-        """The same walls applied while streaming (:class:`Pulled`), as lbm.engines.timestep.fold_walls asks."""
-        solid = foldable_solid(self.solid, self.links, lattice)
-        if solid is None:
-            return None
+    def streaming_form(self, solid: np.ndarray, lattice: Lattice) -> Pulled:
+        """These walls applied while streaming (:class:`Pulled`; lbm.engines.timestep.fold_walls asks
+        :meth:`~lbm.boundaries.bounce_back.HalfwayBounceBack.folded`), the wall term on the links."""
         if self.wall_term is None:
             return Pulled(bits=pull_bits(solid, lattice))
-        # the term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
-        # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) term
+        # the wall term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
+        # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) one
         directions, cells = np.nonzero(moved_to_fluid(np.asarray(self.links, bool), lattice).reshape(lattice.q, -1))
-        term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
+        wall_term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
         at = np.stack([directions, cells]).astype(np.int32)
         if not self.gathered:
-            return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=at)
+            return Pulled(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at)
         carried = tuple(int(i) for i in np.unique(directions))
         index = np.full((len(carried), solid.size), directions.size, np.int16 if directions.size < 2 ** 15 else np.int32)
         index[np.searchsorted(carried, directions), cells] = np.arange(directions.size)
-        return Pulled(bits=pull_bits(solid, lattice), term=term, term_at=at, index=index.reshape(-1, *solid.shape),
-                      carried=carried)
+        return Pulled(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at,
+                      index=index.reshape(-1, *solid.shape), carried=carried)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -129,41 +119,43 @@ pulled.defvjp(_pulled_fwd, _pulled_bwd)
 @pytree_dataclass
 class Pulled(BoundaryCondition):
     """:class:`Halfway` applied while streaming (stage ``stream``): lbm.boundaries.bounce_back.PulledHalfway's rule
-    (:func:`pulled`), and a moving wall's ``term`` added on its links, (direction, flat cell) ``term_at`` (2, n)."""
+    (:func:`pulled`), and a moving wall's ``wall_term`` added on its links, (direction, flat cell) ``wall_term_at``
+    (2, n)."""
 
     bits: Any
-    term: Any = None
-    term_at: Any = None
+    wall_term: Any = None
+    wall_term_at: Any = None
     index: Any = None
     carried: tuple[int, ...] = static(())
     stage = "stream"
+    affine = True
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """The streamed populations with the links that came out of solid cells replaced."""
         f = pulled(s.f, s.post, self.bits, lattice)
-        if self.term is None:
+        if self.wall_term is None:
             return s.replace(f=f)
         if self.index is not None:
-            return s.replace(f=on_links(f, self.term.astype(f.dtype), self.index, self.term_at, self.carried))
-        moved = f.reshape(lattice.q, -1).at[self.term_at[0], self.term_at[1]].add(self.term.astype(f.dtype))
+            return s.replace(f=on_links(f, self.wall_term.astype(f.dtype), self.index, self.wall_term_at, self.carried))
+        moved = f.reshape(lattice.q, -1).at[self.wall_term_at[0], self.wall_term_at[1]].add(self.wall_term.astype(f.dtype))
         return s.replace(f=moved.reshape(f.shape))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def on_links(f: jnp.ndarray, term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
+def on_links(f: jnp.ndarray, wall_term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
              ) -> jnp.ndarray:
-    """``f`` plus the per-link ``term`` (n,), gathered into the planes of the directions ``carried`` through ``index``
+    """``f`` plus the per-link ``wall_term`` (n,), gathered into the planes of the directions ``carried`` through ``index``
     (one plane per carried direction: each cell's link number, n where it has none): an elementwise add a GPU fuses
     into the stream kernel (a scatter of the links is a kernel of its own after it, so a loop that stores the result
     copies it). Its adjoint takes the cotangents at the links ``at`` ((direction, flat cell), (2, n))."""
-    table = jnp.concatenate([term, jnp.zeros((1,), term.dtype)])
+    table = jnp.concatenate([wall_term, jnp.zeros((1,), wall_term.dtype)])
     planes = {i: jnp.take(table, index[k], mode="clip") for k, i in enumerate(carried)}
     return jnp.stack([f[i] + planes[i] if i in planes else f[i] for i in range(f.shape[0])])
 
 
-def _on_links_fwd(f: jnp.ndarray, term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
+def _on_links_fwd(f: jnp.ndarray, wall_term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
                   ) -> tuple[jnp.ndarray, Any]:
-    return on_links(f, term, index, at, carried), at
+    return on_links(f, wall_term, index, at, carried), at
 
 
 def _on_links_bwd(carried: tuple[int, ...], at: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
@@ -177,8 +169,8 @@ def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice, p
                   ) -> tuple[BoundaryCondition, ...]:
     """``boundaries`` with the conditions that have a hand-written adjoint here in that form (the others as they are:
     jax differentiates their rule), half-way walls applied while streaming where the xla engine does so; a moving
-    wall's term gathered into the stream kernel on a GPU or TPU (``platform``, default jax's backend), scattered onto
-    its links after it on a CPU (in place there)."""
+    wall's wall term gathered into the stream kernel on a GPU or TPU (``platform``, default jax's backend), scattered
+    onto its links after it on a CPU (in place there)."""
     out = []
     for bc in boundaries:
         wall = bc.halfway_wall
@@ -191,4 +183,4 @@ def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice, p
 def affine_stream(boundaries: tuple[BoundaryCondition, ...]) -> bool:
     """Whether the stream stage with ``boundaries`` is affine in the collided populations (the pull, and walls applied
     while streaming as :class:`Pulled`): its pullback is then the same at every point (lbm.diff.checkpointing.Split)."""
-    return all(isinstance(bc, Pulled) for bc in boundaries if bc.stage == "stream")
+    return all(bc.affine for bc in boundaries if bc.stage == "stream")

@@ -167,7 +167,7 @@ OBSERVING = STAGES[STAGES.index("bounce_back") + 1:STAGES.index("stream")]
 
 
 def wall_rule(bc: BoundaryCondition) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None:
-    """(solid, half-way links or None for full-way, moving-wall term or None) of a wall a kernel applies, else None."""
+    """(solid, half-way links or None for full-way, wall term or None) of a wall a kernel applies, else None."""
     rule = bc.bulk_rule()
     return None if rule is None else rule.wall
 
@@ -197,7 +197,7 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
     bulk pass leaves them alone); ``rest``: write slots of solid cells' unreflected populations, set to
     the rest state (0: the kernels store deviations f - w), in the solid cell's row, ascending within a row;
     ``copy_dst``/``copy_src``/``copy_add``: per half-way link, the solid cell's write slot, the write slot of the
-    opposite population of the fluid cell across the link, and the moving-wall term, in the fluid cell's row;
+    opposite population of the fluid cell across the link, and the wall term, in the fluid cell's row;
     ``keep_src``/``keep_dst``
     (push only; in place a skipped cell keeps them already): a full-way solid cell's pre-step
     population f_opp(i) (read slot) as its post-step population i (write slot). Each group comes with
@@ -211,7 +211,7 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
     copy_row, copy_dst, copy_src, copy_add, acrosses = [], [], [], [], []
     keep_row, keep_src, keep_dst = [], [], []
     for bc in walls:
-        solid, links, term = wall_rule(bc)
+        solid, links, wall_term = wall_rule(bc)
         solid = solid.reshape(-1)
         cells = np.flatnonzero(solid)
         solids.append(cells)
@@ -235,7 +235,7 @@ def wall_records(lattice: Lattice, shape: tuple[int, ...], walls: tuple[Boundary
             copy_row.append(across // n_inner)
             copy_dst.append(write[j, flagged])
             copy_src.append(w_across[opp[j]])
-            copy_add.append(np.zeros(across.size) if term is None else term.reshape(q, -1)[j, cells[flagged]])
+            copy_add.append(np.zeros(across.size) if wall_term is None else wall_term.reshape(q, -1)[j, cells[flagged]])
     solid = np.concatenate(solids)
     if np.unique(solid).size != solid.size:
         return None  # two walls on one cell

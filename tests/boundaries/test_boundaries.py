@@ -131,15 +131,15 @@ def test_halfway_walls_while_streaming_equal_the_dense_rule_then_stream(lat, wal
         solid, wall_u, lat, post.dtype)
     form = bc.folded(lat)
     assert isinstance(form, PulledHalfway)
-    assert (form.term is None) == (walls == "resting")
+    assert (form.wall_term is None) == (walls == "resting")
     if walls == "one_velocity":  # a table per direction; which links carry it: in the bits where they fit, or apart
         # the term 2 w_i rho (c_i . u_w) / cs^2 of the x = 0 wall sliding along y: on the links with c_x and c_y
-        assert form.term.shape == (lat.q,) and form.carried == tuple(np.flatnonzero(lat.c[:, 0] * lat.c[:, 1]))
-        assert (form.moving is None) == (lat.q + 1 + len(form.carried) <= 32)
+        assert form.wall_term.shape == (lat.q,) and form.carried == tuple(np.flatnonzero(lat.c[:, 0] * lat.c[:, 1]))
+        assert (form.wall_term_bits is None) == (lat.q + 1 + len(form.carried) <= 32)
     if walls == "two_velocities":
-        assert form.term.shape == (lat.q, *shape)
+        assert form.wall_term.shape == (lat.q, *shape)
     dense = stream(bounce_back_halfway(post, jnp.asarray(solid), jnp.asarray(bc.links), lat,
-                                       None if bc.wall is None else jnp.asarray(bc.wall)), lat)
+                                       None if bc.wall_term is None else jnp.asarray(bc.wall_term)), lat)
     folded = form.apply(StepState(f=stream(post, lat), post=post), lat).f
     np.testing.assert_array_equal(np.asarray(folded), np.asarray(dense))
     # links that are not those of the mask have no folded form

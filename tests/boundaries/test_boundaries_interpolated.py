@@ -133,3 +133,40 @@ def test_native_engine_runs_the_new_conditions_like_the_reference(lattice, shape
         force = np.asarray(aux_ref["force"])
         assert force.shape == (23, lattice.d) and np.abs(force[:, 0]).max() > 0
         np.testing.assert_allclose(np.asarray(aux_fast["force"]), force, rtol=0, atol=1e-12 * np.abs(force).max())
+
+
+def test_what_a_differentiable_run_asks_of_the_conditions():
+    """Each condition says how its continuous inputs enter (lbm.diff asks, never checks a type): a prescribed velocity
+    scales (the inlet's u, a moving wall's wall term), a curved wall names its nodes on the wall and moves; the others
+    keep themselves and have no curved wall."""
+    from lbm.boundaries import FullwayBounceBack, MovingWall
+    from lbm.boundaries.base import FormUnavailable
+    from lbm.boundaries.parabolic import ParabolicBounceBack
+
+    solid = np.zeros((12, 8), bool)
+    solid[5:7, 3:5] = True
+    u = np.full((2, 8), 0.01) * [[1], [0]]
+    wall_u = np.zeros((2, 12, 8))
+    wall_u[0, 5:7, 3:5] = 0.02
+    inlet, moving = Inlet(u=u), MovingWall.with_velocity(solid, wall_u, D2Q9, np.float64)
+    np.testing.assert_array_equal(inlet.with_velocity_scaled(3.0).u, 3.0 * u)
+    np.testing.assert_array_equal(moving.with_velocity_scaled(3.0).wall_term, 3.0 * moving.wall_term)
+    assert np.abs(moving.wall_term).max() > 0
+    resting = (HalfwayBounceBack.around(solid, D2Q9), FullwayBounceBack(solid=solid), Forces.on(solid, D2Q9), inlet)
+    for bc in resting[:3]:
+        assert bc.with_velocity_scaled(3.0) is bc and bc.moved_to(circle_intersect((6, 4), 1.0), (12, 8), D2Q9) is bc
+    assert all(bc.nodes_on_the_wall(1e-6) is None for bc in resting)
+    # the circle of radius 2 about (10, 10) passes through nodes: q = 0 or 1 on some links, the nodes named once each
+    wall = InterpolatedBounceBack.circle((10.0, 10.0), 2.0, (40, 20), D2Q9)
+    nodes = wall.nodes_on_the_wall(1e-6)
+    q = np.asarray(wall.q)
+    assert nodes.size == np.sum((q < 1e-6) | (q > 1 - 1e-6)) > 0
+    assert set(np.unravel_index(nodes, (40, 20))[0].tolist()) <= {8, 10, 12}
+    # moved to its own circle (jax, traced) the wall keeps its links and mask, with the fractions of that circle
+    from lbm.boundaries.interpolated import ball_intersect
+
+    moved = wall.moved_to(ball_intersect(jnp.asarray([10.0, 10.0]), jnp.asarray(2.5), jnp), (40, 20), D2Q9)
+    assert moved.link_dir is wall.link_dir and moved.solid is wall.solid
+    assert np.all(np.asarray(moved.q) <= q) and np.any(np.asarray(moved.q) < q)  # a larger circle: nearer every node
+    with pytest.raises(FormUnavailable, match="no traced wall fractions"):
+        ParabolicBounceBack.like(wall, 1.0).moved_to(circle_intersect((10.0, 10.0), 2.0), (40, 20), D2Q9)

@@ -212,3 +212,29 @@ def test_initial_populations_slab_by_slab(monkeypatch, case):
     assert len(held) == -(-setup.shape[0] // 3)
     assert np.array_equal(np.asarray(f), whole)
     assert max(held) - before <= f.nbytes + 2 * slab
+
+
+def test_a_case_says_its_differentiable_form_or_that_it_has_none():
+    """lbm.diff asks the case: its keys, their values and its objectives; a case without a form says so in one line."""
+    from lbm.config import load
+    from lbm.diff.parameters import base_values, case_keys
+    from lbm.errors import LbmError
+    from lbm.simulation import make_case
+
+    circle = make_case(load(["case=cylinder", "grid.nx=40", "grid.ny=20", "case.radius=3.3", "case.center=[10.0,10.0]"]))
+    assert case_keys(circle) == ("flow.reynolds", "flow.u_lattice", "case.radius", "case.center.x", "case.center.y")
+    assert base_values(circle) == {"flow.u_lattice": 0.04, "flow.reynolds": 150.0, "case.radius": 3.3,
+                                   "case.center.x": 10.0, "case.center.y": 10.0}
+    assert circle.differentiable_objectives() == ("drag", "lift")
+    ellipse = make_case(load(["case=cylinder", "grid.nx=40", "grid.ny=20", "case.shape=ellipse", "case.axes=[4.8,2.4]",
+                              "flow.tau=0.8"]))
+    assert case_keys(ellipse) == ("flow.tau", "flow.u_lattice", "case.axes.a", "case.axes.b", "case.center.x",
+                                  "case.center.y")
+    assert ellipse.shape_keys() == ("case.axes.a", "case.axes.b", "case.center.x", "case.center.y")
+    cavity = make_case(load(["case=cavity", "grid.nx=12", "grid.ny=12"]))
+    assert case_keys(cavity) == ("flow.reynolds", "flow.u_lattice") and cavity.shape_keys() == ()
+    assert cavity.differentiable_objectives() == () and cavity.differentiable_values() == {}
+    schafer = make_case(load(["case=schafer_turek"]))
+    for ask in (schafer.differentiable_keys, lambda: schafer.traced(None, {}, {})):
+        with pytest.raises(LbmError, match=r"^case=schafer_turek has no differentiable form: [^\n]*$"):
+            ask()

@@ -13,11 +13,11 @@ from helpers.reports import rel
 import lbm
 from lbm.bench.gradient_study import planned_bytes
 from lbm.boundaries.interpolated import InterpolatedBounceBack
+from lbm.cases.cylinder import ellipse_intersect
 from lbm.config import LbmWarning
 from lbm.diff import api, finite_difference
 from lbm.diff.api import gradient_function, prepare_gradient
 from lbm.diff.checkpointing import binomial_schedule, segment_length
-from lbm.diff.geometry import moved_circle
 from lbm.diff.run import differentiable_run
 from lbm.errors import LbmError
 from lbm.lattice import get_lattice
@@ -127,13 +127,13 @@ def test_the_gradient_keeps_no_per_direction_transposes_and_binomial_memory_does
     assert grown <= 16 * len(binomial_schedule(256, 4))
 
 
-def test_moved_circle_at_its_own_centre_and_radius_is_the_numpy_wall():
+def test_a_moved_circle_at_its_own_centre_and_radius_is_the_numpy_wall():
     lattice = get_lattice("d2q9")
     wall = InterpolatedBounceBack.circle((10.3, 9.6), 3.7, (30, 20), lattice)
-    moved = moved_circle(wall, (30, 20), lattice, (10.3, 9.6), 3.7)
+    moved = wall.moved_to(ellipse_intersect((10.3, 9.6), (3.7, 3.7), jnp), (30, 20), lattice)
     np.testing.assert_allclose(np.asarray(moved.q), wall.q, atol=1e-5)  # float32 unless x64 is on
     np.testing.assert_allclose(np.asarray(moved.weights), wall.weights, atol=1e-5)
-    bigger = moved_circle(wall, (30, 20), lattice, (10.3, 9.6), 3.8)
+    bigger = wall.moved_to(ellipse_intersect((10.3, 9.6), (3.8, 3.8), jnp), (30, 20), lattice)
     assert np.all(np.asarray(bigger.q) < wall.q)  # the wall moves towards every fluid node
 
 
@@ -277,7 +277,7 @@ def test_a_wall_fraction_at_a_node_keeps_its_whole_derivative():
     assert np.min(wall.q) == 0.0
 
     def total(radius):
-        return jnp.sum(moved_circle(wall, (40, 20), lattice, (10.0, 10.0), radius).q)
+        return jnp.sum(wall.moved_to(ellipse_intersect((10.0, 10.0), (radius, radius), jnp), (40, 20), lattice).q)
 
     assert float(jax.grad(total)(2.0)) == pytest.approx(float(jax.grad(total)(1.9999)), rel=1e-3)
     # away from the mask's shape a q clipped by more than a rounding keeps the clip's derivative: that of the value

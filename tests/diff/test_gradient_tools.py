@@ -1,15 +1,16 @@
-"""Gradients beyond the xla engine's circle: the ellipse's shape gradient (lbm.diff.geometry, case.shape=ellipse)."""
+"""Gradients beyond the xla engine's circle: the ellipse's shape gradient (the wall moved_to the ellipse, case.shape=ellipse)."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers.reports import rel
 
 import lbm
 from lbm.boundaries.interpolated import InterpolatedBounceBack
+from lbm.cases.cylinder import ellipse_intersect
 from lbm.config import load
 from lbm.diff import finite_difference
 from lbm.diff.api import prepare_gradient
-from lbm.diff.geometry import moved_ellipse
 from lbm.errors import ConfigError, LbmError
 from lbm.simulation import make_case
 
@@ -36,7 +37,7 @@ def test_ellipse_mask_and_wall_fractions():
     hit = fluid + np.asarray(wall.q)[:, None] * case.lattice.c[np.asarray(wall.link_dir)]
     np.testing.assert_allclose(((hit[:, 0] - 10) / 4.8) ** 2 + ((hit[:, 1] - 10) / 2.4) ** 2, 1.0, atol=1e-12)
     # the jax form at the ellipse's own axes is the numpy wall
-    moved = moved_ellipse(wall, (40, 20), case.lattice, (10.0, 10.0), (4.8, 2.4))
+    moved = wall.moved_to(ellipse_intersect((10.0, 10.0), (4.8, 2.4), jnp), (40, 20), case.lattice)
     np.testing.assert_allclose(np.asarray(moved.q), wall.q, atol=1e-12)
     np.testing.assert_allclose(np.asarray(moved.weights), wall.weights, atol=1e-12)
 
@@ -57,7 +58,7 @@ def test_ellipse_refusals(overrides, key):
 
 
 def test_collision_kernels_are_affine_in_the_force():
-    """What lbm.diff.parameters.Relaxation rests on: K(F) = K(0) + sum_a F_a (K(e_a) - K(0)) for every kind."""
+    """What lbm.cases.traced.Relaxation rests on: K(F) = K(0) + sum_a F_a (K(e_a) - K(0)) for every kind."""
     import jax.numpy as jnp
 
     from lbm.kernels.collisions import COLLISION_KINDS, Collision

@@ -12,6 +12,7 @@ import functools
 from pathlib import Path
 
 import pytest
+from helpers.switches import condition_classes, type_switches
 
 import lbm
 
@@ -85,48 +86,14 @@ def test_beside_modules_take_data_not_objects_of_the_layers_above(package):
     assert not _edges()[package] & {"cases", "engines", "bench", "simulation", "config", "cli", "boundaries"}
 
 
-def _condition_classes() -> set[str]:
-    """Names of every boundary condition class of lbm.boundaries (and the block forms)."""
-    import inspect
-
-    import lbm.boundaries as boundaries
-    from lbm.boundaries.base import BoundaryCondition
-
-    names = set()
-    for path in (ROOT / "boundaries").glob("*.py"):
-        module = __import__(f"lbm.boundaries.{path.stem}", fromlist=["_"])
-        names |= {n for n, c in inspect.getmembers(module, inspect.isclass) if issubclass(c, BoundaryCondition)}
-    return names | {n for n in dir(boundaries) if n[:1].isupper()}
-
-
-def _type_switches(tree: ast.AST, classes: set[str]) -> list[str]:
-    """``type(x) is/in ...``, ``isinstance(x, <condition class>)`` and ``... .kind == ...`` in a module's tree."""
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            left = node.left
-            if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "type":
-                found.append(f"line {node.lineno}: type(...) compared")
-            sides = [left, *node.comparators]
-            if any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides) and any(
-                    isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
-                found.append(f"line {node.lineno}: .kind compared")
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass"):
-            second = node.args[1] if len(node.args) > 1 else None
-            names = [e.id for e in (second.elts if isinstance(second, ast.Tuple) else [second]) if isinstance(e, ast.Name)]
-            if set(names) & classes:
-                found.append(f"line {node.lineno}: isinstance on {sorted(set(names) & classes)}")
-    return found
-
-
 def test_engines_ask_boundary_conditions_and_never_switch_on_their_type():
     """Engines ask a condition for its forms (DESIGN.md, "Ask the component, never its type")."""
-    classes = _condition_classes()
+    classes = condition_classes()
     assert {"HalfwayBounceBack", "Inlet", "Forces", "OnEdge"} <= classes
     found = {str(p.relative_to(ROOT)): hits for p in sorted((ROOT / "engines").rglob("*.py"))
-             if (hits := _type_switches(ast.parse(p.read_text()), classes))}
+             if (hits := type_switches(ast.parse(p.read_text()), classes))}
     assert found == {}
-    assert _type_switches(ast.parse("type(bc) is Inlet\nisinstance(bc, Forces)\nbc.kind == 'zou_he'"), classes)
+    assert type_switches(ast.parse("type(bc) is Inlet\nisinstance(bc, Forces)\nbc.kind == 'zou_he'"), classes)
 
 
 def test_no_caller_outside_the_engines_probes_an_engine_with_getattr() -> None:
