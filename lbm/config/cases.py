@@ -10,10 +10,11 @@ conditions' kinds is checked by the case.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
+from lbm.config.defaults import Pick, cavity_picks, tgv3d_picks
 from lbm.config.sections import Section
 from lbm.errors import ConfigError
 
@@ -39,6 +40,16 @@ class CaseParams(Section):
     """What every case's parameters hold: the case's name (the mapping view lists the parameters without it)."""
 
     name: str = MISSING
+    dims: ClassVar[tuple[int, ...] | None] = None
+    """The spatial dimensions of the lattices the case runs on (None: 2D and 3D)."""
+    picks_collision: ClassVar[bool] = False
+    """Whether :meth:`pick` has a rule for ``collision=auto`` (lbm.config.defaults)."""
+
+    @classmethod
+    def pick(cls, lattice: str, collision: str, grid: dict[str, Any], reynolds: float, u_lattice: float | None,
+             tau: float | None) -> tuple[str, dict[str, Any], float | None, tuple[Pick, ...]]:
+        """The collision, grid, flow speed and picks for the keys the user left open (auto, null): here none."""
+        return collision, grid, u_lattice, ()
 
     def __iter__(self) -> Any:
         """The parameter names, without ``name``."""
@@ -112,6 +123,13 @@ class CavityParams(CaseParams):
     """``case=cavity``: when a ``steps=auto`` run counts as steady."""
 
     steady_tolerance: float = MISSING
+    picks_collision: ClassVar[bool] = True
+
+    @classmethod
+    def pick(cls, lattice: str, collision: str, grid: dict[str, Any], reynolds: float, u_lattice: float | None,
+             tau: float | None) -> tuple[str, dict[str, Any], float | None, tuple[Pick, ...]]:
+        """The validated square or cube, its lid speed and collision where left open (lbm.config.defaults)."""
+        return cavity_picks(lattice, collision, grid, reynolds, u_lattice, tau)
 
     def __post_init__(self) -> None:
         """A positive tolerance."""
@@ -154,6 +172,8 @@ class SchaferTurekParams(CaseParams):
 class DuctParams(CaseParams):
     """``case=duct``: no parameters of its own."""
 
+    dims: ClassVar[tuple[int, ...] | None] = (3,)
+
 
 @dataclasses.dataclass(frozen=True)
 class TaylorGreenParams(CaseParams):
@@ -163,6 +183,15 @@ class TaylorGreenParams(CaseParams):
 @dataclasses.dataclass(frozen=True)
 class TaylorGreen3DParams(CaseParams):
     """``case=taylor_green_3d``: no parameters of its own."""
+
+    dims: ClassVar[tuple[int, ...] | None] = (3,)
+    picks_collision: ClassVar[bool] = True
+
+    @classmethod
+    def pick(cls, lattice: str, collision: str, grid: dict[str, Any], reynolds: float, u_lattice: float | None,
+             tau: float | None) -> tuple[str, dict[str, Any], float | None, tuple[Pick, ...]]:
+        """The validated collision on the lattice where left open (lbm.config.defaults)."""
+        return tgv3d_picks(lattice, collision, grid, reynolds, u_lattice, tau)
 
 
 CASE_PARAMS: dict[str, type[CaseParams]] = {

@@ -2,8 +2,9 @@
 
 A case's YAML leaves a key open with ``collision: auto`` (its defaults list: ``override /collision: auto``) or a
 null ``grid.nx``, ``grid.ny``, ``grid.nz`` or ``flow.u_lattice``; a key the user sets on the command line replaces
-the open value and is never changed. :func:`pick` fills the open keys by the case's rule and says, for each, what
-it picked and why (:class:`Pick`); the run logs these lines and metrics.json records them (``defaults_picked``).
+the open value and is never changed. :func:`pick` fills the open keys by the case's rule (its parameter class's
+``pick``, lbm.config.cases) and says, for each, what it picked and why (:class:`Pick`); the run logs these lines
+and metrics.json records them (``defaults_picked``).
 
 The rules are the validated set-ups:
 - ``cavity``: the square (2D, 130^2) or the cube (3D, 66^3; docs/validation_3d.md), ``grid.ny`` and ``grid.nz``
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from lbm.errors import ConfigError
@@ -27,8 +29,6 @@ AUTO = "auto"
 """The collision group's option that leaves the kind to the case (``collision=auto``)."""
 TAU_WARN = 0.51
 """Relaxation times below this give a warning: BGK is close to its stability limit."""
-CASE_DIMS: dict[str, tuple[int, ...]] = {"taylor_green_3d": (3,), "duct": (3,)}
-"""The spatial dimensions of the cases that run on one kind of lattice only (the others run on 2D and 3D lattices)."""
 CAVITY_GRID = {2: 130, 3: 66}
 """The cavity's cells per side (walls included): L = 128 in 2D, the validated 64^3 cube in 3D."""
 CAVITY_LID = (0.05, 0.1)
@@ -36,6 +36,10 @@ CAVITY_LID = (0.05, 0.1)
 CAVITY_TAU_MIN = 0.52
 """Below this tau at lid speed 0.05 the cavity picks 0.1: within 0.02 of 1/2 BGK is near its limit (the cube at
 Re 1000 diverged at tau 0.5096); 0.1 doubles the margin."""
+CAVITY_PLAIN = "bgk"
+"""The cavity's collision in 2D where tau keeps :data:`TAU_WARN`'s margin (the simplest kind; policy, written once)."""
+CAVITY_STABLE = "trt"
+"""The cavity's collision in 3D (the validated cube) and in 2D below :data:`TAU_WARN` (policy, written once)."""
 TGV3D_COLLISION = {"d3q27": "cumulant", "d3q19": "kbc"}
 """taylor_green_3d's collision per lattice (docs/validation_3d.md: both stable to t = 20 at 64^3, Re 1600)."""
 
@@ -53,49 +57,63 @@ class Pick:
         return f"{self.key}={self.value} ({self.reason})"
 
 
-def check_dims(case: str, lattice: str) -> None:
-    """Refuse a lattice of the wrong dimension for a case that runs on one kind only, naming the lattice given."""
-    dims = CASE_DIMS.get(case)
+def check_dims(case: str, dims: tuple[int, ...] | None, lattice: str) -> None:
+    """Refuse a lattice of the wrong dimension for a case that runs on one kind only (``dims``: the spatial dimensions
+    it runs on, None: 2D and 3D), naming the lattice given."""
     if dims is not None and LATTICES[lattice].d not in dims:
         fits = [name for name, lat in LATTICES.items() if lat.d in dims]
         raise ConfigError("lattice", lattice, f"{' or '.join(fits)} (case {case} is {dims[0]}D)",
                           f"use lattice={' or lattice='.join(fits)}")
 
 
-def pick(case: str, lattice: str, collision: str, grid: dict[str, Any], reynolds: float, u_lattice: float | None,
-         tau: float | None) -> tuple[str, dict[str, Any], float | None, tuple[Pick, ...]]:
-    """The collision, grid (nx, ny, nz), lid or flow speed and the picks for the keys left open (auto, null).
+def pick(case: str, rules: Mapping[str, Any], lattice: str, collision: str, grid: dict[str, Any], reynolds: float,
+         u_lattice: float | None, tau: float | None) -> tuple[str, dict[str, Any], float | None, tuple[Pick, ...]]:
+    """The collision, grid (nx, ny, nz), lid or flow speed and the picks for the keys left open (auto, null), by the
+    rule of ``rules[case]`` (a parameter class of lbm.config.cases: its ``pick``).
 
     A key already set comes back unchanged; ``collision=auto`` on a case without a rule is refused.
     """
+    collision, grid, u_lattice, picks = rules[case].pick(lattice, collision, grid, reynolds, u_lattice, tau)
+    if collision == AUTO:
+        having = " and ".join(name for name, params in rules.items() if params.picks_collision)
+        raise ConfigError("collision", AUTO, "a collision kind (case " + case + " has no rule for collision=auto: "
+                          f"it picks for {having})")
+    return collision, grid, u_lattice, picks
+
+
+def cavity_picks(lattice: str, collision: str, grid: dict[str, Any], reynolds: float, u_lattice: float | None,
+                 tau: float | None) -> tuple[str, dict[str, Any], float | None, tuple[Pick, ...]]:
+    """The cavity's rule (the module doc): the validated square or cube, its lid speed and collision where open."""
     picks: list[Pick] = []
     d = LATTICES[lattice].d
-    if case == "cavity":
-        grid = dict(grid)
-        if grid.get("nx") is None:
-            grid["nx"] = CAVITY_GRID[d]
-            picks.append(Pick("grid.nx", grid["nx"], f"the validated {'square' if d == 2 else 'cube'}: "
-                                                     f"L = {grid['nx'] - 2} fluid cells per side"))
-        for key in ("ny", "nz")[: d - 1]:
-            if grid.get(key) is None:
-                grid[key] = grid["nx"]
-                picks.append(Pick(f"grid.{key}", grid[key], "as grid.nx: a square cavity" if d == 2 else
-                                  "as grid.nx: a cube"))
-        length = grid["nx"] - 2 if isinstance(grid["nx"], int) and not isinstance(grid["nx"], bool) else None
-        if u_lattice is None and length is not None:
-            u_lattice, why = cavity_lid(length, reynolds, tau)
-            picks.append(Pick("flow.u_lattice", u_lattice, why))
-        if collision == AUTO and length is not None:
-            collision, why = cavity_collision(d, length, reynolds, tau, u_lattice)
-            picks.append(Pick("collision", collision, why))
-    elif case == "taylor_green_3d" and collision == AUTO:
-        collision = TGV3D_COLLISION.get(lattice, "cumulant")
-        picks.append(Pick("collision", collision, f"the validated collision on {lattice} at Re 1600"
-                          + ("" if lattice == "d3q27" else ": the cumulant needs d3q27")))
-    if collision == AUTO:
-        raise ConfigError("collision", AUTO, "a collision kind (case " + case + " has no rule for collision=auto: "
-                          "it picks for cavity and taylor_green_3d)")
+    grid = dict(grid)
+    if grid.get("nx") is None:
+        grid["nx"] = CAVITY_GRID[d]
+        picks.append(Pick("grid.nx", grid["nx"], f"the validated {'square' if d == 2 else 'cube'}: "
+                                                 f"L = {grid['nx'] - 2} fluid cells per side"))
+    for key in ("ny", "nz")[: d - 1]:
+        if grid.get(key) is None:
+            grid[key] = grid["nx"]
+            picks.append(Pick(f"grid.{key}", grid[key], "as grid.nx: a square cavity" if d == 2 else
+                              "as grid.nx: a cube"))
+    length = grid["nx"] - 2 if isinstance(grid["nx"], int) and not isinstance(grid["nx"], bool) else None
+    if u_lattice is None and length is not None:
+        u_lattice, why = cavity_lid(length, reynolds, tau)
+        picks.append(Pick("flow.u_lattice", u_lattice, why))
+    if collision == AUTO and length is not None:
+        collision, why = cavity_collision(d, length, reynolds, tau, u_lattice)
+        picks.append(Pick("collision", collision, why))
     return collision, grid, u_lattice, tuple(picks)
+
+
+def tgv3d_picks(lattice: str, collision: str, grid: dict[str, Any], reynolds: float, u_lattice: float | None,
+                tau: float | None) -> tuple[str, dict[str, Any], float | None, tuple[Pick, ...]]:
+    """taylor_green_3d's rule: its validated collision on ``lattice`` (:data:`TGV3D_COLLISION`) where auto."""
+    if collision != AUTO:
+        return collision, grid, u_lattice, ()
+    collision = TGV3D_COLLISION.get(lattice, TGV3D_COLLISION["d3q27"])
+    return collision, grid, u_lattice, (Pick("collision", collision, f"the validated collision on {lattice} at Re 1600"
+                                             + ("" if lattice == "d3q27" else ": the cumulant needs d3q27")),)
 
 
 def cavity_lid(length: int, reynolds: float, tau: float | None) -> tuple[float, str]:
@@ -115,12 +133,12 @@ def cavity_collision(d: int, length: int, reynolds: float, tau: float | None,
                      u_lattice: float | None) -> tuple[str, str]:
     """The cavity's collision on a ``d``-dimensional lattice at the tau the flow gives, and why."""
     if d == 3:
-        return "trt", "the validated cube (docs/validation_3d.md); walls exactly half-way"
+        return CAVITY_STABLE, "the validated cube (docs/validation_3d.md); walls exactly half-way"
     if tau is None and u_lattice is not None and reynolds > 0:
         tau = 0.5 + u_lattice * length / (reynolds * CS2)
     if tau is not None and tau < TAU_WARN:
-        return "trt", f"tau {tau:.4f} < {TAU_WARN}: BGK is close to its stability limit"
-    return "bgk", f"tau {tau:.4f} >= {TAU_WARN}" if tau is not None else "bgk"
+        return CAVITY_STABLE, f"tau {tau:.4f} < {TAU_WARN}: BGK is close to its stability limit"
+    return CAVITY_PLAIN, f"tau {tau:.4f} >= {TAU_WARN}" if tau is not None else CAVITY_PLAIN
 
 
 def picked_record(picks: tuple[Pick, ...]) -> dict[str, dict[str, Any]]:

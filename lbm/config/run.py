@@ -179,15 +179,15 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     """Check every value of a (resolved, plain-dict) config and return a RunConfig."""
     tree = read_tree(cfg)
     lattice = check_choice("lattice", tree.lattice.name, tuple(LATTICES))
-    check_dims(tree.case.name, lattice)
+    check_dims(tree.case.name, CASE_PARAMS[tree.case.name].dims, lattice)
     collision = validate_collision(tree.collision, auto=True)
     check_float("flow.reynolds", tree.flow.reynolds, 0.0)
     tau = None if tree.flow.tau is None else check_float("flow.tau", tree.flow.tau, 0.5)
     # the keys a case's picks read, checked first where they are set (a bad one is named, not the pick's rule)
     given = {k: v if v is None else check_int(f"grid.{k}", v, 4) for k, v in dict(tree.grid).items()}
     u_given = None if tree.flow.u_lattice is None else check_float("flow.u_lattice", tree.flow.u_lattice, 0.0)
-    kind, grid_keys, u_lattice, picked = pick(tree.case.name, lattice, collision.name, given, tree.flow.reynolds,
-                                              u_given, tau)
+    kind, grid_keys, u_lattice, picked = pick(tree.case.name, CASE_PARAMS, lattice, collision.name, given,
+                                              tree.flow.reynolds, u_given, tau)
     if kind != collision.name:  # picked for collision=auto: the kind's own default rates
         defaults = dataclasses.asdict(COLLISION_KINDS[kind].Rates())
         collision = validate_collision(CollisionParams(name=kind, **defaults))  # type: ignore[call-arg]
