@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -273,6 +273,13 @@ class Case:
 
     name = "case"
     dims: tuple[int, ...] = (2, 3)
+    setup_bytes_per_cell: ClassVar[dict[int, int]] = {}
+    """Bytes per cell the case's Setup holds at its peak while it is built, per spatial dimension (tracemalloc, rounded
+    up; tests/simulation/test_memory.py measures every entry); a dimension without one: lbm.simulation.memory's
+    default."""
+    output_bytes_per_cell: ClassVar[dict[int, int]] = {}
+    """Bytes per cell the observation, fields and plots add, per spatial dimension (measured, lbm.simulation.memory);
+    a dimension without one: lbm.simulation.memory's default."""
 
     def __init__(self, run: RunConfig) -> None:
         self.run = run

@@ -15,7 +15,7 @@ import csv
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -84,6 +84,7 @@ class Cavity(Case):
     """Lid-driven square (or rectangular) cavity."""
 
     name = "cavity"
+    setup_bytes_per_cell: ClassVar[dict[int, int]] = {2: 272, 3: 552}
 
     def __init__(self, run: RunConfig) -> None:
         super().__init__(run)

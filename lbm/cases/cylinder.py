@@ -19,7 +19,7 @@ import csv
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -65,6 +65,7 @@ class Cylinder(Case):
     """Vortex shedding behind a cylinder, drag and lift by momentum exchange."""
 
     name = "cylinder"
+    setup_bytes_per_cell: ClassVar[dict[int, int]] = {2: 72, 3: 72}
 
     def __init__(self, run: RunConfig) -> None:
         super().__init__(run)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -50,6 +50,7 @@ class Duct(Case):
     """Laminar flow in a rectangular duct with its Fourier-series solution."""
 
     name = "duct"
+    setup_bytes_per_cell: ClassVar[dict[int, int]] = {3: 96}
     dims = (3,)
 
     def check(self) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -83,6 +83,7 @@ class Obstacle(Cylinder):
     """Vortex shedding behind an obstacle read from a file; forces as the cylinder's, on its frontal height."""
 
     name = "obstacle"
+    setup_bytes_per_cell: ClassVar[dict[int, int]] = {}  # not measured (not Cylinder's): the default
 
     @cached_property
     def mask_path(self) -> Path:

@@ -16,7 +16,7 @@ import csv
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -35,6 +35,7 @@ class Poiseuille(Case):
     """Plane Poiseuille flow with its analytic parabola."""
 
     name = "poiseuille"
+    setup_bytes_per_cell: ClassVar[dict[int, int]] = {2: 128, 3: 96}
 
     def check(self) -> None:
         """At least 3 fluid cells across the channel."""

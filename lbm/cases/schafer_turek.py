@@ -33,7 +33,7 @@ import dataclasses
 import functools
 import logging
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -153,6 +153,7 @@ class SchaferTurek(Cylinder):
     """The DFG cylinder benchmark in 2D: drag, lift, pressure difference, recirculation length, Strouhal number."""
 
     name = "schafer_turek"
+    setup_bytes_per_cell: ClassVar[dict[int, int]] = {2: 72, 3: 96}
     dims = (2,)
 
     def __new__(cls, run: RunConfig) -> SchaferTurek:

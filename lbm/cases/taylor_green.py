@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -29,6 +29,8 @@ class TaylorGreen(Case):
     """Periodic decaying vortex with an analytic solution."""
 
     name = "taylor_green"
+    setup_bytes_per_cell: ClassVar[dict[int, int]] = {2: 136}
+    output_bytes_per_cell: ClassVar[dict[int, int]] = {2: 96}
 
     def auto_steps(self) -> int:
         """One decay time 1 / (nu (kx^2 + ky^2)) of the velocity amplitude."""

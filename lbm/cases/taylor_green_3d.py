@@ -21,7 +21,7 @@ import csv
 import math
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -206,6 +206,8 @@ class TaylorGreen3D(Case):
     """The 3D Taylor-Green vortex: transition to turbulence, dissipation against spectral DNS."""
 
     name = "taylor_green_3d"
+    setup_bytes_per_cell: ClassVar[dict[int, int]] = {3: 376}
+    output_bytes_per_cell: ClassVar[dict[int, int]] = {3: 640}
     dims = (3,)
 
     def __init__(self, run: RunConfig) -> None:

@@ -6,8 +6,8 @@ The estimate is analytic (no array is made, nothing is lowered or compiled), per
   XLA's memory analysis of the compiled chunk, arguments + outputs - aliased + temporaries, measured per engine; the
   ratio does not change with the grid, see tests/simulation/test_memory.py and scripts/memory_estimate.py);
 - a host copy of the populations (the last good state kept for a divergence report, checkpoints, fields);
-- the case's set-up arrays at their peak (:data:`SETUP_BYTES`, measured with tracemalloc per case);
-- the observation, fields and plots (:data:`OUTPUT_BYTES`, from the measured peak RSS of real runs).
+- the case's set-up arrays at their peak (``Case.setup_bytes_per_cell``, measured with tracemalloc per case);
+- the observation, fields and plots (``Case.output_bytes_per_cell``, from the measured peak RSS of real runs).
 
 On a CPU the device is the host: everything is counted against the host. On a GPU or TPU the populations and the
 larger of the engine's temporaries and the fields are counted against each device's ``memory_stats()['bytes_limit']``
@@ -28,6 +28,7 @@ import resource
 from pathlib import Path
 from typing import Any
 
+from lbm.cases import CASES
 from lbm.config import RunConfig
 from lbm.errors import LbmError
 from lbm.lattice import LATTICES
@@ -46,20 +47,19 @@ INSTRUMENTED_FACTOR = 10.0
 one program's analysis sees: its peak RSS grows by 459-502 B per cell (taylor_green 512^2/1024^2/2048^2,
 /usr/bin/time -v and tests/simulation/test_memory.py), 6.4 populations beyond the set-up and outputs; 10 bounds it."""
 
-SETUP_BYTES = {("taylor_green", 2): 136, ("taylor_green_3d", 3): 376, ("cavity", 2): 272, ("cavity", 3): 552,
-               ("cylinder", 2): 72, ("cylinder", 3): 72, ("schafer_turek", 2): 72, ("schafer_turek", 3): 96,
-               ("poiseuille", 2): 128, ("poiseuille", 3): 96, ("duct", 3): 96}
-"""Bytes per cell a case's Setup holds at its peak while it is built (tracemalloc, rounded up; the test
-test_setup_bytes_bound_each_case measures every entry). Cases not listed: :data:`SETUP_DEFAULT`."""
 SETUP_DEFAULT = 560
+"""Bytes per cell of a case's Setup where the case has no measured entry (``Case.setup_bytes_per_cell``, tracemalloc
+while it is built, rounded up; test_setup_bytes_bound_each_case measures every entry)."""
+SETUP_BYTES = {(name, d): b for name, case in CASES.items() for d, b in case.setup_bytes_per_cell.items()}
+"""Every case's measured entry by (name, dimensions), as the cases declare them (a view for scripts and tests)."""
 
-OUTPUT_BYTES = {("taylor_green", 2): 96, ("taylor_green_3d", 3): 640}
-"""Bytes per cell the observation (taylor_green_3d: its velocity spectra), fields and plots add: the slope of the
-measured peak RSS of two real runs at a grid and twice its side (scripts/memory_estimate.py, steps=4) less the other
-terms, rounded up. Measured, bytes per cell in all (the estimate), docs/memory.md: taylor_green 1024^2/2048^2
-210-213 (308), taylor_green_3d 64^3/128^3 1013-1101 (1243), cylinder 840x360/1680x720 318-343 (404), D3Q19 cylinder
-96x48x48/192x96x96 372-416 (488), cavity 256^2/512^2 376-399 (604), D3Q19 cavity 64^3/128^3 627-647 (968). Cases
-not listed: :data:`OUTPUT_DEFAULT`."""
+OUTPUT_BYTES = {(name, d): b for name, case in CASES.items() for d, b in case.output_bytes_per_cell.items()}
+"""Bytes per cell the observation (taylor_green_3d: its velocity spectra), fields and plots add, as the cases declare
+them (``Case.output_bytes_per_cell``): the slope of the measured peak RSS of two real runs at a grid and twice its side
+(scripts/memory_estimate.py, steps=4) less the other terms, rounded up. Measured, bytes per cell in all (the
+estimate), docs/memory.md: taylor_green 1024^2/2048^2 210-213 (308), taylor_green_3d 64^3/128^3 1013-1101 (1243),
+cylinder 840x360/1680x720 318-343 (404), D3Q19 cylinder 96x48x48/192x96x96 372-416 (488), cavity 256^2/512^2 376-399
+(604), D3Q19 cavity 64^3/128^3 627-647 (968). Cases without an entry: :data:`OUTPUT_DEFAULT`."""
 OUTPUT_DEFAULT = 256
 SUGGEST = 0.95
 """The largest grid a refusal suggests fills this share of what is available: the process's own size moves a little
@@ -131,10 +131,11 @@ def estimate(run: RunConfig, platform: str = "cpu", engine: str | None = None) -
     itemsize = 8 if run.precision == "float64" else 4
     populations = lattice.q * itemsize * cells
     _, factor = engine_factor(run, platform, engine)
-    setup = SETUP_BYTES.get((run.case, lattice.d), SETUP_DEFAULT) * cells
+    case = CASES[run.case]
+    setup = case.setup_bytes_per_cell.get(lattice.d, SETUP_DEFAULT) * cells
+    outputs = case.output_bytes_per_cell.get(lattice.d, OUTPUT_DEFAULT) * cells
     return Need(cells=cells, populations=populations, temporaries=round((factor - 1.0) * populations),
-                host_copy=populations, setup=setup, outputs=OUTPUT_BYTES.get((run.case, lattice.d), OUTPUT_DEFAULT) * cells,
-                devices=max(1, run.devices))
+                host_copy=populations, setup=setup, outputs=outputs, devices=max(1, run.devices))
 
 
 def _read(path: str) -> str | None:
