@@ -54,7 +54,7 @@ from lbm.cases.signals import dominant_frequency
 from lbm.config import RunConfig
 from lbm.config.schema import option_file
 from lbm.errors import ConfigError, LbmError
-from lbm.kernels.collisions.trt import TrtRates
+from lbm.kernels.collisions import COLLISION_KINDS
 from lbm.lattice import CS2, Lattice
 from lbm.reference import dfg_intervals
 
@@ -81,11 +81,18 @@ WALL_KINDS = ("bfl", "parabolic")
 
 
 @functools.cache
-def validated_settings() -> tuple[float, float, str]:
-    """The relaxation time, TRT Lambda and inlet of every variant's validated settings: the defaults that
-    schafer_turek.yaml (flow.tau, case.inlet) and the trt schema (magic) set."""
+def validated_settings() -> tuple[str, float, float | None, str]:
+    """The collision, relaxation time, magic parameter (None where the kind has none) and inlet of every variant's
+    validated settings: the defaults that schafer_turek.yaml (its collision, flow.tau, case.inlet) and the
+    collision's schema (magic) set."""
     own = option_file("case", "schafer_turek")
-    return own["flow"]["tau"], TrtRates.magic, own["case"]["inlet"]
+    collision = next(d[COLLISION_DEFAULT] for d in own["defaults"] if isinstance(d, dict) and COLLISION_DEFAULT in d)
+    magic = getattr(COLLISION_KINDS[collision].Rates(), "magic", None)
+    return collision, own["flow"]["tau"], magic, own["case"]["inlet"]
+
+
+COLLISION_DEFAULT = "override /collision"
+"""The entry of a case's YAML defaults list that sets its collision."""
 
 
 MEASURED = {
@@ -311,9 +318,9 @@ class SchaferTurek(Cylinder):
         """The settings of this run that differ from the variant's validated ones (the defaults), as ``key=value``."""
         run, params = self.run, self.params
         validated = dict(params.validated.get(self.variant, {}))
-        out = [f"collision={run.collision}"] if run.collision != "trt" else []
-        tau, magic, inlet = validated_settings()
-        if run.collision == "trt" and run.collision_params.magic != magic:
+        collision, tau, magic, inlet = validated_settings()
+        out = [f"collision={run.collision}"] if run.collision != collision else []
+        if run.collision == collision and magic is not None and run.collision_params.magic != magic:
             out.append(f"collision.magic={run.collision_params.magic:g}")
         if run.flow.tau != tau:
             out.append(f"flow.tau={run.flow.tau}" if run.flow.tau is not None else f"flow.u_lattice={run.flow.u_lattice:g}")

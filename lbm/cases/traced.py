@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass
-from lbm.kernels.collisions import Collision, bgk, guo_source, trt
+from lbm.kernels.collisions import COLLISION_KINDS, Collision, bgk, guo_source, trt
 from lbm.lattice import CS2, Lattice
 
 FLOW_KEYS = ("flow.reynolds", "flow.u_lattice")
@@ -126,14 +126,7 @@ def traced_rates(case: Any, length: Any, v: dict[str, Any]) -> tuple[Any, Any]:
     else:
         tau = v["flow.u_lattice"] * length / v["flow.reynolds"] / CS2 + 0.5
     omega_plus = 1.0 / tau
-    rates = run.collision_params
-    if run.collision == "mrt" and rates.odd is not None:
-        omega_minus = rates.odd
-    elif run.collision in ("trt", "mrt"):
-        omega_minus = 1.0 / (0.5 + rates.magic / (tau - 0.5))
-    else:
-        omega_minus = omega_plus
-    return omega_plus, omega_minus
+    return omega_plus, COLLISION_KINDS[run.collision].traced_omega_minus(omega_plus, tau, run.collision_params)
 
 
 def traced_setup(case: Any, setup: Any, omegas: tuple[Any, Any], force: Any = None) -> Any:
@@ -141,6 +134,6 @@ def traced_setup(case: Any, setup: Any, omegas: tuple[Any, Any], force: Any = No
     spec = setup.collision
     if spec is not None:  # kinds beyond bgk and trt: the Setup's spec with the traced rates
         spec = TracedCollision(**{**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)},
-                                  "omega": omegas[0], "omega_minus": omegas[1] if spec.kind == "mrt" else None})
-    relax = Relaxation(*omegas, case.run.collision == "trt", force, spec)
+                                  "omega": omegas[0], "omega_minus": omegas[1] if spec.operator.traced_odd else None})
+    relax = Relaxation(*omegas, COLLISION_KINDS[case.run.collision].two_rates, force, spec)
     return dataclasses.replace(setup, collision=relax, force=None)

@@ -15,6 +15,7 @@ from lbm.config import RunConfig
 from lbm.config.sections import mapping_of
 from lbm.engines import Engine
 from lbm.io.checkpoint import save_checkpoint
+from lbm.kernels.collisions import COLLISION_KINDS
 
 log = logging.getLogger("lbm")
 
@@ -23,7 +24,7 @@ def identity(run: RunConfig, setup: Setup) -> dict[str, Any]:
     """What a checkpoint records about its run, to refuse resuming an incompatible one."""
     return {
         "case": run.case, "lattice": run.lattice, "grid": list(setup.shape), "precision": run.precision,
-        "collision": run.collision, "trt_magic": run.collision_params.magic if run.collision == "trt" else None,
+        "collision": run.collision, "trt_magic": COLLISION_KINDS[run.collision].recorded(run.collision_params),
         "tau": setup.tau, "u_lattice": run.flow.u_lattice, "case_params": mapping_of(run.case_params),
     }
 

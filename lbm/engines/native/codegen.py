@@ -30,6 +30,7 @@ import numpy as np
 from lbm.engines.base import EngineUnavailable
 from lbm.engines.native.collisions import KINDS, collision_lines, native_body, pairwise_sum, rate_constants, rate_table
 from lbm.kernels.collisions.operator import NativeBody
+from lbm.kernels.collisions.trt import pair_kind
 from lbm.lattice import CS2, Lattice
 
 STORAGE = {"float32": ("float", "float"), "float64": ("double", "double"), "float16": ("float", "float16")}
@@ -71,7 +72,7 @@ class KernelSpec:
     @property
     def kind(self) -> str:
         """The collision kind: bgk, trt or one of lbm.engines.native.collisions.KINDS."""
-        return self.collision or ("trt" if self.trt else "bgk")
+        return self.collision or pair_kind(self.trt)
 
     @property
     def tag(self) -> str:

@@ -27,6 +27,7 @@ class Bgk(CollisionOperator):
 
     name = "bgk"
     smagorinsky = True
+    tau_warning = True
 
     def relaxation(self, omega: float, params: Any) -> tuple[float, Collision | None]:
         """omega- = omega, and no spec: the engines' BGK/TRT path of the rate pair."""

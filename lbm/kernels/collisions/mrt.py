@@ -18,7 +18,7 @@ import numpy as np
 from lbm.kernels.collisions.moments import _combine, _guo_raw, moment_basis, smagorinsky_omega
 from lbm.kernels.collisions.native import Cell, _fmt, _guo, _guo_sf, _lin, _moment, _pairs, _parity_sums
 from lbm.kernels.collisions.operator import Collision, CollisionOperator, NativeBody, rate, register
-from lbm.kernels.collisions.trt import MAGIC, trt_omega_minus
+from lbm.kernels.collisions.trt import MAGIC, traced_magic_rate, trt_omega_minus
 from lbm.kernels.directions import Pops, stack
 from lbm.lattice import Lattice
 
@@ -114,6 +114,11 @@ class Mrt(CollisionOperator):
     name = "mrt"
     Rates = MrtRates
     smagorinsky = True
+    traced_odd = True
+
+    def traced_omega_minus(self, omega_plus: Any, tau: Any, params: Any) -> Any:
+        """``odd``, else from the magic parameter and the traced tau."""
+        return params.odd if params.odd is not None else traced_magic_rate(tau, params.magic)
     native = NativeBody(rates=("bulk", "shear", "odd", "even"), lines=mrt_lines, constants=mrt_constants,
                         bare_force=True)
 

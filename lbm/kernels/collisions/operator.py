@@ -76,6 +76,23 @@ class CollisionOperator(abc.ABC):
     """Whether it takes the Smagorinsky model (Collision.smagorinsky > 0)."""
     native: ClassVar[NativeBody | None] = None
     """Its body in the native kernel; None where the kernel lacks it or (bgk, trt) computes it from the rate pair."""
+    tau_warning: ClassVar[bool] = False
+    """Whether a tau below lbm.config's TAU_WARN puts it near its stability limit (the run warns: bgk; the others
+    are the remedy the warning names)."""
+    two_rates: ClassVar[bool] = False
+    """Whether the engines' rate-pair path (no spec, :meth:`relaxation`) runs it with two rates (trt), not one."""
+    traced_odd: ClassVar[bool] = False
+    """Whether its spec's omega_minus (the odd moments' rate) follows the traced rates of a differentiable run (mrt)."""
+
+    def recorded(self, params: Any) -> Any:
+        """Its parameter a checkpoint records beside the kind (``trt_magic``), so that a resume with another is
+        refused (None: none)."""
+        return None
+
+    def traced_omega_minus(self, omega_plus: Any, tau: Any, params: Any) -> Any:
+        """omega- of a differentiable run from the traced omega+ and tau (lbm.cases.traced: traceable, and the
+        expressions it has always used, so that runs stay bitwise the same)."""
+        return omega_plus
 
     def relaxation(self, omega: float, params: Any) -> tuple[float, Collision | None]:
         """The rate omega- and the spec of a run with shear rate ``omega`` and the config's ``params`` (None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lbm.kernels.collisions.bgk import bgk
+from lbm.kernels.collisions.bgk import Bgk, bgk
 from lbm.kernels.collisions.moments import guo_source
 from lbm.kernels.collisions.operator import Collision, CollisionOperator, rate, register
 from lbm.kernels.directions import Pops
@@ -54,6 +54,17 @@ def trt_omega_minus(omega_plus: float, magic: float) -> float:
 
 
 
+def traced_magic_rate(tau: Any, magic: float) -> Any:
+    """omega- from the magic parameter and a (traced) tau: :func:`trt_omega_minus` written in tau, as differentiable
+    runs compute it (not bitwise the same as trt_omega_minus(1/tau))."""
+    return 1.0 / (0.5 + magic / (tau - 0.5))
+
+
+def pair_kind(two_rates: bool) -> str:
+    """The kind the rate-pair path runs (:func:`collide`): trt with two rates, else bgk."""
+    return Trt.name if two_rates else Bgk.name
+
+
 MAGIC = 0.1875
 """Lambda: 3/16 puts half-way bounce-back walls exactly half-way (the default of trt and mrt, written once)."""
 
@@ -70,6 +81,15 @@ class Trt(CollisionOperator):
 
     name = "trt"
     Rates = TrtRates
+    two_rates = True
+
+    def recorded(self, params: Any) -> Any:
+        """The magic parameter (a checkpoint's ``trt_magic``)."""
+        return params.magic
+
+    def traced_omega_minus(self, omega_plus: Any, tau: Any, params: Any) -> Any:
+        """From the magic parameter and the traced tau."""
+        return traced_magic_rate(tau, params.magic)
 
     def relaxation(self, omega: float, params: Any) -> tuple[float, Collision | None]:
         """omega- from ``params.magic``, and no spec: the engines' BGK/TRT path of the rate pair."""
