@@ -179,7 +179,7 @@ def validate(cfg: Mapping[str, Any]) -> RunConfig:
     """Check every value of a (resolved, plain-dict) config and return a RunConfig."""
     tree = read_tree(cfg)
     lattice = check_choice("lattice", tree.lattice.name, tuple(LATTICES))
-    check_dims(tree.case.name, CASE_PARAMS[tree.case.name].dims, lattice)
+    check_dims(tree.case.name, tree.case.dims, lattice)  # the case's parameter class (lbm.config.cases) says
     collision = validate_collision(tree.collision, auto=True)
     check_float("flow.reynolds", tree.flow.reynolds, 0.0)
     tau = None if tree.flow.tau is None else check_float("flow.tau", tree.flow.tau, 0.5)
@@ -427,7 +427,7 @@ def viscosity(run: RunConfig, length: float) -> tuple[float, float, float]:
         tau = nu / CS2 + 0.5
         if not tau > 0.5:
             raise ConfigError("flow.reynolds", reynolds, "a value giving tau > 0.5", f"it gives tau={tau!r}")
-    if tau < TAU_WARN and run.collision == "bgk":  # trt, mrt and regularized are the remedy the warning names
+    if tau < TAU_WARN and COLLISION_KINDS[run.collision].tau_warning:
         warnings.warn(
             f"tau={tau:.5f} is close to 0.5: BGK may go unstable; lower flow.reynolds, "
             "raise the resolution or use collision=trt", LbmWarning, stacklevel=2,
