@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lbm.bench import DEFAULT_COLLISION
 from lbm.errors import ConfigError, LbmError
 
 if TYPE_CHECKING:
@@ -125,7 +126,8 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
                                 collision=collision)
                 storage = PRECISIONS[precision][1]
                 skip = None
-                if variant == "naive" and (case != "periodic" or storage != "compute" or collision != "bgk"):
+                naive_one = case == "periodic" and storage == "compute" and collision == DEFAULT_COLLISION
+                if variant == "naive" and not naive_one:
                     skip = "the naive step is a BGK periodic box stored in the compute dtype"
                 elif variant == "instrumented" and storage != "compute":
                     skip = "instrumented mode stores populations in the compute dtype"
@@ -153,9 +155,10 @@ def _collisions(listed: Any, collision: str, lattice: str) -> list[str]:
                               "cumulant] (or null: the collision group's one alone)")
         if len(set(names)) < len(names):
             raise ConfigError(key, f"[{','.join(names)}]", "each collision once")
-        if collision != "bgk":
-            raise ConfigError("collision", collision, "bgk (the default) beside collisions=[...]", "collisions= takes "
-                              "each collision with its group's defaults: drop collision= or list it in collisions=")
+        if collision != DEFAULT_COLLISION:
+            raise ConfigError("collision", collision, f"{DEFAULT_COLLISION} (the default) beside collisions=[...]",
+                              "collisions= takes each collision with its group's defaults: drop collision= or list it "
+                              "in collisions=")
     for name in names:
         op = COLLISION_KINDS.get(name)
         if op is not None and op.lattices is not None and lattice not in op.lattices:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lbm.bench import DEFAULT_COLLISION
 from lbm.bench.evidence import WORK_FIELDS, Structural, records_diff
 from lbm.bench.interleave import WORKER_PAIRS, Interleaved, rounds_needed, verdict_of_rounds
 from lbm.bench.interleave import measure as measure_interleaved
@@ -73,7 +74,8 @@ def label(key: tuple[Any, ...]) -> str:
     """A short name of a configuration."""
     parts = dict(zip(KEY_FIELDS, key, strict=True))
     grid = "x".join(map(str, parts["grid"])) if parts["grid"] else "?"
-    return f"{parts['case']} {grid} {parts['lattice']} {parts['collision'] or 'bgk'} {parts['variant']} {parts['precision']}"
+    collision = parts["collision"] or DEFAULT_COLLISION
+    return f"{parts['case']} {grid} {parts['lattice']} {collision} {parts['variant']} {parts['precision']}"
 
 
 def permutation_p(a: list[float], b: list[float], rounds: int = 20000, seed: int = 0) -> float:

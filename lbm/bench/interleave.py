@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from lbm.bench import DEFAULT_COLLISION
 from lbm.errors import LbmError
 
 TAG = "LBM-INTERLEAVE "
@@ -175,7 +176,7 @@ def worker_config(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     n = int(base.get("steps_per_repeat") or new.get("steps_per_repeat") or 2)
     k = int(base.get("steps_per_dispatch") or n)
     return {"case": base["case"], "lattice": base["lattice"], "grid": list(base["grid"]), "variant": base["variant"],
-            "precision": base["precision"], "collision": base.get("collision") or "bgk", "steps": n,
+            "precision": base["precision"], "collision": base.get("collision") or DEFAULT_COLLISION, "steps": n,
             "steps_per_dispatch": 0 if k >= n else k}
 
 

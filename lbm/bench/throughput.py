@@ -41,6 +41,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from lbm.bench import DEFAULT_COLLISION
 from lbm.bench.evidence import EVIDENCE_STEPS, program_evidence, stages_evidence
 from lbm.bench.peers import PEERS
 from lbm.roofline import lbm_bytes_per_cell
@@ -66,7 +67,7 @@ class BenchConfig:
     grid: tuple[int, ...]
     variant: str
     precision: str = "float32"
-    collision: str = "bgk"
+    collision: str = DEFAULT_COLLISION
 
     @property
     def label(self) -> str:
