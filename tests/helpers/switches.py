@@ -31,6 +31,34 @@ def case_names() -> set[str]:
     return set(CASES)
 
 
+def collision_kinds() -> set[str]:
+    """The names of every collision kind (lbm.kernels.collisions.COLLISION_KINDS)."""
+    from lbm.kernels.collisions import COLLISION_KINDS
+
+    return set(COLLISION_KINDS)
+
+
+def kind_switches(tree: ast.AST, kinds: set[str]) -> list[str]:
+    """Comparisons with a collision kind's name (``run.collision == "bgk"``, ``... in ("trt", "mrt")``) and a kind's
+    name chosen in place (``"trt" if two else "bgk"``, ``collision or "bgk"``) in a module's tree."""
+    found = []
+
+    def is_kind(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            listed = [e for s in sides if isinstance(s, (ast.Tuple, ast.List, ast.Set)) for e in s.elts]
+            if any(is_kind(s) for s in [*sides, *listed]):
+                found.append(f"line {node.lineno}: a collision kind's name compared")
+        if isinstance(node, ast.IfExp) and (is_kind(node.body) or is_kind(node.orelse)):
+            found.append(f"line {node.lineno}: a collision kind chosen by a condition")
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and any(map(is_kind, node.values)):
+            found.append(f"line {node.lineno}: a collision kind written in place as a fallback")
+    return found
+
+
 def type_switches(tree: ast.AST, classes: set[str]) -> list[str]:
     """``type(x) is/in ...``, ``isinstance(x, <condition class>)`` and ``... .kind == ...`` in a module's tree."""
     found = []
@@ -62,7 +90,8 @@ def _names_a_case(node: ast.AST) -> bool:
 
 def case_name_switches(tree: ast.AST, names: set[str]) -> list[str]:
     """Comparisons with a case's name (``case.name == ...``, ``... in BUILDERS``, ``case == "cylinder"``), lookups by it
-    (``KEYS[case.name]``) and tables keyed by case names (``{"cavity": ...}``) in a module's tree."""
+    (``KEYS[case.name]``) and tables keyed by case names (``{"cavity": ...}``, ``{("cavity", 2): ...}``) in a module's
+    tree."""
     found = []
 
     def is_case_name(node: ast.AST) -> bool:
@@ -76,12 +105,15 @@ def case_name_switches(tree: ast.AST, names: set[str]) -> list[str]:
                 found.append(f"line {node.lineno}: a case's name compared")
         if isinstance(node, ast.Subscript) and _names_a_case(node.slice):
             found.append(f"line {node.lineno}: a table looked up by a case's name")
-        if isinstance(node, ast.Dict) and any(k is not None and is_case_name(k) for k in node.keys):
+        if isinstance(node, ast.Dict) and any(is_case_name(e) for k in node.keys if k is not None
+                                              for e in (k.elts if isinstance(k, ast.Tuple) else [k])):
             found.append(f"line {node.lineno}: a table keyed by case names")
     return found
 
 
 def switches_in(folder: str, find: object) -> dict[str, list[str]]:
-    """``find(tree)``'s hits per module of lbm/``folder`` (relative paths), modules without any left out."""
-    return {str(p.relative_to(ROOT)): hits for p in sorted((ROOT / folder).rglob("*.py"))
+    """``find(tree)``'s hits per module of lbm/``folder`` (a package, or one module's path; relative paths), modules
+    without any left out."""
+    paths = [ROOT / folder] if folder.endswith(".py") else sorted((ROOT / folder).rglob("*.py"))
+    return {str(p.relative_to(ROOT)): hits for p in paths
             if (hits := find(ast.parse(p.read_text())))}  # type: ignore[operator]
