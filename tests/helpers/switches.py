@@ -38,20 +38,26 @@ def collision_kinds() -> set[str]:
     return set(COLLISION_KINDS)
 
 
+def _one_of(names: set[str]):
+    """Whether a node is a string constant in ``names``."""
+    return lambda node: isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+
+
+def _compares(node: ast.Compare, named) -> bool:
+    """Whether a comparison has a side, or an element of a listed side, that ``named`` accepts."""
+    sides = [node.left, *node.comparators]
+    listed = [e for s in sides if isinstance(s, (ast.Tuple, ast.List, ast.Set)) for e in s.elts]
+    return any(named(s) for s in [*sides, *listed])
+
+
 def kind_switches(tree: ast.AST, kinds: set[str]) -> list[str]:
     """Comparisons with a collision kind's name (``run.collision == "bgk"``, ``... in ("trt", "mrt")``) and a kind's
     name chosen in place (``"trt" if two else "bgk"``, ``collision or "bgk"``) in a module's tree."""
     found = []
-
-    def is_kind(node: ast.AST) -> bool:
-        return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds
-
+    is_kind = _one_of(kinds)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-            listed = [e for s in sides if isinstance(s, (ast.Tuple, ast.List, ast.Set)) for e in s.elts]
-            if any(is_kind(s) for s in [*sides, *listed]):
-                found.append(f"line {node.lineno}: a collision kind's name compared")
+        if isinstance(node, ast.Compare) and _compares(node, is_kind):
+            found.append(f"line {node.lineno}: a collision kind's name compared")
         if isinstance(node, ast.IfExp) and (is_kind(node.body) or is_kind(node.orelse)):
             found.append(f"line {node.lineno}: a collision kind chosen by a condition")
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and any(map(is_kind, node.values)):
@@ -93,16 +99,11 @@ def case_name_switches(tree: ast.AST, names: set[str]) -> list[str]:
     (``KEYS[case.name]``) and tables keyed by case names (``{"cavity": ...}``, ``{("cavity", 2): ...}``) in a module's
     tree."""
     found = []
-
-    def is_case_name(node: ast.AST) -> bool:
-        return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
-
+    is_case_name = _one_of(names)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-            listed = [e for s in sides if isinstance(s, (ast.Tuple, ast.List, ast.Set)) for e in s.elts]
-            if any(_names_a_case(s) for s in sides) or any(is_case_name(s) for s in [*sides, *listed]):
-                found.append(f"line {node.lineno}: a case's name compared")
+        if isinstance(node, ast.Compare) and (_compares(node, is_case_name)
+                                              or any(map(_names_a_case, [node.left, *node.comparators]))):
+            found.append(f"line {node.lineno}: a case's name compared")
         if isinstance(node, ast.Subscript) and _names_a_case(node.slice):
             found.append(f"line {node.lineno}: a table looked up by a case's name")
         if isinstance(node, ast.Dict) and any(is_case_name(e) for k in node.keys if k is not None
