@@ -370,9 +370,8 @@ def test_run_directory_checkpoints_and_resume(tmp_path):
         ["same", base + mesh + [f"checkpoint.resume={ckpt}"]],
         ["other", base + ["parallel.devices=2", f"checkpoint.resume={ckpt}"]],
     ]
-    # the checkpoint must exist before the resumes are validated: run the first two, then the resumes
-    r = worker("run_dirs", {"root": str(tmp_path), "runs": runs[:2]}, devices=4)
-    r |= worker("run_dirs", {"root": str(tmp_path), "runs": runs[2:]}, devices=4)
+    # in order, in one process: each run's configuration is loaded (the resumes validated) after the runs before it
+    r = worker("run_dirs", {"root": str(tmp_path), "runs": runs}, devices=4)
     assert {k: v.get("status") for k, v in r.items()} == dict.fromkeys(["one", "full", "same", "other"], "completed"), r
     assert r["full"]["engine"] == "xla" and r["full"]["parallel"]["mesh"] == [2, 2]  # the config's engine names
     assert r["full"]["parallel"]["partitioner"] == "shard_map" and r["one"]["parallel"]["partitioner"] is None
