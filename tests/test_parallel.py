@@ -67,17 +67,38 @@ def check_equal(result: dict) -> None:
         assert "halo" in r["pieces"], key
 
 
+SLOW_EQUALITY: dict[str, dict] = {}
+"""The slow lane's ``equality`` payloads, by the name of the test that reads the result (filled beside each test)."""
+
+
+@pytest.fixture(scope="module")
+def slow_equality(request: pytest.FixtureRequest) -> dict:
+    """The results of SLOW_EQUALITY's payloads that this session selected, all in one subprocess on 8 forced devices
+    (one start of JAX and lbm, the programs every payload compiles (set-up, references) compiled once, and each
+    1-device reference run once (tests/helpers/parallel_worker.reference)), not a subprocess per test: the tests
+    that read it are one xdist group, so one worker runs it. The seven tests: 103.0 -> 89.3 CPU-s, cold, one process."""
+    chosen = {item.originalname for item in request.session.items if item.module is request.module}
+    payloads = {name: ["equality", payload] for name, payload in SLOW_EQUALITY.items() if name in chosen}
+    return worker("batch", payloads, timeout=3600)
+
+
+slow_equality_group = pytest.mark.xdist_group("parallel_slow_equality")
+
+
+SLOW_EQUALITY["test_every_case_on_1d_and_2d_meshes_equals_one_device"] = {"steps": 6, "cases": [
+    ["cylinder", CASES_2D["cylinder"], [[4], [2, 2]], ["fused"]],
+    ["cylinder-halfway", CASES_2D["cylinder-halfway"], [[2, 2]], ["fused", "instrumented"]],
+    ["cavity", CASES_2D["cavity"], [[4, 2]], ["fused"]],
+    ["poiseuille", CASES_2D["poiseuille"], [[2]], ["fused"]],
+    ["taylor_green", CASES_2D["taylor_green"], [[8]], ["fused"]],
+]}  # the Pallas kernel on each block: test_sharded_pallas_equals_the_one_device_pallas_run_bitwise
+
+
 @pytest.mark.slow
-def test_every_case_on_1d_and_2d_meshes_equals_one_device():
+@slow_equality_group
+def test_every_case_on_1d_and_2d_meshes_equals_one_device(slow_equality):
     """A representative set: each case once, 1D and 2D meshes, 2, 4 and 8 devices, both modes."""
-    cases = [
-        ["cylinder", CASES_2D["cylinder"], [[4], [2, 2]], ["fused"]],
-        ["cylinder-halfway", CASES_2D["cylinder-halfway"], [[2, 2]], ["fused", "instrumented"]],
-        ["cavity", CASES_2D["cavity"], [[4, 2]], ["fused"]],
-        ["poiseuille", CASES_2D["poiseuille"], [[2]], ["fused"]],
-        ["taylor_green", CASES_2D["taylor_green"], [[8]], ["fused"]],
-    ]  # the Pallas kernel on each block: test_sharded_pallas_equals_the_one_device_pallas_run_bitwise
-    result = worker("equality", {"steps": 6, "cases": cases})
+    result = slow_equality["test_every_case_on_1d_and_2d_meshes_equals_one_device"]
     check_equal(result)
     # the halo sits before the first stage that reads across a face
     assert result["cylinder|4|fused"]["pieces"][-3:] == ["halo", "forces", "stream"]
@@ -85,32 +106,38 @@ def test_every_case_on_1d_and_2d_meshes_equals_one_device():
     assert result["taylor_green|8|fused"]["pieces"][-2:] == ["halo", "stream"]
 
 
+# [2], [4], [2, 2], [4, 2] and [8] run in the test above; instrumented mode: cylinder-halfway above, the outlets
+# and walls of test_every_condition_has_a_dense_block_form_in_both_modes, the cavity here
+SLOW_EQUALITY["test_every_case_on_more_meshes_and_3d"] = {"steps": 6, "cases": [
+    *([name, CASES_2D[name], [[1, 4]], ["fused"]] for name in ("cylinder", "poiseuille")),
+    ["cavity-instrumented", CASES_2D["cavity"], [[4]], ["instrumented"]],
+    ["cylinder-3d", ["case=cylinder", "lattice=d3q19", "grid.nx=32", "grid.ny=16", "grid.nz=8"], [[2, 2, 2]], ["fused"]],
+    ["cavity-3d", ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=16", "grid.nz=16"], [[2, 2, 2]], ["fused"]]]}
+
+
 @pytest.mark.slow
-def test_every_case_on_more_meshes_and_3d():
+@slow_equality_group
+def test_every_case_on_more_meshes_and_3d(slow_equality):
     """Meshes split across y (the cylinder's inlet and outlet on every block, the channel's walls and force on the
     outer blocks), instrumented mode on the cavity's moving lid, and D3Q19 on 2x2x2. With the tests above and below,
     each case meets 1D and 2D meshes, and both modes are run on walls, obstacles and outlets."""
-    # [2], [4], [2, 2], [4, 2] and [8] run in the test above; instrumented mode: cylinder-halfway above, the outlets
-    # and walls of test_every_condition_has_a_dense_block_form_in_both_modes, the cavity here
-    cases = [[name, CASES_2D[name], [[1, 4]], ["fused"]] for name in ("cylinder", "poiseuille")]
-    cases += [["cavity-instrumented", CASES_2D["cavity"], [[4]], ["instrumented"]]]
-    cases += [["cylinder-3d", ["case=cylinder", "lattice=d3q19", "grid.nx=32", "grid.ny=16", "grid.nz=8"],
-               [[2, 2, 2]], ["fused"]],
-              ["cavity-3d", ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=16", "grid.nz=16"],
-               [[2, 2, 2]], ["fused"]]]
-    check_equal(worker("equality", {"steps": 6, "cases": cases}, timeout=1800))
+    check_equal(slow_equality["test_every_case_on_more_meshes_and_3d"])
+
+
+SLOW_EQUALITY["test_sharded_pallas_equals_the_one_device_pallas_run_bitwise"] = {"steps": 5, "same": True, "cases": [
+    ["tg-pallas", ["case=taylor_green", "grid.nx=16", "grid.ny=16"], [[8]], ["fused"], "pallas"],
+    ["tg3d-pallas", ["case=taylor_green", "lattice=d3q19", "grid.nx=8", "grid.ny=8", "grid.nz=8"], [[2, 2, 2]],
+     ["fused"], "pallas"],
+    ["cavity-pallas", ["case=cavity", "grid.nx=16", "grid.ny=16"], [[2, 2]], ["fused"], "pallas"]]}
 
 
 @pytest.mark.slow
-def test_sharded_pallas_equals_the_one_device_pallas_run_bitwise():
+@slow_equality_group
+def test_sharded_pallas_equals_the_one_device_pallas_run_bitwise(slow_equality):
     """The sharded Pallas engine does the 1-device kernel's arithmetic on every cell and only moves populations
     across faces: equal to the 1-device Pallas run to the last bit, on 1D, 2D and 3D meshes (and to the xla run to
     rounding). With boundary conditions (the cavity's walls and lid, by the plan per block) too."""
-    cases = [["tg-pallas", ["case=taylor_green", "grid.nx=16", "grid.ny=16"], [[8]], ["fused"], "pallas"],
-             ["tg3d-pallas", ["case=taylor_green", "lattice=d3q19", "grid.nx=8", "grid.ny=8", "grid.nz=8"],
-              [[2, 2, 2]], ["fused"], "pallas"],
-             ["cavity-pallas", ["case=cavity", "grid.nx=16", "grid.ny=16"], [[2, 2]], ["fused"], "pallas"]]
-    result = worker("equality", {"steps": 5, "cases": cases, "same": True}, timeout=1800)
+    result = slow_equality["test_sharded_pallas_equals_the_one_device_pallas_run_bitwise"]
     check_equal(result)
     for key, r in result.items():
         assert r["engine"] == "ShardedPallasEngine", (key, r)
@@ -137,14 +164,19 @@ def check_pallas_bc(result: dict, bound: float, force_bound: float) -> None:
         assert r["f"] <= bound and r["force"] <= force_bound, (key, r)
 
 
-@pytest.mark.slow
-def test_sharded_pallas_with_boundary_conditions_equals_one_device_odd_steps():
-    """1D and 2D meshes, 5 steps, float64, against the 1-device xla run (fields and forces, to rounding)."""
-    meshes = {"cylinder": [[4]], "cylinder-halfway-characteristic": [[2, 2]],
+ODD_MESHES = {"cylinder": [[4]], "cylinder-halfway-characteristic": [[2, 2]],
               "poiseuille-interpolated": [[1, 4]]}  # the cylinder on 8 blocks and 2x2 in the next test; the cavity
-    # (the moving lid) on 2x2 in test_sharded_pallas_equals_the_one_device_pallas_run_bitwise
-    cases = [[name, PALLAS_BC[name], mesh, ["fused"], "pallas"] for name, mesh in meshes.items()]
-    check_pallas_bc(worker("equality", {"steps": 5, "cases": cases}, timeout=1800), ROUNDING, FORCE_ROUNDING)
+# (the moving lid) on 2x2 in test_sharded_pallas_equals_the_one_device_pallas_run_bitwise
+SLOW_EQUALITY["test_sharded_pallas_with_boundary_conditions_equals_one_device_odd_steps"] = {"steps": 5, "cases": [
+    [name, PALLAS_BC[name], mesh, ["fused"], "pallas"] for name, mesh in ODD_MESHES.items()]}
+
+
+@pytest.mark.slow
+@slow_equality_group
+def test_sharded_pallas_with_boundary_conditions_equals_one_device_odd_steps(slow_equality):
+    """1D and 2D meshes, 5 steps, float64, against the 1-device xla run (fields and forces, to rounding)."""
+    check_pallas_bc(slow_equality["test_sharded_pallas_with_boundary_conditions_equals_one_device_odd_steps"],
+                    ROUNDING, FORCE_ROUNDING)
 
 
 # BGK, the Zou-He pressure outlet, linear BFL, U_mean 0.05 (the case's defaults are its validated settings)
@@ -152,20 +184,24 @@ ST = ["case=schafer_turek", "case.cells_per_diameter=4", "collision=bgk", "case.
       "flow.tau=null"]
 
 
+SLOW_EQUALITY["test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32"] = {
+    "steps": 6, "precisions": {"cylinder-float32": "float32"}, "cases": [
+        ["cylinder", PALLAS_BC["cylinder"], [[8]], ["fused"], "pallas"],
+        ["cylinder-3d", ["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=12", "grid.nz=8",
+                         "case.bounce_back=halfway"], [[2, 2, 2]], ["fused"], "pallas"],
+        ["duct", ["case=duct", "lattice=d3q19", "grid.nx=4", "grid.ny=8", "grid.nz=8"], [[1, 2, 2]], ["fused"],
+         "pallas"],
+        ["schafer_turek", ST, [[1, 2]], ["fused"], "pallas"],
+        ["cylinder-float32", PALLAS_BC["cylinder"], [[2, 2]], ["fused"], "pallas"]]}
+
+
 @pytest.mark.slow
-def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32():
+@slow_equality_group
+def test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32(slow_equality):
     """Even step counts on 8 blocks and in 3D (the cylinder on 2x2x2, the duct on 1x2x2, Schafer-Turek's
     interpolated cylinder and pressure outlet on 1x2), float64; then float32 on a 2x2 mesh: 2e-6, the bound
     tests/engines/pallas/test_engines_pallas.py holds the 1-device Pallas engine to (measured here: 4.8e-7 after 6 steps)."""
-    cases = [["cylinder", PALLAS_BC["cylinder"], [[8]], ["fused"], "pallas"],
-             ["cylinder-3d", ["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=12", "grid.nz=8",
-                              "case.bounce_back=halfway"], [[2, 2, 2]], ["fused"], "pallas"],
-             ["duct", ["case=duct", "lattice=d3q19", "grid.nx=4", "grid.ny=8", "grid.nz=8"], [[1, 2, 2]], ["fused"],
-              "pallas"],
-             ["schafer_turek", ST, [[1, 2]], ["fused"], "pallas"],
-             ["cylinder-float32", PALLAS_BC["cylinder"], [[2, 2]], ["fused"], "pallas"]]
-    result = worker("equality", {"steps": 6, "cases": cases, "precisions": {"cylinder-float32": "float32"}},
-                    timeout=1800)
+    result = dict(slow_equality["test_sharded_pallas_with_boundary_conditions_even_steps_3d_and_float32"])
     float32 = {k: result.pop(k) for k in list(result) if k.startswith("cylinder-float32")}
     assert len(result) == 4 and len(float32) == 1
     check_pallas_bc(result, ROUNDING, FORCE_ROUNDING)
@@ -189,19 +225,24 @@ DENSE_FORMS = {  # the conditions whose mesh forms read beyond a plain mask (the
 }
 
 
+# each condition in both modes over the set, not every mesh in both (the suite's time budget): the parabolic
+# wall (its halo carries rho and u) and the characteristic outlet on 2x2 in both modes, the rest in one
+DENSE_MODES = {"schafer_turek": ["instrumented"], "schafer_turek-parabolic": ["fused", "instrumented"],
+               "cylinder-pressure": ["fused"], "cylinder-characteristic": ["fused", "instrumented"],
+               "poiseuille-interpolated": ["fused"], "schafer_turek-2D-3": ["fused"]}
+DENSE_MESHES_KEPT = {"cylinder-characteristic": [[2, 2]]}
+SLOW_EQUALITY["test_every_condition_has_a_dense_block_form_in_both_modes"] = {
+    "steps": 5, "changes": {"cylinder-pressure": "pressure_outlet"},
+    "cases": [[name, ov, DENSE_MESHES_KEPT.get(name, meshes), DENSE_MODES[name]]
+              for name, (ov, meshes) in DENSE_FORMS.items()]}
+
+
 @pytest.mark.slow
-def test_every_condition_has_a_dense_block_form_in_both_modes():
+@slow_equality_group
+def test_every_condition_has_a_dense_block_form_in_both_modes(slow_equality):
     """Pressure and characteristic outlets, interpolated and parabolic walls, the ramped inlet: the dense sharded
     engines (fused and instrumented, the halo its own piece) equal to one device to rounding."""
-    # each condition in both modes over the set, not every mesh in both (the suite's time budget): the parabolic
-    # wall (its halo carries rho and u) and the characteristic outlet on 2x2 in both modes, the rest in one
-    modes = {"schafer_turek": ["instrumented"], "schafer_turek-parabolic": ["fused", "instrumented"],
-             "cylinder-pressure": ["fused"], "cylinder-characteristic": ["fused", "instrumented"],
-             "poiseuille-interpolated": ["fused"], "schafer_turek-2D-3": ["fused"]}
-    meshes_kept = {"cylinder-characteristic": [[2, 2]]}
-    cases = [[name, ov, meshes_kept.get(name, meshes), modes[name]] for name, (ov, meshes) in DENSE_FORMS.items()]
-    result = worker("equality", {"steps": 5, "cases": cases, "changes": {"cylinder-pressure": "pressure_outlet"}},
-                    timeout=1800)
+    result = slow_equality["test_every_condition_has_a_dense_block_form_in_both_modes"]
     check_equal(result)
     assert len(result) == 9
     for key, r in result.items():
@@ -209,14 +250,18 @@ def test_every_condition_has_a_dense_block_form_in_both_modes():
         assert r["pieces"].count("halo") == 1, (key, r)
 
 
+# the pressure outlet, ramp-free inlet, half-way walls and a parabolic wall across the seam; the characteristic
+# outlet's plan runs in the sharded pallas tests (the same per-block plan)
+SLOW_EQUALITY["test_xla_per_block_plan_equals_one_device"] = {"steps": 5, "cases": [
+    ["schafer_turek-parabolic", DENSE_FORMS["schafer_turek-parabolic"][0], [[1, 2]], ["fused"], "plan"]]}
+
+
 @pytest.mark.slow
-def test_xla_per_block_plan_equals_one_device():
+@slow_equality_group
+def test_xla_per_block_plan_equals_one_device(slow_equality):
     """The fallback for conditions without a dense block form (the xla step on each block as a periodic grid, the
     boundary cells by the per-block plan), built directly: equal to one device to rounding."""
-    # the pressure outlet, ramp-free inlet, half-way walls and a parabolic wall across the seam; the characteristic
-    # outlet's plan runs in the sharded pallas tests (the same per-block plan)
-    cases = [["schafer_turek-parabolic", DENSE_FORMS["schafer_turek-parabolic"][0], [[1, 2]], ["fused"], "plan"]]
-    result = worker("equality", {"steps": 5, "cases": cases}, timeout=1800)
+    result = slow_equality["test_xla_per_block_plan_equals_one_device"]
     assert len(result) == 1
     for key, r in result.items():
         assert r["engine"] == "ShardedPlanEngine", (key, r)
@@ -325,9 +370,8 @@ def test_run_directory_checkpoints_and_resume(tmp_path):
         ["same", base + mesh + [f"checkpoint.resume={ckpt}"]],
         ["other", base + ["parallel.devices=2", f"checkpoint.resume={ckpt}"]],
     ]
-    # the checkpoint must exist before the resumes are validated: run the first two, then the resumes
-    r = worker("run_dirs", {"root": str(tmp_path), "runs": runs[:2]}, devices=4)
-    r |= worker("run_dirs", {"root": str(tmp_path), "runs": runs[2:]}, devices=4)
+    # in order, in one process: each run's configuration is loaded (the resumes validated) after the runs before it
+    r = worker("run_dirs", {"root": str(tmp_path), "runs": runs}, devices=4)
     assert {k: v.get("status") for k, v in r.items()} == dict.fromkeys(["one", "full", "same", "other"], "completed"), r
     assert r["full"]["engine"] == "xla" and r["full"]["parallel"]["mesh"] == [2, 2]  # the config's engine names
     assert r["full"]["parallel"]["partitioner"] == "shard_map" and r["one"]["parallel"]["partitioner"] is None

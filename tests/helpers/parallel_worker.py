@@ -59,6 +59,22 @@ configuration puts where a test needs them (schafer_turek's pressure outlet is n
 its nx = 22 N + 1 is odd)."""
 
 
+REFERENCES: dict[tuple[Any, ...], tuple[np.ndarray, dict[str, np.ndarray]]] = {}
+"""The 1-device runs of this process, per (overrides, steps, setup change, engine): a batch of equality payloads
+(``batch``) compares several meshes and engines with the same reference."""
+
+
+def reference(overrides: list[str], steps: int, change: str | None, engine: str = "xla"
+              ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Populations and per-step outputs of the 1-device run of ``engine`` (advance with mesh None), made once."""
+    key = (tuple(overrides), steps, change, engine)
+    if key not in REFERENCES:
+        f, aux, _ = advance(overrides, None, steps, setup_change=SETUP_CHANGES[change] if change else None,
+                            engine=engine)
+        REFERENCES[key] = (f, aux)
+    return REFERENCES[key]
+
+
 def equality(args: dict[str, Any]) -> dict[str, Any]:
     """Max |difference| of populations and forces between each mesh and the 1-device xla run, per case; a case
     may name another engine (5th entry), then ``same`` is the difference from that engine on one device.
@@ -69,10 +85,10 @@ def equality(args: dict[str, Any]) -> dict[str, Any]:
         precision = args.get("precisions", {}).get(label, args.get("precision", "float64"))
         jax.config.update("jax_enable_x64", precision == "float64")
         overrides = list(overrides) + [f"precision={precision}"]
-        change = SETUP_CHANGES[args["changes"][label]] if label in args.get("changes", {}) else None
-        ref, aux_ref, _ = advance(overrides, None, args["steps"], setup_change=change)
-        same = (advance(overrides, None, args["steps"], setup_change=change, engine=name[0])[0]
-                if name and args.get("same") else None)
+        named = args.get("changes", {}).get(label)
+        change = SETUP_CHANGES[named] if named else None
+        ref, aux_ref = reference(overrides, args["steps"], named)
+        same = reference(overrides, args["steps"], named, name[0])[0] if name and args.get("same") else None
         for mesh in meshes:
             for mode in modes:
                 f, aux, engine = advance(overrides, tuple(mesh), args["steps"], mode, setup_change=change,
@@ -149,6 +165,11 @@ def tasks(args: dict[str, Any]) -> dict[str, Any]:
     return {name: TASKS[name](payload) for name, payload in args.items()}
 
 
+def batch(args: dict[str, Any]) -> dict[str, Any]:
+    """Several payloads, of any tasks, in this one process: label -> [task name, payload], in order."""
+    return {label: TASKS[task](payload) for label, (task, payload) in args.items()}
+
+
 if __name__ == "__main__":
     task, payload = sys.argv[1], json.loads(sys.argv[2])
-    print(json.dumps((TASKS | {"tasks": tasks})[task](payload)))
+    print(json.dumps((TASKS | {"tasks": tasks, "batch": batch})[task](payload)))
