@@ -40,8 +40,19 @@ cuda=${LBM_CUDA_MAJOR:-12}
 extras="test,accel"; [[ "$cuda" == 13 ]] && extras="test"
 # pyproject.toml's hash: a changed dependency (e.g. a new test tool) reinstalls instead of passing as current
 deps=$(python3 -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()[:16])' "$root/pyproject.toml")
-want="jax==$jax_version jax[tpu]==$jax_version jax-cuda$cuda-plugin==$jax_version jax-cuda$cuda-pjrt==$jax_version lbm[$extras]@$root pyproject:$deps"
+wanted() { echo "jax==$jax_version jax[tpu]==$jax_version jax-cuda$cuda-plugin==$jax_version jax-cuda$cuda-pjrt==$jax_version lbm[$extras]@$root pyproject:$deps"; }
 stamp="$venv/.lbm-accel-stamp"
+# The CUDA plugin comes out after jax (jax 0.12.1 was on the index days before jax-cuda12-plugin 0.12.1): where the
+# runtime's jax has no plugin yet, the environment takes the newest jax <= the runtime's that has one (said in one
+# line), and remembers the pair ("runtime chosen") so that a rerun checks it without asking the index.
+# LBM_JAX_VERSION pins the version instead.
+runtime_version=$jax_version
+chosen_file="$venv/.lbm-accel-jax"
+if [[ -z "${LBM_JAX_VERSION:-}" && -f "$chosen_file" ]]; then
+  read -r for_runtime chosen < "$chosen_file" || true
+  [[ "${for_runtime:-}" == "$runtime_version" && -n "${chosen:-}" ]] && jax_version=$chosen
+fi
+want=$(wanted)
 
 complete() {
   [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
@@ -68,11 +79,39 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check --quiet)
 "${pip[@]}" --upgrade pip
+index_versions() {  # the versions of a package on the index, one per line
+  "$venv/bin/python" -m pip index versions "$1" --disable-pip-version-check 2>/dev/null \
+    | sed -n 's/^Available versions: //p' | tr -d ' ' | tr ',' '\n'
+}
+if [[ -z "${LBM_JAX_VERSION:-}" ]]; then
+  jax_version=$runtime_version
+  plugins=$(index_versions "jax-cuda$cuda-plugin")
+  if [[ -n "$plugins" ]] && ! grep -qxF "$runtime_version" <<<"$plugins"; then
+    pjrts=$(index_versions "jax-cuda$cuda-pjrt")
+    chosen=""
+    for v in $(sort -rV <<<"$plugins"); do  # the newest plugin version <= the runtime's jax that has its pjrt too
+      if [[ "$(printf '%s\n%s\n' "$v" "$runtime_version" | sort -V | tail -n 1)" == "$runtime_version" ]] \
+          && grep -qxF "$v" <<<"$pjrts"; then
+        chosen=$v
+        break
+      fi
+    done
+    if [[ -z "$chosen" ]]; then
+      echo "accel_env.sh: no jax-cuda$cuda-plugin <= jax $runtime_version on the package index" >&2
+      exit 1
+    fi
+    echo "accel_env.sh: jax-cuda$cuda-plugin $runtime_version is not on the package index yet: this environment" \
+         "compiles with jax $chosen, the newest with the plugin (LBM_JAX_VERSION pins another)"
+    jax_version=$chosen
+  fi
+  want=$(wanted)
+fi
 # One resolver call: jax pinned to the runtime's version, its TPU extra (libtpu), the CUDA compiler plugin
 # without the NVIDIA wheels (no [with-cuda]: they are only needed to run, not to compile), and lbm.
 "${pip[@]}" "jax[tpu]==$jax_version" "jaxlib==$jax_version" \
   "jax-cuda$cuda-plugin==$jax_version" "jax-cuda$cuda-pjrt==$jax_version" -e "$root[$extras]"
 echo "$want" > "$stamp"
+echo "$runtime_version $jax_version" > "$chosen_file"
 if ! complete; then
   echo "accel_env.sh: $venv was installed but does not import jax $jax_version, libtpu and the CUDA plugin" >&2
   exit 1
