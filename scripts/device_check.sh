@@ -207,7 +207,7 @@ PY
 # on the CPU for the whole budget, so they are skipped and the failure says why.
 if sees "$python"; then
   # --- tests marked device (-n 0: one process; xdist workers would each take the GPU's memory) ---------------
-  # XLA's default optimisation level (3) named in XLA_FLAGS: tests/conftest.py then keeps it instead of adding
+  # XLA's default optimisation level (3) named in XLA_FLAGS: tests/helpers/suite.py then keeps it instead of adding
   # level 0, which is there for the CPU suite's compile time, not for the device's kernels
   XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=3" XLA_PYTHON_CLIENT_PREALLOCATE=false \
     step "pytest -m device" 240 "$out/pytest-device.log" \

@@ -20,9 +20,9 @@ back on 2 cores: 827 -> 661 s of CPU, 441 -> 358 s of wall time),
 no test measures speed, and XLA's HLO passes (the fusions and buffers that inspect and the profiler read) are the
 same: the optimised HLO of the xla engine's chunk is identical line for line at either level (measured, D2Q9
 cylinder and D3Q19 cavity), and compiled for h100 the kernels, bytes per cell and traffic ratios are the same
-(box 1024² and cylinder, engines auto and xla). Tests that compare speeds set XLA_FLAGS themselves (tests/test_compare.py). To run
-the suite at XLA's default level, set the level in XLA_FLAGS (``XLA_FLAGS=--xla_backend_optimization_level=3``):
-a level already named there is kept."""
+(box 1024² and cylinder, engines auto and xla). Tests that compare speeds set XLA_FLAGS themselves
+(tests/bench/test_compare.py). To run the suite at XLA's default level, set the level in XLA_FLAGS
+(``XLA_FLAGS=--xla_backend_optimization_level=3``): a level already named there is kept."""
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAG}".strip()
 
@@ -34,7 +34,7 @@ a GPU in the test process (tests/helpers/inspect_cli.run_inspect), after other t
 
 NATIVE_TEST_OPT = "0"
 """The suite builds the native kernels at -O0 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every
-subprocess): the same bits as -O3 (tests/test_engines_native_build.py), and about half the compiler's time of -O1
+subprocess): the same bits as -O3 (tests/engines/native/test_engines_native_build.py), and about half the compiler's time of -O1
 (one process, load 8: D3Q19 BGK with an inlet 3.0 against 5.3 CPU-s, D2Q9 MRT with a force 2.5 against 4.3, D3Q27
 KBC with a force 3.1 against 7.9), for the 50-odd kernels a clean machine builds. Its kernels are 8-11x slower, which
 most tests' short runs do not feel; the few long native runs are marked ``native_optimised`` and build at
