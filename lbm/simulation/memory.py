@@ -50,17 +50,14 @@ one program's analysis sees: its peak RSS grows by 459-502 B per cell (taylor_gr
 SETUP_DEFAULT = 560
 """Bytes per cell of a case's Setup where the case has no measured entry (``Case.setup_bytes_per_cell``, tracemalloc
 while it is built, rounded up; test_setup_bytes_bound_each_case measures every entry)."""
-SETUP_BYTES = {(name, d): b for name, case in CASES.items() for d, b in case.setup_bytes_per_cell.items()}
-"""Every case's measured entry by (name, dimensions), as the cases declare them (a view for scripts and tests)."""
 
-OUTPUT_BYTES = {(name, d): b for name, case in CASES.items() for d, b in case.output_bytes_per_cell.items()}
-"""Bytes per cell the observation (taylor_green_3d: its velocity spectra), fields and plots add, as the cases declare
-them (``Case.output_bytes_per_cell``): the slope of the measured peak RSS of two real runs at a grid and twice its side
+OUTPUT_DEFAULT = 256
+"""Bytes per cell the observation (taylor_green_3d: its velocity spectra), fields and plots add where the case has no
+measured entry (``Case.output_bytes_per_cell``: the slope of the measured peak RSS of two real runs at a grid and twice its side
 (scripts/memory_estimate.py, steps=4) less the other terms, rounded up. Measured, bytes per cell in all (the
 estimate), docs/memory.md: taylor_green 1024^2/2048^2 210-213 (308), taylor_green_3d 64^3/128^3 1013-1101 (1243),
 cylinder 840x360/1680x720 318-343 (404), D3Q19 cylinder 96x48x48/192x96x96 372-416 (488), cavity 256^2/512^2 376-399
-(604), D3Q19 cavity 64^3/128^3 627-647 (968). Cases without an entry: :data:`OUTPUT_DEFAULT`."""
-OUTPUT_DEFAULT = 256
+(604), D3Q19 cavity 64^3/128^3 627-647 (968))."""
 SUGGEST = 0.95
 """The largest grid a refusal suggests fills this share of what is available: the process's own size moves a little
 from one start to the next (its virtual size under ``ulimit -v`` by about 70 MB)."""

@@ -15,20 +15,21 @@ from pathlib import Path
 import pytest
 
 import lbm
+from lbm.cases import CASES
 from lbm.config import load
 from lbm.errors import LbmError
 from lbm.simulation import make_case, memory
 from lbm.simulation.memory import (
     ENGINE_FACTOR,
     HEADROOM,
-    OUTPUT_BYTES,
-    SETUP_BYTES,
     estimate,
     largest_grid,
     refusal,
 )
 
 GIB = 2**30
+SETUP_BYTES = {(name, d): b for name, case in CASES.items() for d, b in case.setup_bytes_per_cell.items()}
+"""Every case's measured set-up entry (``Case.setup_bytes_per_cell``) by (name, dimensions)."""
 
 
 def _run(*overrides: str):
@@ -113,7 +114,7 @@ def test_estimate_parts_of_a_d2q9_float32_grid():
     assert need.populations == 9 * 4 * cells
     assert need.temporaries == round((ENGINE_FACTOR["xla"] - 1) * 9 * 4 * cells)
     assert need.setup == SETUP_BYTES[("taylor_green", 2)] * cells
-    assert need.outputs == OUTPUT_BYTES[("taylor_green", 2)] * cells
+    assert need.outputs == CASES["taylor_green"].output_bytes_per_cell[2] * cells
     double = estimate(_run("case=taylor_green", "grid.nx=1000", "grid.ny=2000", "engine=xla", "precision=float64"))
     assert double.populations == 2 * need.populations
 
