@@ -15,11 +15,11 @@ source scripts/device_env.sh
 n=${AA2D_N:-4096}
 log=$OUT/aa2d.log
 python3 -c 'import jax; print(jax.__version__, jax.devices())' 2>&1 | grep -v -i warn | tee "$log"
-timeout 60 env LBM_PALLAS_AA2D=1 python3 -m pytest -q -n 0 -p no:cacheprovider -m device tests/engines/pallas/test_engines_pallas.py \
+timeout 60 python3 -m pytest -q -n 0 -p no:cacheprovider -m device tests/engines/pallas/test_engines_pallas.py \
   -k "equals_the_reference and aa2d" 2>&1 | tail -4 | tee -a "$log"
 timeout 80 python3 scripts/tpu_aa_sweep.py --only d2q9 --out "$OUT/aa2d.json" 2>&1 \
   | grep -v "^  File\|^Traceback\|^    \|UserWarning\|warnings.warn" | tee -a "$log"
-timeout 90 env LBM_PALLAS_AA2D=1 python3 -m lbm bench lattice=d2q9 "variants=[pallas,xla]" "cases=[periodic]" grid.nx="$n" grid.ny="$n" \
+timeout 90 python3 -m lbm bench lattice=d2q9 "variants=[pallas,xla]" "cases=[periodic]" grid.nx="$n" grid.ny="$n" \
   repeats=3 min_time_s=0.5 kernel_profile=0 bandwidth.repeats=5 hydra.run.dir=outputs/device-aa2d/bench-d2q9 2>&1 \
   | grep -v "^bench \|UserWarning\|warnings.warn" | tail -22 | tee -a "$log"
 cp outputs/device-aa2d/bench-d2q9/bench.json "$OUT/bench-d2q9-$n.json" 2>/dev/null

@@ -3,7 +3,7 @@
 # device time leaves the earlier ones' results):
 #   run  command: "bash scripts/device_walls.sh"  carry: [".whl"]  timeout_s: 330
 #   1. the device tests of the 2D in-place AA pair (the compiled kernels against xla, ny = 1024);
-#   2. `lbm bench` D2Q9 periodic 4096^2, pallas (the 2D AA pair, LBM_PALLAS_AA2D=1) and xla, the bandwidth probe in the same run;
+#   2. `lbm bench` D2Q9 periodic 4096^2, pallas (the 2D AA pair) and xla, the bandwidth probe in the same run;
 #   3. the default run as a user starts it (lbm.run: preflight, the memory check and the compile guard on a TPU), and
 #      the cavity 130^2 with its automatic 100-step chunks against 1000-step chunks (the per-chunk cost on the chip),
 #      in one process;
@@ -22,8 +22,8 @@ step() {  # step LIMIT_S COMMAND...: one step, its output in the log
   timeout -k 5 "$limit" "$@" 2>&1 | grep -v "UserWarning\|warnings.warn\|^  warnings\|^bench " | tail -25 | tee -a "$log"
   echo "=== exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s" | tee -a "$log"
 }
-step 60 env LBM_PALLAS_AA2D=1 python3 -m pytest -q -n 0 -p no:cacheprovider -m device tests/engines/pallas/test_engines_pallas.py -k "equals_the_reference and aa2d"
-step 90 env LBM_PALLAS_AA2D=1 python3 -m lbm bench lattice=d2q9 "variants=[pallas,xla]" "cases=[periodic]" grid.nx=4096 grid.ny=4096 \
+step 60 python3 -m pytest -q -n 0 -p no:cacheprovider -m device tests/engines/pallas/test_engines_pallas.py -k "equals_the_reference and aa2d"
+step 90 python3 -m lbm bench lattice=d2q9 "variants=[pallas,xla]" "cases=[periodic]" grid.nx=4096 grid.ny=4096 \
   repeats=3 min_time_s=0.5 kernel_profile=0 bandwidth.repeats=5 hydra.run.dir=outputs/device-walls/bench-d2q9
 cp outputs/device-walls/bench-d2q9/bench.json "$OUT/bench-d2q9-4096.json" 2>/dev/null
 step 60 python3 - <<'PY'

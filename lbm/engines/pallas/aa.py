@@ -44,7 +44,6 @@ named ``BULK_SCOPE``, as the push kernels.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -121,23 +120,17 @@ def aa_unsupported(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
 
 
 AA2D_MIN_BYTES = 128 * 2**20
-"""Populations from which the 2D in-place pair runs on a TPU, once on (:data:`AA2D_ENV`), instead of the push rows
-kernel: the VMEM's size. Below it the push kernel was measured on the chip (D2Q9 1024^2, 37.7 MB: 8583 MLUPS, 92.8 %
-of the same-run probe, docs/tpu-v5e/2026-12-06/device-check/); above it the push kernel's halo gathers cost 2.38x the
-traffic (4096^2: 36 % of the probe), where the pair moves 1.00x deviceless."""
-AA2D_ENV = "LBM_PALLAS_AA2D"
-"""``LBM_PALLAS_AA2D=1`` turns the 2D in-place pair on (from :data:`AA2D_MIN_BYTES`). Off by default: it is correct
-in interpret and TPU-interpret mode and compiles deviceless for the v5e, but has not been timed or run on the chip
-(scripts/device_walls.sh does both, with it on)."""
+"""Populations from which the 2D in-place pair runs on a TPU instead of the push rows kernel: the VMEM's size.
+Below it the push kernel was measured on the chip (D2Q9 1024^2, 37.7 MB: 8583 MLUPS, 92.8 % of the same-run probe,
+docs/tpu-v5e/2026-12-06/device-check/); above it the push kernel's halo gathers cost 2.38x the traffic (4096^2:
+3360 MLUPS, 36 % of the probe), where the pair measured 8912 MLUPS, 96.4 % of the same run's probe
+(docs/tpu-v5e/2026-12-06/walls/bench-d2q9-4096.json)."""
 
 
 def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
-    """Why a 2D grid the pair could run keeps the push rows kernel ('' for 3D, or with the pair on from
-    AA2D_MIN_BYTES up)."""
+    """Why a 2D grid the pair could run keeps the push rows kernel ('' for 3D, and from AA2D_MIN_BYTES up)."""
     if len(shape) != 2:
         return ""
-    if os.environ.get(AA2D_ENV, "0") in ("", "0"):
-        return f"the 2D in-place pair is off until timed on a TPU ({AA2D_ENV}=1 turns it on)"
     size = lattice.q * int(np.prod(shape)) * jnp.dtype(dtype).itemsize
     if size >= AA2D_MIN_BYTES:
         return ""

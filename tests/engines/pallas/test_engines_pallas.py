@@ -211,15 +211,10 @@ DEVICE_CASES = {**CASES, "taylor_green_3d": ["case=taylor_green_3d", "lattice=d3
 """On the device also a periodic 3D box of 8 blocks along x: on a TPU the in-place AA kernels (lbm.engines.pallas.aa),
 their DMA windows wrapping around x, the cumulant collision; and D2Q9 grids with ny = 1024, where the 2D AA pair runs
 (y as (8, 128) planes, 8 blocks of 2 rows along x), periodic and with walls."""
-AA2D_CASES = ["taylor_green_aa2d", "cavity_aa2d"] if os.environ.get("LBM_PALLAS_AA2D", "0") not in ("", "0") else []
-"""The 2D pair's cases run on the device where it is turned on (LBM_PALLAS_AA2D=1: scripts/device_walls.sh), not in
-the device check: the engine runs it only on request until it has run on the chip (lbm.engines.pallas.aa)."""
-
-
 @pytest.mark.device
 @on_device
 @pytest.mark.parametrize("name", ["cylinder", "cavity", "taylor_green", "cavity_d3q19", "taylor_green_3d",
-                                  *AA2D_CASES])
+                                  "taylor_green_aa2d", "cavity_aa2d"])
 def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatch):
     """The compiled kernel (Triton or Mosaic, not interpreted) against xla on the same device, 20 steps float32.
 
@@ -229,10 +224,9 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatc
     differences are 6.9e-7 (populations, cylinder) and 7.6e-7 (the cylinder's force, of magnitude 0.29); the
     bound, 1e-5 for both, is 5x the GPU estimate.
     """
-    if name.endswith("aa2d"):  # the 2D pair (opt-in, from 128 MiB of populations) on a grid of 16 x 1024
+    if name.endswith("aa2d"):  # the 2D pair (from 128 MiB of populations) on a grid of 16 x 1024
         from lbm.engines.pallas import aa
 
-        monkeypatch.setenv(aa.AA2D_ENV, "1")  # off by default until timed on the chip
         monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
     setup = setup_for(DEVICE_CASES[name], "float32")
     # named, not auto: on a TPU auto picks xla for walls (lbm.engines.auto_choice; its test is below)

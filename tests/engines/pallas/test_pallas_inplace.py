@@ -173,19 +173,13 @@ def test_block_heights_and_what_the_inplace_kernels_refuse():
 
 @pytest.fixture(autouse=True)
 def _the_2d_pair_on_small_grids(monkeypatch):
-    """The tests' 2D grids (ny = 1024, a few rows) run the pair: it is off by default (LBM_PALLAS_AA2D) and chosen
-    from 128 MiB of populations only."""
-    monkeypatch.setenv(aa.AA2D_ENV, "1")
+    """The tests' 2D grids (ny = 1024, a few rows) run the pair: it is chosen from 128 MiB of populations only."""
     monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
 
 
-def test_a_2d_grid_keeps_the_measured_push_kernel_unless_the_pair_is_on_and_the_grid_over_the_vmem_size(monkeypatch):
+def test_a_2d_grid_keeps_the_measured_push_kernel_under_the_vmem_size(monkeypatch):
     d2q9, d3q19 = LATTICES["d2q9"], LATTICES["d3q19"]
     assert aa2d_not_chosen(d2q9, (4096, 4096), jnp.float32) == "" == aa2d_not_chosen(d3q19, (8, 8, 128), jnp.float32)
-    monkeypatch.setenv(aa.AA2D_ENV, "0")
-    assert "off until timed on a TPU" in aa2d_not_chosen(d2q9, (4096, 4096), jnp.float32)
-    assert aa2d_not_chosen(d3q19, (8, 8, 128), jnp.float32) == ""  # the 3D pair is measured: always on
-    monkeypatch.setenv(aa.AA2D_ENV, "1")
     monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 128 * 2**20)
     assert aa2d_not_chosen(d2q9, (2048, 2048), jnp.float32) == ""  # 151 MB
     assert "36 MiB of populations, under the 128 MiB" in aa2d_not_chosen(d2q9, (1024, 1024), jnp.float32)
