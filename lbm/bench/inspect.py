@@ -76,7 +76,7 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     if target.devices > 1:  # checked against the case's own grid (schafer_turek derives it from its diameter)
         wanted = run.parallel.mesh or (list(target.mesh) if len(target.mesh) <= len(setup.shape) else None)
         shape = parallel.mesh_shape(target.devices, wanted, setup.shape)
-    n = max(MIN_CHUNK_STEPS, chunk_size(run))
+    n = max(MIN_CHUNK_STEPS, chunk_size(run, target.platform))
     mesh = target_mesh(target, shape) if shape is not None else None
     sharding = target_sharding(target) if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     fn, args, engine, note, halo_plan_bytes = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)

@@ -253,7 +253,7 @@ def _child(argv: Sequence[str]) -> int:
         from lbm.simulation import chunk_lengths, chunk_size, make_case
 
         run = make_case(load(list(argv[2:]))).run
-        lengths = sorted(chunk_lengths(0, run.steps, chunk_size(run)))
+        lengths = sorted(chunk_lengths(0, run.steps, chunk_size(run, load_target(name).platform)))
     else:
         lengths = [int(n) for n in argv[1].split(",") if n]
         run = pickle.loads(sys.stdin.buffer.read())

@@ -19,14 +19,25 @@ from lbm.simulation.outputs import Outputs, write_checkpoint
 from lbm.simulation.signals import Interrupted
 
 AUTO_CHUNK_STEPS = 100
-"""Steps per chunk with output.every=0 (automatic): a constant, not a share of ``steps``, so that a run resumed to a
-larger ``steps`` samples its monitored series at the same steps as an uninterrupted one (same metrics)."""
+"""Steps per chunk with output.every=0 (automatic) on a CPU: a constant, not a share of ``steps``, so that a run
+resumed to a larger ``steps`` samples its monitored series at the same steps as an uninterrupted one (same metrics)."""
+ACCELERATOR_CHUNK_CELL_UPDATES = 10**8
+"""On a GPU or TPU the automatic chunk holds about this many cell updates (AUTO_CHUNK_STEPS to
+ACCELERATOR_CHUNK_MAX_STEPS steps; still a constant of the grid, not of ``steps``): the host's work between two chunks
+(the health check's read-back, the host copy of the populations, the case's observation) leaves the device idle for
+about 2.7 ms on the lent TPU v5e (scripts/chunk_costs.py), which 100-step chunks of a small grid pay every 4 ms or
+less: the default cylinder ran at 1190 MLUPS in 100-step chunks and 2098 in 1000-step chunks, the cavity 130^2 at 456
+and 1528 (docs/tpu-v5e/2026-12-06/chunks/). 10^8 updates take about 50 ms at 2000 MLUPS."""
+ACCELERATOR_CHUNK_MAX_STEPS = 1000
+"""At most this many steps per automatic chunk on an accelerator (progress, a signal and the monitor's samples
+come once a chunk)."""
 
 
-def chunk_size(run: RunConfig) -> int:
-    """Steps per chunk: output.every, else steps_per_dispatch, else AUTO_CHUNK_STEPS (at most the run's steps); a
-    profiled run's automatic chunk is a tenth of the run (at most 1000, at least 1), so that a short run holds the
-    profile's warm-up and steady chunks (docs/profiling.md; a profiled run is a measurement, not one to resume).
+def chunk_size(run: RunConfig, platform: str | None = None) -> int:
+    """Steps per chunk on ``platform`` (default: JAX's default backend's): output.every, else steps_per_dispatch, else
+    the automatic chunk (:func:`auto_chunk_steps`, at most the run's steps); a profiled run's automatic chunk is a
+    tenth of the run (at most 1000, at least 1), so that a short run holds the profile's warm-up and steady chunks
+    (docs/profiling.md; a profiled run is a measurement, not one to resume).
 
     With checkpoints the chunk also divides checkpoint.every, so chunks end on checkpoint steps.
     """
@@ -37,9 +48,22 @@ def chunk_size(run: RunConfig) -> int:
     elif run.profile.enabled:
         k = max(1, min(1000, run.steps // 10))
     else:
-        k = max(1, min(AUTO_CHUNK_STEPS, run.steps))
+        k = max(1, min(auto_chunk_steps(run, platform), run.steps))
     every = run.checkpoint.every
     return math.gcd(k, every) if every else k
+
+
+def auto_chunk_steps(run: RunConfig, platform: str | None = None) -> int:
+    """The automatic chunk's steps on ``platform``: AUTO_CHUNK_STEPS on a CPU; on a GPU or TPU about
+    ACCELERATOR_CHUNK_CELL_UPDATES cell updates, from AUTO_CHUNK_STEPS to ACCELERATOR_CHUNK_MAX_STEPS steps."""
+    if platform is None:
+        import jax
+
+        platform = jax.default_backend()
+    if platform == "cpu":
+        return AUTO_CHUNK_STEPS
+    cells = math.prod(run.grid)
+    return max(AUTO_CHUNK_STEPS, min(ACCELERATOR_CHUNK_MAX_STEPS, ACCELERATOR_CHUNK_CELL_UPDATES // max(1, cells)))
 
 
 def chunk_lengths(start: int, steps: int, k: int) -> set[int]:

@@ -480,3 +480,20 @@ def test_the_automatic_chunk_is_fixed_and_a_profiled_runs_holds_its_window():
     profiled = [chunk_size(run_config("case=taylor_green", f"steps={n}", "profile.enabled=true")) for n in (20, 100, 60000)]
     assert profiled == [2, 10, 1000]
     assert chunk_size(run_config("case=taylor_green", "steps=2000", "output.every=40")) == 40
+
+
+def test_on_an_accelerator_the_automatic_chunk_holds_about_1e8_cell_updates():
+    """On a GPU or TPU the host's work between chunks leaves the device idle (~2.7 ms a chunk on the lent TPU v5e), so
+    a small grid's automatic chunk is long: about 10^8 cell updates, 100 to 1000 steps, fixed by the grid alone (a
+    resumed run still samples where an uninterrupted one does); a CPU keeps 100; output.every still rules."""
+    from lbm.simulation.state import chunk_size
+
+    def chunk(platform: str, *overrides: str) -> int:
+        return chunk_size(run_config("case=taylor_green", *overrides), platform)
+
+    small, mid, large = ("grid.nx=128", "grid.ny=128"), ("grid.nx=1000", "grid.ny=500"), ("grid.nx=4096", "grid.ny=4096")
+    assert [chunk("tpu", *g, "steps=60000") for g in (small, mid, large)] == [1000, 200, 100]
+    assert [chunk("gpu", *g, f"steps={n}") for g, n in ((small, 60000), (small, 300), (mid, 70000))] == [1000, 300, 200]
+    assert [chunk("cpu", *g, "steps=60000") for g in (small, mid, large)] == [100, 100, 100]
+    assert chunk("tpu", *small, "steps=60000", "output.every=40") == 40
+    assert chunk("tpu", *small, "steps=60000", "checkpoint.every=500") == 500
