@@ -22,13 +22,14 @@ import jax
 import jax.numpy as jnp
 
 from lbm.boundaries.base import StepState
-from lbm.diff.adjoint import cell_form, core_for
+from lbm.diff.adjoint import core_for
 from lbm.diff.checkpointing import SNAPSHOTS, Split, Step, run_steps, segment_length
 from lbm.diff.parameters import Parameterisation
 from lbm.diff.walls import affine_stream, with_adjoints
 from lbm.engines.timestep import CORE as KERNELS
 from lbm.engines.timestep import active_stages, moments, run_stages, step_index
 from lbm.errors import LbmError
+from lbm.kernels.platforms import cell_form
 
 
 def check_window(window: int | None, steps: int) -> int:

@@ -21,8 +21,9 @@ from lbm.boundaries.base import BoundaryCondition, StepState, pytree_dataclass, 
 from lbm.boundaries.bounce_back import bounce_back_halfway, bounce_back_halfway_pulled, pull_bits, written_out_on_cpu
 from lbm.boundaries.bounce_back import pulled as moved_to_fluid
 from lbm.boundaries.moving_wall import MovingWall
-from lbm.diff.adjoint import cell_form, streamed
 from lbm.engines.timestep import fold_walls
+from lbm.kernels.platforms import cell_form
+from lbm.kernels.streaming import streamed
 from lbm.lattice import Lattice
 
 

@@ -16,13 +16,12 @@ from lbm.diff.adjoint import (
     moments_of,
     relax,
     relax_equilibrium,
-    streamed,
 )
 from lbm.diff.walls import Halfway, halfway, pulled
 from lbm.kernels.collisions import bgk, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
-from lbm.kernels.streaming import stream
+from lbm.kernels.streaming import stream, streamed
 
 pytestmark = pytest.mark.usefixtures("x64")
 LATTICES = [pytest.param(lat, id=lat.name, marks=[pytest.mark.slow] if lat.d == 3 else []) for lat in ALL_LATTICES]
