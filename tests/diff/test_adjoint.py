@@ -7,7 +7,15 @@ import pytest
 from helpers.lattices import ALL_LATTICES, random_state, shape_for
 
 from lbm.boundaries.base import StepState
-from lbm.boundaries.bounce_back import bounce_back_halfway, bounce_back_halfway_pulled, halfway_links, pull_bits
+from lbm.boundaries.bounce_back import (
+    Halfway,
+    bounce_back_halfway,
+    bounce_back_halfway_pulled,
+    halfway,
+    halfway_links,
+    pull_bits,
+    pulled_with_adjoint,
+)
 from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.diff.adjoint import (
     collide_cell,
@@ -17,7 +25,6 @@ from lbm.diff.adjoint import (
     relax,
     relax_equilibrium,
 )
-from lbm.diff.walls import Halfway, halfway, pulled
 from lbm.kernels.collisions import bgk, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
@@ -99,7 +106,7 @@ def test_wall_adjoints_equal_autodiff_of_the_rules(lat):
         same_vjp(lambda p, *w: halfway(p, solid, links, w[0] if w else None, lat),
                  lambda p, *w: bounce_back_halfway(p, solid, links, lat, w[0] if w else None), (post, *extra), ct)
     bits = pull_bits(solid, lat)
-    same_vjp(lambda s, p: pulled(s, p, bits, lat), lambda s, p: bounce_back_halfway_pulled(s, p, bits, lat),
+    same_vjp(lambda s, p: pulled_with_adjoint(s, p, bits, lat), lambda s, p: bounce_back_halfway_pulled(s, p, bits, lat),
              (stream(post, lat), post), ct)
 
     for gathered in (False, True):  # the term scattered onto its links (CPU), gathered into the stream kernel (GPU)
