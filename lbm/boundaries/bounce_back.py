@@ -1,4 +1,13 @@
-"""Boundary conditions ``FullwayBounceBack`` and ``HalfwayBounceBack`` (stage ``bounce_back``): resting walls."""
+"""Boundary conditions ``FullwayBounceBack`` and ``HalfwayBounceBack`` (stage ``bounce_back``): resting walls.
+
+Their forms: the dense rules, a half-way wall's on gathered cells (:class:`HalfwayOnBlock`) and applied while streaming
+(:class:`PulledHalfway`, the xla engine's), and a half-way wall's forms for a differentiable run
+(:meth:`HalfwayBounceBack.with_adjoint`; moving walls' too, lbm.boundaries.moving_wall): the same rules with their
+transposes as hand-written adjoints (:class:`HalfwayWithAdjoint`, and :class:`PulledWithAdjoint` applied while
+streaming). Bounce-back is its own transpose: the cotangent of a population that came out of a solid cell goes back to
+the slot it was reflected from, cell-locally; a moving wall's wall term is affine (its cotangent is the cotangent on
+its links).
+"""
 
 from __future__ import annotations
 
@@ -24,6 +33,7 @@ from lbm.boundaries.base import (
     static,
 )
 from lbm.boundaries.forms import OnExtended
+from lbm.kernels.platforms import cell_form
 from lbm.kernels.streaming import streamed
 from lbm.lattice import Lattice
 
@@ -216,11 +226,6 @@ class HalfwayBounceBack(BoundaryCondition):
     """The wall term per link, ``(Q, *grid)``: the momentum a moving wall adds (lbm.boundaries.moving_wall); None here:
     resting walls. A class attribute, not a field: :class:`~lbm.boundaries.moving_wall.MovingWall` makes it one."""
 
-    @property
-    def halfway_wall(self) -> tuple[Any, Any, Any]:
-        """Its solid mask, links and wall term (None: resting walls)."""
-        return self.solid, self.links, self.wall_term
-
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells take the reflected populations of their fluid neighbours."""
         return s.replace(post=bounce_back_halfway(s.post, self.solid, self.links, lattice, self.wall_term))
@@ -281,6 +286,13 @@ class HalfwayBounceBack(BoundaryCondition):
         return PulledHalfway(bits=pull_bits(solid, lattice), wall_term_bits=pack_bits(flags, solid.shape),
                              wall_term=table, carried=carried)
 
+    def with_adjoint(self, platform: str | None = None) -> HalfwayWithAdjoint:
+        """The same walls with their rules' hand-written adjoints (:class:`HalfwayWithAdjoint`), the wall term gathered
+        into the stream kernel on a GPU or TPU (``platform``, default jax's backend), scattered onto its links after it
+        on a CPU (in place there)."""
+        return HalfwayWithAdjoint(solid=self.solid, links=self.links, wall_term=self.wall_term,
+                                  gathered=cell_form(platform) != "cpu")
+
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The rule on gathered cells, with the block position of each link's fluid neighbour."""
         lat = block.lattice
@@ -339,7 +351,8 @@ class PulledHalfway(BoundaryCondition):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def halfway(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice) -> jnp.ndarray:
+def halfway_with_adjoint(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice
+                         ) -> jnp.ndarray:
     """:func:`bounce_back_halfway` (``wall_term`` None: resting walls) with its transpose as adjoint.
 
     The rule's linear part is a reflection: its transpose sends the cotangent of the slot j of a solid
@@ -351,7 +364,7 @@ def halfway(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term
 
 def _halfway_fwd(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice
                  ) -> tuple[jnp.ndarray, Any]:
-    return halfway(post, solid, links, wall_term, lattice), (solid, links, wall_term)
+    return halfway_with_adjoint(post, solid, links, wall_term, lattice), (solid, links, wall_term)
 
 
 def _halfway_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
@@ -368,37 +381,38 @@ def _halfway_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[Any, ...]
     return jnp.stack(out), None, None, wall_bar
 
 
-halfway.defvjp(_halfway_fwd, _halfway_bwd)
+halfway_with_adjoint.defvjp(_halfway_fwd, _halfway_bwd)
 
 
 @pytree_dataclass
-class Halfway(HalfwayBounceBack):
-    """A half-way wall, resting (``wall_term`` None) or moving, whose rules carry their adjoints: :func:`halfway`, and
-    :class:`Pulled` applied while streaming (``gathered``: its wall term gathered into the stream kernel)."""
+class HalfwayWithAdjoint(HalfwayBounceBack):
+    """A half-way wall, resting (``wall_term`` None) or moving, whose rules carry their adjoints
+    (:meth:`HalfwayBounceBack.with_adjoint`): :func:`halfway_with_adjoint`, and :class:`PulledWithAdjoint` applied while
+    streaming (``gathered``: its wall term gathered into the stream kernel)."""
 
     wall_term: Any = None
     gathered: bool = static(False)
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells take the reflected populations of their fluid neighbours (and the wall term)."""
-        return s.replace(post=halfway(s.post, self.solid, self.links, self.wall_term, lattice))
+        return s.replace(post=halfway_with_adjoint(s.post, self.solid, self.links, self.wall_term, lattice))
 
-    def streaming_form(self, solid: np.ndarray, lattice: Lattice) -> Pulled:
-        """These walls applied while streaming (:class:`Pulled`; lbm.engines.timestep.fold_walls asks
+    def streaming_form(self, solid: np.ndarray, lattice: Lattice) -> PulledWithAdjoint:
+        """These walls applied while streaming (:class:`PulledWithAdjoint`; lbm.engines.timestep.fold_walls asks
         :meth:`HalfwayBounceBack.folded`), the wall term on the links."""
         if self.wall_term is None:
-            return Pulled(bits=pull_bits(solid, lattice))
+            return PulledWithAdjoint(bits=pull_bits(solid, lattice))
         # the wall term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
         # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) one
         directions, cells = np.nonzero(pulled(np.asarray(self.links, bool), lattice).reshape(lattice.q, -1))
         wall_term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
         at = np.stack([directions, cells]).astype(np.int32)
         if not self.gathered:
-            return Pulled(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at)
+            return PulledWithAdjoint(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at)
         carried = tuple(int(i) for i in np.unique(directions))
         index = np.full((len(carried), solid.size), directions.size, np.int16 if directions.size < 2 ** 15 else np.int32)
         index[np.searchsorted(carried, directions), cells] = np.arange(directions.size)
-        return Pulled(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at,
+        return PulledWithAdjoint(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at,
                       index=index.reshape(-1, *solid.shape), carried=carried)
 
 
@@ -430,8 +444,8 @@ pulled_with_adjoint.defvjp(_pulled_fwd, _pulled_bwd)
 
 
 @pytree_dataclass
-class Pulled(BoundaryCondition):
-    """:class:`Halfway` applied while streaming (stage ``stream``): :class:`PulledHalfway`'s rule
+class PulledWithAdjoint(BoundaryCondition):
+    """:class:`HalfwayWithAdjoint` applied while streaming (stage ``stream``): :class:`PulledHalfway`'s rule
     (:func:`pulled_with_adjoint`), and a moving wall's ``wall_term`` added on its links, (direction, flat cell) ``wall_term_at``
     (2, n)."""
 

@@ -23,10 +23,11 @@ under ``jax.custom_vjp`` with its transposed Jacobian written out, cell-locally 
 - ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i
   (lbm.kernels.streaming.streamed, with the kernel it stands for).
 
-Half-way and moving walls, applied while streaming as the xla engine does, have theirs in lbm.diff.walls.
-The other boundary conditions and the objectives stay with jax's automatic differentiation: they act
-on a face or on a wall's links. :data:`CORE` is what lbm.engines.timestep.timestep takes as its ``core``
-stages; the forward values are the kernels' own.
+A boundary condition gives its own form with hand-written adjoints (lbm.boundaries.base.BoundaryCondition.with_adjoint;
+half-way and moving walls: lbm.boundaries.bounce_back); :func:`with_adjoints` asks every condition of a run for it and
+applies the walls while streaming as the xla engine does. The other boundary conditions and the objectives stay with
+jax's automatic differentiation: they act on a face or on a wall's links. :data:`CORE` is what
+lbm.engines.timestep.timestep takes as its ``core`` stages; the forward values are the kernels' own.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, StepState
 from lbm.cases.base import Setup
-from lbm.engines.timestep import Core, core_stages
+from lbm.engines.timestep import Core, core_stages, fold_walls
 from lbm.kernels.equilibrium import equilibrium, velocity_dot
 from lbm.kernels.macroscopic import macroscopic
 from lbm.kernels.platforms import cell_form
@@ -396,6 +397,14 @@ def _cell(form: str) -> Any:
         rates = setup.collision
         return CELL_FORMS[form](s.f, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates, setup.force)
     return cell
+
+
+def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice, platform: str | None = None
+                  ) -> tuple[BoundaryCondition, ...]:
+    """``boundaries`` each in its form with hand-written adjoints for ``platform`` (default jax's backend; the
+    condition's :meth:`~lbm.boundaries.base.BoundaryCondition.with_adjoint`), half-way walls applied while streaming
+    where the xla engine does so (lbm.engines.timestep.fold_walls)."""
+    return fold_walls(tuple(bc.with_adjoint(platform) for bc in boundaries), lattice)
 
 
 def core_for(setup: Setup, boundaries: tuple[BoundaryCondition, ...], platform: str | None = None) -> Core:
