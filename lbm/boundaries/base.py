@@ -11,8 +11,9 @@ its class:
   to apply it itself, or None; and its form applied while streaming (:meth:`~BoundaryCondition.folded`);
 - its forms on a device mesh (:meth:`~BoundaryCondition.on_mesh` for the dense mesh forms,
   :meth:`~BoundaryCondition.on_extended` for a shard's plan), from a :class:`MeshLayout`;
-- what a differentiable run (lbm.diff) asks: its half-way wall (:attr:`~BoundaryCondition.halfway_wall`, which
-  lbm.diff.walls gives a hand-written adjoint), whether its rule is affine, and its continuous inputs
+- what a differentiable run (lbm.diff) asks: its form with hand-written adjoints
+  (:meth:`~BoundaryCondition.with_adjoint`; a half-way wall's, lbm.boundaries.bounce_back), whether its rule is affine,
+  and its continuous inputs
   (:meth:`~BoundaryCondition.with_velocity_scaled`, :meth:`~BoundaryCondition.moved_to`,
   :meth:`~BoundaryCondition.nodes_on_the_wall`).
 
@@ -207,14 +208,14 @@ class BoundaryCondition:
         """The same step applied while streaming (stage ``stream``) where nothing reads it before; None: no such form."""
         return None
 
-    @property
-    def halfway_wall(self) -> tuple[Any, Any, Any] | None:
-        """(solid mask, links, wall term or None) where this condition is a half-way bounce-back wall; else None."""
-        return None
-
     # --- what a differentiable run (lbm.diff) asks ------------------------------------------------------------
     affine: ClassVar[bool] = False
     """Whether the rule is affine in the populations it reads (its pullback then the same at every state)."""
+
+    def with_adjoint(self, platform: str | None = None) -> BoundaryCondition:
+        """The condition in a form whose rules carry hand-written adjoints, for a program compiled for ``platform``
+        (cpu, cuda, tpu; None: jax's backend); itself where jax differentiates its rule."""
+        return self
 
     def with_velocity_scaled(self, ratio: Any) -> BoundaryCondition:
         """The condition with every velocity it prescribes (an inflow, a wall's motion) times ``ratio`` (a traced

@@ -1,8 +1,18 @@
-"""Boundary conditions ``FullwayBounceBack`` and ``HalfwayBounceBack`` (stage ``bounce_back``): resting walls."""
+"""Boundary conditions ``FullwayBounceBack`` and ``HalfwayBounceBack`` (stage ``bounce_back``): resting walls.
+
+Their forms: the dense rules, a half-way wall's on gathered cells (:class:`HalfwayOnBlock`) and applied while streaming
+(:class:`PulledHalfway`, the xla engine's), and a half-way wall's forms for a differentiable run
+(:meth:`HalfwayBounceBack.with_adjoint`; moving walls' too, lbm.boundaries.moving_wall): the same rules with their
+transposes as hand-written adjoints (:class:`HalfwayWithAdjoint`, and :class:`PulledWithAdjoint` applied while
+streaming). Bounce-back is its own transpose: the cotangent of a population that came out of a solid cell goes back to
+the slot it was reflected from, cell-locally; a moving wall's wall term is affine (its cotangent is the cotangent on
+its links).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +33,8 @@ from lbm.boundaries.base import (
     static,
 )
 from lbm.boundaries.forms import OnExtended
+from lbm.kernels.platforms import cell_form
+from lbm.kernels.streaming import streamed
 from lbm.lattice import Lattice
 
 BOUNCE_BACK_KINDS = ("fullway", "halfway")
@@ -214,11 +226,6 @@ class HalfwayBounceBack(BoundaryCondition):
     """The wall term per link, ``(Q, *grid)``: the momentum a moving wall adds (lbm.boundaries.moving_wall); None here:
     resting walls. A class attribute, not a field: :class:`~lbm.boundaries.moving_wall.MovingWall` makes it one."""
 
-    @property
-    def halfway_wall(self) -> tuple[Any, Any, Any]:
-        """Its solid mask, links and wall term (None: resting walls)."""
-        return self.solid, self.links, self.wall_term
-
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells take the reflected populations of their fluid neighbours."""
         return s.replace(post=bounce_back_halfway(s.post, self.solid, self.links, lattice, self.wall_term))
@@ -279,6 +286,13 @@ class HalfwayBounceBack(BoundaryCondition):
         return PulledHalfway(bits=pull_bits(solid, lattice), wall_term_bits=pack_bits(flags, solid.shape),
                              wall_term=table, carried=carried)
 
+    def with_adjoint(self, platform: str | None = None) -> HalfwayWithAdjoint:
+        """The same walls with their rules' hand-written adjoints (:class:`HalfwayWithAdjoint`), the wall term gathered
+        into the stream kernel on a GPU or TPU (``platform``, default jax's backend), scattered onto its links after it
+        on a CPU (in place there)."""
+        return HalfwayWithAdjoint(solid=self.solid, links=self.links, wall_term=self.wall_term,
+                                  gathered=cell_form(platform) != "cpu")
+
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The rule on gathered cells, with the block position of each link's fluid neighbour."""
         lat = block.lattice
@@ -334,3 +348,145 @@ class PulledHalfway(BoundaryCondition):
         # of f*_opp(i) in each of the Q per-population kernels (up to 0.25x of the box, docs/performance.md)
         return s.replace(f=bounce_back_halfway_pulled(s.f, written_out_on_cpu(s.post), self.bits, lattice,
                                                       self.wall_term_bits, self.wall_term, self.carried))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def halfway_with_adjoint(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice
+                         ) -> jnp.ndarray:
+    """:func:`bounce_back_halfway` (``wall_term`` None: resting walls) with its transpose as adjoint.
+
+    The rule's linear part is a reflection: its transpose sends the cotangent of the slot j of a solid
+    cell s back to the slot opp(j) of the fluid cell s + c_j it came from (a roll by +c_j), and passes the
+    fluid cells' own cotangents through.
+    """
+    return bounce_back_halfway(post, solid, links, lattice, wall_term)
+
+
+def _halfway_fwd(post: jnp.ndarray, solid: jnp.ndarray, links: jnp.ndarray, wall_term: Any, lattice: Lattice
+                 ) -> tuple[jnp.ndarray, Any]:
+    return halfway_with_adjoint(post, solid, links, wall_term, lattice), (solid, links, wall_term)
+
+
+def _halfway_bwd(lattice: Lattice, res: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
+    solid, links, wall_term = res
+    axes = tuple(range(lattice.d))
+    zero = jnp.zeros((), ct.dtype)
+    out = []
+    for i in range(lattice.q):
+        j = int(lattice.opposite[i])
+        back = jnp.where(links[j], ct[j], zero)
+        shift = tuple(int(x) for x in lattice.c[j])
+        out.append(jnp.where(solid, zero, ct[i]) + (jnp.roll(back, shift, axis=axes) if any(shift) else back))
+    wall_bar = None if wall_term is None else jnp.where(links, ct, zero).astype(wall_term.dtype)
+    return jnp.stack(out), None, None, wall_bar
+
+
+halfway_with_adjoint.defvjp(_halfway_fwd, _halfway_bwd)
+
+
+@pytree_dataclass
+class HalfwayWithAdjoint(HalfwayBounceBack):
+    """A half-way wall, resting (``wall_term`` None) or moving, whose rules carry their adjoints
+    (:meth:`HalfwayBounceBack.with_adjoint`): :func:`halfway_with_adjoint`, and :class:`PulledWithAdjoint` applied while
+    streaming (``gathered``: its wall term gathered into the stream kernel)."""
+
+    wall_term: Any = None
+    gathered: bool = static(False)
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """Solid cells take the reflected populations of their fluid neighbours (and the wall term)."""
+        return s.replace(post=halfway_with_adjoint(s.post, self.solid, self.links, self.wall_term, lattice))
+
+    def streaming_form(self, solid: np.ndarray, lattice: Lattice) -> PulledWithAdjoint:
+        """These walls applied while streaming (:class:`PulledWithAdjoint`; lbm.engines.timestep.fold_walls asks
+        :meth:`HalfwayBounceBack.folded`), the wall term on the links."""
+        if self.wall_term is None:
+            return PulledWithAdjoint(bits=pull_bits(solid, lattice))
+        # the wall term on the links only, moved to the fluid cell each points into (a stream): the adjoint then sums
+        # the cotangents of the links alone over the steps, not those of a dense (Q, *grid) one
+        directions, cells = np.nonzero(pulled(np.asarray(self.links, bool), lattice).reshape(lattice.q, -1))
+        wall_term = streamed(self.wall_term, lattice).reshape(lattice.q, -1)[directions, cells]
+        at = np.stack([directions, cells]).astype(np.int32)
+        if not self.gathered:
+            return PulledWithAdjoint(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at)
+        carried = tuple(int(i) for i in np.unique(directions))
+        index = np.full((len(carried), solid.size), directions.size, np.int16 if directions.size < 2 ** 15 else np.int32)
+        index[np.searchsorted(carried, directions), cells] = np.arange(directions.size)
+        return PulledWithAdjoint(bits=pull_bits(solid, lattice), wall_term=wall_term, wall_term_at=at,
+                      index=index.reshape(-1, *solid.shape), carried=carried)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def pulled_with_adjoint(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """:func:`bounce_back_halfway_pulled` of resting walls, as the xla engine runs it (post written
+    out once on a CPU), with its transpose as adjoint: cell-local, each slot's cotangent goes to the slot it was
+    taken from."""
+    return bounce_back_halfway_pulled(streamed, written_out_on_cpu(post), bits, lattice)
+
+
+def _pulled_fwd(streamed: jnp.ndarray, post: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice
+                ) -> tuple[jnp.ndarray, Any]:
+    return pulled_with_adjoint(streamed, post, bits, lattice), bits
+
+
+def _pulled_bwd(lattice: Lattice, bits: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
+    q = lattice.q
+    zero = jnp.zeros((), ct.dtype)
+    fluid = (bits >> q) & 1 == 0
+    from_solid = [(bits >> i) & 1 == 1 for i in range(q)]
+    streamed_bar = jnp.stack([jnp.where(from_solid[i], zero, ct[i]) for i in range(q)])
+    reflected = [jnp.where(from_solid[i] & fluid, ct[i], zero) for i in range(q)]
+    post_bar = jnp.stack([reflected[int(lattice.opposite[j])] for j in range(q)])
+    return streamed_bar, post_bar, None
+
+
+pulled_with_adjoint.defvjp(_pulled_fwd, _pulled_bwd)
+
+
+@pytree_dataclass
+class PulledWithAdjoint(BoundaryCondition):
+    """:class:`HalfwayWithAdjoint` applied while streaming (stage ``stream``): :class:`PulledHalfway`'s rule
+    (:func:`pulled_with_adjoint`), and a moving wall's ``wall_term`` added on its links, (direction, flat cell) ``wall_term_at``
+    (2, n)."""
+
+    bits: Any
+    wall_term: Any = None
+    wall_term_at: Any = None
+    index: Any = None
+    carried: tuple[int, ...] = static(())
+    stage = "stream"
+    affine = True
+
+    def apply(self, s: StepState, lattice: Lattice) -> StepState:
+        """The streamed populations with the links that came out of solid cells replaced."""
+        f = pulled_with_adjoint(s.f, s.post, self.bits, lattice)
+        if self.wall_term is None:
+            return s.replace(f=f)
+        if self.index is not None:
+            return s.replace(f=on_links(f, self.wall_term.astype(f.dtype), self.index, self.wall_term_at, self.carried))
+        moved = f.reshape(lattice.q, -1).at[self.wall_term_at[0], self.wall_term_at[1]].add(self.wall_term.astype(f.dtype))
+        return s.replace(f=moved.reshape(f.shape))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def on_links(f: jnp.ndarray, wall_term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
+             ) -> jnp.ndarray:
+    """``f`` plus the per-link ``wall_term`` (n,), gathered into the planes of the directions ``carried`` through ``index``
+    (one plane per carried direction: each cell's link number, n where it has none): an elementwise add a GPU fuses
+    into the stream kernel (a scatter of the links is a kernel of its own after it, so a loop that stores the result
+    copies it). Its adjoint takes the cotangents at the links ``at`` ((direction, flat cell), (2, n))."""
+    table = jnp.concatenate([wall_term, jnp.zeros((1,), wall_term.dtype)])
+    planes = {i: jnp.take(table, index[k], mode="clip") for k, i in enumerate(carried)}
+    return jnp.stack([f[i] + planes[i] if i in planes else f[i] for i in range(f.shape[0])])
+
+
+def _on_links_fwd(f: jnp.ndarray, wall_term: jnp.ndarray, index: jnp.ndarray, at: jnp.ndarray, carried: tuple[int, ...]
+                  ) -> tuple[jnp.ndarray, Any]:
+    return on_links(f, wall_term, index, at, carried), at
+
+
+def _on_links_bwd(carried: tuple[int, ...], at: Any, ct: jnp.ndarray) -> tuple[Any, ...]:
+    return ct, ct.reshape(ct.shape[0], -1)[at[0], at[1]], None, None
+
+
+on_links.defvjp(_on_links_fwd, _on_links_bwd)

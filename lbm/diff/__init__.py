@@ -4,10 +4,10 @@
   observables, a jax function built on the stage functions of lbm.engines.timestep;
 - :func:`lbm.diff.api.value_and_grad` (``lbm.value_and_grad``): overrides, keys, objective -> value and
   derivatives; :func:`lbm.diff.api.finite_difference`: the same derivative from ``lbm.run`` itself;
-- lbm.diff.parameters (the keys of each case and how they enter the Setup), lbm.diff.geometry (wall
-  fractions as smooth functions of a circle or an ellipse), lbm.diff.checkpointing (none, every, sqrt,
-  binomial), lbm.diff.objectives (named objectives per case), lbm.diff.adjoint and lbm.diff.walls (the
-  hand-written adjoints of the core stages and of the half-way walls the differentiable run steps with);
+- lbm.diff.parameters (the keys of each case and how they enter the Setup), lbm.diff.checkpointing (none,
+  every, sqrt, binomial), lbm.diff.objectives (named objectives per case), lbm.diff.adjoint (the hand-written
+  adjoints of the core stages, and the conditions' forms with theirs, asked of each condition: a half-way wall's
+  lives in lbm.boundaries.bounce_back);
 - lbm.diff.instrumented (``mode=instrumented``: every stage's forward and backward pass its own executable),
   lbm.diff.profile (``profile.enabled=true``: the device time of each stage in each pass).
 """

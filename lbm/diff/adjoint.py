@@ -20,12 +20,14 @@ under ``jax.custom_vjp`` with its transposed Jacobian written out, cell-locally 
   the equilibrium adjoint's per-cell sums, and the per-cell sums come out of one kernel (:func:`core_for`
   chooses, statically). On a CPU (:func:`collide_cell_cpu`) the equilibrium's and the moments' adjoints reduce to
   f_bar_j = lambda_j - mu_j + A + c_j . B, A and B from the cotangent's weighted moments (:func:`_cell_adjoint`);
-- ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i.
+- ``stream``: f_i(x) <- f_i(x - c_i) is a permutation: its transpose pulls from x + c_i
+  (lbm.kernels.streaming.streamed, with the kernel it stands for).
 
-Half-way and moving walls, applied while streaming as the xla engine does, have theirs in lbm.diff.walls.
-The other boundary conditions and the objectives stay with jax's automatic differentiation: they act
-on a face or on a wall's links. :data:`CORE` is what lbm.engines.timestep.timestep takes as its ``core``
-stages; the forward values are the kernels' own.
+A boundary condition gives its own form with hand-written adjoints (lbm.boundaries.base.BoundaryCondition.with_adjoint;
+half-way and moving walls: lbm.boundaries.bounce_back); :func:`with_adjoints` asks every condition of a run for it and
+applies the walls while streaming as the xla engine does. The other boundary conditions and the objectives stay with
+jax's automatic differentiation: they act on a face or on a wall's links. :data:`CORE` is what
+lbm.engines.timestep.timestep takes as its ``core`` stages; the forward values are the kernels' own.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, StepState
 from lbm.cases.base import Setup
-from lbm.engines.timestep import Core, core_stages
+from lbm.engines.timestep import Core, core_stages, fold_walls
 from lbm.kernels.equilibrium import equilibrium, velocity_dot
 from lbm.kernels.macroscopic import macroscopic
-from lbm.kernels.streaming import stream
+from lbm.kernels.platforms import cell_form
+from lbm.kernels.streaming import streamed
 from lbm.lattice import Lattice
 from lbm.stages import STAGES
 
@@ -361,28 +364,6 @@ def _collide_cell_cpu_bwd(lattice: Lattice, two_rates: bool, force: tuple[float,
 collide_cell_cpu.defvjp(_collide_cell_cpu_fwd, _collide_cell_cpu_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def streamed(post: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
-    """lbm.kernels.streaming.stream (pull, periodic) with its transpose, the pull from x + c_i, as its adjoint."""
-    return stream(post, lattice)
-
-
-def _streamed_fwd(post: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, None]:
-    return stream(post, lattice), None
-
-
-def _streamed_bwd(lattice: Lattice, res: None, ct: jnp.ndarray) -> tuple[jnp.ndarray]:
-    axes = tuple(range(lattice.d))
-    out = []
-    for i in range(lattice.q):
-        shift = tuple(-int(s) for s in lattice.c[i])
-        out.append(jnp.roll(ct[i], shift, axis=axes) if any(shift) else ct[i])
-    return (jnp.stack(out),)
-
-
-streamed.defvjp(_streamed_fwd, _streamed_bwd)
-
-
 def _collision(s: StepState, setup: Setup) -> jnp.ndarray:
     rates = setup.collision
     if rates.spec is not None:  # the kinds beyond BGK and TRT: their kernel, differentiated by jax
@@ -404,17 +385,11 @@ def _with_source(out: jnp.ndarray, s: StepState, setup: Setup) -> jnp.ndarray:
 
 
 CELL_FORMS = {"cpu": collide_cell_cpu, "default": collide_cell}
-"""The cell-local core of :data:`CELL` per platform. A GPU computes :func:`collide_cell`'s per-cell sums in one kernel
-that reads the state and the cotangent once. XLA:CPU gives each field of such a tuple a kernel of its own that reads
-the populations again, and fuses the stored state's dynamic slice into every kernel that reads it;
-:func:`collide_cell_cpu` reads the stored state once (one copy) and takes its per-cell fields from the cotangent's
-weighted moments, a few operations each (docs/differentiable.md, "The adjoint step")."""
-
-
-def cell_form(platform: str | None = None) -> str:
-    """The key of :data:`CELL_FORMS` for a platform (cpu, cuda, gpu, tpu; None: jax's default backend), chosen when
-    the step is traced: a form chosen in the program (``jax.lax.platform_dependent``) traces and compiles both."""
-    return "cpu" if (platform or jax.default_backend()) == "cpu" else "default"
+"""The cell-local core of :data:`CELL` per platform (the keys of lbm.kernels.platforms.cell_form). A GPU computes
+:func:`collide_cell`'s per-cell sums in one kernel that reads the state and the cotangent once. XLA:CPU gives each
+field of such a tuple a kernel of its own that reads the populations again, and fuses the stored state's dynamic
+slice into every kernel that reads it; :func:`collide_cell_cpu` reads the stored state once (one copy) and takes its
+per-cell fields from the cotangent's weighted moments, a few operations each (docs/differentiable.md, "The adjoint step")."""
 
 
 def _cell(form: str) -> Any:
@@ -422,6 +397,14 @@ def _cell(form: str) -> Any:
         rates = setup.collision
         return CELL_FORMS[form](s.f, rates.omega_plus, rates.omega_minus, setup.lattice, rates.two_rates, setup.force)
     return cell
+
+
+def with_adjoints(boundaries: tuple[BoundaryCondition, ...], lattice: Lattice, platform: str | None = None
+                  ) -> tuple[BoundaryCondition, ...]:
+    """``boundaries`` each in its form with hand-written adjoints for ``platform`` (default jax's backend; the
+    condition's :meth:`~lbm.boundaries.base.BoundaryCondition.with_adjoint`), half-way walls applied while streaming
+    where the xla engine does so (lbm.engines.timestep.fold_walls)."""
+    return fold_walls(tuple(bc.with_adjoint(platform) for bc in boundaries), lattice)
 
 
 def core_for(setup: Setup, boundaries: tuple[BoundaryCondition, ...], platform: str | None = None) -> Core:

@@ -9,8 +9,8 @@ holds in fluid cells; ``wall_velocity``, where the case has moving walls, is wha
 cells), and where the case has an obstacle ``force_mean`` (D,), the momentum-exchange force averaged
 over the last ``window`` steps, with ``drag`` and ``lift`` (cd and cl, the cylinder's normalisation).
 It is differentiable by ``jax.grad``/``jax.vjp`` in every value, and jit-able: the core stages and the
-half-way walls run with the hand-written adjoints of lbm.diff.adjoint and lbm.diff.walls (half-way walls
-applied while streaming, as the xla engine does). ``forward_mode=True`` runs the kernels' own stages instead, for
+half-way walls run with hand-written adjoints (lbm.diff.adjoint, and the walls' own from lbm.boundaries.bounce_back,
+applied while streaming as the xla engine does). ``forward_mode=True`` runs the kernels' own stages instead, for
 ``jax.jvp`` (a ``jax.custom_vjp`` function has no forward mode).
 """
 
@@ -21,14 +21,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from lbm.boundaries.base import StepState
-from lbm.diff.adjoint import cell_form, core_for
+from lbm.boundaries.base import BoundaryCondition, StepState
+from lbm.diff.adjoint import core_for, with_adjoints
 from lbm.diff.checkpointing import SNAPSHOTS, Split, Step, run_steps, segment_length
 from lbm.diff.parameters import Parameterisation
-from lbm.diff.walls import affine_stream, with_adjoints
 from lbm.engines.timestep import CORE as KERNELS
 from lbm.engines.timestep import active_stages, moments, run_stages, step_index
 from lbm.errors import LbmError
+from lbm.kernels.platforms import cell_form
 
 
 def check_window(window: int | None, steps: int) -> int:
@@ -38,6 +38,13 @@ def check_window(window: int | None, steps: int) -> int:
     if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= steps:
         raise LbmError(f"window={window!r}: the steps the force is averaged over, an integer in [1, steps={steps}]")
     return window
+
+
+def affine_stream(boundaries: tuple[BoundaryCondition, ...]) -> bool:
+    """Whether the stream stage with ``boundaries`` is affine in the collided populations (the pull, and walls applied
+    while streaming as lbm.boundaries.bounce_back.PulledWithAdjoint): its pullback is then the same at every point
+    (lbm.diff.checkpointing.Split)."""
+    return all(bc.affine for bc in boundaries if bc.stage == "stream")
 
 
 def step_function(traced: Any, start: int, forward_mode: bool = False, platform: str | None = None

@@ -19,7 +19,14 @@ from lbm.boundaries import (
     PressureOutlet,
     StepState,
 )
-from lbm.boundaries.bounce_back import PulledHalfway, bounce_back_fullway, bounce_back_halfway, halfway_links
+from lbm.boundaries.bounce_back import (
+    HalfwayWithAdjoint,
+    PulledHalfway,
+    PulledWithAdjoint,
+    bounce_back_fullway,
+    bounce_back_halfway,
+    halfway_links,
+)
 from lbm.boundaries.inlet import inlet
 from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.boundaries.outflow import outflow
@@ -144,6 +151,34 @@ def test_halfway_walls_while_streaming_equal_the_dense_rule_then_stream(lat, wal
     np.testing.assert_array_equal(np.asarray(folded), np.asarray(dense))
     # links that are not those of the mask have no folded form
     assert HalfwayBounceBack(solid=solid, links=np.zeros_like(bc.links)).folded(lat) is None
+
+
+@pytest.mark.parametrize("moving", [False, True], ids=["resting", "moving"])
+def test_a_halfway_wall_gives_its_rules_with_their_adjoints_for_a_differentiable_run(moving):
+    """with_adjoint: a half-way wall (resting or moving) answers with the same rules carrying hand-written adjoints
+    (lbm.diff asks; tests/diff/test_adjoint.py pins the adjoints), dense and applied while streaming, the wall term
+    gathered into the stream kernel on a GPU or TPU and scattered on a CPU; a condition without one answers itself."""
+    lat, shape = D2Q9, (7, 6)
+    solid = np.zeros(shape, bool)
+    solid[0], solid[3:5, 2:4] = True, True
+    wall_u = np.zeros((lat.d, *shape))
+    wall_u[1, 0] = 0.07 if moving else 0.0
+    post = jnp.asarray(np.random.default_rng(4).random((lat.q, *shape)))
+    bc = MovingWall.with_velocity(solid, wall_u, lat, post.dtype) if moving else HalfwayBounceBack.around(solid, lat)
+    for platform, gathered in (("cpu", False), ("cuda", True), ("tpu", True)):
+        form = bc.with_adjoint(platform)
+        assert type(form) is HalfwayWithAdjoint and form.gathered == gathered
+        assert form.solid is bc.solid and form.links is bc.links and form.wall_term is bc.wall_term
+        state = StepState(f=post, post=post)
+        np.testing.assert_array_equal(np.asarray(form.apply(state, lat).post), np.asarray(bc.apply(state, lat).post))
+        pulled = form.folded(lat)
+        assert type(pulled) is PulledWithAdjoint and pulled.stage == "stream" and pulled.affine
+        assert (pulled.index is not None) == (moving and gathered)
+        streamed = StepState(f=stream(post, lat), post=post)
+        np.testing.assert_allclose(np.asarray(pulled.apply(streamed, lat).f),
+                                   np.asarray(bc.folded(lat).apply(streamed, lat).f), rtol=0, atol=1e-15)
+    for other in (FullwayBounceBack(solid=solid), Outflow()):
+        assert other.with_adjoint("cpu") is other
 
 
 @pytest.mark.parametrize("overrides", [

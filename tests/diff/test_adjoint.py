@@ -1,4 +1,5 @@
-"""lbm.diff.adjoint and lbm.diff.walls: each hand-written adjoint equals jax's own differentiation of the kernel it stands for."""
+"""lbm.diff.adjoint and the walls' (lbm.boundaries.bounce_back): each hand-written adjoint equals jax's own
+differentiation of the kernel it stands for."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +8,15 @@ import pytest
 from helpers.lattices import ALL_LATTICES, random_state, shape_for
 
 from lbm.boundaries.base import StepState
-from lbm.boundaries.bounce_back import bounce_back_halfway, bounce_back_halfway_pulled, halfway_links, pull_bits
+from lbm.boundaries.bounce_back import (
+    HalfwayWithAdjoint,
+    bounce_back_halfway,
+    bounce_back_halfway_pulled,
+    halfway_links,
+    halfway_with_adjoint,
+    pull_bits,
+    pulled_with_adjoint,
+)
 from lbm.boundaries.moving_wall import moving_wall_term
 from lbm.diff.adjoint import (
     collide_cell,
@@ -16,13 +25,11 @@ from lbm.diff.adjoint import (
     moments_of,
     relax,
     relax_equilibrium,
-    streamed,
 )
-from lbm.diff.walls import Halfway, halfway, pulled
 from lbm.kernels.collisions import bgk, trt
 from lbm.kernels.equilibrium import equilibrium
 from lbm.kernels.macroscopic import macroscopic
-from lbm.kernels.streaming import stream
+from lbm.kernels.streaming import stream, streamed
 
 pytestmark = pytest.mark.usefixtures("x64")
 LATTICES = [pytest.param(lat, id=lat.name, marks=[pytest.mark.slow] if lat.d == 3 else []) for lat in ALL_LATTICES]
@@ -97,15 +104,15 @@ def test_wall_adjoints_equal_autodiff_of_the_rules(lat):
     post, ct = populations(lat, shape, seed=5)
     for wall in (None, term):
         extra = () if wall is None else (wall,)
-        same_vjp(lambda p, *w: halfway(p, solid, links, w[0] if w else None, lat),
+        same_vjp(lambda p, *w: halfway_with_adjoint(p, solid, links, w[0] if w else None, lat),
                  lambda p, *w: bounce_back_halfway(p, solid, links, lat, w[0] if w else None), (post, *extra), ct)
     bits = pull_bits(solid, lat)
-    same_vjp(lambda s, p: pulled(s, p, bits, lat), lambda s, p: bounce_back_halfway_pulled(s, p, bits, lat),
+    same_vjp(lambda s, p: pulled_with_adjoint(s, p, bits, lat), lambda s, p: bounce_back_halfway_pulled(s, p, bits, lat),
              (stream(post, lat), post), ct)
 
     for gathered in (False, True):  # the term scattered onto its links (CPU), gathered into the stream kernel (GPU)
         def folded(p, w, gathered=gathered):  # the folded form: the dense rule, then streaming
-            walls = Halfway(solid=solid, links=links, wall_term=w, gathered=gathered).folded(lat)
+            walls = HalfwayWithAdjoint(solid=solid, links=links, wall_term=w, gathered=gathered).folded(lat)
             return walls.apply(StepState(f=stream(p, lat), post=p), lat).f
 
         same_vjp(folded, lambda p, w: stream(bounce_back_halfway(p, solid, links, lat, w), lat), (post, term), ct)

@@ -170,8 +170,7 @@ def test_the_checkpointing_policy_comes_from_the_config_unless_given(monkeypatch
 
 @pytest.mark.slow
 def test_the_cell_local_stages_share_one_adjoint_only_where_nothing_acts_between():
-    from lbm.diff.adjoint import CELL, CORE, RELAXED, core_for
-    from lbm.diff.walls import with_adjoints
+    from lbm.diff.adjoint import CELL, CORE, RELAXED, core_for, with_adjoints
 
     def core(overrides: list[str], platform: str | None = None) -> object:
         traced = prepare_gradient(overrides, ["flow.u_lattice"]).build({})
