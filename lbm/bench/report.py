@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lbm.bench.peers import PEERS
+from lbm.config.run import ENGINES
 from lbm.io.fields import write_json as _write_json
 
 FUSED_PREFERENCE = ("auto", "native", "xla")
@@ -49,6 +50,8 @@ def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None, base
             for other in ("naive", "xla", "instrumented", *PEERS):
                 if other in by_variant and other != fused_variant:
                     row[f"speedup_vs_{other}"] = fused["mlups"]["median"] / by_variant[other]["mlups"]["median"]
+        if "auto" in by_variant:
+            row["auto_check"] = auto_check(by_variant)
         if baseline is not None:
             row["baseline_collision"] = baseline
         base = groups.get((case, lattice, grid, precision, baseline), {})
@@ -57,6 +60,49 @@ def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None, base
             row["time_over_baseline"] = {v: t for v, t in ratios.items() if t is not None}
         out.append(row)
     return out
+
+
+ENGINE_VARIANTS = tuple(e for e in ENGINES if e != "auto")
+"""The variants that name an engine (bench measures each as ``engine=<name>`` would run)."""
+AUTO_TOLERANCE = 0.10
+"""``engine=auto`` may pick an engine at most this much slower than the fastest one measured beside it (issue 38)."""
+
+
+def auto_check(by_variant: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Auto's pick against the engines measured beside it in the same run (variants named native, pallas, xla):
+    the fastest, how much faster it was than auto, and whether auto is within AUTO_TOLERANCE of it; None where no
+    other engine was measured."""
+    auto = by_variant["auto"]
+    engines = {v: r["mlups"]["median"] for v, r in by_variant.items() if v in ENGINE_VARIANTS}
+    if not engines or all(v == auto["engine"] for v in engines):
+        return None
+    fastest = max(engines, key=engines.get)
+    auto_mlups = max(auto["mlups"]["median"], engines.get(auto["engine"], 0.0))  # its engine, measured twice
+    over = engines[fastest] / auto_mlups - 1 if fastest != auto["engine"] else 0.0
+    return {"picked": auto["engine"], "fastest": fastest,
+            "mlups": {"auto": auto["mlups"]["median"], **engines}, "fastest_over_auto": max(0.0, over),
+            "ok": over <= AUTO_TOLERANCE}
+
+
+def auto_lines(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per configuration with an auto check: what auto picked against the fastest engine beside it."""
+    lines = []
+    for s in rows:
+        check = s.get("auto_check")
+        if not check:
+            continue
+        label = f"{s['case']} {'x'.join(map(str, s['grid']))} {s['lattice']} {s['collision']} {s['precision']}"
+        measured = ", ".join(f"{v} {m:.0f}" for v, m in check["mlups"].items())
+        if check["picked"] == check["fastest"]:
+            verdict = "the fastest engine measured"
+        elif check["ok"]:
+            verdict = (f"{check['fastest']} was {100 * check['fastest_over_auto']:.1f} % faster, within the "
+                       f"{100 * AUTO_TOLERANCE:.0f} % auto allows")
+        else:
+            verdict = (f"WRONG: {check['fastest']} was {100 * check['fastest_over_auto']:.1f} % faster, more than the "
+                       f"{100 * AUTO_TOLERANCE:.0f} % auto allows")
+        lines.append(f"auto picked {check['picked']} for {label}: {verdict} (MLUPS: {measured})")
+    return lines
 
 
 def time_over(record: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any] | None:
@@ -133,6 +179,8 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
         out.print(comp)
         if any("baseline_collision" in s for s in rows):
             out.print(collision_table(doc))
+        for line in auto_lines(rows):
+            out.print(line)
     for s in doc.get("skipped", []):
         out.print(f"skipped {s['label']}: {s['reason']}")
     for line in doc.get("roofline_warnings", []):

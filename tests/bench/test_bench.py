@@ -457,3 +457,32 @@ def test_a_float64_bench_puts_the_float64_switch_back(tmp_path):
     (record,) = json.loads((run_dir / "bench.json").read_text())["records"]
     assert record["precision"] == "float64" and record["mlups"]["median"] > 0
     assert not float64_enabled()
+
+
+def test_bench_says_whether_auto_picked_the_fastest_engine_measured_beside_it(capsys):
+    """Issue 38: auto must never pick an engine more than 10 % slower than another; a bench run with auto and the
+    engines beside it says which it picked and how it stands (bench.json's summary, and one line each)."""
+    from lbm.bench.report import auto_lines, print_table, summary
+
+    def rec(variant: str, engine: str, mlups: float, grid=(420, 180)) -> dict:
+        return {"case": "cylinder", "lattice": "d2q9", "grid": list(grid), "precision": "float32", "collision": "bgk",
+                "variant": variant, "engine": engine, "compile_s": 1.0, "effective_gbs": mlups * 0.072,
+                "mlups": {"median": mlups, "spread_pct": 0.5}}
+
+    right = [rec("auto", "xla", 2239.1), rec("pallas", "pallas", 297.6), rec("xla", "xla", 2235.9)]
+    close = [rec("auto", "xla", 900.0, (64, 64)), rec("pallas", "pallas", 960.0, (64, 64))]
+    wrong = [rec("auto", "pallas", 297.6, (128, 128)), rec("xla", "xla", 2235.9, (128, 128))]
+    alone = [rec("auto", "native", 100.0, (32, 32)), rec("native", "native", 99.0, (32, 32))]
+    rows = summary(right + close + wrong + alone, None)
+    checks = {tuple(r["grid"]): r.get("auto_check") for r in rows}
+    assert checks[(420, 180)]["picked"] == checks[(420, 180)]["fastest"] == "xla" and checks[(420, 180)]["ok"]
+    assert checks[(64, 64)]["fastest"] == "pallas" and checks[(64, 64)]["fastest_over_auto"] == pytest.approx(960 / 900 - 1)
+    assert checks[(64, 64)]["ok"] and not checks[(128, 128)]["ok"]
+    assert checks[(32, 32)] is None  # auto's own engine alone beside it: nothing to judge
+    lines = auto_lines(rows)
+    assert lines[0] == ("auto picked xla for cylinder 420x180 d2q9 bgk float32: the fastest engine measured "
+                        "(MLUPS: auto 2239, pallas 298, xla 2236)")
+    assert "pallas was 6.7 % faster, within the 10 % auto allows" in lines[1]
+    assert "WRONG: xla was 651.3 % faster, more than the 10 % auto allows" in lines[2] and len(lines) == 3
+    print_table({"records": right, "summary": rows})
+    assert "auto picked xla for cylinder 420x180" in " ".join(capsys.readouterr().out.split())
