@@ -41,7 +41,10 @@ ENGINE_FACTOR = {"xla": 4.1, "native": 1.1, "pallas": 2.5}
 """Planned peak of an engine's fused program over its populations (XLA memory_analysis: arguments + outputs - aliased +
 temporaries). xla: 3.11 (periodic) to 3.51 (cylinder) on a CPU, 3.95 (D3Q19 256^3) and 4.00 (D2Q9 4096^2) on a TPU
 v5e (docs/tpu-v5e/2026-12-06/bench_*.json); native: 1.00 periodic, 1.01 cylinder (its boundary lists as
-arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D."""
+arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D; the 2D in-place pair (the default on a
+TPU from 128 MiB of populations) 2.00 at 4096^2 (its view's copy; bench on the chip), but 3.75 for a chunk of an odd
+number of steps (its push step first, deviceless), which this factor does not bound: with the automatic chunks
+(100 steps at that size) only a run whose ``steps`` is odd ends on one."""
 INSTRUMENTED_FACTOR = 10.0
 """The same for mode=instrumented, which runs one jit per stage and holds the stages' outputs between them, which no
 one program's analysis sees: its peak RSS grows by 459-502 B per cell (taylor_green 512^2/1024^2/2048^2,
