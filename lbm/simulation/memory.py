@@ -41,10 +41,8 @@ ENGINE_FACTOR = {"xla": 4.1, "native": 1.1, "pallas": 2.5}
 """Planned peak of an engine's fused program over its populations (XLA memory_analysis: arguments + outputs - aliased +
 temporaries). xla: 3.11 (periodic) to 3.51 (cylinder) on a CPU, 3.95 (D3Q19 256^3) and 4.00 (D2Q9 4096^2) on a TPU
 v5e (docs/tpu-v5e/2026-12-06/bench_*.json); native: 1.00 periodic, 1.01 cylinder (its boundary lists as
-arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D; the 2D in-place pair (the default on a
-TPU from 128 MiB of populations) 2.00 at 4096^2 (its view's copy; bench on the chip), but 3.75 for a chunk of an odd
-number of steps (its push step first, deviceless), which this factor does not bound: with the automatic chunks
-(100 steps at that size) only a run whose ``steps`` is odd ends on one."""
+arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D (:data:`PALLAS_IN_PLACE`), the 2D pair
+:data:`PALLAS_PAIR_2D`."""
 INSTRUMENTED_FACTOR = 10.0
 """The same for mode=instrumented, which runs one jit per stage and holds the stages' outputs between them, which no
 one program's analysis sees: its peak RSS grows by 459-502 B per cell (taylor_green 512^2/1024^2/2048^2,
@@ -105,6 +103,28 @@ PALLAS_IN_PLACE = 1.1
 D3Q19 256^3 and 512^3, docs/tpu-v5e/2026-12-06/), plus the boundary plan's cells."""
 
 
+PALLAS_PAIR_2D = (2.0, 3.75)
+"""The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 128 MiB of populations, ny a
+multiple of 1024): 2.00 when every chunk has an even number of steps (the pair on its view of the populations, and
+the view's copy: bench on the chip, D2Q9 4096^2), 3.75 when a chunk has an odd number (its push step first, on the
+grid's shape; deviceless v5e, 4096^2)."""
+
+
+def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
+    """The 2D in-place pair's planned peak over the populations for ``run`` on ``platform`` (None where the pallas
+    engine runs the push kernel there)."""
+    lattice = LATTICES[run.lattice]
+    if platform != "tpu" or lattice.d != 2 or run.grid[1] % 1024:
+        return None
+    from lbm.engines.pallas.aa import AA2D_MIN_BYTES
+    from lbm.simulation.state import chunk_lengths, chunk_size
+
+    if lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid) < AA2D_MIN_BYTES:
+        return None
+    odd = any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
+    return PALLAS_PAIR_2D[odd]
+
+
 def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> tuple[str, float]:
     """The engine the run will use (``engine``: the one built for it, else as far as the config says) and its planned
     peak over the populations."""
@@ -113,6 +133,8 @@ def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> t
     engine = engine or run.engine
     if engine == "pallas" and platform == "tpu" and LATTICES[run.lattice].d == 3:
         return engine, PALLAS_IN_PLACE
+    if engine == "pallas" and pallas_2d_pair_factor(run, platform) is not None:
+        return engine, pallas_2d_pair_factor(run, platform)
     if engine == "auto":  # lbm.engines.auto_choice: native on a CPU (xla without a compiler), else pallas or xla
         if platform == "cpu" and run.devices == 1:
             from lbm.engines.native import build
