@@ -41,10 +41,12 @@ most tests' short runs do not feel; the few long native runs are marked ``native
 OPTIMISED_TEST_OPT. A level already in LBM_NATIVE_OPT is kept for every test (``LBM_NATIVE_OPT=3`` tests the
 default build)."""
 OPTIMISED_TEST_OPT = "1"
-"""The level of tests marked ``native_optimised``: runs of 10^8 and more cell updates on the native engine (the DFG
-convergence study, the Re 100 and 1000 cavities, the Schafer-Turek runs, ``validate --quick``), where -O0's slower kernel
-costs more than -O1's compile (the DFG study: 61.0 CPU-s with its kernel at -O0, 18.3 at -O1; five such tests
-102 against 36 CPU-s, cold caches, load 9-10)."""
+"""The level of tests marked ``native_optimised``: runs of 10^7 and more cell updates on the native engine (the DFG
+convergence study, the Re 100 and 1000 cavities, the Schafer-Turek runs, ``validate --quick``, the default cylinder's
+first 1500 steps, the ellipse obstacle's 6000 steps, the STL sphere's 2 x 500 steps at 48x24x24), where -O0's slower
+kernel costs more than -O1's compile (the DFG study: 61.0 CPU-s with its kernel at -O0, 18.3 at -O1; five such tests
+102 against 36 CPU-s, cold caches, load 9-10; the last three 32.4 against 16.8 CPU-s, each building its kernel cold,
+one process)."""
 
 
 SUITE_SET_NATIVE_OPT = "LBM_NATIVE_OPT_SET_BY_SUITE"
