@@ -27,6 +27,7 @@ from helpers.suite import (
     keep_absl_off_the_capture,
     native_test_opt,
     trim_cache,
+    tune_gc,
 )
 
 from lbm.simulation import simulate
@@ -44,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Trim the suite's own compilation cache (the controller, once per session); keep absl off pytest's capture;
-    compose each configuration once per process (compose_once)."""
+    compose each configuration once per process (compose_once); collect cycles less often (tune_gc)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and SUITE_CACHE == SUITE_CACHE_DEFAULT and SUITE_CACHE.is_dir():
         trim_cache(SUITE_CACHE, SUITE_CACHE_LIMIT)
         # earlier states' caches unused for a day (another tree may be testing with its own now)
@@ -57,6 +58,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 other.unlink(missing_ok=True)
     keep_absl_off_the_capture()
     compose_once()
+    tune_gc()
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist, pluggy would reject it as unknown

@@ -109,6 +109,7 @@ def ellipse(tmp_path, height=10):
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_default_inlet_is_stable_where_zou_he_diverges_and_the_error_names_the_inlet(tmp_path):
     """Issue 21: a 20x10 ellipse, 128x64, Re 40 (tau 0.53, BGK): the Zou-He inlet diverged by step 600 (measured on
     the native and the xla engine; the error grows along the whole inlet face, cell (0, 0) is only the first in

@@ -49,6 +49,7 @@ def test_cycles_phrase_counts_periods_only_of_an_oscillating_lift():
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_the_default_cylinders_first_1500_steps_hold_no_window():
     """The default cylinder's drag over its first 1500 steps swings between about -4.5 and 6.5 with the start-up's
     ringing, and the lift does not oscillate yet: no drag is claimed (it was 1.13 +- 0.57 over steps 376-1500)."""

@@ -99,6 +99,7 @@ def _sphere_run(tmp_path: Path, **extra: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.native_optimised  # a long native run (tests/conftest.py)
 def test_the_stl_spheres_drag_equals_the_analytic_spheres(tmp_path: Path) -> None:
     """Same solid nodes, q from the triangulated surface or the exact sphere: drag within 0.3% (measured 0.11%)."""
     import dataclasses

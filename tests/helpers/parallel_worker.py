@@ -171,5 +171,10 @@ def batch(args: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the suite's settings, as in a test process
+    from helpers.suite import compose_once, tune_gc
+
+    compose_once()  # a batch loads each configuration for its 1-device reference and again for every mesh and mode
+    tune_gc()
     task, payload = sys.argv[1], json.loads(sys.argv[2])
     print(json.dumps((TASKS | {"tasks": tasks, "batch": batch})[task](payload)))

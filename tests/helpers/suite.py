@@ -41,10 +41,12 @@ most tests' short runs do not feel; the few long native runs are marked ``native
 OPTIMISED_TEST_OPT. A level already in LBM_NATIVE_OPT is kept for every test (``LBM_NATIVE_OPT=3`` tests the
 default build)."""
 OPTIMISED_TEST_OPT = "1"
-"""The level of tests marked ``native_optimised``: runs of 10^8 and more cell updates on the native engine (the DFG
-convergence study, the Re 100 and 1000 cavities, the Schafer-Turek runs, ``validate --quick``), where -O0's slower kernel
-costs more than -O1's compile (the DFG study: 61.0 CPU-s with its kernel at -O0, 18.3 at -O1; five such tests
-102 against 36 CPU-s, cold caches, load 9-10)."""
+"""The level of tests marked ``native_optimised``: runs of 10^7 and more cell updates on the native engine (the DFG
+convergence study, the Re 100 and 1000 cavities, the Schafer-Turek runs, ``validate --quick``, the default cylinder's
+first 1500 steps, the ellipse obstacle's 6000 steps, the STL sphere's 2 x 500 steps at 48x24x24), where -O0's slower
+kernel costs more than -O1's compile (the DFG study: 61.0 CPU-s with its kernel at -O0, 18.3 at -O1; five such tests
+102 against 36 CPU-s, cold caches, load 9-10; the last three 32.4 against 16.8 CPU-s, each building its kernel cold,
+one process)."""
 
 
 SUITE_SET_NATIVE_OPT = "LBM_NATIVE_OPT_SET_BY_SUITE"
@@ -164,6 +166,22 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lbm"))
 
 REQUIRE_NATIVE = os.environ.get("LBM_REQUIRE_NATIVE", "") not in ("", "0")
 """LBM_REQUIRE_NATIVE=1 (set by .ci/run): a test marked ``native`` fails, not skips, where the native engine cannot build."""
+
+
+GC_THRESHOLD = (10_000, 50, 1_000)
+"""Python's cyclic garbage collector in a test process: a young collection every 10000 allocations (Python's default
+700) and a full one after 1000 middle ones (default 10). A worker holds JAX's and the suite's objects by the million,
+and each full collection walks them all: at the defaults the fast lane (one process, warm caches) spent 9.6 of its
+129.7 CPU-s in 4464 collections (20 full), at this setting 3.2 of 120.2 (950, 2 full), with the same peak RSS (1.33 GB);
+measured back to back (scripts/suite_costs.py's sibling measurement, gc.callbacks). Cycles are still collected: only
+less often. 50000 for the young generation gained nothing more (122.4 CPU-s)."""
+
+
+def tune_gc() -> None:
+    """Collect cycles less often in this test process (GC_THRESHOLD)."""
+    import gc
+
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 MAX_WORKERS = 4

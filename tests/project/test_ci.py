@@ -81,6 +81,15 @@ def test_the_suite_builds_at_its_tests_level_and_caches_its_compiles_here_and_in
     assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
 
 
+def test_a_test_process_collects_cycles_at_the_suites_thresholds() -> None:
+    """tests/helpers/suite.py's GC_THRESHOLD is set in the process that runs the tests (each xdist worker, or -n 0)."""
+    import gc
+
+    from helpers.suite import GC_THRESHOLD
+
+    assert gc.get_threshold() == GC_THRESHOLD and GC_THRESHOLD[0] > 700  # above Python's default
+
+
 def test_the_suite_cache_is_one_per_state_of_the_sources(tmp_path: Path) -> None:
     """A changed source (a renamed stage scope) gets a cache of its own: JAX's key leaves the op names out."""
     import shutil
