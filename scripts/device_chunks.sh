@@ -12,13 +12,7 @@
 set -u
 source scripts/device_env.sh
 log=$OUT/chunks.log
-step() {  # step LIMIT_S COMMAND...: one step, its output in the log
-  local limit=$1; shift
-  echo "=== $* (limit $limit s)" | tee -a "$log"
-  local t0; t0=$(date +%s)
-  timeout -k 5 "$limit" "$@" 2>&1 | grep -v "UserWarning\|warnings.warn\|^  warnings\|^lbm: \|LbmWarning\|nu, tau" | tee -a "$log"
-  echo "=== exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s" | tee -a "$log"
-}
+STEP_QUIET="^lbm: \\|LbmWarning\\|nu, tau"
 steps=${CHUNK_STEPS:+steps=$CHUNK_STEPS}
 only=${DEVICE_CHUNKS_ONLY:-}  # "costs": step 1 alone
 step 100 python3 scripts/chunk_costs.py --top 8 --json "$OUT/chunk_costs.json" -- $steps -- case=cavity $steps \

@@ -1,4 +1,4 @@
-# Sourced by the one-off device scripts (device_rows_sweep.sh, device_validate.sh): the carried py3.11 wheels
+# Sourced by the one-off device scripts (device_rows_sweep.sh, device_validate.sh, device_walls.sh, device_chunks.sh): the carried py3.11 wheels
 # (.whl/, from scripts/device_wheels.sh) installed offline into a temporary folder APPENDED to PYTHONPATH (the lent
 # machine's jax stays first), this checkout in front of it, and $OUT (the device tool's folder; here: outputs/device)
 # made, and matplotlib from the machine's index. scripts/device_check.sh does the same with more checks.
@@ -18,3 +18,14 @@ if ! python3 -c 'import matplotlib' >/dev/null 2>&1 && [[ -d /opt/pypi/simple ]]
     || echo "device_env: matplotlib did not install (see $OUT/install-matplotlib.log)" >&2
   export PYTHONPATH=$PYTHONPATH:$site-mpl
 fi
+# step LIMIT_S COMMAND...: one step of a one-off device script, with a time limit; its output, less JAX's warnings
+# and the lines matching $STEP_QUIET (a grep pattern, optional), goes to the terminal and to $log, then its exit code
+# and time. A step cut by its limit leaves the earlier steps' results.
+step() {
+  local limit=$1; shift
+  echo "=== $* (limit $limit s)" | tee -a "$log"
+  local t0; t0=$(date +%s)
+  timeout -k 5 "$limit" "$@" 2>&1 | grep -v "UserWarning\|warnings.warn\|^  warnings${STEP_QUIET:+\\|$STEP_QUIET}" \
+    | tee -a "$log"
+  echo "=== exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s" | tee -a "$log"
+}

@@ -15,13 +15,7 @@
 set -u
 source scripts/device_env.sh
 log=$OUT/walls.log
-step() {  # step LIMIT_S COMMAND...: one step, its output in the log
-  local limit=$1; shift
-  echo "=== $* (limit $limit s)" | tee -a "$log"
-  local t0; t0=$(date +%s)
-  timeout -k 5 "$limit" "$@" 2>&1 | grep -v "UserWarning\|warnings.warn\|^  warnings\|^bench " | tail -25 | tee -a "$log"
-  echo "=== exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s" | tee -a "$log"
-}
+STEP_QUIET="^bench "
 step 60 python3 -m pytest -q -n 0 -p no:cacheprovider -m device tests/engines/pallas/test_engines_pallas.py -k "equals_the_reference and aa2d"
 step 90 python3 -m lbm bench lattice=d2q9 "variants=[pallas,xla]" "cases=[periodic]" grid.nx=4096 grid.ny=4096 \
   repeats=3 min_time_s=0.5 kernel_profile=0 bandwidth.repeats=5 hydra.run.dir=outputs/device-walls/bench-d2q9
