@@ -133,8 +133,8 @@ def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> t
     engine = engine or run.engine
     if engine == "pallas" and platform == "tpu" and LATTICES[run.lattice].d == 3:
         return engine, PALLAS_IN_PLACE
-    if engine == "pallas" and pallas_2d_pair_factor(run, platform) is not None:
-        return engine, pallas_2d_pair_factor(run, platform)
+    if engine == "pallas" and (pair := pallas_2d_pair_factor(run, platform)) is not None:
+        return engine, pair
     if engine == "auto":  # lbm.engines.auto_choice: native on a CPU (xla without a compiler), else pallas or xla
         if platform == "cpu" and run.devices == 1:
             from lbm.engines.native import build
