@@ -247,17 +247,16 @@ def _child(argv: Sequence[str]) -> int:
     if len(argv) < 2:
         raise LbmError("usage: python -m lbm.bench.probe TARGET LENGTHS (run pickled on stdin) | TARGET auto "
                        "OVERRIDE...")
-    name = argv[0]
+    target = load_target(argv[0])
     if argv[1] == "auto":
         from lbm.config import load
         from lbm.simulation import chunk_lengths, chunk_size, make_case
 
         run = make_case(load(list(argv[2:]))).run
-        lengths = sorted(chunk_lengths(0, run.steps, chunk_size(run, load_target(name).platform)))
+        lengths = sorted(chunk_lengths(0, run.steps, chunk_size(run, target.platform)))
     else:
         lengths = [int(n) for n in argv[1].split(",") if n]
         run = pickle.loads(sys.stdin.buffer.read())
-    target = load_target(name)
     if run.mesh_shape:
         target = with_topology(target, "", run.devices)
     prepare_environment(target)
