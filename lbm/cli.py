@@ -22,11 +22,13 @@ from lbm.config.checks import did_you_mean
 from lbm.config.command_line import (
     HELP_FLAGS,
     check_destination,
+    check_fresh,
     check_launcher,
     destination,
     expand_jobs,
     hydra_value,
     pin,
+    pinned,
     run_hydra,
     split_hydra_args,
 )
@@ -79,10 +81,36 @@ def prevalidate(overrides: list[str], multirun: bool, output: bool = True, task:
         launcher = hydra_value(overrides, "hydra/launcher") if multirun else None
         check_launcher(launcher)
         dest = destination(overrides, multirun, task or _task)
-        check_destination(dest, "hydra.sweep.dir (or hydra.sweep.subdir)" if multirun else "hydra.run.dir")
+        sibling = None if multirun else sibling_process(runs[0])
+        if sibling is None:
+            check_destination(dest, "hydra.sweep.dir (or hydra.sweep.subdir)" if multirun else "hydra.run.dir")
+        else:  # process 0's record may already be there: a sibling refuses results and its own earlier record
+            check_fresh(dest.job_dirs[0], "hydra.run.dir", own_names(sibling))
         for run in runs:
             preflight(run, here=launcher in (None, "basic"))
-        return pin(dest, local=launcher in (None, "basic"))
+        return pin(dest, local=launcher in (None, "basic")) + own_record(sibling, dest)
+
+
+def sibling_process(run: Any) -> int | None:
+    """The index of this process where the run is one of several processes given ``parallel.process_id`` > 0; else
+    None (a single process, process 0, or one whose index jax.distributed reads from the environment)."""
+    pid, processes = run.parallel.process_id, run.parallel.num_processes
+    return pid if pid and processes is not None and processes > 1 else None
+
+
+def own_record(sibling: int | None, dest: Any) -> list[str]:
+    """The Hydra overrides that make process ``sibling`` write its record (hydra.output_subdir and its log file)
+    under names of its own (``.hydra.process<k>``, ``lbm.process<k>.log``), so that process 0's check of the shared
+    directory never meets them, whichever process starts first; none for process 0 or a single process."""
+    if sibling is None:
+        return []
+    subdir, log = own_names(sibling)
+    return [f"hydra.output_subdir={subdir}", f"hydra.job_logging.handlers.file.filename={pinned(dest.job_dirs[0] / log)}"]
+
+
+def own_names(sibling: int) -> tuple[str, str]:
+    """The Hydra record's names of process ``sibling`` (> 0) of a multi-process run: its output subdir and log file."""
+    return f".hydra.process{sibling}", f"lbm.process{sibling}.log"
 
 
 def _task(cfg: Any, named_run_dir: bool = False) -> None:

@@ -149,6 +149,8 @@ def own_log_file(directory: str | os.PathLike[str]) -> list[str]:
             if not isinstance(h, logging.FileHandler) or Path(h.baseFilename).parent != where:
                 continue
             path = Path(h.baseFilename)
+            if path.stem.endswith(f".process{jax.process_index()}"):
+                continue  # already its own (lbm.cli.own_record)
             own = logging.FileHandler(path.with_name(f"{path.stem}.process{jax.process_index()}{path.suffix}"))
             own.setLevel(h.level)
             own.setFormatter(h.formatter)

@@ -365,3 +365,35 @@ def test_auto_steps_follow_the_documented_rule(case, expected):
 def test_steps_must_be_an_integer_or_auto(capsys):
     assert main(["run", "steps=soon"]) == 2
     assert "steps=soon" in capsys.readouterr().err
+
+
+def test_a_sibling_process_writes_its_record_under_its_own_names_and_refuses_only_what_is_not_process_0s(tmp_path):
+    """Process k > 0 of a multi-process run shares process 0's directory: whichever starts first, process 0 must not
+    take k's record for an earlier run's (k writes .hydra.process<k> and lbm.process<k>.log), and k accepts process
+    0's record but still refuses results or its own earlier record (tests/test_parallel.py starts process 1 first)."""
+    from lbm.cli import own_names, own_record, sibling_process
+    from lbm.config import load
+    from lbm.config.command_line import check_fresh
+    from lbm.errors import LbmError
+
+    multi = ["parallel.devices=4", "parallel.num_processes=2", "parallel.coordinator=localhost:1234"]
+    assert [sibling_process(load([*multi, f"parallel.process_id={k}"])) for k in (0, 1)] == [None, 1]
+    assert sibling_process(load([])) is None
+    assert own_names(1) == (".hydra.process1", "lbm.process1.log")
+    dest = type("Dest", (), {"job_dirs": [tmp_path / "run"]})()
+    assert own_record(None, dest) == []
+    assert own_record(1, dest) == ["hydra.output_subdir=.hydra.process1",
+                                   f"hydra.job_logging.handlers.file.filename={tmp_path / 'run' / 'lbm.process1.log'}"]
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "lbm.log").write_text("process 0\n")
+    check_fresh(run, "hydra.run.dir", own_names(1))  # process 0's record: the same run
+    with pytest.raises(LbmError, match="already holds a run's record"):
+        check_fresh(run, "hydra.run.dir")  # process 0 would refuse it: its check is unchanged
+    (run / ".hydra.process1").mkdir()
+    with pytest.raises(LbmError, match=r"already holds a run's record \(.hydra.process1\)"):
+        check_fresh(run, "hydra.run.dir", own_names(1))
+    (run / ".hydra.process1").rmdir()
+    (run / "metrics.json").write_text("{}")
+    with pytest.raises(LbmError, match="already holds results"):
+        check_fresh(run, "hydra.run.dir", own_names(1))

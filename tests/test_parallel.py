@@ -17,6 +17,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -414,9 +416,20 @@ def test_two_processes_equal_one_device(tmp_path):
     one = lbm_run(base + [f"hydra.run.dir={tmp_path / 'one'}"], devices=1)
     for attempt in range(3):  # the free port may be taken before the coordinator binds it: then a new one
         port = free_port()
-        procs = [lbm_run(base + ["parallel.devices=4", "parallel.mesh=[2,2]", f"parallel.coordinator=localhost:{port}",
-                                 "parallel.num_processes=2", f"parallel.process_id={i}",
-                                 f"hydra.run.dir={tmp_path / f'multi{attempt}'}"], devices=2) for i in range(2)]
+        run_dir = tmp_path / f"multi{attempt}"
+
+        def process(i: int, port: int = port, run_dir: Path = run_dir) -> subprocess.Popen:
+            return lbm_run(base + ["parallel.devices=4", "parallel.mesh=[2,2]", f"parallel.coordinator=localhost:{port}",
+                                   "parallel.num_processes=2", f"parallel.process_id={i}", f"hydra.run.dir={run_dir}"],
+                           devices=2)
+
+        # process 1 first, process 0 once process 1's Hydra has written its record into the shared directory (the
+        # order a loaded machine can produce: process 0 must not take it for an earlier run's record)
+        second = process(1)
+        deadline = time.monotonic() + 120
+        while not (run_dir / ".hydra.process1").exists() and second.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        procs = [process(0), second]
         logs = [p.communicate(timeout=600)[0] for p in procs]
         if not any(p.returncode and "already in use" in log.lower() for p, log in zip(procs, logs, strict=True)):
             break
@@ -433,6 +446,7 @@ def test_two_processes_equal_one_device(tmp_path):
     assert forces[0].shape == (40, 5) and np.abs(forces[0] - forces[1]).max() <= 1e-12  # step, fx, fy, cd, cl
     # the shared Hydra log holds process 0's lines only; process 1 logs into a file of its own
     shared, own = (tmp_path / "multi" / "lbm.log").read_text(), (tmp_path / "multi" / "lbm.process1.log").read_text()
+    assert (tmp_path / "multi" / ".hydra").is_dir() and (tmp_path / "multi" / ".hydra.process1").is_dir()
     assert shared.count("compiled in") == 1 and own.count("compiled in") == 1
 
 
