@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # Device check (issues 10 and 37): on a machine with a TPU or an NVIDIA GPU, in under 8 minutes (its budget, LBM_CHECK_BUDGET_S, is 460 s),
 #   1. finds (or installs) a jax that sees the accelerator, and lbm's other dependencies,
-#   2. runs the tests marked `device` (compiled pallas vs xla on the device; a profiled run's device-clock breakdown),
+#   2. runs the tests marked `device` (compiled pallas vs xla on the device; the 3D grids that once aborted XLA's TPU
+#      compiler, 32^3 to 128^3, compiled on the chip's own libtpu and stepped: tests/engines/pallas/test_device_sizes.py),
 #   3. runs `lbm bench` for the pallas and xla engines, D2Q9 (1024^2 and the cylinder 420x180) and D3Q19 (128^3; on a
 #      TPU the periodic box only: the 3D cylinder's two compiles took 80 s of the check there),
 #      the device's bandwidth probe measured in the same run,
 #   4. runs the default case (cylinder) profiled, fused and instrumented (short runs: a trace well under 2 MB),
 #      and XProf's offline converter (hlo_stats) on both traces where xprof is importable,
 #   5. runs `lbm validate --quick` (a check the device cannot run, float64 on a TPU, is skipped with its reason),
-#   6. runs the 3D grids that once aborted XLA's TPU compiler on the chip (scripts/compile_matrix.py --device), with
-#      what is left of the budget (on the chip, 2026-12-06: the steps before it took 385 s),
 # and leaves everything under outputs/device-check/ (summary.txt, logs, bench-*/bench.json, profile-*/profile/,
 # validate/). Every step runs whatever happened before it: a failure is recorded (summary.txt, its log's tail) and
 # the next step goes on; the script exits 1 at the end if any step failed.
@@ -208,11 +207,13 @@ PY
 if sees "$python"; then
   # --- tests marked device (-n 0: one process; xdist workers would each take the GPU's memory) ---------------
   # XLA's default optimisation level (3) named in XLA_FLAGS: tests/helpers/suite.py then keeps it instead of adding
-  # level 0, which is there for the CPU suite's compile time, not for the device's kernels
+  # level 0, which is there for the CPU suite's compile time, not for the device's kernels. -v: the name of each test
+  # before it runs (a compiler abort ends pytest; the log's tail then names the configuration). Not the profiled-run
+  # test: the two profiled runs below check its breakdown on the chip, with their verdicts (15 s of the budget).
   XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=3" XLA_PYTHON_CLIENT_PREALLOCATE=false \
     step "pytest -m device" 240 "$out/pytest-device.log" \
-    "$python" -m pytest -q -n 0 -p no:cacheprovider -m device tests/engines/pallas/test_engines_pallas.py \
-    --junitxml="$out/pytest-device.xml"
+    "$python" -m pytest -v -n 0 -p no:cacheprovider -m device -k "not a_profiled_run" \
+    tests/engines/pallas/test_engines_pallas.py tests/engines/pallas/test_device_sizes.py --junitxml="$out/pytest-device.xml"
   check "pytest -m device ran its tests" grep -q " passed" "$out/pytest-device.log"
   check "pytest -m device skipped none" bash -c "! grep -q ' skipped' '$out/pytest-device.log'"
 
@@ -283,20 +284,6 @@ if sees "$python"; then
   check "validate wrote its report" test -s "$out/validate/validation.json"
 fi
 
-# --- the 3D grids that aborted XLA's TPU compiler (issue 37, item 5), run on the chip: each configuration in its own
-# process (an abort is one line), one process at a time; the deviceless compiler's libtpu may differ from the chip's.
-# Last, with what is left of the budget: it stops starting configurations at its --budget (a running one finishes,
-# up to about 25 s more), so the steps before it always run (on the chip, 2026-12-06: validate --quick 67 s did not
-# fit after a 60 s matrix that took 82 s)
-if sees "$python" && [[ -z "$rehearsal" ]]; then
-  matrix_budget=$(( start + budget - $(date +%s) - 20 - 40 ))
-  if (( matrix_budget >= 15 )); then
-    step "compile matrix on the device (scripts/compile_matrix.py --device --set issue, budget ${matrix_budget} s)" \
-      150 "$out/compile-matrix.log" "$python" scripts/compile_matrix.py --device --set issue --budget "$matrix_budget"
-  else
-    say "compile matrix on the device: not run, ${matrix_budget} s of the budget left (it needs 15)"
-  fi
-fi
 
 # --- results ------------------------------------------------------------------------------------------------------
 # the figures, also in the run tool's output tail (its last 12,000 characters), should the files not come back
