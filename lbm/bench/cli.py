@@ -83,11 +83,12 @@ def plan(cfg: dict[str, Any]) -> dict[str, Any]:
     if not cases or not variants or not precisions:
         raise ConfigError("cases/variants/precision", "[]", "at least one value each")
 
-    # Only what will run is validated: the box sizes for the periodic case, the cylinder's grid for the cylinder.
+    # Only what will run is validated: the box sizes for the periodic case and the cavity (the same grids: what the
+    # walls cost per cell), the cylinder's grid for the cylinder.
     grids: dict[str, list[tuple[int, ...]]] = {}
-    if "periodic" in cases:
-        grids["periodic"] = ([_grid("sizes", s, dims) for s in _as_list(tree.sizes)] if tree.sizes is not None
-                             else [validate_grid(tree.grid, lattice)])
+    for boxed in {"periodic", "cavity"} & set(cases):
+        grids[boxed] = ([_grid("sizes", s, dims) for s in _as_list(tree.sizes)] if tree.sizes is not None
+                        else [validate_grid(tree.grid, lattice)])
     if "cylinder" in cases:
         from lbm.config import load
         from lbm.simulation import make_case

@@ -76,8 +76,8 @@ def auto_check(by_variant: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     engines = {v: r["mlups"]["median"] for v, r in by_variant.items() if v in ENGINE_VARIANTS}
     if not engines or all(v == auto["engine"] for v in engines):
         return None
-    fastest = max(engines, key=engines.get)
     auto_mlups = max(auto["mlups"]["median"], engines.get(auto["engine"], 0.0))  # its engine, measured twice
+    fastest = max({**engines, auto["engine"]: auto_mlups}.items(), key=lambda item: item[1])[0]
     over = engines[fastest] / auto_mlups - 1 if fastest != auto["engine"] else 0.0
     return {"picked": auto["engine"], "fastest": fastest,
             "mlups": {"auto": auto["mlups"]["median"], **engines}, "fastest_over_auto": max(0.0, over),

@@ -1,6 +1,7 @@
 """Throughput of one configuration: warm-up, timed repeats, MLUPS, roofline fraction, compile time, memory, HLO.
 
-A configuration is a case (``periodic``: the Taylor-Green box, the bare kernel;
+A configuration is a case (``periodic``: the Taylor-Green box, the bare kernel; ``cavity``: the lid-driven cavity
+on the box's grid, half-way walls resting and moving, so its time per cell against the box's is what the walls cost;
 ``cylinder``: a step with inlet, outflow, bounce-back and forces), a lattice, a grid, a
 precision, a collision and a variant:
 
@@ -46,7 +47,7 @@ from lbm.bench.evidence import EVIDENCE_STEPS, program_evidence, stages_evidence
 from lbm.bench.peers import PEERS
 from lbm.roofline import lbm_bytes_per_cell
 
-CASES = {"periodic": "taylor_green", "cylinder": "cylinder"}
+CASES = {"periodic": "taylor_green", "cavity": "cavity", "cylinder": "cylinder"}
 VARIANTS = ("auto", "native", "pallas", "xla", "naive", "instrumented", *PEERS)
 PRECISIONS = {"float32": ("float32", "compute"), "float64": ("float64", "compute"),
               "f16-storage": ("float32", "float16"), "bf16-storage": ("float32", "bfloat16")}

@@ -184,6 +184,27 @@ def test_plan_expands_sizes_precisions_and_skips_impossible_pairs():
     assert p["timing"].steps is None and p["bandwidth"]["enabled"] is True
 
 
+def test_the_cavity_runs_on_the_boxs_grids_with_its_walls():
+    """cases=[cavity]: the lid-driven cavity on the periodic box's sizes (what the walls cost per cell, one run)."""
+    from lbm.bench.throughput import make_setup
+
+    p = plan(compose_bench(["sizes=[16,[32,24]]", "cases=[periodic,cavity]", "variants=[xla]"]))
+    grids = {case: [c.grid for c, _ in p["configs"] if c.case == case] for case in ("periodic", "cavity")}
+    assert grids["cavity"] == grids["periodic"] == [(16, 16), (32, 24)]
+    cavity = next(c for c, _ in p["configs"] if c.case == "cavity")
+    setup = make_setup(cavity)
+    assert setup.shape == (16, 16) and setup.boundaries  # its walls and lid, not the periodic box
+
+
+@pytest.mark.slow
+def test_bench_runs_the_cavity(tmp_path):
+    run_dir = tmp_path / "bench"
+    assert main(["bench", "cases=[cavity]", "variants=[xla]", "grid.nx=12", "grid.ny=12", "repeats=1", "steps=2",
+                 "kernel_profile=0", "bandwidth.enabled=false", f"hydra.run.dir={run_dir}"]) == 0
+    (record,) = json.loads((run_dir / "bench.json").read_text())["records"]
+    assert record["case"] == record["case_config"] == "cavity" and record["mlups"]["median"] > 0
+
+
 def test_plan_measures_each_collision_and_groups_the_collisions_of_a_variant():
     from lbm.bench.cli import measured_groups
     from lbm.bench.throughput import BenchConfig
@@ -473,16 +494,21 @@ def test_bench_says_whether_auto_picked_the_fastest_engine_measured_beside_it(ca
     close = [rec("auto", "xla", 900.0, (64, 64)), rec("pallas", "pallas", 960.0, (64, 64))]
     wrong = [rec("auto", "pallas", 297.6, (128, 128)), rec("xla", "xla", 2235.9, (128, 128))]
     alone = [rec("auto", "native", 100.0, (32, 32)), rec("native", "native", 99.0, (32, 32))]
-    rows = summary(right + close + wrong + alone, None)
+    # auto's engine not named beside it, and faster than the one that is (CPU: native against xla)
+    unnamed = [rec("auto", "native", 148.0, (16, 16)), rec("xla", "xla", 26.2, (16, 16))]
+    rows = summary(right + close + wrong + alone + unnamed, None)
     checks = {tuple(r["grid"]): r.get("auto_check") for r in rows}
     assert checks[(420, 180)]["picked"] == checks[(420, 180)]["fastest"] == "xla" and checks[(420, 180)]["ok"]
     assert checks[(64, 64)]["fastest"] == "pallas" and checks[(64, 64)]["fastest_over_auto"] == pytest.approx(960 / 900 - 1)
     assert checks[(64, 64)]["ok"] and not checks[(128, 128)]["ok"]
     assert checks[(32, 32)] is None  # auto's own engine alone beside it: nothing to judge
+    assert checks[(16, 16)]["fastest"] == "native" and checks[(16, 16)]["ok"]
     lines = auto_lines(rows)
     assert lines[0] == ("auto picked xla for cylinder 420x180 d2q9 bgk float32: the fastest engine measured "
                         "(MLUPS: auto 2239, pallas 298, xla 2236)")
     assert "pallas was 6.7 % faster, within the 10 % auto allows" in lines[1]
-    assert "WRONG: xla was 651.3 % faster, more than the 10 % auto allows" in lines[2] and len(lines) == 3
+    assert "WRONG: xla was 651.3 % faster, more than the 10 % auto allows" in lines[2] and len(lines) == 4
+    assert lines[3] == ("auto picked native for cylinder 16x16 d2q9 bgk float32: the fastest engine measured "
+                        "(MLUPS: auto 148, xla 26)")
     print_table({"records": right, "summary": rows})
     assert "auto picked xla for cylinder 420x180" in " ".join(capsys.readouterr().out.split())
