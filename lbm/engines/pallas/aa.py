@@ -310,27 +310,22 @@ def _ring_kernel(reads_at: list[Region], writes_at: list[Region], nx: int, rows:
 
 
 def ring_call(f: jnp.ndarray, cx: list[int], moving: bool, rows: int, buffers: int, row: Callable[..., None],
-              interpret: bool, bits: jnp.ndarray | None = None, name: str = BULK_SCOPE) -> jnp.ndarray:
+              interpret: bool, bits: tuple[jnp.ndarray, ...] = (), name: str = BULK_SCOPE) -> jnp.ndarray:
     """``f`` (Q, nx, ny, nz) updated in place by the DMA-ring kernel: per slot j windows at offset c_x(j) (``moving``,
-    the odd step) or 0 (:func:`ring_regions`); with ``bits`` (nx, ny, nz) int32 the read windows extended to both
-    offsets and ``row(src, dst, r, bits_block)`` given the block's bits."""
+    the odd step) or 0 (:func:`ring_regions`); with ``bits`` (int32 arrays (nx, ny, nz)) the read windows extended to
+    both offsets and ``row(src, dst, r, *bits_blocks)`` given the block's rows of each."""
     from jax.experimental.pallas import tpu as pltpu
 
     q, shape = f.shape[0], tuple(f.shape[1:])
     nx = shape[0]
     if nx % rows:
         raise ValueError(f"{rows} rows per block do not divide nx = {nx}")
-    extended = bits is not None
+    extended = bool(bits)
     reads_at, writes_at, _ = ring_regions(cx, rows, moving, extended)
     held = rows + int(extended)
     block = vmem_bytes(q, (held, *shape[1:]), f.dtype.itemsize)
-    in_specs = [pl.BlockSpec(memory_space=pl.ANY)]
-    args = [f]
-    resident = buffers * block
-    if extended:
-        in_specs.append(pl.BlockSpec((rows, *shape[1:]), lambda p: (p, 0, 0)))
-        args.append(bits)
-        resident += 2 * vmem_bytes(1, (rows, *shape[1:]), 4)
+    in_specs = [pl.BlockSpec(memory_space=pl.ANY)] + [pl.BlockSpec((rows, *shape[1:]), lambda p: (p, 0, 0))] * len(bits)
+    resident = buffers * block + 2 * len(bits) * vmem_bytes(1, (rows, *shape[1:]), 4)
     return pl.pallas_call(
         _ring_kernel(reads_at, writes_at, nx, rows, buffers, row),
         out_shape=jax.ShapeDtypeStruct(f.shape, f.dtype),
@@ -343,7 +338,7 @@ def ring_call(f: jnp.ndarray, cx: list[int], moving: bool, rows: int, buffers: i
         compiler_params=_compiler_params(interpret, "arbitrary", resident, block // held),
         interpret=interpret,
         name=name,
-    )(*args)
+    )(f, *bits)
 
 
 def _collider(lattice: Lattice, omega_plus: float, omega_minus: float, force: np.ndarray | None,

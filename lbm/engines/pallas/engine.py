@@ -125,8 +125,8 @@ class PallasEngine(BulkKernelEngine):
         self.note = self.bulk.note
         self.walls: walls.Walls | None = None
         """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
-        if self.bulk.inplace and not walls.walls_unsupported(setup):
-            form, _ = walls.kernel_form(setup)
+        form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
+        if form is not None:
             self.walls, self.walls_rows = walls.Walls(form, setup.lattice), walls.walls_rows(setup.lattice, setup.shape)
             self.params = jax.tree_util.tree_map(jnp.asarray, walls.WallParams(walls=form, dense=self.params))
             self._stages = ()

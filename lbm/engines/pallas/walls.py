@@ -4,7 +4,8 @@ The walls' rule is the native engine's (lbm.engines.plan.wall_records) and the x
 lbm.boundaries.bounce_back.PulledHalfway); the kernels apply it from one int32 word of bits per cell, the pulled
 form's bits (:func:`~lbm.boundaries.bounce_back.pull_bits`): bit k where x - c_k is solid (population k of x came
 out of a wall), bit Q where x is solid, bits Q + 1 + m where link ``carried[m]`` carries the wall term (a moving wall:
-one value per direction, ``wall_term[k]``).
+one value per direction, ``wall_term[k]``); where those do not fit in 32 bits (a D3Q27 lid: 27 + 1 + 6), bits m of
+a second word.
 
 Each memory location of the AA pair is read and written by one cell in each step (lbm.engines.pallas.aa): in the
 even step cell x owns the slots (k, x), in the odd step the slots (k, x + c_k). Here solid cells write back what
@@ -41,7 +42,8 @@ import numpy as np
 from jax.experimental import pallas as pl
 
 from lbm.boundaries.base import pytree_dataclass
-from lbm.boundaries.bounce_back import PulledHalfway, bounce_back_halfway_pulled
+from lbm.boundaries.bounce_back import PulledHalfway, bounce_back_halfway_pulled, foldable_solid
+from lbm.boundaries.moving_wall import MovingWall
 from lbm.cases.base import Setup
 from lbm.engines.pallas import aa
 from lbm.engines.pallas.kernels import vmem_bytes
@@ -55,18 +57,27 @@ FIX_SCOPE = "fused_walls+bounce_back"
 
 
 def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
-    """The walls' streaming form the kernels apply, and '' ; or None and why the kernels cannot take them."""
-    lattice, bcs = setup.lattice, setup.boundaries
+    """The wall's streaming form the in-place kernels apply on a TPU, and ''; or None and why they cannot take
+    ``setup``'s boundaries (the grid too: the kernels' blocks with walls must fit)."""
+    lattice, bcs, shape = setup.lattice, setup.boundaries, setup.shape
     if lattice.d != 3:
         return None, "the kernel walls are 3D only"
     rules = [wall_rule(bc) for bc in bcs]
     if len(bcs) != 1 or rules[0] is None or rules[0][1] is None:
         return None, "the kernel walls take one half-way wall (resting or moving) and no other condition"
-    form = bcs[0].folded(lattice)
-    if type(form) is not PulledHalfway:
+    why = aa.aa_unsupported(lattice, shape, setup.dtype)
+    if why:
+        return None, why
+    held = (walls_rows(lattice, shape) + 1) * vmem_bytes(lattice.q, (1, *shape[1:]), 4)
+    if held > aa.AA_BLOCK_MAX:
+        return None, (f"grid {'x'.join(map(str, shape))}: two rows of the in-place kernels with walls "
+                      f"({held / 2**20:.0f} MiB) do not fit their VMEM budget ({aa.AA_BLOCK_MAX // 2**20} MiB)")
+    solid, links, term = rules[0]
+    if foldable_solid(solid, links, lattice) is None:
         return None, "the wall's links are not the half-way links of its solid cells"
-    if form.wall_term_bits is not None or (form.wall_term is not None and np.ndim(form.wall_term) != 1):
-        return None, "the moving wall's term is not one value per direction in the links' word"
+    form = MovingWall(solid=solid, links=links, wall_term=term).streaming_form(solid, lattice)  # the xla engine's
+    if form.wall_term is not None and np.ndim(form.wall_term) != 1:
+        return None, "the moving wall's term is not one value per direction"
     return form, ""
 
 
@@ -77,18 +88,7 @@ def walls_rows(lattice: Lattice, shape: tuple[int, ...]) -> int:
 
 def walls_unsupported(setup: Setup) -> str:
     """Why the in-place kernels cannot apply ``setup``'s boundaries on a TPU ('' when they can)."""
-    form, why = kernel_form(setup)
-    if form is None:
-        return why
-    lattice, shape = setup.lattice, setup.shape
-    why = aa.aa_unsupported(lattice, shape, setup.dtype)
-    if why:
-        return why
-    held = (walls_rows(lattice, shape) + 1) * vmem_bytes(lattice.q, (1, *shape[1:]), 4)
-    if held > aa.AA_BLOCK_MAX:
-        return (f"grid {'x'.join(map(str, shape))}: two rows of the in-place kernels with walls ({held / 2**20:.0f} MiB) "
-                f"do not fit their VMEM budget ({aa.AA_BLOCK_MAX // 2**20} MiB)")
-    return ""
+    return kernel_form(setup)[1]
 
 
 @pytree_dataclass
@@ -107,18 +107,20 @@ class Walls:
         self.q = lattice.q
         term = None if form.wall_term is None else np.asarray(form.wall_term)
         self.dtype = jnp.float32 if term is None else term.dtype
-        self.term = {k: (float(term[k]), self.q + 1 + m) for m, k in enumerate(form.carried)}
+        split = form.wall_term_bits is not None  # the wall term's flags in a second word (more than 32 bits)
+        self.term = {k: (float(term[k]), int(split), m if split else self.q + 1 + m)
+                     for m, k in enumerate(form.carried)}
 
-    def read(self, k: int, raw: Any, alt: Any, word: Any) -> Any:
+    def read(self, k: int, raw: Any, alt: Any, words: list[Any]) -> Any:
         """Population k of a cell: ``alt`` (plus the wall term) where bit k says it came out of a wall, else ``raw``."""
-        return jnp.where(_bit(word, k), self.reflected(k, alt, word), raw)
+        return jnp.where(_bit(words[0], k), self.reflected(k, alt, words), raw)
 
-    def reflected(self, k: int, alt: Any, word: Any) -> Any:
+    def reflected(self, k: int, alt: Any, words: list[Any]) -> Any:
         """``alt`` plus the wall term of link k where its bit is set (as bounce_back_halfway_pulled adds it)."""
         if k not in self.term:
             return alt
-        value, b = self.term[k]
-        return alt + jnp.where(_bit(word, b), jnp.asarray(value, alt.dtype), jnp.zeros((), alt.dtype))
+        value, w, b = self.term[k]
+        return alt + jnp.where(_bit(words[w], b), jnp.asarray(value, alt.dtype), jnp.zeros((), alt.dtype))
 
 
 def _bit(word: Any, b: int) -> Any:
@@ -132,8 +134,8 @@ def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls
     ``reflect`` False: every population from its own slot (after a dense step, not an odd one)."""
     opp, cx = [int(k) for k in lattice.opposite], [int(c) for c in lattice.c[:, 0]]
 
-    def row(src: Any, dst: Any, r: Any, bits: Any) -> None:
-        word = bits[pl.ds(r, 1)]
+    def row(src: Any, dst: Any, r: Any, *bits: Any) -> None:
+        words = [b[pl.ds(r, 1)] for b in bits]
         raw = [src[k, pl.ds(r - base[k], 1)] for k in range(lattice.q)]
         pre = []
         for k in range(lattice.q):
@@ -142,9 +144,9 @@ def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls
                 continue
             j = opp[k]  # slot opp(k) of the solid cell x - c_k: row x + c_x(j), the plane shifted by c_k
             alt = aa._shifted(src[j, pl.ds(r + cx[j] - base[j], 1)], lattice.c[k], _roll())
-            pre.append(walls.read(k, raw[k], alt, word))
+            pre.append(walls.read(k, raw[k], alt, words))
         post = collide(pre)
-        solid = _bit(word, lattice.q)
+        solid = _bit(words[0], lattice.q)
         for k in range(lattice.q):
             dst[opp[k], pl.ds(r - base[opp[k]], 1)] = jnp.where(solid, raw[opp[k]], post[k]).astype(dst.dtype)
 
@@ -156,14 +158,14 @@ def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls:
     """Row r of the odd step with walls (module doc): a solid cell writes back the slots it read."""
     opp, cx = [int(k) for k in lattice.opposite], [int(c) for c in lattice.c[:, 0]]
 
-    def row(src: Any, dst: Any, r: Any, bits: Any) -> None:
-        word = bits[pl.ds(r, 1)]
+    def row(src: Any, dst: Any, r: Any, *bits: Any) -> None:
+        words = [b[pl.ds(r, 1)] for b in bits]
         raw = [aa._shifted(src[opp[i], pl.ds(r + cx[opp[i]] - base[opp[i]], 1)], lattice.c[i], _roll())
                for i in range(lattice.q)]
-        pre = [raw[i] if not lattice.c[i].any() else walls.read(i, raw[i], src[i, pl.ds(r - base[i], 1)], word)
+        pre = [raw[i] if not lattice.c[i].any() else walls.read(i, raw[i], src[i, pl.ds(r - base[i], 1)], words)
                for i in range(lattice.q)]
         post = collide(pre)
-        solid = _bit(word, lattice.q)
+        solid = _bit(words[0], lattice.q)
         for i in range(lattice.q):
             out = jnp.where(solid, raw[opp[i]], post[i])  # a solid cell: slot i at x + c_i as it read it
             dst[i, pl.ds(r + cx[i] - base[i], 1)] = aa._shifted(out, lattice.c[i], _roll()).astype(dst.dtype)
@@ -172,19 +174,19 @@ def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls:
 
 
 def _fix_row(lattice: Lattice, walls: Walls, base: list[int]) -> Callable[..., None]:
-    """Row r of the fix after an odd step (module doc): slot k of a cell with bit k, the others as they are."""
+    """Row r of the fix after an odd step (module doc): slot k of a cell with bit k, the others as they are (the
+    rest population's bit is the solid bit: a solid cell's rest slot takes the rest state)."""
     opp, cx = [int(k) for k in lattice.opposite], [int(c) for c in lattice.c[:, 0]]
-    moved = [k for k in range(lattice.q) if lattice.c[k].any()]
 
-    def row(src: Any, dst: Any, r: Any, bits: Any) -> None:
-        word = bits[pl.ds(r, 1)]
-        solid = _bit(word, lattice.q)
-        raw = {k: src[k, pl.ds(r - base[k], 1)] for k in moved}
-        alt = {k: aa._shifted(src[opp[k], pl.ds(r + cx[opp[k]] - base[opp[k]], 1)], lattice.c[k], _roll())
-               for k in moved}
-        for k in moved:
-            bounced = jnp.where(solid, jnp.zeros((), raw[k].dtype), walls.reflected(k, alt[k], word))
-            dst[k, pl.ds(r - base[k], 1)] = jnp.where(_bit(word, k), bounced, raw[k]).astype(dst.dtype)
+    def row(src: Any, dst: Any, r: Any, *bits: Any) -> None:
+        words = [b[pl.ds(r, 1)] for b in bits]
+        solid = _bit(words[0], lattice.q)
+        raw = [src[k, pl.ds(r - base[k], 1)] for k in range(lattice.q)]
+        alt = [aa._shifted(src[opp[k], pl.ds(r + cx[opp[k]] - base[opp[k]], 1)], lattice.c[k], _roll())
+               for k in range(lattice.q)]
+        for k in range(lattice.q):
+            bounced = jnp.where(solid, jnp.zeros((), raw[k].dtype), walls.reflected(k, alt[k], words))
+            dst[k, pl.ds(r - base[k], 1)] = jnp.where(_bit(words[0], k), bounced, raw[k]).astype(dst.dtype)
 
     return row
 
@@ -195,7 +197,7 @@ def _roll() -> Any:
     return pltpu.roll
 
 
-def _call(f: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice, moving: bool, rows: int, interpret: bool,
+def _call(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, moving: bool, rows: int, interpret: bool,
           make_row: Callable[[list[int]], Callable[..., None]], name: str = aa.BULK_SCOPE) -> jnp.ndarray:
     """The DMA-ring kernel over ``f`` in place with the windows of the walls (both offsets) and their bits."""
     cx = [int(c) for c in lattice.c[:, 0]]
@@ -203,17 +205,17 @@ def _call(f: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice, moving: bool, row
     return aa.ring_call(f, cx, moving, rows, aa.BUFFERS, make_row(base), interpret, bits=bits, name=name)
 
 
-def walls_even_step(f: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice, walls: Walls, omega_plus: float,
+def walls_even_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, omega_plus: float,
                     omega_minus: float, force: np.ndarray | None, rows: int, interpret: bool = False,
                     collision: Collision | None = None, reflect: bool = True) -> jnp.ndarray:
-    """The AA even step of ``f`` ``(Q, nx, ny, nz)`` in place, with the walls of ``bits`` (int32 ``(nx, ny, nz)``);
+    """The AA even step of ``f`` ``(Q, nx, ny, nz)`` in place, with the walls' words ``bits`` (:func:`kernel_bits`);
     ``reflect`` False for the first step of a chunk (populations as a dense step, or the initial state, leave them)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
     return _call(f, bits, lattice, False, rows, interpret,
                  lambda base: _even_row(lattice, collide, walls, base, reflect))
 
 
-def walls_odd_step(f: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice, walls: Walls, omega_plus: float,
+def walls_odd_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, omega_plus: float,
                    omega_minus: float, force: np.ndarray | None, rows: int, interpret: bool = False,
                    collision: Collision | None = None) -> jnp.ndarray:
     """The AA odd step of ``f`` in place, with the walls of ``bits``."""
@@ -221,7 +223,7 @@ def walls_odd_step(f: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice, walls: W
     return _call(f, bits, lattice, True, rows, interpret, lambda base: _odd_row(lattice, collide, walls, base))
 
 
-def walls_fix_step(f: jnp.ndarray, bits: jnp.ndarray, lattice: Lattice, walls: Walls, rows: int,
+def walls_fix_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, rows: int,
                    interpret: bool = False) -> jnp.ndarray:
     """After an odd step with kernel walls: ``f`` in place as a dense step leaves it (module doc)."""
     return _call(f, bits, lattice, False, rows, interpret, lambda base: _fix_row(lattice, walls, base),
@@ -236,9 +238,13 @@ def after_even(a: jnp.ndarray, form: PulledHalfway, lattice: Lattice) -> jnp.nda
                                       form.wall_term, form.carried)
 
 
-def kernel_bits(form: PulledHalfway) -> jnp.ndarray:
-    """The walls' bits as the kernels read them: int32 (the same 32 bits)."""
-    bits = jnp.asarray(form.bits)
-    if bits.dtype == jnp.uint32:
-        return jax.lax.bitcast_convert_type(bits, jnp.int32)
-    return bits.astype(jnp.int32)
+def kernel_bits(form: PulledHalfway) -> tuple[jnp.ndarray, ...]:
+    """The walls' words as the kernels read them, int32 (the same bits): the links' word, and the wall term's flags
+    where they did not fit in it."""
+    out = []
+    for word in (form.bits, form.wall_term_bits):
+        if word is not None:
+            word = jnp.asarray(word)
+            out.append(jax.lax.bitcast_convert_type(word, jnp.int32) if word.dtype == jnp.uint32
+                       else word.astype(jnp.int32))
+    return tuple(out)

@@ -1,0 +1,139 @@
+"""Half-way walls inside the 3D in-place AA kernels (lbm.engines.pallas.walls): the link bits against the native
+engine's rule, the pallas engine on a TPU target (interpret mode on the CPU) against the xla engine, and the compiled
+chunk without the boundary plan's gathers and scatters.
+
+Bounds as tests/engines/pallas/test_pallas_inplace.py: float32 2e-6 on populations of order 0.01 (measured at most
+2.2e-9 on the cavity over 5 steps). The initial state carries noise on every cell, solid ones included: the kernels
+must leave there what a dense step leaves, whatever the input held.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers.lattices import slow_except
+from helpers.runs import setup_for
+
+from lbm.boundaries.base import neighbour
+from lbm.engines import auto_choice
+from lbm.engines.base import spec_of
+from lbm.engines.pallas import walls
+from lbm.engines.pallas.engine import PallasEngine
+from lbm.engines.plan import wall_records
+from lbm.engines.timestep import step_index
+from lbm.engines.xla import XlaEngine
+
+TOL = 2e-6
+CAVITY = ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"]
+CASES = {"cavity_d3q19": CAVITY, "cavity_d3q19_trt": CAVITY + ["collision=trt"],
+         "duct_d3q19": ["case=duct", "lattice=d3q19", "grid.nx=8", "grid.ny=6", "grid.nz=7"],
+         "cavity_d3q27_cumulant": ["case=cavity", "lattice=d3q27", "grid.nx=16", "grid.ny=6", "grid.nz=7",
+                                   "collision=cumulant"]}
+"""The lid-driven cavity (resting walls and the moving lid, in one wall; two rows per block), with TRT; the duct
+(resting walls on y and z, periodic along x, a body force; one row per block); D3Q27 with the cumulant operator."""
+
+
+def _bits_rule(setup, scheme):
+    """The kernels' alternative reads from their bits (the module doc of lbm.engines.pallas.walls), as the native
+    engine's records of ``scheme`` write them: per fluid cell x and bit k (s = x - c_k solid) the slot a dense step
+    fills (``copy_dst``: slot opp(k) of s after an even step, slot k of x after an odd one), the slot the kernels read
+    instead (``copy_src``) and the wall term (``copy_add``)."""
+    lat, shape = setup.lattice, setup.shape
+    form, why = walls.kernel_form(setup)
+    assert form is not None, why
+    words = [np.asarray(w).reshape(-1).astype(np.int64) for w in (form.bits, form.wall_term_bits) if w is not None]
+    word = words[0]
+    n = word.size
+    solid = (word >> lat.q) & 1 == 1
+    term = walls.Walls(form, lat).term
+    out = set()
+    for k in range(1, lat.q):
+        x = np.flatnonzero(((word >> k) & 1 == 1) & ~solid)
+        s = neighbour(x, shape, -lat.c[k])
+        opp = int(lat.opposite[k])
+        add = np.zeros(x.size)
+        if k in term:
+            value, w, b = term[k]
+            add = np.where((words[w][x] >> b) & 1 == 1, value, 0.0)
+        dst, src = (opp * n + s, k * n + x) if scheme == "aa_even" else (k * n + x, opp * n + s)
+        out |= {(int(a), int(b), round(float(c), 9)) for a, b, c in zip(dst, src, add, strict=True)}
+    return out, solid
+
+
+@pytest.mark.parametrize("case", ["cavity_d3q19", "duct_d3q19", "cavity_d3q27_cumulant"])
+def test_the_link_bits_give_the_native_engines_wall_rule(case):
+    """Per half-way link (solid s, direction j, fluid a = s + c_j) the native rule copies a's write slot of opp(j)
+    into s's write slot of j, plus the wall term (lbm.engines.plan.wall_records); the kernels read that source where
+    the dense step reads the copy. Pure numpy; the cavity's lid carries the wall term on two directions (D3Q19) or
+    six (D3Q27: their flags in a second word)."""
+    setup = setup_for(CASES[case], "float32")
+    lat = setup.lattice
+    for scheme in ("aa_even", "aa_odd"):
+        rec = wall_records(lat, setup.shape, setup.boundaries, scheme)
+        native = {(int(a), int(b), round(float(c), 9)) for a, b, c in
+                  zip(rec["copy_dst"], rec["copy_src"], rec["copy_add"], strict=True)}
+        kernel, solid = _bits_rule(setup, scheme)
+        assert kernel == native and len(native) > 0
+        assert any(c != 0 for *_, c in native) == case.startswith("cavity")  # the moving lid
+    assert np.array_equal(solid, np.asarray(setup.solid).reshape(-1))
+
+
+def _noisy(setup, seed=2):
+    f0 = np.asarray(setup.initial_populations())
+    rng = np.random.default_rng(seed)
+    w = setup.lattice.w.reshape((-1,) + (1,) * setup.lattice.d)
+    return (f0 * (1 + 0.01 * rng.standard_normal(f0.shape)) + 1e-3 * w * rng.standard_normal(f0.shape)).astype(f0.dtype)
+
+
+@pytest.mark.parametrize("name,steps", slow_except(
+    [("cavity_d3q19", 3), ("cavity_d3q19", 4), ("cavity_d3q19_trt", 5), ("duct_d3q19", 4),
+     ("cavity_d3q27_cumulant", 2)], fast=set()))
+def test_the_kernel_walls_equal_the_xla_engine(name, steps):
+    """Odd chunks (an even step, then the streaming form on the xla side) and even ones (the fix kernel), a chunk of 5
+    with a pair in the loop; every cell, solid ones included."""
+    setup = setup_for(CASES[name], "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    assert engine.bulk.inplace and engine.walls is not None and engine.block is None
+    f0 = _noisy(setup)
+    f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
+    f, aux = engine.advance(jnp.array(f0), steps)
+    assert np.abs(np.asarray(f_ref) - f0).max() > 1e-4  # the steps did change the populations
+    np.testing.assert_allclose(np.asarray(f), np.asarray(f_ref), rtol=0, atol=TOL)
+    assert aux == aux_ref == {}
+
+
+def _lowered_for_tpu(args, steps=4):
+    """The pallas engine's chunk lowered for a TPU (Mosaic kernels, no libtpu needed), as StableHLO text."""
+    setup = setup_for(args, "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=False)
+    f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
+    traced = engine.chunk_function(steps).trace(f, spec_of(engine.params), spec_of(step_index(0)))
+    return engine, traced.lower(lowering_platforms=("tpu",)).as_text()
+
+
+def test_a_walled_chunk_for_a_tpu_has_no_gather_or_scatter():
+    """The cavity's chunk of 4 steps: the first pair, the pair in the loop, the fix kernel; no boundary plan."""
+    engine, text = _lowered_for_tpu(["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=8", "grid.nz=128"])
+    assert engine.walls is not None
+    assert text.count("tpu_custom_call") == 5
+    assert "gather" not in text and "scatter" not in text
+
+
+@pytest.mark.slow
+def test_a_chunk_with_an_inlet_keeps_the_boundary_plan():
+    engine, text = _lowered_for_tpu(["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"])
+    assert engine.walls is None and engine.block is not None
+    assert "gather" in text and "scatter" in text
+
+
+def test_what_the_kernel_walls_take_and_what_auto_picks_on_a_tpu():
+    cavity = setup_for(["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=8", "grid.nz=128"], "float32")
+    assert walls.walls_unsupported(cavity) == ""
+    assert auto_choice(cavity, "tpu")[0] == "pallas" and "walls" in auto_choice(cavity, "tpu")[1]
+    cylinder = setup_for(["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"], "float32")
+    assert "one half-way wall" in walls.walls_unsupported(cylinder)
+    assert auto_choice(cylinder, "tpu")[0] == "xla"
+    cavity2d = setup_for(["case=cavity", "grid.nx=16", "grid.ny=12"], "float32")
+    assert "3D only" in walls.walls_unsupported(cavity2d) and auto_choice(cavity2d, "tpu")[0] == "xla"
+    big = setup_for(["case=duct", "lattice=d3q19", "grid.nx=8", "grid.ny=512", "grid.nz=512"], "float32")
+    assert "do not fit" in walls.walls_unsupported(big) and auto_choice(big, "tpu")[0] == "xla"
