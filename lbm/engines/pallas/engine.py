@@ -17,7 +17,9 @@ writes a second buffer). In 2D the loop carries the kernels' view of the populat
 (aa.plane_view: one copy into it per chunk and one back, 2x the populations); where ny is not a
 multiple of 1024 the push kernel runs every step, and the engine's note says so. The boundary cells
 are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
-scattered into the slots it wrote.
+scattered into the slots it wrote. In 3D, a setup whose one condition is a half-way wall (resting or moving)
+needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
+(lbm.engines.pallas.walls), and a chunk ends with one pass that leaves the walls' populations as a dense step does.
 
 Kernel formulation by platform: ``flat`` on GPUs (Triton), ``rows`` on TPUs (Mosaic; it needs
 a first axis the row blocks divide). On a CPU the kernel runs in Pallas interpret mode:
