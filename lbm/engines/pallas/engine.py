@@ -17,8 +17,8 @@ writes a second buffer). In 2D the loop carries the kernels' view of the populat
 (aa.plane_view: one copy into it per chunk and one back, 2x the populations); where ny is not a
 multiple of 1024 the push kernel runs every step, and the engine's note says so. The boundary cells
 are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
-scattered into the slots it wrote. In 3D, a setup whose one condition is a half-way wall (resting or moving)
-needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
+scattered into the slots it wrote. Where the pair runs, a setup whose one condition is a half-way wall (resting or
+moving) needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
 (lbm.engines.pallas.walls), and a chunk ends with one pass that leaves the walls' populations as a dense step does.
 
 Kernel formulation by platform: ``flat`` on GPUs (Triton), ``rows`` on TPUs (Mosaic; it needs
@@ -200,7 +200,9 @@ class PallasEngine(BulkKernelEngine):
                   interpret=self.bulk.interpret, collision=s.collision)
 
         def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            bits = walls.kernel_bits(params.walls)
+            shape = f.shape  # 2D: the kernels' view of the populations and of the bits (aa.plane_view)
+            bits = tuple(b.reshape(aa.view_shape(s.shape)) for b in walls.kernel_bits(params.walls))
+            f = aa.plane_view(f)
 
             def even(a: jnp.ndarray, reflect: bool = True) -> jnp.ndarray:
                 with jax.named_scope(TIMESTEP):
@@ -217,7 +219,7 @@ class PallasEngine(BulkKernelEngine):
                 f, _ = jax.lax.scan(lambda a, _: (odd(even(a)), None), f, None, length=(n - 2) // 2)
             if n % 2:
                 f = even(f) if n > 1 else f
-                return walls.after_even(f, params.walls, lat), {}
-            return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret), {}
+                return walls.after_even(f.reshape(shape), params.walls, lat), {}
+            return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret).reshape(shape), {}
 
         return jax.jit(chunk, donate_argnums=0)

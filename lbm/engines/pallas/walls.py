@@ -1,4 +1,4 @@
-"""Half-way walls (resting and moving) inside the in-place AA kernels of the TPU rows form, 3D: no boundary plan.
+"""Half-way walls (resting and moving) inside the in-place AA kernels of the TPU rows form: no boundary plan.
 
 The walls' rule is the native engine's (lbm.engines.plan.wall_records) and the xla engine's (its streaming form,
 lbm.boundaries.bounce_back.PulledHalfway); the kernels apply it from one int32 word of bits per cell, the pulled
@@ -19,7 +19,8 @@ bit k takes its population k from the other place the AA pair keeps it (plus the
 
 The other place is the row x - c_x(k) (even) or x (odd) of slot opp(k) or k: each slot's window spans the rows of
 both offsets, 0 and c_x (R + 1 rows where c_x != 0; only its R written rows go back), and the even step runs on the
-DMA ring too (lbm.engines.pallas.aa.ring_call). Neither place is written in the step that reads it (a solid cell owns
+DMA ring too (lbm.engines.pallas.aa.ring_call). In 2D the kernels run on the populations' view (aa.plane_view), the
+bits on the same view of the grid. Neither place is written in the step that reads it (a solid cell owns
 it), so the blocks may fetch it at any time.
 
 Between the kernels the populations at the walls are not those of a dense step: a fluid cell's slots k with bit k,
@@ -60,15 +61,13 @@ def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
     """The wall's streaming form the in-place kernels apply on a TPU, and ''; or None and why they cannot take
     ``setup``'s boundaries (the grid too: the kernels' blocks with walls must fit)."""
     lattice, bcs, shape = setup.lattice, setup.boundaries, setup.shape
-    if lattice.d != 3:
-        return None, "the kernel walls are 3D only"
     rules = [wall_rule(bc) for bc in bcs]
     if len(bcs) != 1 or rules[0] is None or rules[0][1] is None:
         return None, "the kernel walls take one half-way wall (resting or moving) and no other condition"
-    why = aa.aa_unsupported(lattice, shape, setup.dtype)
+    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype)
     if why:
         return None, why
-    held = (walls_rows(lattice, shape) + 1) * vmem_bytes(lattice.q, (1, *shape[1:]), 4)
+    held = (walls_rows(lattice, shape) + 1) * vmem_bytes(lattice.q, (1, *aa.view_shape(shape)[1:]), 4)
     if held > aa.AA_BLOCK_MAX:
         return None, (f"grid {'x'.join(map(str, shape))}: two rows of the in-place kernels with walls "
                       f"({held / 2**20:.0f} MiB) do not fit their VMEM budget ({aa.AA_BLOCK_MAX // 2**20} MiB)")
@@ -143,7 +142,7 @@ def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls
                 pre.append(raw[k])
                 continue
             j = opp[k]  # slot opp(k) of the solid cell x - c_k: row x + c_x(j), the plane shifted by c_k
-            alt = aa._shifted(src[j, pl.ds(r + cx[j] - base[j], 1)], lattice.c[k], _roll())
+            alt = _shift(lattice)(src[j, pl.ds(r + cx[j] - base[j], 1)], lattice.c[k], _roll())
             pre.append(walls.read(k, raw[k], alt, words))
         post = collide(pre)
         solid = _bit(words[0], lattice.q)
@@ -160,7 +159,7 @@ def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls:
 
     def row(src: Any, dst: Any, r: Any, *bits: Any) -> None:
         words = [b[pl.ds(r, 1)] for b in bits]
-        raw = [aa._shifted(src[opp[i], pl.ds(r + cx[opp[i]] - base[opp[i]], 1)], lattice.c[i], _roll())
+        raw = [_shift(lattice)(src[opp[i], pl.ds(r + cx[opp[i]] - base[opp[i]], 1)], lattice.c[i], _roll())
                for i in range(lattice.q)]
         pre = [raw[i] if not lattice.c[i].any() else walls.read(i, raw[i], src[i, pl.ds(r - base[i], 1)], words)
                for i in range(lattice.q)]
@@ -168,7 +167,7 @@ def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls:
         solid = _bit(words[0], lattice.q)
         for i in range(lattice.q):
             out = jnp.where(solid, raw[opp[i]], post[i])  # a solid cell: slot i at x + c_i as it read it
-            dst[i, pl.ds(r + cx[i] - base[i], 1)] = aa._shifted(out, lattice.c[i], _roll()).astype(dst.dtype)
+            dst[i, pl.ds(r + cx[i] - base[i], 1)] = _shift(lattice)(out, lattice.c[i], _roll()).astype(dst.dtype)
 
     return row
 
@@ -182,13 +181,18 @@ def _fix_row(lattice: Lattice, walls: Walls, base: list[int]) -> Callable[..., N
         words = [b[pl.ds(r, 1)] for b in bits]
         solid = _bit(words[0], lattice.q)
         raw = [src[k, pl.ds(r - base[k], 1)] for k in range(lattice.q)]
-        alt = [aa._shifted(src[opp[k], pl.ds(r + cx[opp[k]] - base[opp[k]], 1)], lattice.c[k], _roll())
+        alt = [_shift(lattice)(src[opp[k], pl.ds(r + cx[opp[k]] - base[opp[k]], 1)], lattice.c[k], _roll())
                for k in range(lattice.q)]
         for k in range(lattice.q):
             bounced = jnp.where(solid, jnp.zeros((), raw[k].dtype), walls.reflected(k, alt[k], words))
             dst[k, pl.ds(r - base[k], 1)] = jnp.where(_bit(words[0], k), bounced, raw[k]).astype(dst.dtype)
 
     return row
+
+
+def _shift(lattice: Lattice) -> Callable[..., Any]:
+    """How a row of the kernels' view shifts along the axes after x: planes (3D), rows of y as (ny / 128, 128) (2D)."""
+    return aa._shifted if lattice.d == 3 else aa._shifted_flat
 
 
 def _roll() -> Any:

@@ -1,4 +1,4 @@
-"""Half-way walls inside the 3D in-place AA kernels (lbm.engines.pallas.walls): the link bits against the native
+"""Half-way walls inside the in-place AA kernels (lbm.engines.pallas.walls): the link bits against the native
 engine's rule, the pallas engine on a TPU target (interpret mode on the CPU) against the xla engine, and the compiled
 chunk without the boundary plan's gathers and scatters.
 
@@ -28,9 +28,21 @@ CAVITY = ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=1
 CASES = {"cavity_d3q19": CAVITY, "cavity_d3q19_trt": CAVITY + ["collision=trt"],
          "duct_d3q19": ["case=duct", "lattice=d3q19", "grid.nx=8", "grid.ny=6", "grid.nz=7"],
          "cavity_d3q27_cumulant": ["case=cavity", "lattice=d3q27", "grid.nx=16", "grid.ny=6", "grid.nz=7",
-                                   "collision=cumulant"]}
+                                   "collision=cumulant"],
+         "cavity_d2q9": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
+         "channel_d2q9": ["case=poiseuille", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"]}
 """The lid-driven cavity (resting walls and the moving lid, in one wall; two rows per block), with TRT; the duct
-(resting walls on y and z, periodic along x, a body force; one row per block); D3Q27 with the cumulant operator."""
+(resting walls on y and z, periodic along x, a body force; one row per block); D3Q27 with the cumulant operator
+(the lid's six wall-term flags in a second word); in 2D (the pair on the view of y as (8, 128) rows, from 128 MiB of
+populations: here on 16 x 1024, by :func:`pair_2d`) the cavity and the channel (walls at y, a body force)."""
+
+
+@pytest.fixture
+def pair_2d(monkeypatch):
+    """The 2D in-place pair (and so its walls) on the tests' small grids: it is chosen from 128 MiB only."""
+    from lbm.engines.pallas import aa
+
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
 
 
 def _bits_rule(setup, scheme):
@@ -60,8 +72,8 @@ def _bits_rule(setup, scheme):
     return out, solid
 
 
-@pytest.mark.parametrize("case", ["cavity_d3q19", "duct_d3q19", "cavity_d3q27_cumulant"])
-def test_the_link_bits_give_the_native_engines_wall_rule(case):
+@pytest.mark.parametrize("case", ["cavity_d3q19", "duct_d3q19", "cavity_d3q27_cumulant", "cavity_d2q9"])
+def test_the_link_bits_give_the_native_engines_wall_rule(case, pair_2d):
     """Per half-way link (solid s, direction j, fluid a = s + c_j) the native rule copies a's write slot of opp(j)
     into s's write slot of j, plus the wall term (lbm.engines.plan.wall_records); the kernels read that source where
     the dense step reads the copy. Pure numpy; the cavity's lid carries the wall term on two directions (D3Q19) or
@@ -87,8 +99,8 @@ def _noisy(setup, seed=2):
 
 @pytest.mark.parametrize("name,steps", slow_except(
     [("cavity_d3q19", 3), ("cavity_d3q19", 4), ("cavity_d3q19_trt", 5), ("duct_d3q19", 4),
-     ("cavity_d3q27_cumulant", 2)], fast=set()))
-def test_the_kernel_walls_equal_the_xla_engine(name, steps):
+     ("cavity_d3q27_cumulant", 2), ("cavity_d2q9", 3), ("cavity_d2q9", 4), ("channel_d2q9", 4)], fast=set()))
+def test_the_kernel_walls_equal_the_xla_engine(name, steps, pair_2d):
     """Odd chunks (an even step, then the streaming form on the xla side) and even ones (the fix kernel), a chunk of 5
     with a pair in the loop; every cell, solid ones included."""
     setup = setup_for(CASES[name], "float32")
@@ -126,17 +138,23 @@ def test_a_chunk_with_an_inlet_keeps_the_boundary_plan():
     assert "gather" in text and "scatter" in text
 
 
-def test_what_the_kernel_walls_take_and_what_auto_picks_on_a_tpu():
+def test_what_the_kernel_walls_take_and_what_auto_picks_on_a_tpu(monkeypatch):
     cavity = setup_for(["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=8", "grid.nz=128"], "float32")
     assert walls.walls_unsupported(cavity) == ""
     assert auto_choice(cavity, "tpu")[0] == "pallas" and "walls" in auto_choice(cavity, "tpu")[1]
     cylinder = setup_for(["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"], "float32")
     assert "one half-way wall" in walls.walls_unsupported(cylinder)
     assert auto_choice(cylinder, "tpu")[0] == "xla"
-    cavity2d = setup_for(["case=cavity", "grid.nx=16", "grid.ny=12"], "float32")
-    assert "3D only" in walls.walls_unsupported(cavity2d) and auto_choice(cavity2d, "tpu")[0] == "xla"
     big = setup_for(["case=duct", "lattice=d3q19", "grid.nx=8", "grid.ny=512", "grid.nz=512"], "float32")
     assert "do not fit" in walls.walls_unsupported(big) and auto_choice(big, "tpu")[0] == "xla"
+    cavity2d = setup_for(["case=cavity", "grid.nx=16", "grid.ny=12"], "float32")
+    assert "multiple of 1024" in walls.walls_unsupported(cavity2d) and auto_choice(cavity2d, "tpu")[0] == "xla"
+    pair = setup_for(CASES["cavity_d2q9"], "float32")  # 0.6 MiB: the push kernel, so the plan, below 128 MiB
+    assert "under the 128 MiB" in walls.walls_unsupported(pair) and auto_choice(pair, "tpu")[0] == "xla"
+    from lbm.engines.pallas import aa
+
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+    assert walls.walls_unsupported(pair) == "" and auto_choice(pair, "tpu")[0] == "pallas"
 
 
 # --- deviceless compiles (bash scripts/accel_env.sh; .venv-accel/bin/python -m pytest -m accel) ----------------
