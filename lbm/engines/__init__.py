@@ -4,8 +4,8 @@
 ``native``: a generated C++ kernel for the bulk plus the stage functions on boundary cells (CPU);
 ``pallas``: one Pallas kernel per step for the bulk plus the same boundary plan (GPU, TPU; interpreted on CPU);
 ``instrumented``: one jit per stage, annotated, for the profiler;
-``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free box and for a 3D grid whose
-one condition is a half-way wall (resting or moving: the in-place kernels apply it), xla for other boundaries
+``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free box and where the in-place
+pair runs a grid whose one condition is a half-way wall (resting or moving: its kernels apply it), xla for other boundaries
 (:func:`auto_choice` says why); xla where the chosen one does not support the setup.
 """
 
