@@ -183,3 +183,21 @@ def test_v5e_walled_chunk_holds_the_populations_once(steps, ratio):
     m = engine.chunk_function(steps).lower(*specs).compile().memory_analysis()
     planned = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
     assert planned / (setup.lattice.q * np.prod(setup.shape) * 4) == pytest.approx(ratio, abs=0.01)
+
+
+@pytest.mark.accel
+def test_v5e_auto_runs_the_walled_cavity_in_the_two_inplace_kernels(tmp_path):
+    """``lbm inspect target=v5e`` on the D3Q19 cavity with engine=auto: pallas, the loop body two Mosaic kernels (the
+    pair), and the compiled chunk without a gather or a scatter (the boundary plan's)."""
+    from pathlib import Path
+
+    from helpers.inspect_cli import inspect_json, installed
+
+    if not installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+    rec = inspect_json(tmp_path, "target=v5e", "case=cavity", "lattice=d3q19", "grid.nx=64", "grid.ny=64",
+                       "grid.nz=64", "steps=100")
+    assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
+    assert [k["kind"] for k in rec["kernels"]].count("tpu_custom_call") == 2
+    hlo = (Path(tmp_path) / Path(rec["hlo_file"]).name).read_text()
+    assert "tpu_custom_call" in hlo and "gather" not in hlo and "scatter" not in hlo
