@@ -140,7 +140,9 @@ class PallasEngine(BulkKernelEngine):
     def step(self, f: jnp.ndarray, t: jnp.ndarray, params: Any, scheme: str = "push"
              ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` of ``scheme`` (push | aa_even | aa_odd): the bulk kernel, then the boundary cells' stages into
-        the slots it wrote."""
+        the slots it wrote (with the walls in the kernels, only whole chunks: :meth:`walls_chunk`)."""
+        if self.walls is not None:
+            raise EngineUnavailable("the in-place kernels apply the walls over whole chunks, not one step")
         if self.block is None:
             return (self.bulk(f) if scheme == "push" else self.bulk.aa(f, scheme)), {}
         lat, setup = self.setup.lattice, self.setup
