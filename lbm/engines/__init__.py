@@ -4,8 +4,9 @@
 ``native``: a generated C++ kernel for the bulk plus the stage functions on boundary cells (CPU);
 ``pallas``: one Pallas kernel per step for the bulk plus the same boundary plan (GPU, TPU; interpreted on CPU);
 ``instrumented``: one jit per stage, annotated, for the profiler;
-``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free box and xla where there
-are walls (:func:`auto_choice` says why); xla where the chosen one does not support the setup.
+``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free box and where the in-place
+pair runs a grid whose one condition is a half-way wall (resting or moving: its kernels apply it), xla for other boundaries
+(:func:`auto_choice` says why); xla where the chosen one does not support the setup.
 """
 
 from __future__ import annotations
@@ -73,8 +74,15 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
     # cylinder 420x180: 297 against 2139; the D3Q19 cylinder 420x180x32: 61 against 92).
     if not setup.boundaries and not np.asarray(setup.solid).any():
         return "pallas", "auto on a TPU: pallas for a wall-free box, where it is faster than xla"
-    return "xla", ("auto on a TPU: xla, faster than pallas where there are boundary cells "
-                   "(docs/performance.md, Running on a TPU)")
+    # The in-place AA kernels apply one half-way wall themselves (lbm.engines.pallas.walls: no gathers or scatters):
+    # their traffic is about 1.16x the box's (R + 1 rows of 10 of 19 slots read per step, and 4 B of link bits), so
+    # pallas there, as for the box, before a measurement on the chip (docs/performance.md, Running on a TPU).
+    from lbm.engines.pallas.walls import walls_unsupported
+
+    if not walls_unsupported(setup):
+        return "pallas", "auto on a TPU: pallas, whose in-place kernels apply the half-way walls themselves"
+    return "xla", ("auto on a TPU: xla, faster than pallas where there are boundary cells the in-place kernels "
+                   "do not apply (docs/performance.md, Running on a TPU)")
 
 
 def _named(engine: str, setup: Setup, storage: str, platform: str, native: Native | None = None) -> Engine:

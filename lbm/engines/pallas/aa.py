@@ -93,11 +93,13 @@ def plane_view(f: jnp.ndarray) -> jnp.ndarray:
     return f.reshape(f.shape[0], *view_shape(tuple(f.shape[1:])))
 
 
-def aa_rows(lattice: Lattice, shape: tuple[int, ...], itemsize: int = 4, budget: int = AA_BYTES) -> int:
-    """Rows per block of the in-place kernels on grid ``shape``: the largest divisor of nx whose block fits
-    ``budget`` bytes of VMEM and leaves at least MIN_BLOCKS blocks (so that DMAs overlap the compute), else 1."""
+def aa_rows(lattice: Lattice, shape: tuple[int, ...], itemsize: int = 4, budget: int = AA_BYTES, extra: int = 0
+            ) -> int:
+    """Rows per block of the in-place kernels on grid ``shape``: the largest divisor R of nx whose block (R + ``extra``
+    rows: the kernel walls read one more) fits ``budget`` bytes of VMEM and leaves at least MIN_BLOCKS blocks (so that
+    DMAs overlap the compute), else 1."""
     nx, row = shape[0], vmem_bytes(lattice.q, (1, *view_shape(shape)[1:]), itemsize)
-    fitting = [b for b in range(1, nx + 1) if nx % b == 0 and b * row <= budget and nx // b >= MIN_BLOCKS]
+    fitting = [b for b in range(1, nx + 1) if nx % b == 0 and (b + extra) * row <= budget and nx // b >= MIN_BLOCKS]
     return max(fitting) if fitting else 1
 
 
@@ -212,44 +214,66 @@ def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], roll: 
     return row
 
 
-def _windows(a_ref: Any, buf: Any, sem: Any, offsets: list[int], nx: int, rows: int, block: Any, slot: Any,
+Region = tuple[int, int, int]
+"""A slot's window of a block: (first grid row relative to the block's x0, rows, first VMEM row)."""
+
+
+def ring_regions(cx: list[int], rows: int, moving: bool, extended: bool) -> tuple[list[Region], list[Region], list[int]]:
+    """Per slot j the DMA read and write windows of a block (:data:`Region`) and the grid row offset of its first VMEM
+    row (``base``). The write window is R rows at offset c_x(j) (``moving``: the odd step) or 0; ``extended``: the
+    read window covers the rows at both offsets, 0 and c_x(j) (R + 1 rows where c_x(j) != 0: the kernel walls of
+    lbm.engines.pallas.walls read the other offset), and only the R written rows go back."""
+    reads, writes, base = [], [], []
+    for c in cx:
+        o = c if moving else 0
+        g = min(0, c) if extended else o
+        reads.append((g, rows + (abs(c) if extended else 0), 0))
+        writes.append((o, rows, o - g))
+        base.append(g)
+    return reads, writes, base
+
+
+def _windows(a_ref: Any, buf: Any, sem: Any, regions: list[Region], nx: int, rows: int, block: Any, slot: Any,
              to_hbm: bool) -> list[Any]:
     """The DMA descriptors between block ``block``'s windows in HBM and VMEM buffer ``slot``: per slot j the rows
-    [x0 + o_j, x0 + o_j + rows) mod nx, o_j in {-1, 0, 1}; a window that can wrap as two copies of static size
-    (the edge row mod nx, and the rows - 1 rows that never wrap)."""
+    [x0 + g, x0 + g + n) mod nx of its region (g, n, v) (g in {-1, 0, 1}, n <= rows + 1), at VMEM rows [v, v + n);
+    a window that can wrap as copies of static size (the edge row mod nx before x0 or from x0 + rows, and the rows
+    between, which never wrap)."""
     from jax.experimental.pallas import tpu as pltpu
 
     x0 = block * rows
     out = []
-    for j, o in enumerate(offsets):
-        if o == 0:
-            parts = [(x0, 0, rows)]
-        elif o > 0:  # rows x0 + 1 .. x0 + rows: the last one wraps to 0 for the last block
-            parts = [(x0 + 1, 0, rows - 1), (jax.lax.rem(x0 + rows, nx), rows - 1, 1)]
-        else:  # rows x0 - 1 .. x0 + rows - 2: the first one wraps to nx - 1 for the first block
-            parts = [(jax.lax.rem(x0 + nx - 1, nx), 0, 1), (x0, 1, rows - 1)]
-        for start, at, n in parts:
-            if n == 0:
+    for j, (g, n, v) in enumerate(regions):
+        lo, hi = max(g, 0), min(g + n, rows)  # the rows that never wrap, relative to x0
+        parts = [(jax.lax.rem(x0 + nx - 1, nx), v, 1)] if g < 0 else []
+        parts.append((x0 + lo, v + lo - g, hi - lo))
+        if g + n > rows:  # the row x0 + rows: wraps to 0 for the last block
+            parts.append((jax.lax.rem(x0 + rows, nx), v + rows - g, 1))
+        for start, at, k in parts:
+            if k == 0:
                 continue
-            hbm, vmem = a_ref.at[j, pl.ds(start, n)], buf.at[slot, j, pl.ds(at, n)]
+            hbm, vmem = a_ref.at[j, pl.ds(start, k)], buf.at[slot, j, pl.ds(at, k)]
             src, dst = (vmem, hbm) if to_hbm else (hbm, vmem)
             out.append(pltpu.make_async_copy(src, dst, sem.at[slot]))
     return out
 
 
-def _ring_kernel(offsets: list[int], nx: int, rows: int, buffers: int, row: Callable[[Any, Any, Any], None]
-                 ) -> Callable[..., None]:
-    """The in-place DMA-ring kernel (module doc): program p fetches block p + 1, computes block p, writes it back."""
+def _ring_kernel(reads_at: list[Region], writes_at: list[Region], nx: int, rows: int, buffers: int,
+                 row: Callable[..., None]) -> Callable[..., None]:
+    """The in-place DMA-ring kernel (module doc): program p fetches block p + 1, computes block p, writes it back.
+    Inputs after the populations (the kernel walls' link bits) come as Pallas blocks of ``rows`` rows, and ``row``
+    receives them after the row index."""
     blocks = nx // rows
 
-    def kernel(a_in: Any, a_out: Any, buf: Any, rsem: Any, wsem: Any) -> None:
+    def kernel(a_in: Any, *refs: Any) -> None:
+        *extra, a_out, buf, rsem, wsem = refs
         p = pl.program_id(0)
 
         def reads(b: Any, s: Any) -> list[Any]:
-            return _windows(a_in, buf, rsem, offsets, nx, rows, b, s, False)
+            return _windows(a_in, buf, rsem, reads_at, nx, rows, b, s, False)
 
         def writes(b: Any, s: Any) -> list[Any]:
-            return _windows(a_out, buf, wsem, offsets, nx, rows, b, s, True)
+            return _windows(a_out, buf, wsem, writes_at, nx, rows, b, s, True)
 
         @pl.when(p == 0)
         def _first() -> None:
@@ -272,7 +296,7 @@ def _ring_kernel(offsets: list[int], nx: int, rows: int, buffers: int, row: Call
         for c in reads(p, slot):
             c.wait()
         block = buf.at[slot]
-        _rows(rows, lambda r: row(block, block, r))
+        _rows(rows, lambda r: row(block, block, r, *extra))
         for c in writes(p, slot):
             c.start()
 
@@ -285,29 +309,36 @@ def _ring_kernel(offsets: list[int], nx: int, rows: int, buffers: int, row: Call
     return kernel
 
 
-def _ring_call(f: jnp.ndarray, offsets: list[int], rows: int, buffers: int, row: Callable[[Any, Any, Any], None],
-               interpret: bool) -> jnp.ndarray:
-    """``f`` (Q, nx, ny, nz) updated in place by the DMA-ring kernel with per-slot window offsets ``offsets``."""
+def ring_call(f: jnp.ndarray, cx: list[int], moving: bool, rows: int, buffers: int, row: Callable[..., None],
+              interpret: bool, bits: tuple[jnp.ndarray, ...] = (), name: str = BULK_SCOPE) -> jnp.ndarray:
+    """``f`` (Q, nx, ny, nz) updated in place by the DMA-ring kernel: per slot j windows at offset c_x(j) (``moving``,
+    the odd step) or 0 (:func:`ring_regions`); with ``bits`` (int32 arrays (nx, ny, nz)) the read windows extended to
+    both offsets and ``row(src, dst, r, *bits_blocks)`` given the block's rows of each."""
     from jax.experimental.pallas import tpu as pltpu
 
     q, shape = f.shape[0], tuple(f.shape[1:])
     nx = shape[0]
     if nx % rows:
         raise ValueError(f"{rows} rows per block do not divide nx = {nx}")
-    block = vmem_bytes(q, (rows, *shape[1:]), f.dtype.itemsize)
+    extended = bool(bits)
+    reads_at, writes_at, _ = ring_regions(cx, rows, moving, extended)
+    held = rows + int(extended)
+    block = vmem_bytes(q, (held, *shape[1:]), f.dtype.itemsize)
+    in_specs = [pl.BlockSpec(memory_space=pl.ANY)] + [pl.BlockSpec((rows, *shape[1:]), lambda p: (p, 0, 0))] * len(bits)
+    resident = buffers * block + 2 * len(bits) * vmem_bytes(1, (rows, *shape[1:]), 4)
     return pl.pallas_call(
-        _ring_kernel(offsets, nx, rows, buffers, row),
+        _ring_kernel(reads_at, writes_at, nx, rows, buffers, row),
         out_shape=jax.ShapeDtypeStruct(f.shape, f.dtype),
         grid=(nx // rows,),
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        in_specs=in_specs,
         out_specs=pl.BlockSpec(memory_space=pl.ANY),
-        scratch_shapes=[pltpu.VMEM((buffers, q, rows, *shape[1:]), f.dtype),
+        scratch_shapes=[pltpu.VMEM((buffers, q, held, *shape[1:]), f.dtype),
                         pltpu.SemaphoreType.DMA((buffers,)), pltpu.SemaphoreType.DMA((buffers,))],
         input_output_aliases={0: 0},
-        compiler_params=_compiler_params(interpret, "arbitrary", buffers * block, block // rows),
+        compiler_params=_compiler_params(interpret, "arbitrary", resident, block // held),
         interpret=interpret,
-        name=BULK_SCOPE,
-    )(f)
+        name=name,
+    )(f, *bits)
 
 
 def _collider(lattice: Lattice, omega_plus: float, omega_minus: float, force: np.ndarray | None,
@@ -343,7 +374,7 @@ def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minu
     rows = rows or aa_rows(lattice, _grid_of(f, lattice), f.dtype.itemsize)
     row = _even_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision))
     if pipeline == "dma":
-        return _ring_call(f, [0] * q, rows, BUFFERS, row, interpret)
+        return ring_call(f, [int(c) for c in lattice.c[:, 0]], False, rows, BUFFERS, row, interpret)
     if pipeline != "blocks":
         raise ValueError(f"unknown pipeline {pipeline!r}: choose one of {', '.join(PIPELINES)}")
     if shape[0] % rows:
@@ -377,4 +408,4 @@ def aa_odd_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus
 
     rows = rows or aa_rows(lattice, _grid_of(f, lattice), f.dtype.itemsize)
     row = _odd_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision), pltpu.roll)
-    return _ring_call(f, [int(c) for c in lattice.c[:, 0]], rows, buffers, row, interpret)
+    return ring_call(f, [int(c) for c in lattice.c[:, 0]], True, rows, buffers, row, interpret)

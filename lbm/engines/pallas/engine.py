@@ -17,7 +17,9 @@ writes a second buffer). In 2D the loop carries the kernels' view of the populat
 (aa.plane_view: one copy into it per chunk and one back, 2x the populations); where ny is not a
 multiple of 1024 the push kernel runs every step, and the engine's note says so. The boundary cells
 are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
-scattered into the slots it wrote.
+scattered into the slots it wrote. Where the pair runs, a setup whose one condition is a half-way wall (resting or
+moving) needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
+(lbm.engines.pallas.walls), and a chunk ends with one pass that leaves the walls' populations as a dense step does.
 
 Kernel formulation by platform: ``flat`` on GPUs (Triton), ``rows`` on TPUs (Mosaic; it needs
 a first axis the row blocks divide). On a CPU the kernel runs in Pallas interpret mode:
@@ -37,8 +39,9 @@ from lbm.boundaries.base import StepState
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable
 from lbm.engines.bulk import BulkKernelEngine
-from lbm.engines.pallas import ACCELERATORS, aa, kernels
+from lbm.engines.pallas import ACCELERATORS, aa, kernels, walls
 from lbm.engines.timestep import outputs, run_stages
+from lbm.stages import TIMESTEP
 
 log = logging.getLogger("lbm")
 
@@ -122,6 +125,14 @@ class PallasEngine(BulkKernelEngine):
         self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True)
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
         self.note = self.bulk.note
+        self.walls: walls.Walls | None = None
+        """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
+        form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
+        if form is not None:
+            self.walls, self.walls_rows = walls.Walls(form, setup.lattice), walls.walls_rows(setup.lattice, setup.shape)
+            self.params = jax.tree_util.tree_map(jnp.asarray, walls.WallParams(walls=form, dense=self.params))
+            self._stages = ()
+            return
         self.plan_boundaries()
         if self.block is not None and setup.lattice.q * int(np.prod(setup.shape)) >= 2**31:
             raise EngineUnavailable("more than 2**31 populations: the boundary cells' slots are int32")
@@ -129,7 +140,9 @@ class PallasEngine(BulkKernelEngine):
     def step(self, f: jnp.ndarray, t: jnp.ndarray, params: Any, scheme: str = "push"
              ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` of ``scheme`` (push | aa_even | aa_odd): the bulk kernel, then the boundary cells' stages into
-        the slots it wrote."""
+        the slots it wrote (with the walls in the kernels, only whole chunks: :meth:`walls_chunk`)."""
+        if self.walls is not None:
+            raise EngineUnavailable("the in-place kernels apply the walls over whole chunks, not one step")
         if self.block is None:
             return (self.bulk(f) if scheme == "push" else self.bulk.aa(f, scheme)), {}
         lat, setup = self.setup.lattice, self.setup
@@ -151,6 +164,8 @@ class PallasEngine(BulkKernelEngine):
         place where the kernel has one, after one push step if n is odd)."""
         if not self.bulk.inplace:
             return jax.jit(self.paired_chunk(n, self.step), donate_argnums=0)
+        if self.walls is not None:
+            return self.walls_chunk(n)
         if n % 2 and self.bulk.push_unsupported:
             raise EngineUnavailable(f"{self.bulk.push_unsupported}: the in-place kernels run an even number of steps "
                                     f"per chunk, not {n}")
@@ -176,5 +191,37 @@ class PallasEngine(BulkKernelEngine):
                 f = out.reshape(f.shape)
                 auxes.append(aux)
             return f, {k: jnp.concatenate([a[k] for a in auxes]) for k in auxes[0]}
+
+        return jax.jit(chunk, donate_argnums=0)
+
+    def walls_chunk(self, n: int) -> Any:
+        """n steps with the walls in the in-place kernels (lbm.engines.pallas.walls): n // 2 AA pairs, an even step
+        if n is odd, and the walls' populations as a dense step leaves them (in place after a pair)."""
+        s, lat, wall = self.setup, self.setup.lattice, self.walls
+        kw = dict(omega_plus=s.omega_plus, omega_minus=s.omega_minus, force=s.force_array, rows=self.walls_rows,
+                  interpret=self.bulk.interpret, collision=s.collision)
+
+        def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            shape = f.shape  # 2D: the kernels' view of the populations and of the bits (aa.plane_view)
+            bits = tuple(b.reshape(aa.view_shape(s.shape)) for b in walls.kernel_bits(params.walls))
+            f = aa.plane_view(f)
+
+            def even(a: jnp.ndarray, reflect: bool = True) -> jnp.ndarray:
+                with jax.named_scope(TIMESTEP):
+                    return walls.walls_even_step(a, bits, lat, wall, reflect=reflect, **kw)
+
+            def odd(a: jnp.ndarray) -> jnp.ndarray:
+                with jax.named_scope(TIMESTEP):
+                    return walls.walls_odd_step(a, bits, lat, wall, **kw)
+
+            f = even(f, reflect=False)  # the chunk's input is dense (module doc of lbm.engines.pallas.walls)
+            if n >= 2:
+                f = odd(f)
+            if n >= 4:
+                f, _ = jax.lax.scan(lambda a, _: (odd(even(a)), None), f, None, length=(n - 2) // 2)
+            if n % 2:
+                f = even(f) if n > 1 else f
+                return walls.after_even(f.reshape(shape), params.walls, lat), {}
+            return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret).reshape(shape), {}
 
         return jax.jit(chunk, donate_argnums=0)

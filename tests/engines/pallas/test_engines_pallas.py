@@ -187,7 +187,7 @@ def test_h100_loop_body_is_one_pallas_kernel_per_step(tmp_path, case, args, max_
 def test_v5e_loop_body_is_one_mosaic_kernel_per_step(tmp_path, case, args):
     if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
-    rec = inspect_json(tmp_path, "target=v5e", "engine=pallas", *args)  # named: with walls auto picks xla on a TPU
+    rec = inspect_json(tmp_path, "target=v5e", "engine=pallas", *args)  # named: with an inlet auto picks xla on a TPU
     assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
     bulk = [k for k in rec["kernels"] if k["kind"] == "tpu_custom_call"]
     assert len(bulk) == 2 and all(k["stages"] == ["macroscopic", "equilibrium", "collide", "stream"] for k in bulk)
@@ -229,7 +229,7 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatc
 
         monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
     setup = setup_for(DEVICE_CASES[name], "float32")
-    # named, not auto: on a TPU auto picks xla for walls (lbm.engines.auto_choice; its test is below)
+    # named, not auto: on a TPU auto picks xla for 2D walls and any inlet (lbm.engines.auto_choice; its test is below)
     engine = make_engine(setup, engine="pallas")
     assert engine.name == "pallas", engine.note
     assert engine.interpret == (jax.default_backend() == "cpu")  # compiled wherever there is an accelerator

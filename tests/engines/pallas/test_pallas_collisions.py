@@ -162,7 +162,7 @@ def test_the_pallas_engine_equals_the_xla_engine_with_the_smagorinsky_model(kind
 
 @pytest.mark.parametrize("kind", NEW_KINDS)
 def test_auto_picks_pallas_for_every_collision_on_accelerators(kind):
-    # a GPU: the cavity; a TPU: a wall-free box (with walls auto picks xla there: lbm.engines.auto_choice)
+    # a GPU: the cavity; a TPU: a wall-free box (with 2D walls auto picks xla there: lbm.engines.auto_choice)
     for platform, case in (("gpu", "cavity"), ("tpu", "box")):
         setup = setup_for(CASES[case] + [f"collision={kind}"], "float32")
         engine = make_engine(setup, platform=platform)

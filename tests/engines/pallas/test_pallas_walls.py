@@ -1,0 +1,203 @@
+"""Half-way walls inside the in-place AA kernels (lbm.engines.pallas.walls): the link bits against the native
+engine's rule, the pallas engine on a TPU target (interpret mode on the CPU) against the xla engine, and the compiled
+chunk without the boundary plan's gathers and scatters.
+
+Bounds as tests/engines/pallas/test_pallas_inplace.py: float32 2e-6 on populations of order 0.01 (measured at most
+2.2e-9 on the cavity over 5 steps). The initial state carries noise on every cell, solid ones included: the kernels
+must leave there what a dense step leaves, whatever the input held.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers.lattices import slow_except
+from helpers.runs import setup_for
+
+from lbm.boundaries.base import neighbour
+from lbm.engines import auto_choice
+from lbm.engines.base import spec_of
+from lbm.engines.pallas import walls
+from lbm.engines.pallas.engine import PallasEngine
+from lbm.engines.plan import wall_records
+from lbm.engines.timestep import step_index
+from lbm.engines.xla import XlaEngine
+
+TOL = 2e-6
+CAVITY = ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"]
+CASES = {"cavity_d3q19": CAVITY, "cavity_d3q19_trt": CAVITY + ["collision=trt"],
+         "duct_d3q19": ["case=duct", "lattice=d3q19", "grid.nx=8", "grid.ny=6", "grid.nz=7"],
+         "cavity_d3q27_cumulant": ["case=cavity", "lattice=d3q27", "grid.nx=16", "grid.ny=6", "grid.nz=7",
+                                   "collision=cumulant"],
+         "cavity_d2q9": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
+         "channel_d2q9": ["case=poiseuille", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"]}
+"""The lid-driven cavity (resting walls and the moving lid, in one wall; two rows per block), with TRT; the duct
+(resting walls on y and z, periodic along x, a body force; one row per block); D3Q27 with the cumulant operator
+(the lid's six wall-term flags in a second word); in 2D (the pair on the view of y as (8, 128) rows, from 128 MiB of
+populations: here on 16 x 1024, by :func:`pair_2d`) the cavity and the channel (walls at y, a body force)."""
+
+
+@pytest.fixture
+def pair_2d(monkeypatch):
+    """The 2D in-place pair (and so its walls) on the tests' small grids: it is chosen from 128 MiB only."""
+    from lbm.engines.pallas import aa
+
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+
+
+def _bits_rule(setup, scheme):
+    """The kernels' alternative reads from their bits (the module doc of lbm.engines.pallas.walls), as the native
+    engine's records of ``scheme`` write them: per fluid cell x and bit k (s = x - c_k solid) the slot a dense step
+    fills (``copy_dst``: slot opp(k) of s after an even step, slot k of x after an odd one), the slot the kernels read
+    instead (``copy_src``) and the wall term (``copy_add``)."""
+    lat, shape = setup.lattice, setup.shape
+    form, why = walls.kernel_form(setup)
+    assert form is not None, why
+    words = [np.asarray(w).reshape(-1).astype(np.int64) for w in (form.bits, form.wall_term_bits) if w is not None]
+    word = words[0]
+    n = word.size
+    solid = (word >> lat.q) & 1 == 1
+    term = walls.Walls(form, lat).term
+    out = set()
+    for k in range(1, lat.q):
+        x = np.flatnonzero(((word >> k) & 1 == 1) & ~solid)
+        s = neighbour(x, shape, -lat.c[k])
+        opp = int(lat.opposite[k])
+        add = np.zeros(x.size)
+        if k in term:
+            value, w, b = term[k]
+            add = np.where((words[w][x] >> b) & 1 == 1, value, 0.0)
+        dst, src = (opp * n + s, k * n + x) if scheme == "aa_even" else (k * n + x, opp * n + s)
+        out |= {(int(a), int(b), round(float(c), 9)) for a, b, c in zip(dst, src, add, strict=True)}
+    return out, solid
+
+
+@pytest.mark.parametrize("case", ["cavity_d3q19", "duct_d3q19", "cavity_d3q27_cumulant", "cavity_d2q9"])
+def test_the_link_bits_give_the_native_engines_wall_rule(case, pair_2d):
+    """Per half-way link (solid s, direction j, fluid a = s + c_j) the native rule copies a's write slot of opp(j)
+    into s's write slot of j, plus the wall term (lbm.engines.plan.wall_records); the kernels read that source where
+    the dense step reads the copy. Pure numpy; the cavity's lid carries the wall term on two directions (D3Q19) or
+    six (D3Q27: their flags in a second word)."""
+    setup = setup_for(CASES[case], "float32")
+    lat = setup.lattice
+    for scheme in ("aa_even", "aa_odd"):
+        rec = wall_records(lat, setup.shape, setup.boundaries, scheme)
+        native = {(int(a), int(b), round(float(c), 9)) for a, b, c in
+                  zip(rec["copy_dst"], rec["copy_src"], rec["copy_add"], strict=True)}
+        kernel, solid = _bits_rule(setup, scheme)
+        assert kernel == native and len(native) > 0
+        assert any(c != 0 for *_, c in native) == case.startswith("cavity")  # the moving lid
+    assert np.array_equal(solid, np.asarray(setup.solid).reshape(-1))
+
+
+def _noisy(setup, seed=2):
+    f0 = np.asarray(setup.initial_populations())
+    rng = np.random.default_rng(seed)
+    w = setup.lattice.w.reshape((-1,) + (1,) * setup.lattice.d)
+    return (f0 * (1 + 0.01 * rng.standard_normal(f0.shape)) + 1e-3 * w * rng.standard_normal(f0.shape)).astype(f0.dtype)
+
+
+@pytest.mark.parametrize("name,steps", slow_except(
+    [("cavity_d3q19", 3), ("cavity_d3q19", 4), ("cavity_d3q19_trt", 5), ("duct_d3q19", 4),
+     ("cavity_d3q27_cumulant", 2), ("cavity_d2q9", 3), ("cavity_d2q9", 4), ("channel_d2q9", 4)], fast=set()))
+def test_the_kernel_walls_equal_the_xla_engine(name, steps, pair_2d):
+    """Odd chunks (an even step, then the streaming form on the xla side) and even ones (the fix kernel), a chunk of 5
+    with a pair in the loop; every cell, solid ones included."""
+    setup = setup_for(CASES[name], "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    assert engine.bulk.inplace and engine.walls is not None and engine.block is None
+    f0 = _noisy(setup)
+    f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
+    f, aux = engine.advance(jnp.array(f0), steps)
+    assert np.abs(np.asarray(f_ref) - f0).max() > 1e-4  # the steps did change the populations
+    np.testing.assert_allclose(np.asarray(f), np.asarray(f_ref), rtol=0, atol=TOL)
+    assert aux == aux_ref == {}
+
+
+def _lowered_for_tpu(args, steps=4):
+    """The pallas engine's chunk lowered for a TPU (Mosaic kernels, no libtpu needed), as StableHLO text."""
+    setup = setup_for(args, "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=False)
+    f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
+    traced = engine.chunk_function(steps).trace(f, spec_of(engine.params), spec_of(step_index(0)))
+    return engine, traced.lower(lowering_platforms=("tpu",)).as_text()
+
+
+def test_a_walled_chunk_for_a_tpu_has_no_gather_or_scatter():
+    """The cavity's chunk of 4 steps: the first pair, the pair in the loop, the fix kernel; no boundary plan."""
+    engine, text = _lowered_for_tpu(["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=8", "grid.nz=128"])
+    assert engine.walls is not None
+    assert text.count("tpu_custom_call") == 5
+    assert "gather" not in text and "scatter" not in text
+
+
+@pytest.mark.slow
+def test_a_chunk_with_an_inlet_keeps_the_boundary_plan():
+    engine, text = _lowered_for_tpu(["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"])
+    assert engine.walls is None and engine.block is not None
+    assert "gather" in text and "scatter" in text
+
+
+def test_what_the_kernel_walls_take_and_what_auto_picks_on_a_tpu(monkeypatch):
+    cavity = setup_for(["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=8", "grid.nz=128"], "float32")
+    assert walls.walls_unsupported(cavity) == ""
+    assert auto_choice(cavity, "tpu")[0] == "pallas" and "walls" in auto_choice(cavity, "tpu")[1]
+    cylinder = setup_for(["case=cylinder", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"], "float32")
+    assert "one half-way wall" in walls.walls_unsupported(cylinder)
+    assert auto_choice(cylinder, "tpu")[0] == "xla"
+    big = setup_for(["case=duct", "lattice=d3q19", "grid.nx=8", "grid.ny=512", "grid.nz=512"], "float32")
+    assert "do not fit" in walls.walls_unsupported(big) and auto_choice(big, "tpu")[0] == "xla"
+    cavity2d = setup_for(["case=cavity", "grid.nx=16", "grid.ny=12"], "float32")
+    assert "multiple of 1024" in walls.walls_unsupported(cavity2d) and auto_choice(cavity2d, "tpu")[0] == "xla"
+    pair = setup_for(CASES["cavity_d2q9"], "float32")  # 0.6 MiB: the push kernel, so the plan, below 128 MiB
+    assert "under the 128 MiB" in walls.walls_unsupported(pair) and auto_choice(pair, "tpu")[0] == "xla"
+    from lbm.engines.pallas import aa
+
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+    assert walls.walls_unsupported(pair) == "" and auto_choice(pair, "tpu")[0] == "pallas"
+
+
+# --- deviceless compiles (bash scripts/accel_env.sh; .venv-accel/bin/python -m pytest -m accel) ----------------
+
+
+@pytest.mark.accel
+@pytest.mark.parametrize("steps,ratio", [(10, 1.053), (11, 2.058)])
+def test_v5e_walled_chunk_holds_the_populations_once(steps, ratio):
+    """Planned memory of the compiled chunk (the D3Q19 duct 128^3, kernel walls): the populations once plus the link
+    bits (4 B against 76 B of populations per cell) where the fix kernel ends the chunk in place; an odd chunk's
+    streaming form on the xla side writes a second array (as the box's odd chunk's push step does)."""
+    from helpers.inspect_cli import installed
+
+    if not installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+    from lbm.bench.targets import load_target, prepare_environment, target_sharding
+
+    target = load_target("v5e")
+    prepare_environment(target)
+    setup = setup_for(["case=duct", "lattice=d3q19", "grid.nx=128", "grid.ny=128", "grid.nz=128"], "float32")
+    engine = PallasEngine(setup, platform="tpu")
+    assert engine.walls is not None
+    sharding = target_sharding(target)
+    args = (jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype), engine.params, step_index(0))
+    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
+    m = engine.chunk_function(steps).lower(*specs).compile().memory_analysis()
+    planned = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+    assert planned / (setup.lattice.q * np.prod(setup.shape) * 4) == pytest.approx(ratio, abs=0.01)
+
+
+@pytest.mark.accel
+def test_v5e_auto_runs_the_walled_cavity_in_the_two_inplace_kernels(tmp_path):
+    """``lbm inspect target=v5e`` on the D3Q19 cavity with engine=auto: pallas, the loop body two Mosaic kernels (the
+    pair), and the compiled chunk without a gather or a scatter (the boundary plan's)."""
+    from pathlib import Path
+
+    from helpers.inspect_cli import inspect_json, installed
+
+    if not installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+    rec = inspect_json(tmp_path, "target=v5e", "case=cavity", "lattice=d3q19", "grid.nx=64", "grid.ny=64",
+                       "grid.nz=64", "steps=100")
+    assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
+    assert [k["kind"] for k in rec["kernels"]].count("tpu_custom_call") == 2
+    hlo = (Path(tmp_path) / Path(rec["hlo_file"]).name).read_text()
+    assert "tpu_custom_call" in hlo and "gather" not in hlo and "scatter" not in hlo
