@@ -11,12 +11,12 @@ and ``rows`` (what a TPU runs). The deviceless compiles (marked ``accel``) need
 """
 
 import logging
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers.device import REHEARSAL, on_device
 from helpers.inspect_cli import inspect_json, installed
 from helpers.lattices import slow_except
 from helpers.runs import run_config, setup_for
@@ -195,13 +195,7 @@ def test_v5e_loop_body_is_one_mosaic_kernel_per_step(tmp_path, case, args):
         assert rec["traffic_ratio"] <= 1.15
 
 
-# --- on a GPU or TPU (scripts/device_check.sh runs these: pytest -m device) -------------------------------------
-# LBM_DEVICE_REHEARSAL=1 (device_check.sh with LBM_DEVICE=cpu) runs them on the CPU, the kernel in interpret mode:
-# the script's rehearsal, so that the first run on a lent GPU does not fail for a reason a CPU could have shown.
-
-REHEARSAL = os.environ.get("LBM_DEVICE_REHEARSAL", "") not in ("", "0")
-on_device = pytest.mark.skipif(jax.default_backend() not in ("gpu", "tpu") and not REHEARSAL,
-                               reason="needs a GPU or TPU (LBM_DEVICE_REHEARSAL=1 runs it on the CPU)")
+# --- on a GPU or TPU (scripts/device_check.sh runs these: pytest -m device; helpers.device: on_device, REHEARSAL) ---
 
 
 DEVICE_CASES = {**CASES, "taylor_green_3d": ["case=taylor_green_3d", "lattice=d3q27", "grid.nx=16", "grid.ny=16",
