@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 38 on the lent TPU, one device command (2026-12-06, fourth session: the half-way walls inside the 3D AA pair):
-#   run  command: "bash scripts/device_walls3d.sh"  carry: [".whl"]  timeout_s: 540
+#   run  command: "bash scripts/device_walls3d.sh"  carry: [".whl"]  timeout_s: 600
 #   1. `lbm bench lattice=d3q19 cases=[periodic,cavity] variants=[auto,pallas,xla]` at $WALLS3D_SIZES (128^3 and
 #      256^3): what the cavity's walls cost per cell against the box on each engine, and auto's choice (auto_check);
 #   2. every engine's fields after 1000 steps, float32 (scripts/fields_agree.py run): the default cylinder, the cavity
@@ -14,15 +14,15 @@ set -u
 source scripts/device_env.sh
 log=$OUT/walls3d.log
 STEP_QUIET="^lbm: step \\|LbmWarning\\|nu, tau"
-step 240 python3 -m lbm bench lattice=d3q19 "cases=[periodic,cavity]" "variants=[auto,pallas,xla]" \
-  "sizes=[${WALLS3D_SIZES:-128,256}]" repeats=3 min_time_s=0.3 kernel_profile=0 bandwidth.repeats=3 \
+step 280 python3 -m lbm bench lattice=d3q19 "cases=[periodic,cavity]" "variants=[auto,pallas,xla]" \
+  "sizes=[${WALLS3D_SIZES:-128,256}]" repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
   hydra.run.dir=outputs/device-walls3d/bench
 cp outputs/device-walls3d/bench/bench.json "$OUT/bench-walls3d.json" 2>/dev/null
 tg3=${FIELDS_TG3D:-64}
-step 150 python3 scripts/fields_agree.py run "$OUT" --steps "${FIELDS_STEPS:-1000}" --engines pallas,xla \
+step 130 python3 scripts/fields_agree.py run "$OUT" --steps "${FIELDS_STEPS:-1000}" --engines pallas,xla \
   -- case=cylinder -- case=cavity -- case=cavity lattice=d3q19 grid.nx=$tg3 grid.ny=$tg3 grid.nz=$tg3 \
   -- case=taylor_green_3d grid.nx=$tg3 grid.ny=$tg3 grid.nz=$tg3
 n=${TGV3D_SIZE:-256}
-log=$OUT/tgv3d.log step 120 python3 -m lbm run case=taylor_green_3d grid.nx=$n grid.ny=$n grid.nz=$n \
+log=$OUT/tgv3d.log step 100 python3 -m lbm run case=taylor_green_3d grid.nx=$n grid.ny=$n grid.nz=$n \
   steps=${TGV3D_STEPS:-600} output.plots=false hydra.run.dir=outputs/device-walls3d/tgv3d
 ls -la "$OUT"
