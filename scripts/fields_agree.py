@@ -70,11 +70,17 @@ def run(out: Path, steps: int, engines: list[str], configs: list[list[str]]) -> 
                                 "mlups": m.get("mlups"), "status": m.get("status")})
                 print(f"{key(overrides)} engine={engine}: ran {m.get('engine')}, {m.get('mlups', 0):.0f} MLUPS, "
                       f"{m.get('status')}", flush=True)
+                save(out, platform, steps, arrays, summary)  # after each run: a time limit keeps what ran
+    save(out, platform, steps, arrays, summary)
+    return failed
+
+
+def save(out: Path, platform: str, steps: int, arrays: dict[str, np.ndarray], summary: list[dict]) -> None:
+    """Write the fields and the summary of the runs so far."""
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / f"fields-{platform}.npz", **arrays)
     (out / f"fields-{platform}.json").write_text(json.dumps({"platform": platform, "steps": steps,
                                                               "runs": summary}, indent=1))
-    return failed
 
 
 def differences(reference: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> list[tuple[str, str, float, float]]:
