@@ -29,7 +29,7 @@ def naive_step(f: jnp.ndarray, lattice: Lattice, omega: float) -> jnp.ndarray:
     w = jnp.asarray(lattice.w, f.dtype).reshape((-1,) + (1,) * lattice.d)
     drho = jnp.sum(f, axis=0)
     rho = 1.0 + drho
-    u = jnp.tensordot(c.T, f, axes=1) / rho
+    u = jnp.tensordot(c.T, f, axes=1, precision=jax.lax.Precision.HIGHEST) / rho  # TPU: not bf16 passes
     cu = sum(c[:, a].reshape((-1,) + (1,) * lattice.d) * u[a] for a in range(lattice.d))
     usq = jnp.sum(u * u, axis=0)
     feq = w * (drho + rho * (3.0 * cu + 4.5 * cu * cu - 1.5 * usq))

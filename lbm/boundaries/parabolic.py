@@ -37,6 +37,7 @@ momentum exchange with the corrected populations.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -75,7 +76,7 @@ def parabolic_bounce_back(f: jnp.ndarray, post: jnp.ndarray, drho: jnp.ndarray, 
     def anti_eq(cells: jnp.ndarray) -> jnp.ndarray:  # e⁻_i: w_i rho c_i.u / c_s² (u as the collision sees it)
         return wi * rho[cells] * jnp.sum(ci * u[:, cells], axis=0) / CS2
 
-    momentum = jnp.einsum("qd,qn->dn", c, pre[:, link_fluid])
+    momentum = jnp.einsum("qd,qn->dn", c, pre[:, link_fluid], precision=jax.lax.Precision.HIGHEST)  # TPU: not bf16
     m = 0.5 * (pre[link_dir, link_fluid] - pre[opp, link_fluid]) - wi * jnp.sum(ci * momentum, axis=0) / CS2
     values = (out[link_dir, link_fluid] + w[0] * (out[link_dir, link_far] - out[opp, link_fluid])
               + w[1] * anti_eq(link_far) + w[2] * anti_eq(link_fluid) + w[3] * m)
