@@ -25,7 +25,9 @@ from helpers.suite import (
     SUITE_SET_NATIVE_OPT,
     compose_once,
     keep_absl_off_the_capture,
+    load_hypothesis_profile,
     native_test_opt,
+    rewrite_only_the_suite,
     trim_cache,
     tune_gc,
 )
@@ -35,7 +37,9 @@ from lbm.simulation import simulate
 
 def pytest_configure(config: pytest.Config) -> None:
     """Set the suite's native optimisation level (NATIVE_TEST_OPT) unless LBM_NATIVE_OPT names one; without
-    pytest-xdist, declare its ``xdist_group`` marker."""
+    pytest-xdist, declare its ``xdist_group`` marker; hypothesis's profile, its package not rewritten."""
+    rewrite_only_the_suite(config)
+    load_hypothesis_profile()
     if NATIVE_OPT_GIVEN is None:  # the default for what runs outside a test (module fixtures); tests set their own
         os.environ["LBM_NATIVE_OPT"] = NATIVE_TEST_OPT
         os.environ[SUITE_SET_NATIVE_OPT] = "1"
