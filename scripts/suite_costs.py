@@ -11,7 +11,18 @@ then the summary (per file, then the dearest tests)::
 CPU seconds are this process's (all threads) plus its waited children's (compilers, ``python -m lbm``
 subprocesses): unlike wall time, they hardly move with the machine's load. ``compiles`` counts XLA backend compiles,
 persistent-cache hits included (``hits``), and the seconds (wall, this process) spent compiling them (``compile_s``),
-tracing (``trace_s``) and lowering to MLIR (``lower_s``); ``kernels`` the native libraries built (a cache miss each).
+tracing (``trace_s``) and lowering to MLIR (``lower_s``); ``kernels`` the native libraries built (a cache miss each),
+``uses`` the native kernels the test ran (a build moves to the next test that uses a kernel when the first is
+left out): the summary lists, per kernel, the tests of the fast lane that use it.
+
+The fast lane's measurement (issue 40; cold: an empty cache directory, so every XLA program and native kernel is
+built): per-test costs in one process, then the 2-worker run whose wall and CPU time the lane is judged by::
+
+    XDG_CACHE_HOME=$(mktemp -d) PYTHONPATH=.:scripts SUITE_COSTS=costs.jsonl /usr/bin/time -v \
+        .venv/bin/python -m pytest -q -m "not slow" -p no:cacheprovider -p suite_costs -n 0
+    XDG_CACHE_HOME=$(mktemp -d) /usr/bin/time -v .venv/bin/python -m pytest -q -m "not slow" -p no:cacheprovider
+
+(record ``uptime`` beside each: the machine's load moves the wall time, and CPU time less).
 """
 
 from __future__ import annotations
@@ -59,18 +70,23 @@ def _listen() -> None:
     jax.monitoring.register_event_duration_secs_listener(_duration)
     jax.monitoring.register_event_listener(
         lambda event, **kw: event == "/jax/compilation_cache/cache_hits" and _count("hits"))
-    compile_kernel, popen_init = build._compile, subprocess.Popen.__init__
+    compile_kernel, register_kernel, popen_init = build._compile, build.register, subprocess.Popen.__init__
 
     def _compile(spec: Any, *args: Any) -> Any:
         _current.setdefault("kernels", []).append(spec.tag)
         return compile_kernel(spec, *args)
+
+    def _register(spec: Any) -> Any:
+        if spec.tag not in _current.setdefault("uses", []):
+            _current["uses"].append(spec.tag)
+        return register_kernel(spec)
 
     def _popen_init(self: Any, args: Any, *rest: Any, **kwargs: Any) -> None:
         _current.setdefault("subprocesses", []).append(" ".join(map(str, args))[:160] if isinstance(args, list | tuple)
                                                        else str(args)[:160])
         popen_init(self, args, *rest, **kwargs)
 
-    build._compile, subprocess.Popen.__init__ = _compile, _popen_init
+    build._compile, build.register, subprocess.Popen.__init__ = _compile, _register, _popen_init
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -108,6 +124,12 @@ def summarise(rows: list[dict[str, Any]], n: int = 30) -> str:
         per[r["id"].split("::")[0]][0] += r["cpu"]
         per[r["id"].split("::")[0]][1] += 1
     lines += [f"{cpu:6.1f} {count:5d}  {name}" for name, (cpu, count) in sorted(per.items(), key=lambda x: -x[1][0])[:n]]
+    users: dict[str, list[str]] = collections.defaultdict(list)
+    for r in rows:
+        for tag in r.get("uses", []) if not r["slow"] else []:
+            users[tag].append(r["id"])
+    lines += ["", "native kernels used by the fast lane: tests  kernel  (first user)"]
+    lines += [f"{len(ids):5d}  {tag}  ({ids[0]})" for tag, ids in sorted(users.items(), key=lambda x: len(x[1]))]
     lines += ["", "CPU-s compiles lane  test  [kernels built]"]
     lines += [f"{r['cpu']:6.1f} {r.get('compiles', 0):6d}  {'slow' if r['slow'] else 'fast'}  {r['id']}"
               f"{'  ' + ','.join(r['kernels']) if r.get('kernels') else ''}"

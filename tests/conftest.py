@@ -25,17 +25,19 @@ from helpers.suite import (
     SUITE_SET_NATIVE_OPT,
     compose_once,
     keep_absl_off_the_capture,
+    load_hypothesis_profile,
     native_test_opt,
+    rewrite_only_the_suite,
     trim_cache,
     tune_gc,
 )
 
-from lbm.simulation import simulate
-
 
 def pytest_configure(config: pytest.Config) -> None:
     """Set the suite's native optimisation level (NATIVE_TEST_OPT) unless LBM_NATIVE_OPT names one; without
-    pytest-xdist, declare its ``xdist_group`` marker."""
+    pytest-xdist, declare its ``xdist_group`` marker; hypothesis's profile, its package not rewritten."""
+    rewrite_only_the_suite(config)
+    load_hypothesis_profile()
     if NATIVE_OPT_GIVEN is None:  # the default for what runs outside a test (module fixtures); tests set their own
         os.environ["LBM_NATIVE_OPT"] = NATIVE_TEST_OPT
         os.environ[SUITE_SET_NATIVE_OPT] = "1"
@@ -44,8 +46,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Trim the suite's own compilation cache (the controller, once per session); keep absl off pytest's capture;
-    compose each configuration once per process (compose_once); collect cycles less often (tune_gc)."""
+    """Trim the suite's own compilation cache (the controller, once per session); in each process that runs tests,
+    keep absl off pytest's capture, compose each configuration once (compose_once), collect cycles less often
+    (tune_gc)."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and SUITE_CACHE == SUITE_CACHE_DEFAULT and SUITE_CACHE.is_dir():
         trim_cache(SUITE_CACHE, SUITE_CACHE_LIMIT)
         # earlier states' caches unused for a day (another tree may be testing with its own now)
@@ -56,6 +59,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 shutil.rmtree(other, ignore_errors=True)
             else:
                 other.unlink(missing_ok=True)
+    if session.config.pluginmanager.has_plugin("dsession"):  # pytest-xdist's controller: it runs no test
+        return
     keep_absl_off_the_capture()
     compose_once()
     tune_gc()
@@ -161,6 +166,8 @@ def simulate_in(tmp_path: Path):
     """Run a full simulation (all outputs) into a temporary run directory; returns (metrics, run_dir)."""
 
     from helpers.runs import run_config
+
+    from lbm.simulation import simulate  # here, not at the top: the xdist controller runs no test
 
     def _run(*overrides: str) -> tuple[dict[str, Any], Path]:
         run_dir = tmp_path / "run"

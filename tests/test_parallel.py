@@ -316,6 +316,9 @@ def test_bad_parallel_settings_are_one_line_errors(fast_lane_tasks):
     assert all("\n" not in m for m in r.values() if m)
 
 
+@pytest.mark.slow  # a process of its own (1.3 CPU-s cold): the fast lane has the one-line refusals of bad parallel
+# settings (test_bad_parallel_settings_are_one_line_errors) and a refusal's exit 2 in a real process
+# (tests/test_cli.py::test_bad_input_exit_code_in_a_real_process)
 def test_bad_parallel_settings_exit_2_on_the_command_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "lbm", "run", "parallel.devices=4", "steps=2", "grid.nx=64", "grid.ny=32",
                            "hydra.run.dir=" + str(tmp_path / "run")], env=forced(2),

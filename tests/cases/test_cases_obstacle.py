@@ -52,6 +52,9 @@ def test_array_mask_equals_the_cylinder_case_exactly(tmp_path):
     assert obs_case.diameter == solid.any(axis=0).sum()  # the frontal height, in cells
 
 
+@pytest.mark.slow  # 4000 native steps (5.0 CPU-s cold, one process): the obstacle's stationary cd is checked in the
+# slow lane (here and the ellipse below); the fast lane keeps the .png read (test_image_dark_pixels...) and the
+# frontal area and blockage (test_blockage_and_resolution...)
 def test_triangle_reports_forces(triangle_png):
     path, solid = triangle_png
     case, setup, fields = advance(run_config("case=obstacle", f"case.mask={path}", "grid.nx=120", "grid.ny=48",

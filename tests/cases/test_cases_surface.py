@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ from lbm.cases.surface import ball, placed, read_surface, solid_nodes, surface_i
 from lbm.errors import ConfigError
 from lbm.lattice import D3Q19
 
-trimesh = pytest.importorskip("trimesh")
+# trimesh (and the scipy it pulls in) is imported by the tests that use it, not at collection in every worker
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("trimesh") is None, reason="trimesh is not installed")
 
 SHAPE = (24, 24, 24)
 CENTER = (11.3, 12.1, 11.7)
@@ -22,6 +24,8 @@ RADIUS = 6.3
 
 def sphere(subdivisions: int) -> object:
     """A unit icosphere placed as the test sphere (its vertices lie on the analytic sphere)."""
+    import trimesh
+
     return placed(trimesh.creation.icosphere(subdivisions=subdivisions, radius=1.0), RADIUS, CENTER)
 
 
@@ -77,6 +81,8 @@ def test_wall_fractions_converge_to_the_analytic_sphere_at_second_order() -> Non
 
 
 def test_an_open_empty_or_unreadable_surface_is_refused_in_one_line(tmp_path: Path) -> None:
+    import trimesh
+
     mesh = trimesh.creation.box()
     opened = trimesh.Trimesh(mesh.vertices, mesh.faces[:-2])
     opened.export(tmp_path / "open.stl")
@@ -91,6 +97,8 @@ def test_an_open_empty_or_unreadable_surface_is_refused_in_one_line(tmp_path: Pa
 
 
 def _sphere_run(tmp_path: Path, **extra: str) -> list[str]:
+    import trimesh
+
     trimesh.creation.icosphere(subdivisions=4, radius=1.0).export(tmp_path / "sphere.stl")
     overrides = {"case": "obstacle", "case.mask": str(tmp_path / "sphere.stl"), "case.scale": "4.2",
                  "case.center": "[12.3,11.6,11.8]", "lattice": "d3q19", "grid.nx": "48", "grid.ny": "24",
@@ -128,6 +136,8 @@ def test_the_stl_spheres_drag_equals_the_analytic_spheres(tmp_path: Path) -> Non
 
 
 def test_surface_obstacles_are_refused_in_one_line_before_anything_is_written(tmp_path: Path, capsys) -> None:
+    import trimesh
+
     from lbm.cli import main
 
     box = trimesh.creation.box()
@@ -147,6 +157,8 @@ def test_surface_obstacles_are_refused_in_one_line_before_anything_is_written(tm
 
 def test_a_sphere_in_a_narrow_channel_is_flagged_for_blockage_and_resolution(tmp_path: Path) -> None:
     """Issue 39 item 6: D = 8 in a 24^2 cross-section: the surface's own extent over the channel's, the frontal area."""
+    import trimesh
+
     from lbm.config import load
     from lbm.simulation import make_case
 

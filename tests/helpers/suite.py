@@ -11,7 +11,6 @@ from typing import Any
 import jax
 import pytest
 from helpers.paths import REPO
-from hypothesis import settings
 
 XLA_TEST_FLAG = "--xla_backend_optimization_level=0"
 """The suite compiles without LLVM's optimisations (XLA's CPU backend level 0), in this process and, through
@@ -158,11 +157,32 @@ def keep_absl_off_the_capture() -> None:
     absl_logging.get_absl_handler().python_handler.setStream(sys.__stderr__)
 
 
-settings.register_profile("lbm", derandomize=True, database=None, print_blob=True)
-settings.register_profile("explore", derandomize=False)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lbm"))
-"""Hypothesis draws the same examples on every run (``derandomize``: a failure replays, CI cannot pass by luck);
-``HYPOTHESIS_PROFILE=explore`` draws new ones, to hunt for failures while editing."""
+def load_hypothesis_profile() -> None:
+    """Hypothesis draws the same examples on every run (``derandomize``: a failure replays, CI cannot pass by luck);
+    ``HYPOTHESIS_PROFILE=explore`` draws new ones, to hunt for failures while editing. Called before collection
+    (pytest_configure), after :func:`rewrite_only_the_suite`."""
+    from hypothesis import settings
+
+    settings.register_profile("lbm", derandomize=True, database=None, print_blob=True)
+    settings.register_profile("explore", derandomize=False)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lbm"))
+
+
+LIBRARIES_NOT_REWRITTEN = ("hypothesis", "hydra")
+"""Libraries that ship a pytest plugin, whose every module pytest marks for assertion rewriting (its own asserts are
+not the suite's). Where bytecode is not written (PYTHONDONTWRITEBYTECODE, as here) or on a clean machine, every
+process rewrote them again on import: 1.0 CPU-s for hypothesis and 0.4 for hydra in each of the three processes of
+a 2-worker run (measured, ``--collect-only``; hydra's plugin is left out in pyproject's addopts, ``-p no:hydra_pytest``,
+so hydra is first imported after this)."""
+
+
+def rewrite_only_the_suite(config: pytest.Config) -> None:
+    """Leave LIBRARIES_NOT_REWRITTEN out of pytest's assertion rewriting (they import later, unrewritten)."""
+    hook = getattr(config.pluginmanager, "rewrite_hook", None)
+    marked = getattr(hook, "_must_rewrite", None)  # pytest's own set of names (no public API to unmark)
+    if isinstance(marked, set):
+        marked.difference_update(LIBRARIES_NOT_REWRITTEN)
+        getattr(hook, "_marked_for_rewrite_cache", {}).clear()
 
 REQUIRE_NATIVE = os.environ.get("LBM_REQUIRE_NATIVE", "") not in ("", "0")
 """LBM_REQUIRE_NATIVE=1 (set by .ci/run): a test marked ``native`` fails, not skips, where the native engine cannot build."""
