@@ -500,3 +500,5 @@ def test_on_an_accelerator_the_automatic_chunk_holds_about_1e8_cell_updates():
     assert [chunk("cpu", *g, "steps=60000") for g in (small, mid, large)] == [100, 100, 100]
     assert chunk("tpu", *small, "steps=60000", "output.every=40") == 40
     assert chunk("tpu", *small, "steps=60000", "checkpoint.every=500") == 500
+    # even (the in-place kernels' pairs): 1e8 / 66^3 is 347.9
+    assert chunk("tpu", "case=cavity", "lattice=d3q19", "grid.nx=66", "grid.ny=66", "grid.nz=66", "steps=60000") == 346
