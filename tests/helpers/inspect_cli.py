@@ -64,3 +64,28 @@ def consistent(record, q, itemsize):
     assert rows_sum == pytest.approx(record["bytes_per_cell_step"], rel=1e-9)
     assert record["bytes_per_cell_step"] <= record["bytes_per_cell_step_upper_bound"] + 1e-9
     assert record["traffic_ratio"] == pytest.approx(record["bytes_per_cell_step"] / record["min_bytes_per_cell_step"])
+
+
+
+def v5e_planned_over_populations(overrides: list[str], steps: int):
+    """The pallas engine of a float32 run of ``overrides`` built for a TPU v5e, and the memory the v5e plans for its
+    compiled ``steps``-step chunk (arguments, outputs not aliased to them, temporaries; deviceless, libtpu) over the
+    populations' bytes."""
+    import jax
+    import numpy as np
+    from helpers.runs import setup_for
+
+    from lbm.bench.targets import load_target, prepare_environment, target_sharding
+    from lbm.engines.pallas.engine import PallasEngine
+    from lbm.engines.timestep import step_index
+
+    target = load_target("v5e")
+    prepare_environment(target)
+    setup = setup_for(overrides, "float32")
+    engine = PallasEngine(setup, platform="tpu")
+    sharding = target_sharding(target)
+    args = (jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype), engine.params, step_index(0))
+    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
+    m = engine.chunk_function(steps).lower(*specs).compile().memory_analysis()
+    planned = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+    return engine, planned / (setup.lattice.q * int(np.prod(setup.shape)) * 4)

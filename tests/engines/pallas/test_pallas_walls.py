@@ -161,28 +161,20 @@ def test_what_the_kernel_walls_take_and_what_auto_picks_on_a_tpu(monkeypatch):
 
 
 @pytest.mark.accel
-@pytest.mark.parametrize("steps,ratio", [(10, 1.053), (11, 2.058)])
-def test_v5e_walled_chunk_holds_the_populations_once(steps, ratio):
+@pytest.mark.parametrize("steps,low,high", [(10, 1.043, 1.063), (11, 2.0, 2.3)])
+def test_v5e_walled_chunk_holds_the_populations_once(steps, low, high):
     """Planned memory of the compiled chunk (the D3Q19 duct 128^3, kernel walls): the populations once plus the link
-    bits (4 B against 76 B of populations per cell) where the fix kernel ends the chunk in place; an odd chunk's
-    streaming form on the xla side writes a second array (as the box's odd chunk's push step does)."""
-    from helpers.inspect_cli import installed
+    bits (4 B against 76 B of populations per cell: 1.053 on jax 0.10.2 and 0.12.0.1) where the fix kernel ends the
+    chunk in place; an odd chunk's streaming form on the xla side writes a second array (as the box's odd chunk's push
+    step does; 2.058 on jax 0.10.2, 2.269 on 0.12.0.1, whose libtpu plans 0.21 of the populations more)."""
+    from helpers.inspect_cli import installed, v5e_planned_over_populations
 
     if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
-    from lbm.bench.targets import load_target, prepare_environment, target_sharding
-
-    target = load_target("v5e")
-    prepare_environment(target)
-    setup = setup_for(["case=duct", "lattice=d3q19", "grid.nx=128", "grid.ny=128", "grid.nz=128"], "float32")
-    engine = PallasEngine(setup, platform="tpu")
+    engine, planned = v5e_planned_over_populations(
+        ["case=duct", "lattice=d3q19", "grid.nx=128", "grid.ny=128", "grid.nz=128"], steps)
     assert engine.walls is not None
-    sharding = target_sharding(target)
-    args = (jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype), engine.params, step_index(0))
-    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
-    m = engine.chunk_function(steps).lower(*specs).compile().memory_analysis()
-    planned = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
-    assert planned / (setup.lattice.q * np.prod(setup.shape) * 4) == pytest.approx(ratio, abs=0.01)
+    assert low <= planned <= high
 
 
 @pytest.mark.accel
