@@ -228,7 +228,9 @@ if sees "$python"; then
   else  # 1024^2 x 9 x 4 B = 38 MB and 128^3 x 19 x 4 B = 159 MB of populations: well over the 60 MB L2 at 128^3
     d2=(grid.nx=1024 grid.ny=1024)
     d3=(grid.nx=128 grid.ny=128 grid.nz=128 cylinder_grid.nz=32)
-    timing=(repeats=3 min_time_s=0.2 kernel_profile=20 bandwidth.repeats=5)
+    # kernel_profile=0: bench's per-kernel trace of each configuration took 2-9 s apiece on the chip (about 20 s of the
+    # check); the profiled runs below give the per-kernel device times, with XProf's cross-check
+    timing=(repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=5)
     run_size=(engine=pallas)
     # scripts/device_fixture.py's capture (its CAPTURE): fused 100 steps in chunks of 10 (a 1-chunk warm-up, 2 steady
     # chunks), instrumented 20 steps (a 2-step warm-up, 6 steady steps): each trace well under 2 MB, so that
