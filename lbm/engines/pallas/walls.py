@@ -52,9 +52,13 @@ from lbm.engines.plan import wall_rule
 from lbm.kernels.collisions import Collision
 from lbm.kernels.streaming import stream
 from lbm.lattice import Lattice
+from lbm.stages import BULK_PREFIX
 
-FIX_SCOPE = "fused_walls+bounce_back"
-"""Name of the fix kernel that ends a chunk (the walls' populations as a dense step leaves them)."""
+WALLED_SCOPE = aa.BULK_SCOPE + "+bounce_back"
+"""Name of the in-place kernels that apply the walls too (the profiler splits it into the stages it names)."""
+FIX_SCOPE = BULK_PREFIX + "+bounce_back"
+"""Name of the fix kernel that ends a chunk (the walls' populations as a dense step leaves them): a pass over every
+cell that does the walls' bounce-back only."""
 
 
 def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
@@ -202,7 +206,7 @@ def _roll() -> Any:
 
 
 def _call(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, moving: bool, rows: int, interpret: bool,
-          make_row: Callable[[list[int]], Callable[..., None]], name: str = aa.BULK_SCOPE) -> jnp.ndarray:
+          make_row: Callable[[list[int]], Callable[..., None]], name: str = WALLED_SCOPE) -> jnp.ndarray:
     """The DMA-ring kernel over ``f`` in place with the windows of the walls (both offsets) and their bits."""
     cx = [int(c) for c in lattice.c[:, 0]]
     _, _, base = aa.ring_regions(cx, rows, moving, True)

@@ -7,6 +7,8 @@ Bounds as tests/engines/pallas/test_pallas_inplace.py: float32 2e-6 on populatio
 must leave there what a dense step leaves, whatever the input held.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +24,7 @@ from lbm.engines.pallas.engine import PallasEngine
 from lbm.engines.plan import wall_records
 from lbm.engines.timestep import step_index
 from lbm.engines.xla import XlaEngine
+from lbm.stages import CORE_STAGES, split_scope
 
 TOL = 2e-6
 CAVITY = ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"]
@@ -129,6 +132,9 @@ def test_a_walled_chunk_for_a_tpu_has_no_gather_or_scatter():
     assert engine.walls is not None
     assert text.count("tpu_custom_call") == 5
     assert "gather" not in text and "scatter" not in text
+    # the kernels' names give the profiler their stages: the pair's the bulk's and the walls', the fix kernel's the walls'
+    names = set(re.findall(r'kernel_name = "([^"]*)"', text))
+    assert {split_scope(n) for n in names} == {(*CORE_STAGES, "bounce_back"), ("bounce_back",)}, names
 
 
 @pytest.mark.slow
