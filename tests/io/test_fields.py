@@ -178,3 +178,20 @@ def test_poiseuille_run_writes_the_analytic_wall_shear(tmp_path):
     dudy = force / (2 * nu) * (height - 2 * y)  # the wall rows y' = 1/2 and H - 1/2 included
     assert np.all(u[:, :, [0, -1]] == 0.0)
     assert np.allclose(omega[:, 1:-1], -dudy, rtol=1.5e-6, atol=0)  # measured 5.0e-7; np.gradient: 0.30
+
+
+def test_fields_npz_is_compressed_when_small_and_stored_plainly_when_large(tmp_path, monkeypatch):
+    """Both forms read back equal; a large one is not compressed (zlib writes GBs of fields in minutes)."""
+    import zipfile
+
+    from lbm.io import fields as io_fields
+
+    arrays = {"rho": np.linspace(0.9, 1.1, 4096, dtype=np.float32).reshape(64, 64), "solid": np.zeros((64, 64), bool)}
+    for limit, stored in ((1 << 30, zipfile.ZIP_DEFLATED), (1000, zipfile.ZIP_STORED)):
+        monkeypatch.setattr(io_fields, "COMPRESS_FIELDS_BYTES", limit)
+        path = tmp_path / f"fields-{limit}.npz"
+        io_fields.write_fields(path, arrays)
+        assert {i.compress_type for i in zipfile.ZipFile(path).infolist()} == {stored}
+        with np.load(path) as back:
+            assert all(np.array_equal(back[k], v) for k, v in arrays.items())
+        assert not list(tmp_path.glob("*.tmp.npz"))
