@@ -62,16 +62,15 @@ def run(out: Path, steps: int, engines: list[str], configs: list[list[str]]) -> 
                     failed = 1
                     summary.append({"config": key(overrides), "engine": engine, "error": f"{type(exc).__name__}: {exc}"})
                     print(f"{key(overrides)} engine={engine}: FAILED {type(exc).__name__}: {exc}", flush=True)
-                    continue
-                arrays[f"{key(overrides)}|{engine}|rho"] = res.rho
-                arrays[f"{key(overrides)}|{engine}|u"] = res.u
-                m = res.metrics
-                summary.append({"config": key(overrides), "engine": engine, "ran": m.get("engine"),
-                                "mlups": m.get("mlups"), "status": m.get("status")})
-                print(f"{key(overrides)} engine={engine}: ran {m.get('engine')}, {m.get('mlups', 0):.0f} MLUPS, "
-                      f"{m.get('status')}", flush=True)
+                else:
+                    arrays[f"{key(overrides)}|{engine}|rho"] = res.rho
+                    arrays[f"{key(overrides)}|{engine}|u"] = res.u
+                    m = res.metrics
+                    summary.append({"config": key(overrides), "engine": engine, "ran": m.get("engine"),
+                                    "mlups": m.get("mlups"), "status": m.get("status")})
+                    print(f"{key(overrides)} engine={engine}: ran {m.get('engine')}, {m.get('mlups', 0):.0f} MLUPS, "
+                          f"{m.get('status')}", flush=True)
                 save(out, platform, steps, arrays, summary)  # after each run: a time limit keeps what ran
-    save(out, platform, steps, arrays, summary)
     return failed
 
 
@@ -135,6 +134,8 @@ def main(argv: list[str]) -> int:
     c.add_argument("--bound", type=float, default=1e-5)
     args = parser.parse_args(argv)
     if args.what == "run":
+        if not _configs(rest):
+            parser.error("run: give the configurations after --, e.g. -- case=cavity -- case=cylinder")
         return run(args.out, args.steps, args.engines.split(","), _configs(rest))
     return compare(args.reference, args.others, args.bound)
 
