@@ -274,3 +274,21 @@ def contiguous(positions: np.ndarray) -> tuple[int, int]:
 def flat_block(a: Any) -> Any:
     """A block array ``(k, n, 1[, 1])`` as ``(k, n)``."""
     return a.reshape(a.shape[0], -1)
+
+
+def directions(a: Any, which: Any) -> Any:
+    """The populations ``which`` (static direction numbers) of ``a`` ``(Q, ...)``, stacked in that order.
+
+    Static slices, never a gather with an index array: XLA:TPU (jax 0.10.2, v5e) computed the inlet's
+    ``f[unknown] = feq[unknown] + f[opp] - feq[opp]`` wrongly when jitted (up to 1.4e-2 of the largest |f| at the
+    inlet face after 500 steps of the default cylinder; right op by op and on a CPU), and right from static slices
+    (``scripts/backends_agree.py``, docs/performance.md "Fields on the chip").
+    """
+    return jax.numpy.stack([a[int(i)] for i in np.asarray(which).reshape(-1)])
+
+
+def with_directions(a: Any, which: Any, values: Any) -> Any:
+    """``a`` ``(Q, ...)`` with its populations ``which`` (static direction numbers) replaced by ``values``
+    ``(len(which), ...)``: a stack of static slices (see :func:`directions`), not a scatter."""
+    place = {int(i): k for k, i in enumerate(np.asarray(which).reshape(-1))}
+    return jax.numpy.stack([values[place[i]] if i in place else a[i] for i in range(a.shape[0])])

@@ -16,10 +16,12 @@ from lbm.boundaries.base import (
     MeshLayout,
     StepState,
     contiguous,
+    directions,
     face_cells,
     flat_block,
     pytree_dataclass,
     static,
+    with_directions,
 )
 from lbm.boundaries.forms import FaceCondition
 from lbm.kernels.equilibrium import equilibrium
@@ -34,7 +36,7 @@ def known_sum(f0: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
     plus twice the leaving ones (their weights add up to 1)."""
     tangential = np.flatnonzero(lattice.c[:, 0] == 0)
     leaving = np.flatnonzero(lattice.c[:, 0] < 0)
-    return jnp.sum(f0[tangential], axis=0) + 2.0 * jnp.sum(f0[leaving], axis=0)
+    return jnp.sum(directions(f0, tangential), axis=0) + 2.0 * jnp.sum(directions(f0, leaving), axis=0)
 
 
 def inlet_density(f0: jnp.ndarray, ux: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
@@ -57,7 +59,7 @@ def face_unknowns(f0: jnp.ndarray, drho0: jnp.ndarray, u_face: jnp.ndarray, feq0
     c = lattice.c
     unknown = np.flatnonzero(c[:, 0] > 0)
     opp = lattice.opposite[unknown]
-    f0 = f0.at[unknown].set(feq0[unknown] + f0[opp] - feq0[opp])
+    f0 = with_directions(f0, unknown, directions(feq0, unknown) + directions(f0, opp) - directions(feq0, opp))
     if kind == "zou_he":
         for t in range(1, lattice.d):
             moving = [i for i in unknown if c[i, t] != 0]
@@ -65,7 +67,7 @@ def face_unknowns(f0: jnp.ndarray, drho0: jnp.ndarray, u_face: jnp.ndarray, feq0
             mom = sum(float(c[j, t]) * f0[j] for j in carriers)
             excess = mom - (1.0 + drho0) * u_face[t]
             share = jnp.asarray(c[moving, t] / len(moving), f0.dtype).reshape((-1,) + (1,) * (lattice.d - 1))
-            f0 = f0.at[np.array(moving)].add(-excess * share)
+            f0 = with_directions(f0, moving, directions(f0, moving) - excess * share)
     return f0
 
 
