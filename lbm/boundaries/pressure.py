@@ -32,6 +32,7 @@ from lbm.boundaries.base import (
     Footprint,
     StepState,
     contiguous,
+    directions,
     face_cells,
     pytree_dataclass,
     static,
@@ -54,11 +55,11 @@ def mirror_x(lattice: Lattice) -> np.ndarray:
 def pressure_outlet_face(face: jnp.ndarray, rho_out: Any, lattice: Lattice, kind: str = "zou_he") -> jnp.ndarray:
     """Face populations ``(Q, *face)`` of the last column with the entering ones rebuilt for density ``rho_out``."""
     m = mirror_x(lattice)
-    g = face[m]  # seen from outside: the outlet is an x = 0 face whose unknowns have c_x > 0
+    g = directions(face, m)  # seen from outside: the outlet is an x = 0 face whose unknowns have c_x > 0
     drho = jnp.broadcast_to(jnp.asarray(rho_out, face.dtype) - 1.0, face.shape[1:])
     un = (drho - known_sum(g, lattice)) / (1.0 + drho)  # 1 - (1 + known_sum) / rho: the deviations' form
     u = jnp.zeros((lattice.d,) + face.shape[1:], face.dtype).at[0].set(un)
-    return face_unknowns(g, drho, u, equilibrium(drho, u, lattice), lattice, kind)[m]
+    return directions(face_unknowns(g, drho, u, equilibrium(drho, u, lattice), lattice, kind), m)
 
 
 def pressure_outlet(f: jnp.ndarray, rho_out: Any, lattice: Lattice, kind: str = "zou_he") -> jnp.ndarray:
