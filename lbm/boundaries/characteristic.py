@@ -54,6 +54,7 @@ from lbm.boundaries.base import (
     Footprint,
     StepState,
     contiguous,
+    directions,
     face_cells,
     flat_block,
     pytree_dataclass,
@@ -77,19 +78,25 @@ def characteristic_face(face: jnp.ndarray, upstream: jnp.ndarray, rho_out: Any, 
     """Outlet face populations ``(Q, *face)`` with the entering ones rebuilt so that no acoustic wave is reflected.
 
     ``upstream``: the populations of the column before the outlet (same shape). Populations are deviations
-    f - w (lbm.kernels.equilibrium); the quadratic is solved for the absolute density (an open face: its
-    rounding at ρ's epsilon changes no conserved quantity).
+    f - w (lbm.kernels.equilibrium), and the quadratic a ρ² + b ρ - K = 0 (K = 1 + k, k the known populations' sum)
+    is solved for the deviation δ = ρ - 1, a δ² + (2a + b) δ + (a + b - K) = 0, whose constant term is a sum of
+    small terms: no term near 1 cancels (solved for ρ itself, float32 rounded δ at ρ's epsilon, 1.2e-7, where
+    the face's deviations are ~1e-3, and a TPU's rounding of the square root moved the DFG 2D-1 fields by 2.5e-4
+    of u from a CPU's in 1000 steps; docs/performance.md "Fields on the chip").
     """
     drho1, u1 = macroscopic(upstream, lattice)
     m = mirror_x(lattice)
-    known = 1.0 + known_sum(face[m], lattice)  # seen from outside, the outlet is an x = 0 face
+    k = known_sum(directions(face, m), lattice)  # seen from outside, the outlet is an x = 0 face
+    rho_out = jnp.asarray(rho_out, face.dtype)
     a = CS * (1.0 + relax)
-    b = 1.0 + u1[0] - CS * (1.0 + drho1 - gradient) - relax * CS * jnp.asarray(rho_out, face.dtype)
-    rho = 2.0 * known / (b + jnp.sqrt(b * b + 4.0 * a * known))
-    un = known / rho - 1.0
+    b = 1.0 + u1[0] - CS * (1.0 + drho1 - gradient) - relax * CS * rho_out
+    c0 = u1[0] - CS * (drho1 - gradient) - relax * CS * (rho_out - 1.0) - k  # a + b - K
+    half_b = a + 0.5 * b
+    drho = -c0 / (half_b + jnp.sqrt(half_b * half_b - a * c0))  # the root near 0 of a δ² + 2 half_b δ + c0
+    un = (k - drho) / (1.0 + drho)  # K / ρ - 1
     u_mirrored = jnp.concatenate([-un[None], u1[1:]], axis=0)  # the outlet seen from outside: c_x negated
-    drho = rho - 1.0
-    return face_unknowns(face[m], drho, u_mirrored, equilibrium(drho, u_mirrored, lattice), lattice, kind)[m]
+    mirrored = directions(face, m)
+    return directions(face_unknowns(mirrored, drho, u_mirrored, equilibrium(drho, u_mirrored, lattice), lattice, kind), m)
 
 
 def characteristic_outlet(f: jnp.ndarray, rho_out: Any, relax: Any, lattice: Lattice, kind: str = "nebb",
