@@ -81,7 +81,7 @@ def characteristic_face(face: jnp.ndarray, upstream: jnp.ndarray, rho_out: Any, 
     f - w (lbm.kernels.equilibrium), and the quadratic a ρ² + b ρ - K = 0 (K = 1 + k, k the known populations' sum)
     is solved for the deviation δ = ρ - 1, a δ² + (2a + b) δ + (a + b - K) = 0, whose constant term is a sum of
     small terms: no term near 1 cancels (solved for ρ itself, float32 rounded δ at ρ's epsilon, 1.2e-7, where
-    the face's deviations are ~1e-3, and a TPU's rounding of the square root moved the DFG 2D-1 fields by 2.5e-4
+    the face's deviations are ~1e-3, and the TPU's rounding of that form moved the DFG 2D-1 fields by 2.5e-4
     of u from a CPU's in 1000 steps; docs/performance.md "Fields on the chip").
     """
     drho1, u1 = macroscopic(upstream, lattice)

@@ -118,7 +118,7 @@ def test_its_mean_pressure_is_held_by_relax():
 def test_float32_rounds_the_face_at_the_size_of_its_deviations(lat):
     """The outlet's density is solved as a deviation from 1: in float32 the rebuilt face is as exact, relative to its
     deviations f - w, as float32 can hold them (solved for the density itself it rounded at rho's epsilon, 1.2e-7 of
-    1, which a TPU's square root rounded otherwise than a CPU's: 2.5e-4 of u apart after 1000 DFG steps)."""
+    1, which a TPU rounded otherwise than a CPU: 2.5e-4 of u apart after 1000 DFG steps)."""
     with jax.enable_x64(True):
         shape = (6, 40) if lat.d == 2 else (6, 12, 10)
         rng = np.random.default_rng(3)
