@@ -111,7 +111,7 @@ def check_stages(overrides: list[str], at_steps: list[int], dump: set[str], dump
             print(f"stage step {n:5d} {name:>12s}: {'; '.join(parts)}", flush=True)
             if f"{name}@{n}" in dump:
                 saved = {f"{side}_{key}": np.asarray(getattr(state, key)) for side, state in
-                         (("in", s), ("cpu", out_ref), ("dev", out)) for key in ("f", "drho", "u")
+                         (("in", s), ("cpu", out_ref), ("dev", out)) for key in ("f", "drho", "u", "post")
                          if getattr(state, key) is not None}
                 dump_dir.mkdir(parents=True, exist_ok=True)
                 np.savez_compressed(dump_dir / f"stage-{name}-{n}.npz", **saved)
