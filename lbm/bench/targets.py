@@ -266,7 +266,7 @@ def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mes
         eng = make_engine(setup, mode="fused", engine=engine, platform=platform)
     except EngineUnavailable as exc:
         raise LbmError(f"engine={engine} cannot run on {platform}: {exc}") from None
-    f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
+    f = jax.ShapeDtypeStruct(eng.state_shape, setup.dtype)  # as the run loop holds them between chunks (engine.place)
     return eng.chunk_function(n), (f, eng.params, step_index(0)), eng.name, eng.note, 0
 
 

@@ -168,6 +168,12 @@ class _FusedRunner(_Runner):
             done += m
         return f
 
+    def start(self, f: jnp.ndarray) -> Any:
+        return self.stepper.place(f)  # as the run loop holds them between chunks (the pallas 2D pair: its view)
+
+    def populations(self, state: Any) -> Any:
+        return self.stepper.canonical(state)
+
     def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
         compiled = self.stepper.compile(f, EVIDENCE_STEPS)
         info = hlo_facts(compiled, EVIDENCE_STEPS, nbytes(f), math.prod(f.shape[1:]))
