@@ -240,17 +240,23 @@ def run_on_the_pair(monkeypatch):
                                                                                     interpret=True))
 
 
-def test_a_run_on_the_2d_pair_writes_fields_and_checkpoints_of_the_grid_and_resumes_bitwise(tmp_path,
+def test_a_run_on_the_2d_pair_writes_fields_and_checkpoints_of_the_grid_and_resumes_bitwise(tmp_path, monkeypatch,
                                                                                            run_on_the_pair):
     """steps=3 in chunks of 2 and 1 (odd: a push step), a checkpoint at step 2: the checkpoint holds the populations
-    (Q, nx, ny), fields.npz the grid's fields, and a run resumed from the checkpoint ends bitwise where the whole run
-    did (the resumed one places the checkpoint's populations into the view)."""
+    (Q, nx, ny), fields.npz the grid's fields, a case's observation the populations (Q, nx, ny), and a run resumed
+    from the checkpoint ends bitwise where the whole run did (the resumed one places the checkpoint's populations
+    into the view)."""
+    from lbm.cases import CASES
     from lbm.io.checkpoint import load_checkpoint
     from lbm.simulation import simulate
 
+    seen, observe = [], CASES["taylor_green"].observe
+    monkeypatch.setattr(CASES["taylor_green"], "observe",
+                        lambda self, snapshot: (seen.append(snapshot.populations.shape), observe(self, snapshot))[1])
     base = [*BOX9, "engine=pallas", "output.every=2", "checkpoint.every=2", "output.plots=false", "steps=3"]
     whole = simulate(run_config(*base), tmp_path / "a")
     assert whole["engine"] == "pallas" and whole["chunk_steps"] == 2
+    assert seen == [(9, 8, 1024)] * 2
     ckpt = load_checkpoint(next((tmp_path / "a" / "checkpoints").glob("*")))
     assert ckpt["step"] == 2 and ckpt["f"].shape == (9, 8, 1024)  # not the view's (9, 8, 8, 128)
     simulate(run_config(*base, f"checkpoint.resume={tmp_path / 'a' / 'checkpoints'}"), tmp_path / "b")
