@@ -44,7 +44,7 @@ from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable
 from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.pallas import ACCELERATORS, aa, kernels, walls
-from lbm.engines.timestep import outputs, run_stages
+from lbm.engines.timestep import moment_stages, moments, outputs, run_stages
 from lbm.stages import TIMESTEP
 
 log = logging.getLogger("lbm")
@@ -132,6 +132,11 @@ class PallasEngine(BulkKernelEngine):
         self.viewed = self.bulk.inplace and setup.lattice.d == 2
         """Whether the engine's state is the kernels' view of the populations (the 2D pair, aa.plane_view), held from
         chunk to chunk (:meth:`place`, :meth:`canonical`)."""
+        if self.viewed and set(moment_stages(setup)) <= {"macroscopic", "equilibrium"}:
+            # the moments cell by cell on the view, then the grid's shape (a copy of rho and u, not of the populations)
+            grid = setup.shape
+            self._moments = jax.jit(lambda f, t, bcs: tuple(
+                a.reshape(*a.shape[: a.ndim - 3], *grid) for a in moments(f, t, bcs, setup)))
         self.walls: walls.Walls | None = None
         """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
         form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
