@@ -142,9 +142,10 @@ class Engine:
         return self.setup.stages
 
     def place(self, f: Any) -> Any:
-        """Populations ``(Q, *grid)`` where and as this engine's step takes them, the state the run loop keeps between
-        chunks (one device: as they are; :meth:`canonical` undoes the layout)."""
-        return f
+        """Populations ``(Q, *grid)`` (on the host or a device) where and as this engine's step takes them, the state
+        the run loop keeps between chunks (one device: as they are, on the device; :meth:`canonical` undoes the
+        layout)."""
+        return jnp.asarray(f)
 
     def canonical(self, f: Any) -> Any:
         """The populations ``(Q, *grid)`` of this engine's state ``f`` (as :meth:`place` gave it, or already so), on the

@@ -155,9 +155,10 @@ class PallasEngine(BulkKernelEngine):
         return (self.setup.lattice.q, *aa.view_shape(self.setup.shape)) if self.viewed else super().state_shape
 
     def place(self, f: Any) -> Any:
-        """Populations (Q, *grid) as the engine holds them: the 2D pair's view (the same elements in the same order;
-        on a TPU a copy into the view's tiled layout), else as they are."""
-        return aa.plane_view(f) if self.viewed else f
+        """Populations (Q, *grid) as the engine holds them: the 2D pair's view (the same elements in the same order:
+        a host array is reshaped on the host, then sent once; on a TPU a device array is copied into the view's tiled
+        layout), else as they are."""
+        return jnp.asarray(aa.plane_view(f)) if self.viewed else super().place(f)
 
     def place_cells(self, a: Any) -> jnp.ndarray:
         """A per-cell array ``(*grid)`` (a mask) laid out as the state's cells (the 2D pair: (nx, ny / 128, 128))."""
