@@ -38,7 +38,7 @@ def prepare(lattice: str, grid: tuple[int, ...], collision: str, engine: str, pr
     stepper = make_engine(setup, "fused", engine=engine, storage=PRECISIONS[precision][1])
     if stepper.name != engine:
         raise SystemExit(f"collision_cost: {collision} runs on the {stepper.name} engine here, not {engine}")
-    return stepper, setup.initial_populations()
+    return stepper, stepper.place(setup.initial_populations())  # as a run holds them (the pallas 2D pair: its view)
 
 
 def steps_for(stepper: Any, f0: Any, min_time: float) -> int:

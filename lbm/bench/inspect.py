@@ -9,9 +9,11 @@ GPU description or TPU topology, the spec HBM bandwidth and its source).
 The loop body of the compiled chunk (the while loop of ``lax.scan``) is read by
 :func:`lbm.hlo.loop_traffic`: one row per kernel with the stages it contains and the bytes it
 reads and writes per cell and step (the model's assumptions are in lbm/hlo.py), and a summary
-with the projection at the target's spec bandwidth. Writes ``inspect.json`` and the optimised
-HLO (``chunk.hlo.txt``) into the run directory (``--out DIR`` or ``hydra.run.dir=DIR``; default
-``outputs/inspect/<date>/<time>``).
+with the projection at the target's spec bandwidth and XLA's planned peak memory of the chunk over
+the populations (``planned_peak_over_population``: memory_analysis, arguments + outputs - aliased +
+temporaries, one device's; the chunk takes the populations as the run loop holds them, engine.place).
+Writes ``inspect.json`` and the optimised HLO (``chunk.hlo.txt``) into the run directory (``--out DIR``
+or ``hydra.run.dir=DIR``; default ``outputs/inspect/<date>/<time>``).
 
 A multi-device target (``target=v5e:2x2``: a 4-chip TPU topology; ``target=h100:1x1x4``: the CUDA
 plugin's partitions x hosts x GPUs per host; or ``target=v5e parallel.devices=4``) compiles the
@@ -80,12 +82,13 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
     mesh = target_mesh(target, shape) if shape is not None else None
     sharding = target_sharding(target) if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     fn, args, engine, note, halo_plan_bytes = chunk_for_target(setup, engine_for(target, run.engine), n, target.platform, mesh)
-    text, compile_s = compile_chunk(fn, args, sharding, target)
+    text, compile_s, planned = compile_chunk(fn, args, sharding, target)
     loop = loop_traffic(text, (*STAGES, HALO))
     steps = max(1, n // loop.trip_count) if loop.trip_count > 1 else n
     cells = int(np.prod(setup.shape))
     shard = [g // m for g, m in zip(setup.shape, shape or [1] * len(setup.shape), strict=True)]
     per = float(int(np.prod(shard)) * steps)  # the HLO of a sharded chunk is one device's: per cell of its shard
+    populations = setup.lattice.q * int(np.prod(shard)) * np.dtype(setup.dtype).itemsize  # one device's
     bytes_per = loop.bytes / per
     minimum = lbm_bytes_per_cell(setup.lattice.q, np.dtype(setup.dtype).itemsize)
     target_part = _target_record(target, sharding)
@@ -112,6 +115,10 @@ def inspect_run(run: Any, target: Target, overrides: list[str] | None = None) ->
         "note": "" if bytes_per >= minimum else (
             f"the loop body keeps its state in on-chip memory ({loop.on_chip_bytes / per:.0f} B/cell/step there, "
             f"{bytes_per:.1f} B in memory): memory bandwidth does not bound it, no projection"),
+        "planned_peak_bytes": planned, "population_bytes": populations,
+        "planned_peak_over_population": planned / populations if planned is not None else None,
+        "planned_source": "XLA memory_analysis of the compiled chunk, one device: arguments + outputs - aliased + "
+                          "temporaries",
         "kernels": _kernel_rows(loop.kernels, per),
         "traffic_model": "per top-level instruction of the loop body: the part of each operand its outputs need, "
                          "read once, and its results written once; in-place dynamic-update-slice/scatter write the "
@@ -217,7 +224,9 @@ def format_report(record: dict[str, Any]) -> str:
               f"traffic_ratio                   {num(record['traffic_ratio'], '.2f')}",
               f"projected_mlups                 {num(record['projected_mlups'], '.0f')} MLUPS at "
               f"{t['bandwidth_gbs']:g} GB/s ({t['bandwidth_source']})",
-              f"projected_fraction_of_roofline  {num(record['projected_fraction_of_roofline'], '.3f')}"]
+              f"projected_fraction_of_roofline  {num(record['projected_fraction_of_roofline'], '.3f')}",
+              f"planned_peak_over_population    {num(record['planned_peak_over_population'], '.3f')} (XLA memory_analysis "
+              "of the compiled chunk: arguments + outputs - aliased + temporaries, over the populations)"]
     if record["note"]:
         lines.append(f"note: {record['note']}")
     if "parallel" in record:

@@ -127,7 +127,7 @@ def inspect_gradient(overrides: list[str], options: dict[str, str], target: Any,
     if target.devices > 1:
         raise LbmError("gradient=true compiles for one device: a target of one chip (e.g. target=h100)")
     fn, values, param, wrt = gradient_program(overrides, options, target.platform)
-    text, compile_s = compile_chunk(fn, (values,), target_sharding(target), target)
+    text, compile_s, _ = compile_chunk(fn, (values,), target_sharding(target), target)
     record = gradient_record(text, param, wrt, forward["bytes_per_cell_step"], options)
     record["compile_time_s"] = round(compile_s, 3)
     return record, text

@@ -266,7 +266,7 @@ def chunk_for_target(setup: Any, engine: str, n: int, platform: str = "cpu", mes
         eng = make_engine(setup, mode="fused", engine=engine, platform=platform)
     except EngineUnavailable as exc:
         raise LbmError(f"engine={engine} cannot run on {platform}: {exc}") from None
-    f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
+    f = jax.ShapeDtypeStruct(eng.state_shape, setup.dtype)  # as the run loop holds them between chunks (engine.place)
     return eng.chunk_function(n), (f, eng.params, step_index(0)), eng.name, eng.note, 0
 
 
@@ -289,12 +289,14 @@ def lowering_context(target: Target, sharding: Any) -> Any:
 
 
 def compile_chunk(fn: Callable[..., Any], args: tuple[Any, ...], sharding: Any,
-                  target: Target | None = None) -> tuple[str, float]:
+                  target: Target | None = None) -> tuple[str, float, int | None]:
     """Compile ``fn`` ahead of time for arguments shaped like ``args``, placed by ``sharding`` where they carry
-    no sharding of their own; (HLO text, seconds)."""
+    no sharding of their own; (HLO text, seconds, XLA's planned peak bytes per device or None: lbm.hlo.planned_bytes)."""
     import contextlib
 
     import jax
+
+    from lbm.hlo import planned_bytes
 
     def spec(a: Any) -> Any:
         if isinstance(a, jax.ShapeDtypeStruct) and a.sharding is not None:
@@ -305,6 +307,8 @@ def compile_chunk(fn: Callable[..., Any], args: tuple[Any, ...], sharding: Any,
     t0 = time.perf_counter()
     with lowering_context(target, sharding) if target is not None else contextlib.nullcontext():
         compiled = fn.lower(*specs).compile()
-    return compiled.as_text(), time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    planned = planned_bytes(compiled)
+    return compiled.as_text(), seconds, planned[0] if planned else None
 
 

@@ -168,6 +168,12 @@ class _FusedRunner(_Runner):
             done += m
         return f
 
+    def start(self, f: jnp.ndarray) -> Any:
+        return self.stepper.place(f)  # as the run loop holds them between chunks (the pallas 2D pair: its view)
+
+    def populations(self, state: Any) -> Any:
+        return self.stepper.canonical(state)
+
     def describe(self, f: jnp.ndarray, n: int) -> dict[str, Any]:
         compiled = self.stepper.compile(f, EVIDENCE_STEPS)
         info = hlo_facts(compiled, EVIDENCE_STEPS, nbytes(f), math.prod(f.shape[1:]))
@@ -300,7 +306,7 @@ def stage_times(setup: Any, f: jnp.ndarray, steps: int) -> dict[str, dict[str, f
 
 def hlo_facts(compiled: Any, steps: int, population_bytes: int, cells: int) -> dict[str, Any]:
     """Fusions, custom calls, XLA's bytes-accessed estimate, planned memory and the per-step evidence of a chunk."""
-    from lbm.hlo import compiled_cost, parse_hlo, program_facts
+    from lbm.hlo import compiled_cost, parse_hlo, planned_bytes, program_facts
 
     text = compiled.as_text()
     cost = compiled_cost(compiled)
@@ -311,18 +317,16 @@ def hlo_facts(compiled: Any, steps: int, population_bytes: int, cells: int) -> d
         facts["cost_analysis_bytes_accessed"] = float(nbytes)
         facts["cost_analysis_note"] = ("XLA's estimate for the compiled chunk; a while loop's body is counted once "
                                        "and custom calls (native kernels) count as zero")
-    try:
-        mem = compiled.memory_analysis()
-        planned = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
+    memory = planned_bytes(compiled)
+    if memory is not None:  # memory analysis is optional per backend
+        planned, temp = memory
         facts["memory"] = {
             "population_bytes": int(population_bytes),
-            "planned_peak_bytes": int(planned),
+            "planned_peak_bytes": planned,
             "planned_peak_over_population": planned / population_bytes,
-            "temp_bytes": int(mem.temp_size_in_bytes),
+            "temp_bytes": temp,
             "source": "XLA memory_analysis of the compiled chunk: arguments + outputs - aliased + temporaries",
         }
-    except Exception:  # memory analysis is optional per backend
-        pass
     return facts
 
 

@@ -255,12 +255,17 @@ class Snapshot:
     """What a case may look at after a chunk: its last step, the per-step outputs, and the fields on demand."""
 
     def __init__(self, step: int, aux: dict[str, np.ndarray], fields: Callable[[], dict[str, np.ndarray]],
-                 populations: jnp.ndarray | None = None) -> None:
+                 populations: jnp.ndarray | Callable[[], jnp.ndarray] | None = None) -> None:
         self.step = step
         self.aux = aux
         self._fields = fields
-        self.populations = populations
-        """The populations (Q, *grid) on the device after the chunk, for reductions a case runs there."""
+        self._populations = populations
+
+    @cached_property
+    def populations(self) -> jnp.ndarray | None:
+        """The populations (Q, *grid) on the device after the chunk, for reductions a case runs there (given, or made
+        on first use by the function given: the run loop's engine may hold them in a layout of its own)."""
+        return self._populations() if callable(self._populations) else self._populations
 
     @cached_property
     def fields(self) -> dict[str, np.ndarray]:

@@ -8,6 +8,12 @@ before and after optimisation, XLA's cost analysis, lowering and compile times),
 host copies of the moments a step sees, compiled once per engine. What a caller needs besides
 (``place``, ``place_cells``, ``layout``, ``stage_names``, ``halo_plan_bytes``) every engine has, with
 single-device defaults here that the engines on a mesh (lbm.engines.sharded) override.
+
+The populations' state layout: ``place`` puts populations ``(Q, *grid)`` where and as the engine's step takes them,
+and the run loop keeps them so from chunk to chunk; ``canonical`` (and ``host_populations``, a host copy) gives them
+back as ``(Q, *grid)`` wherever something outside the engine reads them (fields, checkpoints, the health check's
+first bad cell, an observation). Every engine holds the grid's layout (identity) but the pallas engine's 2D in-place
+pair, which holds the kernels' view (lbm.engines.pallas.aa.plane_view) for the whole run.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbm import parallel
 from lbm.boundaries.base import FormUnavailable
 from lbm.cases.base import Setup
 from lbm.engines.timestep import as_arrays, moments, step_index
@@ -127,7 +134,7 @@ class Engine:
         self.params: Any = as_arrays(self.step_boundaries(setup))
         self.compile_times: dict[str, float] = {}
         self.note = ""
-        self._moments = jax.jit(lambda f, t, bcs: moments(f, t, bcs, setup))
+        self._moments = jax.jit(lambda f, t, bcs: moments(self.canonical(f), t, bcs, setup))
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -135,8 +142,24 @@ class Engine:
         return self.setup.stages
 
     def place(self, f: Any) -> Any:
-        """Populations where this engine's step takes them (one device: as they are)."""
+        """Populations ``(Q, *grid)`` (on the host or a device) where and as this engine's step takes them, the state
+        the run loop keeps between chunks (one device: as they are, on the device; :meth:`canonical` undoes the
+        layout)."""
+        return jnp.asarray(f)
+
+    def canonical(self, f: Any) -> Any:
+        """The populations ``(Q, *grid)`` of this engine's state ``f`` (as :meth:`place` gave it, or already so), on the
+        device or a host copy alike (here: ``f`` itself)."""
         return f
+
+    def host_populations(self, f: Any) -> np.ndarray:
+        """A host copy of the populations ``(Q, *grid)`` of this engine's state ``f`` (a checkpoint's, a divergence's)."""
+        return np.asarray(self.canonical(parallel.to_host(f)))
+
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        """The shape of the populations as this engine holds them between chunks (:meth:`place`): ``(Q, *grid)``."""
+        return (self.setup.lattice.q, *self.setup.shape)
 
     def place_cells(self, a: Any) -> jnp.ndarray:
         """A per-cell array ``(*grid)`` (a mask) placed like the populations."""
@@ -168,6 +191,7 @@ class Engine:
         return self.params
 
     def fields(self, f: jnp.ndarray, step: int = 0) -> dict[str, np.ndarray]:
-        """Host copies of rho, u and solid as step ``step`` sees them (outflow and inlet applied, force-shifted u)."""
+        """Host copies of rho, u and solid as step ``step`` sees them (outflow and inlet applied, force-shifted u), from
+        the engine's state ``f`` (:meth:`place`) or populations ``(Q, *grid)``."""
         rho, u = self._moments(f, step_index(step), self._dense_params())
         return {"rho": np.asarray(rho), "u": np.asarray(u), "solid": np.asarray(self.setup.solid, dtype=bool)}

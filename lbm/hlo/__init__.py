@@ -25,6 +25,7 @@ from lbm.hlo.parse import (
     kernel_stages,
     loop_body,
     parse_hlo,
+    planned_bytes,
     program_facts,
     stages_in,
 )
@@ -45,5 +46,5 @@ from lbm.hlo.traffic import (
 __all__ = ["COLLECTIVES", "ITEMSIZE", "STAGE_COLORS", "TRIVIAL", "CollectiveTraffic", "HloModule", "Instruction",
            "KernelTraffic", "LoopTraffic", "array_bytes", "by_name", "collective_kind", "collectives", "compiled_cost",
            "count_fusions", "count_ops", "fusion_inventory", "fusion_kind", "kernel_bytes", "kernel_stages",
-           "loop_body", "loop_traffic", "main_loop", "parse_hlo", "program_facts", "program_traffic", "stages_in",
-           "to_dot", "trip_count", "tuple_elements"]
+           "loop_body", "loop_traffic", "main_loop", "parse_hlo", "planned_bytes", "program_facts", "program_traffic",
+           "stages_in", "to_dot", "trip_count", "tuple_elements"]

@@ -305,6 +305,17 @@ def count_fusions(text: str) -> int:
     return sum(1 for comp in parse_hlo(text).computations.values() for ins in comp if ins.opcode == "fusion")
 
 
+def planned_bytes(compiled: Any) -> tuple[int, int] | None:
+    """XLA's planned peak memory of a compiled executable (memory_analysis: arguments + outputs - aliased +
+    temporaries) and its temporaries, in bytes; None where the backend does not say."""
+    try:
+        m = compiled.memory_analysis()
+        peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+        return int(peak), int(m.temp_size_in_bytes)
+    except Exception:  # memory analysis is optional per backend
+        return None
+
+
 def compiled_cost(compiled: Any) -> dict[str, float | None]:
     """XLA's cost analysis of a compiled executable: flops, bytes accessed, transcendentals (None where unknown)."""
     try:

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from lbm import parallel
 from lbm.cases.base import Snapshot
 from lbm.config import RunConfig
 from lbm.simulation.health import chunk_stats, diverged
@@ -62,14 +61,16 @@ def run_chunks(s: Started, at: Position, signals: StopSignals, progress: Progres
             n = s.profiler.chunk_limit(at.step, n, at.t_run)
         if keep_host_copy and host_copy_due(at.f.nbytes, at.t_run - copied_at, copy_s):
             t0 = time.perf_counter()
-            at.last_good = (at.step, np.array(parallel.to_host(at.f), copy=True))
+            at.last_good = (at.step, np.array(s.engine.host_populations(at.f), copy=True))
             took = time.perf_counter() - t0
             copy_s, copied_at = (took if copy_s == 0 else min(copy_s, took)), at.t_run
         mass, energy, aux = advance_chunk(s, at, n)
         f, step = at.f, at.step
-        snapshot = Snapshot(step, aux, lambda f=f, step=step: s.engine.fields(f, step), populations=f)
+        snapshot = Snapshot(step, aux, lambda f=f, step=step: s.engine.fields(f, step),
+                            populations=lambda f=f: s.engine.canonical(f))
         s.case.observe(snapshot)
         s.outputs.chunk_done(snapshot, mass, energy, s.chunk)
+        del snapshot  # populations it made in the grid's layout (out of the engine's own) are not held into the next chunk
         if s.profiler is not None:
             s.profiler.after_chunk(step, f, at.t_run)
         progress.update(step, at.t_run)
@@ -90,7 +91,7 @@ def advance_chunk(s: Started, at: Position, n: int) -> tuple[float, float, dict[
     at.t_run += time.perf_counter() - t0
     at.step += n
     if not healthy:
-        raise diverged(at.f, at.step, s.setup)
+        raise diverged(s.engine.host_populations(at.f), at.step, s.setup)
     return mass, energy, aux
 
 

@@ -30,7 +30,7 @@ def write_diverged(s: Started, metrics: dict[str, Any], last_good: tuple[int, np
     """A diverged run's results: the fields of the last good state where one is kept, else metrics.json alone."""
     if last_good is not None:
         metrics["fields_from_step"] = last_good[0]
-        finish(s, s.place(jnp.asarray(last_good[1])), metrics)
+        finish(s, s.place(last_good[1]), metrics)  # from the host: the device holds one copy beside the diverged one
     else:
         write_metrics(s.run_dir, metrics)
 

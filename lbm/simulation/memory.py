@@ -103,11 +103,17 @@ PALLAS_IN_PLACE = 1.1
 D3Q19 256^3 and 512^3, docs/tpu-v5e/2026-12-06/), plus the boundary plan's cells."""
 
 
-PALLAS_PAIR_2D = (2.0, 3.75)
+PALLAS_PAIR_2D = (1.2, 4.5)
 """The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 128 MiB of populations, ny a
-multiple of 1024): 2.00 when every chunk has an even number of steps (the pair on its view of the populations, and
-the view's copy: bench on the chip, D2Q9 4096^2), 3.75 when a chunk has an odd number (its push step first, on the
-grid's shape; deviceless v5e, 4096^2)."""
+multiple of 1024), when every chunk has an even number of steps and when one has an odd number. The engine holds the
+populations in the kernels' view for the whole run (lbm.engines.pallas.aa.plane_view), so an even chunk copies
+nothing: ``lbm inspect target=v5e lattice=d2q9 case=taylor_green grid.nx=4096 grid.ny=4096 engine=pallas`` plans
+1.000x the populations (``planned_peak_over_population``), ``case=cavity`` 1.167x (its kernel walls' link bits,
+converted to int32 in the view), 1.000x and 1.056x at 2048^2 (jax 0.10.2 and 0.12.0.1; it was 2.00x and 2.17x with a
+copy into the view and back in every chunk). An odd chunk's push step runs on the grid's shape, copied out of the view
+and back (the walls: the streaming form on the xla side; ``output.every=11``): 3.50x (periodic) and 4.47x (cavity) at
+4096^2 on jax 0.12.0.1 (3.75x and 4.81x before), 2.25x and 3.04x on 0.10.2. With the boundary plan (engine=pallas
+named on a cylinder; auto runs xla there) 1.72x and 4.08x (0.12.0.1), above these."""
 
 
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:

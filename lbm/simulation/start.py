@@ -205,7 +205,7 @@ def resume(run: RunConfig, case: Case, setup: Setup, outputs: Outputs, place: An
     outputs.monitor = [(int(s), float(m), float(e)) for s, m, e in state.pop("run/monitor")]
     case.load_state(state)
     log.info("resumed from %s at step %d", ckpt["path"], step)
-    return step, place(jnp.asarray(engine_state(ckpt["f"], ckpt["populations"], setup.lattice))), mass0
+    return step, place(engine_state(ckpt["f"], ckpt["populations"], setup.lattice)), mass0  # from the host: one copy
 
 
 def engine_state(f: np.ndarray, populations: str, lattice: Lattice) -> np.ndarray:

@@ -91,11 +91,12 @@ class Started:
     setup: Setup
     engine: Engine
     place: Callable[[Any], jnp.ndarray]
-    """Populations onto the engine's devices (sharded over its mesh, or as they are)."""
+    """Populations (Q, *grid) onto the engine's devices and into its state layout (sharded over its mesh, the pallas
+    2D pair's view, or as they are: lbm.engines.base.Engine.place)."""
     fluid: jnp.ndarray
     """The fluid mask, placed as the populations are."""
     f: jnp.ndarray
-    """The populations at step ``start``."""
+    """The populations at step ``start``, as the engine holds them (``place``; ``engine.canonical`` gives (Q, *grid))."""
     start: int
     """The step the run starts from (a checkpoint's when resuming, else 0)."""
     mass0: float
@@ -107,8 +108,10 @@ class Started:
     """The started lbm.profiling.capture.Profiler, None without ``profile.enabled``."""
 
     def checkpoint(self, step: int, f: Any) -> Path:
-        """Write the checkpoint of ``step`` (populations ``f``, the case's and the monitor's series)."""
-        return write_checkpoint(self.run, self.run_dir, self.case, self.setup, self.outputs, self.mass0, step, f)
+        """Write the checkpoint of ``step`` (the engine's state ``f`` as populations (Q, *grid), the case's and the
+        monitor's series)."""
+        return write_checkpoint(self.run, self.run_dir, self.case, self.setup, self.outputs, self.mass0, step,
+                                self.engine.host_populations(f))
 
 
 
@@ -118,10 +121,11 @@ class Position:
 
     step: int
     f: jnp.ndarray
+    """The populations at ``step``, as the engine holds them (:attr:`Started.f`)."""
     t_run: float = 0.0
     """Seconds in the stepping loop so far (compilation excluded)."""
     last_good: tuple[int, np.ndarray] | None = None
-    """A host copy of recent healthy populations and its step (kept without checkpoints, for divergence)."""
+    """A host copy of recent healthy populations (Q, *grid) and its step (kept without checkpoints, for divergence)."""
     stopped_early: int | None = None
     """The step a ``steps=auto`` run found its steady state at (None: it did not stop early)."""
     status: str = "completed"

@@ -84,7 +84,7 @@ def v5e_planned_over_populations(overrides: list[str], steps: int):
     setup = setup_for(overrides, "float32")
     engine = PallasEngine(setup, platform="tpu")
     sharding = target_sharding(target)
-    args = (jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype), engine.params, step_index(0))
+    args = (jax.ShapeDtypeStruct(engine.state_shape, setup.dtype), engine.params, step_index(0))
     specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
     m = engine.chunk_function(steps).lower(*specs).compile().memory_analysis()
     planned = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes

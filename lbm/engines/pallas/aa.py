@@ -34,8 +34,10 @@ multiple of 1024, so that a row of y fills whole (8, 128) tiles), so x is the ma
 there, and Mosaic slices it only at offsets and sizes that are multiples of 8 (jax 0.10.2, deviceless v5e). The
 y shift of a row (ny / 128, 128) is a lane roll by c_y, with the c_y lanes that wrap taken from the neighbouring
 sublane row (a sublane roll, periodic: ``_shifted_flat``). The view is not free in HBM (the (8, 128) tiles of
-(x, y) are not those of (y / 128, 128)): the pallas engine's chunk copies into it once and back, holding 2x the
-populations at 2048^2 and up (v5e, deviceless; at 1024^2 XLA keeps the view in VMEM).
+(x, y) are not those of (y / 128, 128)), so the pallas engine holds its populations in the view for the whole run
+(its state: ``PallasEngine.place`` copies them in once, ``canonical`` gives them back as (Q, nx, ny) where fields,
+checkpoints and the health check read them): a chunk copies nothing and plans 1.00x the populations (v5e,
+deviceless, D2Q9 2048^2 and 4096^2; a copy into the view and back in every chunk planned 2.00x).
 
 Both run in Pallas interpret mode on a CPU (slow, for checking; tests/engines/pallas/test_pallas_inplace.py). They are
 named ``BULK_SCOPE``, as the push kernels.
@@ -347,8 +349,8 @@ def _collider(lattice: Lattice, omega_plus: float, omega_minus: float, force: np
 
 
 def _viewed(step: Callable[..., jnp.ndarray]) -> Callable[..., jnp.ndarray]:
-    """``step`` on a 2D grid's populations ``(Q, nx, ny)`` through :func:`plane_view` and back (in the engine's
-    loop the view is the carried array itself: no copy per step)."""
+    """``step`` on a 2D grid's populations ``(Q, nx, ny)`` through :func:`plane_view` and back (a copy each way on a
+    TPU; the pallas engine holds its populations in the view and passes it as it is)."""
     @functools.wraps(step)
     def on_grid(f: jnp.ndarray, lattice: Lattice, *args: Any, **kw: Any) -> jnp.ndarray:
         if f.ndim == lattice.d + 1 and lattice.d == 2:

@@ -13,9 +13,13 @@ condition's block form), and scattered into the ``push`` slots the kernel wrote.
 On a TPU the loop runs in place instead (lbm.engines.pallas.aa): each iteration is an AA
 pair, the even step and the odd step, each aliasing the one population array, so the compiled
 chunk holds the populations once (an odd chunk's lone first step is still a push step, which
-writes a second buffer). In 2D the loop carries the kernels' view of the populations
-(aa.plane_view: one copy into it per chunk and one back, 2x the populations); where ny is not a
-multiple of 1024 the push kernel runs every step, and the engine's note says so. The boundary cells
+writes a second buffer). In 2D the engine's state is the kernels' view of the populations
+(aa.plane_view, not free in HBM: its (8, 128) tiles are not those of (nx, ny)), held for the whole
+run: ``place`` copies the populations into it once, ``canonical`` gives them back as (Q, nx, ny)
+where something outside the engine reads them (fields, checkpoints, the health check's first bad
+cell), and an even chunk holds the populations once (an odd chunk's push step runs on the grid's
+shape, between a copy out of the view and one back); where ny is not a multiple of 1024 the push
+kernel runs every step, and the engine's note says so. The boundary cells
 are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
 scattered into the slots it wrote. Where the pair runs, a setup whose one condition is a half-way wall (resting or
 moving) needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
@@ -40,7 +44,7 @@ from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable
 from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.pallas import ACCELERATORS, aa, kernels, walls
-from lbm.engines.timestep import outputs, run_stages
+from lbm.engines.timestep import moment_stages, moments, outputs, run_stages
 from lbm.stages import TIMESTEP
 
 log = logging.getLogger("lbm")
@@ -125,6 +129,14 @@ class PallasEngine(BulkKernelEngine):
         self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True)
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
         self.note = self.bulk.note
+        self.viewed = self.bulk.inplace and setup.lattice.d == 2
+        """Whether the engine's state is the kernels' view of the populations (the 2D pair, aa.plane_view), held from
+        chunk to chunk (:meth:`place`, :meth:`canonical`)."""
+        if self.viewed and set(moment_stages(setup)) <= {"macroscopic", "equilibrium"}:
+            # the moments cell by cell on the view, then the grid's shape (a copy of rho and u, not of the populations)
+            grid = setup.shape
+            self._moments = jax.jit(lambda f, t, bcs: tuple(
+                a.reshape(*a.shape[: a.ndim - 3], *grid) for a in moments(f, t, bcs, setup)))
         self.walls: walls.Walls | None = None
         """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
         form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
@@ -136,6 +148,52 @@ class PallasEngine(BulkKernelEngine):
         self.plan_boundaries()
         if self.block is not None and setup.lattice.q * int(np.prod(setup.shape)) >= 2**31:
             raise EngineUnavailable("more than 2**31 populations: the boundary cells' slots are int32")
+
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        """The populations' shape between chunks: the 2D pair's view (Q, nx, ny / 128, 128), else (Q, *grid)."""
+        return (self.setup.lattice.q, *aa.view_shape(self.setup.shape)) if self.viewed else super().state_shape
+
+    def place(self, f: Any) -> Any:
+        """Populations (Q, *grid) as the engine holds them: the 2D pair's view (the same elements in the same order:
+        a host array is reshaped on the host, then sent once; on a TPU a device array is copied into the view's tiled
+        layout), else as they are."""
+        return jnp.asarray(aa.plane_view(f)) if self.viewed else super().place(f)
+
+    def place_cells(self, a: Any) -> jnp.ndarray:
+        """A per-cell array ``(*grid)`` (a mask) laid out as the state's cells (the 2D pair: (nx, ny / 128, 128))."""
+        a = jnp.asarray(a)
+        return a.reshape(self.state_shape[1:]) if self.viewed else a
+
+    def canonical(self, f: Any) -> Any:
+        """The populations (Q, *grid) of the engine's state ``f`` (on the device: a copy out of the 2D pair's view;
+        a host copy: free, the same order)."""
+        return f.reshape((self.setup.lattice.q, *self.setup.shape)) if self.viewed else f
+
+    def compile(self, f: Any, n: int) -> Any:
+        """The compiled n-step chunk on the engine's state (:meth:`place`), for populations like ``f`` in either
+        layout (timed, once)."""
+        if self.viewed and tuple(f.shape) != self.state_shape:
+            f = jax.ShapeDtypeStruct(self.state_shape, f.dtype)
+        return super().compile(f, n)
+
+    def advance(self, f: jnp.ndarray, n: int, first_step: int = 0) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+        """Run ``n`` steps on the engine's state (:meth:`place`, as the run loop holds it: no layout copy), or on
+        populations (Q, *grid), placed before and given back after (a copy each way, outside the chunk)."""
+        if not self.viewed or tuple(f.shape) == self.state_shape:
+            return super().advance(f, n, first_step)
+        out, aux = super().advance(self.place(f), n, first_step)
+        return self.canonical(out), aux
+
+    def on_state(self, chunk: Any) -> Any:
+        """``chunk`` refusing populations that are not in the engine's state layout (a ValueError when traced)."""
+        def checked(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            if tuple(f.shape) != self.state_shape:
+                raise ValueError(f"the pallas engine's chunk steps its state {self.state_shape} (engine.place), "
+                                 f"not populations {tuple(f.shape)}")
+            return chunk(f, params, t0)
+
+        return checked
 
     def step(self, f: jnp.ndarray, t: jnp.ndarray, params: Any, scheme: str = "push"
              ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
@@ -161,7 +219,7 @@ class PallasEngine(BulkKernelEngine):
 
     def chunk_function(self, n: int) -> Any:
         """n steps, two per ``lax.scan`` iteration: the loop's buffer is handed back without a copy (an AA pair in
-        place where the kernel has one, after one push step if n is odd)."""
+        place where the kernel has one, after one push step if n is odd), on the engine's state (:meth:`place`)."""
         if not self.bulk.inplace:
             return jax.jit(self.paired_chunk(n, self.step), donate_argnums=0)
         if self.walls is not None:
@@ -173,26 +231,13 @@ class PallasEngine(BulkKernelEngine):
         def scheme(name: str) -> Any:
             return lambda f, t, params: self.step(f, t, params, name)
 
-        if self.setup.lattice.d == 3:
-            return jax.jit(self.paired_chunk(n, scheme("push"), scheme("aa_even"), scheme("aa_odd")),
-                           donate_argnums=0)
-        # 2D: the loop carries the kernels' view of the populations (aa.plane_view: one copy into its layout per
-        # chunk, and one back); an odd chunk's push step runs first, on the grid's shape (its input then dies)
-        first = self.paired_chunk(1, scheme("push")) if n % 2 else None
-        pairs = self.paired_chunk(n - n % 2, scheme("push"), scheme("aa_even"), scheme("aa_odd")) if n > 1 else None
+        def push(f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            out, aux = self.step(self.canonical(f), t, params, "push")  # 2D: the grid's shape, out of the view and back
+            return self.place(out), aux
 
-        def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            auxes = []
-            if first is not None:
-                f, aux = first(f, params, t0)
-                auxes.append(aux)
-            if pairs is not None:
-                out, aux = pairs(aa.plane_view(f), params, t0 + n % 2)
-                f = out.reshape(f.shape)
-                auxes.append(aux)
-            return f, {k: jnp.concatenate([a[k] for a in auxes]) for k in auxes[0]}
-
-        return jax.jit(chunk, donate_argnums=0)
+        # the chunk steps the engine's state (in 2D the kernels' view of the populations, aa.plane_view) with no copy
+        return jax.jit(self.on_state(self.paired_chunk(n, push, scheme("aa_even"), scheme("aa_odd"))),
+                       donate_argnums=0)
 
     def walls_chunk(self, n: int) -> Any:
         """n steps with the walls in the in-place kernels (lbm.engines.pallas.walls): n // 2 AA pairs, an even step
@@ -202,9 +247,8 @@ class PallasEngine(BulkKernelEngine):
                   interpret=self.bulk.interpret, collision=s.collision)
 
         def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            shape = f.shape  # 2D: the kernels' view of the populations and of the bits (aa.plane_view)
+            # f is the engine's state: in 2D the kernels' view of the populations (aa.plane_view), the bits alike
             bits = tuple(b.reshape(aa.view_shape(s.shape)) for b in walls.kernel_bits(params.walls))
-            f = aa.plane_view(f)
 
             def even(a: jnp.ndarray, reflect: bool = True) -> jnp.ndarray:
                 with jax.named_scope(TIMESTEP):
@@ -221,7 +265,7 @@ class PallasEngine(BulkKernelEngine):
                 f, _ = jax.lax.scan(lambda a, _: (odd(even(a)), None), f, None, length=(n - 2) // 2)
             if n % 2:
                 f = even(f) if n > 1 else f
-                return walls.after_even(f.reshape(shape), params.walls, lat), {}
-            return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret).reshape(shape), {}
+                return self.place(walls.after_even(self.canonical(f), params.walls, lat)), {}
+            return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret), {}
 
-        return jax.jit(chunk, donate_argnums=0)
+        return jax.jit(self.on_state(chunk), donate_argnums=0)
