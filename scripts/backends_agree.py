@@ -48,9 +48,10 @@ def backends() -> tuple[Any, Any]:
     return jax.devices("cpu")[0], jax.devices()[0]
 
 
-def check_steps(overrides: list[str], steps: list[int], engine: str) -> None:
-    """The fused ``engine``'s populations after each of ``steps`` on the default backend against the CPU's xla engine
-    (the reference of issue 38's check; pallas on a CPU would run in interpret mode)."""
+def steps_apart(overrides: list[str], steps: list[int], engine: str) -> dict[int, dict[str, tuple[float, str]]]:
+    """Per step count of ``steps`` (cumulative): f's, rho's and u's largest difference between the fused ``engine`` on
+    the default backend and the CPU's xla engine (the reference of issue 38's check; pallas on a CPU would run in
+    interpret mode), relative to the CPU's largest |value|, and where it is (:func:`relative`)."""
     from lbm.engines import make_engine
     from lbm.simulation import prepare
 
@@ -61,20 +62,27 @@ def check_steps(overrides: list[str], steps: list[int], engine: str) -> None:
         with jax.default_device(device):
             name = "xla" if device is cpu else engine
             stepper = make_engine(setup, "fused", engine=name, platform=device.platform)
-            f = jax.device_put(setup.initial_populations(), device)
+            f = stepper.place(setup.initial_populations())
             done, seen = 0, {}
             for n in steps:
                 f, _ = stepper.advance(f, n - done, first_step=done)
                 done = n
-                seen[n] = (np.asarray(f), stepper.fields(f, n))
+                seen[n] = (stepper.host_populations(f), stepper.fields(f, n))
             states[device.platform] = seen
     ref, other = states[cpu.platform], states[dev.platform]
+    apart = {}
     for n in steps:
         (f_ref, fields_ref), (f, fields) = ref[n], other[n]
-        rel, at = relative(f, f_ref)
-        rho, _ = relative(fields["rho"], fields_ref["rho"])
-        u, u_at = relative(fields["u"], fields_ref["u"])
-        print(f"steps {n:5d} {engine}: f {rel:.2e} at {at}; rho {rho:.2e}; u {u:.2e} at {u_at}", flush=True)
+        apart[n] = {"f": relative(f, f_ref), "rho": relative(fields["rho"], fields_ref["rho"]),
+                    "u": relative(fields["u"], fields_ref["u"])}
+    return apart
+
+
+def check_steps(overrides: list[str], steps: list[int], engine: str) -> None:
+    """Print :func:`steps_apart`, a line per step count."""
+    for n, apart in steps_apart(overrides, steps, engine).items():
+        (f, f_at), (rho, _), (u, u_at) = apart["f"], apart["rho"], apart["u"]
+        print(f"steps {n:5d} {engine}: f {f:.2e} at {f_at}; rho {rho:.2e}; u {u:.2e} at {u_at}", flush=True)
 
 
 def check_stages(overrides: list[str], at_steps: list[int], dump: set[str], dump_dir: Path) -> None:
