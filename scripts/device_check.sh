@@ -2,7 +2,8 @@
 # Device check (issues 10 and 37): on a machine with a TPU or an NVIDIA GPU, in under 8 minutes (its budget, LBM_CHECK_BUDGET_S, is 460 s),
 #   1. finds (or installs) a jax that sees the accelerator, and lbm's other dependencies,
 #   2. runs the tests marked `device` (compiled pallas vs xla on the device; the 3D grids that once aborted XLA's TPU
-#      compiler, 32^3 to 128^3, compiled on the chip's own libtpu and stepped: tests/engines/pallas/test_device_sizes.py),
+#      compiler, 32^3 to 128^3, compiled on the chip's own libtpu and stepped: tests/engines/pallas/test_device_sizes.py;
+#      the default cylinder's fields after 1000 steps against the same process's CPU: tests/engines/test_device_fields.py),
 #   3. runs `lbm bench` for the pallas and xla engines, D2Q9 (1024^2 and the cylinder 420x180) and D3Q19 (128^3; on a
 #      TPU the periodic box only: the 3D cylinder's two compiles took 80 s of the check there),
 #      the device's bandwidth probe measured in the same run,
