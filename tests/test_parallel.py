@@ -348,7 +348,7 @@ def test_bad_parallel_settings_exit_2_on_the_command_line(tmp_path):
 
 SLOW_RUNS["test_instrumented_mode_runs_the_characteristic_outlet_on_several_devices"] = [
     ["run", ["parallel.devices=2", "mode=instrumented", "steps=2", "case=cylinder", "grid.nx=40", "grid.ny=20",
-             "case.outlet=characteristic", "output.progress=none"]]]
+             "case.outlet=characteristic", "output.progress=none", "output.plots=false"]]]
 
 
 @pytest.mark.slow
