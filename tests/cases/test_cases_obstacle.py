@@ -134,8 +134,10 @@ def test_default_inlet_is_stable_where_zou_he_diverges_and_the_error_names_the_i
     forces = np.genfromtxt(tmp_path / "default" / "forces.csv", delimiter=",", names=True)[:1200]
     window = stationary_window(forces["cd"], reference=forces["cl"], min_cycle=int(10 / (0.2 * 0.04) / 3))
     assert window is not None and window.start >= 800 and np.ptp(forces["cd"][window.start:]) < 1.5
+    # on the xla engine: it diverges there by the same step 600 with the same message, and the native engine's
+    # Zou-He kernel (built for this run alone, at -O1) cost 3.8 CPU-s more
     with pytest.raises(DivergenceError) as err:
-        simulate(run_config(*base, "steps=1000", "case.inlet=zou_he"), tmp_path / "zou_he")
+        simulate(run_config(*base, "steps=1000", "case.inlet=zou_he", "engine=xla"), tmp_path / "zou_he")
     assert "first bad cell (0, 0)" in str(err.value) and "inlet (Inlet, kind zou_he)" in str(err.value)
     assert "case.inlet=nebb" in str(err.value)
 

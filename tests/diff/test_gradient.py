@@ -72,7 +72,7 @@ def test_checkpoint_policies_give_the_gradient_of_the_kernels():
         def ke(u: jnp.ndarray) -> jnp.ndarray:
             out = differentiable_run(param, {"flow.u_lattice": u}, 11, policy, forward_mode=forward_mode, **options)
             return jnp.sum(out["rho"] * jnp.sum(out["u"] ** 2, axis=0))
-        return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
+        return float(jax.jit(jax.grad(ke))(jnp.asarray(param.base["flow.u_lattice"])))
 
     reference = grad("none", forward_mode=True)  # jax's differentiation of the kernels' own stages
     # platform cuda: a GPU's form of the joint cell adjoint (collide_cell) and its loops of two steps, here on the CPU
@@ -196,7 +196,7 @@ def test_the_joint_cell_adjoint_gives_the_gradient_of_the_kernels_with_two_rates
             # the GPU's form, here on the CPU
             out = differentiable_run(param, {"flow.u_lattice": u}, 11, "sqrt", forward_mode=forward_mode, platform="cuda")
             return jnp.sum(out["rho"] * jnp.sum(out["u"] ** 2, axis=0))
-        return float(jax.grad(ke)(jnp.asarray(param.base["flow.u_lattice"])))
+        return float(jax.jit(jax.grad(ke))(jnp.asarray(param.base["flow.u_lattice"])))
 
     assert grad(False) == pytest.approx(grad(True), rel=1e-12)  # jax's differentiation of the kernels' stages
 

@@ -180,14 +180,15 @@ def test_auto_on_a_tpu_logs_why_in_the_engine_note():
 @needs_native
 @pytest.mark.slow  # the fast lane's 16-bit storage: tests/engines/test_storage.py (every pattern through each conversion)
 @pytest.mark.parametrize("engines", [pytest.param(("native", "xla"), id="native+xla")])
-@pytest.mark.parametrize("storage,bound", [("float16", 0.01)])
+@pytest.mark.parametrize("storage,bound", [("float16", 7e-3)])
 def test_16bit_storage_accuracy_on_taylor_green(storage, bound, engines):
     """16-bit storage (f - w kept in 16 bits, float32 arithmetic): decay error against the analytic solution.
 
-    Measured: float32 1.4e-3, float16 2.7e-3 (docs/performance.md); the float16 bound is the one test_cases
-    applies to float32. Both engines, and their agreement.
+    48x48 to the same time as 64x64's 3000 steps (t ~ N at fixed Re and u_lattice), a third of the cost: measured
+    max error over the 6 samples 2.6e-3 for float16 on both engines, as float32 (at 64: float32 1.3e-3, float16
+    2.7e-3 xla, 3.2e-3 native; docs/performance.md). The bound 7e-3 is 2.7x that. Both engines, and their agreement.
     """
-    run = run_config("case=taylor_green", "grid.nx=64", "grid.ny=64", "steps=3000")
+    run = run_config("case=taylor_green", "grid.nx=48", "grid.ny=48", "steps=2250")
     case = make_case(run)
     setup = case.setup()
     from lbm.kernels.macroscopic import macroscopic
@@ -198,11 +199,11 @@ def test_16bit_storage_accuracy_on_taylor_green(storage, bound, engines):
         f = setup.initial_populations()
         worst = 0.0
         for k in range(1, 7):
-            f, _ = stepper.advance(f, 500)
+            f, _ = stepper.advance(f, 375)
             assert f.dtype == np.float32
             u = np.asarray(macroscopic(f, setup.lattice)[1])
             amp = float(np.sum(u * case.mode) / np.sum(case.mode ** 2)) * run.flow.u_lattice
-            worst = max(worst, abs(amp / case.analytic_amplitude(setup, 500 * k) - 1))
+            worst = max(worst, abs(amp / case.analytic_amplitude(setup, 375 * k) - 1))
         errors[engine] = worst
     assert max(errors.values()) < bound
     if "xla" in engines:  # both engines round to the same 16-bit grid: their errors are alike
