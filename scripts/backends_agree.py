@@ -27,20 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-
-def where(diff: np.ndarray) -> str:
-    """The index of the largest entry of ``diff`` as text."""
-    return str(tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape)))
-
-
-def relative(a: Any, ref: Any) -> tuple[float, str]:
-    """The largest |a - ref| over the largest |ref|, where it is, and how many entries exceed 1e-5 of it."""
-    a, ref = np.asarray(a, np.float64), np.asarray(ref, np.float64)
-    diff = np.abs(a - ref)
-    scale = float(np.abs(ref).max()) or 1.0
-    over = int(np.count_nonzero(diff > 1e-5 * scale))
-    return float(diff.max()) / scale, where(diff) + (f" ({over} over 1e-5)" if over else "")
+from fields_agree import relative  # scripts/ is on sys.path when this script runs
 
 
 def backends() -> tuple[Any, Any]:
