@@ -31,6 +31,7 @@ class Forces(BoundaryCondition):
     link_src: Any
     link_dst: Any
     stage = "forces"
+    by_index = True
 
     @classmethod
     def on(cls, obstacle: np.ndarray, lattice: Lattice) -> Forces:

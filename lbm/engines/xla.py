@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from lbm.boundaries.box import in_boxes
 from lbm.cases.base import Setup
 from lbm.engines.base import Engine, check_storage, decode, encode, program, spec_of
 from lbm.engines.timestep import fold_walls, step_index, timestep
@@ -117,8 +118,9 @@ class XlaEngine(FusedEngine):
 
     def step_boundaries(self, setup: Setup) -> tuple[Any, ...]:
         """The setup's conditions with half-way walls applied while streaming (the same step, without a second
-        shift of the reflected populations)."""
-        return fold_walls(setup.boundaries, setup.lattice)
+        shift of the reflected populations), and those over scattered links on the box of cells they touch
+        (lbm.boundaries.box: no view of the whole population array as a list of cells)."""
+        return in_boxes(fold_walls(setup.boundaries, setup.lattice), setup.shape, setup.lattice)
 
     def step(self, s: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` on stored populations: the whole timestep, every stage under its named_scope."""

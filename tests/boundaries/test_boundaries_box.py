@@ -1,0 +1,49 @@
+"""The box form of the conditions over scattered links (lbm.boundaries.box): bitwise the dense rules, on a box."""
+
+import numpy as np
+import pytest
+from helpers.boundaries import dfg_like
+from helpers.steps import advanced
+
+import lbm.boundaries.box as box
+from lbm.boundaries.box import BoxBlock, InBox
+from lbm.engines.xla import XlaEngine
+from lbm.lattice import D2Q9, D3Q19
+
+
+@pytest.mark.parametrize("lattice, shape", [(D2Q9, (60, 30)), (D3Q19, (30, 15, 4))], ids=["d2q9", "d3q19"])
+def test_the_box_forms_step_bitwise_like_the_dense_rules_without_a_view_of_every_cell(lattice, shape, monkeypatch):
+    """The xla engine runs the curved wall and the momentum exchange on the box around the cylinder: the same
+    populations and forces to the last bit as the dense rules over the whole grid, and its program never views the
+    populations as (Q, cells) (the dense rules' gather and scatter do)."""
+    setup = dfg_like(lattice, shape)
+    boxed = XlaEngine(setup)
+    forms = [bc for bc in boxed.params if isinstance(bc, InBox)]
+    assert sorted(bc.stage for bc in forms) == ["bounce_back", "forces"]
+    assert all(np.prod(bc.shape) <= box.BOX_FRACTION * np.prod(shape) for bc in forms)
+    monkeypatch.setattr(box, "BOX_FRACTION", -1.0)
+    dense = XlaEngine(setup)
+    assert not any(isinstance(bc, InBox) for bc in dense.params)
+
+    f_box, aux_box = advanced(boxed, setup, 7)
+    f_dense, aux_dense = advanced(dense, setup, 7)
+    np.testing.assert_array_equal(f_box, f_dense)
+    assert aux_box.keys() == aux_dense.keys() and "force" in aux_box
+    for key in aux_box:
+        np.testing.assert_array_equal(aux_box[key], aux_dense[key])
+    assert np.abs(aux_box["force"]).max() > 0
+
+    f0 = setup.initial_populations()
+    every_cell = f"tensor<{lattice.q}x{int(np.prod(shape))}xf32>"
+    assert every_cell in dense.lower(f0, 2).as_text()
+    assert every_cell not in boxed.lower(f0, 2).as_text()
+
+
+def test_a_box_block_refuses_a_cell_outside_it():
+    """Box positions are C-order inside the box; a cell outside it is an error, not a wrapped position."""
+    block = BoxBlock(D2Q9, (10, 8), (2, 3), (4, 2))
+    inside = np.ravel_multi_index(([2, 5, 3], [3, 4, 4]), (10, 8))
+    np.testing.assert_array_equal(block.index_of(inside), [0, 7, 3])
+    np.testing.assert_array_equal(block.cells[block.index_of(inside)], inside)
+    with pytest.raises(ValueError, match="outside the box"):
+        block.index_of(np.ravel_multi_index(([6], [3]), (10, 8)))
