@@ -6,6 +6,8 @@
 #      at 3360x1440 (8x the default's cells per side): neither width is a multiple of 1024, so no 2D pair;
 #   2. `lbm bench lattice=d3q19 cases=[periodic,cavity] variants=[auto,pallas,xla]` at 258^3 (the walls in the pair,
 #      one row per block: 1.29x the box by the windows' model).
+#   $PARTS (d2q9,d3q19) picks the parts, $VARIANTS3D (auto,pallas,xla) the 3D engines: after the walled kernels took two
+#   rows per block at 258^3 (lbm.engines.pallas.walls.walls_rows): PARTS=d3q19 VARIANTS3D=pallas, about 3 minutes.
 # In $OUT: wall_sizes.log, bench-d2q9-walls.json, bench-d3q19-258.json.
 # Rehearsal here (3 min): PATH=<a venv with jax>/bin:$PATH JAX_PLATFORMS=cpu WALL2D=34 CYL_NX=84 CYL_NY=36 WALL3D=18
 #   OUT=/tmp/ws bash scripts/device_wall_sizes.sh
@@ -14,11 +16,13 @@ source scripts/device_env.sh
 log=$OUT/wall_sizes.log
 STEP_QUIET="^lbm: step \\|LbmWarning\\|nu, tau"
 
-step 330 python3 -m lbm bench lattice=d2q9 "cases=[periodic,cavity,cylinder]" "variants=[auto,pallas,xla]" \
+parts=${PARTS:-d2q9,d3q19}
+[[ $parts == *d2q9* ]] && step 330 python3 -m lbm bench lattice=d2q9 "cases=[periodic,cavity,cylinder]" "variants=[auto,pallas,xla]" \
   "sizes=[${WALL2D:-4098}]" cylinder_grid.nx=${CYL_NX:-3360} cylinder_grid.ny=${CYL_NY:-1440} repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
   hydra.run.dir=outputs/device-wall-sizes/d2q9
 cp outputs/device-wall-sizes/d2q9/bench.json "$OUT/bench-d2q9-walls.json" 2>/dev/null
-step 230 python3 -m lbm bench lattice=d3q19 "cases=[periodic,cavity]" "variants=[auto,pallas,xla]" \
+[[ $parts == *d3q19* ]] && step 230 python3 -m lbm bench lattice=d3q19 "cases=[periodic,cavity]" \
+  "variants=[${VARIANTS3D:-auto,pallas,xla}]" \
   "sizes=[${WALL3D:-258}]" repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
   hydra.run.dir=outputs/device-wall-sizes/d3q19
 cp outputs/device-wall-sizes/d3q19/bench.json "$OUT/bench-d3q19-258.json" 2>/dev/null

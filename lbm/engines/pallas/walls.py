@@ -85,8 +85,19 @@ def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
 
 
 def walls_rows(lattice: Lattice, shape: tuple[int, ...]) -> int:
-    """Rows per block of the kernels with walls: R + 1 rows of a window fit the in-place kernels' budget."""
-    return aa.aa_rows(lattice, shape, 4, extra=1)
+    """Rows per block of the kernels with walls: R + 1 rows of a window fit the in-place kernels' budget; where that
+    leaves one row, two or more where R + 1 of them fit the largest block (:data:`~lbm.engines.pallas.aa.AA_BLOCK_MAX`).
+
+    A block of R rows reads R + 1 rows of every window that moves along x, so one row per block reads those slots
+    twice: the D3Q19 cavity at 258^3 (rows of 7.3 MiB, R = 1 in 16 MiB) ran at 1.29x the box's time per cell, the
+    windows' model; R = 2 (22 MiB) models 1.16x, as the 256^3 cavity's R = 2 measured 1.18x."""
+    rows = aa.aa_rows(lattice, shape, 4, extra=1)
+    if rows > 1:
+        return rows
+    row = vmem_bytes(lattice.q, (1, *aa.view_shape(shape)[1:]), 4)
+    nx = shape[0]
+    wider = [b for b in range(2, nx + 1) if nx % b == 0 and (b + 1) * row <= aa.AA_BLOCK_MAX and nx // b >= aa.MIN_BLOCKS]
+    return min(wider) if wider else rows
 
 
 def walls_unsupported(setup: Setup) -> str:

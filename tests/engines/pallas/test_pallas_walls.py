@@ -199,3 +199,19 @@ def test_v5e_auto_runs_the_walled_cavity_in_the_two_inplace_kernels(tmp_path):
     assert [k["kind"] for k in rec["kernels"]].count("tpu_custom_call") == 2
     hlo = (Path(tmp_path) / Path(rec["hlo_file"]).name).read_text()
     assert "tpu_custom_call" in hlo and "gather" not in hlo and "scatter" not in hlo
+
+
+def test_the_walled_kernels_take_two_rows_where_the_budget_leaves_one():
+    """One row per block reads every moving window twice (R + 1 rows for R): at D3Q19 258^3 (rows of 7.3 MiB) the
+    walled kernels take R = 2 within the largest block, and R + 1 rows still fit it; where the budget gives more
+    rows (256^3: R = 2) nothing changes, and a grid with no such divisor keeps R = 1."""
+    from lbm.engines.pallas import aa
+    from lbm.engines.pallas.kernels import vmem_bytes
+    from lbm.engines.pallas.walls import walls_rows
+    from lbm.lattice import D3Q19
+
+    assert aa.aa_rows(D3Q19, (258, 258, 258), 4, extra=1) == 1
+    assert walls_rows(D3Q19, (258, 258, 258)) == 2
+    assert 3 * vmem_bytes(19, (1, 258, 258), 4) <= aa.AA_BLOCK_MAX
+    assert walls_rows(D3Q19, (256, 256, 256)) == aa.aa_rows(D3Q19, (256, 256, 256), 4, extra=1) == 2
+    assert walls_rows(D3Q19, (257, 258, 258)) == 1  # 257 is prime: no R >= 2 divides it
