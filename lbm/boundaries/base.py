@@ -178,8 +178,9 @@ class BoundaryCondition:
     """Base of the boundary conditions: the stage it acts in, its dense rule, its cells, its forms for the engines."""
 
     stage: ClassVar[str]
-    by_index: ClassVar[bool] = False
-    """Its dense rule gathers and scatters populations by flat cell index (lbm.boundaries.box: its box form)."""
+    box_form: ClassVar[bool] = False
+    """Its dense rule reads and writes no cell outside its footprint, and pays for the whole grid: the xla engine runs
+    it on the box of those cells (lbm.boundaries.box)."""
     after_halo: ClassVar[bool] = False
     """Mesh forms: whether the rule runs on the extended shard, after the halo."""
     ghost_reads: tuple[str, ...] = ()

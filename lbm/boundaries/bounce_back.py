@@ -178,6 +178,7 @@ class FullwayBounceBack(BoundaryCondition):
 
     solid: Any
     stage = "bounce_back"
+    box_form = True
 
     def apply(self, s: StepState, lattice: Lattice) -> StepState:
         """Solid cells reverse their pre-collision populations."""

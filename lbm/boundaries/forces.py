@@ -31,7 +31,7 @@ class Forces(BoundaryCondition):
     link_src: Any
     link_dst: Any
     stage = "forces"
-    by_index = True
+    box_form = True
 
     @classmethod
     def on(cls, obstacle: np.ndarray, lattice: Lattice) -> Forces:

@@ -126,7 +126,7 @@ class InterpolatedBounceBack(BoundaryCondition):
     weights: Any
     q: Any
     stage = "bounce_back"
-    by_index = True
+    box_form = True
     reads: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
     """StepState arrays besides ``post`` the rule reads: at a link's fluid cell only, and also at its far cell."""
 

@@ -1,4 +1,6 @@
-"""The box form of the conditions over scattered links (lbm.boundaries.box): bitwise the dense rules, on a box."""
+"""The box form of an obstacle's conditions (lbm.boundaries.box): bitwise the dense rules, on a box, on a TPU."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -6,37 +8,51 @@ from helpers.boundaries import dfg_like
 from helpers.steps import advanced
 
 import lbm.boundaries.box as box
+from lbm.boundaries import FullwayBounceBack, InterpolatedBounceBack
 from lbm.boundaries.box import BoxBlock, InBox
 from lbm.engines.xla import XlaEngine
 from lbm.lattice import D2Q9, D3Q19
 
 
-@pytest.mark.parametrize("lattice, shape", [(D2Q9, (60, 30)), (D3Q19, (30, 15, 4))], ids=["d2q9", "d3q19"])
-def test_the_box_forms_step_bitwise_like_the_dense_rules_without_a_view_of_every_cell(lattice, shape, monkeypatch):
-    """The xla engine runs the curved wall and the momentum exchange on the box around the cylinder: the same
-    populations and forces to the last bit as the dense rules over the whole grid, and its program never views the
-    populations as (Q, cells) (the dense rules' gather and scatter do)."""
+def fullway_like(lattice, shape):
+    """dfg_like with the cylinder's default wall instead: full-way bounce-back on the disc's cells."""
     setup = dfg_like(lattice, shape)
-    boxed = XlaEngine(setup)
-    forms = [bc for bc in boxed.params if isinstance(bc, InBox)]
+    return dataclasses.replace(setup, boundaries=tuple(
+        FullwayBounceBack(solid=np.asarray(bc.solid)) if isinstance(bc, InterpolatedBounceBack) else bc
+        for bc in setup.boundaries))
+
+
+@pytest.mark.parametrize("make", [dfg_like, fullway_like], ids=["interpolated", "fullway"])
+@pytest.mark.parametrize("lattice, shape", [(D2Q9, (60, 30)), (D3Q19, (30, 15, 4))], ids=["d2q9", "d3q19"])
+def test_the_box_forms_step_bitwise_like_the_dense_rules_without_a_view_of_every_cell(make, lattice, shape,
+                                                                                      monkeypatch):
+    """The xla engine runs the obstacle's wall and momentum exchange on the box around it (here on the CPU too): the
+    same populations and forces to the last bit as the dense rules over the whole grid, and its program never views
+    the populations as (Q, cells) (the dense rules' gather and scatter do). Off the box platforms the dense rules
+    run, as lowered."""
+    setup = make(lattice, shape)
+    assert box.BOX_PLATFORMS == ("tpu",)
+    default = XlaEngine(setup)
+    forms = [bc for bc in default.params if isinstance(bc, InBox)]
     assert sorted(bc.stage for bc in forms) == ["bounce_back", "forces"]
     assert all(np.prod(bc.shape) <= box.BOX_FRACTION * np.prod(shape) for bc in forms)
+    f0 = setup.initial_populations()
+    every_cell = f"tensor<{lattice.q}x{int(np.prod(shape))}xf32>"
+    assert every_cell in default.lower(f0, 2).as_text()  # the momentum exchange gathers on (Q, cells)
+
+    monkeypatch.setattr(box, "BOX_PLATFORMS", ("cpu", "tpu"))
+    boxed = XlaEngine(setup)
+    assert every_cell not in boxed.lower(f0, 2).as_text()
+    f_box, aux_box = advanced(boxed, setup, 7)
     monkeypatch.setattr(box, "BOX_FRACTION", -1.0)
     dense = XlaEngine(setup)
     assert not any(isinstance(bc, InBox) for bc in dense.params)
-
-    f_box, aux_box = advanced(boxed, setup, 7)
     f_dense, aux_dense = advanced(dense, setup, 7)
     np.testing.assert_array_equal(f_box, f_dense)
     assert aux_box.keys() == aux_dense.keys() and "force" in aux_box
     for key in aux_box:
         np.testing.assert_array_equal(aux_box[key], aux_dense[key])
     assert np.abs(aux_box["force"]).max() > 0
-
-    f0 = setup.initial_populations()
-    every_cell = f"tensor<{lattice.q}x{int(np.prod(shape))}xf32>"
-    assert every_cell in dense.lower(f0, 2).as_text()
-    assert every_cell not in boxed.lower(f0, 2).as_text()
 
 
 def test_a_box_block_refuses_a_cell_outside_it():
