@@ -22,8 +22,10 @@ def fullway_like(lattice, shape):
         for bc in setup.boundaries))
 
 
-@pytest.mark.parametrize("make", [dfg_like, fullway_like], ids=["interpolated", "fullway"])
-@pytest.mark.parametrize("lattice, shape", [(D2Q9, (60, 30)), (D3Q19, (30, 15, 4))], ids=["d2q9", "d3q19"])
+@pytest.mark.parametrize("make, lattice, shape", [
+    pytest.param(dfg_like, D2Q9, (60, 30), id="interpolated-d2q9"),
+    pytest.param(fullway_like, D2Q9, (60, 30), id="fullway-d2q9", marks=pytest.mark.slow),
+    pytest.param(fullway_like, D3Q19, (30, 15, 4), id="fullway-d3q19", marks=pytest.mark.slow)])
 def test_the_box_forms_step_bitwise_like_the_dense_rules_without_a_view_of_every_cell(make, lattice, shape,
                                                                                       monkeypatch):
     """The xla engine runs the obstacle's wall and momentum exchange on the box around it (here on the CPU too): the
@@ -43,11 +45,11 @@ def test_the_box_forms_step_bitwise_like_the_dense_rules_without_a_view_of_every
     monkeypatch.setattr(box, "BOX_PLATFORMS", ("cpu", "tpu"))
     boxed = XlaEngine(setup)
     assert every_cell not in boxed.lower(f0, 2).as_text()
-    f_box, aux_box = advanced(boxed, setup, 7)
+    f_box, aux_box = advanced(boxed, setup, 2)
     monkeypatch.setattr(box, "BOX_FRACTION", -1.0)
     dense = XlaEngine(setup)
     assert not any(isinstance(bc, InBox) for bc in dense.params)
-    f_dense, aux_dense = advanced(dense, setup, 7)
+    f_dense, aux_dense = advanced(dense, setup, 2)
     np.testing.assert_array_equal(f_box, f_dense)
     assert aux_box.keys() == aux_dense.keys() and "force" in aux_box
     for key in aux_box:
