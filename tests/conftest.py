@@ -91,9 +91,10 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` first, the rest after, each group in collection order; xdist groups kept together."""
-    # pytest-xdist (pyproject addopts: --dist loadgroup) hands a worker the next test when it is nearly free: the
-    # long tests start first and the short ones fill the gaps, instead of one worker starting a 90 s test at the end
-    # while the others idle. Python's sort is stable.
+    # pytest-xdist (pyproject addopts: --dist loadfile) hands a worker the next file when it is nearly free, in the
+    # order of the files' first tests: the files with long tests start first and the short ones fill the gaps, instead
+    # of one worker starting a 90 s test at the end while the others idle (with --dist loadgroup, test by test).
+    # Python's sort is stable.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if getattr(config.option, "loadgroup", False):
         keep_xdist_groups(items)

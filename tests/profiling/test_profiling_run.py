@@ -15,7 +15,7 @@ from lbm.simulation import simulate
 from lbm.stages import STAGES
 
 # four profiled runs (~25 s CPU) in a module fixture; the pipeline itself is covered fast by test_profiling_*. One
-# xdist group: the fixture runs once, on one worker (pyproject: --dist loadgroup)
+# xdist group: the fixture runs once, on one worker (pyproject: --dist loadfile; the group under loadgroup)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("profiling_run")]
 
 WINDOW = ["profile.enabled=true", "profile.warmup_steps=3", "profile.steps=10", "output.plots=false"]

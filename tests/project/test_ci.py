@@ -119,13 +119,20 @@ def test_the_suite_cache_is_trimmed_oldest_first(tmp_path: Path) -> None:
 
 
 @pytest.mark.xdist_group("suite_groups")
-def test_an_xdist_group_reaches_the_scheduler_as_one_unit(request: pytest.FixtureRequest) -> None:
-    """Under ``--dist loadgroup`` (pyproject addopts) a test marked ``xdist_group`` carries the ``@group`` suffix by
-    which the scheduler sends its group to one worker (tests/conftest.py keep_xdist_groups), so a module fixture
-    shared by a group (the sharded fast-lane runs, the profiled runs, the real benches) runs once."""
-    if not getattr(request.config.option, "loadgroup", False):
-        pytest.skip("runs under pytest-xdist with --dist loadgroup (the suite's default), not with -n 0")
-    assert request.node.nodeid.endswith("@suite_groups"), request.node.nodeid
+def test_each_xdist_group_stays_on_one_worker(request: pytest.FixtureRequest) -> None:
+    """Each ``xdist_group`` (a module fixture shared by its tests: the sharded fast-lane runs, the profiled runs, the
+    real benches, the layer map) lies in one test file, so under ``--dist loadfile`` (pyproject addopts: a worker runs
+    a file whole) its fixture runs once. Under ``--dist loadgroup`` a group's tests carry the ``@group`` suffix by
+    which the scheduler sends the group to one worker (tests/conftest.py keep_xdist_groups)."""
+    files: dict[str, set[Path]] = {}
+    for item in request.session.items:
+        for mark in item.iter_markers("xdist_group"):
+            name = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            files.setdefault(name, set()).add(Path(item.path))
+    assert files["suite_groups"] == {Path(__file__)}
+    assert all(len(paths) == 1 for paths in files.values()), files
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@suite_groups"), request.node.nodeid
 
 
 def _pytest_without_xdist(*args: str) -> subprocess.CompletedProcess[str]:
@@ -138,16 +145,16 @@ def _pytest_without_xdist(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("options", [(), pytest.param(("-n", "0", "--dist", "loadgroup"), marks=pytest.mark.slow)],
                          ids=["addopts", "n0"])
 def test_the_suite_runs_without_pytest_xdist(options: tuple[str, ...]) -> None:
-    """pyproject's addopts (-n auto --dist loadgroup), an explicit -n 0, the xdist hook and the xdist_group marks of
-    tests/conftest.py: none stops pytest where pytest-xdist is absent; the tests run in one process."""
+    """pyproject's addopts (-n auto --dist loadfile), an explicit -n 0 with --dist loadgroup, the xdist hook and the
+    xdist_group marks of tests/conftest.py: none stops pytest where pytest-xdist is absent; the tests run in one
+    process."""
     from helpers.suite import NO_XDIST
 
     nodes = ["tests/project/test_ci.py::test_the_suite_cache_is_trimmed_oldest_first",
-             "tests/project/test_ci.py::test_an_xdist_group_reaches_the_scheduler_as_one_unit"]
+             "tests/project/test_ci.py::test_each_xdist_group_stays_on_one_worker"]
     done = _pytest_without_xdist(*options, "-rs", *nodes)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert NO_XDIST in done.stdout and "1 passed, 1 skipped" in done.stdout, done.stdout
-    assert "not with -n 0" in done.stdout  # the group test saw no loadgroup: one process, no workers
+    assert NO_XDIST in done.stdout and "2 passed" in done.stdout, done.stdout
 
 
 def test_the_readme_names_the_jax_of_the_python_311_lane() -> None:
