@@ -118,8 +118,8 @@ class XlaEngine(FusedEngine):
 
     def step_boundaries(self, setup: Setup) -> tuple[Any, ...]:
         """The setup's conditions with half-way walls applied while streaming (the same step, without a second
-        shift of the reflected populations), and those over scattered links on the box of cells they touch
-        (lbm.boundaries.box: no view of the whole population array as a list of cells)."""
+        shift of the reflected populations), and each obstacle's condition with a box form on the box of cells it
+        touches, in programs lowered for a TPU (lbm.boundaries.box)."""
         return in_boxes(fold_walls(setup.boundaries, setup.lattice), setup.shape, setup.lattice)
 
     def step(self, s: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
