@@ -15,10 +15,7 @@ log=$OUT/box.log
 STEP_QUIET="^lbm: step \\|LbmWarning\\|nu, tau"
 for grid in "${CYL_NX:-3360} ${CYL_NY:-1440}" "420 180"; do
   set -- $grid
-  step 100 python3 -m lbm bench lattice=d2q9 "cases=[cylinder]" "variants=[auto,xla]" cylinder_grid.nx=$1 \
-    cylinder_grid.ny=$2 repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
-    hydra.run.dir=outputs/device-box/bench-$1
-  cp outputs/device-box/bench-$1/bench.json "$OUT/bench-cylinder-$1.json" 2>/dev/null
+  bench_step 100 cylinder-$1 lattice=d2q9 "cases=[cylinder]" "variants=[auto,xla]" cylinder_grid.nx=$1 cylinder_grid.ny=$2
 done
 steps=${AGREE_STEPS:-1,1000}
 step 60 python3 scripts/backends_agree.py --stage-steps 0 --steps "$steps" -- case=cylinder

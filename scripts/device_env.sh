@@ -1,4 +1,4 @@
-# Sourced by the one-off device scripts (device_rows_sweep.sh, device_validate.sh, device_walls.sh, device_chunks.sh): the carried py3.11 wheels
+# Sourced by the one-off device scripts (device_rows_sweep.sh, device_validate.sh, device_walls.sh, device_chunks.sh, ...): the carried py3.11 wheels
 # (.whl/, from scripts/device_wheels.sh) installed offline into a temporary folder APPENDED to PYTHONPATH (the lent
 # machine's jax stays first), this checkout in front of it, and $OUT (the device tool's folder; here: outputs/device)
 # made, and matplotlib from the machine's index. scripts/device_check.sh does the same with more checks.
@@ -28,4 +28,13 @@ step() {
   timeout -k 5 "$limit" "$@" 2>&1 | grep -v "UserWarning\|warnings.warn\|^  warnings${STEP_QUIET:+\\|$STEP_QUIET}" \
     | tee -a "$log"
   echo "=== exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s" | tee -a "$log"
+}
+# bench_step LIMIT_S NAME OVERRIDE...: one `lbm bench` as a step (above), with the one-off scripts' timing (3 repeats of
+# at least 0.2 s, no kernel profile, 3 bandwidth repeats) in outputs/device-bench/NAME; its bench.json to
+# $OUT/bench-NAME.json.
+bench_step() {
+  local limit=$1 name=$2; shift 2
+  step "$limit" python3 -m lbm bench "$@" repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
+    hydra.run.dir=outputs/device-bench/"$name"
+  cp outputs/device-bench/"$name"/bench.json "$OUT/bench-$name.json" 2>/dev/null
 }

@@ -16,13 +16,8 @@ set -u
 source scripts/device_env.sh
 log=$OUT/fields_pair.log
 STEP_QUIET="^lbm: step \\|LbmWarning\\|nu, tau"
-step 200 python3 -m lbm bench lattice=d2q9 "cases=[periodic,cavity]" "variants=[auto,pallas,xla]" \
-  "sizes=[${PAIR_SIZE:-4096}]" repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
-  hydra.run.dir=outputs/device-fields-pair/bench-4096
-cp outputs/device-fields-pair/bench-4096/bench.json "$OUT/bench-d2q9-4096.json" 2>/dev/null
-step 100 python3 -m lbm bench lattice=d2q9 "cases=[cylinder]" "variants=[auto,pallas,xla]" repeats=3 min_time_s=0.2 \
-  kernel_profile=0 bandwidth.repeats=3 hydra.run.dir=outputs/device-fields-pair/bench-cylinder
-cp outputs/device-fields-pair/bench-cylinder/bench.json "$OUT/bench-cylinder.json" 2>/dev/null
+bench_step 200 d2q9-4096 lattice=d2q9 "cases=[periodic,cavity]" "variants=[auto,pallas,xla]" "sizes=[${PAIR_SIZE:-4096}]"
+bench_step 100 cylinder lattice=d2q9 "cases=[cylinder]" "variants=[auto,pallas,xla]"
 steps=${AGREE_STEPS:-1,1000}
 step 60 python3 scripts/backends_agree.py --stage-steps 0 --steps "$steps" -- case=cylinder
 step 60 python3 scripts/backends_agree.py --stage-steps "" --steps "$steps" --engine pallas -- case=cylinder

@@ -17,13 +17,8 @@ log=$OUT/wall_sizes.log
 STEP_QUIET="^lbm: step \\|LbmWarning\\|nu, tau"
 
 parts=${PARTS:-d2q9,d3q19}
-[[ $parts == *d2q9* ]] && step 330 python3 -m lbm bench lattice=d2q9 "cases=[periodic,cavity,cylinder]" "variants=[auto,pallas,xla]" \
-  "sizes=[${WALL2D:-4098}]" cylinder_grid.nx=${CYL_NX:-3360} cylinder_grid.ny=${CYL_NY:-1440} repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
-  hydra.run.dir=outputs/device-wall-sizes/d2q9
-cp outputs/device-wall-sizes/d2q9/bench.json "$OUT/bench-d2q9-walls.json" 2>/dev/null
-[[ $parts == *d3q19* ]] && step 230 python3 -m lbm bench lattice=d3q19 "cases=[periodic,cavity]" \
-  "variants=[${VARIANTS3D:-auto,pallas,xla}]" \
-  "sizes=[${WALL3D:-258}]" repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
-  hydra.run.dir=outputs/device-wall-sizes/d3q19
-cp outputs/device-wall-sizes/d3q19/bench.json "$OUT/bench-d3q19-258.json" 2>/dev/null
+[[ $parts == *d2q9* ]] && bench_step 330 d2q9-walls lattice=d2q9 "cases=[periodic,cavity,cylinder]" \
+  "variants=[auto,pallas,xla]" "sizes=[${WALL2D:-4098}]" cylinder_grid.nx=${CYL_NX:-3360} cylinder_grid.ny=${CYL_NY:-1440}
+[[ $parts == *d3q19* ]] && bench_step 230 d3q19-258 lattice=d3q19 "cases=[periodic,cavity]" \
+  "variants=[${VARIANTS3D:-auto,pallas,xla}]" "sizes=[${WALL3D:-258}]"
 ls -la "$OUT"

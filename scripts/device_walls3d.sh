@@ -14,10 +14,8 @@ set -u
 source scripts/device_env.sh
 log=$OUT/walls3d.log
 STEP_QUIET="^lbm: step \\|LbmWarning\\|nu, tau"
-step 280 python3 -m lbm bench lattice=d3q19 "cases=[periodic,cavity]" "variants=[auto,pallas,xla]" \
-  "sizes=[${WALLS3D_SIZES:-128,256}]" repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
-  hydra.run.dir=outputs/device-walls3d/bench
-cp outputs/device-walls3d/bench/bench.json "$OUT/bench-walls3d.json" 2>/dev/null
+bench_step 280 walls3d lattice=d3q19 "cases=[periodic,cavity]" "variants=[auto,pallas,xla]" \
+  "sizes=[${WALLS3D_SIZES:-128,256}]"
 tg3=${FIELDS_TG3D:-64}
 step 130 python3 scripts/fields_agree.py run "$OUT" --steps "${FIELDS_STEPS:-1000}" --engines pallas,xla \
   -- case=cylinder -- case=cavity -- case=cavity lattice=d3q19 grid.nx=$tg3 grid.ny=$tg3 grid.nz=$tg3 \
