@@ -104,31 +104,36 @@ D3Q19 256^3 and 512^3, docs/tpu-v5e/2026-12-06/), plus the boundary plan's cells
 
 
 PALLAS_PAIR_2D = (1.2, 4.5)
-"""The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 128 MiB of populations, ny a
-multiple of 1024), when every chunk has an even number of steps and when one has an odd number. The engine holds the
-populations in the kernels' view for the whole run (lbm.engines.pallas.aa.plane_view), so an even chunk copies
-nothing: ``lbm inspect target=v5e lattice=d2q9 case=taylor_green grid.nx=4096 grid.ny=4096 engine=pallas`` plans
-1.000x the populations (``planned_peak_over_population``), ``case=cavity`` 1.167x (its kernel walls' link bits,
-converted to int32 in the view), 1.000x and 1.056x at 2048^2 (jax 0.10.2 and 0.12.0.1; it was 2.00x and 2.17x with a
-copy into the view and back in every chunk). An odd chunk's push step runs on the grid's shape, copied out of the view
-and back (the walls: the streaming form on the xla side; ``output.every=11``): 3.50x (periodic) and 4.47x (cavity) at
-4096^2 on jax 0.12.0.1 (3.75x and 4.81x before), 2.25x and 3.04x on 0.10.2. With the boundary plan (engine=pallas
-named on a cylinder; auto runs xla there) 1.72x and 4.08x (0.12.0.1), above these."""
+"""The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 128 MiB of populations; where ny
+is no multiple of 1024 the view pads y to P, the next one, and plans P / ny times these), when every chunk has an
+even number of steps and when one has an odd number. The engine holds the populations in the kernels' view for the
+whole run (lbm.engines.pallas.aa.plane_view), so an even chunk copies nothing: ``lbm inspect target=v5e lattice=d2q9
+case=taylor_green grid.nx=4096 grid.ny=4096 engine=pallas`` plans 1.000x the populations
+(``planned_peak_over_population``), ``case=cavity`` 1.167x (its kernel walls' link bits, converted to int32 in the
+view), 1.000x and 1.056x at 2048^2 (jax 0.10.2 and 0.12.0.1; it was 2.00x and 2.17x with a copy into the view and
+back in every chunk). An odd chunk's push step runs on the grid's shape, copied out of the view and back (the walls:
+the streaming form on the xla side; ``output.every=11``): 3.50x (periodic) and 4.47x (cavity) at 4096^2 on jax
+0.12.0.1 (3.75x and 4.81x before), 2.25x and 3.04x on 0.10.2. With the boundary plan (engine=pallas named on a
+cylinder; auto runs xla there) 1.72x and 4.08x (0.12.0.1), above these."""
 
 
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     """The 2D in-place pair's planned peak over the populations for ``run`` on ``platform`` (None where the pallas
-    engine runs the push kernel there)."""
+    engine runs the push kernel there): :data:`PALLAS_PAIR_2D` times the view's padding P / ny."""
     lattice = LATTICES[run.lattice]
-    if platform != "tpu" or lattice.d != 2 or run.grid[1] % 1024:
+    if platform != "tpu" or lattice.d != 2:
         return None
-    from lbm.engines.pallas.aa import AA2D_MIN_BYTES
+    from lbm.engines.pallas.aa import AA2D_MIN_BYTES, MAX_PAD, pad_factor
+
+    pad = pad_factor(tuple(run.grid))
+    if pad > MAX_PAD:
+        return None
     from lbm.simulation.state import chunk_lengths, chunk_size
 
     if lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid) < AA2D_MIN_BYTES:
         return None
     odd = any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
-    return PALLAS_PAIR_2D[odd]
+    return PALLAS_PAIR_2D[odd] * pad
 
 
 def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> tuple[str, float]:

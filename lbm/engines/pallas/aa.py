@@ -81,18 +81,67 @@ idles while p computes, beyond the time block p + 1's fetch takes)."""
 
 LANES = 128
 """Lanes of a TPU vector register: a 2D grid's y axis is viewed as rows of this many cells (:func:`plane_view`)."""
+ROW_CELLS = 8 * LANES
+"""Cells of y in one (8, 128) tile: the 2D view pads y to a multiple of this (:func:`padded_ny`)."""
+MAX_PAD = 2.0
+"""Largest padding P / ny for which the 2D pair is chosen (:func:`aa2d_not_chosen`): the pair moves P / ny times the
+populations' bytes per step, at 98 % of the bandwidth on the chip (4096^2: 9064 MLUPS); the push rows kernel measured
+36 % at 4096^2 and the xla engine 14 % at 4098^2 (docs/performance.md), so the pair wins up to P / ny = 2.7 against
+the push kernel and 7 against xla; 2.0 keeps every ny from 512 up (any ny above 1024 pads by less than 2.0)."""
+
+
+def padded_ny(ny: int) -> int:
+    """The y extent P of the 2D view: ny rounded up to a multiple of :data:`ROW_CELLS` (the pads lie at ny <= y < P)."""
+    return -(-ny // ROW_CELLS) * ROW_CELLS
+
+
+def pad_factor(shape: tuple[int, ...]) -> float:
+    """Cells of the kernels' view over the grid's cells: P / ny in 2D, 1 in 3D."""
+    return padded_ny(shape[1]) / shape[1] if len(shape) == 2 else 1.0
 
 
 def view_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The grid shape the in-place kernels index: 3D as is; 2D (nx, ny) as (nx, ny / 128, 128), so that x stays
-    the major, untiled axis (the DMA windows shift along it) and a row of y fills whole (8, 128) tiles."""
-    return shape if len(shape) == 3 else (shape[0], shape[1] // LANES, LANES)
+    """The grid shape the in-place kernels index: 3D as is; 2D (nx, ny) as (nx, P / 128, 128), P = :func:`padded_ny`,
+    so that x stays the major, untiled axis (the DMA windows shift along it) and a row of y fills whole (8, 128) tiles
+    (the real cells at y < ny, pads after them)."""
+    return shape if len(shape) == 3 else (shape[0], padded_ny(shape[1]) // LANES, LANES)
 
 
-def plane_view(f: jnp.ndarray) -> jnp.ndarray:
-    """Populations ``(Q, *grid)`` as the in-place kernels take them (:func:`view_shape`; the same elements in
-    the same order; in 2D XLA copies them into the view's tiled layout)."""
-    return f.reshape(f.shape[0], *view_shape(tuple(f.shape[1:])))
+def to_view(a: Any, grid: tuple[int, ...]) -> Any:
+    """A per-cell array ``(*lead, *grid)`` (numpy or jax) as the kernels' view ``(*lead, *view_shape(grid))``: in 2D y
+    padded with zeros to P (for populations, deviations f - w: the rest state), then the same elements in order."""
+    grid = tuple(grid)
+    lead = tuple(a.shape[: a.ndim - len(grid)])
+    if len(grid) == 2 and padded_ny(grid[1]) != grid[1]:
+        xp = np if isinstance(a, np.ndarray) else jnp
+        a = xp.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, padded_ny(grid[1]) - grid[1])])
+    return a.reshape(*lead, *view_shape(grid))
+
+
+def from_view(v: Any, grid: tuple[int, ...]) -> Any:
+    """The grid's cells ``(*lead, *grid)`` of a per-cell array in the kernels' view (numpy or jax): the pads dropped."""
+    grid = tuple(grid)
+    view = view_shape(grid)
+    lead = tuple(v.shape[: v.ndim - len(view)])
+    if len(grid) == 3:
+        return v.reshape(*lead, *grid)
+    p = padded_ny(grid[1])
+    v = v.reshape(*lead, grid[0], p)
+    return v[..., : grid[1]] if p != grid[1] else v
+
+
+def view_index(i: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
+    """Flat indices into ``(*lead, *grid)`` (the boundary plan's slots) as flat indices into the kernels' view."""
+    if len(grid) == 3 or padded_ny(grid[1]) == grid[1]:
+        return i
+    i = np.asarray(i, np.int64)
+    return (i // grid[1]) * padded_ny(grid[1]) + i % grid[1]
+
+
+def plane_view(f: Any) -> Any:
+    """Populations ``(Q, *grid)`` as the in-place kernels take them (:func:`view_shape`, :func:`to_view`; in 2D XLA
+    copies them into the view's tiled layout)."""
+    return to_view(f, tuple(f.shape[1:]))
 
 
 def aa_rows(lattice: Lattice, shape: tuple[int, ...], itemsize: int = 4, budget: int = AA_BYTES, extra: int = 0
@@ -109,9 +158,6 @@ def aa_unsupported(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
     """Why the in-place kernels cannot run this grid on a TPU ('' when they can)."""
     if len(shape) not in (2, 3):
         return "the in-place (AA) Pallas kernels are 2D and 3D only"
-    if len(shape) == 2 and shape[1] % (8 * LANES):
-        return (f"grid {'x'.join(map(str, shape))}: the 2D in-place Pallas kernels need ny a multiple of "
-                f"{8 * LANES} (rows of y as whole (8, {LANES}) tiles)")
     if jnp.dtype(dtype) != jnp.float32:
         return f"the TPU Pallas kernel computes in float32, not {jnp.dtype(dtype)}"
     if np.abs(lattice.c[:, 0]).max() > 1:
@@ -132,14 +178,18 @@ docs/tpu-v5e/2026-12-06/device-check/); above it the push kernel's halo gathers 
 
 
 def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
-    """Why a 2D grid the pair could run keeps the push rows kernel ('' for 3D, and from AA2D_MIN_BYTES up)."""
+    """Why a 2D grid the pair could run keeps the push rows kernel ('' for 3D, and from AA2D_MIN_BYTES up where y pads
+    by at most MAX_PAD)."""
     if len(shape) != 2:
         return ""
     size = lattice.q * int(np.prod(shape)) * jnp.dtype(dtype).itemsize
-    if size >= AA2D_MIN_BYTES:
-        return ""
-    return (f"{size / 2**20:.0f} MiB of populations, under the {AA2D_MIN_BYTES // 2**20} MiB from which the 2D "
-            "in-place pair runs (the push rows kernel was measured at 93 % of the probe at 1024^2)")
+    if size < AA2D_MIN_BYTES:
+        return (f"{size / 2**20:.0f} MiB of populations, under the {AA2D_MIN_BYTES // 2**20} MiB from which the 2D "
+                "in-place pair runs (the push rows kernel was measured at 93 % of the probe at 1024^2)")
+    if pad_factor(shape) > MAX_PAD:
+        return (f"grid {'x'.join(map(str, shape))}: the 2D in-place pair would pad y from {shape[1]} to "
+                f"{padded_ny(shape[1])} cells ({pad_factor(shape):.2f}x), more than its {MAX_PAD}x")
+    return ""
 
 
 def _compiler_params(interpret: bool, semantics: str, resident: int, row: int) -> Any:
@@ -174,11 +224,13 @@ def _shifted(v: Any, c: np.ndarray, roll: Any) -> Any:
     return v
 
 
-def _shifted_flat(v: Any, c: np.ndarray, roll: Any) -> Any:
-    """A 2D grid's row(s) ``v`` (.., ny / 128, 128) (:func:`view_shape`) shifted by c_y along y, periodic:
-    v'[y] = v[y - c_y] with y = 128 s + l. A lane roll by c_y, and in the c_y lanes it wraps, the same lanes of
-    the neighbouring sublane row (a sublane roll by the sign of c_y, periodic: the last row's neighbour is the
-    first)."""
+def _shifted_flat(v: Any, c: np.ndarray, roll: Any, ny: int | None = None) -> Any:
+    """A 2D grid's row(s) ``v`` (.., P / 128, 128) (:func:`view_shape`) shifted by c_y along y, periodic at ``ny``
+    (None: at P): v'[y] = v[(y - c_y) mod ny] for y < ny, y = 128 s + l. A lane roll by c_y, and in the c_y lanes it
+    wraps, the same lanes of the neighbouring sublane row (a sublane roll by the sign of c_y, periodic: the last row's
+    neighbour is the first): the flat shift by c_y, periodic at P. Where the view pads y (ny < P), the |c_y| cells
+    whose source wraps around ny (y < c_y, or ny + c_y <= y < ny) take the flat shift by c_y + sign(c_y) (P - ny)
+    instead (:func:`_flat_at`), and the pads the flat shift's values (real or pad populations)."""
     cy = int(c[1])
     if not cy:
         return v
@@ -186,7 +238,33 @@ def _shifted_flat(v: Any, c: np.ndarray, roll: Any) -> Any:
     r = roll(v, cy % lanes, v.ndim - 1)
     s = roll(r, (1 if cy > 0 else -1) % v.shape[-2], v.ndim - 2)
     lane = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 1)
-    return jnp.where(lane < cy if cy > 0 else lane >= lanes + cy, s, r)
+    out = jnp.where(lane < cy if cy > 0 else lane >= lanes + cy, s, r)
+    p = lanes * v.shape[-2]
+    if ny is None or ny == p:
+        return out
+    wrapped = range(cy) if cy > 0 else range(ny + cy, ny)
+    alt = _flat_at(v, cy + (p - ny if cy > 0 else ny - p), wrapped, roll)
+    flat = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 2) * lanes + lane
+    return jnp.where((flat >= wrapped[0]) & (flat <= wrapped[-1]), alt, out)
+
+
+def _flat_at(v: Any, k: int, cells: range, roll: Any) -> Any:
+    """Row(s) ``v`` (.., S, 128) shifted by ``k`` cells along the flat y = 128 s + l, periodic at 128 S, correct at the
+    flat ``cells`` (elsewhere, where they need another sublane roll, not): a lane roll by k mod 128, then a sublane
+    roll by k // 128 at the lanes l >= k mod 128 and by k // 128 + 1 at the others (a second roll and a select only
+    where ``cells`` hold lanes of both)."""
+    lanes, rows = v.shape[-1], v.shape[-2]
+    a, b = divmod(k, lanes)
+    r = roll(v, b, v.ndim - 1) if b else v
+    need = {a + (y % lanes < b) for y in cells}
+
+    def sub(n: int) -> Any:
+        return roll(r, n % rows, v.ndim - 2) if n % rows else r
+
+    if len(need) == 1:
+        return sub(need.pop())
+    lane = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 1)
+    return jnp.where(lane < b, sub(a + 1), sub(a))
 
 
 def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]]) -> Callable[[Any, Any, Any], None]:
@@ -201,11 +279,12 @@ def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]]) -> Ca
     return row
 
 
-def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], roll: Any
+def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], roll: Any, ny: int | None = None
              ) -> Callable[[Any, Any, Any], None]:
-    """Row r of the odd step on a block of windows, in place: f_i = roll(slot opp(i), c_i), slot i = roll(f*_i, c_i)."""
+    """Row r of the odd step on a block of windows, in place: f_i = roll(slot opp(i), c_i), slot i = roll(f*_i, c_i)
+    (2D: periodic at ``ny``, :func:`_shifted_flat`)."""
     opp = [int(k) for k in lattice.opposite]
-    shift = _shifted if lattice.d == 3 else _shifted_flat
+    shift = _shifted if lattice.d == 3 else functools.partial(_shifted_flat, ny=ny)
 
     def row(src: Any, dst: Any, r: Any) -> None:
         pre = [shift(src[opp[i], pl.ds(r, 1)], lattice.c[i], roll) for i in range(lattice.q)]
@@ -350,18 +429,19 @@ def _collider(lattice: Lattice, omega_plus: float, omega_minus: float, force: np
 
 def _viewed(step: Callable[..., jnp.ndarray]) -> Callable[..., jnp.ndarray]:
     """``step`` on a 2D grid's populations ``(Q, nx, ny)`` through :func:`plane_view` and back (a copy each way on a
-    TPU; the pallas engine holds its populations in the view and passes it as it is)."""
+    TPU; the pallas engine holds its populations in the view and passes it as it is), told the grid's ``ny``."""
     @functools.wraps(step)
     def on_grid(f: jnp.ndarray, lattice: Lattice, *args: Any, **kw: Any) -> jnp.ndarray:
         if f.ndim == lattice.d + 1 and lattice.d == 2:
-            return step(plane_view(f), lattice, *args, **kw).reshape(f.shape)
+            grid = tuple(f.shape[1:])
+            return from_view(step(plane_view(f), lattice, *args, ny=grid[1], **kw), grid)
         return step(f, lattice, *args, **kw)
 
     return on_grid
 
 
 def _grid_of(view: jnp.ndarray, lattice: Lattice) -> tuple[int, ...]:
-    """The grid shape of populations in the kernels' view (:func:`view_shape`)."""
+    """The grid shape of populations in the kernels' view (:func:`view_shape`; 2D: with its pads, (nx, P))."""
     shape = tuple(view.shape[1:])
     return shape if lattice.d == 3 else (shape[0], shape[1] * shape[2])
 
@@ -369,9 +449,9 @@ def _grid_of(view: jnp.ndarray, lattice: Lattice) -> tuple[int, ...]:
 @_viewed
 def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
                  force: np.ndarray | None, interpret: bool = False, rows: int | None = None,
-                 collision: Collision | None = None, pipeline: str = "blocks") -> jnp.ndarray:
+                 collision: Collision | None = None, pipeline: str = "blocks", ny: int | None = None) -> jnp.ndarray:
     """The AA even step of populations ``(Q, *grid)`` (or their :func:`plane_view`) in place (``f`` aliased to
-    the result; donate it)."""
+    the result; donate it). Local: a view's pads (``ny``: the grid's, below the view's P) collide as any cell."""
     q, shape = lattice.q, tuple(f.shape[1:])
     rows = rows or aa_rows(lattice, _grid_of(f, lattice), f.dtype.itemsize)
     row = _even_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision))
@@ -403,11 +483,11 @@ def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minu
 @_viewed
 def aa_odd_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
                 force: np.ndarray | None, interpret: bool = False, rows: int | None = None,
-                collision: Collision | None = None, buffers: int = BUFFERS) -> jnp.ndarray:
+                collision: Collision | None = None, buffers: int = BUFFERS, ny: int | None = None) -> jnp.ndarray:
     """The AA odd step of populations ``(Q, *grid)`` (or their :func:`plane_view`) in place (``f`` aliased to
-    the result; donate it)."""
+    the result; donate it); a view's y periodic at ``ny`` (None: at its own P; :func:`_shifted_flat`)."""
     from jax.experimental.pallas import tpu as pltpu
 
     rows = rows or aa_rows(lattice, _grid_of(f, lattice), f.dtype.itemsize)
-    row = _odd_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision), pltpu.roll)
+    row = _odd_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision), pltpu.roll, ny)
     return ring_call(f, [int(c) for c in lattice.c[:, 0]], True, rows, buffers, row, interpret)

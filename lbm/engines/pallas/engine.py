@@ -32,6 +32,7 @@ correct, slow, for checking; the log says so. ``auto`` picks this engine on GPUs
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -45,6 +46,7 @@ from lbm.engines.base import EngineUnavailable
 from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.pallas import ACCELERATORS, aa, kernels, walls
 from lbm.engines.timestep import moment_stages, moments, outputs, run_stages
+from lbm.kernels.streaming import stream
 from lbm.stages import TIMESTEP
 
 log = logging.getLogger("lbm")
@@ -70,7 +72,7 @@ class PallasKernel:
             raise EngineUnavailable(f"no Pallas kernel for dtype {dtype}")
         if storage != "compute":
             raise EngineUnavailable(f"the Pallas kernel keeps populations in the compute dtype, not {storage}")
-        self.setup = setup
+        self.setup, self.shape = setup, tuple(shape)
         self.platform = platform_of(platform)
         self.interpret = self.platform not in ACCELERATORS if interpret is None else interpret
         self.form = "rows" if self.platform == "tpu" else "flat"
@@ -86,6 +88,10 @@ class PallasKernel:
         if self.inplace:
             self.rows = aa.aa_rows(setup.lattice, shape, dtype.itemsize)
             self.push_unsupported = kernels.rows_unsupported(setup.lattice, shape, dtype)
+            if len(shape) == 2 and aa.pad_factor(shape) > 1:
+                self.inplace_note = (f"the 2D in-place pair on y padded from {shape[1]} to {aa.padded_ny(shape[1])} "
+                                     f"cells ({aa.pad_factor(shape):.3f}x the populations)")
+                log.info("engine=pallas: %s", self.inplace_note)
         else:
             if setup.lattice.q * int(np.prod(shape)) >= 2**31:
                 raise EngineUnavailable("more than 2**31 populations: the Pallas kernel indexes them with int32")
@@ -101,8 +107,13 @@ class PallasKernel:
                         jax.default_backend(), self.form)
 
     def __call__(self, f: jnp.ndarray) -> jnp.ndarray:
-        """One periodic push step of every cell of ``f`` ``(Q, *shape)``; a new array."""
+        """One periodic push step of every cell of ``f`` ``(Q, *shape)``; a new array. In 2D where only the pair fits,
+        the even kernel (through the view and back) and the streaming of its opposite slots on the xla side."""
         s = self.setup
+        if self.push_unsupported and len(self.shape) == 2:
+            post = aa.aa_even_step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
+                                   rows=self.rows, collision=s.collision)
+            return stream(post[np.asarray(s.lattice.opposite)], s.lattice)
         if self.push_unsupported:
             raise EngineUnavailable(f"{self.push_unsupported}: only the in-place AA pair runs here, an even number "
                                     "of steps per chunk")
@@ -114,8 +125,9 @@ class PallasKernel:
         """The ``scheme`` (aa_even | aa_odd) step of every cell of ``f``, in place (aliased: donate ``f``)."""
         s = self.setup
         step = aa.aa_even_step if scheme == "aa_even" else aa.aa_odd_step
+        ny = {"ny": self.shape[1]} if len(self.shape) == 2 and f.ndim == 4 else {}  # the view: periodic at the grid's ny
         return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
-                    rows=self.rows, collision=s.collision)
+                    rows=self.rows, collision=s.collision, **ny)
 
 
 class PallasEngine(BulkKernelEngine):
@@ -135,8 +147,7 @@ class PallasEngine(BulkKernelEngine):
         if self.viewed and set(moment_stages(setup)) <= {"macroscopic", "equilibrium"}:
             # the moments cell by cell on the view, then the grid's shape (a copy of rho and u, not of the populations)
             grid = setup.shape
-            self._moments = jax.jit(lambda f, t, bcs: tuple(
-                a.reshape(*a.shape[: a.ndim - 3], *grid) for a in moments(f, t, bcs, setup)))
+            self._moments = jax.jit(lambda f, t, bcs: tuple(aa.from_view(a, grid) for a in moments(f, t, bcs, setup)))
         self.walls: walls.Walls | None = None
         """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
         form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
@@ -146,29 +157,41 @@ class PallasEngine(BulkKernelEngine):
             self._stages = ()
             return
         self.plan_boundaries()
-        if self.block is not None and setup.lattice.q * int(np.prod(setup.shape)) >= 2**31:
+        cells = int(np.prod(aa.view_shape(setup.shape))) if self.viewed else int(np.prod(setup.shape))
+        if self.block is not None and setup.lattice.q * cells >= 2**31:
             raise EngineUnavailable("more than 2**31 populations: the boundary cells' slots are int32")
+        if self.block is not None and self.viewed and aa.pad_factor(setup.shape) > 1:
+            self.params = dataclasses.replace(self.params, block=self._viewed_slots(self.params.block))
+
+    def _viewed_slots(self, block: Any) -> Any:
+        """The boundary plan's arrays with the AA schemes' slots (the pair's steps, on the engine's state) as flat
+        indices into the padded view (aa.view_index); the push slots (an odd chunk's step, on the grid) as they are."""
+        grid, slots = self.setup.shape, dict(block.slots)
+        for scheme in ("aa_even", "aa_odd"):
+            slots[scheme] = jax.tree_util.tree_map(lambda i: jnp.asarray(aa.view_index(np.asarray(i), grid), jnp.int32),
+                                                   slots[scheme])
+        return dataclasses.replace(block, slots=slots)
 
     @property
     def state_shape(self) -> tuple[int, ...]:
-        """The populations' shape between chunks: the 2D pair's view (Q, nx, ny / 128, 128), else (Q, *grid)."""
+        """The populations' shape between chunks: the 2D pair's view (Q, nx, P / 128, 128), else (Q, *grid)."""
         return (self.setup.lattice.q, *aa.view_shape(self.setup.shape)) if self.viewed else super().state_shape
 
     def place(self, f: Any) -> Any:
-        """Populations (Q, *grid) as the engine holds them: the 2D pair's view (the same elements in the same order:
-        a host array is reshaped on the host, then sent once; on a TPU a device array is copied into the view's tiled
-        layout), else as they are."""
+        """Populations (Q, *grid) as the engine holds them: the 2D pair's view (the same elements in the same order,
+        y padded to P with the rest state where ny is no multiple of 1024: a host array is laid out on the host, then
+        sent once; on a TPU a device array is copied into the view's tiled layout), else as they are."""
         return jnp.asarray(aa.plane_view(f)) if self.viewed else super().place(f)
 
     def place_cells(self, a: Any) -> jnp.ndarray:
-        """A per-cell array ``(*grid)`` (a mask) laid out as the state's cells (the 2D pair: (nx, ny / 128, 128))."""
-        a = jnp.asarray(a)
-        return a.reshape(self.state_shape[1:]) if self.viewed else a
+        """A per-cell array ``(*grid)`` (a mask) laid out as the state's cells (the 2D pair: (nx, P / 128, 128), the
+        pads zero: no fluid)."""
+        return jnp.asarray(aa.to_view(np.asarray(a), self.setup.shape)) if self.viewed else jnp.asarray(a)
 
     def canonical(self, f: Any) -> Any:
         """The populations (Q, *grid) of the engine's state ``f`` (on the device: a copy out of the 2D pair's view;
-        a host copy: free, the same order)."""
-        return f.reshape((self.setup.lattice.q, *self.setup.shape)) if self.viewed else f
+        a host copy: free where y is not padded, the same order)."""
+        return aa.from_view(f, self.setup.shape) if self.viewed else f
 
     def compile(self, f: Any, n: int) -> Any:
         """The compiled n-step chunk on the engine's state (:meth:`place`), for populations like ``f`` in either
@@ -224,7 +247,7 @@ class PallasEngine(BulkKernelEngine):
             return jax.jit(self.paired_chunk(n, self.step), donate_argnums=0)
         if self.walls is not None:
             return self.walls_chunk(n)
-        if n % 2 and self.bulk.push_unsupported:
+        if n % 2 and self.bulk.push_unsupported and self.setup.lattice.d == 3:  # 2D: PallasKernel.__call__'s even step
             raise EngineUnavailable(f"{self.bulk.push_unsupported}: the in-place kernels run an even number of steps "
                                     f"per chunk, not {n}")
 
@@ -243,12 +266,13 @@ class PallasEngine(BulkKernelEngine):
         """n steps with the walls in the in-place kernels (lbm.engines.pallas.walls): n // 2 AA pairs, an even step
         if n is odd, and the walls' populations as a dense step leaves them (in place after a pair)."""
         s, lat, wall = self.setup, self.setup.lattice, self.walls
+        ny = {"ny": s.shape[1]} if lat.d == 2 else {}  # the view's y periodic at the grid's ny
         kw = dict(omega_plus=s.omega_plus, omega_minus=s.omega_minus, force=s.force_array, rows=self.walls_rows,
-                  interpret=self.bulk.interpret, collision=s.collision)
+                  interpret=self.bulk.interpret, collision=s.collision, **ny)
 
         def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
             # f is the engine's state: in 2D the kernels' view of the populations (aa.plane_view), the bits alike
-            bits = tuple(b.reshape(aa.view_shape(s.shape)) for b in walls.kernel_bits(params.walls))
+            bits = tuple(aa.to_view(b, s.shape) for b in walls.kernel_bits(params.walls))  # pads: no bits
 
             def even(a: jnp.ndarray, reflect: bool = True) -> jnp.ndarray:
                 with jax.named_scope(TIMESTEP):
@@ -266,6 +290,6 @@ class PallasEngine(BulkKernelEngine):
             if n % 2:
                 f = even(f) if n > 1 else f
                 return self.place(walls.after_even(self.canonical(f), params.walls, lat)), {}
-            return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret), {}
+            return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret, **ny), {}
 
         return jax.jit(self.on_state(chunk), donate_argnums=0)

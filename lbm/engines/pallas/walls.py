@@ -20,7 +20,8 @@ bit k takes its population k from the other place the AA pair keeps it (plus the
 The other place is the row x - c_x(k) (even) or x (odd) of slot opp(k) or k: each slot's window spans the rows of
 both offsets, 0 and c_x (R + 1 rows where c_x != 0; only its R written rows go back), and the even step runs on the
 DMA ring too (lbm.engines.pallas.aa.ring_call). In 2D the kernels run on the populations' view (aa.plane_view), the
-bits on the same view of the grid. Neither place is written in the step that reads it (a solid cell owns
+bits on the same view of the grid (its pads, where y is padded to P, with no bits: fluid, no wall; their reads and
+writes wrap at the grid's ny, aa._shifted_flat). Neither place is written in the step that reads it (a solid cell owns
 it), so the blocks may fetch it at any time.
 
 Between the kernels the populations at the walls are not those of a dense step: a fluid cell's slots k with bit k,
@@ -34,6 +35,7 @@ every population from its own slot (``reflect=False``): its input is dense, and 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -143,7 +145,7 @@ def _bit(word: Any, b: int) -> Any:
 
 
 def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls: Walls, base: list[int],
-              reflect: bool) -> Callable[..., None]:
+              reflect: bool, shift: Callable[..., Any]) -> Callable[..., None]:
     """Row r of the even step with walls (module doc), on windows whose first VMEM row is grid row x0 + base[j];
     ``reflect`` False: every population from its own slot (after a dense step, not an odd one)."""
     opp, cx = [int(k) for k in lattice.opposite], [int(c) for c in lattice.c[:, 0]]
@@ -157,7 +159,7 @@ def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls
                 pre.append(raw[k])
                 continue
             j = opp[k]  # slot opp(k) of the solid cell x - c_k: row x + c_x(j), the plane shifted by c_k
-            alt = _shift(lattice)(src[j, pl.ds(r + cx[j] - base[j], 1)], lattice.c[k], _roll())
+            alt = shift(src[j, pl.ds(r + cx[j] - base[j], 1)], lattice.c[k], _roll())
             pre.append(walls.read(k, raw[k], alt, words))
         post = collide(pre)
         solid = _bit(words[0], lattice.q)
@@ -167,14 +169,14 @@ def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls
     return row
 
 
-def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls: Walls, base: list[int]
-             ) -> Callable[..., None]:
+def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls: Walls, base: list[int],
+             shift: Callable[..., Any]) -> Callable[..., None]:
     """Row r of the odd step with walls (module doc): a solid cell writes back the slots it read."""
     opp, cx = [int(k) for k in lattice.opposite], [int(c) for c in lattice.c[:, 0]]
 
     def row(src: Any, dst: Any, r: Any, *bits: Any) -> None:
         words = [b[pl.ds(r, 1)] for b in bits]
-        raw = [_shift(lattice)(src[opp[i], pl.ds(r + cx[opp[i]] - base[opp[i]], 1)], lattice.c[i], _roll())
+        raw = [shift(src[opp[i], pl.ds(r + cx[opp[i]] - base[opp[i]], 1)], lattice.c[i], _roll())
                for i in range(lattice.q)]
         pre = [raw[i] if not lattice.c[i].any() else walls.read(i, raw[i], src[i, pl.ds(r - base[i], 1)], words)
                for i in range(lattice.q)]
@@ -182,12 +184,12 @@ def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], walls:
         solid = _bit(words[0], lattice.q)
         for i in range(lattice.q):
             out = jnp.where(solid, raw[opp[i]], post[i])  # a solid cell: slot i at x + c_i as it read it
-            dst[i, pl.ds(r + cx[i] - base[i], 1)] = _shift(lattice)(out, lattice.c[i], _roll()).astype(dst.dtype)
+            dst[i, pl.ds(r + cx[i] - base[i], 1)] = shift(out, lattice.c[i], _roll()).astype(dst.dtype)
 
     return row
 
 
-def _fix_row(lattice: Lattice, walls: Walls, base: list[int]) -> Callable[..., None]:
+def _fix_row(lattice: Lattice, walls: Walls, base: list[int], shift: Callable[..., Any]) -> Callable[..., None]:
     """Row r of the fix after an odd step (module doc): slot k of a cell with bit k, the others as they are (the
     rest population's bit is the solid bit: a solid cell's rest slot takes the rest state)."""
     opp, cx = [int(k) for k in lattice.opposite], [int(c) for c in lattice.c[:, 0]]
@@ -196,7 +198,7 @@ def _fix_row(lattice: Lattice, walls: Walls, base: list[int]) -> Callable[..., N
         words = [b[pl.ds(r, 1)] for b in bits]
         solid = _bit(words[0], lattice.q)
         raw = [src[k, pl.ds(r - base[k], 1)] for k in range(lattice.q)]
-        alt = [_shift(lattice)(src[opp[k], pl.ds(r + cx[opp[k]] - base[opp[k]], 1)], lattice.c[k], _roll())
+        alt = [shift(src[opp[k], pl.ds(r + cx[opp[k]] - base[opp[k]], 1)], lattice.c[k], _roll())
                for k in range(lattice.q)]
         for k in range(lattice.q):
             bounced = jnp.where(solid, jnp.zeros((), raw[k].dtype), walls.reflected(k, alt[k], words))
@@ -205,9 +207,10 @@ def _fix_row(lattice: Lattice, walls: Walls, base: list[int]) -> Callable[..., N
     return row
 
 
-def _shift(lattice: Lattice) -> Callable[..., Any]:
-    """How a row of the kernels' view shifts along the axes after x: planes (3D), rows of y as (ny / 128, 128) (2D)."""
-    return aa._shifted if lattice.d == 3 else aa._shifted_flat
+def _shift(lattice: Lattice, ny: int | None) -> Callable[..., Any]:
+    """How a row of the kernels' view shifts along the axes after x: planes (3D), rows of y as (P / 128, 128),
+    periodic at the grid's ``ny`` (2D; aa._shifted_flat)."""
+    return aa._shifted if lattice.d == 3 else functools.partial(aa._shifted_flat, ny=ny)
 
 
 def _roll() -> Any:
@@ -226,26 +229,29 @@ def _call(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, movin
 
 def walls_even_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, omega_plus: float,
                     omega_minus: float, force: np.ndarray | None, rows: int, interpret: bool = False,
-                    collision: Collision | None = None, reflect: bool = True) -> jnp.ndarray:
-    """The AA even step of ``f`` ``(Q, nx, ny, nz)`` in place, with the walls' words ``bits`` (:func:`kernel_bits`);
-    ``reflect`` False for the first step of a chunk (populations as a dense step, or the initial state, leave them)."""
+                    collision: Collision | None = None, reflect: bool = True, ny: int | None = None) -> jnp.ndarray:
+    """The AA even step of ``f`` ``(Q, nx, ny, nz)`` (2D: the kernels' view, periodic at ``ny``) in place, with the walls'
+    words ``bits`` (:func:`kernel_bits`, in the same view); ``reflect`` False for the first step of a chunk (populations
+    as a dense step, or the initial state, leave them)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
     return _call(f, bits, lattice, False, rows, interpret,
-                 lambda base: _even_row(lattice, collide, walls, base, reflect))
+                 lambda base: _even_row(lattice, collide, walls, base, reflect, _shift(lattice, ny)))
 
 
 def walls_odd_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, omega_plus: float,
                    omega_minus: float, force: np.ndarray | None, rows: int, interpret: bool = False,
-                   collision: Collision | None = None) -> jnp.ndarray:
-    """The AA odd step of ``f`` in place, with the walls of ``bits``."""
+                   collision: Collision | None = None, ny: int | None = None) -> jnp.ndarray:
+    """The AA odd step of ``f`` in place, with the walls of ``bits`` (2D: periodic at ``ny``)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
-    return _call(f, bits, lattice, True, rows, interpret, lambda base: _odd_row(lattice, collide, walls, base))
+    return _call(f, bits, lattice, True, rows, interpret,
+                 lambda base: _odd_row(lattice, collide, walls, base, _shift(lattice, ny)))
 
 
 def walls_fix_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, rows: int,
-                   interpret: bool = False) -> jnp.ndarray:
-    """After an odd step with kernel walls: ``f`` in place as a dense step leaves it (module doc)."""
-    return _call(f, bits, lattice, False, rows, interpret, lambda base: _fix_row(lattice, walls, base),
+                   interpret: bool = False, ny: int | None = None) -> jnp.ndarray:
+    """After an odd step with kernel walls: ``f`` in place as a dense step leaves it (module doc; 2D: periodic at
+    ``ny``)."""
+    return _call(f, bits, lattice, False, rows, interpret, lambda base: _fix_row(lattice, walls, base, _shift(lattice, ny)),
                  name=FIX_SCOPE)
 
 

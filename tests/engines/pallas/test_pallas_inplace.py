@@ -129,18 +129,25 @@ BOX9 = ["case=taylor_green", "lattice=d2q9", "grid.nx=8", "grid.ny=1024"]
 CASES = {"box_d3q19": BOX19, "box_d3q27_cumulant": BOX27 + ["collision=cumulant"], "cavity_d3q19": CAVITY,
          "cylinder_d3q19": CYLINDER, "box_d2q9": BOX9, "box_d2q9_mrt": BOX9 + ["collision=mrt"],
          "cavity_d2q9": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
-         "cylinder_d2q9": ["case=cylinder", "lattice=d2q9", "grid.nx=24", "grid.ny=1024", "case.radius=5"]}
+         "cylinder_d2q9": ["case=cylinder", "lattice=d2q9", "grid.nx=24", "grid.ny=1024", "case.radius=5"],
+         "box_d2q9_pad": ["case=taylor_green", "lattice=d2q9", "grid.nx=8", "grid.ny=1000"],
+         "box_d2q9_pad1030": ["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1030"],
+         "cavity_d2q9_pad": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1100"],
+         "cylinder_d2q9_pad": ["case=cylinder", "lattice=d2q9", "grid.nx=24", "grid.ny=1030", "case.radius=5"]}
 ENGINE_CASES = [("box_d3q19", 3), ("box_d3q19", 4), ("box_d3q27_cumulant", 2), ("cavity_d3q19", 3),
                 ("cylinder_d3q19", 4), ("box_d2q9", 3), ("box_d2q9", 4), ("box_d2q9_mrt", 2), ("cavity_d2q9", 3),
-                ("cylinder_d2q9", 4)]
+                ("cylinder_d2q9", 4), ("box_d2q9_pad", 3), ("box_d2q9_pad1030", 3), ("box_d2q9_pad1030", 4),
+                ("cavity_d2q9_pad", 3), ("cavity_d2q9_pad", 4), ("cylinder_d2q9_pad", 3), ("cylinder_d2q9_pad", 4)]
 """Periodic D3Q19 (BGK; one row per block) over an odd chunk (a push step, then a pair) and an even one; D3Q27
 cumulant (two rows per block); the lid-driven cavity (walls and the moving lid) and the cylinder (inlet, outflow,
 obstacle walls, and its force) on the boundary cells' slots. The same in 2D with ny = 1024 (the 2D pair on the
 engine's view of the populations, lbm.engines.pallas.aa.plane_view; one row per block in the box, two in the
-cavity), and D2Q9 MRT."""
+cavity), and D2Q9 MRT; and with ny off 1024 (``_pad``: the view pads y to P = 1024 or 2048, the streaming wraps at
+ny: the box, the cavity's kernel walls, the cylinder's boundary slots mapped into the view)."""
 
 
-@pytest.mark.parametrize("name,steps", slow_except(ENGINE_CASES, fast={("box_d3q19", 3), ("box_d2q9", 3)}))
+@pytest.mark.parametrize("name,steps", slow_except(ENGINE_CASES, fast={("box_d3q19", 3), ("box_d2q9", 3),
+                                                                       ("box_d2q9_pad", 3)}))
 def test_the_inplace_engine_equals_the_xla_engine(name, steps):
     setup = setup_for(CASES[name], "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=True)
@@ -156,6 +163,74 @@ def test_the_inplace_engine_equals_the_xla_engine(name, steps):
         np.testing.assert_allclose(np.asarray(aux[k]), np.asarray(aux_ref[k]), rtol=0, atol=10 * TOL)
 
 
+@pytest.mark.parametrize("ny", [1024, 1000, 1030, 1100, 2047, 128, 600])
+def test_the_flat_shift_of_the_padded_view_wraps_at_ny(ny):
+    """The y shift of a 2D row in the kernels' view (aa._shifted_flat, with jnp.roll for pltpu.roll) is np.roll of
+    the grid's row by c_y, periodic at ny, whatever P; the pads take finite values (real or pad cells)."""
+    rng = np.random.default_rng(ny)
+    grid = (2, ny)
+    x = rng.standard_normal(grid).astype(np.float32)
+    v = aa.to_view(jnp.asarray(x), grid)
+    assert v.shape == (2, aa.padded_ny(ny) // 128, 128) and np.array_equal(np.asarray(aa.from_view(v, grid)), x)
+    for cy in (1, -1, 2, -3, 127, -127):
+        out = aa._shifted_flat(v, np.array([0, cy]), jnp.roll, ny)
+        np.testing.assert_array_equal(np.asarray(aa.from_view(out, grid)), np.roll(x, cy, axis=1), err_msg=str(cy))
+        assert np.isfinite(np.asarray(out)).all()
+    i = np.arange(2 * ny)  # the boundary plan's flat slots, into the view
+    np.testing.assert_array_equal(np.asarray(v).reshape(-1)[aa.view_index(i, grid)], x.reshape(-1))
+
+
+def test_the_odd_kernel_on_an_unpadded_view_is_the_program_it_was():
+    """ny a multiple of 1024 (P = ny): the odd kernel traces to the program without ``ny`` (two rolls and one lane
+    iota per y shift: 6 directions read and write, 24 rolls); ny = 1030 (P = 2048) adds a lane and a sublane roll and
+    a flat iota per shift, and a grid's ny of 1024 no pad or slice around the chunk."""
+    lat = LATTICES["d2q9"]
+
+    def traced(grid_ny, **kw):
+        view = jax.ShapeDtypeStruct((9, 8, aa.padded_ny(grid_ny) // 128, 128), jnp.float32)
+        return str(jax.make_jaxpr(lambda f: aa_odd_step(f, lat, 1.3, 0.8, None, rows=1, **kw))(view))
+
+    plain = traced(1024)
+    assert traced(1024, ny=1024) == plain and plain.count(" roll") == 24 and plain.count("iota") == 12
+    padded = traced(1030, ny=1030)
+    assert padded.count(" roll") == 48 and padded.count("iota") == 24
+    setup = setup_for(BOX9, "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=False)
+    text = engine.chunk_function(4).trace(jax.ShapeDtypeStruct(engine.state_shape, jnp.float32), engine.params,
+                                          step_index(0)).lower(lowering_platforms=("tpu",)).as_text()
+    assert text.count("tpu_custom_call") == 2 and "stablehlo.pad" not in text and "stablehlo.slice" not in text
+
+
+def test_the_padded_pair_keeps_its_pads_finite_and_out_of_sight():
+    """D2Q9 8 x 1000 (P = 1024): the state's pads start at rest (zero deviations), stay finite over a chunk, and the
+    fluid mask, the populations and the fields the engine gives back are the grid's; the note says the padding."""
+    setup, engine, f0 = _pair_2d(CASES["box_d2q9_pad"])
+    assert engine.state_shape == (9, 8, 8, 128) and "from 1000 to 1024 cells (1.024x" in engine.note
+    state = engine.place(jnp.array(f0))
+    assert np.all(np.asarray(state).reshape(9, 8, 1024)[..., 1000:] == 0)
+    fluid = np.asarray(engine.place_cells(setup.fluid)).reshape(8, 1024)
+    assert fluid[:, :1000].all() and not fluid[:, 1000:].any()
+    state, _ = engine.advance(state, 2)
+    assert np.isfinite(np.asarray(state)).all() and np.abs(np.asarray(state).reshape(9, 8, 1024)[..., 1000:]).max() > 0
+    converted, _ = XlaEngine(setup).advance(jnp.array(f0), 2)
+    np.testing.assert_allclose(engine.host_populations(state), np.asarray(converted), rtol=0, atol=TOL)
+    fields = engine.fields(state, 2)
+    assert fields["rho"].shape == setup.shape and fields["u"].shape == (2, *setup.shape)
+
+
+def test_an_odd_chunk_where_only_the_pair_fits_runs_the_even_kernel_and_streams_on_the_xla_side(monkeypatch):
+    """A 2D grid whose push kernel does not fit (4098^2 on a v5e; here forced on 8 x 1000): an odd chunk's first step is
+    the even kernel (through the padded view) and the streaming of its opposite slots, equal to the xla engine."""
+    from lbm.engines.pallas import kernels
+
+    monkeypatch.setattr(kernels, "rows_unsupported", lambda *a: "forced: the push kernel does not fit")
+    setup, engine, f0 = _pair_2d(CASES["box_d2q9_pad"])
+    assert engine.bulk.push_unsupported
+    f_ref, _ = XlaEngine(setup).advance(jnp.array(f0), 3)
+    f, _ = engine.advance(jnp.array(f0), 3)
+    np.testing.assert_allclose(np.asarray(f), np.asarray(f_ref), rtol=0, atol=TOL)
+
+
 def test_block_heights_and_what_the_inplace_kernels_refuse():
     d3q19, d3q27 = LATTICES["d3q19"], LATTICES["d3q27"]
     assert aa_rows(d3q19, (256, 256, 256)) == 2  # a row is 4.75 MiB in VMEM: 2 rows fit 16 MiB, 4 do not
@@ -169,8 +244,8 @@ def test_block_heights_and_what_the_inplace_kernels_refuse():
     assert aa_rows(d2q9, (4096, 4096)) == 64  # a row is 144 KiB: 64 rows fit 16 MiB, and leave 64 blocks
     assert aa_rows(d2q9, (16, 1024)) == 2
     assert aa_unsupported(d2q9, (4096, 4096), jnp.float32) == aa_unsupported(d2q9, (24, 1024), jnp.float32) == ""
-    assert "multiple of 1024" in aa_unsupported(d2q9, (1024, 1000), jnp.float32)
-    assert "multiple of 1024" in aa_unsupported(d2q9, (64, 512), jnp.float32)
+    assert aa_unsupported(d2q9, (1024, 1000), jnp.float32) == aa_unsupported(d2q9, (64, 512), jnp.float32) == ""
+    assert aa_rows(d2q9, (4098, 4098)) == 6  # nx = 2 x 3 x 683; a padded row (5120 cells) is 180 KiB
 
 
 @pytest.fixture(autouse=True)
@@ -277,11 +352,16 @@ def test_a_2d_grid_keeps_the_measured_push_kernel_under_the_vmem_size(monkeypatc
     assert not engine.bulk.inplace and "under the 128 MiB" in engine.note and "push rows kernel" in engine.note
 
 
-def test_a_2d_grid_the_inplace_kernels_do_not_fit_runs_the_push_kernel_and_says_so():
-    setup = setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=512"], "float32")
+def test_a_2d_grid_the_pair_would_pad_by_more_than_2x_runs_the_push_kernel_and_says_so():
+    """ny = 200 pads to 1024 (5.12x the populations): the push rows kernel, as before the padded view (ny = 512, 2.0x,
+    runs the pair)."""
+    setup = setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=200"], "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=True)
-    assert not engine.bulk.inplace and "multiple of 1024" in engine.note and "push rows kernel" in engine.note
+    assert not engine.bulk.inplace and "from 200 to 1024 cells (5.12x)" in engine.note
+    assert "push rows kernel" in engine.note
     engine.chunk_function(3)  # the push kernel's chunk: any number of steps
+    assert PallasEngine(setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=512"], "float32"),
+                        platform="tpu", interpret=True).viewed
 
 
 def test_a_grid_only_the_inplace_kernels_fit_runs_even_chunks_only():

@@ -33,11 +33,14 @@ CASES = {"cavity_d3q19": CAVITY, "cavity_d3q19_trt": CAVITY + ["collision=trt"],
          "cavity_d3q27_cumulant": ["case=cavity", "lattice=d3q27", "grid.nx=16", "grid.ny=6", "grid.nz=7",
                                    "collision=cumulant"],
          "cavity_d2q9": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
-         "channel_d2q9": ["case=poiseuille", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"]}
+         "channel_d2q9": ["case=poiseuille", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
+         "cavity_d2q9_pad": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1100"],
+         "channel_d2q9_pad": ["case=poiseuille", "lattice=d2q9", "grid.nx=16", "grid.ny=1030"]}
 """The lid-driven cavity (resting walls and the moving lid, in one wall; two rows per block), with TRT; the duct
 (resting walls on y and z, periodic along x, a body force; one row per block); D3Q27 with the cumulant operator
 (the lid's six wall-term flags in a second word); in 2D (the pair on the view of y as (8, 128) rows, from 128 MiB of
-populations: here on 16 x 1024, by :func:`pair_2d`) the cavity and the channel (walls at y, a body force)."""
+populations: here on 16 x 1024, by :func:`pair_2d`) the cavity and the channel (walls at y, a body force); and with ny
+off 1024 (``_pad``: the view pads y to 2048, the pads without bits, the streaming periodic at ny)."""
 
 
 @pytest.fixture
@@ -102,7 +105,8 @@ def _noisy(setup, seed=2):
 
 @pytest.mark.parametrize("name,steps", slow_except(
     [("cavity_d3q19", 3), ("cavity_d3q19", 4), ("cavity_d3q19_trt", 5), ("duct_d3q19", 4),
-     ("cavity_d3q27_cumulant", 2), ("cavity_d2q9", 3), ("cavity_d2q9", 4), ("channel_d2q9", 4)], fast=set()))
+     ("cavity_d3q27_cumulant", 2), ("cavity_d2q9", 3), ("cavity_d2q9", 4), ("channel_d2q9", 4), ("cavity_d2q9_pad", 3),
+     ("cavity_d2q9_pad", 4), ("channel_d2q9_pad", 4)], fast=set()))
 def test_the_kernel_walls_equal_the_xla_engine(name, steps, pair_2d):
     """Odd chunks (an even step, then the streaming form on the xla side) and even ones (the fix kernel), a chunk of 5
     with a pair in the loop; every cell, solid ones included."""
@@ -115,6 +119,29 @@ def test_the_kernel_walls_equal_the_xla_engine(name, steps, pair_2d):
     assert np.abs(np.asarray(f_ref) - f0).max() > 1e-4  # the steps did change the populations
     np.testing.assert_allclose(np.asarray(f), np.asarray(f_ref), rtol=0, atol=TOL)
     assert aux == aux_ref == {}
+
+
+@pytest.mark.slow  # 6 CPU-s
+def test_the_kernel_walls_across_x_on_a_padded_view_wrap_y_at_ny(pair_2d):
+    """Walls at x = 0 and nx - 1 and a block in between, y periodic at ny = 1030 (the view pads it to 2048): the cells
+    at y = 0 and ny - 1 stream across the wrap (the cavity's and the channel's walls at y never do), against the xla
+    engine (a wrap at P instead of ny: 2.4e-4)."""
+    import dataclasses
+
+    from lbm.boundaries import HalfwayBounceBack
+
+    setup = setup_for(CASES["channel_d2q9_pad"], "float32")
+    solid = np.zeros(setup.shape, bool)
+    solid[0] = solid[-1] = True
+    solid[6:9, 500:700] = True
+    setup = dataclasses.replace(setup, solid=solid, boundaries=(HalfwayBounceBack.around(solid, setup.lattice),))
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    assert engine.walls is not None and "padded from 1030 to 2048" in engine.note
+    f0 = _noisy(setup)
+    f_ref, _ = XlaEngine(setup).advance(jnp.array(f0), 4)
+    f, _ = engine.advance(jnp.array(f0), 4)
+    assert np.abs(np.asarray(f_ref) - f0).max() > 1e-3
+    np.testing.assert_allclose(np.asarray(f), np.asarray(f_ref), rtol=0, atol=TOL)
 
 
 def _lowered_for_tpu(args, steps=4):
@@ -154,13 +181,16 @@ def test_what_the_kernel_walls_take_and_what_auto_picks_on_a_tpu(monkeypatch):
     big = setup_for(["case=duct", "lattice=d3q19", "grid.nx=8", "grid.ny=512", "grid.nz=512"], "float32")
     assert "do not fit" in walls.walls_unsupported(big) and auto_choice(big, "tpu")[0] == "xla"
     cavity2d = setup_for(["case=cavity", "grid.nx=16", "grid.ny=12"], "float32")
-    assert "multiple of 1024" in walls.walls_unsupported(cavity2d) and auto_choice(cavity2d, "tpu")[0] == "xla"
+    assert "under the 128 MiB" in walls.walls_unsupported(cavity2d) and auto_choice(cavity2d, "tpu")[0] == "xla"
     pair = setup_for(CASES["cavity_d2q9"], "float32")  # 0.6 MiB: the push kernel, so the plan, below 128 MiB
     assert "under the 128 MiB" in walls.walls_unsupported(pair) and auto_choice(pair, "tpu")[0] == "xla"
     from lbm.engines.pallas import aa
 
     monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
     assert walls.walls_unsupported(pair) == "" and auto_choice(pair, "tpu")[0] == "pallas"
+    padded = setup_for(CASES["cavity_d2q9_pad"], "float32")  # y padded from 1100 to 2048 (1.86x): the pair
+    assert walls.walls_unsupported(padded) == "" and auto_choice(padded, "tpu")[0] == "pallas"
+    assert "more than its 2.0x" in walls.walls_unsupported(cavity2d) and auto_choice(cavity2d, "tpu")[0] == "xla"
 
 
 # --- deviceless compiles (bash scripts/accel_env.sh; .venv-accel/bin/python -m pytest -m accel) ----------------
