@@ -8,20 +8,21 @@
 #   3. scripts/backends_agree.py --engine pallas, the chip against the same process's CPU after 1 and 1000 steps (the
 #      first an odd chunk): the box and the cavity at 2000^2 (P = 2048; from 128 MiB of populations the pair runs).
 # In $OUT: pad2d.log, bench-pad-4098.json (bench-pad-$PAD_N.json), bench-pad-cylinder.json.
-# Rehearsal here (3 min): PATH=$HOME/.cache/lbm/venv-accel-jax0102/bin:$PATH JAX_PLATFORMS=cpu PAD_N=34 CYL_NX=84
+# Limits 150 + 80 + 2 x 75 = 380 s (session 6: the 4098^2 bench of three cases 147 s, the cylinder 3360x1440 60 s).
+# Rehearsal here (1 min): PATH=$HOME/.cache/lbm/venv-accel-jax0102/bin:$PATH JAX_PLATFORMS=cpu PAD_N=34 CYL_NX=84
 #   CYL_NY=36 AGREE_N=40 AGREE_STEPS=1,3 OUT=/tmp/pad bash scripts/device_pad2d.sh
 set -u
 source scripts/device_env.sh
 log=$OUT/pad2d.log
 STEP_QUIET="^lbm: step \\|LbmWarning\\|nu, tau"
 n=${PAD_N:-4098}
-bench_step 130 pad-$n lattice=d2q9 "cases=[periodic,cavity]" "variants=[auto,pallas,xla]" "sizes=[$n]"
-bench_step 90 pad-cylinder lattice=d2q9 "cases=[cylinder]" "variants=[auto,xla]" cylinder_grid.nx=${CYL_NX:-3360} \
+bench_step 150 pad-$n lattice=d2q9 "cases=[periodic,cavity]" "variants=[auto,pallas,xla]" "sizes=[$n]"
+bench_step 80 pad-cylinder lattice=d2q9 "cases=[cylinder]" "variants=[auto,xla]" cylinder_grid.nx=${CYL_NX:-3360} \
   cylinder_grid.ny=${CYL_NY:-1440}
 a=${AGREE_N:-2000}
 steps=${AGREE_STEPS:-1,1000}
 for case in taylor_green cavity; do
-  step 80 python3 scripts/backends_agree.py --engine pallas --stage-steps "" --steps "$steps" -- case=$case \
+  step 75 python3 scripts/backends_agree.py --engine pallas --stage-steps "" --steps "$steps" -- case=$case \
     lattice=d2q9 grid.nx=$a grid.ny=$a
 done
 ls -la "$OUT"

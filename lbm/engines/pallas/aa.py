@@ -28,16 +28,20 @@ is waited on only when its buffer is needed again, or at the end).
 ``aa_even_step``: the same, with every window at offset 0 (``pipeline="dma"``), or (``"blocks"``, the
 default) plain BlockSpec blocks of R rows, the input aliased to the output and pipelined by Pallas.
 
-2D (D2Q9): the kernels index the populations (Q, nx, ny) as (Q, nx, ny / 128, 128) (``plane_view``; ny a
-multiple of 1024, so that a row of y fills whole (8, 128) tiles), so x is the major, untiled axis exactly as in
-3D and the DMA windows shift along it. A DMA window on (Q, nx, ny) itself would not do: x is the sublane axis
-there, and Mosaic slices it only at offsets and sizes that are multiples of 8 (jax 0.10.2, deviceless v5e). The
-y shift of a row (ny / 128, 128) is a lane roll by c_y, with the c_y lanes that wrap taken from the neighbouring
-sublane row (a sublane roll, periodic: ``_shifted_flat``). The view is not free in HBM (the (8, 128) tiles of
-(x, y) are not those of (y / 128, 128)), so the pallas engine holds its populations in the view for the whole run
-(its state: ``PallasEngine.place`` copies them in once, ``canonical`` gives them back as (Q, nx, ny) where fields,
-checkpoints and the health check read them): a chunk copies nothing and plans 1.00x the populations (v5e,
-deviceless, D2Q9 2048^2 and 4096^2; a copy into the view and back in every chunk planned 2.00x).
+2D (D2Q9): the kernels index the populations (Q, nx, ny) as (Q, nx, P / 128, 128) (``plane_view``; P = ny rounded
+up to a multiple of 1024, so that a row of y fills whole (8, 128) tiles), so x is the major, untiled axis exactly as in
+3D and the DMA windows shift along it. A DMA window on (Q, nx, ny) itself would not do: x is the sublane axis there, and
+Mosaic slices it only at offsets and sizes that are multiples of 8 (jax 0.10.2, deviceless v5e). The y shift of a row
+(P / 128, 128) is a lane roll by c_y, with the c_y lanes that wrap taken from the neighbouring sublane row (a sublane
+roll, periodic: ``_shifted_flat``). Where ny is no multiple of 1024 the view pads y: the real cells at y < ny, pads at
+ny <= y < P (the rest state when placed), and the shift wraps at ny, not P: the |c_y| cells whose source lies across
+the wrap take a second flat shift, by c_y + sign(c_y) (P - ny), in a select (a lane and a sublane roll more per shift;
+none where P == ny). The pads then receive real or pad populations only (finite) and no real cell reads them; the
+even step is local. The view is not free in HBM (the (8, 128) tiles of (x, y) are not those of (y / 128, 128)), so the
+pallas engine holds its populations in the view for the whole run (its state: ``PallasEngine.place`` copies them in
+once, ``canonical`` gives them back as (Q, nx, ny) where fields, checkpoints and the health check read them): a chunk
+copies nothing and plans 1.00x the populations (v5e, deviceless, D2Q9 2048^2 and 4096^2; a copy into the view and back
+in every chunk planned 2.00x), P / ny where y is padded (4098^2: 1.25x, 90.0 B per cell and step).
 
 Both run in Pallas interpret mode on a CPU (slow, for checking; tests/engines/pallas/test_pallas_inplace.py). They are
 named ``BULK_SCOPE``, as the push kernels.

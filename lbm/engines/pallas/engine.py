@@ -18,8 +18,11 @@ writes a second buffer). In 2D the engine's state is the kernels' view of the po
 run: ``place`` copies the populations into it once, ``canonical`` gives them back as (Q, nx, ny)
 where something outside the engine reads them (fields, checkpoints, the health check's first bad
 cell), and an even chunk holds the populations once (an odd chunk's push step runs on the grid's
-shape, between a copy out of the view and one back); where ny is not a multiple of 1024 the push
-kernel runs every step, and the engine's note says so. The boundary cells
+shape, between a copy out of the view and one back; where the push kernel does not fit, in 2D, the even
+kernel and the streaming of its opposite slots on the xla side). Where ny is no multiple of 1024 the view
+pads y to the next one, P (aa.padded_ny; the pads at rest, invisible to ``canonical`` and the fluid mask,
+the boundary plan's slots mapped into the view), up to P / ny = aa.MAX_PAD; beyond it the push kernel
+runs every step; the engine's note says which. The boundary cells
 are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
 scattered into the slots it wrote. Where the pair runs, a setup whose one condition is a half-way wall (resting or
 moving) needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
