@@ -409,4 +409,19 @@ def test_v5e_inspect_plans_the_2d_pair_on_its_state_once(tmp_path):
                        "engine=pallas", "steps=10")
     assert rec["engine"] == "pallas" and rec["population_bytes"] == 9 * 2048 * 2048 * 4
     assert rec["planned_peak_over_population"] == pytest.approx(1.0, abs=0.01)
-    assert rec["traffic_ratio"] == pytest.approx(1.0, abs=0.01)
+    assert rec["traffic_ratio"] == pytest.approx(3072 / 2050, abs=0.01)
+
+
+@pytest.mark.accel
+def test_v5e_inspect_plans_and_moves_the_padded_pair_p_over_ny(tmp_path):
+    """``lbm inspect target=v5e`` on the D2Q9 box 2048 x 2050 (y padded to 3072, 1.50x): the pair, moving and planning
+    the populations P / ny times (4098^2: 90.0 B, 1.25x)."""
+    from helpers.inspect_cli import inspect_json
+
+    if not installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+    rec = inspect_json(tmp_path, "target=v5e", "case=taylor_green", "lattice=d2q9", "grid.nx=2048", "grid.ny=2050",
+                       "engine=auto", "steps=10")
+    assert rec["engine"] == "pallas" and rec["population_bytes"] == 9 * 2048 * 2050 * 4
+    assert rec["traffic_ratio"] == pytest.approx(3072 / 2050, abs=0.01)
+    assert rec["planned_peak_over_population"] == pytest.approx(3072 / 2050, abs=0.02)
