@@ -9,6 +9,7 @@ the command line checked before Hydra started is not validated again inside the 
 from __future__ import annotations
 
 import collections
+import copy
 import json
 import re
 import warnings
@@ -62,32 +63,85 @@ def from_composed(cfg: Mapping[str, Any], choices: Mapping[str, str] | None = No
 
 def _compose(overrides: list[str], config_name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Hydra's composition with its errors as one line; returns (config, the group choices)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf, open_dict
-
     from lbm.config.schema import register
 
     register()
     _check_literal_bools(overrides, config_name)
+    cached = _compose_from_groups(overrides, config_name)
+    if cached is not None:
+        return _finished(cached)
     for _ in range(len(overrides) + 1):
-        GlobalHydra.instance().clear()
         try:
-            with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name=config_name):
-                cfg = hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
-            choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if "/" not in k and isinstance(v, str)}
-            with open_dict(cfg):
-                del cfg["hydra"]
-            return OmegaConf.to_container(cfg, resolve=True), choices  # type: ignore[return-value]
+            return _finished(_hydra_compose(overrides, config_name))
         except Exception as exc:  # Hydra/OmegaConf composition errors: one line naming the key and the fix
             retry = _unknown_key_retry(exc, overrides)
             if retry is None:
                 raise translate(exc, config_name) from None
             overrides = retry
-        finally:
-            GlobalHydra.instance().clear()
     raise AssertionError("unreachable: every retry adds a '+' to one more override")
+
+
+def _hydra_compose(overrides: list[str], config_name: str) -> Any:
+    """Hydra's composed config (an OmegaConf DictConfig, its ``hydra`` node included, unresolved)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3", job_name=config_name):
+            return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _finished(cfg: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the resolved config without Hydra's node, the group choices) of a composed DictConfig (changed in place)."""
+    from omegaconf import OmegaConf, open_dict
+
+    choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if "/" not in k and isinstance(v, str)}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return OmegaConf.to_container(cfg, resolve=True), choices  # type: ignore[return-value]
+
+
+GROUP_CACHE_SIZE = 64
+"""Compositions of group overrides kept per process (:func:`_compose_from_groups`)."""
+
+_by_groups: collections.OrderedDict[tuple[str, tuple[str, ...]], Any] = collections.OrderedDict()
+
+
+def _compose_from_groups(overrides: list[str], config_name: str) -> Any:
+    """The composed config of ``overrides`` from Hydra's composition of their group overrides alone (kept per process)
+    and Hydra's own application of the others (``key=value``, ``+key=value``, ``++key=value``, ``~key``), as Hydra
+    applies them after the defaults list; None where that does not hold (a sweep, a package, an interpolation) or
+    anything fails: then Hydra composes the whole list, and its error is the one reported.
+
+    A composition costs ~80 ms of CPU, mostly building the defaults list and merging its YAML files; the same
+    groups with other values (a sweep's prevalidation, ``bench``'s configurations, the test suite) reuse it."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        groups, values = [], []
+        for o in parsed:
+            if o.is_sweep_override() or o.package is not None or "${" in (o.input_line or ""):
+                return None
+            key = o.key_or_group
+            is_group = "/" in key or (CONFIG_DIR / key).is_dir()
+            (groups if is_group else values).append(o)
+        key = (config_name, tuple(o.input_line or "" for o in groups))
+        if key not in _by_groups:
+            _by_groups[key] = _hydra_compose([o.input_line for o in groups], config_name)
+            while len(_by_groups) > GROUP_CACHE_SIZE:
+                _by_groups.popitem(last=False)
+        _by_groups.move_to_end(key)
+        cfg = copy.deepcopy(_by_groups[key])
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        return cfg
+    except Exception:  # Hydra's whole composition gives the result or the error
+        return None
 
 
 def _check_literal_bools(overrides: list[str], config_name: str) -> None:
