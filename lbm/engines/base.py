@@ -165,6 +165,11 @@ class Engine:
         """A per-cell array ``(*grid)`` (a mask) placed like the populations."""
         return jnp.asarray(a)
 
+    def outside_cells(self) -> jnp.ndarray | None:
+        """A mask of the state's cells that are no grid cell (a layout's pads), placed like the populations; None
+        where every cell of the state is one of the grid's."""
+        return None
+
     def step_boundaries(self, setup: Setup) -> tuple[Any, ...]:
         """The boundary conditions this engine's step receives: the setup's own (an engine may use an equivalent form)."""
         return setup.boundaries

@@ -87,7 +87,7 @@ def advance_chunk(s: Started, at: Position, n: int) -> tuple[float, float, dict[
     """
     t0 = time.perf_counter()
     at.f, aux = s.engine.advance(at.f, n, first_step=at.step)
-    healthy, mass, energy = chunk_stats(at.f, s.fluid, s.setup.lattice)
+    healthy, mass, energy = chunk_stats(at.f, s.fluid, s.setup.lattice, s.outside)
     at.t_run += time.perf_counter() - t0
     at.step += n
     if not healthy:

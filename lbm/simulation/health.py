@@ -21,25 +21,30 @@ RHO_BOUNDS = (0.0, 5.0)
 
 
 @functools.partial(jax.jit, static_argnums=2)
-def _reductions(f: jnp.ndarray, fluid: jnp.ndarray, lattice: Lattice) -> tuple[jnp.ndarray, ...]:
-    """(healthy, fluid cells, their summed density deviation, fluid kinetic energy), reduced on the device."""
+def _reductions(f: jnp.ndarray, fluid: jnp.ndarray, lattice: Lattice, outside: jnp.ndarray | None = None
+                ) -> tuple[jnp.ndarray, ...]:
+    """(healthy, fluid cells, their summed density deviation, fluid kinetic energy), reduced on the device; the
+    ``outside`` cells (a layout's pads) in none of them."""
     drho, u = macroscopic(f, lattice)
     rho = 1.0 + drho
     usq = jnp.sum(u * u, axis=0)
-    healthy = jnp.all(jnp.isfinite(rho) & (rho > RHO_BOUNDS[0]) & (rho < RHO_BOUNDS[1]) & (usq < 1.0))
+    ok = jnp.isfinite(rho) & (rho > RHO_BOUNDS[0]) & (rho < RHO_BOUNDS[1]) & (usq < 1.0)
+    healthy = jnp.all(ok if outside is None else ok | outside)
     cells = jnp.sum(fluid, dtype=jnp.int32)
     excess = jnp.sum(jnp.where(fluid, drho, 0.0))
     energy = jnp.sum(jnp.where(fluid, 0.5 * rho * usq, 0.0))
     return healthy, cells, excess, energy
 
 
-def chunk_stats(f: jnp.ndarray, fluid: jnp.ndarray, lattice: Lattice) -> tuple[bool, float, float]:
-    """(healthy, fluid mass, fluid kinetic energy) of populations ``f`` (deviations f - w) in one device reduction.
+def chunk_stats(f: jnp.ndarray, fluid: jnp.ndarray, lattice: Lattice, outside: jnp.ndarray | None = None
+                ) -> tuple[bool, float, float]:
+    """(healthy, fluid mass, fluid kinetic energy) of populations ``f`` (deviations f - w) in one device reduction;
+    ``outside`` masks the state's cells that are no grid cell (Engine.outside_cells), left out of the health too.
 
     The mass is the number of fluid cells plus the sum of their density deviations, added in float64 on the
     host: a float32 sum of the densities themselves would round away the drift it measures.
     """
-    healthy, cells, excess, energy = (np.asarray(v).item() for v in _reductions(f, fluid, lattice))
+    healthy, cells, excess, energy = (np.asarray(v).item() for v in _reductions(f, fluid, lattice, outside))
     return bool(healthy), float(cells) + float(excess), float(energy)
 
 

@@ -116,6 +116,12 @@ the streaming form on the xla side; ``output.every=11``): 3.50x (periodic) and 4
 0.12.0.1 (3.75x and 4.81x before), 2.25x and 3.04x on 0.10.2. With the boundary plan (engine=pallas named on a
 cylinder; auto runs xla there) 1.72x and 4.08x (0.12.0.1), above these."""
 
+PALLAS_PAIR_2D_ODD_ALONE = 7.1
+"""The same for an odd chunk where the push kernel does not fit (4098^2: whole columns): its first step is the even
+kernel on the state, then the streaming of the opposite slots on the grid's shape, out of the view and back; ``lbm
+inspect target=v5e lattice=d2q9 case=taylor_green grid.nx=4098 grid.ny=4098 engine=pallas steps=11`` plans 8.754x the
+populations (jax 0.10.2), 7.0 times the padding 1.25."""
+
 
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     """The 2D in-place pair's planned peak over the populations for ``run`` on ``platform`` (None where the pallas
@@ -133,6 +139,11 @@ def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     if lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid) < AA2D_MIN_BYTES:
         return None
     odd = any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
+    if odd:
+        from lbm.engines.pallas.kernels import rows_unsupported
+
+        if rows_unsupported(lattice, tuple(run.grid), "float32"):  # the TPU kernels compute in float32
+            return PALLAS_PAIR_2D_ODD_ALONE * pad
     return PALLAS_PAIR_2D[odd] * pad
 
 

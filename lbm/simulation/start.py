@@ -269,10 +269,11 @@ def start(run: RunConfig, run_dir: Path) -> Started:
     place, fluid = sharded_placement(engine, setup)
     f = place(setup.initial_populations())
     outputs = Outputs(run, run_dir, engine)
-    mass0 = float(chunk_stats(f, fluid, setup.lattice)[1])
+    outside = engine.outside_cells()
+    mass0 = float(chunk_stats(f, fluid, setup.lattice, outside)[1])
     step, f, mass0 = resume(run, case, setup, outputs, place, f, mass0)
     k = chunk_size(run)
     profiler = start_profiler(run, run_dir, engine, place)
     compile_ahead(engine, f, run, step, k)
-    return Started(run=run, run_dir=run_dir, case=case, setup=setup, engine=engine, place=place, fluid=fluid, f=f,
-                   start=step, mass0=mass0, chunk=k, outputs=outputs, profiler=profiler)
+    return Started(run=run, run_dir=run_dir, case=case, setup=setup, engine=engine, place=place, fluid=fluid,
+                   outside=outside, f=f, start=step, mass0=mass0, chunk=k, outputs=outputs, profiler=profiler)

@@ -95,6 +95,8 @@ class Started:
     2D pair's view, or as they are: lbm.engines.base.Engine.place)."""
     fluid: jnp.ndarray
     """The fluid mask, placed as the populations are."""
+    outside: jnp.ndarray | None
+    """The state's cells that are no grid cell (Engine.outside_cells: the pallas 2D pair's pads), None if none."""
     f: jnp.ndarray
     """The populations at step ``start``, as the engine holds them (``place``; ``engine.canonical`` gives (Q, *grid))."""
     start: int

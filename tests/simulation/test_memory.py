@@ -65,10 +65,10 @@ def test_engine_factor_bounds_xla_memory_analysis_at_two_sizes(engine, case, nat
 def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
     """On a TPU the pallas engine plans 1.00x in 3D (the in-place pair), and in 2D the pair's 1.2x (1.00x periodic,
     1.17x with the kernel walls, deviceless v5e D2Q9 4096^2: the populations held in the kernels' view, no copy per
-    chunk) where every chunk is even, 4.5x where one chunk is odd (its push step, out of the view and back), times
-    P / ny where the view pads y to P; below 128 MiB or where it would pad by more than 2x the push kernel's 2.50x; on
-    a GPU the push kernel's too."""
-    from lbm.simulation.memory import PALLAS_IN_PLACE, PALLAS_PAIR_2D, engine_factor
+    chunk) where every chunk is even, 4.5x where one chunk is odd (its push step, out of the view and back; 7.1x where
+    the push kernel does not fit), times P / ny where the view pads y to P; below 128 MiB or where it would pad by
+    more than 2x the push kernel's 2.50x; on a GPU the push kernel's too."""
+    from lbm.simulation.memory import PALLAS_IN_PLACE, PALLAS_PAIR_2D, PALLAS_PAIR_2D_ODD_ALONE, engine_factor
 
     def factor(platform: str, *overrides: str) -> float:
         return engine_factor(_run("case=taylor_green", *overrides), platform, "pallas")[1]
@@ -80,6 +80,10 @@ def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
     assert factor("tpu", "grid.nx=1024", "grid.ny=1024", "steps=1000") == ENGINE_FACTOR["pallas"]  # 36 MiB: push
     assert factor("tpu", "grid.nx=4096", "grid.ny=4000", "steps=1000") == pytest.approx(1.2 * 4096 / 4000)  # padded
     assert factor("tpu", "grid.nx=40000", "grid.ny=500", "steps=1000") == ENGINE_FACTOR["pallas"]  # pads 2.05x: push
+    # 4098^2: the push kernel does not fit, an odd chunk's first step is the even kernel and the xla side's streaming
+    assert factor("tpu", "grid.nx=4098", "grid.ny=4098", "steps=1000") == pytest.approx(1.2 * 5120 / 4098)
+    assert factor("tpu", "grid.nx=4098", "grid.ny=4098", "steps=1001") == pytest.approx(
+        PALLAS_PAIR_2D_ODD_ALONE * 5120 / 4098) == pytest.approx(8.87, abs=0.01)  # 8.754x planned (deviceless v5e)
     assert factor("gpu", *big, "steps=1000") == ENGINE_FACTOR["pallas"]
     assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=64") == PALLAS_IN_PLACE
 

@@ -64,8 +64,9 @@ class PallasKernel:
     """The bulk kernel for a grid (a whole one, or one device's shard) on a platform: its form and interpret mode.
 
     ``inplace``: where the form is ``rows``, also the in-place AA pair (:attr:`inplace` True where it runs; in 2D
-    a grid it does not fit runs the push kernel, :attr:`inplace_note` says why; where the pair runs, the push step,
-    for an odd chunk's first step, need not fit: :attr:`push_unsupported` says why not).
+    a grid it does not fit runs the push kernel, and :attr:`inplace_note` says why, or where it pads y, by how much).
+    Where the pair runs, the push step need not fit (:attr:`push_unsupported` says why not): a 3D chunk then runs an
+    even number of steps, a 2D odd chunk's first step is the even kernel and the xla side's streaming.
     """
 
     def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
@@ -191,6 +192,12 @@ class PallasEngine(BulkKernelEngine):
         pads zero: no fluid)."""
         return jnp.asarray(aa.to_view(np.asarray(a), self.setup.shape)) if self.viewed else jnp.asarray(a)
 
+    def outside_cells(self) -> jnp.ndarray | None:
+        """The pads of the 2D pair's view (y >= ny), where it pads y; else None."""
+        if not (self.viewed and aa.pad_factor(self.setup.shape) > 1):
+            return None
+        return ~self.place_cells(np.ones(self.setup.shape, bool))
+
     def canonical(self, f: Any) -> Any:
         """The populations (Q, *grid) of the engine's state ``f`` (on the device: a copy out of the 2D pair's view;
         a host copy: free where y is not padded, the same order)."""
@@ -258,6 +265,10 @@ class PallasEngine(BulkKernelEngine):
             return lambda f, t, params: self.step(f, t, params, name)
 
         def push(f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            if self.bulk.push_unsupported and self.block is None:  # 2D, only the pair fits: its even step in place,
+                lat = self.setup.lattice  # then the streaming of the opposite slots on the grid's shape
+                post = self.canonical(self.bulk.aa(f, "aa_even"))
+                return self.place(stream(post[np.asarray(lat.opposite)], lat)), {}
             out, aux = self.step(self.canonical(f), t, params, "push")  # 2D: the grid's shape, out of the view and back
             return self.place(out), aux
 
