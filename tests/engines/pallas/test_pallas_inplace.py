@@ -415,7 +415,7 @@ def test_v5e_inspect_plans_the_2d_pair_on_its_state_once(tmp_path):
                        "engine=pallas", "steps=10")
     assert rec["engine"] == "pallas" and rec["population_bytes"] == 9 * 2048 * 2048 * 4
     assert rec["planned_peak_over_population"] == pytest.approx(1.0, abs=0.01)
-    assert rec["traffic_ratio"] == pytest.approx(3072 / 2050, abs=0.01)
+    assert rec["traffic_ratio"] == pytest.approx(1.0, abs=0.01)
 
 
 @pytest.mark.accel
