@@ -153,9 +153,16 @@ def aa_rows(lattice: Lattice, shape: tuple[int, ...], itemsize: int = 4, budget:
     """Rows per block of the in-place kernels on grid ``shape``: the largest divisor R of nx whose block (R + ``extra``
     rows: the kernel walls read one more) fits ``budget`` bytes of VMEM and leaves at least MIN_BLOCKS blocks (so that
     DMAs overlap the compute), else 1."""
-    nx, row = shape[0], vmem_bytes(lattice.q, (1, *view_shape(shape)[1:]), itemsize)
-    fitting = [b for b in range(1, nx + 1) if nx % b == 0 and (b + extra) * row <= budget and nx // b >= MIN_BLOCKS]
+    fitting = block_heights(lattice, shape, itemsize, budget, extra)
     return max(fitting) if fitting else 1
+
+
+def block_heights(lattice: Lattice, shape: tuple[int, ...], itemsize: int = 4, budget: int = AA_BYTES, extra: int = 0
+                  ) -> list[int]:
+    """The divisors R of nx whose block (R + ``extra`` rows) fits ``budget`` bytes of VMEM and leaves at least
+    MIN_BLOCKS blocks, in increasing order."""
+    nx, row = shape[0], vmem_bytes(lattice.q, (1, *view_shape(shape)[1:]), itemsize)
+    return [b for b in range(1, nx + 1) if nx % b == 0 and (b + extra) * row <= budget and nx // b >= MIN_BLOCKS]
 
 
 def aa_unsupported(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:

@@ -96,9 +96,7 @@ def walls_rows(lattice: Lattice, shape: tuple[int, ...]) -> int:
     rows = aa.aa_rows(lattice, shape, 4, extra=1)
     if rows > 1:
         return rows
-    row = vmem_bytes(lattice.q, (1, *aa.view_shape(shape)[1:]), 4)
-    nx = shape[0]
-    wider = [b for b in range(2, nx + 1) if nx % b == 0 and (b + 1) * row <= aa.AA_BLOCK_MAX and nx // b >= aa.MIN_BLOCKS]
+    wider = [b for b in aa.block_heights(lattice, shape, 4, aa.AA_BLOCK_MAX, extra=1) if b > 1]
     return min(wider) if wider else rows
 
 
