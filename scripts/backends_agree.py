@@ -52,16 +52,18 @@ def steps_apart(overrides: list[str], steps: list[int], engine: str) -> dict[int
             f = stepper.place(setup.initial_populations())
             done, seen = 0, {}
             for n in steps:
-                f, _ = stepper.advance(f, n - done, first_step=done)
+                f, aux = stepper.advance(f, n - done, first_step=done)
                 done = n
-                seen[n] = (stepper.host_populations(f), stepper.fields(f, n))
+                seen[n] = (stepper.host_populations(f), stepper.fields(f, n), np.asarray(aux.get("force", np.zeros(0))))
             states[device.platform] = seen
     ref, other = states[cpu.platform], states[dev.platform]
     apart = {}
     for n in steps:
-        (f_ref, fields_ref), (f, fields) = ref[n], other[n]
+        (f_ref, fields_ref, force_ref), (f, fields, force) = ref[n], other[n]
         apart[n] = {"f": relative(f, f_ref), "rho": relative(fields["rho"], fields_ref["rho"]),
                     "u": relative(fields["u"], fields_ref["u"])}
+        if force_ref.size:  # the force of every step of the last chunk (a Forces condition)
+            apart[n]["force"] = relative(force, force_ref)
     return apart
 
 
@@ -69,7 +71,8 @@ def check_steps(overrides: list[str], steps: list[int], engine: str) -> None:
     """Print :func:`steps_apart`, a line per step count."""
     for n, apart in steps_apart(overrides, steps, engine).items():
         (f, f_at), (rho, _), (u, u_at) = apart["f"], apart["rho"], apart["u"]
-        print(f"steps {n:5d} {engine}: f {f:.2e} at {f_at}; rho {rho:.2e}; u {u:.2e} at {u_at}", flush=True)
+        force = f"; force {apart['force'][0]:.2e}" if "force" in apart else ""
+        print(f"steps {n:5d} {engine}: f {f:.2e} at {f_at}; rho {rho:.2e}; u {u:.2e} at {u_at}{force}", flush=True)
 
 
 def check_stages(overrides: list[str], at_steps: list[int], dump: set[str], dump_dir: Path) -> None:

@@ -84,6 +84,14 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
 
     if not walls_unsupported(setup):
         return "pallas", "auto on a TPU: pallas, whose in-place kernels apply the half-way walls themselves"
+    # The 2D pair with an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces): the solid bit in its
+    # kernels, the face rows and the force on the xla side, no gather of cell lists; deviceless v5e at 3360x1440 109 B
+    # per cell and step (1.07x the padded box's 102 B) against xla's 465 B.
+    from lbm.engines.pallas.faces import faces_unsupported
+
+    if not faces_unsupported(setup):
+        return "pallas", ("auto on a TPU: pallas, the in-place pair with the inflow, the outflow and the obstacle "
+                          "(lbm.engines.pallas.faces)")
     return "xla", ("auto on a TPU: xla, faster than pallas where there are boundary cells the in-place kernels "
                    "do not apply (docs/performance.md, Running on a TPU)")
 

@@ -47,7 +47,7 @@ from lbm.boundaries.base import StepState
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable
 from lbm.engines.bulk import BulkKernelEngine
-from lbm.engines.pallas import ACCELERATORS, aa, kernels, walls
+from lbm.engines.pallas import ACCELERATORS, aa, faces, kernels, walls
 from lbm.engines.timestep import moment_stages, moments, outputs, run_stages
 from lbm.kernels.streaming import stream
 from lbm.stages import TIMESTEP
@@ -152,12 +152,22 @@ class PallasEngine(BulkKernelEngine):
             # the moments cell by cell on the view, then the grid's shape (a copy of rho and u, not of the populations)
             grid = setup.shape
             self._moments = jax.jit(lambda f, t, bcs: tuple(aa.from_view(a, grid) for a in moments(f, t, bcs, setup)))
+        self.faces: faces.Faces | None = None
+        """The 2D pair's inflow, outflow and full-way obstacle as face rows and a solid bit (lbm.engines.pallas.faces;
+        None: the plan's)."""
         self.walls: walls.Walls | None = None
         """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
         form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
         if form is not None:
             self.walls, self.walls_rows = walls.Walls(form, setup.lattice), walls.walls_rows(setup.lattice, setup.shape)
             self.params = jax.tree_util.tree_map(jnp.asarray, walls.WallParams(walls=form, dense=self.params))
+            self._stages = ()
+            return
+        if self.viewed and setup.boundaries:
+            self.faces = faces.faces_form(setup)[0]
+        if self.faces is not None:
+            self.walls_rows = walls.walls_rows(setup.lattice, setup.shape)
+            self.params = jax.tree_util.tree_map(jnp.asarray, self.faces.params(self.params))
             self._stages = ()
             return
         self.plan_boundaries()
@@ -232,7 +242,7 @@ class PallasEngine(BulkKernelEngine):
              ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
         """Step ``t`` of ``scheme`` (push | aa_even | aa_odd): the bulk kernel, then the boundary cells' stages into
         the slots it wrote (with the walls in the kernels, only whole chunks: :meth:`walls_chunk`)."""
-        if self.walls is not None:
+        if self.walls is not None or self.faces is not None:
             raise EngineUnavailable("the in-place kernels apply the walls over whole chunks, not one step")
         if self.block is None:
             return (self.bulk(f) if scheme == "push" else self.bulk.aa(f, scheme)), {}
@@ -257,6 +267,8 @@ class PallasEngine(BulkKernelEngine):
             return jax.jit(self.paired_chunk(n, self.step), donate_argnums=0)
         if self.walls is not None:
             return self.walls_chunk(n)
+        if self.faces is not None:
+            return self.faces_chunk(n)
         if n % 2 and self.bulk.push_unsupported and self.setup.lattice.d == 3:  # 2D: PallasKernel.__call__'s even step
             raise EngineUnavailable(f"{self.bulk.push_unsupported}: the in-place kernels run an even number of steps "
                                     f"per chunk, not {n}")
@@ -307,3 +319,38 @@ class PallasEngine(BulkKernelEngine):
             return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret, **ny), {}
 
         return jax.jit(self.on_state(chunk), donate_argnums=0)
+
+    def faces_chunk(self, n: int) -> Any:
+        """n steps of the 2D pair with an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces): each
+        AA step's kernel with the solid bit, then its face rows; an odd chunk's first step the even one and the
+        streaming on the xla side."""
+        s, lat, fc = self.setup, self.setup.lattice, self.faces
+        assert fc is not None
+        kw = dict(omega_plus=s.omega_plus, omega_minus=s.omega_minus, force=s.force_array, rows=self.walls_rows,
+                  interpret=self.bulk.interpret, collision=s.collision, ny=s.shape[1])
+        solid_only = walls.Walls.solid_only(lat)
+
+        def outputs_of(a: jnp.ndarray, params: Any) -> dict[str, jnp.ndarray]:
+            force = fc.force(a, params.mask)
+            return {} if force is None else {"force": force}
+
+        def even(a: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            pre = fc.even_pre(a)
+            pre, a = jax.lax.optimization_barrier((pre, a))  # read before the kernel overwrites the rows in place
+            a = walls.walls_even_step(a, (params.bits,), lat, solid_only, reflect=False, **kw)
+            a = fc.even_put(a, pre, t, params.rows)
+            return a, outputs_of(a, params)
+
+        def odd(a: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            around = fc.odd_pre(a)
+            around, a = jax.lax.optimization_barrier((around, a))
+            a = walls.walls_odd_step(a, (params.bits,), lat, solid_only, **kw)
+            a = fc.odd_put(a, around, t, params.rows)
+            return a, outputs_of(a, params)
+
+        def single(a: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            a, _ = even(a, t, params)  # then the streaming of the opposite slots, on the grid's shape
+            a = self.place(stream(self.canonical(a)[np.asarray(lat.opposite)], lat))
+            return a, outputs_of(a, params)
+
+        return jax.jit(self.on_state(self.paired_chunk(n, single, even, odd)), donate_argnums=0)

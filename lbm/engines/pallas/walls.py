@@ -73,10 +73,9 @@ def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
     why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype)
     if why:
         return None, why
-    held = (walls_rows(lattice, shape) + 1) * vmem_bytes(lattice.q, (1, *aa.view_shape(shape)[1:]), 4)
-    if held > aa.AA_BLOCK_MAX:
-        return None, (f"grid {'x'.join(map(str, shape))}: two rows of the in-place kernels with walls "
-                      f"({held / 2**20:.0f} MiB) do not fit their VMEM budget ({aa.AA_BLOCK_MAX // 2**20} MiB)")
+    why = rows_unfit(lattice, shape)
+    if why:
+        return None, why
     solid, links, term = rules[0]
     if foldable_solid(solid, links, lattice) is None:
         return None, "the wall's links are not the half-way links of its solid cells"
@@ -84,6 +83,15 @@ def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
     if form.wall_term is not None and np.ndim(form.wall_term) != 1:
         return None, "the moving wall's term is not one value per direction"
     return form, ""
+
+
+def rows_unfit(lattice: Lattice, shape: tuple[int, ...]) -> str:
+    """Why the blocks of the in-place kernels with walls do not fit in VMEM on ``shape`` ('' where they do)."""
+    held = (walls_rows(lattice, shape) + 1) * vmem_bytes(lattice.q, (1, *aa.view_shape(shape)[1:]), 4)
+    if held > aa.AA_BLOCK_MAX:
+        return (f"grid {'x'.join(map(str, shape))}: two rows of the in-place kernels with walls "
+                f"({held / 2**20:.0f} MiB) do not fit their VMEM budget ({aa.AA_BLOCK_MAX // 2**20} MiB)")
+    return ""
 
 
 def walls_rows(lattice: Lattice, shape: tuple[int, ...]) -> int:
@@ -124,6 +132,13 @@ class Walls:
         split = form.wall_term_bits is not None  # the wall term's flags in a second word (more than 32 bits)
         self.term = {k: (float(term[k]), int(split), m if split else self.q + 1 + m)
                      for m, k in enumerate(form.carried)}
+
+    @classmethod
+    def solid_only(cls, lattice: Lattice) -> Walls:
+        """Solid cells and no links (a full-way obstacle, lbm.engines.pallas.faces): no wall term."""
+        walls = cls.__new__(cls)
+        walls.q, walls.dtype, walls.term = lattice.q, jnp.float32, {}
+        return walls
 
     def read(self, k: int, raw: Any, alt: Any, words: list[Any]) -> Any:
         """Population k of a cell: ``alt`` (plus the wall term) where bit k says it came out of a wall, else ``raw``."""

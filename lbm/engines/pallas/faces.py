@@ -1,0 +1,237 @@
+"""An inflow, an outflow and a full-way obstacle with the 2D in-place pair on a TPU: face rows, a solid bit, a dense box.
+
+The boundary plan gathers and scatters its cells by flat index, which on a TPU serialises (the cylinder 3360x1440 ran
+the pair at 236 MLUPS with it). Here no cell list is gathered in the step:
+
+- **the obstacle** (:class:`~lbm.boundaries.bounce_back.FullwayBounceBack`) is the kernels' solid bit
+  (lbm.engines.pallas.walls, without link bits): in the AA pair a solid cell that writes back what it read *is* the
+  full-way rule. In the even step cell x reads slot k and writes its post-collision f*_k to slot opp(k); a solid
+  cell's f*_k is its f_opp(k), read from slot opp(k): the same value. In the odd step it reads f_k from slot opp(k) of
+  x - c_k and writes f*_k to slot k of x + c_k, where it read f_opp(k): again the same value. After an odd step the
+  populations are those of a dense step (no fix pass);
+- **the faces** x = 0 (:class:`~lbm.boundaries.inlet.Inlet`) and x = nx - 1 (:class:`~lbm.boundaries.outflow.Outflow`):
+  the kernels step every cell as periodic fluid; the step of the two face rows is then redone on the xla side from a
+  few whole rows of the view read before the kernel (their pre-step populations: own slots in the even step; slot
+  opp(k) of x - c_k, over rows nx - 3 .. 1, in the odd one), by the setup's own stages on a three-row grid
+  (rows 0, nx - 2, nx - 1, so that the face rules find their faces), and written over the slots those cells own:
+  slot opp(k) of their own row (even), slot k of x + c_k (odd; for x = nx - 1 and c_x > 0 across the wrap into
+  row 0, which only the face cells read). The populations leaving through a face land in slots that only the
+  other face reads, and that face's rule replaces them;
+- **the force** (:class:`~lbm.boundaries.forces.Forces`) is the momentum exchange as a dense masked sum over the box
+  of its links: after any step (even, odd, or dense) population k of a fluid cell x towards the wall sits in slot
+  opp(k) of x or slot k of x + c_k, and the solid cell's reflected one in the other: their sum is the same expression.
+
+The arithmetic of the face rows and the force is that of the xla engine (the same stage functions); the sum of the
+force runs in another order (float32 rounding, about 1e-7 relative).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbm.boundaries.base import StepState, pytree_dataclass
+from lbm.boundaries.bounce_back import FullwayBounceBack
+from lbm.boundaries.forces import Forces
+from lbm.boundaries.inlet import Inlet
+from lbm.boundaries.outflow import Outflow
+from lbm.cases.base import Setup
+from lbm.engines.pallas import aa
+from lbm.engines.pallas.walls import rows_unfit
+from lbm.engines.timestep import active_stages, run_stages
+from lbm.lattice import Lattice
+
+FACE_KINDS = (Inlet, Outflow, FullwayBounceBack, Forces)
+"""The conditions the pair takes this way (each at most once), with no other."""
+MINI_ROWS = (0, -2, -1)
+"""The grid rows of the three-row grid the face rows' step runs on (as offsets: -1 is nx - 1)."""
+
+
+def faces_form(setup: Setup) -> tuple[Faces | None, str]:
+    """The faces' plan of ``setup`` for the 2D in-place pair, and ''; or None and why the pair cannot take them so."""
+    lattice, bcs, shape = setup.lattice, setup.boundaries, setup.shape
+    if lattice.d != 2:
+        return None, "the pair's faces are 2D only"
+    kinds = [type(bc) for bc in bcs]
+    if not bcs or any(k not in FACE_KINDS for k in kinds) or len(set(kinds)) != len(kinds):
+        return None, ("the pair's faces take an inlet at x = 0, a zero-gradient outflow at x = nx - 1, a full-way "
+                      "obstacle and its force, each at most once, and no other condition")
+    if Forces in kinds and FullwayBounceBack not in kinds:
+        return None, "the pair's force needs the full-way obstacle"
+    if shape[0] < 6:
+        return None, f"grid {'x'.join(map(str, shape))}: the pair's faces need nx >= 6"
+    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype)
+    if why or rows_unfit(lattice, shape):
+        return None, why or rows_unfit(lattice, shape)
+    if setup.force_array is not None and np.ndim(setup.force_array) != 1:
+        return None, "the pair's faces take a uniform body force only"
+    box = None
+    for bc in bcs:
+        if isinstance(bc, Forces):
+            box = ForceBox.of(bc, shape, lattice)
+            if box is None:
+                return None, "the obstacle's force links wrap around the grid"
+    return Faces(setup, box), ""
+
+
+def faces_unsupported(setup: Setup) -> str:
+    """Why the 2D in-place pair cannot take ``setup``'s conditions as faces ('' when it can)."""
+    return faces_form(setup)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class ForceBox:
+    """The links of a :class:`Forces` as one dense weight per slot and cell of the box that holds both their ends."""
+
+    lo: tuple[int, int]
+    shape: tuple[int, int]
+    weights: np.ndarray
+    """(D, Q, *shape): the force is sum(weights * populations of the box) + :attr:`offset`."""
+    offset: np.ndarray
+    """(D,): the links' sum of 2 w_k c_k (populations are deviations f - w)."""
+
+    @classmethod
+    def of(cls, forces: Forces, grid: tuple[int, ...], lattice: Lattice) -> ForceBox | None:
+        """The box of ``forces``' links on ``grid``; None where a link wraps around it.
+
+        A link (k, fluid x, solid x + c_k) adds c_k (f*_k(x) + f*_opp(k)(x + c_k)); after a step those two sit in
+        slot opp(k) of x and slot k of x + c_k, in either order (module doc), so slot j at cell y weighs
+        c_j ([y - c_j is a link's fluid end of direction j] - [y is one of direction opp(j)]).
+        """
+        k = np.asarray(forces.link_dir, np.int64)
+        src = np.stack(np.unravel_index(np.asarray(forces.link_src, np.int64), grid))
+        dst = np.stack(np.unravel_index(np.asarray(forces.link_dst, np.int64), grid))
+        c = np.asarray(lattice.c, np.int64)
+        if k.size == 0 or not np.array_equal(src + c[k].T, dst):
+            return None
+        ends = np.concatenate([src, dst], axis=1)
+        lo, hi = ends.min(axis=1), ends.max(axis=1) + 1
+        fluid_end = np.zeros((lattice.q, *(hi - lo)), np.float64)
+        fluid_end[(k, *(src - lo[:, None]))] = 1.0
+        solid_end = np.zeros_like(fluid_end)
+        solid_end[(k, *(dst - lo[:, None]))] = 1.0  # [y - c_k is a link's fluid end of direction k]
+        opp = np.asarray(lattice.opposite)
+        weights = c.T[:, :, None, None] * (solid_end - fluid_end[opp])[None]
+        offset = 2.0 * (np.asarray(lattice.w)[k, None] * c[k]).sum(axis=0)
+        return cls(lo=tuple(int(a) for a in lo), shape=tuple(int(a) for a in hi - lo), weights=weights,
+                   offset=offset)
+
+
+@pytree_dataclass
+class FacesParams:
+    """The params of a chunk with the pair's faces: the kernels' solid words (view), the face rows' conditions, the
+    force's masks, and the dense conditions."""
+
+    bits: Any
+    rows: Any
+    mask: Any
+    dense: Any
+
+
+class Faces:
+    """The face rows' step and the force for :func:`faces_form` (the module doc)."""
+
+    def __init__(self, setup: Setup, box: ForceBox | None) -> None:
+        self.setup, self.box = setup, box
+        self.lattice = setup.lattice
+        self.grid = tuple(setup.shape)
+        nx = self.grid[0]
+        self.mini = tuple(r % nx for r in MINI_ROWS)
+        self.stages = tuple(s for s in active_stages(setup) if s not in ("forces", "stream"))
+        self.solid = np.zeros(self.grid, bool)
+        for bc in setup.boundaries:
+            if isinstance(bc, FullwayBounceBack):
+                self.solid = np.asarray(bc.solid, bool)
+
+    def params(self, dense: Any) -> FacesParams:
+        """The chunk's params (numpy; the engine puts them on the device)."""
+        rows = []
+        for bc in self.setup.boundaries:
+            if isinstance(bc, FullwayBounceBack):
+                rows.append(FullwayBounceBack(solid=self.solid[list(self.mini)]))
+            elif not isinstance(bc, Forces):
+                rows.append(bc)
+        bits = np.where(self.solid, np.int32(1 << self.lattice.q), np.int32(0))
+        dtype = np.dtype(self.setup.dtype)
+        mask = None if self.box is None else (self.box.weights.astype(dtype), self.box.offset.astype(dtype))
+        return FacesParams(bits=aa.to_view(bits, self.grid), rows=tuple(rows), mask=mask, dense=dense)
+
+    # --- rows of the view as the grid's cells ------------------------------------------------------------------
+    def _rows(self, a: jnp.ndarray, rows: tuple[int, ...]) -> jnp.ndarray:
+        """Rows ``rows`` of the view ``a`` as ``(Q, len(rows), ny)``."""
+        picked = jnp.concatenate([a[:, r:r + 1] for r in rows], axis=1)
+        return aa.from_view(picked, (len(rows), self.grid[1]))
+
+    def _put(self, a: jnp.ndarray, r: int, values: jnp.ndarray) -> jnp.ndarray:
+        """The view ``a`` with the cells (y < ny) of rows r, r + 1, ... set to ``values`` ``(Q, rows, ny)`` (the pads
+        as they were)."""
+        n, ny, p = values.shape[1], self.grid[1], aa.padded_ny(self.grid[1])
+        new = values.astype(a.dtype)
+        if p != ny:
+            new = jnp.concatenate([new, aa.from_view(a[:, r:r + n], (n, p))[:, :, ny:]], axis=2)
+        return jax.lax.dynamic_update_slice_in_dim(a, aa.to_view(new, (n, p)), r, axis=1)
+
+    def _step(self, pre: jnp.ndarray, t: jnp.ndarray, rows: Any) -> jnp.ndarray:
+        """The post-collision populations ``(Q, 3, ny)`` of the three-row grid from its pre-step ones."""
+        s = run_stages(self.stages, StepState(f=pre, t=t), rows, self.setup)
+        return s.post
+
+    # --- the even step: each cell's own slots ------------------------------------------------------------------
+    def even_pre(self, a: jnp.ndarray) -> jnp.ndarray:
+        """The three rows' pre-step populations before the even kernel (their own slots)."""
+        return self._rows(a, self.mini)
+
+    def even_put(self, a: jnp.ndarray, pre: jnp.ndarray, t: jnp.ndarray, rows: Any) -> jnp.ndarray:
+        """After the even kernel: the face rows' f*_k in their slots opp(k)."""
+        opp = np.asarray(self.lattice.opposite)
+        post = self._step(pre, t, rows)
+        with jax.named_scope("stream"):
+            a = self._put(a, self.mini[0], post[opp, 0:1])
+            return self._put(a, self.mini[2], post[opp, 2:3])
+
+    # --- the odd step: slot opp(k) of x - c_k in, slot k of x + c_k out -----------------------------------------
+    def _around(self) -> tuple[int, ...]:
+        nx = self.grid[0]
+        return tuple(r % nx for r in (-3, -2, -1, 0, 1))
+
+    def odd_pre(self, a: jnp.ndarray) -> jnp.ndarray:
+        """Rows nx - 3 .. 1 of the view before the odd kernel (where the three rows' cells read)."""
+        return self._rows(a, self._around())
+
+    def odd_put(self, a: jnp.ndarray, around: jnp.ndarray, t: jnp.ndarray, rows: Any) -> jnp.ndarray:
+        """After the odd kernel: the face rows' f*_k in slot k of x + c_k (from their pre-step populations, streamed
+        from ``around``)."""
+        lat, nx = self.lattice, self.grid[0]
+        at = {r: i for i, r in enumerate(self._around())}
+        pre = jnp.stack([jnp.stack([jnp.roll(around[int(lat.opposite[k]), at[(x - int(lat.c[k, 0])) % nx]],
+                                             int(lat.c[k, 1]), axis=-1) for x in self.mini])
+                         for k in range(lat.q)])
+        post = self._step(pre, t, rows)
+        with jax.named_scope("stream"):
+            out_rows = tuple(r % nx for r in (-2, -1, 0, 1))
+            block = self._rows(a, out_rows)
+            written = {}  # (slot, row of out_rows) -> f*_k of the face cell that owns it
+            for m in (0, 2):
+                for k in range(lat.q):
+                    r = out_rows.index((self.mini[m] + int(lat.c[k, 0])) % nx)
+                    written[k, r] = jnp.roll(post[k, m], int(lat.c[k, 1]), axis=-1)
+            block = jnp.stack([jnp.stack([written.get((k, r), block[k, r]) for r in range(len(out_rows))])
+                               for k in range(lat.q)])
+            a = self._put(a, out_rows[0], block[:, :2])
+            return self._put(a, out_rows[2], block[:, 2:])
+
+    # --- the force -----------------------------------------------------------------------------------------------
+    def force(self, a: jnp.ndarray, mask: Any) -> jnp.ndarray | None:
+        """The momentum exchange ``(D,)`` from the populations after a step (view ``a``), None without a force."""
+        if self.box is None:
+            return None
+        (x0, y0), (bx, by) = self.box.lo, self.box.shape
+        weights, offset = mask
+        with jax.named_scope("forces"):
+            box = aa.from_view(a[:, x0:x0 + bx], (bx, self.grid[1]))[:, :, y0:y0 + by]
+            # a sum of products, not a dot: on a TPU a float32 dot runs in bfloat16 passes by default
+            return jnp.sum(weights * box[None], axis=(1, 2, 3)) + offset

@@ -1,0 +1,121 @@
+"""The cylinder on the 2D in-place pair (lbm.engines.pallas.faces): the obstacle as the kernels' solid bit, the face
+rows and the force on the xla side. Against the xla engine in Pallas interpret mode, the force's dense weights against
+the momentum exchange, the lowered chunk for a TPU, and what ``auto`` picks.
+
+Bounds: populations of order 0.01 within 1e-7 (measured at most 2.2e-8 over 5 steps: float32 rounding of the
+kernels' arithmetic against XLA's); the force within 1e-6 of its largest component (measured 3.6e-7: its sum runs in
+another order).
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers.lattices import slow_except
+from helpers.runs import setup_for
+
+from lbm.boundaries.forces import Forces
+from lbm.engines import auto_choice
+from lbm.engines.base import spec_of
+from lbm.engines.pallas import faces
+from lbm.engines.pallas.engine import PallasEngine
+from lbm.engines.timestep import step_index
+from lbm.engines.xla import XlaEngine
+from lbm.kernels.forces import momentum_exchange
+from lbm.kernels.streaming import stream
+
+F_TOL, FORCE_TOL = 1e-7, 1e-6
+
+
+def _cylinder(nx=24, ny=1030, *extra):
+    """A cylinder of radius 4 on nx x ny (1030: the view pads y to 2048 and streams periodic at ny)."""
+    return setup_for(["case=cylinder", f"grid.nx={nx}", f"grid.ny={ny}", "case.radius=4",
+                      f"case.center=[9,{ny // 2 + 3}]", *extra], "float32")
+
+
+@pytest.fixture
+def pair_2d(monkeypatch):
+    """The 2D in-place pair on the tests' small grids: it is chosen from 128 MiB only."""
+    from lbm.engines.pallas import aa
+
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+
+
+def _noisy(setup, seed=1):
+    f0 = np.asarray(setup.initial_populations())
+    rng = np.random.default_rng(seed)
+    w = setup.lattice.w.reshape((-1,) + (1,) * setup.lattice.d)
+    return (f0 * (1 + 0.01 * rng.standard_normal(f0.shape)) + 1e-3 * w * rng.standard_normal(f0.shape)).astype(f0.dtype)
+
+
+@pytest.mark.parametrize("ny,steps", slow_except([(1030, 4), (1030, 5), (1024, 3), (1024, 1)], fast={(1030, 4)}))
+def test_the_faces_equal_the_xla_engine(ny, steps, pair_2d):
+    """Every cell (solid ones and the face rows included) and the force of every step, from noisy populations: even
+    chunks (the pair in the loop) and odd ones (the even step and the streaming on the xla side first), on a padded
+    view and an unpadded one."""
+    setup = _cylinder(24, ny)
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    assert engine.faces is not None and engine.block is None and engine.walls is None
+    f0 = _noisy(setup)
+    f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
+    f, aux = engine.advance(jnp.array(f0), steps)
+    assert np.abs(np.asarray(f_ref) - f0).max() > 1e-2  # the steps did change the populations
+    np.testing.assert_allclose(np.asarray(f), np.asarray(f_ref), rtol=0, atol=F_TOL)
+    force, force_ref = np.asarray(aux["force"]), np.asarray(aux_ref["force"])
+    assert force.shape == force_ref.shape == (steps, 2)
+    np.testing.assert_allclose(force, force_ref, rtol=0, atol=FORCE_TOL * np.abs(force_ref).max())
+
+
+def test_the_force_weights_give_the_momentum_exchange():
+    """The dense weights on the populations after a dense step (streamed post-collision ones) against the momentum
+    exchange over the links of the post-collision ones: the same sum (random float32 populations)."""
+    setup = _cylinder(24, 40)
+    forces = next(bc for bc in setup.boundaries if isinstance(bc, Forces))
+    box = faces.ForceBox.of(forces, setup.shape, setup.lattice)
+    post = jnp.asarray(np.random.default_rng(0).standard_normal((9, *setup.shape)))
+    after = np.asarray(stream(post, setup.lattice))[:, box.lo[0]:box.lo[0] + box.shape[0],
+                                                     box.lo[1]:box.lo[1] + box.shape[1]]
+    dense = (box.weights * after[None]).sum(axis=(1, 2, 3)) + box.offset
+    exchange = momentum_exchange(post, post, forces.link_dir, forces.link_src, forces.link_dst, setup.lattice)
+    # float32 (x64 off): the two sums in different orders, 3e-8 relative measured
+    np.testing.assert_allclose(dense, np.asarray(exchange), rtol=0, atol=3e-7 * np.abs(np.asarray(exchange)).max())
+    assert np.count_nonzero(box.weights) > 0 and box.shape[0] < setup.shape[0]
+    edge = np.zeros(setup.shape, bool)
+    edge[0, 18:22] = True  # an obstacle on x = 0: the links from x = nx - 1 wrap
+    assert faces.ForceBox.of(Forces.on(edge, setup.lattice), setup.shape, setup.lattice) is None
+
+
+def test_a_faces_chunk_for_a_tpu_gathers_no_cell_list(pair_2d):
+    """The chunk of 4 steps lowered for a TPU: two Mosaic kernels in the loop (the pair), and every gather or scatter
+    (the face rules' direction indices) on the three face rows, none on the grid or on a list of cells."""
+    setup = _cylinder()
+    engine = PallasEngine(setup, platform="tpu", interpret=False)
+    f = jax.ShapeDtypeStruct(engine.state_shape, setup.dtype)
+    traced = engine.chunk_function(4).trace(f, spec_of(engine.params), spec_of(step_index(0)))
+    text = traced.lower(lowering_platforms=("tpu",)).as_text()
+    assert text.count("tpu_custom_call") == 2
+    operands = re.findall(r'"stablehlo\.(?:gather|scatter)"\(%[\w#.]+, [^)]*\).*?: \((tensor<[^>]*>)', text)
+    lines = [ln for ln in text.splitlines() if '"stablehlo.gather"' in ln or '"stablehlo.scatter"' in ln]
+    assert lines and len(operands) == sum('"stablehlo.gather"' in ln for ln in lines)
+    assert set(operands) == {"tensor<9x3x1030xf32>"}, operands
+
+
+def test_what_the_faces_take_and_what_auto_picks_on_a_tpu(pair_2d):
+    """The default cylinder's conditions (nebb inlet, zero-gradient outflow, full-way obstacle, its force) on the pair:
+    auto picks pallas; a curved wall or the non-reflecting outlet keep xla, each with its reason."""
+    assert faces.faces_unsupported(_cylinder()) == ""
+    assert auto_choice(_cylinder(), "tpu") == ("pallas", auto_choice(_cylinder(), "tpu")[1])
+    assert "faces" in auto_choice(_cylinder(), "tpu")[1]
+    for extra, why in (("case.bounce_back=interpolated", "no other condition"),
+                       ("case.outlet=characteristic", "no other condition")):
+        other = _cylinder(24, 1030, extra)
+        assert why in faces.faces_unsupported(other) and auto_choice(other, "tpu")[0] == "xla"
+
+
+def test_the_default_cylinder_keeps_xla_on_a_tpu():
+    """420 x 180 pads y to 1024 (5.7x) and holds 2.7 MiB: not the pair, so xla (faster there, docs/performance.md)."""
+    setup = setup_for([], "float32")
+    assert "MiB" in faces.faces_unsupported(setup) or "pad" in faces.faces_unsupported(setup)
+    assert auto_choice(setup, "tpu")[0] == "xla"
