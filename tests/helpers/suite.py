@@ -119,7 +119,8 @@ def compose_once() -> None:
     Hydra's whole composition costs ~80 ms of CPU; the loader composes each set of group overrides once per process
     and applies the rest itself (lbm.config.loader._compose_from_groups: ~9 ms), and the suite composes the same few
     configurations again and again (``prepare``, ``load``, the command line's check before Hydra starts): the fast
-    lane asks for about 600 compositions of 460 lists, so about 140 are not made again. The result is a pure function of the overrides and lbm's config files
+    lane asks for about 600 compositions of 460 lists, so about 140 are not made again. The result is a pure function
+    of the overrides and lbm's config files
     (its resolvers read only the config; the ``${now:...}`` run directories are in Hydra's own node, dropped): every
     caller gets a fresh deep copy, a composition that fails is not kept (it raises again, with its message), and
     overrides holding an interpolation (``${oc.env:...}`` may read the environment) are composed every time."""

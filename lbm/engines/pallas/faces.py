@@ -90,7 +90,8 @@ class ForceBox:
     lo: tuple[int, int]
     shape: tuple[int, int]
     weights: np.ndarray
-    """(D, Q, *shape): the force is sum(weights * populations of the box) + :attr:`offset`."""
+    """(D, Q, *shape), each -1, 0 or 1 (int8 on the device): the force is sum(weights * populations of the box) +
+    :attr:`offset`."""
     offset: np.ndarray
     """(D,): the links' sum of 2 w_k c_k (populations are deviations f - w)."""
 
@@ -157,7 +158,7 @@ class Faces:
                 rows.append(bc)
         bits = np.where(self.solid, np.int32(1 << self.lattice.q), np.int32(0))
         dtype = np.dtype(self.setup.dtype)
-        mask = None if self.box is None else (self.box.weights.astype(dtype), self.box.offset.astype(dtype))
+        mask = None if self.box is None else (self.box.weights.astype(np.int8), self.box.offset.astype(dtype))
         return FacesParams(bits=aa.to_view(bits, self.grid), rows=tuple(rows), mask=mask, dense=dense)
 
     # --- rows of the view as the grid's cells ------------------------------------------------------------------
@@ -232,6 +233,8 @@ class Faces:
         (x0, y0), (bx, by) = self.box.lo, self.box.shape
         weights, offset = mask
         with jax.named_scope("forces"):
-            box = aa.from_view(a[:, x0:x0 + bx], (bx, self.grid[1]))[:, :, y0:y0 + by]
+            t0, t1 = y0 // aa.LANES, -(-(y0 + by) // aa.LANES)  # the view's rows of 128 cells that hold the box
+            tiles = a[:, x0:x0 + bx, t0:t1].reshape(a.shape[0], bx, (t1 - t0) * aa.LANES)
+            box = tiles[:, :, y0 - t0 * aa.LANES:y0 - t0 * aa.LANES + by]
             # a sum of products, not a dot: on a TPU a float32 dot runs in bfloat16 passes by default
-            return jnp.sum(weights * box[None], axis=(1, 2, 3)) + offset
+            return jnp.sum(weights.astype(box.dtype) * box[None], axis=(1, 2, 3)) + offset
