@@ -34,21 +34,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbm.boundaries.base import StepState, pytree_dataclass
-from lbm.boundaries.bounce_back import FullwayBounceBack
-from lbm.boundaries.forces import Forces
-from lbm.boundaries.inlet import Inlet
-from lbm.boundaries.outflow import Outflow
+from lbm.boundaries.base import BoundaryCondition, BulkRule, StepState, pytree_dataclass
 from lbm.cases.base import Setup
 from lbm.engines.pallas import aa
 from lbm.engines.pallas.walls import rows_unfit
 from lbm.engines.timestep import active_stages, run_stages
 from lbm.lattice import Lattice
 
-FACE_KINDS = (Inlet, Outflow, FullwayBounceBack, Forces)
-"""The conditions the pair takes this way (each at most once), with no other."""
 MINI_ROWS = (0, -2, -1)
 """The grid rows of the three-row grid the face rows' step runs on (as offsets: -1 is nx - 1)."""
+TAKES = ("an inlet at x = 0, a zero-gradient outflow at x = nx - 1, a full-way obstacle and its force, each at most "
+         "once, and no other condition")
+
+
+def face_role(rule: BulkRule | None) -> str | None:
+    """What a condition with the bulk rule ``rule`` is to the pair's faces (inflow, outflow, a full-way wall, force), or
+    None where they cannot take it."""
+    if rule is None:
+        return None
+    if rule.wall is not None:
+        return "wall" if rule.wall[1] is None and not (rule.inflow or rule.outflow or rule.links) else None
+    roles = [name for name, on in (("inflow", rule.inflow), ("outflow", rule.outflow), ("force", rule.links)) if on]
+    return roles[0] if len(roles) == 1 else None
 
 
 def faces_form(setup: Setup) -> tuple[Faces | None, str]:
@@ -56,11 +63,10 @@ def faces_form(setup: Setup) -> tuple[Faces | None, str]:
     lattice, bcs, shape = setup.lattice, setup.boundaries, setup.shape
     if lattice.d != 2:
         return None, "the pair's faces are 2D only"
-    kinds = [type(bc) for bc in bcs]
-    if not bcs or any(k not in FACE_KINDS for k in kinds) or len(set(kinds)) != len(kinds):
-        return None, ("the pair's faces take an inlet at x = 0, a zero-gradient outflow at x = nx - 1, a full-way "
-                      "obstacle and its force, each at most once, and no other condition")
-    if Forces in kinds and FullwayBounceBack not in kinds:
+    roles = [face_role(bc.bulk_rule()) for bc in bcs]
+    if not bcs or None in roles or len(set(roles)) != len(roles):
+        return None, f"the pair's faces take {TAKES}"
+    if "force" in roles and "wall" not in roles:
         return None, "the pair's force needs the full-way obstacle"
     if shape[0] < 6:
         return None, f"grid {'x'.join(map(str, shape))}: the pair's faces need nx >= 6"
@@ -70,12 +76,11 @@ def faces_form(setup: Setup) -> tuple[Faces | None, str]:
     if setup.force_array is not None and np.ndim(setup.force_array) != 1:
         return None, "the pair's faces take a uniform body force only"
     box = None
-    for bc in bcs:
-        if isinstance(bc, Forces):
-            box = ForceBox.of(bc, shape, lattice)
-            if box is None:
-                return None, "the obstacle's force links wrap around the grid"
-    return Faces(setup, box), ""
+    if "force" in roles:
+        box = ForceBox.of(bcs[roles.index("force")], shape, lattice)
+        if box is None:
+            return None, "the obstacle's force links wrap around the grid"
+    return Faces(setup, dict(zip(roles, bcs, strict=True)), box), ""
 
 
 def faces_unsupported(setup: Setup) -> str:
@@ -96,8 +101,9 @@ class ForceBox:
     """(D,): the links' sum of 2 w_k c_k (populations are deviations f - w)."""
 
     @classmethod
-    def of(cls, forces: Forces, grid: tuple[int, ...], lattice: Lattice) -> ForceBox | None:
-        """The box of ``forces``' links on ``grid``; None where a link wraps around it.
+    def of(cls, forces: BoundaryCondition, grid: tuple[int, ...], lattice: Lattice) -> ForceBox | None:
+        """The box of the links (``link_dir``, ``link_src``, ``link_dst``: lbm.boundaries.base.BulkRule) of a
+        momentum exchange ``forces`` on ``grid``; None where a link wraps around it.
 
         A link (k, fluid x, solid x + c_k) adds c_k (f*_k(x) + f*_opp(k)(x + c_k)); after a step those two sit in
         slot opp(k) of x and slot k of x + c_k, in either order (module doc), so slot j at cell y weighs
@@ -133,33 +139,61 @@ class FacesParams:
     dense: Any
 
 
+@dataclasses.dataclass(frozen=True)
+class RowsBlock:
+    """The three-row grid's cells (rows :data:`MINI_ROWS` of the grid, in that order) as a cell block
+    (lbm.boundaries.base.CellBlock): the face rules' block forms run on it."""
+
+    lattice: Lattice
+    shape: tuple[int, ...]
+
+    @property
+    def rows(self) -> tuple[int, ...]:
+        """The grid rows, in block order."""
+        return tuple(r % self.shape[0] for r in MINI_ROWS)
+
+    @property
+    def cells(self) -> np.ndarray:
+        """The flat lattice indices of the block's cells, in block order."""
+        return (np.asarray(self.rows)[:, None] * self.shape[1] + np.arange(self.shape[1])).reshape(-1)
+
+    def index_of(self, flat: np.ndarray) -> np.ndarray:
+        """Block positions of lattice cells ``flat`` (all must be in the three rows)."""
+        where = np.full(int(np.prod(self.shape)), -1, np.int64)
+        where[self.cells] = np.arange(self.cells.size)
+        out = where[np.asarray(flat, np.int64)]
+        if np.any(out < 0):
+            raise ValueError("a cell outside the face rows")
+        return out.astype(np.int32)
+
+    def gathered(self, values: np.ndarray) -> np.ndarray:
+        """A per-cell lattice array ``(..., *grid)`` on the block: ``(..., 3 ny, 1)``."""
+        v = np.asarray(values)[..., list(self.rows), :]
+        return v.reshape(*v.shape[:-2], -1, 1)
+
+
 class Faces:
     """The face rows' step and the force for :func:`faces_form` (the module doc)."""
 
-    def __init__(self, setup: Setup, box: ForceBox | None) -> None:
-        self.setup, self.box = setup, box
+    def __init__(self, setup: Setup, roles: dict[str, BoundaryCondition], box: ForceBox | None) -> None:
+        self.setup, self.roles, self.box = setup, roles, box
         self.lattice = setup.lattice
         self.grid = tuple(setup.shape)
-        nx = self.grid[0]
-        self.mini = tuple(r % nx for r in MINI_ROWS)
+        self.block = RowsBlock(setup.lattice, self.grid)
+        self.mini = self.block.rows
         self.stages = tuple(s for s in active_stages(setup) if s not in ("forces", "stream"))
-        self.solid = np.zeros(self.grid, bool)
-        for bc in setup.boundaries:
-            if isinstance(bc, FullwayBounceBack):
-                self.solid = np.asarray(bc.solid, bool)
+        full_way = roles.get("wall")
+        wall = None if full_way is None else full_way.bulk_rule()
+        self.solid = np.zeros(self.grid, bool) if wall is None or wall.wall is None else np.asarray(wall.wall[0], bool)
 
     def params(self, dense: Any) -> FacesParams:
-        """The chunk's params (numpy; the engine puts them on the device)."""
-        rows = []
-        for bc in self.setup.boundaries:
-            if isinstance(bc, FullwayBounceBack):
-                rows.append(FullwayBounceBack(solid=self.solid[list(self.mini)]))
-            elif not isinstance(bc, Forces):
-                rows.append(bc)
+        """The chunk's params (numpy; the engine puts them on the device): the face rows' conditions are the block
+        forms of those acting in :attr:`stages`."""
+        rows = tuple(bc.on_block(self.block) for bc in self.setup.boundaries if bc.stage in self.stages)
         bits = np.where(self.solid, np.int32(1 << self.lattice.q), np.int32(0))
         dtype = np.dtype(self.setup.dtype)
         mask = None if self.box is None else (self.box.weights.astype(np.int8), self.box.offset.astype(dtype))
-        return FacesParams(bits=aa.to_view(bits, self.grid), rows=tuple(rows), mask=mask, dense=dense)
+        return FacesParams(bits=aa.to_view(bits, self.grid), rows=rows, mask=mask, dense=dense)
 
     # --- rows of the view as the grid's cells ------------------------------------------------------------------
     def _rows(self, a: jnp.ndarray, rows: tuple[int, ...]) -> jnp.ndarray:
@@ -177,9 +211,11 @@ class Faces:
         return jax.lax.dynamic_update_slice_in_dim(a, aa.to_view(new, (n, p)), r, axis=1)
 
     def _step(self, pre: jnp.ndarray, t: jnp.ndarray, rows: Any) -> jnp.ndarray:
-        """The post-collision populations ``(Q, 3, ny)`` of the three-row grid from its pre-step ones."""
-        s = run_stages(self.stages, StepState(f=pre, t=t), rows, self.setup)
-        return s.post
+        """The post-collision populations ``(Q, 3, ny)`` of the three-row grid from its pre-step ones (as a block of
+        cells, :class:`RowsBlock`)."""
+        q, ny = pre.shape[0], self.grid[1]
+        s = run_stages(self.stages, StepState(f=pre.reshape(q, 3 * ny, 1), t=t), rows, self.setup)
+        return s.post.reshape(q, 3, ny)
 
     # --- the even step: each cell's own slots ------------------------------------------------------------------
     def even_pre(self, a: jnp.ndarray) -> jnp.ndarray:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers.lattices import slow_except
-from helpers.runs import setup_for
+from helpers.runs import noisy_populations, setup_for
 
 from lbm.boundaries.base import neighbour
 from lbm.engines import auto_choice
@@ -96,12 +96,6 @@ def test_the_link_bits_give_the_native_engines_wall_rule(case, pair_2d):
     assert np.array_equal(solid, np.asarray(setup.solid).reshape(-1))
 
 
-def _noisy(setup, seed=2):
-    f0 = np.asarray(setup.initial_populations())
-    rng = np.random.default_rng(seed)
-    w = setup.lattice.w.reshape((-1,) + (1,) * setup.lattice.d)
-    return (f0 * (1 + 0.01 * rng.standard_normal(f0.shape)) + 1e-3 * w * rng.standard_normal(f0.shape)).astype(f0.dtype)
-
 
 @pytest.mark.parametrize("name,steps", slow_except(
     [("cavity_d3q19", 3), ("cavity_d3q19", 4), ("cavity_d3q19_trt", 5), ("duct_d3q19", 4),
@@ -113,7 +107,7 @@ def test_the_kernel_walls_equal_the_xla_engine(name, steps, pair_2d):
     setup = setup_for(CASES[name], "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=True)
     assert engine.bulk.inplace and engine.walls is not None and engine.block is None
-    f0 = _noisy(setup)
+    f0 = noisy_populations(setup, 2)
     f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
     f, aux = engine.advance(jnp.array(f0), steps)
     assert np.abs(np.asarray(f_ref) - f0).max() > 1e-4  # the steps did change the populations
@@ -137,7 +131,7 @@ def test_the_kernel_walls_across_x_on_a_padded_view_wrap_y_at_ny(pair_2d):
     setup = dataclasses.replace(setup, solid=solid, boundaries=(HalfwayBounceBack.around(solid, setup.lattice),))
     engine = PallasEngine(setup, platform="tpu", interpret=True)
     assert engine.walls is not None and "padded from 1030 to 2048" in engine.note
-    f0 = _noisy(setup)
+    f0 = noisy_populations(setup, 2)
     f_ref, _ = XlaEngine(setup).advance(jnp.array(f0), 4)
     f, _ = engine.advance(jnp.array(f0), 4)
     assert np.abs(np.asarray(f_ref) - f0).max() > 1e-3
