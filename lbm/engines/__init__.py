@@ -4,8 +4,9 @@
 ``native``: a generated C++ kernel for the bulk plus the stage functions on boundary cells (CPU);
 ``pallas``: one Pallas kernel per step for the bulk plus the same boundary plan (GPU, TPU; interpreted on CPU);
 ``instrumented``: one jit per stage, annotated, for the profiler;
-``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free box and where the in-place
-pair runs a grid whose one condition is a half-way wall (resting or moving: its kernels apply it), xla for other boundaries
+``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free box, where the in-place
+pair runs a grid whose one condition is a half-way wall (resting or moving: its kernels apply it), and where the 2D pair
+runs an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces), xla for other boundaries
 (:func:`auto_choice` says why); xla where the chosen one does not support the setup.
 """
 
@@ -85,8 +86,9 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
     if not walls_unsupported(setup):
         return "pallas", "auto on a TPU: pallas, whose in-place kernels apply the half-way walls themselves"
     # The 2D pair with an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces): the solid bit in its
-    # kernels, the face rows and the force on the xla side, no gather of cell lists; deviceless v5e at 3360x1440 109 B
-    # per cell and step (1.07x the padded box's 102 B) against xla's 465 B.
+    # kernels, the face rows and the force on the xla side, no gather of cell lists; on the v5e the cylinder at
+    # 3360x1440 5037 MLUPS against xla's 1688, at 6720x2880 7591 against 1172 (docs/performance.md, "The cylinder on
+    # the 2D pair").
     from lbm.engines.pallas.faces import faces_unsupported
 
     if not faces_unsupported(setup):

@@ -113,8 +113,9 @@ case=taylor_green grid.nx=4096 grid.ny=4096 engine=pallas`` plans 1.000x the pop
 view), 1.000x and 1.056x at 2048^2 (jax 0.10.2 and 0.12.0.1; it was 2.00x and 2.17x with a copy into the view and
 back in every chunk). An odd chunk's push step runs on the grid's shape, copied out of the view and back (the walls:
 the streaming form on the xla side; ``output.every=11``): 3.50x (periodic) and 4.47x (cavity) at 4096^2 on jax
-0.12.0.1 (3.75x and 4.81x before), 2.25x and 3.04x on 0.10.2. With the boundary plan (engine=pallas named on a
-cylinder; auto runs xla there) 1.72x and 4.08x (0.12.0.1), above these."""
+0.12.0.1 (3.75x and 4.81x before), 2.25x and 3.04x on 0.10.2. The cylinder on the pair (lbm.engines.pallas.faces:
+the solid words and the force's weights) 1.13x and 3.78-4.42x per P / ny on jax 0.10.2 (3360x1440: 1.601x and
+5.38x; 6720x2880: 1.200x and 4.71x), within these."""
 
 PALLAS_PAIR_2D_ODD_ALONE = 7.1
 """The same for an odd chunk where the push kernel does not fit (4098^2: whole columns): its first step is the even

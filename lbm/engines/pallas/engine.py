@@ -27,6 +27,9 @@ are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrite
 scattered into the slots it wrote. Where the pair runs, a setup whose one condition is a half-way wall (resting or
 moving) needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
 (lbm.engines.pallas.walls), and a chunk ends with one pass that leaves the walls' populations as a dense step does.
+In 2D an inflow at x = 0, a zero-gradient outflow at x = nx - 1, a full-way obstacle and its force need none either
+(lbm.engines.pallas.faces: the obstacle is the kernels' solid bit, the two face rows' step and the force run on the xla
+side from whole rows of the view).
 
 Kernel formulation by platform: ``flat`` on GPUs (Triton), ``rows`` on TPUs (Mosaic; it needs
 a first axis the row blocks divide). On a CPU the kernel runs in Pallas interpret mode:

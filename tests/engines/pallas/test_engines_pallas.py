@@ -223,7 +223,7 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatc
 
         monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
     setup = setup_for(DEVICE_CASES[name], "float32")
-    # named, not auto: on a TPU auto picks xla for 2D walls and any inlet (lbm.engines.auto_choice; its test is below)
+    # named, not auto: on a TPU auto picks xla for small 2D grids with walls or an inlet (lbm.engines.auto_choice)
     engine = make_engine(setup, engine="pallas")
     assert engine.name == "pallas", engine.note
     assert engine.interpret == (jax.default_backend() == "cpu")  # compiled wherever there is an accelerator
