@@ -5,8 +5,8 @@
 ``pallas``: one Pallas kernel per step for the bulk plus the same boundary plan (GPU, TPU; interpreted on CPU);
 ``instrumented``: one jit per stage, annotated, for the profiler;
 ``auto``: native on a CPU where it builds; pallas on a GPU; on a TPU pallas for a wall-free box, where the in-place
-pair runs a grid whose one condition is a half-way wall (resting or moving: its kernels apply it), and where the 2D pair
-runs an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces), xla for other boundaries
+pair runs a grid whose one condition is a half-way wall (resting or moving: its kernels apply it), and where it runs
+an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces), xla for other boundaries
 (:func:`auto_choice` says why); xla where the chosen one does not support the setup.
 """
 
@@ -87,8 +87,8 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
         return "pallas", "auto on a TPU: pallas, whose in-place kernels apply the half-way walls themselves"
     # The 2D pair with an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces): the solid bit in its
     # kernels, the face rows and the force on the xla side, no gather of cell lists; on the v5e the cylinder at
-    # 3360x1440 5037 MLUPS against xla's 1688, at 6720x2880 7591 against 1172 (docs/performance.md, "The cylinder on
-    # the 2D pair").
+    # 3360x1440 5037 MLUPS against xla's 1688, at 6720x2880 7591 against 1172, the D3Q19 cylinder at 256x128x128 3606
+    # against 589 and at 420x180x32 737 against 296 (docs/performance.md, "The cylinder on the 2D pair").
     from lbm.engines.pallas.faces import faces_unsupported
 
     if not faces_unsupported(setup):

@@ -166,7 +166,7 @@ class PallasEngine(BulkKernelEngine):
             self.params = jax.tree_util.tree_map(jnp.asarray, walls.WallParams(walls=form, dense=self.params))
             self._stages = ()
             return
-        if self.viewed and setup.boundaries:
+        if self.bulk.inplace and setup.boundaries:
             self.faces = faces.faces_form(setup)[0]
         if self.faces is not None:
             self.walls_rows = walls.walls_rows(setup.lattice, setup.shape)
@@ -324,13 +324,14 @@ class PallasEngine(BulkKernelEngine):
         return jax.jit(self.on_state(chunk), donate_argnums=0)
 
     def faces_chunk(self, n: int) -> Any:
-        """n steps of the 2D pair with an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces): each
+        """n steps of the pair with an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces): each
         AA step's kernel with the solid bit, then its face rows; an odd chunk's first step the even one and the
         streaming on the xla side."""
         s, lat, fc = self.setup, self.setup.lattice, self.faces
         assert fc is not None
+        ny = {"ny": s.shape[1]} if lat.d == 2 else {}  # the view's y periodic at the grid's ny
         kw = dict(omega_plus=s.omega_plus, omega_minus=s.omega_minus, force=s.force_array, rows=self.walls_rows,
-                  interpret=self.bulk.interpret, collision=s.collision, ny=s.shape[1])
+                  interpret=self.bulk.interpret, collision=s.collision, **ny)
         solid_only = walls.Walls.solid_only(lat)
 
         def outputs_of(a: jnp.ndarray, params: Any) -> dict[str, jnp.ndarray]:

@@ -1,4 +1,4 @@
-"""An inflow, an outflow and a full-way obstacle with the 2D in-place pair on a TPU: face rows, a solid bit, a dense box.
+"""An inflow, an outflow and a full-way obstacle with the in-place pair on a TPU: face rows, a solid bit, a dense box.
 
 The boundary plan gathers and scatters its cells by flat index, which on a TPU serialises (the cylinder 3360x1440 ran
 the pair at 236 MLUPS with it). Here no cell list is gathered in the step:
@@ -59,10 +59,8 @@ def face_role(rule: BulkRule | None) -> str | None:
 
 
 def faces_form(setup: Setup) -> tuple[Faces | None, str]:
-    """The faces' plan of ``setup`` for the 2D in-place pair, and ''; or None and why the pair cannot take them so."""
+    """The faces' plan of ``setup`` for the in-place pair, and ''; or None and why the pair cannot take them so."""
     lattice, bcs, shape = setup.lattice, setup.boundaries, setup.shape
-    if lattice.d != 2:
-        return None, "the pair's faces are 2D only"
     roles = [face_role(bc.bulk_rule()) for bc in bcs]
     if not bcs or None in roles or len(set(roles)) != len(roles):
         return None, f"the pair's faces take {TAKES}"
@@ -79,12 +77,12 @@ def faces_form(setup: Setup) -> tuple[Faces | None, str]:
     if "force" in roles:
         box = ForceBox.of(bcs[roles.index("force")], shape, lattice)
         if box is None:
-            return None, "the obstacle's force links wrap around the grid"
+            return None, "the obstacle's force has no link"
     return Faces(setup, dict(zip(roles, bcs, strict=True)), box), ""
 
 
 def faces_unsupported(setup: Setup) -> str:
-    """Why the 2D in-place pair cannot take ``setup``'s conditions as faces ('' when it can)."""
+    """Why the in-place pair cannot take ``setup``'s conditions as faces ('' when it can)."""
     return faces_form(setup)[1]
 
 
@@ -92,8 +90,8 @@ def faces_unsupported(setup: Setup) -> str:
 class ForceBox:
     """The links of a :class:`Forces` as one dense weight per slot and cell of the box that holds both their ends."""
 
-    lo: tuple[int, int]
-    shape: tuple[int, int]
+    lo: tuple[int, ...]
+    shape: tuple[int, ...]
     weights: np.ndarray
     """(D, Q, *shape), each -1, 0 or 1 (int8 on the device): the force is sum(weights * populations of the box) +
     :attr:`offset`."""
@@ -103,7 +101,8 @@ class ForceBox:
     @classmethod
     def of(cls, forces: BoundaryCondition, grid: tuple[int, ...], lattice: Lattice) -> ForceBox | None:
         """The box of the links (``link_dir``, ``link_src``, ``link_dst``: lbm.boundaries.base.BulkRule) of a
-        momentum exchange ``forces`` on ``grid``; None where a link wraps around it.
+        momentum exchange ``forces`` on ``grid`` (the smallest that holds both ends of each; where links wrap
+        around an axis, as those of a cylinder spanning a periodic z, the whole axis); None without a link.
 
         A link (k, fluid x, solid x + c_k) adds c_k (f*_k(x) + f*_opp(k)(x + c_k)); after a step those two sit in
         slot opp(k) of x and slot k of x + c_k, in either order (module doc), so slot j at cell y weighs
@@ -113,7 +112,7 @@ class ForceBox:
         src = np.stack(np.unravel_index(np.asarray(forces.link_src, np.int64), grid))
         dst = np.stack(np.unravel_index(np.asarray(forces.link_dst, np.int64), grid))
         c = np.asarray(lattice.c, np.int64)
-        if k.size == 0 or not np.array_equal(src + c[k].T, dst):
+        if k.size == 0:
             return None
         ends = np.concatenate([src, dst], axis=1)
         lo, hi = ends.min(axis=1), ends.max(axis=1) + 1
@@ -122,7 +121,7 @@ class ForceBox:
         solid_end = np.zeros_like(fluid_end)
         solid_end[(k, *(dst - lo[:, None]))] = 1.0  # [y - c_k is a link's fluid end of direction k]
         opp = np.asarray(lattice.opposite)
-        weights = c.T[:, :, None, None] * (solid_end - fluid_end[opp])[None]
+        weights = c.T.reshape(lattice.d, lattice.q, *[1] * lattice.d) * (solid_end - fluid_end[opp])[None]
         offset = 2.0 * (np.asarray(lattice.w)[k, None] * c[k]).sum(axis=0)
         return cls(lo=tuple(int(a) for a in lo), shape=tuple(int(a) for a in hi - lo), weights=weights,
                    offset=offset)
@@ -141,7 +140,7 @@ class FacesParams:
 
 @dataclasses.dataclass(frozen=True)
 class RowsBlock:
-    """The three-row grid's cells (rows :data:`MINI_ROWS` of the grid, in that order) as a cell block
+    """The three-row grid's cells (rows, in 3D planes, :data:`MINI_ROWS` of the grid, in that order) as a cell block
     (lbm.boundaries.base.CellBlock): the face rules' block forms run on it."""
 
     lattice: Lattice
@@ -155,7 +154,8 @@ class RowsBlock:
     @property
     def cells(self) -> np.ndarray:
         """The flat lattice indices of the block's cells, in block order."""
-        return (np.asarray(self.rows)[:, None] * self.shape[1] + np.arange(self.shape[1])).reshape(-1)
+        face = int(np.prod(self.shape[1:]))
+        return (np.asarray(self.rows)[:, None] * face + np.arange(face)).reshape(-1)
 
     def index_of(self, flat: np.ndarray) -> np.ndarray:
         """Block positions of lattice cells ``flat`` (all must be in the three rows)."""
@@ -167,9 +167,10 @@ class RowsBlock:
         return out.astype(np.int32)
 
     def gathered(self, values: np.ndarray) -> np.ndarray:
-        """A per-cell lattice array ``(..., *grid)`` on the block: ``(..., 3 ny, 1)``."""
-        v = np.asarray(values)[..., list(self.rows), :]
-        return v.reshape(*v.shape[:-2], -1, 1)
+        """A per-cell lattice array ``(..., *grid)`` on the block: ``(..., 3 ny [nz], 1[, 1])``."""
+        d = len(self.shape)
+        v = np.moveaxis(np.moveaxis(np.asarray(values), -d, 0)[list(self.rows)], 0, -d)
+        return v.reshape(*v.shape[:-d], -1, *[1] * (d - 1))
 
 
 class Faces:
@@ -197,25 +198,28 @@ class Faces:
 
     # --- rows of the view as the grid's cells ------------------------------------------------------------------
     def _rows(self, a: jnp.ndarray, rows: tuple[int, ...]) -> jnp.ndarray:
-        """Rows ``rows`` of the view ``a`` as ``(Q, len(rows), ny)``."""
+        """Rows (3D: planes) ``rows`` of the view ``a`` as ``(Q, len(rows), *grid[1:])``."""
         picked = jnp.concatenate([a[:, r:r + 1] for r in rows], axis=1)
-        return aa.from_view(picked, (len(rows), self.grid[1]))
+        return aa.from_view(picked, (len(rows), *self.grid[1:]))
 
     def _put(self, a: jnp.ndarray, r: int, values: jnp.ndarray) -> jnp.ndarray:
-        """The view ``a`` with the cells (y < ny) of rows r, r + 1, ... set to ``values`` ``(Q, rows, ny)`` (the pads
-        as they were)."""
-        n, ny, p = values.shape[1], self.grid[1], aa.padded_ny(self.grid[1])
-        new = values.astype(a.dtype)
+        """The view ``a`` with the cells (y < ny) of rows r, r + 1, ... set to ``values`` ``(Q, rows, *grid[1:])`` (the
+        pads as they were)."""
+        n, new = values.shape[1], values.astype(a.dtype)
+        if len(self.grid) == 3:
+            return jax.lax.dynamic_update_slice_in_dim(a, new, r, axis=1)
+        ny, p = self.grid[1], aa.padded_ny(self.grid[1])
         if p != ny:
             new = jnp.concatenate([new, aa.from_view(a[:, r:r + n], (n, p))[:, :, ny:]], axis=2)
         return jax.lax.dynamic_update_slice_in_dim(a, aa.to_view(new, (n, p)), r, axis=1)
 
     def _step(self, pre: jnp.ndarray, t: jnp.ndarray, rows: Any) -> jnp.ndarray:
-        """The post-collision populations ``(Q, 3, ny)`` of the three-row grid from its pre-step ones (as a block of
-        cells, :class:`RowsBlock`)."""
-        q, ny = pre.shape[0], self.grid[1]
-        s = run_stages(self.stages, StepState(f=pre.reshape(q, 3 * ny, 1), t=t), rows, self.setup)
-        return s.post.reshape(q, 3, ny)
+        """The post-collision populations ``(Q, 3, *grid[1:])`` of the three-row grid from its pre-step ones (as a
+        block of cells, :class:`RowsBlock`)."""
+        q, d = pre.shape[0], len(self.grid)
+        block = pre.reshape(q, -1, *[1] * (d - 1))
+        s = run_stages(self.stages, StepState(f=block, t=t), rows, self.setup)
+        return s.post.reshape(pre.shape)
 
     # --- the even step: each cell's own slots ------------------------------------------------------------------
     def even_pre(self, a: jnp.ndarray) -> jnp.ndarray:
@@ -235,6 +239,11 @@ class Faces:
         nx = self.grid[0]
         return tuple(r % nx for r in (-3, -2, -1, 0, 1))
 
+    def _across(self, face: jnp.ndarray, k: int) -> jnp.ndarray:
+        """A face ``(*grid[1:])`` moved by c_k along the axes after x (periodic)."""
+        shift = tuple(int(v) for v in self.lattice.c[k, 1:])
+        return jnp.roll(face, shift, axis=tuple(range(len(shift)))) if any(shift) else face
+
     def odd_pre(self, a: jnp.ndarray) -> jnp.ndarray:
         """Rows nx - 3 .. 1 of the view before the odd kernel (where the three rows' cells read)."""
         return self._rows(a, self._around())
@@ -244,9 +253,8 @@ class Faces:
         from ``around``)."""
         lat, nx = self.lattice, self.grid[0]
         at = {r: i for i, r in enumerate(self._around())}
-        pre = jnp.stack([jnp.stack([jnp.roll(around[int(lat.opposite[k]), at[(x - int(lat.c[k, 0])) % nx]],
-                                             int(lat.c[k, 1]), axis=-1) for x in self.mini])
-                         for k in range(lat.q)])
+        pre = jnp.stack([jnp.stack([self._across(around[int(lat.opposite[k]), at[(x - int(lat.c[k, 0])) % nx]], k)
+                                    for x in self.mini]) for k in range(lat.q)])
         post = self._step(pre, t, rows)
         with jax.named_scope("stream"):
             out_rows = tuple(r % nx for r in (-2, -1, 0, 1))
@@ -255,22 +263,30 @@ class Faces:
             for m in (0, 2):
                 for k in range(lat.q):
                     r = out_rows.index((self.mini[m] + int(lat.c[k, 0])) % nx)
-                    written[k, r] = jnp.roll(post[k, m], int(lat.c[k, 1]), axis=-1)
+                    written[k, r] = self._across(post[k, m], k)
             block = jnp.stack([jnp.stack([written.get((k, r), block[k, r]) for r in range(len(out_rows))])
                                for k in range(lat.q)])
             a = self._put(a, out_rows[0], block[:, :2])
             return self._put(a, out_rows[2], block[:, 2:])
 
     # --- the force -----------------------------------------------------------------------------------------------
+    def _box(self, a: jnp.ndarray) -> jnp.ndarray:
+        """The force's box of the view ``a``, ``(Q, *box.shape)``: in 2D cut from the view's rows of 128 cells that
+        hold it (not from whole rows: a copy of those planned 0.10x the populations at 6720x2880)."""
+        lo, shape = self.box.lo, self.box.shape
+        if len(self.grid) == 3:
+            return a[(slice(None), *(slice(o, o + n) for o, n in zip(lo, shape, strict=True)))]
+        (x0, y0), (bx, by) = lo, shape
+        t0, t1 = y0 // aa.LANES, -(-(y0 + by) // aa.LANES)
+        tiles = a[:, x0:x0 + bx, t0:t1].reshape(a.shape[0], bx, (t1 - t0) * aa.LANES)
+        return tiles[:, :, y0 - t0 * aa.LANES:y0 - t0 * aa.LANES + by]
+
     def force(self, a: jnp.ndarray, mask: Any) -> jnp.ndarray | None:
         """The momentum exchange ``(D,)`` from the populations after a step (view ``a``), None without a force."""
         if self.box is None:
             return None
-        (x0, y0), (bx, by) = self.box.lo, self.box.shape
         weights, offset = mask
         with jax.named_scope("forces"):
-            t0, t1 = y0 // aa.LANES, -(-(y0 + by) // aa.LANES)  # the view's rows of 128 cells that hold the box
-            tiles = a[:, x0:x0 + bx, t0:t1].reshape(a.shape[0], bx, (t1 - t0) * aa.LANES)
-            box = tiles[:, :, y0 - t0 * aa.LANES:y0 - t0 * aa.LANES + by]
+            box = self._box(a)
             # a sum of products, not a dot: on a TPU a float32 dot runs in bfloat16 passes by default
-            return jnp.sum(weights.astype(box.dtype) * box[None], axis=(1, 2, 3)) + offset
+            return jnp.sum(weights.astype(box.dtype) * box[None], axis=tuple(range(1, box.ndim + 1))) + offset

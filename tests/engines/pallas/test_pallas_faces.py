@@ -33,6 +33,11 @@ def _cylinder(nx=24, ny=1030, *extra):
                       f"case.center=[9,{ny // 2 + 3}]", *extra], "float32")
 
 
+CYLINDER_3D = ["case=cylinder", "lattice=d3q19", "grid.nx=24", "grid.ny=16", "grid.nz=8", "case.radius=3",
+               "case.center=[9,8]"]
+"""The D3Q19 cylinder spanning a periodic z: its force links wrap around z (the force's box spans it whole)."""
+
+
 @pytest.fixture
 def pair_2d(monkeypatch):
     """The 2D in-place pair on the tests' small grids: it is chosen from 128 MiB only."""
@@ -42,12 +47,13 @@ def pair_2d(monkeypatch):
 
 
 
-@pytest.mark.parametrize("ny,steps", slow_except([(1030, 4), (1030, 5), (1024, 3), (1024, 1)], fast={(1030, 4)}))
+@pytest.mark.parametrize("ny,steps", slow_except([(1030, 4), (1030, 5), (1024, 3), (1024, 1), ("3d", 4), ("3d", 3)],
+                                                 fast={(1030, 4)}))
 def test_the_faces_equal_the_xla_engine(ny, steps, pair_2d):
     """Every cell (solid ones and the face rows included) and the force of every step, from noisy populations: even
     chunks (the pair in the loop) and odd ones (the even step and the streaming on the xla side first), on a padded
-    view and an unpadded one."""
-    setup = _cylinder(24, ny)
+    view, an unpadded one, and in 3D (face planes; the force's links wrapping around z)."""
+    setup = setup_for(CYLINDER_3D, "float32") if ny == "3d" else _cylinder(24, ny)
     engine = PallasEngine(setup, platform="tpu", interpret=True)
     assert engine.faces is not None and engine.block is None and engine.walls is None
     f0 = noisy_populations(setup, 1)
@@ -56,7 +62,7 @@ def test_the_faces_equal_the_xla_engine(ny, steps, pair_2d):
     assert np.abs(np.asarray(f_ref) - f0).max() > 1e-2  # the steps did change the populations
     np.testing.assert_allclose(np.asarray(f), np.asarray(f_ref), rtol=0, atol=F_TOL)
     force, force_ref = np.asarray(aux["force"]), np.asarray(aux_ref["force"])
-    assert force.shape == force_ref.shape == (steps, 2)
+    assert force.shape == force_ref.shape == (steps, setup.lattice.d)
     np.testing.assert_allclose(force, force_ref, rtol=0, atol=FORCE_TOL * np.abs(force_ref).max())
 
 
@@ -75,8 +81,14 @@ def test_the_force_weights_give_the_momentum_exchange():
     np.testing.assert_allclose(dense, np.asarray(exchange), rtol=0, atol=3e-7 * np.abs(np.asarray(exchange)).max())
     assert np.count_nonzero(box.weights) > 0 and box.shape[0] < setup.shape[0]
     edge = np.zeros(setup.shape, bool)
-    edge[0, 18:22] = True  # an obstacle on x = 0: the links from x = nx - 1 wrap
-    assert faces.ForceBox.of(Forces.on(edge, setup.lattice), setup.shape, setup.lattice) is None
+    edge[0, 18:22] = True  # an obstacle on x = 0: the links from x = nx - 1 wrap, the box spans x whole
+    forces = Forces.on(edge, setup.lattice)
+    box = faces.ForceBox.of(forces, setup.shape, setup.lattice)
+    assert box.lo[0] == 0 and box.shape[0] == setup.shape[0]
+    dense = (box.weights * np.asarray(stream(post, setup.lattice))[:, :, box.lo[1]:box.lo[1] + box.shape[1]][None]
+             ).sum(axis=(1, 2, 3)) + box.offset
+    exchange = momentum_exchange(post, post, forces.link_dir, forces.link_src, forces.link_dst, setup.lattice)
+    np.testing.assert_allclose(dense, np.asarray(exchange), rtol=0, atol=3e-7 * np.abs(np.asarray(exchange)).max())
 
 
 def _gathers(jaxpr):
@@ -106,8 +118,10 @@ def test_a_faces_chunk_for_a_tpu_gathers_no_cell_list(pair_2d):
 
 
 def test_what_the_faces_take_and_what_auto_picks_on_a_tpu(pair_2d):
-    """The default cylinder's conditions (nebb inlet, zero-gradient outflow, full-way obstacle, its force) on the pair:
-    auto picks pallas; a curved wall or the non-reflecting outlet keep xla, each with its reason."""
+    """The default cylinder's conditions (nebb inlet, zero-gradient outflow, full-way obstacle, its force) on the pair,
+    in 2D and 3D: auto picks pallas; a curved wall or the non-reflecting outlet keep xla, each with its reason."""
+    assert faces.faces_unsupported(setup_for(CYLINDER_3D, "float32")) == ""
+    assert auto_choice(setup_for(CYLINDER_3D, "float32"), "tpu")[0] == "pallas"
     assert faces.faces_unsupported(_cylinder()) == ""
     assert auto_choice(_cylinder(), "tpu") == ("pallas", auto_choice(_cylinder(), "tpu")[1])
     assert "faces" in auto_choice(_cylinder(), "tpu")[1]
@@ -146,3 +160,18 @@ def test_v5e_auto_runs_the_large_cylinder_on_the_pair(tmp_path):
     assert rec["planned_peak_over_population"] <= 1.75, rec["planned_peak_over_population"]
     hlo = (Path(tmp_path) / Path(rec["hlo_file"]).name).read_text()
     assert "tpu_custom_call" in hlo
+
+
+@pytest.mark.accel
+def test_v5e_auto_runs_the_d3q19_cylinder_on_the_pair(tmp_path):
+    """``lbm inspect target=v5e`` on the D3Q19 cylinder at 256 x 128 x 128: pallas, the pair in the loop body, traffic
+    ratio 1.15 and 1.08x the populations planned on jax 0.10.2 (the chip: 3606 MLUPS, 1.19x the box's time per cell)."""
+    from helpers.inspect_cli import inspect_json, installed
+
+    if not installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+    rec = inspect_json(tmp_path, "target=v5e", "lattice=d3q19", "grid.nx=256", "grid.ny=128", "grid.nz=128", "steps=100")
+    assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
+    assert [k["kind"] for k in rec["kernels"]].count("tpu_custom_call") == 2
+    assert 1.0 <= rec["traffic_ratio"] <= 1.25, rec["traffic_ratio"]
+    assert rec["planned_peak_over_population"] <= 1.2, rec["planned_peak_over_population"]
