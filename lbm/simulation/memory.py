@@ -41,8 +41,8 @@ ENGINE_FACTOR = {"xla": 4.1, "native": 1.1, "pallas": 2.5}
 """Planned peak of an engine's fused program over its populations (XLA memory_analysis: arguments + outputs - aliased +
 temporaries). xla: 3.11 (periodic) to 3.51 (cylinder) on a CPU, 3.95 (D3Q19 256^3) and 4.00 (D2Q9 4096^2) on a TPU
 v5e (docs/tpu-v5e/2026-12-06/bench_*.json); native: 1.00 periodic, 1.01 cylinder (its boundary lists as
-arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D (:data:`PALLAS_IN_PLACE`), the 2D pair
-:data:`PALLAS_PAIR_2D`."""
+arguments); pallas: 2.50 (TPU, D2Q9 4096^2 push kernel), 1.00 in place in 3D (:data:`PALLAS_IN_PLACE`; planes that
+are not whole tiles: :data:`PALLAS_UNTILED_3D`), the 2D pair :data:`PALLAS_PAIR_2D`."""
 INSTRUMENTED_FACTOR = 10.0
 """The same for mode=instrumented, which runs one jit per stage and holds the stages' outputs between them, which no
 one program's analysis sees: its peak RSS grows by 459-502 B per cell (taylor_green 512^2/1024^2/2048^2,
@@ -100,7 +100,15 @@ class Need:
 
 PALLAS_IN_PLACE = 1.1
 """The pallas engine's planned peak in 3D on a TPU: the in-place AA pair holds the populations once (1.00 on the chip,
-D3Q19 256^3 and 512^3, docs/tpu-v5e/2026-12-06/), plus the boundary plan's cells."""
+D3Q19 256^3 and 512^3, docs/tpu-v5e/2026-12-06/), plus the boundary plan's cells or the faces' solid words (the D3Q19
+cylinder 256x128x128: 1.08), where each (y, z) plane is whole (8, 128) tiles."""
+
+PALLAS_UNTILED_3D = (1.2, 2.2, 1.8)
+"""Where a plane is not whole tiles (ny no multiple of 8 or nz of 128), a bound ``a + b * L`` on the same, L = the
+lanes' padding ceil(nz / 128) * 128 / nz, times ``c`` where a chunk is odd: the kernels' layout pads z to 128 lanes,
+and XLA copies the populations into it. Deviceless v5e, jax 0.10.2, even chunk (odd): D3Q19 box 64^3 2.00 (2.00),
+420x180x128 2.03, 420x184x128 1.00 (2.00), 420x180x64 3.26, 256x128x32 5.00 (9.00), 420x180x32 5.31 (9.40); the
+cylinder 420x180x128 2.17, 420x180x64 3.49, 420x180x32 8.28 (14.95)."""
 
 
 PALLAS_PAIR_2D = (1.2, 4.5)
@@ -148,6 +156,19 @@ def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     return PALLAS_PAIR_2D[odd] * pad
 
 
+def pallas_3d_factor(run: RunConfig, platform: str) -> float:
+    """The 3D in-place pair's planned peak over the populations on a TPU: :data:`PALLAS_IN_PLACE` where each (y, z)
+    plane is whole (8, 128) tiles, else the bound :data:`PALLAS_UNTILED_3D`."""
+    _, ny, nz = run.grid
+    if ny % 8 == 0 and nz % 128 == 0:
+        return PALLAS_IN_PLACE
+    from lbm.simulation.state import chunk_lengths, chunk_size
+
+    a, b, odd = PALLAS_UNTILED_3D
+    bound = a + b * math.ceil(nz / 128) * 128 / nz
+    return bound * odd if any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform))) else bound
+
+
 def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> tuple[str, float]:
     """The engine the run will use (``engine``: the one built for it, else as far as the config says) and its planned
     peak over the populations."""
@@ -155,7 +176,7 @@ def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> t
         return "xla", INSTRUMENTED_FACTOR
     engine = engine or run.engine
     if engine == "pallas" and platform == "tpu" and LATTICES[run.lattice].d == 3:
-        return engine, PALLAS_IN_PLACE
+        return engine, pallas_3d_factor(run, platform)
     if engine == "pallas" and (pair := pallas_2d_pair_factor(run, platform)) is not None:
         return engine, pair
     if engine == "auto":  # lbm.engines.auto_choice: native on a CPU (xla without a compiler), else pallas or xla

@@ -63,7 +63,8 @@ def test_engine_factor_bounds_xla_memory_analysis_at_two_sizes(engine, case, nat
 
 
 def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
-    """On a TPU the pallas engine plans 1.00x in 3D (the in-place pair), and in 2D the pair's 1.2x (1.00x periodic,
+    """On a TPU the pallas engine plans 1.00x in 3D (the in-place pair; more where a (y, z) plane is not whole tiles),
+    and in 2D the pair's 1.2x (1.00x periodic,
     1.17x with the kernel walls, deviceless v5e D2Q9 4096^2: the populations held in the kernels' view, no copy per
     chunk) where every chunk is even, 4.5x where one chunk is odd (its push step, out of the view and back; 7.1x where
     the push kernel does not fit), times P / ny where the view pads y to P; below 128 MiB or where it would pad by
@@ -85,7 +86,13 @@ def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
     assert factor("tpu", "grid.nx=4098", "grid.ny=4098", "steps=1001") == pytest.approx(
         PALLAS_PAIR_2D_ODD_ALONE * 5120 / 4098) == pytest.approx(8.87, abs=0.01)  # 8.754x planned (deviceless v5e)
     assert factor("gpu", *big, "steps=1000") == ENGINE_FACTOR["pallas"]
-    assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=64") == PALLAS_IN_PLACE
+    assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=128") == PALLAS_IN_PLACE
+    # planes that are not whole (8, 128) tiles: the lanes' padding and XLA's copy into it, bounded (deviceless v5e:
+    # D3Q19 box 64^3 2.00x, the cylinder 420x180x32 8.28x, 14.95x with an odd chunk)
+    narrow = ("lattice=d3q19", "grid.nx=420", "grid.ny=180", "grid.nz=32")
+    assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=64", "steps=1000") == pytest.approx(5.6)
+    assert factor("tpu", *narrow, "steps=1000") == pytest.approx(10.0)
+    assert factor("tpu", *narrow, "steps=1001") == pytest.approx(18.0)
 
 
 @pytest.fixture

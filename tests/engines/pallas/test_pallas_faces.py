@@ -175,3 +175,23 @@ def test_v5e_auto_runs_the_d3q19_cylinder_on_the_pair(tmp_path):
     assert [k["kind"] for k in rec["kernels"]].count("tpu_custom_call") == 2
     assert 1.0 <= rec["traffic_ratio"] <= 1.25, rec["traffic_ratio"]
     assert rec["planned_peak_over_population"] <= 1.2, rec["planned_peak_over_population"]
+
+
+@pytest.mark.accel
+@pytest.mark.parametrize("steps,above", [(100, 1.1), (101, 2.0)])
+def test_v5e_plan_of_a_narrow_d3q19_cylinder_is_within_the_memory_estimate(steps, above):
+    """z = 32 fills a quarter of the TPU's lanes: the compiled chunk plans more than the pair's 1.1x (deviceless v5e,
+    128 x 60 x 32: 1.57x, more with an odd chunk; 420 x 180 x 32: 8.28x and 14.95x), within lbm.simulation.memory's
+    bound for planes that are not whole tiles (the run's fit check reads it)."""
+    from helpers.inspect_cli import installed, v5e_planned_over_populations
+    from helpers.runs import run_config
+
+    from lbm.simulation.memory import engine_factor
+
+    if not installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+    grid = ["case=cylinder", "lattice=d3q19", "grid.nx=128", "grid.ny=60", "grid.nz=32"]
+    engine, planned = v5e_planned_over_populations(grid, steps)
+    assert engine.faces is not None
+    bound = engine_factor(run_config(*grid, f"steps={steps}", "output.every=100"), "tpu", "pallas")[1]
+    assert above < planned <= bound, (planned, bound)
