@@ -27,9 +27,9 @@ are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrite
 scattered into the slots it wrote. Where the pair runs, a setup whose one condition is a half-way wall (resting or
 moving) needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
 (lbm.engines.pallas.walls), and a chunk ends with one pass that leaves the walls' populations as a dense step does.
-In 2D an inflow at x = 0, a zero-gradient outflow at x = nx - 1, a full-way obstacle and its force need none either
-(lbm.engines.pallas.faces: the obstacle is the kernels' solid bit, the two face rows' step and the force run on the xla
-side from whole rows of the view).
+An inflow at x = 0, a zero-gradient outflow at x = nx - 1, a full-way obstacle and its force need none either
+(lbm.engines.pallas.faces: the obstacle is the kernels' solid bit, the two face rows' (3D: planes') step and the force
+run on the xla side from whole rows of the view).
 
 Kernel formulation by platform: ``flat`` on GPUs (Triton), ``rows`` on TPUs (Mosaic; it needs
 a first axis the row blocks divide). On a CPU the kernel runs in Pallas interpret mode:
@@ -156,8 +156,8 @@ class PallasEngine(BulkKernelEngine):
             grid = setup.shape
             self._moments = jax.jit(lambda f, t, bcs: tuple(aa.from_view(a, grid) for a in moments(f, t, bcs, setup)))
         self.faces: faces.Faces | None = None
-        """The 2D pair's inflow, outflow and full-way obstacle as face rows and a solid bit (lbm.engines.pallas.faces;
-        None: the plan's)."""
+        """The pair's inflow, outflow and full-way obstacle as face rows (3D: planes) and a solid bit
+        (lbm.engines.pallas.faces; None: the plan's)."""
         self.walls: walls.Walls | None = None
         """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
         form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
