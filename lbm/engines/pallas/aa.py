@@ -61,6 +61,7 @@ from jax.experimental import pallas as pl
 from lbm.engines.pallas.cell import collide_cell
 from lbm.engines.pallas.kernels import vmem_bytes
 from lbm.kernels.collisions import Collision
+from lbm.kernels.streaming import stream
 from lbm.lattice import Lattice
 from lbm.stages import BULK_SCOPE
 
@@ -140,6 +141,12 @@ def view_index(i: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
         return i
     i = np.asarray(i, np.int64)
     return (i // grid[1]) * padded_ny(grid[1]) + i % grid[1]
+
+
+def streamed_after_even(post: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
+    """The populations ``(Q, *grid)`` a dense step leaves, from those an even step left (slot opp(k) holds f*_k): its
+    opposite slots streamed (a new array)."""
+    return stream(post[np.asarray(lattice.opposite)], lattice)
 
 
 def plane_view(f: Any) -> Any:
@@ -246,24 +253,22 @@ def _shifted_flat(v: Any, c: np.ndarray, roll: Any, ny: int | None = None) -> An
     if not cy:
         return v
     lanes = v.shape[-1]
-    r = roll(v, cy % lanes, v.ndim - 1)
-    s = roll(r, (1 if cy > 0 else -1) % v.shape[-2], v.ndim - 2)
-    lane = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 1)
-    out = jnp.where(lane < cy if cy > 0 else lane >= lanes + cy, s, r)
     p = lanes * v.shape[-2]
+    lane = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 1)
+    out = _flat_at(v, cy, range(p), roll, lane)
     if ny is None or ny == p:
         return out
     wrapped = range(cy) if cy > 0 else range(ny + cy, ny)
-    alt = _flat_at(v, cy + (p - ny if cy > 0 else ny - p), wrapped, roll)
+    alt = _flat_at(v, cy + (p - ny if cy > 0 else ny - p), wrapped, roll, lane)
     flat = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 2) * lanes + lane
     return jnp.where((flat >= wrapped[0]) & (flat <= wrapped[-1]), alt, out)
 
 
-def _flat_at(v: Any, k: int, cells: range, roll: Any) -> Any:
+def _flat_at(v: Any, k: int, cells: range, roll: Any, lane: Any) -> Any:
     """Row(s) ``v`` (.., S, 128) shifted by ``k`` cells along the flat y = 128 s + l, periodic at 128 S, correct at the
     flat ``cells`` (elsewhere, where they need another sublane roll, not): a lane roll by k mod 128, then a sublane
-    roll by k // 128 at the lanes l >= k mod 128 and by k // 128 + 1 at the others (a second roll and a select only
-    where ``cells`` hold lanes of both)."""
+    roll by k // 128 at the lanes l >= k mod 128 and by k // 128 + 1 at the others (a second roll and a select on the
+    lane index ``lane`` only where ``cells`` hold lanes of both)."""
     lanes, rows = v.shape[-1], v.shape[-2]
     a, b = divmod(k, lanes)
     r = roll(v, b, v.ndim - 1) if b else v
@@ -274,7 +279,6 @@ def _flat_at(v: Any, k: int, cells: range, roll: Any) -> Any:
 
     if len(need) == 1:
         return sub(need.pop())
-    lane = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 1)
     return jnp.where(lane < b, sub(a + 1), sub(a))
 
 

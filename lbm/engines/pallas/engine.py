@@ -52,7 +52,6 @@ from lbm.engines.base import EngineUnavailable
 from lbm.engines.bulk import BulkKernelEngine
 from lbm.engines.pallas import ACCELERATORS, aa, faces, kernels, walls
 from lbm.engines.timestep import moment_stages, moments, outputs, run_stages
-from lbm.kernels.streaming import stream
 from lbm.stages import TIMESTEP
 
 log = logging.getLogger("lbm")
@@ -120,7 +119,7 @@ class PallasKernel:
         if self.push_unsupported and len(self.shape) == 2:
             post = aa.aa_even_step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
                                    rows=self.rows, collision=s.collision)
-            return stream(post[np.asarray(s.lattice.opposite)], s.lattice)
+            return aa.streamed_after_even(post, s.lattice)
         if self.push_unsupported:
             raise EngineUnavailable(f"{self.push_unsupported}: only the in-place AA pair runs here, an even number "
                                     "of steps per chunk")
@@ -281,9 +280,7 @@ class PallasEngine(BulkKernelEngine):
 
         def push(f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
             if self.bulk.push_unsupported and self.block is None:  # 2D, only the pair fits: its even step in place,
-                lat = self.setup.lattice  # then the streaming of the opposite slots on the grid's shape
-                post = self.canonical(self.bulk.aa(f, "aa_even"))
-                return self.place(stream(post[np.asarray(lat.opposite)], lat)), {}
+                return self.after_even(self.bulk.aa(f, "aa_even")), {}  # then the streaming on the grid's shape
             out, aux = self.step(self.canonical(f), t, params, "push")  # 2D: the grid's shape, out of the view and back
             return self.place(out), aux
 
@@ -291,13 +288,25 @@ class PallasEngine(BulkKernelEngine):
         return jax.jit(self.on_state(self.paired_chunk(n, push, scheme("aa_even"), scheme("aa_odd"))),
                        donate_argnums=0)
 
+    def after_even(self, a: jnp.ndarray) -> jnp.ndarray:
+        """The engine's state ``a`` after an even step as a dense step leaves it (aa.streamed_after_even on the grid's
+        shape, out of the 2D view and back)."""
+        return self.place(aa.streamed_after_even(self.canonical(a), self.setup.lattice))
+
+    def _walls_kw(self) -> dict[str, Any]:
+        """The arguments every kernel with walls or a solid bit takes but the populations, the bits and the walls (in
+        2D the view's y periodic at the grid's ny)."""
+        s = self.setup
+        ny = {"ny": s.shape[1]} if s.lattice.d == 2 else {}
+        return dict(omega_plus=s.omega_plus, omega_minus=s.omega_minus, force=s.force_array, rows=self.walls_rows,
+                    interpret=self.bulk.interpret, collision=s.collision, **ny)
+
     def walls_chunk(self, n: int) -> Any:
         """n steps with the walls in the in-place kernels (lbm.engines.pallas.walls): n // 2 AA pairs, an even step
         if n is odd, and the walls' populations as a dense step leaves them (in place after a pair)."""
         s, lat, wall = self.setup, self.setup.lattice, self.walls
-        ny = {"ny": s.shape[1]} if lat.d == 2 else {}  # the view's y periodic at the grid's ny
-        kw = dict(omega_plus=s.omega_plus, omega_minus=s.omega_minus, force=s.force_array, rows=self.walls_rows,
-                  interpret=self.bulk.interpret, collision=s.collision, **ny)
+        kw = self._walls_kw()
+        ny = {"ny": kw["ny"]} if "ny" in kw else {}
 
         def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
             # f is the engine's state: in 2D the kernels' view of the populations (aa.plane_view), the bits alike
@@ -327,11 +336,9 @@ class PallasEngine(BulkKernelEngine):
         """n steps of the pair with an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces): each
         AA step's kernel with the solid bit, then its face rows; an odd chunk's first step the even one and the
         streaming on the xla side."""
-        s, lat, fc = self.setup, self.setup.lattice, self.faces
+        lat, fc = self.setup.lattice, self.faces
         assert fc is not None
-        ny = {"ny": s.shape[1]} if lat.d == 2 else {}  # the view's y periodic at the grid's ny
-        kw = dict(omega_plus=s.omega_plus, omega_minus=s.omega_minus, force=s.force_array, rows=self.walls_rows,
-                  interpret=self.bulk.interpret, collision=s.collision, **ny)
+        kw = self._walls_kw()
         solid_only = walls.Walls.solid_only(lat)
 
         def outputs_of(a: jnp.ndarray, params: Any) -> dict[str, jnp.ndarray]:
@@ -353,8 +360,7 @@ class PallasEngine(BulkKernelEngine):
             return a, outputs_of(a, params)
 
         def single(a: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            a, _ = even(a, t, params)  # then the streaming of the opposite slots, on the grid's shape
-            a = self.place(stream(self.canonical(a)[np.asarray(lat.opposite)], lat))
+            a = self.after_even(even(a, t, params)[0])
             return a, outputs_of(a, params)
 
         return jax.jit(self.on_state(self.paired_chunk(n, single, even, odd)), donate_argnums=0)

@@ -60,30 +60,32 @@ def face_role(rule: BulkRule | None) -> str | None:
 
 def faces_form(setup: Setup) -> tuple[Faces | None, str]:
     """The faces' plan of ``setup`` for the in-place pair, and ''; or None and why the pair cannot take them so."""
-    lattice, bcs, shape = setup.lattice, setup.boundaries, setup.shape
-    roles = [face_role(bc.bulk_rule()) for bc in bcs]
-    if not bcs or None in roles or len(set(roles)) != len(roles):
-        return None, f"the pair's faces take {TAKES}"
-    if "force" in roles and "wall" not in roles:
-        return None, "the pair's force needs the full-way obstacle"
-    if shape[0] < 6:
-        return None, f"grid {'x'.join(map(str, shape))}: the pair's faces need nx >= 6"
-    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype)
-    if why or rows_unfit(lattice, shape):
-        return None, why or rows_unfit(lattice, shape)
-    if setup.force_array is not None and np.ndim(setup.force_array) != 1:
-        return None, "the pair's faces take a uniform body force only"
-    box = None
-    if "force" in roles:
-        box = ForceBox.of(bcs[roles.index("force")], shape, lattice)
-        if box is None:
-            return None, "the obstacle's force has no link"
-    return Faces(setup, dict(zip(roles, bcs, strict=True)), box), ""
+    why = faces_unsupported(setup)
+    if why:
+        return None, why
+    roles = {face_role(bc.bulk_rule()): bc for bc in setup.boundaries}
+    box = ForceBox.of(roles["force"], setup.shape, setup.lattice) if "force" in roles else None
+    return Faces(setup, roles, box), ""
 
 
 def faces_unsupported(setup: Setup) -> str:
-    """Why the in-place pair cannot take ``setup``'s conditions as faces ('' when it can)."""
-    return faces_form(setup)[1]
+    """Why the in-place pair cannot take ``setup``'s conditions as faces ('' when it can; nothing is built)."""
+    lattice, bcs, shape = setup.lattice, setup.boundaries, setup.shape
+    roles = [face_role(bc.bulk_rule()) for bc in bcs]
+    if not bcs or None in roles or len(set(roles)) != len(roles):
+        return f"the pair's faces take {TAKES}"
+    if "force" in roles and "wall" not in roles:
+        return "the pair's force needs the full-way obstacle"
+    if "force" in roles and np.size(bcs[roles.index("force")].link_dir) == 0:
+        return "the obstacle's force has no link"
+    if shape[0] < 6:
+        return f"grid {'x'.join(map(str, shape))}: the pair's faces need nx >= 6"
+    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype)
+    if why or rows_unfit(lattice, shape):
+        return why or rows_unfit(lattice, shape)
+    if setup.force_array is not None and np.ndim(setup.force_array) != 1:
+        return "the pair's faces take a uniform body force only"
+    return ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +95,7 @@ class ForceBox:
     lo: tuple[int, ...]
     shape: tuple[int, ...]
     weights: np.ndarray
-    """(D, Q, *shape), each -1, 0 or 1 (int8 on the device): the force is sum(weights * populations of the box) +
-    :attr:`offset`."""
+    """(D, Q, *shape), int8, each -1, 0 or 1: the force is sum(weights * populations of the box) + :attr:`offset`."""
     offset: np.ndarray
     """(D,): the links' sum of 2 w_k c_k (populations are deviations f - w)."""
 
@@ -116,12 +117,12 @@ class ForceBox:
             return None
         ends = np.concatenate([src, dst], axis=1)
         lo, hi = ends.min(axis=1), ends.max(axis=1) + 1
-        fluid_end = np.zeros((lattice.q, *(hi - lo)), np.float64)
-        fluid_end[(k, *(src - lo[:, None]))] = 1.0
+        fluid_end = np.zeros((lattice.q, *(hi - lo)), np.int8)
+        fluid_end[(k, *(src - lo[:, None]))] = 1
         solid_end = np.zeros_like(fluid_end)
-        solid_end[(k, *(dst - lo[:, None]))] = 1.0  # [y - c_k is a link's fluid end of direction k]
+        solid_end[(k, *(dst - lo[:, None]))] = 1  # [y - c_k is a link's fluid end of direction k]
         opp = np.asarray(lattice.opposite)
-        weights = c.T.reshape(lattice.d, lattice.q, *[1] * lattice.d) * (solid_end - fluid_end[opp])[None]
+        weights = c.T.astype(np.int8).reshape(lattice.d, lattice.q, *[1] * lattice.d) * (solid_end - fluid_end[opp])
         offset = 2.0 * (np.asarray(lattice.w)[k, None] * c[k]).sum(axis=0)
         return cls(lo=tuple(int(a) for a in lo), shape=tuple(int(a) for a in hi - lo), weights=weights,
                    offset=offset)
@@ -193,7 +194,7 @@ class Faces:
         rows = tuple(bc.on_block(self.block) for bc in self.setup.boundaries if bc.stage in self.stages)
         bits = np.where(self.solid, np.int32(1 << self.lattice.q), np.int32(0))
         dtype = np.dtype(self.setup.dtype)
-        mask = None if self.box is None else (self.box.weights.astype(np.int8), self.box.offset.astype(dtype))
+        mask = None if self.box is None else (self.box.weights, self.box.offset.astype(dtype))
         return FacesParams(bits=aa.to_view(bits, self.grid), rows=rows, mask=mask, dense=dense)
 
     # --- rows of the view as the grid's cells ------------------------------------------------------------------
