@@ -112,7 +112,8 @@ cylinder 420x180x128 2.17, 420x180x64 3.49, 420x180x32 8.28 (14.95)."""
 
 
 PALLAS_PAIR_2D = (1.2, 4.5)
-"""The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 128 MiB of populations; where ny
+"""The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 128 MiB of populations, 40 MiB
+where the push kernel cannot run the case alone; where ny
 is no multiple of 1024 the view pads y to P, the next one, and plans P / ny times these), when every chunk has an
 even number of steps and when one has an odd number. The engine holds the populations in the kernels' view for the
 whole run (lbm.engines.pallas.aa.plane_view), so an even chunk copies nothing: ``lbm inspect target=v5e lattice=d2q9
@@ -134,18 +135,20 @@ populations (jax 0.10.2), 7.0 times the padding 1.25."""
 
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     """The 2D in-place pair's planned peak over the populations for ``run`` on ``platform`` (None where the pallas
-    engine runs the push kernel there): :data:`PALLAS_PAIR_2D` times the view's padding P / ny."""
+    engine runs the push kernel or none there): :data:`PALLAS_PAIR_2D` times the view's padding P / ny."""
     lattice = LATTICES[run.lattice]
     if platform != "tpu" or lattice.d != 2:
         return None
-    from lbm.engines.pallas.aa import AA2D_MIN_BYTES, MAX_PAD, pad_factor
+    from lbm.engines.pallas.aa import AA2D_ALONE_MIN_BYTES, MAX_PAD, pad_factor
 
     pad = pad_factor(tuple(run.grid))
     if pad > MAX_PAD:
         return None
     from lbm.simulation.state import chunk_lengths, chunk_size
 
-    if lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid) < AA2D_MIN_BYTES:
+    # from the lower of the pair's two thresholds (lbm.engines.pallas.aa.aa2d_not_chosen): whether the push kernel
+    # would run the case alone needs its set-up, and the pair's plan bounds the push kernel's (1.0x) from above
+    if lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid) < AA2D_ALONE_MIN_BYTES:
         return None
     odd = any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
     if odd:

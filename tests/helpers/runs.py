@@ -57,3 +57,12 @@ def noisy_populations(setup: Any, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     w = setup.lattice.w.reshape((-1,) + (1,) * setup.lattice.d)
     return (f0 * (1 + 0.01 * rng.standard_normal(f0.shape)) + 1e-3 * w * rng.standard_normal(f0.shape)).astype(f0.dtype)
+
+
+def pair_2d_at_every_size(monkeypatch: Any) -> None:
+    """The 2D in-place pair (and so its walls and faces) on the tests' small grids: on a TPU it is chosen from
+    lbm.engines.pallas.aa.AA2D_MIN_BYTES of populations (AA2D_ALONE_MIN_BYTES with boundaries) only."""
+    from lbm.engines.pallas import aa
+
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+    monkeypatch.setattr(aa, "AA2D_ALONE_MIN_BYTES", 0)

@@ -58,8 +58,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
+from lbm.cases.base import Setup
 from lbm.engines.pallas.cell import collide_cell
-from lbm.engines.pallas.kernels import vmem_bytes
+from lbm.engines.pallas.kernels import rows_unsupported, vmem_bytes
 from lbm.kernels.collisions import Collision
 from lbm.kernels.streaming import stream
 from lbm.lattice import Lattice
@@ -195,15 +196,35 @@ docs/tpu-v5e/2026-12-06/device-check/); above it the push kernel's halo gathers 
 (docs/tpu-v5e/2026-12-06/walls/bench-d2q9-4096.json)."""
 
 
-def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
-    """Why a 2D grid the pair could run keeps the push rows kernel ('' for 3D, and from AA2D_MIN_BYTES up where y pads
-    by at most MAX_PAD)."""
+AA2D_ALONE_MIN_BYTES = 40 * 2**20
+"""Populations from which the 2D in-place pair runs on a TPU where the push rows kernel cannot run the setup alone
+(boundary cells, which it would gather and scatter, or a grid it refuses: :func:`push_runs_alone`). Below it the
+xla engine's whole step stays in the VMEM and ties the pair: the cavity 1024^2 (36 MiB) xla 5361 MLUPS against the
+pair's 5187 (deviceless v5e: xla moves 66 B per cell and step from HBM). Above it the pair wins: the cavity 1500^2
+(77 MiB) 5516 against 2151, the cylinder 1680x720 (42 MiB) 3328 against 2716, the wall-free box 1500^2 (the push
+kernel refuses it) 5764 against 1960 (docs/tpu-v5e/2026-12-07/pair-small/)."""
+
+
+def push_runs_alone(setup: Setup) -> bool:
+    """Whether the push rows kernel runs ``setup`` on a TPU without gathering boundary cells: a wall-free grid it takes."""
+    if setup.boundaries or np.asarray(setup.solid).any():
+        return False
+    return not rows_unsupported(setup.lattice, setup.shape, setup.dtype)
+
+
+def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any, push: bool = True) -> str:
+    """Why a 2D grid the pair could run keeps the push rows kernel or the xla engine ('' for 3D, and where y pads by at
+    most MAX_PAD from AA2D_MIN_BYTES up, or from AA2D_ALONE_MIN_BYTES up where the push kernel cannot run the setup
+    alone: ``push`` False, :func:`push_runs_alone`)."""
     if len(shape) != 2:
         return ""
     size = lattice.q * int(np.prod(shape)) * jnp.dtype(dtype).itemsize
-    if size < AA2D_MIN_BYTES:
+    if push and size < AA2D_MIN_BYTES:
         return (f"{size / 2**20:.0f} MiB of populations, under the {AA2D_MIN_BYTES // 2**20} MiB from which the 2D "
                 "in-place pair runs (the push rows kernel was measured at 93 % of the probe at 1024^2)")
+    if not push and size < AA2D_ALONE_MIN_BYTES:
+        return (f"{size / 2**20:.0f} MiB of populations, under the {AA2D_ALONE_MIN_BYTES // 2**20} MiB from which the "
+                "2D in-place pair runs with boundaries (below it the xla engine's step stays in the VMEM)")
     if pad_factor(shape) > MAX_PAD:
         return (f"grid {'x'.join(map(str, shape))}: the 2D in-place pair would pad y from {shape[1]} to "
                 f"{padded_ny(shape[1])} cells ({pad_factor(shape):.2f}x), more than its {MAX_PAD}x")

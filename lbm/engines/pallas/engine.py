@@ -85,7 +85,8 @@ class PallasKernel:
         self.inplace = inplace and self.form == "rows"
         self.push_unsupported = self.inplace_note = ""
         if self.inplace:  # the AA kernels index rows, not populations: no int32 limit (the engine's slots have one)
-            why = aa.aa_unsupported(setup.lattice, shape, dtype) or aa.aa2d_not_chosen(setup.lattice, shape, dtype)
+            why = aa.aa_unsupported(setup.lattice, shape, dtype) or aa.aa2d_not_chosen(setup.lattice, shape, dtype,
+                                                                                      aa.push_runs_alone(setup))
             if why and len(shape) == 3:
                 raise EngineUnavailable(why)
             if why:  # 2D: the push rows kernel runs every step instead

@@ -80,7 +80,7 @@ def faces_unsupported(setup: Setup) -> str:
         return "the obstacle's force has no link"
     if shape[0] < 6:
         return f"grid {'x'.join(map(str, shape))}: the pair's faces need nx >= 6"
-    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype)
+    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False)
     if why or rows_unfit(lattice, shape):
         return why or rows_unfit(lattice, shape)
     if setup.force_array is not None and np.ndim(setup.force_array) != 1:

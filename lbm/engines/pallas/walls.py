@@ -70,7 +70,7 @@ def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
     rules = [wall_rule(bc) for bc in bcs]
     if len(bcs) != 1 or rules[0] is None or rules[0][1] is None:
         return None, "the kernel walls take one half-way wall (resting or moving) and no other condition"
-    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype)
+    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False)
     if why:
         return None, why
     why = rows_unfit(lattice, shape)

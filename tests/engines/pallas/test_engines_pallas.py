@@ -19,7 +19,7 @@ import pytest
 from helpers.device import REHEARSAL, on_device
 from helpers.inspect_cli import inspect_json, installed
 from helpers.lattices import slow_except
-from helpers.runs import run_config, setup_for
+from helpers.runs import pair_2d_at_every_size, run_config, setup_for
 
 from lbm.bench.targets import cuda_plugin
 from lbm.engines import EngineUnavailable, make_engine
@@ -218,10 +218,8 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatc
     differences are 6.9e-7 (populations, cylinder) and 7.6e-7 (the cylinder's force, of magnitude 0.29); the
     bound, 1e-5 for both, is 5x the GPU estimate.
     """
-    if name.endswith("aa2d"):  # the 2D pair (from 128 MiB of populations) on a grid of 16 x 1024
-        from lbm.engines.pallas import aa
-
-        monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+    if name.endswith("aa2d"):  # the 2D pair (from 40 MiB of populations with boundaries) on a grid of 16 x 1024
+        pair_2d_at_every_size(monkeypatch)
     setup = setup_for(DEVICE_CASES[name], "float32")
     # named, not auto: on a TPU auto picks xla for small 2D grids with walls or an inlet (lbm.engines.auto_choice)
     engine = make_engine(setup, engine="pallas")

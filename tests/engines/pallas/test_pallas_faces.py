@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers.lattices import slow_except
-from helpers.runs import noisy_populations, setup_for
+from helpers.runs import noisy_populations, pair_2d_at_every_size, setup_for
 
 from lbm.boundaries.forces import Forces
 from lbm.engines import auto_choice
@@ -40,10 +40,8 @@ CYLINDER_3D = ["case=cylinder", "lattice=d3q19", "grid.nx=24", "grid.ny=16", "gr
 
 @pytest.fixture
 def pair_2d(monkeypatch):
-    """The 2D in-place pair on the tests' small grids: it is chosen from 128 MiB only."""
-    from lbm.engines.pallas import aa
-
-    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+    """The 2D in-place pair on the tests' small grids."""
+    pair_2d_at_every_size(monkeypatch)
 
 
 

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 from helpers.inspect_cli import installed, v5e_planned_over_populations
 from helpers.lattices import slow_except
-from helpers.runs import run_config, setup_for
+from helpers.runs import pair_2d_at_every_size, run_config, setup_for
 
 from lbm.engines import EngineUnavailable
 from lbm.engines.pallas import aa
 from lbm.engines.pallas.aa import aa2d_not_chosen, aa_even_step, aa_odd_step, aa_rows, aa_unsupported
 from lbm.engines.pallas.engine import PallasEngine
+from lbm.engines.pallas.kernels import rows_unsupported
 from lbm.engines.timestep import step_index
 from lbm.engines.xla import XlaEngine
 from lbm.kernels.collisions import Collision, collide
@@ -256,8 +257,8 @@ def test_block_heights_and_what_the_inplace_kernels_refuse():
 
 @pytest.fixture(autouse=True)
 def _the_2d_pair_on_small_grids(monkeypatch):
-    """The tests' 2D grids (ny = 1024, a few rows) run the pair: it is chosen from 128 MiB of populations only."""
-    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+    """The tests' 2D grids (ny = 1024, a few rows) run the pair."""
+    pair_2d_at_every_size(monkeypatch)
 
 
 def _pair_2d(overrides=BOX9):
@@ -356,6 +357,27 @@ def test_a_2d_grid_keeps_the_measured_push_kernel_under_the_vmem_size(monkeypatc
     setup = setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"], "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=True)
     assert not engine.bulk.inplace and "under the 128 MiB" in engine.note and "push rows kernel" in engine.note
+
+
+def test_a_2d_grid_the_push_kernel_cannot_run_alone_takes_the_pair_from_40_mib(monkeypatch):
+    """Where the push rows kernel would gather boundary cells or refuses the grid, the pair runs from
+    AA2D_ALONE_MIN_BYTES (measured on the chip: the box 1500^2 5764 MLUPS on the pair against xla's 1960, the cavity
+    1500^2 5516 against 2151; the cavity 1024^2 5187 against 5361, below it)."""
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 128 * 2**20)  # the module's fixture sets both to 0
+    monkeypatch.setattr(aa, "AA2D_ALONE_MIN_BYTES", 40 * 2**20)
+    d2q9 = LATTICES["d2q9"]
+    assert "36 MiB of populations, under the 40 MiB" in aa2d_not_chosen(d2q9, (1024, 1024), jnp.float32, push=False)
+    assert aa2d_not_chosen(d2q9, (1500, 1500), jnp.float32, push=False) == ""
+    assert "under the 128 MiB" in aa2d_not_chosen(d2q9, (1500, 1500), jnp.float32)
+    assert "more than its 2.0x" in aa2d_not_chosen(d2q9, (8000, 500), jnp.float32, push=False)  # 15 MiB x 2.05
+    box = setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=1500", "grid.ny=1500"], "float32")
+    small = setup_for(["case=taylor_green", "lattice=d2q9", "grid.nx=1024", "grid.ny=1024"], "float32")
+    cavity = setup_for(["case=cavity", "lattice=d2q9", "grid.nx=1024", "grid.ny=1024"], "float32")
+    assert "does not fit" in rows_unsupported(d2q9, (1500, 1500), jnp.float32)  # 1500 = 8 x 187.5: whole columns
+    assert not aa.push_runs_alone(box) and aa.push_runs_alone(small) and not aa.push_runs_alone(cavity)
+    engine = PallasEngine(box, platform="tpu", interpret=True)
+    assert engine.bulk.inplace and "padded from 1500 to 2048" in engine.note
+    assert "the push rows kernel runs every step" in PallasEngine(small, platform="tpu", interpret=True).note
 
 
 def test_a_2d_grid_the_pair_would_pad_by_more_than_2x_runs_the_push_kernel_and_says_so():

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers.lattices import slow_except
-from helpers.runs import noisy_populations, setup_for
+from helpers.runs import noisy_populations, pair_2d_at_every_size, setup_for
 
 from lbm.boundaries.base import neighbour
 from lbm.engines import auto_choice
@@ -38,17 +38,15 @@ CASES = {"cavity_d3q19": CAVITY, "cavity_d3q19_trt": CAVITY + ["collision=trt"],
          "channel_d2q9_pad": ["case=poiseuille", "lattice=d2q9", "grid.nx=16", "grid.ny=1030"]}
 """The lid-driven cavity (resting walls and the moving lid, in one wall; two rows per block), with TRT; the duct
 (resting walls on y and z, periodic along x, a body force; one row per block); D3Q27 with the cumulant operator
-(the lid's six wall-term flags in a second word); in 2D (the pair on the view of y as (8, 128) rows, from 128 MiB of
+(the lid's six wall-term flags in a second word); in 2D (the pair on the view of y as (8, 128) rows, from 40 MiB of
 populations: here on 16 x 1024, by :func:`pair_2d`) the cavity and the channel (walls at y, a body force); and with ny
 off 1024 (``_pad``: the view pads y to 2048, the pads without bits, the streaming periodic at ny)."""
 
 
 @pytest.fixture
 def pair_2d(monkeypatch):
-    """The 2D in-place pair (and so its walls) on the tests' small grids: it is chosen from 128 MiB only."""
-    from lbm.engines.pallas import aa
-
-    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+    """The 2D in-place pair (and so its walls) on the tests' small grids."""
+    pair_2d_at_every_size(monkeypatch)
 
 
 def _bits_rule(setup, scheme):
@@ -177,12 +175,14 @@ def test_what_the_kernel_walls_take_and_what_auto_picks_on_a_tpu(monkeypatch):
     big = setup_for(["case=duct", "lattice=d3q19", "grid.nx=8", "grid.ny=512", "grid.nz=512"], "float32")
     assert "do not fit" in walls.walls_unsupported(big) and auto_choice(big, "tpu")[0] == "xla"
     cavity2d = setup_for(["case=cavity", "grid.nx=16", "grid.ny=12"], "float32")
-    assert "under the 128 MiB" in walls.walls_unsupported(cavity2d) and auto_choice(cavity2d, "tpu")[0] == "xla"
-    pair = setup_for(CASES["cavity_d2q9"], "float32")  # 0.6 MiB: the push kernel, so the plan, below 128 MiB
-    assert "under the 128 MiB" in walls.walls_unsupported(pair) and auto_choice(pair, "tpu")[0] == "xla"
+    assert "under the 40 MiB" in walls.walls_unsupported(cavity2d) and auto_choice(cavity2d, "tpu")[0] == "xla"
+    pair = setup_for(CASES["cavity_d2q9"], "float32")  # 0.6 MiB: below 40 MiB xla's step stays in the VMEM
+    assert "under the 40 MiB" in walls.walls_unsupported(pair) and auto_choice(pair, "tpu")[0] == "xla"
     from lbm.engines.pallas import aa
 
-    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)  # the box's threshold: not the one for boundaries
+    assert "under the 40 MiB" in walls.walls_unsupported(pair)
+    monkeypatch.setattr(aa, "AA2D_ALONE_MIN_BYTES", 0)
     assert walls.walls_unsupported(pair) == "" and auto_choice(pair, "tpu")[0] == "pallas"
     padded = setup_for(CASES["cavity_d2q9_pad"], "float32")  # y padded from 1100 to 2048 (1.86x): the pair
     assert walls.walls_unsupported(padded) == "" and auto_choice(padded, "tpu")[0] == "pallas"
