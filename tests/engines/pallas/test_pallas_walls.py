@@ -241,3 +241,23 @@ def test_the_walled_kernels_take_two_rows_where_the_budget_leaves_one():
     assert 3 * vmem_bytes(19, (1, 258, 258), 4) <= aa.AA_BLOCK_MAX
     assert walls_rows(D3Q19, (256, 256, 256)) == aa.aa_rows(D3Q19, (256, 256, 256), 4, extra=1) == 2
     assert walls_rows(D3Q19, (257, 258, 258)) == 1  # 257 is prime: no R >= 2 divides it
+
+
+@pytest.mark.accel
+def test_v5e_inspect_of_a_2d_cavity_between_40_and_128_mib_plans_the_pair_within_the_estimate(tmp_path):
+    """``lbm inspect target=v5e`` on the D2Q9 cavity 1500^2 (77 MiB; measured on the chip: the pair 5516 MLUPS against
+    xla's 2151) with engine=auto: pallas on the pair, moving P / ny = 2048 / 1500 times the populations' bytes, and
+    planning (1.422x, jax 0.10.2 and 0.12) within what the memory estimate counts for it (1.2 P / ny)."""
+    from helpers.inspect_cli import inspect_json, installed
+    from helpers.runs import run_config
+
+    from lbm.simulation.memory import engine_factor
+
+    if not installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+    grid = ("case=cavity", "lattice=d2q9", "grid.nx=1500", "grid.ny=1500", "steps=10")
+    rec = inspect_json(tmp_path, "target=v5e", *grid, "engine=auto")
+    assert rec["engine"] == "pallas" and rec["traffic_ratio"] == pytest.approx(2048 / 1500, abs=0.01)
+    estimate = engine_factor(run_config(*grid), "tpu", "pallas")[1]
+    assert estimate == pytest.approx(1.2 * 2048 / 1500)
+    assert 2048 / 1500 <= rec["planned_peak_over_population"] <= estimate
