@@ -135,28 +135,32 @@ populations (jax 0.10.2), 7.0 times the padding 1.25."""
 
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     """The 2D in-place pair's planned peak over the populations for ``run`` on ``platform`` (None where the pallas
-    engine runs the push kernel or none there): :data:`PALLAS_PAIR_2D` times the view's padding P / ny."""
+    engine runs the push kernel or none there): :data:`PALLAS_PAIR_2D` times the view's padding P / ny; between the
+    pair's two thresholds at least the push kernel's ENGINE_FACTOR."""
     lattice = LATTICES[run.lattice]
     if platform != "tpu" or lattice.d != 2:
         return None
-    from lbm.engines.pallas.aa import AA2D_ALONE_MIN_BYTES, MAX_PAD, pad_factor
+    from lbm.engines.pallas.aa import AA2D_ALONE_MIN_BYTES, AA2D_MIN_BYTES, MAX_PAD, pad_factor
 
     pad = pad_factor(tuple(run.grid))
     if pad > MAX_PAD:
         return None
     from lbm.simulation.state import chunk_lengths, chunk_size
 
-    # from the lower of the pair's two thresholds (lbm.engines.pallas.aa.aa2d_not_chosen): whether the push kernel
-    # would run the case alone needs its set-up, and the pair's plan bounds the push kernel's (1.0x) from above
-    if lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid) < AA2D_ALONE_MIN_BYTES:
+    size = lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid)
+    if size < AA2D_ALONE_MIN_BYTES:
         return None
     odd = any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
+    factor = PALLAS_PAIR_2D[odd] * pad
     if odd:
         from lbm.engines.pallas.kernels import rows_unsupported
 
         if rows_unsupported(lattice, tuple(run.grid), "float32"):  # the TPU kernels compute in float32
-            return PALLAS_PAIR_2D_ODD_ALONE * pad
-    return PALLAS_PAIR_2D[odd] * pad
+            factor = PALLAS_PAIR_2D_ODD_ALONE * pad
+    # Below AA2D_MIN_BYTES the pair runs only where the push kernel cannot run the case alone
+    # (lbm.engines.pallas.aa.push_runs_alone: it needs the case's set-up), else the push kernel, which plans up to
+    # 2.09x (D2Q9 2000x1200 on the chip, docs/tpu-v5e/2026-12-07/push-mid/): the larger of the two.
+    return factor if size >= AA2D_MIN_BYTES else max(factor, ENGINE_FACTOR["pallas"])
 
 
 def pallas_3d_factor(run: RunConfig, platform: str) -> float:

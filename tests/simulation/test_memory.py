@@ -79,9 +79,13 @@ def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
     assert factor("tpu", *big, "steps=1001") == PALLAS_PAIR_2D[1] == 4.5  # the last chunk: one step
     assert factor("tpu", *big, "steps=1000", "output.every=25") == 4.5
     assert factor("tpu", "grid.nx=1024", "grid.ny=1024", "steps=1000") == ENGINE_FACTOR["pallas"]  # 36 MiB: push
-    # 77 MiB: the pair where the push kernel cannot run the case alone (it refuses this grid; walls), planned
-    # 1.365x (box) and 1.422x (cavity), deviceless v5e
-    assert factor("tpu", "grid.nx=1500", "grid.ny=1500", "steps=1000") == pytest.approx(1.2 * 2048 / 1500)
+    # from 40 MiB the pair where the push kernel cannot run the case alone (walls; a grid it refuses), else the push
+    # kernel: the larger plan (1500^2: the pair 1.365x (box), 1.422x (cavity), deviceless v5e; the push kernel
+    # at 2000x1200 2.09x on the chip); with an odd chunk the pair's (7.1 P / ny: the push kernel refuses 1500^2)
+    assert factor("tpu", "grid.nx=1500", "grid.ny=1500", "steps=1000") == ENGINE_FACTOR["pallas"] == 2.5
+    assert factor("tpu", "grid.nx=1500", "grid.ny=1500", "steps=1001") == pytest.approx(
+        PALLAS_PAIR_2D_ODD_ALONE * 2048 / 1500)
+    assert factor("tpu", "grid.nx=2000", "grid.ny=1200", "steps=1001") == pytest.approx(4.5 * 2048 / 1200)
     assert factor("tpu", "grid.nx=4096", "grid.ny=4000", "steps=1000") == pytest.approx(1.2 * 4096 / 4000)  # padded
     assert factor("tpu", "grid.nx=40000", "grid.ny=500", "steps=1000") == ENGINE_FACTOR["pallas"]  # pads 2.05x: push
     # 4098^2: the push kernel does not fit, an odd chunk's first step is the even kernel and the xla side's streaming

@@ -247,11 +247,12 @@ def test_the_walled_kernels_take_two_rows_where_the_budget_leaves_one():
 def test_v5e_inspect_of_a_2d_cavity_between_40_and_128_mib_plans_the_pair_within_the_estimate(tmp_path):
     """``lbm inspect target=v5e`` on the D2Q9 cavity 1500^2 (77 MiB; measured on the chip: the pair 5516 MLUPS against
     xla's 2151) with engine=auto: pallas on the pair, moving P / ny = 2048 / 1500 times the populations' bytes, and
-    planning (1.422x, jax 0.10.2 and 0.12) within what the memory estimate counts for it (1.2 P / ny)."""
+    planning (1.422x, jax 0.10.2 and 0.12) within what the memory estimate counts for it (2.5: the push kernel's,
+    the larger where the estimate cannot tell which runs)."""
     from helpers.inspect_cli import inspect_json, installed
     from helpers.runs import run_config
 
-    from lbm.simulation.memory import engine_factor
+    from lbm.simulation.memory import ENGINE_FACTOR, engine_factor
 
     if not installed("libtpu"):
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
@@ -259,5 +260,5 @@ def test_v5e_inspect_of_a_2d_cavity_between_40_and_128_mib_plans_the_pair_within
     rec = inspect_json(tmp_path, "target=v5e", *grid, "engine=auto")
     assert rec["engine"] == "pallas" and rec["traffic_ratio"] == pytest.approx(2048 / 1500, abs=0.01)
     estimate = engine_factor(run_config(*grid), "tpu", "pallas")[1]
-    assert estimate == pytest.approx(1.2 * 2048 / 1500)
-    assert 2048 / 1500 <= rec["planned_peak_over_population"] <= estimate
+    assert estimate == ENGINE_FACTOR["pallas"]
+    assert 2048 / 1500 <= rec["planned_peak_over_population"] <= 1.2 * 2048 / 1500 <= estimate
