@@ -134,6 +134,10 @@ def test_the_default_cylinder_keeps_xla_on_a_tpu():
     setup = setup_for([], "float32")
     assert "MiB" in faces.faces_unsupported(setup) or "pad" in faces.faces_unsupported(setup)
     assert auto_choice(setup, "tpu")[0] == "xla"
+    # 4x its cells per side (42 MiB, y padded 1.42x): the pair, from 40 MiB with boundaries (on the chip 3328 MLUPS
+    # against xla's 2716); 1200 x 600 (25 MiB): xla (4030 against the pair's 2635)
+    assert faces.faces_unsupported(setup_for(["grid.nx=1680", "grid.ny=720"], "float32")) == ""
+    assert "under the 40 MiB" in faces.faces_unsupported(setup_for(["grid.nx=1200", "grid.ny=600"], "float32"))
 
 
 # --- deviceless compiles (bash scripts/accel_env.sh; .venv-accel/bin/python -m pytest -m accel) ----------------
