@@ -31,10 +31,11 @@ step() {
 }
 # bench_step LIMIT_S NAME OVERRIDE...: one `lbm bench` as a step (above), with the one-off scripts' timing (3 repeats of
 # at least 0.2 s, no kernel profile, 3 bandwidth repeats) in outputs/device-bench/NAME; its bench.json to
-# $OUT/bench-NAME.json.
+# $OUT/bench-NAME.json. LBM_MAIN names another entry point than `python3 -m lbm` (scripts/pair_anywhere.py).
 bench_step() {
   local limit=$1 name=$2; shift 2
-  step "$limit" python3 -m lbm bench "$@" repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
+  # shellcheck disable=SC2086  # LBM_MAIN is a command and its arguments
+  step "$limit" ${LBM_MAIN:-python3 -m lbm} bench "$@" repeats=3 min_time_s=0.2 kernel_profile=0 bandwidth.repeats=3 \
     hydra.run.dir=outputs/device-bench/"$name"
   cp outputs/device-bench/"$name"/bench.json "$OUT/bench-$name.json" 2>/dev/null
 }

@@ -20,16 +20,11 @@ STEP_QUIET="^lbm: step \\|LbmWarning\\|nu, tau"
 if [[ -n ${SMALL:-} ]]; then box="[[64,48]]"; cyls=("84 36" "60 30"); else
   box=${BOX_SIZES:-"[[1024,1024],[1500,1500]]"}; read -r -a flat <<<"${CYL_SIZES:-1680 720 1050 450}"
   cyls=(); for ((i = 0; i < ${#flat[@]}; i += 2)); do cyls+=("${flat[i]} ${flat[i+1]}"); done; fi
-pair_bench() {
-  local limit=$1 name=$2; shift 2
-  step "$limit" python3 scripts/pair_anywhere.py bench "$@" repeats=3 min_time_s=0.2 kernel_profile=0 \
-    bandwidth.repeats=3 hydra.run.dir=outputs/device-bench/"$name"
-  cp outputs/device-bench/"$name"/bench.json "$OUT/bench-$name.json" 2>/dev/null
-}
-pair_bench 200 pair-small-box lattice=d2q9 "cases=[periodic,cavity]" "variants=[pallas,xla]" "sizes=$box"
+LBM_MAIN="python3 scripts/pair_anywhere.py"  # bench_step (device_env.sh) through it
+bench_step 200 pair-small-box lattice=d2q9 "cases=[periodic,cavity]" "variants=[pallas,xla]" "sizes=$box"
 for size in "${cyls[@]}"; do
   read -r cx cy <<<"$size"
-  pair_bench 150 pair-small-cyl-${cx}x$cy lattice=d2q9 "cases=[cylinder]" "variants=[pallas,xla]" \
+  bench_step 150 pair-small-cyl-${cx}x$cy lattice=d2q9 "cases=[cylinder]" "variants=[pallas,xla]" \
     cylinder_grid.nx=$cx cylinder_grid.ny=$cy
 done
 ls -la "$OUT"

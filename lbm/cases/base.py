@@ -62,6 +62,11 @@ class Setup:
         return ~self.solid
 
     @property
+    def wall_free(self) -> bool:
+        """Whether only the periodic wrap bounds the grid: no boundary condition and no solid cell."""
+        return not self.boundaries and not np.asarray(self.solid).any()
+
+    @property
     def force_array(self) -> np.ndarray | None:
         """The body force as an array ``(D,)`` (None without one)."""
         return None if self.force is None else np.asarray(self.force, np.float64)

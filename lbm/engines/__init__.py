@@ -16,7 +16,6 @@ import math
 from typing import Any
 
 import jax
-import numpy as np
 
 from lbm.boundaries.base import FormUnavailable
 from lbm.cases.base import Setup
@@ -80,7 +79,7 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
     # (aa.AA2D_ALONE_MIN_BYTES): below it xla's step stays on the chip and ties (cavity 1024^2: 5361 against 5187),
     # above it the pair wins (cavity 1500^2 5516 against 2151, cylinder 1680x720 3328 against 2716, the box 1500^2
     # 5764 against 1960; docs/tpu-v5e/2026-12-07/pair-small/).
-    if not setup.boundaries and not np.asarray(setup.solid).any():
+    if setup.wall_free:
         return "pallas", "auto on a TPU: pallas for a wall-free box, where it is faster than xla"
     # The in-place AA kernels apply one half-way wall themselves (lbm.engines.pallas.walls: no gathers or scatters):
     # their traffic is about 1.16x the box's (R + 1 rows of 10 of 19 slots read per step, and 4 B of link bits), so

@@ -207,9 +207,7 @@ kernel refuses it) 5764 against 1960 (docs/tpu-v5e/2026-12-07/pair-small/)."""
 
 def push_runs_alone(setup: Setup) -> bool:
     """Whether the push rows kernel runs ``setup`` on a TPU without gathering boundary cells: a wall-free grid it takes."""
-    if setup.boundaries or np.asarray(setup.solid).any():
-        return False
-    return not rows_unsupported(setup.lattice, setup.shape, setup.dtype)
+    return setup.wall_free and not rows_unsupported(setup.lattice, setup.shape, setup.dtype)
 
 
 def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any, push: bool = True) -> str:
