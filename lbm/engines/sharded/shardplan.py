@@ -212,6 +212,8 @@ class XlaBulk:
     """The xla timestep without boundary conditions: one periodic push step of every cell of a shard."""
 
     note = ""
+    compiler_options = None
+    """XLA's options for a program holding the step (none: the defaults)."""
 
     def __init__(self, setup: Setup) -> None:
         self.setup = dataclasses.replace(setup, boundaries=())
@@ -303,7 +305,7 @@ class ShardedBulkEngine(OnMesh, FusedEngine):
         mapped = jax.shard_map(summed, mesh=self.layout.mesh,
                                in_specs=(fspec, param_specs(self.params), P()), out_specs=(fspec, P()),
                                check_vma=False)
-        return jax.jit(mapped, donate_argnums=0)
+        return jax.jit(mapped, donate_argnums=0, compiler_options=self.bulk.compiler_options)
 
     def describe(self, n: int = 1) -> list[dict[str, Any]]:
         """The sharded chunk of ``n`` steps, as data."""

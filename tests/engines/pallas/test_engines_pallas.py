@@ -65,7 +65,7 @@ obstacle also run in float32 with TRT, Zou-He and half-way walls (cylinder_trt_z
 
 @pytest.mark.parametrize("name,precision,steps", slow_except(
     [(n, "float32", 3) for n in sorted(CASES) if n not in FLOAT64] + [(n, "float64", 2) for n in FLOAT64],
-    fast={("cavity", "float32", 3)}))
+    fast=set()))  # cavity 2.8 CPU-s; the fast lane: the flat kernel's step (test_pallas_collisions)
 def test_flat_kernel_engine_equals_the_reference(name, precision, steps):
     """Every case once: float32 over an odd step count, float64 over an even one on two (the suite's time budget)."""
     setup = setup_for(CASES[name], precision)
@@ -263,3 +263,30 @@ def test_on_the_device_auto_picks_what_auto_choice_says(name):
     wanted, why = auto_choice(setup, platform)
     assert engine.name == wanted or REHEARSAL and engine.name == "xla", engine.note  # xla: no compiler here
     assert why in engine.note
+
+
+@pytest.mark.slow  # 3 CPU-s
+def test_interpret_mode_compiles_with_the_fast_compile_preset_to_the_same_bits(monkeypatch):
+    """On the CPU the interpret-mode chunk carries INTERPRET_OPTIONS to XLA (its compiled instructions differ from
+    those without them; the source locations in the text aside, two compiles without them are the same) and steps the
+    populations to the same bits; a chunk for a TPU carries none."""
+    import re
+
+    from lbm.engines.pallas import engine as pallas_engine
+
+    def instructions(text):
+        return [re.sub(r",? metadata=\{.*?\}", "", line) for line in text.splitlines() if " = " in line]
+
+    setup = setup_for(["case=taylor_green", "grid.nx=8", "grid.ny=1024"], "float32")
+    f0 = jnp.asarray(setup.initial_populations())
+    texts, outs = [], []
+    for options in (pallas_engine.INTERPRET_OPTIONS, None):
+        monkeypatch.setattr(pallas_engine, "INTERPRET_OPTIONS", options)
+        engine = PallasEngine(setup, platform="tpu", interpret=True)
+        assert engine.bulk.compiler_options == options
+        compiled = engine.chunk_function(2).lower(f0, engine.params, jnp.int32(0)).compile()
+        texts.append(instructions(compiled.as_text()))
+        outs.append(np.asarray(compiled(jnp.array(f0), engine.params, jnp.int32(0))[0]))
+    assert texts[0] != texts[1]
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert PallasEngine(setup, platform="tpu", interpret=False).bulk.compiler_options is None
