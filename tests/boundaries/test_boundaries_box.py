@@ -23,7 +23,7 @@ def fullway_like(lattice, shape):
 
 
 @pytest.mark.parametrize("make, lattice, shape", [
-    pytest.param(dfg_like, D2Q9, (60, 30), id="interpolated-d2q9"),
+    pytest.param(dfg_like, D2Q9, (60, 30), id="interpolated-d2q9", marks=pytest.mark.slow),  # 4.4 CPU-s (TPU-only forms)
     pytest.param(fullway_like, D2Q9, (60, 30), id="fullway-d2q9", marks=pytest.mark.slow),
     pytest.param(fullway_like, D3Q19, (30, 15, 4), id="fullway-d3q19", marks=pytest.mark.slow)])
 def test_the_box_forms_step_bitwise_like_the_dense_rules_without_a_view_of_every_cell(make, lattice, shape,

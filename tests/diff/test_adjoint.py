@@ -91,6 +91,7 @@ def test_core_adjoints_equal_autodiff_of_the_kernels(lat):
                  ct)
 
 
+@pytest.mark.slow  # D2Q9 4.0 CPU-s; the fast lane: the core adjoints (above) and the walls' gradients (test_gradient)
 @pytest.mark.parametrize("lat", LATTICES)
 def test_wall_adjoints_equal_autodiff_of_the_rules(lat):
     shape = shape_for(lat)

@@ -118,6 +118,7 @@ def crafted_walls(n_outer: int, n_inner: int, src: np.ndarray, dst: np.ndarray, 
 
 
 @pytest.mark.native
+@pytest.mark.slow  # 5.0 CPU-s, most of it building a float16 kernel; the fast lane: the xla conversions (above)
 @pytest.mark.parametrize("storage", DTYPES)
 def test_native_kernel_conversions_are_exact_on_every_pattern(storage: str) -> None:
     """The kernel's own conversions, through its half-way wall copy ``ST(a[d], LD(a[s]) + add)`` (every cell

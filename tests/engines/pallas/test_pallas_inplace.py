@@ -73,8 +73,8 @@ y viewed as (8, 128) and (16, 128) planes (lbm.engines.pallas.aa.plane_view), so
 sublanes and wraps from the last sublane row to the first."""
 
 
-# all slow: the fast lane runs both kernels through the engine (box_d3q19 against xla, below) and the DMA ring's waits
-# under TPU interpret mode; these pin each kernel alone (5.8 CPU-s for the cheapest case, cold)
+# all slow: the fast lane runs both kernels through the engine (the 2D pair, box_d2q9 against xla, below) and the 3D
+# DMA ring's waits under TPU interpret mode; these pin each kernel alone (5.8 CPU-s for the cheapest case, cold)
 @pytest.mark.parametrize("lattice,shape,rows,collision", slow_except(KERNEL_CASES, fast=set()))
 def test_each_aa_kernel_equals_its_reference_and_a_pair_two_push_steps(lattice, shape, rows, collision):
     lat, collision = LATTICES[lattice], COLLISIONS[collision]
@@ -147,7 +147,7 @@ cavity), and D2Q9 MRT; and with ny off 1024 (``_pad``: the view pads y to P = 10
 ny: the box, the cavity's kernel walls, the cylinder's boundary slots mapped into the view)."""
 
 
-@pytest.mark.parametrize("name,steps", slow_except(ENGINE_CASES, fast={("box_d3q19", 3), ("box_d2q9", 3)}))
+@pytest.mark.parametrize("name,steps", slow_except(ENGINE_CASES, fast={("box_d2q9", 3)}))
 def test_the_inplace_engine_equals_the_xla_engine(name, steps):
     setup = setup_for(CASES[name], "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=True)
@@ -201,6 +201,7 @@ def test_the_odd_kernel_on_an_unpadded_view_is_the_program_it_was():
     assert text.count("tpu_custom_call") == 2 and "stablehlo.pad" not in text and "stablehlo.slice" not in text
 
 
+@pytest.mark.slow  # 3.3 CPU-s; the fast lane: the flat shift's wrap at ny (above)
 def test_the_padded_pair_keeps_its_pads_out_of_sight():
     """D2Q9 8 x 1000 (P = 1024): the state's pads start at rest (zero deviations); whatever they hold (here NaN) reaches
     no grid cell, no health check and no field: the populations, the fluid mask and the fields the engine gives back
@@ -225,6 +226,7 @@ def test_the_padded_pair_keeps_its_pads_out_of_sight():
     assert fields["rho"].shape == setup.shape and fields["u"].shape == (2, *setup.shape)
 
 
+@pytest.mark.slow  # 3.2 CPU-s
 def test_an_odd_chunk_where_only_the_pair_fits_runs_the_even_kernel_and_streams_on_the_xla_side(monkeypatch):
     """A 2D grid whose push kernel does not fit (4098^2 on a v5e; here forced on 8 x 1000): an odd chunk's first step is
     the even kernel (through the padded view) and the streaming of its opposite slots, equal to the xla engine."""
@@ -296,6 +298,7 @@ def test_the_2d_pair_holds_its_state_in_the_kernels_view_from_chunk_to_chunk():
         np.testing.assert_array_equal(fields[k], ref[k])
 
 
+@pytest.mark.slow  # 2.3 CPU-s
 def test_the_health_check_names_the_first_bad_cell_of_the_grid_not_of_the_view():
     """A NaN at cell (3, 700) of the pair's state: after a chunk of 2 steps the first bad cell is (1, 698) on the
     grid, (1, 5, 58) in the view."""
