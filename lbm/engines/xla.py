@@ -33,6 +33,9 @@ class FusedEngine(Engine):
     """Base of the fused engines: one compiled chunk per length, populations kept in ``storage`` between steps."""
 
     mode = "fused"
+    compiler_options: dict[str, str] | None = None
+    """XLA's options for the engine's compiles of its chunks (:meth:`compile`; None: the defaults). Given to the
+    compile, not to ``jax.jit``: a jit with options cannot be traced inside another (``jax.make_jaxpr``, inspect)."""
 
     def __init__(self, setup: Setup, storage: str = "compute") -> None:
         super().__init__(setup)
@@ -97,7 +100,7 @@ class FusedEngine(Engine):
         """The compiled n-step chunk for populations like ``f`` (compiled once, timed)."""
         if n not in self._compiled:
             t0 = time.perf_counter()
-            self._compiled[n] = self.chunk_function(n).lower(f, self.params, step_index(0)).compile()
+            self._compiled[n] = self.chunk_function(n).lower(f, self.params, step_index(0)).compile(self.compiler_options)
             self.compile_times[f"fused[{n}]"] = time.perf_counter() - t0
         return self._compiled[n]
 

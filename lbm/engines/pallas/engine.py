@@ -156,6 +156,7 @@ class PallasEngine(BulkKernelEngine):
         super().__init__(setup, storage)
         self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True)
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
+        self.compiler_options = self.bulk.compiler_options
         self.note = self.bulk.note
         self.viewed = self.bulk.inplace and setup.lattice.d == 2
         """Whether the engine's state is the kernels' view of the populations (the 2D pair, aa.plane_view), held from
@@ -272,15 +273,11 @@ class PallasEngine(BulkKernelEngine):
             out = out.reshape(-1).at[slots.write].set(post, unique_indices=True, indices_are_sorted=False)
         return out.reshape(f.shape), outputs(s)
 
-    def jit(self, chunk: Any) -> Any:
-        """``chunk`` compiled with its populations donated, with the kernel's compiler options."""
-        return jax.jit(chunk, donate_argnums=0, compiler_options=self.bulk.compiler_options)
-
     def chunk_function(self, n: int) -> Any:
         """n steps, two per ``lax.scan`` iteration: the loop's buffer is handed back without a copy (an AA pair in
         place where the kernel has one, after one push step if n is odd), on the engine's state (:meth:`place`)."""
         if not self.bulk.inplace:
-            return self.jit(self.paired_chunk(n, self.step))
+            return jax.jit(self.paired_chunk(n, self.step), donate_argnums=0)
         if self.walls is not None:
             return self.walls_chunk(n)
         if self.faces is not None:
@@ -299,7 +296,8 @@ class PallasEngine(BulkKernelEngine):
             return self.place(out), aux
 
         # the chunk steps the engine's state (in 2D the kernels' view of the populations, aa.plane_view) with no copy
-        return self.jit(self.on_state(self.paired_chunk(n, push, scheme("aa_even"), scheme("aa_odd"))))
+        return jax.jit(self.on_state(self.paired_chunk(n, push, scheme("aa_even"), scheme("aa_odd"))),
+                       donate_argnums=0)
 
     def after_even(self, a: jnp.ndarray) -> jnp.ndarray:
         """The engine's state ``a`` after an even step as a dense step leaves it (aa.streamed_after_even on the grid's
@@ -343,7 +341,7 @@ class PallasEngine(BulkKernelEngine):
                 return self.place(walls.after_even(self.canonical(f), params.walls, lat)), {}
             return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret, **ny), {}
 
-        return self.jit(self.on_state(chunk))
+        return jax.jit(self.on_state(chunk), donate_argnums=0)
 
     def faces_chunk(self, n: int) -> Any:
         """n steps of the pair with an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces): each
@@ -376,4 +374,4 @@ class PallasEngine(BulkKernelEngine):
             a = self.after_even(even(a, t, params)[0])
             return a, outputs_of(a, params)
 
-        return self.jit(self.on_state(self.paired_chunk(n, single, even, odd)))
+        return jax.jit(self.on_state(self.paired_chunk(n, single, even, odd)), donate_argnums=0)

@@ -234,6 +234,7 @@ class ShardedBulkEngine(OnMesh, FusedEngine):
                  storage: str = "compute") -> None:
         FusedEngine.__init__(self, setup, storage)
         self.layout, self.bulk, self.plan = layout, bulk, plan
+        self.compiler_options = bulk.compiler_options
         self.dense = as_arrays(setup.boundaries)
         self.params = plan if plan is not None else ()
         self.halo_plan_bytes = plan.halo_bytes if plan is not None else 0
@@ -305,7 +306,7 @@ class ShardedBulkEngine(OnMesh, FusedEngine):
         mapped = jax.shard_map(summed, mesh=self.layout.mesh,
                                in_specs=(fspec, param_specs(self.params), P()), out_specs=(fspec, P()),
                                check_vma=False)
-        return jax.jit(mapped, donate_argnums=0, compiler_options=self.bulk.compiler_options)
+        return jax.jit(mapped, donate_argnums=0)
 
     def describe(self, n: int = 1) -> list[dict[str, Any]]:
         """The sharded chunk of ``n`` steps, as data."""

@@ -265,11 +265,11 @@ def test_on_the_device_auto_picks_what_auto_choice_says(name):
     assert why in engine.note
 
 
-@pytest.mark.slow  # 3 CPU-s
+@pytest.mark.slow  # 5 CPU-s
 def test_interpret_mode_compiles_with_the_fast_compile_preset_to_the_same_bits(monkeypatch):
-    """On the CPU the interpret-mode chunk carries INTERPRET_OPTIONS to XLA (its compiled instructions differ from
-    those without them; the source locations in the text aside, two compiles without them are the same) and steps the
-    populations to the same bits; a chunk for a TPU carries none."""
+    """On the CPU the interpret-mode engine compiles its chunks with INTERPRET_OPTIONS (its compiled instructions differ
+    from those without them; the source locations in the text aside, two compiles without them are the same) and steps
+    the populations to the same bits; its chunk still traces inside another (inspect's jaxpr); a TPU chunk has none."""
     import re
 
     from lbm.engines.pallas import engine as pallas_engine
@@ -283,10 +283,12 @@ def test_interpret_mode_compiles_with_the_fast_compile_preset_to_the_same_bits(m
     for options in (pallas_engine.INTERPRET_OPTIONS, None):
         monkeypatch.setattr(pallas_engine, "INTERPRET_OPTIONS", options)
         engine = PallasEngine(setup, platform="tpu", interpret=True)
-        assert engine.bulk.compiler_options == options
-        compiled = engine.chunk_function(2).lower(f0, engine.params, jnp.int32(0)).compile()
+        assert engine.compiler_options == options
+        compiled = engine.compile(f0, 2)
         texts.append(instructions(compiled.as_text()))
-        outs.append(np.asarray(compiled(jnp.array(f0), engine.params, jnp.int32(0))[0]))
+        outs.append(np.asarray(engine.advance(jnp.array(f0), 2)[0]))
     assert texts[0] != texts[1]
     np.testing.assert_array_equal(outs[0], outs[1])
-    assert PallasEngine(setup, platform="tpu", interpret=False).bulk.compiler_options is None
+    monkeypatch.undo()
+    assert "pallas_call" in PallasEngine(setup, platform="tpu", interpret=True).describe(2)[0]["jaxpr"]
+    assert PallasEngine(setup, platform="tpu", interpret=False).compiler_options is None
