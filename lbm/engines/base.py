@@ -88,12 +88,14 @@ def decode(s: jnp.ndarray, storage: str, dtype: Any) -> jnp.ndarray:
     return s.astype(dtype)
 
 
-def program(name: str, stage: str | None, jitted: Any, *specs: Any) -> dict[str, Any]:
-    """Lower and compile ``jitted`` for argument ``specs`` (timed) and return the texts and costs as data."""
+def program(name: str, stage: str | None, jitted: Any, *specs: Any, options: dict[str, str] | None = None
+            ) -> dict[str, Any]:
+    """Lower and compile ``jitted`` for argument ``specs`` (timed; with XLA's ``options``, as the engine compiles it)
+    and return the texts and costs as data."""
     t0 = time.perf_counter()
     lowered = jitted.lower(*specs)
     t1 = time.perf_counter()
-    compiled = lowered.compile()
+    compiled = lowered.compile(options)
     t2 = time.perf_counter()
     try:
         hlo = lowered.as_text(dialect="hlo")

@@ -111,7 +111,8 @@ class FusedEngine(Engine):
     def describe(self, n: int = 1) -> list[dict[str, Any]]:
         """The fused chunk of ``n`` steps, as data."""
         f = jax.ShapeDtypeStruct(self.state_shape, jnp.dtype(self.setup.dtype))  # as the run loop holds them
-        return [program(FUSED_STEP, None, self.chunk_function(n), f, spec_of(self.params), spec_of(step_index(0)))]
+        return [program(FUSED_STEP, None, self.chunk_function(n), f, spec_of(self.params), spec_of(step_index(0)),
+                        options=self.compiler_options)]
 
 
 class XlaEngine(FusedEngine):

@@ -312,7 +312,8 @@ class ShardedBulkEngine(OnMesh, FusedEngine):
         """The sharded chunk of ``n`` steps, as data."""
         f = jax.ShapeDtypeStruct((self.setup.lattice.q, *self.setup.shape), jnp.dtype(self.setup.dtype),
                                  sharding=self.layout.sharding())
-        return [program(FUSED_STEP, None, self.chunk_function(n), f, self.params, step_index(0))]
+        return [program(FUSED_STEP, None, self.chunk_function(n), f, self.params, step_index(0),
+                        options=self.compiler_options)]
 
 
 class ShardedPallasEngine(ShardedBulkEngine):

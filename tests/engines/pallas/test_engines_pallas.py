@@ -269,7 +269,8 @@ def test_on_the_device_auto_picks_what_auto_choice_says(name):
 def test_interpret_mode_compiles_with_the_fast_compile_preset_to_the_same_bits(monkeypatch):
     """On the CPU the interpret-mode engine compiles its chunks with INTERPRET_OPTIONS (its compiled instructions differ
     from those without them; the source locations in the text aside, two compiles without them are the same) and steps
-    the populations to the same bits; its chunk still traces inside another (inspect's jaxpr); a TPU chunk has none."""
+    the populations to the same bits; its description (inspect, the profile's compile report) is of that program and
+    still traces the chunk inside another (the jaxpr); a TPU chunk has none."""
     import re
 
     from lbm.engines.pallas import engine as pallas_engine
@@ -290,5 +291,6 @@ def test_interpret_mode_compiles_with_the_fast_compile_preset_to_the_same_bits(m
     assert texts[0] != texts[1]
     np.testing.assert_array_equal(outs[0], outs[1])
     monkeypatch.undo()
-    assert "pallas_call" in PallasEngine(setup, platform="tpu", interpret=True).describe(2)[0]["jaxpr"]
+    described = PallasEngine(setup, platform="tpu", interpret=True).describe(2)[0]  # inspect's and the profile's
+    assert "pallas_call" in described["jaxpr"] and instructions(described["optimized_hlo"]) == texts[0]
     assert PallasEngine(setup, platform="tpu", interpret=False).compiler_options is None
