@@ -104,11 +104,20 @@ D3Q19 256^3 and 512^3, docs/tpu-v5e/2026-12-06/), plus the boundary plan's cells
 cylinder 256x128x128: 1.08), where each (y, z) plane is whole (8, 128) tiles."""
 
 PALLAS_UNTILED_3D = (1.2, 2.2, 1.8)
-"""Where a plane is not whole tiles (ny no multiple of 8 or nz of 128), a bound ``a + b * L`` on the same, L = the
-lanes' padding ceil(nz / 128) * 128 / nz, times ``c`` where a chunk is odd: the kernels' layout pads z to 128 lanes,
-and XLA copies the populations into it. Deviceless v5e, jax 0.10.2, even chunk (odd): D3Q19 box 64^3 2.00 (2.00),
-420x180x128 2.03, 420x184x128 1.00 (2.00), 420x180x64 3.26, 256x128x32 5.00 (9.00), 420x180x32 5.31 (9.40); the
-cylinder 420x180x128 2.17, 420x180x64 3.49, 420x180x32 8.28 (14.95)."""
+"""Where a plane is not whole tiles (ny no multiple of 8 or nz of 128) and the kernels keep (ny, nz) (the flat view
+pads as much: lbm.engines.pallas.aa.flat_plane), a bound ``a + b * L`` on the same, L = the lanes' padding
+ceil(nz / 128) * 128 / nz, times ``c`` where a chunk is odd: the kernels' layout pads z to 128 lanes, and XLA copies
+the populations into it. Deviceless v5e, jax 0.10.2, even chunk (odd), before the flat view: D3Q19 box 64^3 2.00
+(2.00), 420x180x128 2.03, 420x184x128 1.00 (2.00), 420x180x64 3.26, 256x128x32 5.00 (9.00), 420x180x32 5.31 (9.40);
+the cylinder 420x180x128 2.17, 420x180x64 3.49, 420x180x32 8.28 (14.95). An odd chunk's push step still runs on the
+grid's shape, so this bound holds for odd chunks on flat planes too."""
+
+PALLAS_FLAT_3D = 1.35
+"""The 3D pair's planned peak over the populations per the flat view's padding P / (ny nz), for even chunks, where
+the kernels view the planes flat (lbm.engines.pallas.aa.flat_plane). Deviceless v5e, jax 0.10.2 and 0.12.0.1, even
+chunks (planned, and over P / (ny nz)): box 64^3 1.000 (1.00), D3Q27 96^3 1.000, 258^3 1.015 (1.00); cavity 66^3
+1.287 (1.10), 258^3 1.204 (1.19); duct 64x30x30 1.250 (1.10); the cylinder (its faces' rows and force box)
+128x60x32 1.351 and 1.372 (1.29), 420x180x32 1.195 (1.12), 420x180x64 1.170 (1.10)."""
 
 
 PALLAS_PAIR_2D = (1.2, 4.5)
@@ -165,15 +174,20 @@ def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
 
 def pallas_3d_factor(run: RunConfig, platform: str) -> float:
     """The 3D in-place pair's planned peak over the populations on a TPU: :data:`PALLAS_IN_PLACE` where each (y, z)
-    plane is whole (8, 128) tiles, else the bound :data:`PALLAS_UNTILED_3D`."""
+    plane is whole (8, 128) tiles, :data:`PALLAS_FLAT_3D` times the padding where the kernels view the planes flat
+    and every chunk is even, else the bound :data:`PALLAS_UNTILED_3D`."""
     _, ny, nz = run.grid
     if ny % 8 == 0 and nz % 128 == 0:
         return PALLAS_IN_PLACE
+    from lbm.engines.pallas.aa import flat_plane, pad_factor
     from lbm.simulation.state import chunk_lengths, chunk_size
 
-    a, b, odd = PALLAS_UNTILED_3D
+    odd = any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
+    if flat_plane(tuple(run.grid)) and not odd:
+        return PALLAS_FLAT_3D * pad_factor(tuple(run.grid))
+    a, b, c = PALLAS_UNTILED_3D
     bound = a + b * math.ceil(nz / 128) * 128 / nz
-    return bound * odd if any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform))) else bound
+    return bound * c if odd else bound
 
 
 def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> tuple[str, float]:

@@ -94,12 +94,17 @@ def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
         PALLAS_PAIR_2D_ODD_ALONE * 5120 / 4098) == pytest.approx(8.87, abs=0.01)  # 8.754x planned (deviceless v5e)
     assert factor("gpu", *big, "steps=1000") == ENGINE_FACTOR["pallas"]
     assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=128") == PALLAS_IN_PLACE
-    # planes that are not whole (8, 128) tiles: the lanes' padding and XLA's copy into it, bounded (deviceless v5e:
-    # D3Q19 box 64^3 2.00x, the cylinder 420x180x32 8.28x, 14.95x with an odd chunk)
+    # planes that are not whole (8, 128) tiles: viewed flat, 1.35 times the flat view's padding where every chunk is
+    # even (deviceless v5e: box 64^3 1.00x, the cylinder 420x180x32 1.20x); an odd chunk's push step runs on the grid's
+    # shape: the lanes' padding and XLA's copy into it, bounded (the cylinder 420x180x32 5.4x, 8.28x and 14.95x
+    # before the flat view)
     narrow = ("lattice=d3q19", "grid.nx=420", "grid.ny=180", "grid.nz=32")
-    assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=64", "steps=1000") == pytest.approx(5.6)
-    assert factor("tpu", *narrow, "steps=1000") == pytest.approx(10.0)
+    assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=64", "steps=1000") == pytest.approx(1.35)
+    assert factor("tpu", *narrow, "steps=1000") == pytest.approx(1.35 * 6144 / 5760)
     assert factor("tpu", *narrow, "steps=1001") == pytest.approx(18.0)
+    # where the flat view pads as much as the tiles (8 x 6 x 7: 1024 cells either way), the tiles' bound
+    assert factor("tpu", "lattice=d3q19", "grid.nx=8", "grid.ny=6", "grid.nz=7", "steps=1000") == pytest.approx(
+        1.2 + 2.2 * 128 / 7)
 
 
 @pytest.fixture

@@ -101,47 +101,77 @@ def padded_ny(ny: int) -> int:
     return -(-ny // ROW_CELLS) * ROW_CELLS
 
 
+def tiled_plane(shape: tuple[int, ...]) -> int:
+    """Cells one plane (the axes after x) of a 3D grid takes in the TPU's (8, 128) tiles as it is: ny rounded up to a
+    multiple of 8, nz to one of 128."""
+    return -(-shape[1] // 8) * 8 * -(-shape[2] // LANES) * LANES
+
+
+def flat_plane(shape: tuple[int, ...]) -> bool:
+    """Whether the in-place kernels view the grid's planes (the axes after x) flat, as rows of 128 cells: always in
+    2D; in 3D where that pads a plane less than the tiles of (ny, nz) do (64^3: 4096 cells, not 8192; 258^3: 67584,
+    not 101376; 256^3 and 128^3 keep (ny, nz))."""
+    if len(shape) == 2:
+        return True
+    return len(shape) == 3 and padded_ny(shape[1] * shape[2]) < tiled_plane(shape)
+
+
+def plane_of(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The plane (the axes after x) of a grid the kernels view flat (:func:`flat_plane`), else None."""
+    return tuple(shape[1:]) if flat_plane(shape) else None
+
+
+def padded_plane(shape: tuple[int, ...]) -> int:
+    """Cells P of one plane of the flat view: the plane's cells rounded up to a multiple of :data:`ROW_CELLS`."""
+    return padded_ny(int(np.prod(shape[1:])))
+
+
 def pad_factor(shape: tuple[int, ...]) -> float:
-    """Cells of the kernels' view over the grid's cells: P / ny in 2D, 1 in 3D."""
-    return padded_ny(shape[1]) / shape[1] if len(shape) == 2 else 1.0
+    """Cells of the kernels' view over the grid's cells: P over the plane's cells where the planes are flat (2D: P /
+    ny), else 1."""
+    return padded_plane(shape) / int(np.prod(shape[1:])) if flat_plane(shape) else 1.0
 
 
 def view_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The grid shape the in-place kernels index: 3D as is; 2D (nx, ny) as (nx, P / 128, 128), P = :func:`padded_ny`,
-    so that x stays the major, untiled axis (the DMA windows shift along it) and a row of y fills whole (8, 128) tiles
-    (the real cells at y < ny, pads after them)."""
-    return shape if len(shape) == 3 else (shape[0], padded_ny(shape[1]) // LANES, LANES)
+    """The grid shape the in-place kernels index: (nx, P / 128, 128) where the planes are flat (:func:`flat_plane`,
+    P = :func:`padded_plane`), so that x stays the major, untiled axis (the DMA windows shift along it) and a plane
+    fills whole (8, 128) tiles (the real cells first, pads after them); else (3D) the grid as it is."""
+    return (shape[0], padded_plane(shape) // LANES, LANES) if flat_plane(shape) else tuple(shape)
 
 
 def to_view(a: Any, grid: tuple[int, ...]) -> Any:
-    """A per-cell array ``(*lead, *grid)`` (numpy or jax) as the kernels' view ``(*lead, *view_shape(grid))``: in 2D y
-    padded with zeros to P (for populations, deviations f - w: the rest state), then the same elements in order."""
+    """A per-cell array ``(*lead, *grid)`` (numpy or jax) as the kernels' view ``(*lead, *view_shape(grid))``: a flat
+    plane padded with zeros to P (for populations, deviations f - w: the rest state), the same elements in order."""
     grid = tuple(grid)
     lead = tuple(a.shape[: a.ndim - len(grid)])
-    if len(grid) == 2 and padded_ny(grid[1]) != grid[1]:
+    if not flat_plane(grid):
+        return a
+    cells, p = int(np.prod(grid[1:])), padded_plane(grid)
+    a = a.reshape(*lead, grid[0], cells)
+    if p != cells:
         xp = np if isinstance(a, np.ndarray) else jnp
-        a = xp.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, padded_ny(grid[1]) - grid[1])])
+        a = xp.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, p - cells)])
     return a.reshape(*lead, *view_shape(grid))
 
 
 def from_view(v: Any, grid: tuple[int, ...]) -> Any:
     """The grid's cells ``(*lead, *grid)`` of a per-cell array in the kernels' view (numpy or jax): the pads dropped."""
     grid = tuple(grid)
-    view = view_shape(grid)
-    lead = tuple(v.shape[: v.ndim - len(view)])
-    if len(grid) == 3:
-        return v.reshape(*lead, *grid)
-    p = padded_ny(grid[1])
+    if not flat_plane(grid):
+        return v
+    lead = tuple(v.shape[: v.ndim - 3])
+    cells, p = int(np.prod(grid[1:])), padded_plane(grid)
     v = v.reshape(*lead, grid[0], p)
-    return v[..., : grid[1]] if p != grid[1] else v
+    return (v[..., :cells] if p != cells else v).reshape(*lead, *grid)
 
 
 def view_index(i: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
     """Flat indices into ``(*lead, *grid)`` (the boundary plan's slots) as flat indices into the kernels' view."""
-    if len(grid) == 3 or padded_ny(grid[1]) == grid[1]:
+    cells = int(np.prod(grid[1:]))
+    if not flat_plane(grid) or padded_plane(grid) == cells:
         return i
     i = np.asarray(i, np.int64)
-    return (i // grid[1]) * padded_ny(grid[1]) + i % grid[1]
+    return (i // cells) * padded_plane(grid) + i % cells
 
 
 def streamed_after_even(post: jnp.ndarray, lattice: Lattice) -> jnp.ndarray:
@@ -261,37 +291,65 @@ def _shifted(v: Any, c: np.ndarray, roll: Any) -> Any:
     return v
 
 
-def _shifted_flat(v: Any, c: np.ndarray, roll: Any, ny: int | None = None) -> Any:
-    """A 2D grid's row(s) ``v`` (.., P / 128, 128) (:func:`view_shape`) shifted by c_y along y, periodic at ``ny``
-    (None: at P): v'[y] = v[(y - c_y) mod ny] for y < ny, y = 128 s + l. A lane roll by c_y, and in the c_y lanes it
-    wraps, the same lanes of the neighbouring sublane row (a sublane roll by the sign of c_y, periodic: the last row's
-    neighbour is the first): the flat shift by c_y, periodic at P. Where the view pads y (ny < P), the |c_y| cells
-    whose source wraps around ny (y < c_y, or ny + c_y <= y < ny) take the flat shift by c_y + sign(c_y) (P - ny)
-    instead (:func:`_flat_at`), and the pads the flat shift's values (real or pad populations)."""
-    cy = int(c[1])
-    if not cy:
-        return v
+def _shifted_flat(v: Any, c: np.ndarray, roll: Any, plane: tuple[int, ...] | None = None) -> Any:
+    """A flat plane's row(s) ``v`` (.., P / 128, 128) (:func:`view_shape`) shifted by c along the plane's axes, each
+    periodic: v'[k] = v[k - d] at the plane's cells k, d = sum c_a stride_a (2D: c_y; 3D: c_y nz + c_z), where each
+    axis whose coordinate wraps (y < c_y, or y >= ny + c_y; z alike) adds sign(c_a) n_a stride_a back. ``plane`` is
+    the grid's plane, (ny,) or (ny, nz) (None: 2D, periodic at P). Each shift is a flat one, periodic at P
+    (:func:`_flat_at`: a lane roll, and sublane rolls for the lanes it wraps); the cells where axes wrap take theirs in
+    a select (none for y where the plane fills P: the flat shift wraps there already). The pads (k >= the plane's
+    cells) take finite values (real or pad populations), and no plane cell reads them."""
     lanes = v.shape[-1]
     p = lanes * v.shape[-2]
+    if plane is None and len(c) != 2:
+        raise ValueError("a 3D flat plane shifts with its plane (ny, nz) given")
+    dims = (p,) if plane is None else tuple(int(n) for n in plane)
+    strides = [int(np.prod(dims[a + 1:])) for a in range(len(dims))]
+    cs = [int(x) for x in c[len(c) - len(dims):]]
+    if not any(cs):
+        return v
+    d = sum(ca * st for ca, st in zip(cs, strides, strict=True))
+    cells = int(np.prod(dims))
     lane = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 1)
-    out = _flat_at(v, cy, range(p), roll, lane)
-    if ny is None or ny == p:
+    out = _flat_at(v, d, range(p), roll, lane)
+    axes = [a for a in range(len(dims)) if cs[a] and not (a == 0 and cells == p)]  # the axes that wrap short of P
+    if not axes:
         return out
-    wrapped = range(cy) if cy > 0 else range(ny + cy, ny)
-    alt = _flat_at(v, cy + (p - ny if cy > 0 else ny - p), wrapped, roll, lane)
+    k = np.arange(cells)
     flat = jax.lax.broadcasted_iota(jnp.int32, v.shape, v.ndim - 2) * lanes + lane
-    return jnp.where((flat >= wrapped[0]) & (flat <= wrapped[-1]), alt, out)
+    wraps_here = [_wraps(k, a, dims, strides, cs[a]) for a in axes]
+    wraps_there = [_wraps(flat, a, dims, strides, cs[a]) for a in axes]
+    for n in range(1, 2 ** len(axes)):
+        wrapped = [n >> i & 1 for i in range(len(axes))]
+        at = np.logical_and.reduce([w if on else ~w for w, on in zip(wraps_here, wrapped, strict=True)])
+        if not at.any():
+            continue
+        back = sum(int(np.sign(cs[a])) * dims[a] * strides[a] for a, on in zip(axes, wrapped, strict=True) if on)
+        moved = _flat_at(v, d - back, k[at], roll, lane)
+        sel = functools.reduce(jnp.logical_and, [w if on else ~w for w, on in zip(wraps_there, wrapped, strict=True)])
+        out = jnp.where(sel, moved, out)
+    return out
 
 
-def _flat_at(v: Any, k: int, cells: range, roll: Any, lane: Any) -> Any:
-    """Row(s) ``v`` (.., S, 128) shifted by ``k`` cells along the flat y = 128 s + l, periodic at 128 S, correct at the
-    flat ``cells`` (elsewhere, where they need another sublane roll, not): a lane roll by k mod 128, then a sublane
-    roll by k // 128 at the lanes l >= k mod 128 and by k // 128 + 1 at the others (a second roll and a select on the
-    lane index ``lane`` only where ``cells`` hold lanes of both)."""
+def _wraps(flat: Any, a: int, dims: tuple[int, ...], strides: list[int], c: int) -> Any:
+    """Where axis ``a``'s coordinate of the flat plane index (numpy, or a kernel's int32 iota) wraps under a shift by
+    c: the first axis by comparisons (no division), the others by a remainder (3D: z = k mod nz)."""
+    if a == 0:
+        return flat < c * strides[0] if c > 0 else flat >= (dims[0] + c) * strides[0]
+    coord = flat % dims[a] if isinstance(flat, np.ndarray) else jax.lax.rem(flat, jnp.int32(dims[a]))
+    return coord < c if c > 0 else coord >= dims[a] + c
+
+
+def _flat_at(v: Any, k: int, cells: Any, roll: Any, lane: Any) -> Any:
+    """Row(s) ``v`` (.., S, 128) shifted by ``k`` cells along the flat index 128 s + l, periodic at 128 S, correct at
+    the flat positions ``cells`` (elsewhere, where they need another sublane roll, not): a lane roll by k mod 128, then
+    a sublane roll by k // 128 at the lanes l >= k mod 128 and by k // 128 + 1 at the others (a second roll and a
+    select on the lane index ``lane`` only where ``cells`` hold lanes of both)."""
     lanes, rows = v.shape[-1], v.shape[-2]
-    a, b = divmod(k, lanes)
+    a, b = divmod(k % (lanes * rows), lanes)
     r = roll(v, b, v.ndim - 1) if b else v
-    need = {a + (y % lanes < b) for y in cells}
+    low = np.asarray(cells) % lanes < b
+    need = ({a + 1} if low.any() else set()) | ({a} if not low.all() else set())
 
     def sub(n: int) -> Any:
         return roll(r, n % rows, v.ndim - 2) if n % rows else r
@@ -313,12 +371,19 @@ def _even_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]]) -> Ca
     return row
 
 
-def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], roll: Any, ny: int | None = None
-             ) -> Callable[[Any, Any, Any], None]:
+def plane_shift(lattice: Lattice, plane: tuple[int, ...] | None) -> Callable[..., Any]:
+    """How a row of the kernels' view shifts along the axes after x: a 3D grid's (ny, nz) planes as they are
+    (:func:`_shifted`, ``plane`` None), else flat planes periodic at the grid's ``plane`` (:func:`_shifted_flat`; 2D
+    with None: at the view's P)."""
+    return _shifted if lattice.d == 3 and plane is None else functools.partial(_shifted_flat, plane=plane)
+
+
+def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], roll: Any,
+             plane: tuple[int, ...] | None = None) -> Callable[[Any, Any, Any], None]:
     """Row r of the odd step on a block of windows, in place: f_i = roll(slot opp(i), c_i), slot i = roll(f*_i, c_i)
-    (2D: periodic at ``ny``, :func:`_shifted_flat`)."""
+    (a flat view's planes periodic at ``plane``, :func:`plane_shift`)."""
     opp = [int(k) for k in lattice.opposite]
-    shift = _shifted if lattice.d == 3 else functools.partial(_shifted_flat, ny=ny)
+    shift = plane_shift(lattice, plane)
 
     def row(src: Any, dst: Any, r: Any) -> None:
         pre = [shift(src[opp[i], pl.ds(r, 1)], lattice.c[i], roll) for i in range(lattice.q)]
@@ -462,32 +527,36 @@ def _collider(lattice: Lattice, omega_plus: float, omega_minus: float, force: np
 
 
 def _viewed(step: Callable[..., jnp.ndarray]) -> Callable[..., jnp.ndarray]:
-    """``step`` on a 2D grid's populations ``(Q, nx, ny)`` through :func:`plane_view` and back (a copy each way on a
-    TPU; the pallas engine holds its populations in the view and passes it as it is), told the grid's ``ny``."""
+    """``step`` on populations ``(Q, *grid)`` of a grid whose planes the kernels view flat (:func:`flat_plane`) through
+    :func:`plane_view` and back (a copy each way on a TPU; the pallas engine holds its populations in the view and
+    passes it as it is, with its ``plane``), told the grid's plane. A 2D array of view rank and no ``plane`` is a view
+    periodic at its own P."""
     @functools.wraps(step)
-    def on_grid(f: jnp.ndarray, lattice: Lattice, *args: Any, **kw: Any) -> jnp.ndarray:
-        if f.ndim == lattice.d + 1 and lattice.d == 2:
-            grid = tuple(f.shape[1:])
-            return from_view(step(plane_view(f), lattice, *args, ny=grid[1], **kw), grid)
-        return step(f, lattice, *args, **kw)
+    def on_grid(f: jnp.ndarray, lattice: Lattice, *args: Any, plane: tuple[int, ...] | None = None,
+                **kw: Any) -> jnp.ndarray:
+        grid = tuple(f.shape[1:])
+        if plane is None and f.ndim == lattice.d + 1 and flat_plane(grid):
+            return from_view(step(plane_view(f), lattice, *args, plane=grid[1:], **kw), grid)
+        return step(f, lattice, *args, plane=plane, **kw)
 
     return on_grid
 
 
-def _grid_of(view: jnp.ndarray, lattice: Lattice) -> tuple[int, ...]:
-    """The grid shape of populations in the kernels' view (:func:`view_shape`; 2D: with its pads, (nx, P))."""
+def _grid_of(view: jnp.ndarray, lattice: Lattice, plane: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The grid shape a step's block rows count on: a flat view's (nx, P) (with its pads), else the grid's."""
     shape = tuple(view.shape[1:])
-    return shape if lattice.d == 3 else (shape[0], shape[1] * shape[2])
+    return shape if lattice.d == 3 and plane is None else (shape[0], shape[1] * shape[2])
 
 
 @_viewed
 def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
                  force: np.ndarray | None, interpret: bool = False, rows: int | None = None,
-                 collision: Collision | None = None, pipeline: str = "blocks", ny: int | None = None) -> jnp.ndarray:
-    """The AA even step of populations ``(Q, *grid)`` (or their :func:`plane_view`) in place (``f`` aliased to
-    the result; donate it). Local: a view's pads (``ny``: the grid's, below the view's P) collide as any cell."""
+                 collision: Collision | None = None, pipeline: str = "blocks",
+                 plane: tuple[int, ...] | None = None) -> jnp.ndarray:
+    """The AA even step of populations ``(Q, *grid)`` (or their :func:`plane_view`, with the grid's ``plane``) in
+    place (``f`` aliased to the result; donate it). Local: a view's pads collide as any cell."""
     q, shape = lattice.q, tuple(f.shape[1:])
-    rows = rows or aa_rows(lattice, _grid_of(f, lattice), f.dtype.itemsize)
+    rows = rows or aa_rows(lattice, _grid_of(f, lattice, plane), f.dtype.itemsize)
     row = _even_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision))
     if pipeline == "dma":
         return ring_call(f, [int(c) for c in lattice.c[:, 0]], False, rows, BUFFERS, row, interpret)
@@ -517,11 +586,12 @@ def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minu
 @_viewed
 def aa_odd_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: float,
                 force: np.ndarray | None, interpret: bool = False, rows: int | None = None,
-                collision: Collision | None = None, buffers: int = BUFFERS, ny: int | None = None) -> jnp.ndarray:
-    """The AA odd step of populations ``(Q, *grid)`` (or their :func:`plane_view`) in place (``f`` aliased to
-    the result; donate it); a view's y periodic at ``ny`` (None: at its own P; :func:`_shifted_flat`)."""
+                collision: Collision | None = None, buffers: int = BUFFERS,
+                plane: tuple[int, ...] | None = None) -> jnp.ndarray:
+    """The AA odd step of populations ``(Q, *grid)`` (or their :func:`plane_view`, periodic at the grid's ``plane``;
+    a 2D view without it: at its own P; :func:`_shifted_flat`) in place (``f`` aliased to the result; donate it)."""
     from jax.experimental.pallas import tpu as pltpu
 
-    rows = rows or aa_rows(lattice, _grid_of(f, lattice), f.dtype.itemsize)
-    row = _odd_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision), pltpu.roll, ny)
+    rows = rows or aa_rows(lattice, _grid_of(f, lattice, plane), f.dtype.itemsize)
+    row = _odd_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision), pltpu.roll, plane)
     return ring_call(f, [int(c) for c in lattice.c[:, 0]], True, rows, buffers, row, interpret)

@@ -99,12 +99,14 @@ class PallasKernel:
             if why:  # 2D: the push rows kernel runs every step instead
                 self.inplace, self.inplace_note = False, f"{why}: the push rows kernel runs every step"
                 log.info("engine=pallas: %s", self.inplace_note)
+        self.plane = aa.plane_of(self.shape) if self.inplace else None
+        """The grid's plane (the axes after x) where the pair views its planes flat (aa.flat_plane), else None."""
         if self.inplace:
             self.rows = aa.aa_rows(setup.lattice, shape, dtype.itemsize)
             self.push_unsupported = kernels.rows_unsupported(setup.lattice, shape, dtype)
-            if len(shape) == 2 and aa.pad_factor(shape) > 1:
-                self.inplace_note = (f"the 2D in-place pair on y padded from {shape[1]} to {aa.padded_ny(shape[1])} "
-                                     f"cells ({aa.pad_factor(shape):.3f}x the populations)")
+            if self.plane is not None and aa.pad_factor(shape) > 1:
+                self.inplace_note = (f"the in-place pair on flat planes padded from {int(np.prod(shape[1:]))} to "
+                                     f"{aa.padded_plane(shape)} cells ({aa.pad_factor(shape):.3f}x the populations)")
                 log.info("engine=pallas: %s", self.inplace_note)
         else:
             if setup.lattice.q * int(np.prod(shape)) >= 2**31:
@@ -141,9 +143,9 @@ class PallasKernel:
         """The ``scheme`` (aa_even | aa_odd) step of every cell of ``f``, in place (aliased: donate ``f``)."""
         s = self.setup
         step = aa.aa_even_step if scheme == "aa_even" else aa.aa_odd_step
-        ny = {"ny": self.shape[1]} if len(self.shape) == 2 and f.ndim == 4 else {}  # the view: periodic at the grid's ny
+        viewed = self.plane is not None and tuple(f.shape[1:]) == aa.view_shape(self.shape)
         return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
-                    rows=self.rows, collision=s.collision, **ny)
+                    rows=self.rows, collision=s.collision, plane=self.plane if viewed else None)
 
 
 class PallasEngine(BulkKernelEngine):
@@ -158,9 +160,9 @@ class PallasEngine(BulkKernelEngine):
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
         self.compiler_options = self.bulk.compiler_options
         self.note = self.bulk.note
-        self.viewed = self.bulk.inplace and setup.lattice.d == 2
-        """Whether the engine's state is the kernels' view of the populations (the 2D pair, aa.plane_view), held from
-        chunk to chunk (:meth:`place`, :meth:`canonical`)."""
+        self.viewed = self.bulk.plane is not None
+        """Whether the engine's state is the kernels' flat view of the populations (the pair in 2D, and in 3D where it
+        pads less: aa.flat_plane, aa.plane_view), held from chunk to chunk (:meth:`place`, :meth:`canonical`)."""
         if self.viewed and set(moment_stages(setup)) <= {"macroscopic", "equilibrium"}:
             # the moments cell by cell on the view, then the grid's shape (a copy of rho and u, not of the populations)
             grid = setup.shape
@@ -308,16 +310,14 @@ class PallasEngine(BulkKernelEngine):
         """The arguments every kernel with walls or a solid bit takes but the populations, the bits and the walls (in
         2D the view's y periodic at the grid's ny)."""
         s = self.setup
-        ny = {"ny": s.shape[1]} if s.lattice.d == 2 else {}
         return dict(omega_plus=s.omega_plus, omega_minus=s.omega_minus, force=s.force_array, rows=self.walls_rows,
-                    interpret=self.bulk.interpret, collision=s.collision, **ny)
+                    interpret=self.bulk.interpret, collision=s.collision, plane=self.bulk.plane)
 
     def walls_chunk(self, n: int) -> Any:
         """n steps with the walls in the in-place kernels (lbm.engines.pallas.walls): n // 2 AA pairs, an even step
         if n is odd, and the walls' populations as a dense step leaves them (in place after a pair)."""
         s, lat, wall = self.setup, self.setup.lattice, self.walls
         kw = self._walls_kw()
-        ny = {"ny": kw["ny"]} if "ny" in kw else {}
 
         def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
             # f is the engine's state: in 2D the kernels' view of the populations (aa.plane_view), the bits alike
@@ -339,7 +339,7 @@ class PallasEngine(BulkKernelEngine):
             if n % 2:
                 f = even(f) if n > 1 else f
                 return self.place(walls.after_even(self.canonical(f), params.walls, lat)), {}
-            return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret, **ny), {}
+            return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret, plane=kw["plane"]), {}
 
         return jax.jit(self.on_state(chunk), donate_argnums=0)
 

@@ -19,10 +19,10 @@ bit k takes its population k from the other place the AA pair keeps it (plus the
 
 The other place is the row x - c_x(k) (even) or x (odd) of slot opp(k) or k: each slot's window spans the rows of
 both offsets, 0 and c_x (R + 1 rows where c_x != 0; only its R written rows go back), and the even step runs on the
-DMA ring too (lbm.engines.pallas.aa.ring_call). In 2D the kernels run on the populations' view (aa.plane_view), the
-bits on the same view of the grid (its pads, where y is padded to P, with no bits: fluid, no wall; their reads and
-writes wrap at the grid's ny, aa._shifted_flat). Neither place is written in the step that reads it (a solid cell owns
-it), so the blocks may fetch it at any time.
+DMA ring too (lbm.engines.pallas.aa.ring_call). Where the kernels view the planes flat (2D, and 3D where that pads
+less: aa.flat_plane) they run on the populations' view (aa.plane_view), the bits on the same view of the grid (its
+pads with no bits: fluid, no wall; their reads and writes wrap at the grid's plane, aa._shifted_flat). Neither place
+is written in the step that reads it (a solid cell owns it), so the blocks may fetch it at any time.
 
 Between the kernels the populations at the walls are not those of a dense step: a fluid cell's slots k with bit k,
 and the solid cells' slots, hold what the kernels left. A chunk therefore ends with one pass that makes them so: after
@@ -35,7 +35,6 @@ every population from its own slot (``reflect=False``): its input is dense, and 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -220,12 +219,6 @@ def _fix_row(lattice: Lattice, walls: Walls, base: list[int], shift: Callable[..
     return row
 
 
-def _shift(lattice: Lattice, ny: int | None) -> Callable[..., Any]:
-    """How a row of the kernels' view shifts along the axes after x: planes (3D), rows of y as (P / 128, 128),
-    periodic at the grid's ``ny`` (2D; aa._shifted_flat)."""
-    return aa._shifted if lattice.d == 3 else functools.partial(aa._shifted_flat, ny=ny)
-
-
 def _roll() -> Any:
     from jax.experimental.pallas import tpu as pltpu
 
@@ -242,30 +235,31 @@ def _call(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, movin
 
 def walls_even_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, omega_plus: float,
                     omega_minus: float, force: np.ndarray | None, rows: int, interpret: bool = False,
-                    collision: Collision | None = None, reflect: bool = True, ny: int | None = None) -> jnp.ndarray:
-    """The AA even step of ``f`` ``(Q, nx, ny, nz)`` (2D: the kernels' view, periodic at ``ny``) in place, with the walls'
-    words ``bits`` (:func:`kernel_bits`, in the same view); ``reflect`` False for the first step of a chunk (populations
-    as a dense step, or the initial state, leave them)."""
+                    collision: Collision | None = None, reflect: bool = True,
+                    plane: tuple[int, ...] | None = None) -> jnp.ndarray:
+    """The AA even step of ``f`` ``(Q, nx, ny, nz)`` (or the kernels' flat view, periodic at the grid's ``plane``) in
+    place, with the walls' words ``bits`` (:func:`kernel_bits`, in the same view); ``reflect`` False for the first
+    step of a chunk (populations as a dense step, or the initial state, leave them)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
     return _call(f, bits, lattice, False, rows, interpret,
-                 lambda base: _even_row(lattice, collide, walls, base, reflect, _shift(lattice, ny)))
+                 lambda base: _even_row(lattice, collide, walls, base, reflect, aa.plane_shift(lattice, plane)))
 
 
 def walls_odd_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, omega_plus: float,
                    omega_minus: float, force: np.ndarray | None, rows: int, interpret: bool = False,
-                   collision: Collision | None = None, ny: int | None = None) -> jnp.ndarray:
-    """The AA odd step of ``f`` in place, with the walls of ``bits`` (2D: periodic at ``ny``)."""
+                   collision: Collision | None = None, plane: tuple[int, ...] | None = None) -> jnp.ndarray:
+    """The AA odd step of ``f`` in place, with the walls of ``bits`` (a flat view: periodic at ``plane``)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
     return _call(f, bits, lattice, True, rows, interpret,
-                 lambda base: _odd_row(lattice, collide, walls, base, _shift(lattice, ny)))
+                 lambda base: _odd_row(lattice, collide, walls, base, aa.plane_shift(lattice, plane)))
 
 
 def walls_fix_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, rows: int,
-                   interpret: bool = False, ny: int | None = None) -> jnp.ndarray:
-    """After an odd step with kernel walls: ``f`` in place as a dense step leaves it (module doc; 2D: periodic at
-    ``ny``)."""
-    return _call(f, bits, lattice, False, rows, interpret, lambda base: _fix_row(lattice, walls, base, _shift(lattice, ny)),
-                 name=FIX_SCOPE)
+                   interpret: bool = False, plane: tuple[int, ...] | None = None) -> jnp.ndarray:
+    """After an odd step with kernel walls: ``f`` in place as a dense step leaves it (module doc; a flat view: periodic
+    at ``plane``)."""
+    return _call(f, bits, lattice, False, rows, interpret,
+                 lambda base: _fix_row(lattice, walls, base, aa.plane_shift(lattice, plane)), name=FIX_SCOPE)
 
 
 def after_even(a: jnp.ndarray, form: PulledHalfway, lattice: Lattice) -> jnp.ndarray:

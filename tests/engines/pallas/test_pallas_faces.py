@@ -180,11 +180,13 @@ def test_v5e_auto_runs_the_d3q19_cylinder_on_the_pair(tmp_path):
 
 
 @pytest.mark.accel
-@pytest.mark.parametrize("steps,above", [(100, 1.1), (101, 2.0)])
-def test_v5e_plan_of_a_narrow_d3q19_cylinder_is_within_the_memory_estimate(steps, above):
-    """z = 32 fills a quarter of the TPU's lanes: the compiled chunk plans more than the pair's 1.1x (deviceless v5e,
-    128 x 60 x 32: 1.57x, more with an odd chunk; 420 x 180 x 32: 8.28x and 14.95x), within lbm.simulation.memory's
-    bound for planes that are not whole tiles (the run's fit check reads it)."""
+@pytest.mark.parametrize("steps,most", [(100, 1.4), (101, None)])
+def test_v5e_plan_of_a_narrow_d3q19_cylinder_is_within_the_memory_estimate(steps, most):
+    """z = 32 fills a quarter of the TPU's lanes: the pair views the (60, 32) planes flat (lbm.engines.pallas.aa
+    .flat_plane; 1920 cells padded to 2048), and an even chunk plans at most 1.4x the populations (deviceless v5e,
+    128 x 60 x 32: 1.35x on jax 0.10.2, 1.37x on 0.12.0.1, the faces' rows and the force's box; 1.57x on (ny, nz) as
+    they are; 420 x 180 x 32: 1.20x, was 8.28x); an odd chunk's push step runs on the grid's shape (1.4x here, 5.4x
+    at 420 x 180 x 32). Both within lbm.simulation.memory's estimate (the run's fit check reads it)."""
     from helpers.inspect_cli import installed, v5e_planned_over_populations
     from helpers.runs import run_config
 
@@ -194,6 +196,6 @@ def test_v5e_plan_of_a_narrow_d3q19_cylinder_is_within_the_memory_estimate(steps
         pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
     grid = ["case=cylinder", "lattice=d3q19", "grid.nx=128", "grid.ny=60", "grid.nz=32"]
     engine, planned = v5e_planned_over_populations(grid, steps)
-    assert engine.faces is not None
+    assert engine.faces is not None and engine.viewed and engine.state_shape == (19, 128, 16, 128)
     bound = engine_factor(run_config(*grid, f"steps={steps}", "output.every=100"), "tpu", "pallas")[1]
-    assert above < planned <= bound, (planned, bound)
+    assert planned <= bound and (most is None or planned <= most), (planned, bound)

@@ -134,17 +134,23 @@ CASES = {"box_d3q19": BOX19, "box_d3q27_cumulant": BOX27 + ["collision=cumulant"
          "box_d2q9_pad": ["case=taylor_green", "lattice=d2q9", "grid.nx=8", "grid.ny=1000"],
          "box_d2q9_pad1030": ["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1030"],
          "cavity_d2q9_pad": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1100"],
-         "cylinder_d2q9_pad": ["case=cylinder", "lattice=d2q9", "grid.nx=24", "grid.ny=1030", "case.radius=5"]}
+         "cylinder_d2q9_pad": ["case=cylinder", "lattice=d2q9", "grid.nx=24", "grid.ny=1030", "case.radius=5"],
+         "box_d3q19_flat": ["case=taylor_green", "lattice=d3q19", "grid.nx=6", "grid.ny=10", "grid.nz=12"],
+         "box_d3q27_cumulant_flat": ["case=taylor_green", "lattice=d3q27", "grid.nx=8", "grid.ny=9", "grid.nz=10",
+                                     "collision=cumulant"]}
 ENGINE_CASES = [("box_d3q19", 3), ("box_d3q19", 4), ("box_d3q27_cumulant", 2), ("cavity_d3q19", 3),
                 ("cylinder_d3q19", 4), ("box_d2q9", 3), ("box_d2q9", 4), ("box_d2q9_mrt", 2), ("cavity_d2q9", 3),
                 ("cylinder_d2q9", 4), ("box_d2q9_pad", 3), ("box_d2q9_pad1030", 3), ("box_d2q9_pad1030", 4),
-                ("cavity_d2q9_pad", 3), ("cavity_d2q9_pad", 4), ("cylinder_d2q9_pad", 3), ("cylinder_d2q9_pad", 4)]
+                ("cavity_d2q9_pad", 3), ("cavity_d2q9_pad", 4), ("cylinder_d2q9_pad", 3), ("cylinder_d2q9_pad", 4),
+                ("box_d3q19_flat", 3), ("box_d3q19_flat", 4), ("box_d3q27_cumulant_flat", 2)]
 """Periodic D3Q19 (BGK; one row per block) over an odd chunk (a push step, then a pair) and an even one; D3Q27
 cumulant (two rows per block); the lid-driven cavity (walls and the moving lid) and the cylinder (inlet, outflow,
 obstacle walls, and its force) on the boundary cells' slots. The same in 2D with ny = 1024 (the 2D pair on the
 engine's view of the populations, lbm.engines.pallas.aa.plane_view; one row per block in the box, two in the
 cavity), and D2Q9 MRT; and with ny off 1024 (``_pad``: the view pads y to P = 1024 or 2048, the streaming wraps at
-ny: the box, the cavity's kernel walls, the cylinder's boundary slots mapped into the view)."""
+ny: the box, the cavity's kernel walls, the cylinder's boundary slots mapped into the view). In 3D the cavity and the
+cylinder (10 x 12 planes) and ``_flat`` run on flat planes (aa.flat_plane: 1024 cells, where the tiles of (10, 12) take
+2048), the streaming wrapping at ny and nz; the boxes of nz = 128 on the grid as it is."""
 
 
 @pytest.mark.parametrize("name,steps", slow_except(ENGINE_CASES, fast={("box_d2q9", 3)}))
@@ -152,6 +158,7 @@ def test_the_inplace_engine_equals_the_xla_engine(name, steps):
     setup = setup_for(CASES[name], "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=True)
     assert engine.form == "rows" and engine.bulk.inplace
+    assert engine.viewed == (setup.lattice.d == 2 or "nz=128" not in " ".join(CASES[name]))
     f0 = np.asarray(setup.initial_populations())  # 1% noise: every bulk cell off equilibrium from the first step
     f0 = (f0 * (1 + 0.01 * np.random.default_rng(2).standard_normal(f0.shape))).astype(f0.dtype)
     f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
@@ -161,6 +168,37 @@ def test_the_inplace_engine_equals_the_xla_engine(name, steps):
     assert set(aux) == set(aux_ref)
     for k in aux:
         np.testing.assert_allclose(np.asarray(aux[k]), np.asarray(aux_ref[k]), rtol=0, atol=10 * TOL)
+
+
+@pytest.mark.parametrize("grid", [(2, 10, 12), (2, 64, 64), (2, 3, 130), (2, 9, 100), (2, 258, 258)])
+def test_the_flat_shift_of_a_3d_plane_wraps_at_ny_and_nz(grid):
+    """A 3D grid's (y, z) planes viewed flat (aa._shifted_flat with the plane, jnp.roll for pltpu.roll) shift as
+    np.roll of the grid by (c_y, c_z), periodic along each axis, whether P fills the plane (64 x 64) or pads it, and
+    wherever the shift and its wraps cross lanes and sublanes; the pads take finite values; the boundary plan's flat
+    slots map into the view."""
+    rng = np.random.default_rng(grid[2])
+    x = rng.standard_normal(grid).astype(np.float32)
+    v = aa.to_view(jnp.asarray(x), grid)
+    assert v.shape == (2, aa.padded_plane(grid) // 128, 128) and np.array_equal(np.asarray(aa.from_view(v, grid)), x)
+    for cy in (-1, 0, 1, 2):
+        for cz in (-2, -1, 0, 1):
+            out = aa._shifted_flat(v, np.array([1, cy, cz]), jnp.roll, grid[1:])
+            np.testing.assert_array_equal(np.asarray(aa.from_view(out, grid)), np.roll(x, (cy, cz), axis=(1, 2)),
+                                          err_msg=str((cy, cz)))
+            assert np.isfinite(np.asarray(out)).all()
+    i = np.arange(x.size)
+    np.testing.assert_array_equal(np.asarray(v).reshape(-1)[aa.view_index(i, grid)], x.reshape(-1))
+
+
+def test_the_3d_pair_views_its_planes_flat_where_that_pads_less():
+    """3D: flat planes where the (8, 128) tiles of (ny, nz) would pad more (nz no multiple of 128), the grid as it is
+    where they fill whole tiles; 2D: always flat."""
+    for grid in [(256, 256, 256), (4, 128, 128), (6, 8, 128), (8, 6, 7)]:  # 8 x 6 x 7: 1024 cells either way
+        assert not aa.flat_plane(grid) and aa.view_shape(grid) == grid and aa.plane_of(grid) is None
+    assert aa.view_shape((64, 64, 64)) == (64, 32, 128) and aa.pad_factor((64, 64, 64)) == 1.0  # tiles: 64 x 128
+    assert aa.view_shape((258, 258, 258)) == (258, 528, 128) and aa.pad_factor((258, 258, 258)) < 1.016  # 264 x 384
+    assert aa.tiled_plane((258, 258, 258)) == 264 * 384 and aa.plane_of((16, 10, 12)) == (10, 12)
+    assert aa.flat_plane((4, 1000)) and aa.view_shape((4, 1000)) == (4, 8, 128)
 
 
 @pytest.mark.parametrize("ny", [1024, 1000, 1030, 1100, 2047, 128, 600])
@@ -173,7 +211,7 @@ def test_the_flat_shift_of_the_padded_view_wraps_at_ny(ny):
     v = aa.to_view(jnp.asarray(x), grid)
     assert v.shape == (2, aa.padded_ny(ny) // 128, 128) and np.array_equal(np.asarray(aa.from_view(v, grid)), x)
     for cy in (1, -1, 2, -3, 127, -127):
-        out = aa._shifted_flat(v, np.array([0, cy]), jnp.roll, ny)
+        out = aa._shifted_flat(v, np.array([0, cy]), jnp.roll, (ny,))
         np.testing.assert_array_equal(np.asarray(aa.from_view(out, grid)), np.roll(x, cy, axis=1), err_msg=str(cy))
         assert np.isfinite(np.asarray(out)).all()
     i = np.arange(2 * ny)  # the boundary plan's flat slots, into the view
@@ -191,8 +229,8 @@ def test_the_odd_kernel_on_an_unpadded_view_is_the_program_it_was():
         return str(jax.make_jaxpr(lambda f: aa_odd_step(f, lat, 1.3, 0.8, None, rows=1, **kw))(view))
 
     plain = traced(1024)
-    assert traced(1024, ny=1024) == plain and plain.count(" roll") == 24 and plain.count("iota") == 12
-    padded = traced(1030, ny=1030)
+    assert traced(1024, plane=(1024,)) == plain and plain.count(" roll") == 24 and plain.count("iota") == 12
+    padded = traced(1030, plane=(1030,))
     assert padded.count(" roll") == 48 and padded.count("iota") == 24
     setup = setup_for(BOX9, "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=False)

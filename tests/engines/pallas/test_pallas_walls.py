@@ -140,7 +140,7 @@ def _lowered_for_tpu(args, steps=4):
     """The pallas engine's chunk lowered for a TPU (Mosaic kernels, no libtpu needed), as StableHLO text."""
     setup = setup_for(args, "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=False)
-    f = jax.ShapeDtypeStruct((setup.lattice.q, *setup.shape), setup.dtype)
+    f = jax.ShapeDtypeStruct(engine.state_shape, setup.dtype)  # 3D planes of 10 x 12: flat (aa.flat_plane)
     traced = engine.chunk_function(steps).trace(f, spec_of(engine.params), spec_of(step_index(0)))
     return engine, traced.lower(lowering_platforms=("tpu",)).as_text()
 
@@ -228,17 +228,19 @@ def test_v5e_auto_runs_the_walled_cavity_in_the_two_inplace_kernels(tmp_path):
 
 
 def test_the_walled_kernels_take_two_rows_where_the_budget_leaves_one():
-    """One row per block reads every moving window twice (R + 1 rows for R): at D3Q19 258^3 (rows of 7.3 MiB) the
-    walled kernels take R = 2 within the largest block, and R + 1 rows still fit it; where the budget gives more
-    rows (256^3: R = 2) nothing changes, and a grid with no such divisor keeps R = 1."""
+    """One row per block reads every moving window twice (R + 1 rows for R): at D3Q19 258 x 264 x 384 (whole tiles,
+    rows of 7.3 MiB) the walled kernels take R = 2 within the largest block, and R + 1 rows still fit it; where the
+    budget gives more rows (256^3: R = 2; 258^3 on flat planes of 67584 cells, 4.9 MiB) nothing changes, and a grid
+    with no such divisor keeps R = 1."""
     from lbm.engines.pallas import aa
     from lbm.engines.pallas.kernels import vmem_bytes
     from lbm.engines.pallas.walls import walls_rows
     from lbm.lattice import D3Q19
 
-    assert aa.aa_rows(D3Q19, (258, 258, 258), 4, extra=1) == 1
-    assert walls_rows(D3Q19, (258, 258, 258)) == 2
-    assert 3 * vmem_bytes(19, (1, 258, 258), 4) <= aa.AA_BLOCK_MAX
+    assert aa.aa_rows(D3Q19, (258, 264, 384), 4, extra=1) == 1
+    assert walls_rows(D3Q19, (258, 264, 384)) == 2
+    assert 3 * vmem_bytes(19, (1, 264, 384), 4) <= aa.AA_BLOCK_MAX
+    assert walls_rows(D3Q19, (258, 258, 258)) == aa.aa_rows(D3Q19, (258, 258, 258), 4, extra=1) == 2
     assert walls_rows(D3Q19, (256, 256, 256)) == aa.aa_rows(D3Q19, (256, 256, 256), 4, extra=1) == 2
     assert walls_rows(D3Q19, (257, 258, 258)) == 1  # 257 is prime: no R >= 2 divides it
 
