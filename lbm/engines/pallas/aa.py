@@ -43,6 +43,13 @@ once, ``canonical`` gives them back as (Q, nx, ny) where fields, checkpoints and
 copies nothing and plans 1.00x the populations (v5e, deviceless, D2Q9 2048^2 and 4096^2; a copy into the view and back
 in every chunk planned 2.00x), P / ny where y is padded (4098^2: 1.25x, 90.0 B per cell and step).
 
+3D grids whose (y, z) planes the (8, 128) tiles would pad (nz no multiple of 128: 64^3 fills half the lanes, 258^3
+pads 1.49x) take the same flat view where it pads less (:func:`flat_plane`): a plane's ny nz cells as rows of 128, P
+the plane's cells rounded up to 1024 (64^3: 4096, none; 258^3: 67584 for 66564). The shift by (c_y, c_z) is the flat
+shift by c_y nz + c_z, and where a coordinate wraps (z from the flat index mod nz, y by a comparison) the flat shift
+that undoes the wrap, in a select (:func:`_shifted_flat`, given the grid's ``plane``). Grids of whole tiles (128^3,
+256^3) keep (ny, nz).
+
 Both run in Pallas interpret mode on a CPU (slow, for checking; tests/engines/pallas/test_pallas_inplace.py). They are
 named ``BULK_SCOPE``, as the push kernels.
 """

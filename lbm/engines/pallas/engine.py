@@ -13,8 +13,9 @@ condition's block form), and scattered into the ``push`` slots the kernel wrote.
 On a TPU the loop runs in place instead (lbm.engines.pallas.aa): each iteration is an AA
 pair, the even step and the odd step, each aliasing the one population array, so the compiled
 chunk holds the populations once (an odd chunk's lone first step is still a push step, which
-writes a second buffer). In 2D the engine's state is the kernels' view of the populations
-(aa.plane_view, not free in HBM: its (8, 128) tiles are not those of (nx, ny)), held for the whole
+writes a second buffer). In 2D, and in 3D where the (8, 128) tiles of (ny, nz) would pad more (aa.flat_plane), the
+engine's state is the kernels' flat view of the populations (aa.plane_view, not free in HBM: its tiles are not those
+of the grid), held for the whole
 run: ``place`` copies the populations into it once, ``canonical`` gives them back as (Q, nx, ny)
 where something outside the engine reads them (fields, checkpoints, the health check's first bad
 cell), and an even chunk holds the populations once (an odd chunk's push step runs on the grid's
@@ -203,28 +204,28 @@ class PallasEngine(BulkKernelEngine):
 
     @property
     def state_shape(self) -> tuple[int, ...]:
-        """The populations' shape between chunks: the 2D pair's view (Q, nx, P / 128, 128), else (Q, *grid)."""
+        """The populations' shape between chunks: the pair's flat view (Q, nx, P / 128, 128), else (Q, *grid)."""
         return (self.setup.lattice.q, *aa.view_shape(self.setup.shape)) if self.viewed else super().state_shape
 
     def place(self, f: Any) -> Any:
-        """Populations (Q, *grid) as the engine holds them: the 2D pair's view (the same elements in the same order,
-        y padded to P with the rest state where ny is no multiple of 1024: a host array is laid out on the host, then
+        """Populations (Q, *grid) as the engine holds them: the pair's flat view (the same elements in the same order,
+        a plane padded to P with the rest state where its cells are no multiple of 1024: a host array is laid out on the host, then
         sent once; on a TPU a device array is copied into the view's tiled layout), else as they are."""
         return jnp.asarray(aa.plane_view(f)) if self.viewed else super().place(f)
 
     def place_cells(self, a: Any) -> jnp.ndarray:
-        """A per-cell array ``(*grid)`` (a mask) laid out as the state's cells (the 2D pair: (nx, P / 128, 128), the
+        """A per-cell array ``(*grid)`` (a mask) laid out as the state's cells (the flat view: (nx, P / 128, 128), the
         pads zero: no fluid)."""
         return jnp.asarray(aa.to_view(np.asarray(a), self.setup.shape)) if self.viewed else jnp.asarray(a)
 
     def outside_cells(self) -> jnp.ndarray | None:
-        """The pads of the 2D pair's view (y >= ny), where it pads y; else None."""
+        """The pads of the pair's flat view (beyond a plane's cells), where it pads; else None."""
         if not (self.viewed and aa.pad_factor(self.setup.shape) > 1):
             return None
         return ~self.place_cells(np.ones(self.setup.shape, bool))
 
     def canonical(self, f: Any) -> Any:
-        """The populations (Q, *grid) of the engine's state ``f`` (on the device: a copy out of the 2D pair's view;
+        """The populations (Q, *grid) of the engine's state ``f`` (on the device: a copy out of the pair's flat view;
         a host copy: free where y is not padded, the same order)."""
         return aa.from_view(f, self.setup.shape) if self.viewed else f
 
@@ -303,7 +304,7 @@ class PallasEngine(BulkKernelEngine):
 
     def after_even(self, a: jnp.ndarray) -> jnp.ndarray:
         """The engine's state ``a`` after an even step as a dense step leaves it (aa.streamed_after_even on the grid's
-        shape, out of the 2D view and back)."""
+        shape, out of the flat view and back)."""
         return self.place(aa.streamed_after_even(self.canonical(a), self.setup.lattice))
 
     def _walls_kw(self) -> dict[str, Any]:
