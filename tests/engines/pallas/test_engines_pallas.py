@@ -201,14 +201,19 @@ def test_v5e_loop_body_is_one_mosaic_kernel_per_step(tmp_path, case, args):
 DEVICE_CASES = {**CASES, "taylor_green_3d": ["case=taylor_green_3d", "lattice=d3q27", "grid.nx=16", "grid.ny=16",
                                                "grid.nz=16"],
                 "taylor_green_aa2d": ["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
-                "cavity_aa2d": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"]}
+                "cavity_aa2d": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
+                "cavity_d3q19_flat": ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"],
+                "cylinder_d3q19_flat": ["case=cylinder", "lattice=d3q19", "grid.nx=24", "grid.ny=16", "grid.nz=8",
+                                        "case.radius=3", "case.center=[9,8]"]}
 """On the device also a periodic 3D box of 8 blocks along x: on a TPU the in-place AA kernels (lbm.engines.pallas.aa),
-their DMA windows wrapping around x, the cumulant collision; and D2Q9 grids with ny = 1024, where the 2D AA pair runs
-(y as (8, 128) planes, 8 blocks of 2 rows along x), periodic and with walls."""
+their DMA windows wrapping around x, the cumulant collision (its 16 x 16 planes flat: lbm.engines.pallas.aa
+.flat_plane); D2Q9 grids with ny = 1024, where the 2D AA pair runs (y as (8, 128) planes, 8 blocks of 2 rows along x),
+periodic and with walls; and 3D grids on flat planes padded to 1024 cells, the cavity's kernel walls (10 x 12) and
+the cylinder's faces and force (16 x 8)."""
 @pytest.mark.device
 @on_device
 @pytest.mark.parametrize("name", ["cylinder", "cavity", "taylor_green", "cavity_d3q19", "taylor_green_3d",
-                                  "taylor_green_aa2d", "cavity_aa2d"])
+                                  "taylor_green_aa2d", "cavity_aa2d", "cavity_d3q19_flat", "cylinder_d3q19_flat"])
 def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatch):
     """The compiled kernel (Triton or Mosaic, not interpreted) against xla on the same device, 20 steps float32.
 
@@ -227,6 +232,8 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatc
     assert engine.interpret == (jax.default_backend() == "cpu")  # compiled wherever there is an accelerator
     if name.endswith("aa2d") and jax.default_backend() == "tpu":
         assert engine.bulk.inplace, engine.note  # the 2D AA pair, not the push kernel
+    if name.endswith("flat") and jax.default_backend() == "tpu":
+        assert engine.viewed and (engine.walls or engine.faces) is not None, engine.note  # no boundary plan
     _compare(setup, engine, 20, 1e-5, aux_tol=1e-5)
 
 
