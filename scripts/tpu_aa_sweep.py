@@ -49,8 +49,9 @@ OMEGA = 1 / 0.6
 """BGK at tau 0.6."""
 
 
-def step_pair(variant: str, lattice: Any, rows: int, interpret: bool) -> Any:
-    """Two steps of ``variant`` (module doc) on populations ``f``, as a function of f."""
+def step_pair(variant: str, lattice: Any, rows: int, interpret: bool, plane: tuple[int, ...] | None = None) -> Any:
+    """Two steps of ``variant`` (module doc) on populations ``f`` (the in-place kernels: on a flat view, periodic at the
+    grid's ``plane``), as a function of f."""
     kw = dict(omega_plus=OMEGA, omega_minus=OMEGA, force=None, interpret=interpret, rows=rows)
     even = {"aa_dma": dict(pipeline="dma")}.get(variant, {})
     odd = {"aa_2buf": dict(buffers=2)}.get(variant, {})
@@ -58,6 +59,7 @@ def step_pair(variant: str, lattice: Any, rows: int, interpret: bool) -> Any:
     def two(f: Any) -> Any:
         if variant == "push":
             return kernels.rows_step(kernels.rows_step(f, lattice, **kw), lattice, **kw)
+        kw["plane"] = plane
         if variant == "even":
             return aa.aa_even_step(aa.aa_even_step(f, lattice, **kw), lattice, **kw)
         if variant == "odd":
@@ -67,9 +69,10 @@ def step_pair(variant: str, lattice: Any, rows: int, interpret: bool) -> Any:
     return two
 
 
-def chunk(variant: str, lattice: Any, rows: int, steps: int, interpret: bool) -> Any:
+def chunk(variant: str, lattice: Any, rows: int, steps: int, interpret: bool, plane: tuple[int, ...] | None = None
+          ) -> Any:
     """``steps`` steps of ``variant``, two per iteration of a ``lax.fori_loop``, jitted, the populations donated."""
-    two = step_pair(variant, lattice, rows, interpret)
+    two = step_pair(variant, lattice, rows, interpret, plane)
     return jax.jit(lambda f: lax.fori_loop(0, steps // 2, lambda _, f: two(f), f), donate_argnums=0)
 
 
@@ -100,8 +103,9 @@ def measure(name: str, shape: tuple[int, ...], rows: int, variant: str, steps: i
            "engine_rows": mark == "*"}
     label = f"{name} {'x'.join(map(str, shape))} {variant:8s} R={rows}{mark}"
     try:
-        looped = shape if variant == "push" else aa.view_shape(shape)  # 2D: the kernels' view (module doc)
-        row["first_call_s"], t, f = timed_chunk(chunk(variant, lat, rows, steps, cpu), lat.q, looped)
+        looped = shape if variant == "push" else aa.view_shape(shape)  # the kernels' flat view where they take one
+        plane = aa.plane_of(shape) if variant != "push" else None
+        row["first_call_s"], t, f = timed_chunk(chunk(variant, lat, rows, steps, cpu, plane), lat.q, looped)
         row["finite"] = bool(jnp.isfinite(f).all())
         del f
         row["mlups"] = cells * steps / t / 1e6
