@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 38 on the lent TPU, one device command (2026-12-07, eleventh session): the 3D pair on flat planes
-# (lbm.engines.pallas.aa.flat_plane: a (y, z) plane viewed as rows of 128 cells where the (8, 128) tiles of (ny, nz)
+# (lbm.engines.pallas.planes.flat_plane: a (y, z) plane viewed as rows of 128 cells where the (8, 128) tiles of (ny, nz)
 # would pad more; deviceless v5e: 64^3 planned 2.00x -> 1.00x, 258^3 1.52x -> 1.015x, the cylinder 420x180x32
 # 5.31x -> 1.20x):
 #   run  command: "bash scripts/device_flat3d.sh"  carry: [".whl"]  timeout_s: 600

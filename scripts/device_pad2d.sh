@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 38 on the lent TPU, one device command: the 2D in-place pair on y padded to the next multiple of 1024 (any ny;
-# lbm.engines.pallas.aa.padded_ny), where the xla engine ran before (4098^2: 1267 MLUPS, 13.7 % of the bandwidth):
+# lbm.engines.pallas.planes.padded_ny), where the xla engine ran before (4098^2: 1267 MLUPS, 13.7 % of the bandwidth):
 #   run  command: "bash scripts/device_pad2d.sh"  carry: [".whl"]  timeout_s: 540
 #   1. `lbm bench lattice=d2q9 cases=[periodic,cavity] variants=[auto,pallas,xla]` at 4098^2 (P = 5120, 1.25x the
 #      populations; deviceless v5e: 90.0 B/cell/step, the pair's 72 B times 1.25);

@@ -13,7 +13,7 @@ inside one jitted ``lax.fori_loop`` (two steps per iteration, the array donated,
                 block p - 1's write-back)
 ``even``/``odd`` one kernel alone, twice per iteration (in place; the populations stay zero, so finite)
 
-In 2D the in-place variants loop on the kernels' view of the populations (lbm.engines.pallas.aa.plane_view: y as
+In 2D the in-place variants loop on the kernels' view of the populations (lbm.engines.pallas.planes.plane_view: y as
 (ny / 128, 128) planes), as the pallas engine's chunk does; ``push`` on the grid's shape (its R: a multiple of 8).
 
 and prints MLUPS and GB/s at the minimum traffic (read and write every population once: 2 Q 4 B per cell),
@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from lbm.engines.pallas import aa, kernels
+from lbm.engines.pallas import aa, kernels, planes
 from lbm.lattice import get_lattice
 
 TPU_CASES = (("d3q19", (256, 256, 256), (2, 1, 4), ("aa", "push", "aa_dma", "aa_2buf", "even", "odd")),
@@ -103,8 +103,8 @@ def measure(name: str, shape: tuple[int, ...], rows: int, variant: str, steps: i
            "engine_rows": mark == "*"}
     label = f"{name} {'x'.join(map(str, shape))} {variant:8s} R={rows}{mark}"
     try:
-        looped = shape if variant == "push" else aa.view_shape(shape)  # the kernels' flat view where they take one
-        plane = aa.plane_of(shape) if variant != "push" else None
+        looped = shape if variant == "push" else planes.view_shape(shape)  # the kernels' flat view where they take one
+        plane = planes.plane_of(shape) if variant != "push" else None
         row["first_call_s"], t, f = timed_chunk(chunk(variant, lat, rows, steps, cpu, plane), lat.q, looped)
         row["finite"] = bool(jnp.isfinite(f).all())
         del f

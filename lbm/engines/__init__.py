@@ -72,7 +72,7 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
     # against 578).
     # With walls its gathers and scatters over the boundary cells serialise on a TPU and xla wins (the default
     # cylinder 420x180: 297 against 2139; the D3Q19 cylinder 420x180x32: 61 against 92).
-    # In 2D the pair pads y to a multiple of 1024 (lbm.engines.pallas.aa.padded_ny) up to P / ny = aa.MAX_PAD: deviceless
+    # In 2D the pair pads y to a multiple of 1024 (lbm.engines.pallas.planes.padded_ny) up to P / ny = aa.MAX_PAD: deviceless
     # v5e 4098^2 90.0 B per cell and step (1.25x the pair's 72 B at 4096^2, measured at 9064 MLUPS) against xla's 690 B
     # (measured 1267 MLUPS), so pallas there too (docs/performance.md, "The 2D pair on padded rows"). Where the push
     # kernel cannot run a 2D case alone (walls, faces, or a grid it refuses) the pair runs from 40 MiB of populations

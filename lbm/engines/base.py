@@ -13,7 +13,7 @@ The populations' state layout: ``place`` puts populations ``(Q, *grid)`` where a
 and the run loop keeps them so from chunk to chunk; ``canonical`` (and ``host_populations``, a host copy) gives them
 back as ``(Q, *grid)`` wherever something outside the engine reads them (fields, checkpoints, the health check's
 first bad cell, an observation). Every engine holds the grid's layout (identity) but the pallas engine's 2D in-place
-pair, which holds the kernels' view (lbm.engines.pallas.aa.plane_view) for the whole run.
+pair, which holds the kernels' view (lbm.engines.pallas.planes.plane_view) for the whole run.
 """
 
 from __future__ import annotations

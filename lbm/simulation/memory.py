@@ -105,7 +105,7 @@ cylinder 256x128x128: 1.08), where each (y, z) plane is whole (8, 128) tiles."""
 
 PALLAS_UNTILED_3D = (1.2, 2.2, 1.8)
 """Where a plane is not whole tiles (ny no multiple of 8 or nz of 128) and the kernels keep (ny, nz) (the flat view
-pads as much: lbm.engines.pallas.aa.flat_plane), a bound ``a + b * L`` on the same, L = the lanes' padding
+pads as much: lbm.engines.pallas.planes.flat_plane), a bound ``a + b * L`` on the same, L = the lanes' padding
 ceil(nz / 128) * 128 / nz, times ``c`` where a chunk is odd: the kernels' layout pads z to 128 lanes, and XLA copies
 the populations into it. Deviceless v5e, jax 0.10.2, even chunk (odd), before the flat view: D3Q19 box 64^3 2.00
 (2.00), 420x180x128 2.03, 420x184x128 1.00 (2.00), 420x180x64 3.26, 256x128x32 5.00 (9.00), 420x180x32 5.31 (9.40);
@@ -114,7 +114,7 @@ grid's shape, so this bound holds for odd chunks on flat planes too."""
 
 PALLAS_FLAT_3D = 1.35
 """The 3D pair's planned peak over the populations per the flat view's padding P / (ny nz), for even chunks, where
-the kernels view the planes flat (lbm.engines.pallas.aa.flat_plane). Deviceless v5e, jax 0.10.2 and 0.12.0.1, even
+the kernels view the planes flat (lbm.engines.pallas.planes.flat_plane). Deviceless v5e, jax 0.10.2 and 0.12.0.1, even
 chunks (planned, and over P / (ny nz)): box 64^3 1.000 (1.00), D3Q27 96^3 1.000, 258^3 1.015 (1.00); cavity 66^3
 1.287 (1.10), 258^3 1.204 (1.19); duct 64x30x30 1.250 (1.10); the cylinder (its faces' rows and force box)
 128x60x32 1.351 and 1.372 (1.29), 420x180x32 1.195 (1.12), 420x180x64 1.170 (1.10)."""
@@ -125,7 +125,7 @@ PALLAS_PAIR_2D = (1.2, 4.5)
 where the push kernel cannot run the case alone; where ny
 is no multiple of 1024 the view pads y to P, the next one, and plans P / ny times these), when every chunk has an
 even number of steps and when one has an odd number. The engine holds the populations in the kernels' view for the
-whole run (lbm.engines.pallas.aa.plane_view), so an even chunk copies nothing: ``lbm inspect target=v5e lattice=d2q9
+whole run (lbm.engines.pallas.planes.plane_view), so an even chunk copies nothing: ``lbm inspect target=v5e lattice=d2q9
 case=taylor_green grid.nx=4096 grid.ny=4096 engine=pallas`` plans 1.000x the populations
 (``planned_peak_over_population``), ``case=cavity`` 1.167x (its kernel walls' link bits, converted to int32 in the
 view), 1.000x and 1.056x at 2048^2 (jax 0.10.2 and 0.12.0.1; it was 2.00x and 2.17x with a copy into the view and
@@ -149,7 +149,8 @@ def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     lattice = LATTICES[run.lattice]
     if platform != "tpu" or lattice.d != 2:
         return None
-    from lbm.engines.pallas.aa import AA2D_ALONE_MIN_BYTES, AA2D_MIN_BYTES, MAX_PAD, pad_factor
+    from lbm.engines.pallas.aa import AA2D_ALONE_MIN_BYTES, AA2D_MIN_BYTES, MAX_PAD
+    from lbm.engines.pallas.planes import pad_factor
 
     pad = pad_factor(tuple(run.grid))
     if pad > MAX_PAD:
@@ -179,7 +180,7 @@ def pallas_3d_factor(run: RunConfig, platform: str) -> float:
     _, ny, nz = run.grid
     if ny % 8 == 0 and nz % 128 == 0:
         return PALLAS_IN_PLACE
-    from lbm.engines.pallas.aa import flat_plane, pad_factor
+    from lbm.engines.pallas.planes import flat_plane, pad_factor
     from lbm.simulation.state import chunk_lengths, chunk_size
 
     odd = any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))

@@ -1,5 +1,7 @@
 """The Pallas engine (GPU, TPU; interpret mode on a CPU): lbm.engines.pallas.engine, kernels in lbm.engines.pallas.kernels
-(push, two buffers) and lbm.engines.pallas.aa (in place, the AA pair: the TPU rows form in 3D).
+(push, two buffers) and lbm.engines.pallas.aa (in place, the AA pair: the TPU rows form), on the flat view of a grid's
+planes where it takes one (lbm.engines.pallas.planes); the pair's walls and faces in lbm.engines.pallas.walls and
+lbm.engines.pallas.faces.
 
 The kernels' cell body (lbm.engines.pallas.cell) runs the reference physics of lbm.kernels (which the xla engine
 runs) on per-direction arrays; tests/engines/pallas/test_engines_pallas.py and

@@ -13,15 +13,15 @@ condition's block form), and scattered into the ``push`` slots the kernel wrote.
 On a TPU the loop runs in place instead (lbm.engines.pallas.aa): each iteration is an AA
 pair, the even step and the odd step, each aliasing the one population array, so the compiled
 chunk holds the populations once (an odd chunk's lone first step is still a push step, which
-writes a second buffer). In 2D, and in 3D where the (8, 128) tiles of (ny, nz) would pad more (aa.flat_plane), the
-engine's state is the kernels' flat view of the populations (aa.plane_view, not free in HBM: its tiles are not those
+writes a second buffer). In 2D, and in 3D where the (8, 128) tiles of (ny, nz) would pad more (planes.flat_plane), the
+engine's state is the kernels' flat view of the populations (planes.plane_view, not free in HBM: its tiles are not those
 of the grid), held for the whole
 run: ``place`` copies the populations into it once, ``canonical`` gives them back as (Q, nx, ny)
 where something outside the engine reads them (fields, checkpoints, the health check's first bad
 cell), and an even chunk holds the populations once (an odd chunk's push step runs on the grid's
 shape, between a copy out of the view and one back; where the push kernel does not fit, in 2D, the even
 kernel and the streaming of its opposite slots on the xla side). Where ny is no multiple of 1024 the view
-pads y to the next one, P (aa.padded_ny; the pads at rest, invisible to ``canonical`` and the fluid mask,
+pads y to the next one, P (planes.padded_ny; the pads at rest, invisible to ``canonical`` and the fluid mask,
 the boundary plan's slots mapped into the view), up to P / ny = aa.MAX_PAD; beyond it the push kernel
 runs every step; the engine's note says which. The boundary cells
 are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
@@ -51,7 +51,7 @@ from lbm.boundaries.base import StepState
 from lbm.cases.base import Setup
 from lbm.engines.base import EngineUnavailable
 from lbm.engines.bulk import BulkKernelEngine
-from lbm.engines.pallas import ACCELERATORS, aa, faces, kernels, walls
+from lbm.engines.pallas import ACCELERATORS, aa, faces, kernels, planes, walls
 from lbm.engines.timestep import moment_stages, moments, outputs, run_stages
 from lbm.stages import TIMESTEP
 
@@ -100,14 +100,14 @@ class PallasKernel:
             if why:  # 2D: the push rows kernel runs every step instead
                 self.inplace, self.inplace_note = False, f"{why}: the push rows kernel runs every step"
                 log.info("engine=pallas: %s", self.inplace_note)
-        self.plane = aa.plane_of(self.shape) if self.inplace else None
-        """The grid's plane (the axes after x) where the pair views its planes flat (aa.flat_plane), else None."""
+        self.plane = planes.plane_of(self.shape) if self.inplace else None
+        """The grid's plane (the axes after x) where the pair views its planes flat (planes.flat_plane), else None."""
         if self.inplace:
             self.rows = aa.aa_rows(setup.lattice, shape, dtype.itemsize)
             self.push_unsupported = kernels.rows_unsupported(setup.lattice, shape, dtype)
-            if self.plane is not None and aa.pad_factor(shape) > 1:
+            if self.plane is not None and planes.pad_factor(shape) > 1:
                 self.inplace_note = (f"the in-place pair on flat planes padded from {int(np.prod(shape[1:]))} to "
-                                     f"{aa.padded_plane(shape)} cells ({aa.pad_factor(shape):.3f}x the populations)")
+                                     f"{planes.padded_plane(shape)} cells ({planes.pad_factor(shape):.3f}x the populations)")
                 log.info("engine=pallas: %s", self.inplace_note)
         else:
             if setup.lattice.q * int(np.prod(shape)) >= 2**31:
@@ -144,7 +144,7 @@ class PallasKernel:
         """The ``scheme`` (aa_even | aa_odd) step of every cell of ``f``, in place (aliased: donate ``f``)."""
         s = self.setup
         step = aa.aa_even_step if scheme == "aa_even" else aa.aa_odd_step
-        viewed = self.plane is not None and tuple(f.shape[1:]) == aa.view_shape(self.shape)
+        viewed = self.plane is not None and tuple(f.shape[1:]) == planes.view_shape(self.shape)
         return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
                     rows=self.rows, collision=s.collision, plane=self.plane if viewed else None)
 
@@ -163,11 +163,11 @@ class PallasEngine(BulkKernelEngine):
         self.note = self.bulk.note
         self.viewed = self.bulk.plane is not None
         """Whether the engine's state is the kernels' flat view of the populations (the pair in 2D, and in 3D where it
-        pads less: aa.flat_plane, aa.plane_view), held from chunk to chunk (:meth:`place`, :meth:`canonical`)."""
+        pads less: planes.flat_plane, planes.plane_view), held from chunk to chunk (:meth:`place`, :meth:`canonical`)."""
         if self.viewed and set(moment_stages(setup)) <= {"macroscopic", "equilibrium"}:
             # the moments cell by cell on the view, then the grid's shape (a copy of rho and u, not of the populations)
             grid = setup.shape
-            self._moments = jax.jit(lambda f, t, bcs: tuple(aa.from_view(a, grid) for a in moments(f, t, bcs, setup)))
+            self._moments = jax.jit(lambda f, t, bcs: tuple(planes.from_view(a, grid) for a in moments(f, t, bcs, setup)))
         self.faces: faces.Faces | None = None
         """The pair's inflow, outflow and full-way obstacle as face rows (3D: planes) and a solid bit
         (lbm.engines.pallas.faces; None: the plan's)."""
@@ -187,47 +187,47 @@ class PallasEngine(BulkKernelEngine):
             self._stages = ()
             return
         self.plan_boundaries()
-        cells = int(np.prod(aa.view_shape(setup.shape))) if self.viewed else int(np.prod(setup.shape))
+        cells = int(np.prod(planes.view_shape(setup.shape))) if self.viewed else int(np.prod(setup.shape))
         if self.block is not None and setup.lattice.q * cells >= 2**31:
             raise EngineUnavailable("more than 2**31 populations: the boundary cells' slots are int32")
-        if self.block is not None and self.viewed and aa.pad_factor(setup.shape) > 1:
+        if self.block is not None and self.viewed and planes.pad_factor(setup.shape) > 1:
             self.params = dataclasses.replace(self.params, block=self._viewed_slots(self.params.block))
 
     def _viewed_slots(self, block: Any) -> Any:
         """The boundary plan's arrays with the AA schemes' slots (the pair's steps, on the engine's state) as flat
-        indices into the padded view (aa.view_index); the push slots (an odd chunk's step, on the grid) as they are."""
+        indices into the padded view (planes.view_index); the push slots (an odd chunk's step, on the grid) as they are."""
         grid, slots = self.setup.shape, dict(block.slots)
         for scheme in ("aa_even", "aa_odd"):
-            slots[scheme] = jax.tree_util.tree_map(lambda i: jnp.asarray(aa.view_index(np.asarray(i), grid), jnp.int32),
+            slots[scheme] = jax.tree_util.tree_map(lambda i: jnp.asarray(planes.view_index(np.asarray(i), grid), jnp.int32),
                                                    slots[scheme])
         return dataclasses.replace(block, slots=slots)
 
     @property
     def state_shape(self) -> tuple[int, ...]:
         """The populations' shape between chunks: the pair's flat view (Q, nx, P / 128, 128), else (Q, *grid)."""
-        return (self.setup.lattice.q, *aa.view_shape(self.setup.shape)) if self.viewed else super().state_shape
+        return (self.setup.lattice.q, *planes.view_shape(self.setup.shape)) if self.viewed else super().state_shape
 
     def place(self, f: Any) -> Any:
         """Populations (Q, *grid) as the engine holds them: the pair's flat view (the same elements in the same order,
-        a plane padded to P with the rest state where its cells are no multiple of 1024: a host array is laid out on the host, then
-        sent once; on a TPU a device array is copied into the view's tiled layout), else as they are."""
-        return jnp.asarray(aa.plane_view(f)) if self.viewed else super().place(f)
+        a plane padded to P with the rest state where its cells are no multiple of 1024: a host array is laid out on
+        the host, then sent once; on a TPU a device array is copied into the view's tiled layout), else as they are."""
+        return jnp.asarray(planes.plane_view(f)) if self.viewed else super().place(f)
 
     def place_cells(self, a: Any) -> jnp.ndarray:
         """A per-cell array ``(*grid)`` (a mask) laid out as the state's cells (the flat view: (nx, P / 128, 128), the
         pads zero: no fluid)."""
-        return jnp.asarray(aa.to_view(np.asarray(a), self.setup.shape)) if self.viewed else jnp.asarray(a)
+        return jnp.asarray(planes.to_view(np.asarray(a), self.setup.shape)) if self.viewed else jnp.asarray(a)
 
     def outside_cells(self) -> jnp.ndarray | None:
         """The pads of the pair's flat view (beyond a plane's cells), where it pads; else None."""
-        if not (self.viewed and aa.pad_factor(self.setup.shape) > 1):
+        if not (self.viewed and planes.pad_factor(self.setup.shape) > 1):
             return None
         return ~self.place_cells(np.ones(self.setup.shape, bool))
 
     def canonical(self, f: Any) -> Any:
         """The populations (Q, *grid) of the engine's state ``f`` (on the device: a copy out of the pair's flat view;
         a host copy: free where y is not padded, the same order)."""
-        return aa.from_view(f, self.setup.shape) if self.viewed else f
+        return planes.from_view(f, self.setup.shape) if self.viewed else f
 
     def compile(self, f: Any, n: int) -> Any:
         """The compiled n-step chunk on the engine's state (:meth:`place`), for populations like ``f`` in either
@@ -298,7 +298,7 @@ class PallasEngine(BulkKernelEngine):
             out, aux = self.step(self.canonical(f), t, params, "push")  # 2D: the grid's shape, out of the view and back
             return self.place(out), aux
 
-        # the chunk steps the engine's state (in 2D the kernels' view of the populations, aa.plane_view) with no copy
+        # the chunk steps the engine's state (in 2D the kernels' view of the populations, planes.plane_view) with no copy
         return jax.jit(self.on_state(self.paired_chunk(n, push, scheme("aa_even"), scheme("aa_odd"))),
                        donate_argnums=0)
 
@@ -321,8 +321,8 @@ class PallasEngine(BulkKernelEngine):
         kw = self._walls_kw()
 
         def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            # f is the engine's state: in 2D the kernels' view of the populations (aa.plane_view), the bits alike
-            bits = tuple(aa.to_view(b, s.shape) for b in walls.kernel_bits(params.walls))  # pads: no bits
+            # f is the engine's state: in 2D the kernels' view of the populations (planes.plane_view), the bits alike
+            bits = tuple(planes.to_view(b, s.shape) for b in walls.kernel_bits(params.walls))  # pads: no bits
 
             def even(a: jnp.ndarray, reflect: bool = True) -> jnp.ndarray:
                 with jax.named_scope(TIMESTEP):

@@ -36,7 +36,7 @@ import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, BulkRule, StepState, pytree_dataclass
 from lbm.cases.base import Setup
-from lbm.engines.pallas import aa
+from lbm.engines.pallas import aa, planes
 from lbm.engines.pallas.walls import rows_unfit
 from lbm.engines.timestep import active_stages, run_stages
 from lbm.lattice import Lattice
@@ -195,21 +195,21 @@ class Faces:
         bits = np.where(self.solid, np.int32(1 << self.lattice.q), np.int32(0))
         dtype = np.dtype(self.setup.dtype)
         mask = None if self.box is None else (self.box.weights, self.box.offset.astype(dtype))
-        return FacesParams(bits=aa.to_view(bits, self.grid), rows=rows, mask=mask, dense=dense)
+        return FacesParams(bits=planes.to_view(bits, self.grid), rows=rows, mask=mask, dense=dense)
 
     # --- rows of the view as the grid's cells ------------------------------------------------------------------
     def _rows(self, a: jnp.ndarray, rows: tuple[int, ...]) -> jnp.ndarray:
         """Rows (3D: planes) ``rows`` of the view ``a`` as ``(Q, len(rows), *grid[1:])``."""
         picked = jnp.concatenate([a[:, r:r + 1] for r in rows], axis=1)
-        return aa.from_view(picked, (len(rows), *self.grid[1:]))
+        return planes.from_view(picked, (len(rows), *self.grid[1:]))
 
     def _put(self, a: jnp.ndarray, r: int, values: jnp.ndarray) -> jnp.ndarray:
         """The view ``a`` with the cells (y < ny) of rows r, r + 1, ... set to ``values`` ``(Q, rows, *grid[1:])`` (the
         pads as they were)."""
         q, n, new = a.shape[0], values.shape[1], values.astype(a.dtype)
-        if not aa.flat_plane(self.grid):
+        if not planes.flat_plane(self.grid):
             return jax.lax.dynamic_update_slice_in_dim(a, new, r, axis=1)
-        cells, p = int(np.prod(self.grid[1:])), aa.padded_plane(self.grid)
+        cells, p = int(np.prod(self.grid[1:])), planes.padded_plane(self.grid)
         new = new.reshape(q, n, cells)
         if p != cells:
             new = jnp.concatenate([new, a[:, r:r + n].reshape(q, n, p)[:, :, cells:]], axis=2)
@@ -277,13 +277,13 @@ class Faces:
         that hold its rows of y (not from whole planes: a copy of those planned 0.10x the populations at 6720x2880 in
         2D, and 1.78x in all of the D3Q19 cylinder 128x60x32), then its z range (3D)."""
         lo, shape = self.box.lo, self.box.shape
-        if not aa.flat_plane(self.grid):
+        if not planes.flat_plane(self.grid):
             return a[(slice(None), *(slice(o, o + n) for o, n in zip(lo, shape, strict=True)))]
         row = int(np.prod(self.grid[2:]))  # cells per y of a plane: nz in 3D, 1 in 2D
         (x0, y0), (bx, by) = lo[:2], shape[:2]
-        t0, t1 = y0 * row // aa.LANES, -(-(y0 + by) * row // aa.LANES)
-        tiles = a[:, x0:x0 + bx, t0:t1].reshape(a.shape[0], bx, (t1 - t0) * aa.LANES)
-        first = y0 * row - t0 * aa.LANES
+        t0, t1 = y0 * row // planes.LANES, -(-(y0 + by) * row // planes.LANES)
+        tiles = a[:, x0:x0 + bx, t0:t1].reshape(a.shape[0], bx, (t1 - t0) * planes.LANES)
+        first = y0 * row - t0 * planes.LANES
         box = tiles[:, :, first:first + by * row].reshape(a.shape[0], bx, by, *self.grid[2:])
         return box[..., lo[2]:lo[2] + shape[2]] if len(self.grid) == 3 else box
 

@@ -20,8 +20,8 @@ bit k takes its population k from the other place the AA pair keeps it (plus the
 The other place is the row x - c_x(k) (even) or x (odd) of slot opp(k) or k: each slot's window spans the rows of
 both offsets, 0 and c_x (R + 1 rows where c_x != 0; only its R written rows go back), and the even step runs on the
 DMA ring too (lbm.engines.pallas.aa.ring_call). Where the kernels view the planes flat (2D, and 3D where that pads
-less: aa.flat_plane) they run on the populations' view (aa.plane_view), the bits on the same view of the grid (its
-pads with no bits: fluid, no wall; their reads and writes wrap at the grid's plane, aa._shifted_flat). Neither place
+less: planes.flat_plane) they run on the populations' view (planes.plane_view), the bits on the same view of the grid (its
+pads with no bits: fluid, no wall; their reads and writes wrap at the grid's plane, planes.shifted_flat). Neither place
 is written in the step that reads it (a solid cell owns it), so the blocks may fetch it at any time.
 
 Between the kernels the populations at the walls are not those of a dense step: a fluid cell's slots k with bit k,
@@ -47,7 +47,7 @@ from lbm.boundaries.base import pytree_dataclass
 from lbm.boundaries.bounce_back import PulledHalfway, bounce_back_halfway_pulled, foldable_solid
 from lbm.boundaries.moving_wall import MovingWall
 from lbm.cases.base import Setup
-from lbm.engines.pallas import aa
+from lbm.engines.pallas import aa, planes
 from lbm.engines.pallas.kernels import vmem_bytes
 from lbm.engines.plan import wall_rule
 from lbm.kernels.collisions import Collision
@@ -86,7 +86,7 @@ def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
 
 def rows_unfit(lattice: Lattice, shape: tuple[int, ...]) -> str:
     """Why the blocks of the in-place kernels with walls do not fit in VMEM on ``shape`` ('' where they do)."""
-    held = (walls_rows(lattice, shape) + 1) * vmem_bytes(lattice.q, (1, *aa.view_shape(shape)[1:]), 4)
+    held = (walls_rows(lattice, shape) + 1) * vmem_bytes(lattice.q, (1, *planes.view_shape(shape)[1:]), 4)
     if held > aa.AA_BLOCK_MAX:
         return (f"grid {'x'.join(map(str, shape))}: two rows of the in-place kernels with walls "
                 f"({held / 2**20:.0f} MiB) do not fit their VMEM budget ({aa.AA_BLOCK_MAX // 2**20} MiB)")
@@ -242,7 +242,7 @@ def walls_even_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Latt
     step of a chunk (populations as a dense step, or the initial state, leave them)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
     return _call(f, bits, lattice, False, rows, interpret,
-                 lambda base: _even_row(lattice, collide, walls, base, reflect, aa.plane_shift(lattice, plane)))
+                 lambda base: _even_row(lattice, collide, walls, base, reflect, planes.plane_shift(lattice, plane)))
 
 
 def walls_odd_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, omega_plus: float,
@@ -251,7 +251,7 @@ def walls_odd_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Latti
     """The AA odd step of ``f`` in place, with the walls of ``bits`` (a flat view: periodic at ``plane``)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
     return _call(f, bits, lattice, True, rows, interpret,
-                 lambda base: _odd_row(lattice, collide, walls, base, aa.plane_shift(lattice, plane)))
+                 lambda base: _odd_row(lattice, collide, walls, base, planes.plane_shift(lattice, plane)))
 
 
 def walls_fix_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, rows: int,
@@ -259,7 +259,7 @@ def walls_fix_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Latti
     """After an odd step with kernel walls: ``f`` in place as a dense step leaves it (module doc; a flat view: periodic
     at ``plane``)."""
     return _call(f, bits, lattice, False, rows, interpret,
-                 lambda base: _fix_row(lattice, walls, base, aa.plane_shift(lattice, plane)), name=FIX_SCOPE)
+                 lambda base: _fix_row(lattice, walls, base, planes.plane_shift(lattice, plane)), name=FIX_SCOPE)
 
 
 def after_even(a: jnp.ndarray, form: PulledHalfway, lattice: Lattice) -> jnp.ndarray:

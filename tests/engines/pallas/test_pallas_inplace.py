@@ -19,7 +19,7 @@ from helpers.lattices import slow_except
 from helpers.runs import pair_2d_at_every_size, run_config, setup_for
 
 from lbm.engines import EngineUnavailable
-from lbm.engines.pallas import aa
+from lbm.engines.pallas import aa, planes
 from lbm.engines.pallas.aa import aa2d_not_chosen, aa_even_step, aa_odd_step, aa_rows, aa_unsupported
 from lbm.engines.pallas.engine import PallasEngine
 from lbm.engines.pallas.kernels import rows_unsupported
@@ -69,7 +69,7 @@ KERNEL_CASES = [("d3q19", (4, 8, 128), 1, "trt"), ("d3q19", (4, 8, 128), 2, "trt
                 ("d2q9", (6, 1024), 1, "trt"), ("d2q9", (6, 2048), 2, "trt"), ("d2q9", (4, 1024), 4, "cumulant")]
 """Block heights of one row (unrolled), several (the row loop), and the whole axis (every window of the odd step
 wraps inside one block); an odd height; TRT with a force, and the cumulant operator. D2Q9 with ny = 1024 and 2048:
-y viewed as (8, 128) and (16, 128) planes (lbm.engines.pallas.aa.plane_view), so the y shift crosses lanes and
+y viewed as (8, 128) and (16, 128) planes (lbm.engines.pallas.planes.plane_view), so the y shift crosses lanes and
 sublanes and wraps from the last sublane row to the first."""
 
 
@@ -146,10 +146,10 @@ ENGINE_CASES = [("box_d3q19", 3), ("box_d3q19", 4), ("box_d3q27_cumulant", 2), (
 """Periodic D3Q19 (BGK; one row per block) over an odd chunk (a push step, then a pair) and an even one; D3Q27
 cumulant (two rows per block); the lid-driven cavity (walls and the moving lid) and the cylinder (inlet, outflow,
 obstacle walls, and its force) on the boundary cells' slots. The same in 2D with ny = 1024 (the 2D pair on the
-engine's view of the populations, lbm.engines.pallas.aa.plane_view; one row per block in the box, two in the
+engine's view of the populations, lbm.engines.pallas.planes.plane_view; one row per block in the box, two in the
 cavity), and D2Q9 MRT; and with ny off 1024 (``_pad``: the view pads y to P = 1024 or 2048, the streaming wraps at
 ny: the box, the cavity's kernel walls, the cylinder's boundary slots mapped into the view). In 3D the cavity and the
-cylinder (10 x 12 planes) and ``_flat`` run on flat planes (aa.flat_plane: 1024 cells, where the tiles of (10, 12) take
+cylinder (10 x 12 planes) and ``_flat`` run on flat planes (planes.flat_plane: 1024 cells, where the tiles of (10, 12) take
 2048), the streaming wrapping at ny and nz; the boxes of nz = 128 on the grid as it is."""
 
 
@@ -172,50 +172,50 @@ def test_the_inplace_engine_equals_the_xla_engine(name, steps):
 
 @pytest.mark.parametrize("grid", [(2, 10, 12), (2, 64, 64), (2, 3, 130), (2, 9, 100), (2, 258, 258)])
 def test_the_flat_shift_of_a_3d_plane_wraps_at_ny_and_nz(grid):
-    """A 3D grid's (y, z) planes viewed flat (aa._shifted_flat with the plane, jnp.roll for pltpu.roll) shift as
+    """A 3D grid's (y, z) planes viewed flat (planes.shifted_flat with the plane, jnp.roll for pltpu.roll) shift as
     np.roll of the grid by (c_y, c_z), periodic along each axis, whether P fills the plane (64 x 64) or pads it, and
     wherever the shift and its wraps cross lanes and sublanes; the pads take finite values; the boundary plan's flat
     slots map into the view."""
     rng = np.random.default_rng(grid[2])
     x = rng.standard_normal(grid).astype(np.float32)
-    v = aa.to_view(jnp.asarray(x), grid)
-    assert v.shape == (2, aa.padded_plane(grid) // 128, 128) and np.array_equal(np.asarray(aa.from_view(v, grid)), x)
+    v = planes.to_view(jnp.asarray(x), grid)
+    assert v.shape == (2, planes.padded_plane(grid) // 128, 128) and np.array_equal(np.asarray(planes.from_view(v, grid)), x)
     for cy in (-1, 0, 1, 2):
         for cz in (-2, -1, 0, 1):
-            out = aa._shifted_flat(v, np.array([1, cy, cz]), jnp.roll, grid[1:])
-            np.testing.assert_array_equal(np.asarray(aa.from_view(out, grid)), np.roll(x, (cy, cz), axis=(1, 2)),
+            out = planes.shifted_flat(v, np.array([1, cy, cz]), jnp.roll, grid[1:])
+            np.testing.assert_array_equal(np.asarray(planes.from_view(out, grid)), np.roll(x, (cy, cz), axis=(1, 2)),
                                           err_msg=str((cy, cz)))
             assert np.isfinite(np.asarray(out)).all()
     i = np.arange(x.size)
-    np.testing.assert_array_equal(np.asarray(v).reshape(-1)[aa.view_index(i, grid)], x.reshape(-1))
+    np.testing.assert_array_equal(np.asarray(v).reshape(-1)[planes.view_index(i, grid)], x.reshape(-1))
 
 
 def test_the_3d_pair_views_its_planes_flat_where_that_pads_less():
     """3D: flat planes where the (8, 128) tiles of (ny, nz) would pad more (nz no multiple of 128), the grid as it is
     where they fill whole tiles; 2D: always flat."""
     for grid in [(256, 256, 256), (4, 128, 128), (6, 8, 128), (8, 6, 7)]:  # 8 x 6 x 7: 1024 cells either way
-        assert not aa.flat_plane(grid) and aa.view_shape(grid) == grid and aa.plane_of(grid) is None
-    assert aa.view_shape((64, 64, 64)) == (64, 32, 128) and aa.pad_factor((64, 64, 64)) == 1.0  # tiles: 64 x 128
-    assert aa.view_shape((258, 258, 258)) == (258, 528, 128) and aa.pad_factor((258, 258, 258)) < 1.016  # 264 x 384
-    assert aa.tiled_plane((258, 258, 258)) == 264 * 384 and aa.plane_of((16, 10, 12)) == (10, 12)
-    assert aa.flat_plane((4, 1000)) and aa.view_shape((4, 1000)) == (4, 8, 128)
+        assert not planes.flat_plane(grid) and planes.view_shape(grid) == grid and planes.plane_of(grid) is None
+    assert planes.view_shape((64, 64, 64)) == (64, 32, 128) and planes.pad_factor((64, 64, 64)) == 1.0  # tiles: 64 x 128
+    assert planes.view_shape((258, 258, 258)) == (258, 528, 128) and planes.pad_factor((258, 258, 258)) < 1.016  # 264 x 384
+    assert planes.tiled_plane((258, 258, 258)) == 264 * 384 and planes.plane_of((16, 10, 12)) == (10, 12)
+    assert planes.flat_plane((4, 1000)) and planes.view_shape((4, 1000)) == (4, 8, 128)
 
 
 @pytest.mark.parametrize("ny", [1024, 1000, 1030, 1100, 2047, 128, 600])
 def test_the_flat_shift_of_the_padded_view_wraps_at_ny(ny):
-    """The y shift of a 2D row in the kernels' view (aa._shifted_flat, with jnp.roll for pltpu.roll) is np.roll of
+    """The y shift of a 2D row in the kernels' view (planes.shifted_flat, with jnp.roll for pltpu.roll) is np.roll of
     the grid's row by c_y, periodic at ny, whatever P; the pads take finite values (real or pad cells)."""
     rng = np.random.default_rng(ny)
     grid = (2, ny)
     x = rng.standard_normal(grid).astype(np.float32)
-    v = aa.to_view(jnp.asarray(x), grid)
-    assert v.shape == (2, aa.padded_ny(ny) // 128, 128) and np.array_equal(np.asarray(aa.from_view(v, grid)), x)
+    v = planes.to_view(jnp.asarray(x), grid)
+    assert v.shape == (2, planes.padded_ny(ny) // 128, 128) and np.array_equal(np.asarray(planes.from_view(v, grid)), x)
     for cy in (1, -1, 2, -3, 127, -127):
-        out = aa._shifted_flat(v, np.array([0, cy]), jnp.roll, (ny,))
-        np.testing.assert_array_equal(np.asarray(aa.from_view(out, grid)), np.roll(x, cy, axis=1), err_msg=str(cy))
+        out = planes.shifted_flat(v, np.array([0, cy]), jnp.roll, (ny,))
+        np.testing.assert_array_equal(np.asarray(planes.from_view(out, grid)), np.roll(x, cy, axis=1), err_msg=str(cy))
         assert np.isfinite(np.asarray(out)).all()
     i = np.arange(2 * ny)  # the boundary plan's flat slots, into the view
-    np.testing.assert_array_equal(np.asarray(v).reshape(-1)[aa.view_index(i, grid)], x.reshape(-1))
+    np.testing.assert_array_equal(np.asarray(v).reshape(-1)[planes.view_index(i, grid)], x.reshape(-1))
 
 
 def test_the_odd_kernel_on_an_unpadded_view_is_the_program_it_was():
@@ -225,7 +225,7 @@ def test_the_odd_kernel_on_an_unpadded_view_is_the_program_it_was():
     lat = LATTICES["d2q9"]
 
     def traced(grid_ny, **kw):
-        view = jax.ShapeDtypeStruct((9, 8, aa.padded_ny(grid_ny) // 128, 128), jnp.float32)
+        view = jax.ShapeDtypeStruct((9, 8, planes.padded_ny(grid_ny) // 128, 128), jnp.float32)
         return str(jax.make_jaxpr(lambda f: aa_odd_step(f, lat, 1.3, 0.8, None, rows=1, **kw))(view))
 
     plain = traced(1024)

@@ -140,7 +140,7 @@ def _lowered_for_tpu(args, steps=4):
     """The pallas engine's chunk lowered for a TPU (Mosaic kernels, no libtpu needed), as StableHLO text."""
     setup = setup_for(args, "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=False)
-    f = jax.ShapeDtypeStruct(engine.state_shape, setup.dtype)  # 3D planes of 10 x 12: flat (aa.flat_plane)
+    f = jax.ShapeDtypeStruct(engine.state_shape, setup.dtype)  # 3D planes of 10 x 12: flat (planes.flat_plane)
     traced = engine.chunk_function(steps).trace(f, spec_of(engine.params), spec_of(step_index(0)))
     return engine, traced.lower(lowering_platforms=("tpu",)).as_text()
 
