@@ -15,9 +15,8 @@ pair, the even step and the odd step, each aliasing the one population array, so
 chunk holds the populations once (an odd chunk's lone first step is still a push step, which
 writes a second buffer). In 2D, and in 3D where the (8, 128) tiles of (ny, nz) would pad more (planes.flat_plane), the
 engine's state is the kernels' flat view of the populations (planes.plane_view, not free in HBM: its tiles are not those
-of the grid), held for the whole
-run: ``place`` copies the populations into it once, ``canonical`` gives them back as (Q, nx, ny)
-where something outside the engine reads them (fields, checkpoints, the health check's first bad
+of the grid), held for the whole run: ``place`` copies the populations into it once, ``canonical`` gives them back as
+(Q, *grid) where something outside the engine reads them (fields, checkpoints, the health check's first bad
 cell), and an even chunk holds the populations once (an odd chunk's push step runs on the grid's
 shape, between a copy out of the view and one back; where the push kernel does not fit, in 2D, the even
 kernel and the streaming of its opposite slots on the xla side). Where ny is no multiple of 1024 the view
