@@ -202,6 +202,7 @@ def format_report(record: dict[str, Any]) -> str:
     lines = [f"inspect: target {t['name']} ({t['device']}, {t['platform']}), engine {record['engine']}, "
              f"{record['case']} {record['lattice']} {'x'.join(map(str, record['grid']))} {record['precision']}, "
              f"loop body {record['loop_body']} x {record['trip_count']} iterations",
+             *([f"engine: {record['engine_note']}"] if record.get("engine_note") else []),
              ""]
     rows = [(k["name"], k["kind"], "+".join(k["stages"]) or "-", f"{k['read_bytes_per_cell_step']:.2f}",
              f"{k['written_bytes_per_cell_step']:.2f}") for k in record["kernels"]]

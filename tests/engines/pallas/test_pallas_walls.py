@@ -227,6 +227,26 @@ def test_v5e_auto_runs_the_walled_cavity_in_the_two_inplace_kernels(tmp_path):
     assert "tpu_custom_call" in hlo and "gather" not in hlo and "scatter" not in hlo
 
 
+@pytest.mark.accel
+def test_v5e_inspect_of_a_3d_cavity_on_flat_planes_says_so_and_plans_near_the_populations(tmp_path):
+    """The D3Q19 cavity 66^3: its planes of 4356 cells padded to 5120 (the tiles of (66, 66) would take 72 x 128 =
+    9216); inspect's report names the layout and why auto picked pallas, and the chunk plans within the memory
+    estimate's 1.35 times that padding (1.287x, deviceless v5e, jax 0.10.2 and 0.12.0.1)."""
+    import json
+
+    from helpers.inspect_cli import installed, run_inspect
+
+    if not installed("libtpu"):
+        pytest.skip("libtpu is not installed (bash scripts/accel_env.sh)")
+    res = run_inspect("target=v5e", "case=cavity", "lattice=d3q19", "grid.nx=66", "grid.ny=66", "grid.nz=66",
+                      "steps=100", "--out", str(tmp_path))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "engine: the in-place pair on flat planes padded from 4356 to 5120 cells (1.175x" in res.stdout
+    assert "auto on a TPU: pallas" in res.stdout
+    rec = json.loads((tmp_path / "inspect.json").read_text())
+    assert rec["engine"] == "pallas" and rec["planned_peak_over_population"] <= 1.35 * 5120 / 4356
+
+
 def test_the_walled_kernels_take_two_rows_where_the_budget_leaves_one():
     """One row per block reads every moving window twice (R + 1 rows for R): at D3Q19 258 x 264 x 384 (whole tiles,
     rows of 7.3 MiB) the walled kernels take R = 2 within the largest block, and R + 1 rows still fit it; where the
