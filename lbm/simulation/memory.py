@@ -142,6 +142,14 @@ inspect target=v5e lattice=d2q9 case=taylor_green grid.nx=4098 grid.ny=4098 engi
 populations (jax 0.10.2), 7.0 times the padding 1.25."""
 
 
+def has_odd_chunk(run: RunConfig, platform: str) -> bool:
+    """Whether one of ``run``'s chunks on ``platform`` has an odd number of steps (the in-place pair then runs a push
+    step, which plans more)."""
+    from lbm.simulation.state import chunk_lengths, chunk_size
+
+    return any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
+
+
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     """The 2D in-place pair's planned peak over the populations for ``run`` on ``platform`` (None where the pallas
     engine runs the push kernel or none there): :data:`PALLAS_PAIR_2D` times the view's padding P / ny; between the
@@ -155,12 +163,10 @@ def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     pad = pad_factor(tuple(run.grid))
     if pad > MAX_PAD:
         return None
-    from lbm.simulation.state import chunk_lengths, chunk_size
-
     size = lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid)
     if size < AA2D_ALONE_MIN_BYTES:
         return None
-    odd = any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
+    odd = has_odd_chunk(run, platform)
     factor = PALLAS_PAIR_2D[odd] * pad
     if odd:
         from lbm.engines.pallas.kernels import rows_unsupported
@@ -181,9 +187,8 @@ def pallas_3d_factor(run: RunConfig, platform: str) -> float:
     if ny % 8 == 0 and nz % 128 == 0:
         return PALLAS_IN_PLACE
     from lbm.engines.pallas.planes import flat_plane, pad_factor
-    from lbm.simulation.state import chunk_lengths, chunk_size
 
-    odd = any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
+    odd = has_odd_chunk(run, platform)
     if flat_plane(tuple(run.grid)) and not odd:
         return PALLAS_FLAT_3D * pad_factor(tuple(run.grid))
     a, b, c = PALLAS_UNTILED_3D

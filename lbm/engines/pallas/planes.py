@@ -88,9 +88,9 @@ def to_view(a: Any, grid: tuple[int, ...]) -> Any:
     """A per-cell array ``(*lead, *grid)`` (numpy or jax) as the kernels' view ``(*lead, *view_shape(grid))``: a flat
     plane padded with zeros to P (for populations, deviations f - w: the rest state), the same elements in order."""
     grid = tuple(grid)
-    lead = tuple(a.shape[: a.ndim - len(grid)])
     if not flat_plane(grid):
         return a
+    lead = tuple(a.shape[: a.ndim - len(grid)])
     cells, p = int(np.prod(grid[1:])), padded_plane(grid)
     a = a.reshape(*lead, grid[0], cells)
     if p != cells:
