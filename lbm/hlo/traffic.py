@@ -36,7 +36,9 @@ from lbm.hlo.parse import (
 # - ``slice``/``dynamic-slice``/``gather`` outside a fusion read what they output; ``copy``/``copy-start`` read the
 #   source and write the destination once (each in its own memory space); ``*-done`` moves nothing;
 # - a custom call is opaque: it reads every operand and writes every result whole (an upper bound when it updates
-#   an aliased buffer in part);
+#   an aliased buffer in part), unless it declares the bytes it accesses (a Pallas TPU kernel's ``pl.CostEstimate``
+#   in its backend config: lbm's DMA-ring kernels, which read some rows twice): then it writes its results whole and
+#   reads the rest of what it declares, of which its operands outside memory space 0 (on chip) whole;
 # - sizes follow the layout: a TPU tiling ``T(8,128)`` pads the minor dimensions; a buffer in a memory space other
 #   than 0 (``S(1)``: TPU VMEM, on chip) is not memory traffic; its bytes are counted apart as on-chip traffic.
 
@@ -45,6 +47,7 @@ _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 _CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
 _IN_PLACE = ("dynamic-update-slice", "scatter")
 _SELECT = ("slice", "dynamic-slice", "gather")
+_DECLARED = re.compile(r'"cost_estimate":\{[^}]*"bytes_accessed":"?(\d+)')
 _PASS = ("concatenate", "pad", "reverse", "transpose", "reshape", "bitcast", "copy", "dynamic-update-slice",
          "reduce", "reduce-window")
 
@@ -259,6 +262,15 @@ def _kernel_traffic(lines: dict[str, dict[str, Instruction]], comp: dict[str, In
         return others + (update if reads_target else 0), update
     if ln.opcode in _SELECT:
         return array_bytes(ln.shape, space) + sum(size[o] for o in distinct[1:]), array_bytes(ln.shape, space)
+    declared = _DECLARED.search(ln.attrs) if ln.opcode == "custom-call" else None
+    if declared:
+        written = array_bytes(ln.shape, 0)
+        on_chip = sum(array_bytes(comp[o].shape, None) - array_bytes(comp[o].shape, 0) for o in distinct if o in comp)
+        in_memory = max(0, int(declared.group(1)) - written - on_chip)
+        if space == 0:
+            return in_memory, written
+        if space is None:
+            return in_memory + on_chip, array_bytes(ln.shape, None)
     return sum(size[o] for o in distinct), array_bytes(ln.shape, space)
 
 

@@ -209,6 +209,29 @@ ENTRY %main (x: f32[256,128]) -> f32[256,128] {
     assert (k["out"].bytes_read, k["out"].bytes_written, k["out"].on_chip_read) == (0, n, n)
 
 
+def test_a_kernel_that_declares_its_bytes_moves_what_it_declares():
+    # two Mosaic kernels over populations f (memory) and link bits (on chip): one declares the bytes it accesses
+    # (lbm's DMA-ring kernels with the walls' longer read windows: pl.CostEstimate), one does not (whole operands)
+    f, bits = "f32[19,16,8,128]{3,2,1,0:T(8,128)}", "s32[16,8,128]{2,1,0:T(8,128)S(1)}"
+    declared = 5_000_000
+    text = f"""HloModule a, is_scheduled=true
+
+ENTRY %main (f: f32[19,16,8,128], b: s32[16,8,128]) -> f32[19,16,8,128] {{
+  %f = {f} parameter(0)
+  %b = {bits} parameter(1)
+  %odd = {f} custom-call(%f, %b), custom_call_target="tpu_custom_call", output_to_operand_aliasing={{{{}}: (0, {{}})}}, backend_config={{"custom_call_config": {{"body":"TUxJUg==","cost_estimate":{{"flops":"0","transcendentals":"0","bytes_accessed":"{declared}","remote_bytes_transferred":"0"}},"needs_layout_passes":true}}}}
+  ROOT %even = {f} custom-call(%odd, %b), custom_call_target="tpu_custom_call", backend_config={{"custom_call_config": {{"body":"TUxJUg=="}}}}
+}}
+"""  # noqa: E501
+    k = rows(text)
+    pops, on_chip = 19 * 16 * 8 * 128 * 4, 16 * 8 * 128 * 4
+    # declared = results written whole + operands on chip whole + the rest read from memory
+    assert (k["odd"].bytes_read, k["odd"].bytes_written) == (declared - pops - on_chip, pops)
+    assert (k["odd"].on_chip_read, k["odd"].on_chip_written) == (on_chip, 0)
+    assert k["odd"].upper_bound == 2 * pops  # its operands and result whole, as before
+    assert (k["even"].bytes_read, k["even"].bytes_written, k["even"].on_chip_read) == (pops, pops, on_chip)
+
+
 # --- the command, compiled for this machine --------------------------------------------------------------------
 
 KEYS = {"target", "engine", "kernels_per_step", "steps_per_loop_body", "bytes_per_cell_step", "min_bytes_per_cell_step",

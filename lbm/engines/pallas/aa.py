@@ -337,7 +337,19 @@ def ring_call(f: jnp.ndarray, cx: list[int], moving: bool, rows: int, buffers: i
         compiler_params=_compiler_params(interpret, "arbitrary", resident, block // held),
         interpret=interpret,
         name=name,
+        cost_estimate=pl.CostEstimate(flops=0, transcendentals=0,
+                                      bytes_accessed=ring_bytes(f, reads_at, writes_at, rows, bits)),
     )(f, *bits)
+
+
+def ring_bytes(f: Any, reads_at: list[Region], writes_at: list[Region], rows: int, bits: tuple[Any, ...] = ()) -> int:
+    """HBM bytes one DMA-ring kernel (:func:`ring_call`) moves over ``f`` (Q, nx, ...): each block's read and write
+    windows of every slot (the kernel walls' read windows one row longer than the written ones), and its link bits
+    read once; what the kernel declares to XLA (``pl.CostEstimate``), and what ``lbm inspect`` counts for it instead
+    of its operands whole (lbm.hlo.traffic)."""
+    row = vmem_bytes(1, (1, *f.shape[2:]), f.dtype.itemsize)
+    windows = sum(n for _, n, _ in reads_at) + sum(n for _, n, _ in writes_at)
+    return (f.shape[1] // rows) * windows * row + sum(vmem_bytes(1, tuple(b.shape), 4) for b in bits)
 
 
 def _collider(lattice: Lattice, omega_plus: float, omega_minus: float, force: np.ndarray | None,

@@ -39,6 +39,7 @@ correct, slow, for checking; the log says so. ``auto`` picks this engine on GPUs
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -244,7 +245,9 @@ class PallasEngine(BulkKernelEngine):
         return self.canonical(out), aux
 
     def on_state(self, chunk: Any) -> Any:
-        """``chunk`` refusing populations that are not in the engine's state layout (a ValueError when traced)."""
+        """``chunk`` refusing populations that are not in the engine's state layout (a ValueError when traced); its
+        name stays the chunk's (the program is ``jit_chunk`` in traces, as on every engine)."""
+        @functools.wraps(chunk)
         def checked(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
             if tuple(f.shape) != self.state_shape:
                 raise ValueError(f"the pallas engine's chunk steps its state {self.state_shape} (engine.place), "

@@ -310,6 +310,31 @@ def _pair_2d(overrides=BOX9):
     return setup, engine, (f0 * (1 + 0.01 * np.random.default_rng(2).standard_normal(f0.shape))).astype(f0.dtype)
 
 
+def test_the_ring_kernels_declare_the_bytes_of_their_windows():
+    """What a DMA-ring kernel declares to XLA (and inspect counts): without walls every slot's R rows read and written
+    once per block, the populations' bytes twice; with them the 10 (D3Q19) slots that move along x read R + 1 rows,
+    and the bits are read once (a view's rows of 40 x 128 cells)."""
+    f = jax.ShapeDtypeStruct((19, 12, 40, 128), jnp.float32)
+    cx = [int(c) for c in LATTICES["d3q19"].c[:, 0]]
+    row = 40 * 128 * 4
+    for moving in (False, True):
+        reads, writes, _ = aa.ring_regions(cx, 3, moving, False)
+        assert aa.ring_bytes(f, reads, writes, 3) == 2 * 19 * 12 * row
+    reads, writes, _ = aa.ring_regions(cx, 3, True, True)
+    bits = jax.ShapeDtypeStruct((12, 40, 128), jnp.int32)
+    assert aa.ring_bytes(f, reads, writes, 3, (bits,)) == 4 * (19 * 3 + 10 + 19 * 3) * row + 12 * row
+
+
+def test_the_pairs_chunk_on_its_state_keeps_the_chunks_name():
+    """The viewed engine's chunk (which refuses the grid's layout) is still the program ``jit_chunk``, as on every
+    engine: the traces' XLA Modules and XProf name it so (a TPU trace of the 3D cavity read ``jit_checked``)."""
+    _, engine, f0 = _pair_2d()
+    chunk = engine.chunk_function(2)
+    assert chunk.__name__ == "chunk"
+    text = chunk.lower(jax.ShapeDtypeStruct(engine.state_shape, f0.dtype), engine.params, step_index(0)).as_text()
+    assert text.startswith("module @jit_chunk")
+
+
 @pytest.mark.slow  # 3.9 CPU-s; the fast lane runs the pair's state through the run loop (below)
 def test_the_2d_pair_holds_its_state_in_the_kernels_view_from_chunk_to_chunk():
     """The engine's state is the kernels' view (Q, nx, ny / 128, 128), the chunks step it with no copy and refuse the

@@ -245,6 +245,18 @@ def test_v5e_inspect_of_a_3d_cavity_on_flat_planes_says_so_and_plans_near_the_po
     assert "auto on a TPU: pallas" in res.stdout
     rec = json.loads((tmp_path / "inspect.json").read_text())
     assert rec["engine"] == "pallas" and rec["planned_peak_over_population"] <= 1.35 * 5120 / 4356
+    # the model counts what the two walled kernels declare (aa.ring_bytes): every slot's R written rows of 5120 cells
+    # per block, and R + 1 read rows for the 10 slots that move along x, not their operands whole (R = 6 at 66^3)
+    from lbm.engines.pallas.walls import walls_rows
+    from lbm.lattice import D3Q19
+
+    rows = walls_rows(D3Q19, (66, 66, 66))
+    assert rows == 6
+    kernels = [k for k in rec["kernels"] if k["kind"] == "tpu_custom_call"]
+    written = 19 * 5120 * 4 / 66**2 / 2  # each kernel, per cell and step of the two-step loop body
+    assert [k["written_bytes_per_cell_step"] for k in kernels] == pytest.approx([written] * 2, rel=1e-9)
+    assert [k["read_bytes_per_cell_step"] for k in kernels] == pytest.approx(
+        [written * (19 * rows + 10) / (19 * rows)] * 2, rel=1e-9)
 
 
 def test_the_walled_kernels_take_two_rows_where_the_budget_leaves_one():
