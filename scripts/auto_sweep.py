@@ -52,7 +52,6 @@ def timed(stepper: Any, f: Any, chunk: int, rounds: int, min_time: float) -> tup
 
 def sweep_one(overrides: list[str], engines: list[str], chunk: int, rounds: int, min_time: float) -> dict[str, Any]:
     """One configuration: auto's pick and each engine's compile time and MLUPS, with auto's verdict."""
-    from lbm.bench.report import AUTO_TOLERANCE
     from lbm.engines import EngineUnavailable, make_engine
     from lbm.simulation import prepare
 
@@ -78,11 +77,19 @@ def sweep_one(overrides: list[str], engines: list[str], chunk: int, rounds: int,
         rec["engines"][name] = {"compile_s": compile_s, "mlups": mlups, "median": statistics.median(mlups)}
     medians = {n: r["median"] for n, r in rec["engines"].items() if "median" in r}
     if "auto" in medians:
-        fastest = max(medians, key=medians.get)
-        over = medians[fastest] / medians["auto"] - 1
-        rec["verdict"] = {"fastest": auto.name if fastest == "auto" else fastest, "fastest_over_auto": max(0.0, over),
-                          "ok": over <= AUTO_TOLERANCE}
+        rec["verdict"] = verdict(medians, auto.name)
     return rec
+
+
+def verdict(medians: dict[str, float], picked: str) -> dict[str, Any]:
+    """Auto's median MLUPS (key ``auto``, engine ``picked``) against the others': the fastest engine, how much faster
+    than auto it ran, and whether auto is within AUTO_TOLERANCE of it."""
+    from lbm.bench.report import AUTO_TOLERANCE
+
+    fastest = max(medians, key=medians.__getitem__)
+    over = medians[fastest] / medians["auto"] - 1
+    return {"fastest": picked if fastest == "auto" else fastest, "fastest_over_auto": max(0.0, over),
+            "ok": over <= AUTO_TOLERANCE}
 
 
 def line(rec: dict[str, Any]) -> str:
