@@ -128,8 +128,9 @@ even number of steps and when one has an odd number. The engine holds the popula
 whole run (lbm.engines.pallas.planes.plane_view), so an even chunk copies nothing: ``lbm inspect target=v5e lattice=d2q9
 case=taylor_green grid.nx=4096 grid.ny=4096 engine=pallas`` plans 1.000x the populations
 (``planned_peak_over_population``), ``case=cavity`` 1.167x (its kernel walls' link bits, converted to int32 in the
-view), 1.000x and 1.056x at 2048^2 (jax 0.10.2 and 0.12.0.1; it was 2.00x and 2.17x with a copy into the view and
-back in every chunk). An odd chunk's push step runs on the grid's shape, copied out of the view and back (the walls:
+view in every chunk; 1.111x since the params hold them so, twelfth session), 1.000x and 1.056x at 2048^2 (jax 0.10.2
+and 0.12.0.1; it was 2.00x and 2.17x with a copy into the view and back in every chunk). An odd chunk's push step
+runs on the grid's shape, copied out of the view and back (the walls:
 the streaming form on the xla side; ``output.every=11``): 3.50x (periodic) and 4.47x (cavity) at 4096^2 on jax
 0.12.0.1 (3.75x and 4.81x before), 2.25x and 3.04x on 0.10.2. The cylinder on the pair (lbm.engines.pallas.faces:
 the solid words and the force's weights) 1.13x and 3.78-4.42x per P / ny on jax 0.10.2 (3360x1440: 1.601x and
@@ -152,8 +153,10 @@ def has_odd_chunk(run: RunConfig, platform: str) -> bool:
 
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     """The 2D in-place pair's planned peak over the populations for ``run`` on ``platform`` (None where the pallas
-    engine runs the push kernel or none there): :data:`PALLAS_PAIR_2D` times the view's padding P / ny; between the
-    pair's two thresholds at least the push kernel's ENGINE_FACTOR."""
+    engine runs the push kernel or none there): :data:`PALLAS_PAIR_2D` times the view's padding P / ny with one row of
+    x per plane (a bound: without face rows the engine groups k rows per plane, planes.row_group, which pads less;
+    the config alone does not say whether a case has face rows); between the pair's two thresholds at least the push
+    kernel's ENGINE_FACTOR."""
     lattice = LATTICES[run.lattice]
     if platform != "tpu" or lattice.d != 2:
         return None

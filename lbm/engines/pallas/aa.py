@@ -50,7 +50,16 @@ from jax.experimental import pallas as pl
 from lbm.cases.base import Setup
 from lbm.engines.pallas.cell import collide_cell
 from lbm.engines.pallas.kernels import rows_unsupported, vmem_bytes
-from lbm.engines.pallas.planes import flat_plane, from_view, pad_factor, padded_ny, plane_shift, plane_view, view_shape
+from lbm.engines.pallas.planes import (
+    edge_rows,
+    flat_plane,
+    from_view,
+    pad_factor,
+    plane_shift,
+    plane_view,
+    row_cells,
+    view_shape,
+)
 from lbm.kernels.collisions import Collision
 from lbm.kernels.streaming import stream
 from lbm.lattice import Lattice
@@ -142,7 +151,7 @@ def push_runs_alone(setup: Setup) -> bool:
     return setup.wall_free and not rows_unsupported(setup.lattice, setup.shape, setup.dtype)
 
 
-def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any, push: bool = True) -> str:
+def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any, push: bool = True, group: int = 1) -> str:
     """Why a 2D grid the pair could run keeps the push rows kernel or the xla engine ('' for 3D, and where y pads by at
     most MAX_PAD from AA2D_MIN_BYTES up, or from AA2D_ALONE_MIN_BYTES up where the push kernel cannot run the setup
     alone: ``push`` False, :func:`push_runs_alone`)."""
@@ -155,9 +164,9 @@ def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any, push: 
     if not push and size < AA2D_ALONE_MIN_BYTES:
         return (f"{size / 2**20:.0f} MiB of populations, under the {AA2D_ALONE_MIN_BYTES // 2**20} MiB from which the "
                 "2D in-place pair runs with boundaries (below it the xla engine's step stays in the VMEM)")
-    if pad_factor(shape) > MAX_PAD:
+    if pad_factor(shape, group) > MAX_PAD:
         return (f"grid {'x'.join(map(str, shape))}: the 2D in-place pair would pad y from {shape[1]} to "
-                f"{padded_ny(shape[1])} cells ({pad_factor(shape):.2f}x), more than its {MAX_PAD}x")
+                f"{row_cells(shape[1], group)} cells ({pad_factor(shape, group):.2f}x), more than its {MAX_PAD}x")
     return ""
 
 
@@ -257,11 +266,31 @@ def _windows(a_ref: Any, buf: Any, sem: Any, regions: list[Region], nx: int, row
     return out
 
 
+def _edge_roll(block: Any, reads_at: list[Region], rows: int, p: Any, blocks: int, wrap: int, back: bool) -> None:
+    """In a block's VMEM windows, the plane that wrapped around the grid's x edge moved by one row of x (``wrap``
+    sublanes; ``back``: the other way, before the write-back): a 2D view of k rows of x per plane
+    (lbm.engines.pallas.planes.row_group) holds x = p + m N at row m of plane p, so the plane before plane 0 is plane
+    N - 1 with each row moved down one, the plane after N - 1 plane 0 moved up one."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    for j, (g, n, v) in enumerate(reads_at):
+        for first, at, down in ((True, v, True), (False, v + rows - g, False)):
+            if (g >= 0) if first else (g + n <= rows):
+                continue
+
+            @pl.when(p == (0 if first else blocks - 1))
+            def _roll(j: int = j, at: int = at, down: bool = down) -> None:
+                plane = block[j, pl.ds(at, 1)]
+                shift = wrap if down != back else -wrap
+                block[j, pl.ds(at, 1)] = pltpu.roll(plane, shift % plane.shape[1], 1)
+
+
 def _ring_kernel(reads_at: list[Region], writes_at: list[Region], nx: int, rows: int, buffers: int,
-                 row: Callable[..., None]) -> Callable[..., None]:
+                 row: Callable[..., None], wrap: int = 0) -> Callable[..., None]:
     """The in-place DMA-ring kernel (module doc): program p fetches block p + 1, computes block p, writes it back.
     Inputs after the populations (the kernel walls' link bits) come as Pallas blocks of ``rows`` rows, and ``row``
-    receives them after the row index."""
+    receives them after the row index. ``wrap``: sublanes by which a window's plane across the grid's x edge is
+    rolled (:func:`_edge_roll`; 0: none)."""
     blocks = nx // rows
 
     def kernel(a_in: Any, *refs: Any) -> None:
@@ -295,7 +324,11 @@ def _ring_kernel(reads_at: list[Region], writes_at: list[Region], nx: int, rows:
         for c in reads(p, slot):
             c.wait()
         block = buf.at[slot]
+        if wrap:
+            _edge_roll(block, reads_at, rows, p, blocks, wrap, back=False)
         _rows(rows, lambda r: row(block, block, r, *extra))
+        if wrap:
+            _edge_roll(block, reads_at, rows, p, blocks, wrap, back=True)
         for c in writes(p, slot):
             c.start()
 
@@ -309,10 +342,12 @@ def _ring_kernel(reads_at: list[Region], writes_at: list[Region], nx: int, rows:
 
 
 def ring_call(f: jnp.ndarray, cx: list[int], moving: bool, rows: int, buffers: int, row: Callable[..., None],
-              interpret: bool, bits: tuple[jnp.ndarray, ...] = (), name: str = BULK_SCOPE) -> jnp.ndarray:
+              interpret: bool, bits: tuple[jnp.ndarray, ...] = (), name: str = BULK_SCOPE, wrap: int = 0
+              ) -> jnp.ndarray:
     """``f`` (Q, nx, ny, nz) updated in place by the DMA-ring kernel: per slot j windows at offset c_x(j) (``moving``,
     the odd step) or 0 (:func:`ring_regions`); with ``bits`` (int32 arrays (nx, ny, nz)) the read windows extended to
-    both offsets and ``row(src, dst, r, *bits_blocks)`` given the block's rows of each."""
+    both offsets and ``row(src, dst, r, *bits_blocks)`` given the block's rows of each; ``wrap``: the edge planes'
+    roll of a 2D view of several rows of x per plane (lbm.engines.pallas.planes.edge_rows)."""
     from jax.experimental.pallas import tpu as pltpu
 
     q, shape = f.shape[0], tuple(f.shape[1:])
@@ -326,7 +361,7 @@ def ring_call(f: jnp.ndarray, cx: list[int], moving: bool, rows: int, buffers: i
     in_specs = [pl.BlockSpec(memory_space=pl.ANY)] + [pl.BlockSpec((rows, *shape[1:]), lambda p: (p, 0, 0))] * len(bits)
     resident = buffers * block + 2 * len(bits) * vmem_bytes(1, (rows, *shape[1:]), 4)
     return pl.pallas_call(
-        _ring_kernel(reads_at, writes_at, nx, rows, buffers, row),
+        _ring_kernel(reads_at, writes_at, nx, rows, buffers, row, wrap),
         out_shape=jax.ShapeDtypeStruct(f.shape, f.dtype),
         grid=(nx // rows,),
         in_specs=in_specs,
@@ -425,4 +460,5 @@ def aa_odd_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus
 
     rows = rows or aa_rows(lattice, _grid_of(f, lattice, plane), f.dtype.itemsize)
     row = _odd_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision), pltpu.roll, plane)
-    return ring_call(f, [int(c) for c in lattice.c[:, 0]], True, rows, buffers, row, interpret)
+    return ring_call(f, [int(c) for c in lattice.c[:, 0]], True, rows, buffers, row, interpret,
+                     wrap=edge_rows(lattice, tuple(f.shape), plane))

@@ -22,7 +22,9 @@ shape, between a copy out of the view and one back; where the push kernel does n
 kernel and the streaming of its opposite slots on the xla side). Where ny is no multiple of 1024 the view
 pads y to the next one, P (planes.padded_ny; the pads at rest, invisible to ``canonical`` and the fluid mask,
 the boundary plan's slots mapped into the view), up to P / ny = aa.MAX_PAD; beyond it the push kernel
-runs every step; the engine's note says which. The boundary cells
+runs every step; the engine's note says which. Where no face rows need a plane per row of x, a 2D view holds k rows
+of x per plane instead, each padded only to a multiple of 128 cells (planes.row_group: 3360 x 1440 1.07x, not 1.42x;
+the engine's ``group``). The boundary cells
 are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
 scattered into the slots it wrote. Where the pair runs, a setup whose one condition is a half-way wall (resting or
 moving) needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
@@ -80,7 +82,7 @@ class PallasKernel:
     """
 
     def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
-                 interpret: bool | None = None, inplace: bool = False) -> None:
+                 interpret: bool | None = None, inplace: bool = False, grouped: bool = False) -> None:
         dtype = jnp.dtype(setup.dtype)
         if dtype not in (jnp.float32, jnp.float64):
             raise EngineUnavailable(f"no Pallas kernel for dtype {dtype}")
@@ -92,22 +94,33 @@ class PallasKernel:
         self.form = "rows" if self.platform == "tpu" else "flat"
         self.inplace = inplace and self.form == "rows"
         self.push_unsupported = self.inplace_note = ""
+        self.group = planes.row_group(self.shape) if self.inplace and grouped else 1
+        """Rows of x per plane of the pair's 2D view (planes.row_group; ``grouped``: the engine's rows need not be
+        the view's planes), else 1."""
+        kernel_grid = planes.kernel_grid(self.shape, self.group)
         if self.inplace:  # the AA kernels index rows, not populations: no int32 limit (the engine's slots have one)
-            why = aa.aa_unsupported(setup.lattice, shape, dtype) or aa.aa2d_not_chosen(setup.lattice, shape, dtype,
-                                                                                      aa.push_runs_alone(setup))
+            why = aa.aa_unsupported(setup.lattice, kernel_grid, dtype) or aa.aa2d_not_chosen(
+                setup.lattice, shape, dtype, aa.push_runs_alone(setup), self.group)
             if why and len(shape) == 3:
                 raise EngineUnavailable(why)
             if why:  # 2D: the push rows kernel runs every step instead
-                self.inplace, self.inplace_note = False, f"{why}: the push rows kernel runs every step"
+                self.inplace, self.inplace_note, self.group = False, f"{why}: the push rows kernel runs every step", 1
                 log.info("engine=pallas: %s", self.inplace_note)
-        self.plane = planes.plane_of(self.shape) if self.inplace else None
-        """The grid's plane (the axes after x) where the pair views its planes flat (planes.flat_plane), else None."""
+        self.plane = planes.plane_of(self.shape, self.group) if self.inplace else None
+        """Where the pair views its planes flat (planes.flat_plane), the plane its shifts wrap in (planes.plane_of:
+        the axes after x, or (k, ny) for k rows of x per 2D plane), else None."""
         if self.inplace:
-            self.rows = aa.aa_rows(setup.lattice, shape, dtype.itemsize)
+            self.rows = aa.aa_rows(setup.lattice, kernel_grid, dtype.itemsize)
             self.push_unsupported = kernels.rows_unsupported(setup.lattice, shape, dtype)
-            if self.plane is not None and planes.pad_factor(shape) > 1:
+            pad = planes.pad_factor(shape, self.group)
+            if self.plane is not None and self.group > 1:
+                self.inplace_note = (f"the in-place pair on flat planes of {self.group} rows of x, each padded from "
+                                     f"{shape[1]} to {planes.row_cells(shape[1], self.group)} cells ({pad:.3f}x the "
+                                     "populations)")
+            elif self.plane is not None and pad > 1:
                 self.inplace_note = (f"the in-place pair on flat planes padded from {int(np.prod(shape[1:]))} to "
-                                     f"{planes.padded_plane(shape)} cells ({planes.pad_factor(shape):.3f}x the populations)")
+                                     f"{planes.padded_plane(shape)} cells ({pad:.3f}x the populations)")
+            if self.inplace_note:
                 log.info("engine=pallas: %s", self.inplace_note)
         else:
             if setup.lattice.q * int(np.prod(shape)) >= 2**31:
@@ -144,7 +157,7 @@ class PallasKernel:
         """The ``scheme`` (aa_even | aa_odd) step of every cell of ``f``, in place (aliased: donate ``f``)."""
         s = self.setup
         step = aa.aa_even_step if scheme == "aa_even" else aa.aa_odd_step
-        viewed = self.plane is not None and tuple(f.shape[1:]) == planes.view_shape(self.shape)
+        viewed = self.plane is not None and tuple(f.shape[1:]) == planes.view_shape(self.shape, self.group)
         return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
                     rows=self.rows, collision=s.collision, plane=self.plane if viewed else None)
 
@@ -157,7 +170,12 @@ class PallasEngine(BulkKernelEngine):
     def __init__(self, setup: Setup, storage: str = "compute", platform: str | None = None,
                  interpret: bool | None = None) -> None:
         super().__init__(setup, storage)
-        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True)
+        # 2D: k rows of x per plane of the pair's view pad y less (planes.row_group), where no face rows need a plane
+        # per row of x (lbm.engines.pallas.faces slices the view's planes as rows of x)
+        face_rows = bool(setup.boundaries) and walls.kernel_form(setup)[0] is None and not faces.faces_unsupported(setup)
+        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True,
+                                 grouped=setup.lattice.d == 2 and not face_rows)
+        self.group = self.bulk.group
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
         self.compiler_options = self.bulk.compiler_options
         self.note = self.bulk.note
@@ -166,8 +184,9 @@ class PallasEngine(BulkKernelEngine):
         pads less: planes.flat_plane, planes.plane_view), held from chunk to chunk (:meth:`place`, :meth:`canonical`)."""
         if self.viewed and set(moment_stages(setup)) <= {"macroscopic", "equilibrium"}:
             # the moments cell by cell on the view, then the grid's shape (a copy of rho and u, not of the populations)
-            grid = setup.shape
-            self._moments = jax.jit(lambda f, t, bcs: tuple(planes.from_view(a, grid) for a in moments(f, t, bcs, setup)))
+            grid, group = setup.shape, self.group
+            self._moments = jax.jit(lambda f, t, bcs: tuple(planes.from_view(a, grid, group)
+                                                            for a in moments(f, t, bcs, setup)))
         self.faces: faces.Faces | None = None
         """The pair's inflow, outflow and full-way obstacle as face rows (3D: planes) and a solid bit
         (lbm.engines.pallas.faces; None: the plan's)."""
@@ -175,8 +194,10 @@ class PallasEngine(BulkKernelEngine):
         """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
         form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
         if form is not None:
-            self.walls, self.walls_rows = walls.Walls(form, setup.lattice), walls.walls_rows(setup.lattice, setup.shape)
-            self.params = jax.tree_util.tree_map(jnp.asarray, walls.WallParams(walls=form, dense=self.params))
+            self.walls = walls.Walls(form, setup.lattice)
+            self.walls_rows = walls.walls_rows(setup.lattice, planes.kernel_grid(setup.shape, self.group))
+            self.params = jax.tree_util.tree_map(jnp.asarray,
+                                                 walls.wall_params(form, self.params, setup.shape, self.group))
             self._stages = ()
             return
         if self.bulk.inplace and setup.boundaries:
@@ -187,10 +208,10 @@ class PallasEngine(BulkKernelEngine):
             self._stages = ()
             return
         self.plan_boundaries()
-        cells = int(np.prod(planes.view_shape(setup.shape))) if self.viewed else int(np.prod(setup.shape))
+        cells = int(np.prod(planes.view_shape(setup.shape, self.group))) if self.viewed else int(np.prod(setup.shape))
         if self.block is not None and setup.lattice.q * cells >= 2**31:
             raise EngineUnavailable("more than 2**31 populations: the boundary cells' slots are int32")
-        if self.block is not None and self.viewed and planes.pad_factor(setup.shape) > 1:
+        if self.block is not None and self.viewed and planes.pad_factor(setup.shape, self.group) > 1:
             self.params = dataclasses.replace(self.params, block=self._viewed_slots(self.params.block))
 
     def _viewed_slots(self, block: Any) -> Any:
@@ -198,36 +219,37 @@ class PallasEngine(BulkKernelEngine):
         indices into the padded view (planes.view_index); the push slots (an odd chunk's step, on the grid) as they are."""
         grid, slots = self.setup.shape, dict(block.slots)
         for scheme in ("aa_even", "aa_odd"):
-            slots[scheme] = jax.tree_util.tree_map(lambda i: jnp.asarray(planes.view_index(np.asarray(i), grid), jnp.int32),
-                                                   slots[scheme])
+            slots[scheme] = jax.tree_util.tree_map(
+                lambda i: jnp.asarray(planes.view_index(np.asarray(i), grid, self.group), jnp.int32), slots[scheme])
         return dataclasses.replace(block, slots=slots)
 
     @property
     def state_shape(self) -> tuple[int, ...]:
         """The populations' shape between chunks: the pair's flat view (Q, nx, P / 128, 128), else (Q, *grid)."""
-        return (self.setup.lattice.q, *planes.view_shape(self.setup.shape)) if self.viewed else super().state_shape
+        return ((self.setup.lattice.q, *planes.view_shape(self.setup.shape, self.group)) if self.viewed
+                else super().state_shape)
 
     def place(self, f: Any) -> Any:
         """Populations (Q, *grid) as the engine holds them: the pair's flat view (the same elements in the same order,
         a plane padded to P with the rest state where its cells are no multiple of 1024: a host array is laid out on
         the host, then sent once; on a TPU a device array is copied into the view's tiled layout), else as they are."""
-        return jnp.asarray(planes.plane_view(f)) if self.viewed else super().place(f)
+        return jnp.asarray(planes.plane_view(f, self.group)) if self.viewed else super().place(f)
 
     def place_cells(self, a: Any) -> jnp.ndarray:
         """A per-cell array ``(*grid)`` (a mask) laid out as the state's cells (the flat view: (nx, P / 128, 128), the
         pads zero: no fluid)."""
-        return jnp.asarray(planes.to_view(np.asarray(a), self.setup.shape)) if self.viewed else jnp.asarray(a)
+        return jnp.asarray(planes.to_view(np.asarray(a), self.setup.shape, self.group)) if self.viewed else jnp.asarray(a)
 
     def outside_cells(self) -> jnp.ndarray | None:
         """The pads of the pair's flat view (beyond a plane's cells), where it pads; else None."""
-        if not (self.viewed and planes.pad_factor(self.setup.shape) > 1):
+        if not (self.viewed and planes.pad_factor(self.setup.shape, self.group) > 1):
             return None
         return ~self.place_cells(np.ones(self.setup.shape, bool))
 
     def canonical(self, f: Any) -> Any:
         """The populations (Q, *grid) of the engine's state ``f`` (on the device: a copy out of the pair's flat view;
         a host copy: free where y is not padded, the same order)."""
-        return planes.from_view(f, self.setup.shape) if self.viewed else f
+        return planes.from_view(f, self.setup.shape, self.group) if self.viewed else f
 
     def compile(self, f: Any, n: int) -> Any:
         """The compiled n-step chunk on the engine's state (:meth:`place`), for populations like ``f`` in either
@@ -323,8 +345,8 @@ class PallasEngine(BulkKernelEngine):
         kw = self._walls_kw()
 
         def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            # f is the engine's state: in 2D the kernels' view of the populations (planes.plane_view), the bits alike
-            bits = tuple(planes.to_view(b, s.shape) for b in walls.kernel_bits(params.walls))  # pads: no bits
+            # f is the engine's state: in 2D the kernels' view of the populations (planes.plane_view), the words alike
+            bits = params.words  # walls.wall_params: int32, in the view (pads: no bits)
 
             def even(a: jnp.ndarray, reflect: bool = True) -> jnp.ndarray:
                 with jax.named_scope(TIMESTEP):
@@ -341,7 +363,8 @@ class PallasEngine(BulkKernelEngine):
                 f, _ = jax.lax.scan(lambda a, _: (odd(even(a)), None), f, None, length=(n - 2) // 2)
             if n % 2:
                 f = even(f) if n > 1 else f
-                return self.place(walls.after_even(self.canonical(f), params.walls, lat)), {}
+                form = walls.streaming_form(params, s.shape, self.group)
+                return self.place(walls.after_even(self.canonical(f), form, lat)), {}
             return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret, plane=kw["plane"]), {}
 
         return jax.jit(self.on_state(chunk), donate_argnums=0)

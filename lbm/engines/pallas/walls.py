@@ -35,6 +35,7 @@ every population from its own slot (``reflect=False``): its input is dense, and 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from lbm.boundaries.base import pytree_dataclass
+from lbm.boundaries.base import pytree_dataclass, static
 from lbm.boundaries.bounce_back import PulledHalfway, bounce_back_halfway_pulled, foldable_solid
 from lbm.boundaries.moving_wall import MovingWall
 from lbm.cases.base import Setup
@@ -69,10 +70,13 @@ def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
     rules = [wall_rule(bc) for bc in bcs]
     if len(bcs) != 1 or rules[0] is None or rules[0][1] is None:
         return None, "the kernel walls take one half-way wall (resting or moving) and no other condition"
-    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False)
+    group = planes.row_group(shape)  # the engine's 2D view with the walls in its kernels (no face rows)
+    grid = planes.kernel_grid(shape, group)
+    why = aa.aa_unsupported(lattice, grid, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False,
+                                                                              group=group)
     if why:
         return None, why
-    why = rows_unfit(lattice, shape)
+    why = rows_unfit(lattice, grid)
     if why:
         return None, why
     solid, links, term = rules[0]
@@ -114,11 +118,34 @@ def walls_unsupported(setup: Setup) -> str:
 
 @pytree_dataclass
 class WallParams:
-    """The params of a chunk with kernel walls: the walls' streaming form (its bits feed the kernels), and the dense
-    conditions."""
+    """The params of a chunk with kernel walls: the walls' streaming form without its per-cell words, the dense
+    conditions, and the words as the kernels read them, int32 in the engine's view (:func:`wall_params`; held so, not
+    converted in every chunk: a temporary of 4 B per cell of the view, the D2Q9 cavity 4098^2 planned 1.307x the
+    populations with it), with their own dtypes (:func:`streaming_form` gives the form back)."""
 
     walls: PulledHalfway
     dense: Any
+    words: tuple[Any, ...] = ()
+    dtypes: tuple[str, ...] = static(())
+
+
+def wall_params(form: PulledHalfway, dense: Any, grid: tuple[int, ...], group: int = 1) -> WallParams:
+    """The chunk's params for ``form`` on ``grid``: its words (:func:`kernel_bits`) in the kernels' view (numpy, the
+    pads without bits), the form without them."""
+    words = tuple(planes.to_view(np.asarray(w), grid, group) for w in kernel_bits(form))
+    dtypes = tuple(str(np.asarray(w).dtype) for w in (form.bits, form.wall_term_bits) if w is not None)
+    return WallParams(walls=dataclasses.replace(form, bits=None, wall_term_bits=None), dense=dense, words=words,
+                      dtypes=dtypes)
+
+
+def streaming_form(params: WallParams, grid: tuple[int, ...], group: int = 1) -> PulledHalfway:
+    """The walls' streaming form of ``params`` with its words on the grid's shape in their own dtypes (an odd chunk's
+    last step, :func:`after_even`)."""
+    words = []
+    for word, dtype in zip(params.words, params.dtypes, strict=True):
+        cells = planes.from_view(word, grid, group)
+        words.append(jax.lax.bitcast_convert_type(cells, dtype) if dtype == "uint32" else cells.astype(dtype))
+    return dataclasses.replace(params.walls, bits=words[0], wall_term_bits=words[1] if len(words) > 1 else None)
 
 
 class Walls:
@@ -226,11 +253,14 @@ def _roll() -> Any:
 
 
 def _call(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, moving: bool, rows: int, interpret: bool,
-          make_row: Callable[[list[int]], Callable[..., None]], name: str = WALLED_SCOPE) -> jnp.ndarray:
-    """The DMA-ring kernel over ``f`` in place with the windows of the walls (both offsets) and their bits."""
+          make_row: Callable[[list[int]], Callable[..., None]], name: str = WALLED_SCOPE,
+          plane: tuple[int, ...] | None = None) -> jnp.ndarray:
+    """The DMA-ring kernel over ``f`` in place with the windows of the walls (both offsets) and their bits (a flat
+    view's ``plane``: the edge planes' roll of a 2D view of several rows of x per plane, planes.edge_rows)."""
     cx = [int(c) for c in lattice.c[:, 0]]
     _, _, base = aa.ring_regions(cx, rows, moving, True)
-    return aa.ring_call(f, cx, moving, rows, aa.BUFFERS, make_row(base), interpret, bits=bits, name=name)
+    return aa.ring_call(f, cx, moving, rows, aa.BUFFERS, make_row(base), interpret, bits=bits, name=name,
+                        wrap=planes.edge_rows(lattice, tuple(f.shape), plane))
 
 
 def walls_even_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, omega_plus: float,
@@ -242,7 +272,8 @@ def walls_even_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Latt
     step of a chunk (populations as a dense step, or the initial state, leave them)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
     return _call(f, bits, lattice, False, rows, interpret,
-                 lambda base: _even_row(lattice, collide, walls, base, reflect, planes.plane_shift(lattice, plane)))
+                 lambda base: _even_row(lattice, collide, walls, base, reflect, planes.plane_shift(lattice, plane)),
+                 plane=plane)
 
 
 def walls_odd_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, omega_plus: float,
@@ -251,7 +282,7 @@ def walls_odd_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Latti
     """The AA odd step of ``f`` in place, with the walls of ``bits`` (a flat view: periodic at ``plane``)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
     return _call(f, bits, lattice, True, rows, interpret,
-                 lambda base: _odd_row(lattice, collide, walls, base, planes.plane_shift(lattice, plane)))
+                 lambda base: _odd_row(lattice, collide, walls, base, planes.plane_shift(lattice, plane)), plane=plane)
 
 
 def walls_fix_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, walls: Walls, rows: int,
@@ -259,7 +290,8 @@ def walls_fix_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Latti
     """After an odd step with kernel walls: ``f`` in place as a dense step leaves it (module doc; a flat view: periodic
     at ``plane``)."""
     return _call(f, bits, lattice, False, rows, interpret,
-                 lambda base: _fix_row(lattice, walls, base, planes.plane_shift(lattice, plane)), name=FIX_SCOPE)
+                 lambda base: _fix_row(lattice, walls, base, planes.plane_shift(lattice, plane)), name=FIX_SCOPE,
+                 plane=plane)
 
 
 def after_even(a: jnp.ndarray, form: PulledHalfway, lattice: Lattice) -> jnp.ndarray:

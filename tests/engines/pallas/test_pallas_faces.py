@@ -146,9 +146,11 @@ def test_the_default_cylinder_keeps_xla_on_a_tpu():
 @pytest.mark.accel
 def test_v5e_auto_runs_the_large_cylinder_on_the_pair(tmp_path):
     """``lbm inspect target=v5e`` on the cylinder at 3360 x 1440 with engine=auto: pallas, two Mosaic kernels in the loop
-    body (the pair), the traffic of the padded pair (y 1440 -> 2048: 1.42x the populations' 72 B) plus the solid words
-    (4 B per cell of the view: 1.52 on jax 0.10.2; xla's 6.45), and the populations, their solid words and the
-    force's weights planned (1.64)."""
+    body (the pair), the traffic of the padded pair (y 1440 -> 2048: 1.42x the populations' 72 B; the face rows keep
+    one row of x per plane) plus the solid words (4 B per cell of the view) and the R + 1 rows the kernels with the
+    solid bit read of each window that moves along x (what they declare, aa.ring_bytes: 1.78 on jax 0.10.2, 1.52 with
+    the operands counted whole; measured on the chip: 5037 MLUPS x 128.5 B = 647 GB/s, 97 % of the probe; xla's
+    6.45), and the populations, their solid words and the force's weights planned (1.61)."""
     from pathlib import Path
 
     from helpers.inspect_cli import inspect_json, installed
@@ -158,7 +160,7 @@ def test_v5e_auto_runs_the_large_cylinder_on_the_pair(tmp_path):
     rec = inspect_json(tmp_path, "target=v5e", "grid.nx=3360", "grid.ny=1440", "steps=100")
     assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
     assert [k["kind"] for k in rec["kernels"]].count("tpu_custom_call") == 2
-    assert 1.45 <= rec["traffic_ratio"] <= 1.6, rec["traffic_ratio"]
+    assert 1.7 <= rec["traffic_ratio"] <= 1.85, rec["traffic_ratio"]
     assert rec["planned_peak_over_population"] <= 1.75, rec["planned_peak_over_population"]
     hlo = (Path(tmp_path) / Path(rec["hlo_file"]).name).read_text()
     assert "tpu_custom_call" in hlo
