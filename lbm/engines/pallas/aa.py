@@ -154,7 +154,7 @@ def push_runs_alone(setup: Setup) -> bool:
 def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any, push: bool = True, group: int = 1) -> str:
     """Why a 2D grid the pair could run keeps the push rows kernel or the xla engine ('' for 3D, and where y pads by at
     most MAX_PAD from AA2D_MIN_BYTES up, or from AA2D_ALONE_MIN_BYTES up where the push kernel cannot run the setup
-    alone: ``push`` False, :func:`push_runs_alone`)."""
+    alone: ``push`` False, :func:`push_runs_alone`; ``group`` rows of x per plane of its view, planes.row_group)."""
     if len(shape) != 2:
         return ""
     size = lattice.q * int(np.prod(shape)) * jnp.dtype(dtype).itemsize

@@ -172,9 +172,9 @@ class PallasEngine(BulkKernelEngine):
         super().__init__(setup, storage)
         # 2D: k rows of x per plane of the pair's view pad y less (planes.row_group), where no face rows need a plane
         # per row of x (lbm.engines.pallas.faces slices the view's planes as rows of x)
-        face_rows = bool(setup.boundaries) and walls.kernel_form(setup)[0] is None and not faces.faces_unsupported(setup)
-        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True,
-                                 grouped=setup.lattice.d == 2 and not face_rows)
+        grouped = setup.lattice.d == 2 and not (bool(setup.boundaries) and walls.kernel_form(setup)[0] is None
+                                                 and not faces.faces_unsupported(setup))
+        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True, grouped=grouped)
         self.group = self.bulk.group
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
         self.compiler_options = self.bulk.compiler_options
