@@ -93,6 +93,29 @@ def test_trip_count_from_the_condition_without_backend_config():
     assert main_loop(text) == ("body", 7)
 
 
+def test_the_main_loop_is_the_one_that_holds_the_most_not_the_one_that_turns_most():
+    # an odd chunk: its loop of AA pairs over the populations turns 4 times beside a loop of 9 small gathers (XLA's)
+    def loop(name, shape, trip):
+        return (f"%{name}_body (a: (s32[], {shape})) -> (s32[], {shape}) {{\n"
+                f"  %a = (s32[], {shape}) parameter(0)\n"
+                f"  %i = s32[] get-tuple-element(%a), index=0\n  %x = {shape} get-tuple-element(%a), index=1\n"
+                f"  %y = {shape} negate(%x)\n  ROOT %t = (s32[], {shape}) tuple(%i, %y)\n}}\n\n"
+                f"%{name}_cond (b: (s32[], {shape})) -> pred[] {{\n  %b = (s32[], {shape}) parameter(0)\n"
+                f"  %j = s32[] get-tuple-element(%b), index=0\n  %n = s32[] constant({trip})\n"
+                f"  ROOT %lt = pred[] compare(%j, %n), direction=LT\n}}\n\n")
+    big, small = "f32[9,64,1024]{2,1,0}", "f32[9,8]{1,0}"
+    text = ("HloModule jit_chunk\n\n" + loop("pairs", big, 4) + loop("gathers", small, 9)
+            + f"ENTRY %main (f: {big}, g: {small}) -> {big} {{\n  %f = {big} parameter(0)\n  %g = {small} parameter(1)\n"
+            f"  %z = s32[] constant(0)\n  %s = (s32[], {small}) tuple(%z, %g)\n"
+            f"  %w1 = (s32[], {small}) while(%s), condition=%gathers_cond, body=%gathers_body\n"
+            f"  %p = (s32[], {big}) tuple(%z, %f)\n"
+            f"  %w2 = (s32[], {big}) while(%p), condition=%pairs_cond, body=%pairs_body\n"
+            f"  ROOT %out = {big} get-tuple-element(%w2), index=1\n}}\n")
+    assert main_loop(text) == ("pairs_body", 4)
+    assert main_loop(text.replace("constant(4)", "constant(400000)").replace("f32[9,64,1024]", "f32[9,2]")) == (
+        "pairs_body", 400000)
+
+
 def test_program_without_a_loop_is_read_as_its_entry():
     assert main_loop(LOOP.split("%body")[0] + "ENTRY %e (x: f32[4]) -> f32[4] {\n  %x = f32[4]{0} parameter(0)\n"
                      "  ROOT %c = f32[4]{0} copy(%x)\n}\n") == ("e", 1)
