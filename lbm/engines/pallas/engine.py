@@ -171,9 +171,10 @@ class PallasEngine(BulkKernelEngine):
                  interpret: bool | None = None) -> None:
         super().__init__(setup, storage)
         # 2D: k rows of x per plane of the pair's view pad y less (planes.row_group), where no face rows need a plane
-        # per row of x (lbm.engines.pallas.faces slices the view's planes as rows of x)
-        grouped = setup.lattice.d == 2 and not (bool(setup.boundaries) and walls.kernel_form(setup)[0] is None
-                                                 and not faces.faces_unsupported(setup))
+        # per row of x (lbm.engines.pallas.faces slices the view's planes as rows of x); the wall's form asked once
+        flat2d = setup.lattice.d == 2
+        wall_form = walls.kernel_form(setup)[0] if flat2d and setup.boundaries else None
+        grouped = flat2d and not (bool(setup.boundaries) and wall_form is None and not faces.faces_unsupported(setup))
         self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True, grouped=grouped)
         self.group = self.bulk.group
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
@@ -192,7 +193,9 @@ class PallasEngine(BulkKernelEngine):
         (lbm.engines.pallas.faces; None: the plan's)."""
         self.walls: walls.Walls | None = None
         """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
-        form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
+        form = None
+        if self.bulk.inplace and setup.boundaries:
+            form = wall_form if flat2d else walls.kernel_form(setup)[0]
         if form is not None:
             self.walls = walls.Walls(form, setup.lattice)
             self.walls_rows = walls.walls_rows(setup.lattice, planes.kernel_grid(setup.shape, self.group))

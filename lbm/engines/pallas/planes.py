@@ -53,7 +53,7 @@ ROW_CELLS = 8 * LANES
 
 def padded_ny(ny: int) -> int:
     """The y extent P of the 2D view: ny rounded up to a multiple of :data:`ROW_CELLS` (the pads lie at ny <= y < P)."""
-    return -(-ny // ROW_CELLS) * ROW_CELLS
+    return row_cells(ny, 1)
 
 
 def tiled_plane(shape: tuple[int, ...]) -> int:
