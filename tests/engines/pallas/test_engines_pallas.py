@@ -202,18 +202,22 @@ DEVICE_CASES = {**CASES, "taylor_green_3d": ["case=taylor_green_3d", "lattice=d3
                                                "grid.nz=16"],
                 "taylor_green_aa2d": ["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
                 "cavity_aa2d": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
+                "taylor_green_rows2d": ["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1030"],
+                "cavity_rows2d": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1100"],
                 "cavity_d3q19_flat": ["case=cavity", "lattice=d3q19", "grid.nx=16", "grid.ny=10", "grid.nz=12"],
                 "cylinder_d3q19_flat": ["case=cylinder", "lattice=d3q19", "grid.nx=24", "grid.ny=16", "grid.nz=8",
                                         "case.radius=3", "case.center=[9,8]"]}
 """On the device also a periodic 3D box of 8 blocks along x: on a TPU the in-place AA kernels (lbm.engines.pallas.aa),
 their DMA windows wrapping around x, the cumulant collision (its 16 x 16 planes flat: lbm.engines.pallas.aa
 .flat_plane); D2Q9 grids with ny = 1024, where the 2D AA pair runs (y as (8, 128) planes, 8 blocks of 2 rows along x),
-periodic and with walls; and 3D grids on flat planes padded to 1024 cells, the cavity's kernel walls (10 x 12) and
-the cylinder's faces and force (16 x 8)."""
+periodic and with walls; the same on ny = 1030 and 1100, whose rows pad so that two rows of x share a plane
+(lbm.engines.pallas.planes.row_group: k = 2, 8 planes); and 3D grids on flat planes padded to 1024 cells, the
+cavity's kernel walls (10 x 12) and the cylinder's faces and force (16 x 8)."""
 @pytest.mark.device
 @on_device
 @pytest.mark.parametrize("name", ["cylinder", "cavity", "taylor_green", "cavity_d3q19", "taylor_green_3d",
-                                  "taylor_green_aa2d", "cavity_aa2d", "cavity_d3q19_flat", "cylinder_d3q19_flat"])
+                                  "taylor_green_aa2d", "cavity_aa2d", "taylor_green_rows2d",
+                                  "cavity_rows2d", "cavity_d3q19_flat", "cylinder_d3q19_flat"])
 def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatch):
     """The compiled kernel (Triton or Mosaic, not interpreted) against xla on the same device, 20 steps float32.
 
@@ -223,15 +227,17 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatc
     differences are 6.9e-7 (populations, cylinder) and 7.6e-7 (the cylinder's force, of magnitude 0.29); the
     bound, 1e-5 for both, is 5x the GPU estimate.
     """
-    if name.endswith("aa2d"):  # the 2D pair (from 40 MiB of populations with boundaries) on a grid of 16 x 1024
+    if name.endswith(("aa2d", "rows2d")):  # the 2D pair (from 40 MiB of populations with boundaries) on 16 x ~1024
         pair_2d_at_every_size(monkeypatch)
     setup = setup_for(DEVICE_CASES[name], "float32")
     # named, not auto: on a TPU auto picks xla for small 2D grids with walls or an inlet (lbm.engines.auto_choice)
     engine = make_engine(setup, engine="pallas")
     assert engine.name == "pallas", engine.note
     assert engine.interpret == (jax.default_backend() == "cpu")  # compiled wherever there is an accelerator
-    if name.endswith("aa2d") and jax.default_backend() == "tpu":
+    if name.endswith(("aa2d", "rows2d")) and jax.default_backend() == "tpu":
         assert engine.bulk.inplace, engine.note  # the 2D AA pair, not the push kernel
+    if name.endswith("rows2d") and jax.default_backend() == "tpu":
+        assert engine.group == 2, engine.note  # two rows of x per plane
     if name.endswith("flat") and jax.default_backend() == "tpu":
         assert engine.viewed and (engine.walls or engine.faces) is not None, engine.note  # no boundary plan
     _compare(setup, engine, 20, 1e-5, aux_tol=1e-5)
