@@ -2,7 +2,7 @@
 (issue 38: every engine's fields within 1e-5 of the CPU's xla engine after 1000 steps).
 
   python scripts/backends_agree.py [--steps 1,10,100,1000] [--stage-steps 0,500] [--engine xla]
-                                   [--dump STAGE@STEP,... --dump-dir DIR] -- OVERRIDES
+                                   [--dump STAGE@STEP,... --dump-dir DIR] [--pair-2d-at-every-size] -- OVERRIDES
 
 Two checks, each on both backends of one process (``jax.default_device``), and printed as lines:
 
@@ -49,6 +49,8 @@ def steps_apart(overrides: list[str], steps: list[int], engine: str) -> dict[int
         with jax.default_device(device):
             name = "xla" if device is cpu else engine
             stepper = make_engine(setup, "fused", engine=name, platform=device.platform)
+            if device is not cpu:
+                print(f"engine on {device.platform}: {stepper.name}: {stepper.note}", flush=True)
             f = stepper.place(setup.initial_populations())
             done, seen = 0, {}
             for n in steps:
@@ -130,7 +132,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--engine", default="xla")
     parser.add_argument("--dump", default="", help="stage@step,...: save that stage's input and outputs")
     parser.add_argument("--dump-dir", default=".", type=Path)
+    parser.add_argument("--pair-2d-at-every-size", action="store_true",
+                        help="the 2D in-place pair on small grids too (on a TPU it starts at 40 MiB of populations)")
     args = parser.parse_args(argv[:cut])
+    if args.pair_2d_at_every_size:  # as tests/helpers/runs.py's pair_2d_at_every_size
+        from lbm.engines.pallas import aa
+
+        aa.AA2D_MIN_BYTES = aa.AA2D_ALONE_MIN_BYTES = 0
     overrides = [*argv[cut + 1:], "output.plots=false"]
     print(f"backends: {[str(d) for d in backends()]}; jax {jax.__version__}; {' '.join(overrides)}", flush=True)
     jnp.zeros(1).block_until_ready()
