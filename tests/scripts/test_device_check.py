@@ -16,9 +16,11 @@ import tomllib
 from helpers.paths import REPO
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# records PYTHONPATH and the arguments; answers jax's backend query with "cpu"
+# records PYTHONPATH and the arguments; answers jax's backend query with "cpu" (the last line: sees() in the script),
+# and the devices step's line that the later steps read (on_device())
 printf '%s|%s\\n' "$PYTHONPATH" "$*" >> "$LOG"
 cat > /dev/null  # a here-document script, if any
+echo "jax's default backend: cpu"
 echo cpu
 """
 
