@@ -123,7 +123,7 @@ chunks (planned, and over P / (ny nz)): box 64^3 1.000 (1.00), D3Q27 96^3 1.000,
 PALLAS_PAIR_2D = (1.2, 4.5)
 """The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 128 MiB of populations, 40 MiB
 where the push kernel cannot run the case alone; where ny
-is no multiple of 1024 the view pads y to P, the next one, and plans P / ny times these), when every chunk has an
+pads, the view's planes of k rows of x pad y to Y, planes.row_cells, and it plans Y / ny times these), when every chunk has an
 even number of steps and when one has an odd number. The engine holds the populations in the kernels' view for the
 whole run (lbm.engines.pallas.planes.plane_view), so an even chunk copies nothing: ``lbm inspect target=v5e lattice=d2q9
 case=taylor_green grid.nx=4096 grid.ny=4096 engine=pallas`` plans 1.000x the populations
@@ -134,13 +134,15 @@ runs on the grid's shape, copied out of the view and back (the walls:
 the streaming form on the xla side; ``output.every=11``): 3.50x (periodic) and 4.47x (cavity) at 4096^2 on jax
 0.12.0.1 (3.75x and 4.81x before), 2.25x and 3.04x on 0.10.2. The cylinder on the pair (lbm.engines.pallas.faces:
 the solid words and the force's weights) 1.13x and 3.78-4.42x per P / ny on jax 0.10.2 (3360x1440: 1.601x and
-5.38x; 6720x2880: 1.200x and 4.71x), within these."""
+5.38x; 6720x2880: 1.200x and 4.71x) with one row of x per plane; on planes of k rows (thirteenth session) 3360x1440
+(k = 2) 1.210x and 3.361x, 2400x1100 (k = 8) 1.198x and 2.511x, the cavity 4098^2 (k = 2) 3.506x odd: within these."""
 
 PALLAS_PAIR_2D_ODD_ALONE = 7.1
 """The same for an odd chunk where the push kernel does not fit (4098^2: whole columns): its first step is the even
 kernel on the state, then the streaming of the opposite slots on the grid's shape, out of the view and back; ``lbm
-inspect target=v5e lattice=d2q9 case=taylor_green grid.nx=4098 grid.ny=4098 engine=pallas steps=11`` plans 8.754x the
-populations (jax 0.10.2), 7.0 times the padding 1.25."""
+inspect target=v5e lattice=d2q9 case=taylor_green grid.nx=4098 grid.ny=4098 engine=pallas steps=11`` planned 8.754x
+the populations (jax 0.10.2), 7.0 times the padding 1.25, on rows padded to 5120; on planes of two rows (Y = 4608,
+1.124x) 3.391x: a bound now."""
 
 
 def has_odd_chunk(run: RunConfig, platform: str) -> bool:
@@ -153,17 +155,16 @@ def has_odd_chunk(run: RunConfig, platform: str) -> bool:
 
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     """The 2D in-place pair's planned peak over the populations for ``run`` on ``platform`` (None where the pallas
-    engine runs the push kernel or none there): :data:`PALLAS_PAIR_2D` times the view's padding P / ny with one row of
-    x per plane (a bound: without face rows the engine groups k rows per plane, planes.row_group, which pads less;
-    the config alone does not say whether a case has face rows); between the pair's two thresholds at least the push
-    kernel's ENGINE_FACTOR."""
+    engine runs the push kernel or none there): :data:`PALLAS_PAIR_2D` times the view's padding Y / ny of its planes
+    of k rows of x (planes.row_group; the kernel walls, the faces and the boundary plan all take them); between the
+    pair's two thresholds at least the push kernel's ENGINE_FACTOR."""
     lattice = LATTICES[run.lattice]
     if platform != "tpu" or lattice.d != 2:
         return None
     from lbm.engines.pallas.aa import AA2D_ALONE_MIN_BYTES, AA2D_MIN_BYTES, MAX_PAD
-    from lbm.engines.pallas.planes import pad_factor
+    from lbm.engines.pallas.planes import pad_factor, row_group
 
-    pad = pad_factor(tuple(run.grid))
+    pad = pad_factor(tuple(run.grid), row_group(tuple(run.grid)))
     if pad > MAX_PAD:
         return None
     size = lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid)

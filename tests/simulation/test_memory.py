@@ -67,7 +67,7 @@ def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
     and in 2D the pair's 1.2x (1.00x periodic,
     1.17x with the kernel walls, deviceless v5e D2Q9 4096^2: the populations held in the kernels' view, no copy per
     chunk) where every chunk is even, 4.5x where one chunk is odd (its push step, out of the view and back; 7.1x where
-    the push kernel does not fit), times P / ny where the view pads y to P; below 40 MiB or where it would pad by
+    the push kernel does not fit), times Y / ny where the view's planes of k rows of x pad y to Y; below 40 MiB or where it would pad by
     more than 2x the push kernel's 2.50x; on a GPU the push kernel's too."""
     from lbm.simulation.memory import PALLAS_IN_PLACE, PALLAS_PAIR_2D, PALLAS_PAIR_2D_ODD_ALONE, engine_factor
 
@@ -83,15 +83,17 @@ def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
     # kernel: the larger plan (1500^2: the pair 1.365x (box), 1.422x (cavity), deviceless v5e; the push kernel
     # at 2000x1200 2.09x on the chip); with an odd chunk the pair's (7.1 P / ny: the push kernel refuses 1500^2)
     assert factor("tpu", "grid.nx=1500", "grid.ny=1500", "steps=1000") == ENGINE_FACTOR["pallas"] == 2.5
+    # the view's planes of k rows of x (planes.row_group): 1500^2 k = 2, rows of 1536; 2000x1200 k = 4, rows of 1280
     assert factor("tpu", "grid.nx=1500", "grid.ny=1500", "steps=1001") == pytest.approx(
-        PALLAS_PAIR_2D_ODD_ALONE * 2048 / 1500)
-    assert factor("tpu", "grid.nx=2000", "grid.ny=1200", "steps=1001") == pytest.approx(4.5 * 2048 / 1200)
+        PALLAS_PAIR_2D_ODD_ALONE * 1536 / 1500)
+    assert factor("tpu", "grid.nx=2000", "grid.ny=1200", "steps=1001") == pytest.approx(4.5 * 1280 / 1200)
     assert factor("tpu", "grid.nx=4096", "grid.ny=4000", "steps=1000") == pytest.approx(1.2 * 4096 / 4000)  # padded
-    assert factor("tpu", "grid.nx=40000", "grid.ny=500", "steps=1000") == ENGINE_FACTOR["pallas"]  # pads 2.05x: push
+    assert factor("tpu", "grid.nx=40000", "grid.ny=500", "steps=1000") == pytest.approx(1.2 * 512 / 500)  # k = 2
+    assert factor("tpu", "grid.nx=40001", "grid.ny=500", "steps=1000") == ENGINE_FACTOR["pallas"]  # pads 2.05x: push
     # 4098^2: the push kernel does not fit, an odd chunk's first step is the even kernel and the xla side's streaming
-    assert factor("tpu", "grid.nx=4098", "grid.ny=4098", "steps=1000") == pytest.approx(1.2 * 5120 / 4098)
+    assert factor("tpu", "grid.nx=4098", "grid.ny=4098", "steps=1000") == pytest.approx(1.2 * 4608 / 4098)  # k = 2
     assert factor("tpu", "grid.nx=4098", "grid.ny=4098", "steps=1001") == pytest.approx(
-        PALLAS_PAIR_2D_ODD_ALONE * 5120 / 4098) == pytest.approx(8.87, abs=0.01)  # 8.754x planned (deviceless v5e)
+        PALLAS_PAIR_2D_ODD_ALONE * 4608 / 4098) == pytest.approx(7.98, abs=0.01)  # 3.391x planned (deviceless v5e)
     assert factor("gpu", *big, "steps=1000") == ENGINE_FACTOR["pallas"]
     assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=128") == PALLAS_IN_PLACE
     # planes that are not whole (8, 128) tiles: viewed flat, 1.35 times the flat view's padding where every chunk is

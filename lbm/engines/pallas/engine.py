@@ -170,12 +170,11 @@ class PallasEngine(BulkKernelEngine):
     def __init__(self, setup: Setup, storage: str = "compute", platform: str | None = None,
                  interpret: bool | None = None) -> None:
         super().__init__(setup, storage)
-        # 2D: k rows of x per plane of the pair's view pad y less (planes.row_group), where no face rows need a plane
-        # per row of x (lbm.engines.pallas.faces slices the view's planes as rows of x); the wall's form asked once
+        # 2D: k rows of x per plane of the pair's view pad y less (planes.row_group), with any boundaries (the kernel
+        # walls, the faces and the boundary plan each map rows of x to the view's planes); the wall's form asked once
         flat2d = setup.lattice.d == 2
         wall_form = walls.kernel_form(setup)[0] if flat2d and setup.boundaries else None
-        grouped = flat2d and not (bool(setup.boundaries) and wall_form is None and not faces.faces_unsupported(setup))
-        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True, grouped=grouped)
+        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True, grouped=flat2d)
         self.group = self.bulk.group
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
         self.compiler_options = self.bulk.compiler_options
@@ -206,7 +205,7 @@ class PallasEngine(BulkKernelEngine):
         if self.bulk.inplace and setup.boundaries:
             self.faces = faces.faces_form(setup)[0]
         if self.faces is not None:
-            self.walls_rows = walls.walls_rows(setup.lattice, setup.shape)
+            self.walls_rows = walls.walls_rows(setup.lattice, planes.kernel_grid(setup.shape, self.group))
             self.params = jax.tree_util.tree_map(jnp.asarray, self.faces.params(self.params))
             self._stages = ()
             return

@@ -65,7 +65,7 @@ def faces_form(setup: Setup) -> tuple[Faces | None, str]:
         return None, why
     roles = {face_role(bc.bulk_rule()): bc for bc in setup.boundaries}
     box = ForceBox.of(roles["force"], setup.shape, setup.lattice) if "force" in roles else None
-    return Faces(setup, roles, box), ""
+    return Faces(setup, roles, box, planes.row_group(setup.shape)), ""
 
 
 def faces_unsupported(setup: Setup) -> str:
@@ -80,9 +80,12 @@ def faces_unsupported(setup: Setup) -> str:
         return "the obstacle's force has no link"
     if shape[0] < 6:
         return f"grid {'x'.join(map(str, shape))}: the pair's faces need nx >= 6"
-    why = aa.aa_unsupported(lattice, shape, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False)
-    if why or rows_unfit(lattice, shape):
-        return why or rows_unfit(lattice, shape)
+    group = planes.row_group(shape)  # the engine's 2D view: k rows of x per plane (3D: 1)
+    grid = planes.kernel_grid(shape, group)
+    why = aa.aa_unsupported(lattice, grid, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False,
+                                                                              group=group)
+    if why or rows_unfit(lattice, grid):
+        return why or rows_unfit(lattice, grid)
     if setup.force_array is not None and np.ndim(setup.force_array) != 1:
         return "the pair's faces take a uniform body force only"
     return ""
@@ -177,10 +180,17 @@ class RowsBlock:
 class Faces:
     """The face rows' step and the force for :func:`faces_form` (the module doc)."""
 
-    def __init__(self, setup: Setup, roles: dict[str, BoundaryCondition], box: ForceBox | None) -> None:
+    def __init__(self, setup: Setup, roles: dict[str, BoundaryCondition], box: ForceBox | None, group: int = 1
+                 ) -> None:
         self.setup, self.roles, self.box = setup, roles, box
         self.lattice = setup.lattice
         self.grid = tuple(setup.shape)
+        self.group = group
+        """Rows of x per plane of the engine's 2D view (planes.row_group): row x = p + m N sits in plane p, its cells
+        from sublane m Y / 128 on (N = nx / k planes, Y = planes.row_cells(ny, k))."""
+        view = planes.view_shape(self.grid, group)
+        self.planes, self.sublanes = view[0], (view[1] // group if planes.flat_plane(self.grid) else 0)
+        """Planes N of the view, and the sublanes of 128 cells one row of x (3D: one plane) takes in it (0: 3D tiles)."""
         self.block = RowsBlock(setup.lattice, self.grid)
         self.mini = self.block.rows
         self.stages = tuple(s for s in active_stages(setup) if s not in ("forces", "stream"))
@@ -195,25 +205,43 @@ class Faces:
         bits = np.where(self.solid, np.int32(1 << self.lattice.q), np.int32(0))
         dtype = np.dtype(self.setup.dtype)
         mask = None if self.box is None else (self.box.weights, self.box.offset.astype(dtype))
-        return FacesParams(bits=planes.to_view(bits, self.grid), rows=rows, mask=mask, dense=dense)
+        return FacesParams(bits=planes.to_view(bits, self.grid, self.group), rows=rows, mask=mask, dense=dense)
 
     # --- rows of the view as the grid's cells ------------------------------------------------------------------
+    def _runs(self, x0: int, n: int) -> list[tuple[int, int, int, int]]:
+        """Rows x0 .. x0 + n - 1 of the grid (3D: planes) as runs of consecutive planes of the view: (first plane, first
+        sublane, first and end row of the run, counted from x0); one run but where k rows of x share a plane."""
+        runs, i = [], 0
+        while i < n:
+            m, p = divmod(x0 + i, self.planes)
+            j = min(n, i + self.planes - p)
+            runs.append((p, m * self.sublanes, i, j))
+            i = j
+        return runs
+
     def _rows(self, a: jnp.ndarray, rows: tuple[int, ...]) -> jnp.ndarray:
         """Rows (3D: planes) ``rows`` of the view ``a`` as ``(Q, len(rows), *grid[1:])``."""
-        picked = jnp.concatenate([a[:, r:r + 1] for r in rows], axis=1)
-        return planes.from_view(picked, (len(rows), *self.grid[1:]))
+        if not self.sublanes:
+            return jnp.concatenate([a[:, r:r + 1] for r in rows], axis=1)
+        picked = jnp.concatenate([a[:, p:p + 1, at:at + self.sublanes]
+                                  for p, at, _, _ in (self._runs(r, 1)[0] for r in rows)], axis=1)
+        cells = int(np.prod(self.grid[1:]))
+        return picked.reshape(a.shape[0], len(rows), -1)[:, :, :cells].reshape(a.shape[0], len(rows), *self.grid[1:])
 
     def _put(self, a: jnp.ndarray, r: int, values: jnp.ndarray) -> jnp.ndarray:
         """The view ``a`` with the cells (y < ny) of rows r, r + 1, ... set to ``values`` ``(Q, rows, *grid[1:])`` (the
         pads as they were)."""
         q, n, new = a.shape[0], values.shape[1], values.astype(a.dtype)
-        if not planes.flat_plane(self.grid):
+        if not self.sublanes:
             return jax.lax.dynamic_update_slice_in_dim(a, new, r, axis=1)
-        cells, p = int(np.prod(self.grid[1:])), planes.padded_plane(self.grid)
+        cells, s = int(np.prod(self.grid[1:])), self.sublanes
         new = new.reshape(q, n, cells)
-        if p != cells:
-            new = jnp.concatenate([new, a[:, r:r + n].reshape(q, n, p)[:, :, cells:]], axis=2)
-        return jax.lax.dynamic_update_slice_in_dim(a, new.reshape(q, n, *a.shape[2:]), r, axis=1)
+        for p, at, i, j in self._runs(r, n):
+            run = new[:, i:j]
+            if s * planes.LANES != cells:
+                run = jnp.concatenate([run, a[:, p:p + j - i, at:at + s].reshape(q, j - i, -1)[:, :, cells:]], axis=2)
+            a = jax.lax.dynamic_update_slice(a, run.reshape(q, j - i, s, planes.LANES), (0, p, at, 0))
+        return a
 
     def _step(self, pre: jnp.ndarray, t: jnp.ndarray, rows: Any) -> jnp.ndarray:
         """The post-collision populations ``(Q, 3, *grid[1:])`` of the three-row grid from its pre-step ones (as a
@@ -277,12 +305,13 @@ class Faces:
         that hold its rows of y (not from whole planes: a copy of those planned 0.10x the populations at 6720x2880 in
         2D, and 1.78x in all of the D3Q19 cylinder 128x60x32), then its z range (3D)."""
         lo, shape = self.box.lo, self.box.shape
-        if not planes.flat_plane(self.grid):
+        if not self.sublanes:
             return a[(slice(None), *(slice(o, o + n) for o, n in zip(lo, shape, strict=True)))]
         row = int(np.prod(self.grid[2:]))  # cells per y of a plane: nz in 3D, 1 in 2D
         (x0, y0), (bx, by) = lo[:2], shape[:2]
         t0, t1 = y0 * row // planes.LANES, -(-(y0 + by) * row // planes.LANES)
-        tiles = a[:, x0:x0 + bx, t0:t1].reshape(a.shape[0], bx, (t1 - t0) * planes.LANES)
+        tiles = jnp.concatenate([a[:, p:p + j - i, at + t0:at + t1] for p, at, i, j in self._runs(x0, bx)], axis=1)
+        tiles = tiles.reshape(a.shape[0], bx, (t1 - t0) * planes.LANES)
         first = y0 * row - t0 * planes.LANES
         box = tiles[:, :, first:first + by * row].reshape(a.shape[0], bx, by, *self.grid[2:])
         return box[..., lo[2]:lo[2] + shape[2]] if len(self.grid) == 3 else box

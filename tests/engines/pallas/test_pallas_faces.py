@@ -50,10 +50,13 @@ def pair_2d(monkeypatch):
 def test_the_faces_equal_the_xla_engine(ny, steps, pair_2d):
     """Every cell (solid ones and the face rows included) and the force of every step, from noisy populations: even
     chunks (the pair in the loop) and odd ones (the even step and the streaming on the xla side first), on a padded
-    view, an unpadded one, and in 3D (face planes; the force's links wrapping around z)."""
+    view of two rows of x per plane, an unpadded one, and in 3D (face planes; the force's links wrapping around z)."""
     setup = setup_for(CYLINDER_3D, "float32") if ny == "3d" else _cylinder(24, ny)
     engine = PallasEngine(setup, platform="tpu", interpret=True)
     assert engine.faces is not None and engine.block is None and engine.walls is None
+    # ny = 1030: two rows of x per plane (planes.row_group), 12 planes: the force's box (rows 4-14) and the face rows
+    # 22, 23 in the planes' second rows, rows 0, 1 in their first
+    assert engine.group == (2 if ny == 1030 else 1), engine.note
     f0 = noisy_populations(setup, 1)
     f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
     f, aux = engine.advance(jnp.array(f0), steps)
@@ -146,11 +149,12 @@ def test_the_default_cylinder_keeps_xla_on_a_tpu():
 @pytest.mark.accel
 def test_v5e_auto_runs_the_large_cylinder_on_the_pair(tmp_path):
     """``lbm inspect target=v5e`` on the cylinder at 3360 x 1440 with engine=auto: pallas, two Mosaic kernels in the loop
-    body (the pair), the traffic of the padded pair (y 1440 -> 2048: 1.42x the populations' 72 B; the face rows keep
-    one row of x per plane) plus the solid words (4 B per cell of the view) and the R + 1 rows the kernels with the
-    solid bit read of each window that moves along x (what they declare, aa.ring_bytes: 1.78 on jax 0.10.2, 1.52 with
-    the operands counted whole; measured on the chip: 5037 MLUPS x 128.5 B = 647 GB/s, 97 % of the probe; xla's
-    6.45), and the populations, their solid words and the force's weights planned (1.61)."""
+    body (the pair), the traffic of the padded pair (two rows of x per plane, y 1440 -> 1536: 1.07x the populations'
+    72 B; 1.42x with one row per plane, y -> 2048, before the thirteenth session) plus the solid words (4 B per cell of
+    the view) and the R + 1 rows the kernels with the solid bit read of each window that moves along x (what they
+    declare, aa.ring_bytes: 1.34 on jax 0.10.2, 1.78 with one row per plane, which the chip ran at 5037 MLUPS x 128.5 B
+    = 647 GB/s, 97 % of the probe; xla's 6.45), and the populations, their solid words and the force's weights planned
+    (1.21 on jax 0.10.2; 1.61 with one row per plane: issue 38's 1.3x was missed there)."""
     from pathlib import Path
 
     from helpers.inspect_cli import inspect_json, installed
@@ -160,8 +164,8 @@ def test_v5e_auto_runs_the_large_cylinder_on_the_pair(tmp_path):
     rec = inspect_json(tmp_path, "target=v5e", "grid.nx=3360", "grid.ny=1440", "steps=100")
     assert rec["engine"] == "pallas" and rec["steps_per_loop_body"] == 2
     assert [k["kind"] for k in rec["kernels"]].count("tpu_custom_call") == 2
-    assert 1.7 <= rec["traffic_ratio"] <= 1.85, rec["traffic_ratio"]
-    assert rec["planned_peak_over_population"] <= 1.75, rec["planned_peak_over_population"]
+    assert 1.25 <= rec["traffic_ratio"] <= 1.45, rec["traffic_ratio"]
+    assert rec["planned_peak_over_population"] <= 1.3, rec["planned_peak_over_population"]
     hlo = (Path(tmp_path) / Path(rec["hlo_file"]).name).read_text()
     assert "tpu_custom_call" in hlo
 

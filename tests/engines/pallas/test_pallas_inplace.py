@@ -153,7 +153,7 @@ engine's view of the populations, lbm.engines.pallas.planes.plane_view; one row 
 cavity), and D2Q9 MRT; and with ny off 1024 (``_pad``: the view pads y to P = 1024 or 2048, the streaming wraps at
 ny: the box, the cavity's kernel walls, the cylinder's boundary slots mapped into the view); where k rows of x per
 plane pad less (planes.row_group: 1030 and 1100 with k = 2, rows of 1536 cells; ``_rows``: 16 x 300, k = 2, and 64 x
-300, k = 8, rows of 384) the box and the cavity group them, the cylinder (face rows) keeps one row per plane. In 3D
+300, k = 8, rows of 384) the box, the cavity and the cylinder (its boundary slots) group them. In 3D
 the cavity and the cylinder (10 x 12 planes) and ``_flat`` run on flat planes (planes.flat_plane: 1024 cells, where the
 tiles of (10, 12) take 2048), the streaming wrapping at ny and nz; the boxes of nz = 128 on the grid as it is."""
 
@@ -164,8 +164,8 @@ def test_the_inplace_engine_equals_the_xla_engine(name, steps):
     engine = PallasEngine(setup, platform="tpu", interpret=True)
     assert engine.form == "rows" and engine.bulk.inplace
     assert engine.viewed == (setup.lattice.d == 2 or "nz=128" not in " ".join(CASES[name]))
-    assert engine.group == {"box_d2q9_pad1030": 2, "cavity_d2q9_pad": 2, "box_d2q9_rows": 2, "box_d2q9_rows8": 8}.get(
-        name, 1)
+    assert engine.group == {"box_d2q9_pad1030": 2, "cavity_d2q9_pad": 2, "cylinder_d2q9_pad": 2, "box_d2q9_rows": 2,
+                            "box_d2q9_rows8": 8}.get(name, 1)
     f0 = np.asarray(setup.initial_populations())  # 1% noise: every bulk cell off equilibrium from the first step
     f0 = (f0 * (1 + 0.01 * np.random.default_rng(2).standard_normal(f0.shape))).astype(f0.dtype)
     f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
