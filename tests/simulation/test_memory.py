@@ -67,8 +67,8 @@ def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
     and in 2D the pair's 1.2x (1.00x periodic,
     1.17x with the kernel walls, deviceless v5e D2Q9 4096^2: the populations held in the kernels' view, no copy per
     chunk) where every chunk is even, 4.5x where one chunk is odd (its push step, out of the view and back; 7.1x where
-    the push kernel does not fit), times Y / ny where the view's planes of k rows of x pad y to Y; below 40 MiB or where it would pad by
-    more than 2x the push kernel's 2.50x; on a GPU the push kernel's too."""
+    the push kernel does not fit), times Y / ny where the view's planes of k rows of x pad y to Y; below 40 MiB or
+    where it would pad by more than 2x the push kernel's 2.50x; on a GPU the push kernel's too."""
     from lbm.simulation.memory import PALLAS_IN_PLACE, PALLAS_PAIR_2D, PALLAS_PAIR_2D_ODD_ALONE, engine_factor
 
     def factor(platform: str, *overrides: str) -> float:
