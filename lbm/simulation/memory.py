@@ -122,10 +122,10 @@ chunks (planned, and over P / (ny nz)): box 64^3 1.000 (1.00), D3Q27 96^3 1.000,
 
 PALLAS_PAIR_2D = (1.2, 4.5)
 """The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 128 MiB of populations, 40 MiB
-where the push kernel cannot run the case alone; where ny
-pads, the view's planes of k rows of x pad y to Y, planes.row_cells, and it plans Y / ny times these), when every chunk has an
-even number of steps and when one has an odd number. The engine holds the populations in the kernels' view for the
-whole run (lbm.engines.pallas.planes.plane_view), so an even chunk copies nothing: ``lbm inspect target=v5e lattice=d2q9
+where the push kernel cannot run the case alone; the view's planes of k rows of x pad y to Y, planes.row_cells, and it
+plans Y / ny times these), when every chunk has an even number of steps and when one has an odd number. The engine
+holds the populations in the kernels' view for the whole run (lbm.engines.pallas.planes.plane_view), so an even chunk
+copies nothing: ``lbm inspect target=v5e lattice=d2q9
 case=taylor_green grid.nx=4096 grid.ny=4096 engine=pallas`` plans 1.000x the populations
 (``planned_peak_over_population``), ``case=cavity`` 1.167x (its kernel walls' link bits, converted to int32 in the
 view in every chunk; 1.111x since the params hold them so, twelfth session), 1.000x and 1.056x at 2048^2 (jax 0.10.2

@@ -205,6 +205,7 @@ class PallasEngine(BulkKernelEngine):
         if self.bulk.inplace and setup.boundaries:
             self.faces = faces.faces_form(setup)[0]
         if self.faces is not None:
+            assert self.faces.group == self.group, (self.faces.group, self.group)  # both planes.row_group's
             self.walls_rows = walls.walls_rows(setup.lattice, planes.kernel_grid(setup.shape, self.group))
             self.params = jax.tree_util.tree_map(jnp.asarray, self.faces.params(self.params))
             self._stages = ()
