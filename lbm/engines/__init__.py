@@ -74,8 +74,8 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
     # cylinder 420x180: 297 against 2139; the D3Q19 cylinder 420x180x32: 61 against 92).
     # In 2D the pair pads y to a multiple of 1024 (lbm.engines.pallas.planes.padded_ny) up to P / ny = aa.MAX_PAD: deviceless
     # v5e 4098^2 90.0 B per cell and step (1.25x the pair's 72 B at 4096^2, measured at 9064 MLUPS) against xla's 690 B
-    # (measured 1267 MLUPS), so pallas there too (docs/performance.md, "The 2D pair on padded rows"); without face rows
-    # it groups k rows of x per plane, each padded to a multiple of 128 (planes.row_group: 4098^2 8212 MLUPS, 81 B).
+    # (measured 1267 MLUPS), so pallas there too (docs/performance.md, "The 2D pair on padded rows"); it groups k
+    # rows of x per plane, each padded to a multiple of 128 (planes.row_group: 4098^2 8212 MLUPS, 81 B).
     # Where the push kernel cannot run a 2D case alone (walls, faces, or a grid it refuses) the pair runs from 40 MiB
     # of populations (aa.AA2D_ALONE_MIN_BYTES): below it xla's step stays on the chip and ties (cavity 1024^2: 5361 against 5187),
     # above it the pair wins (cavity 1500^2 5516 against 2151, cylinder 1680x720 3328 against 2716, the box 1500^2

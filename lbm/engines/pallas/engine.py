@@ -22,9 +22,9 @@ shape, between a copy out of the view and one back; where the push kernel does n
 kernel and the streaming of its opposite slots on the xla side). Where ny is no multiple of 1024 the view
 pads y to the next one, P (planes.padded_ny; the pads at rest, invisible to ``canonical`` and the fluid mask,
 the boundary plan's slots mapped into the view), up to P / ny = aa.MAX_PAD; beyond it the push kernel
-runs every step; the engine's note says which. Where no face rows need a plane per row of x, a 2D view holds k rows
-of x per plane instead, each padded only to a multiple of 128 cells (planes.row_group: 3360 x 1440 1.07x, not 1.42x;
-the engine's ``group``). The boundary cells
+runs every step; the engine's note says which. A 2D view holds k rows of x per plane where that pads less, each row
+padded only to a multiple of 128 cells (planes.row_group: 3360 x 1440 1.07x, not 1.42x; the engine's ``group``; the
+kernel walls, the faces and the boundary plan all take it). The boundary cells
 are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
 scattered into the slots it wrote. Where the pair runs, a setup whose one condition is a half-way wall (resting or
 moving) needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
@@ -82,7 +82,7 @@ class PallasKernel:
     """
 
     def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
-                 interpret: bool | None = None, inplace: bool = False, grouped: bool = False) -> None:
+                 interpret: bool | None = None, inplace: bool = False) -> None:
         dtype = jnp.dtype(setup.dtype)
         if dtype not in (jnp.float32, jnp.float64):
             raise EngineUnavailable(f"no Pallas kernel for dtype {dtype}")
@@ -94,9 +94,8 @@ class PallasKernel:
         self.form = "rows" if self.platform == "tpu" else "flat"
         self.inplace = inplace and self.form == "rows"
         self.push_unsupported = self.inplace_note = ""
-        self.group = planes.row_group(self.shape) if self.inplace and grouped else 1
-        """Rows of x per plane of the pair's 2D view (planes.row_group; ``grouped``: the engine's rows need not be
-        the view's planes), else 1."""
+        self.group = planes.row_group(self.shape) if self.inplace else 1
+        """Rows of x per plane of the pair's 2D view (planes.row_group; 1 in 3D), else 1."""
         kernel_grid = planes.kernel_grid(self.shape, self.group)
         if self.inplace:  # the AA kernels index rows, not populations: no int32 limit (the engine's slots have one)
             why = aa.aa_unsupported(setup.lattice, kernel_grid, dtype) or aa.aa2d_not_chosen(
@@ -171,10 +170,8 @@ class PallasEngine(BulkKernelEngine):
                  interpret: bool | None = None) -> None:
         super().__init__(setup, storage)
         # 2D: k rows of x per plane of the pair's view pad y less (planes.row_group), with any boundaries (the kernel
-        # walls, the faces and the boundary plan each map rows of x to the view's planes); the wall's form asked once
-        flat2d = setup.lattice.d == 2
-        wall_form = walls.kernel_form(setup)[0] if flat2d and setup.boundaries else None
-        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True, grouped=flat2d)
+        # walls, the faces and the boundary plan each map rows of x to the view's planes)
+        self.bulk = PallasKernel(setup, setup.shape, storage, platform, interpret, inplace=True)
         self.group = self.bulk.group
         self.platform, self.interpret, self.form = self.bulk.platform, self.bulk.interpret, self.bulk.form
         self.compiler_options = self.bulk.compiler_options
@@ -192,9 +189,7 @@ class PallasEngine(BulkKernelEngine):
         (lbm.engines.pallas.faces; None: the plan's)."""
         self.walls: walls.Walls | None = None
         """The half-way wall the in-place kernels apply themselves (lbm.engines.pallas.walls; None: the plan's)."""
-        form = None
-        if self.bulk.inplace and setup.boundaries:
-            form = wall_form if flat2d else walls.kernel_form(setup)[0]
+        form = walls.kernel_form(setup)[0] if self.bulk.inplace and setup.boundaries else None
         if form is not None:
             self.walls = walls.Walls(form, setup.lattice)
             self.walls_rows = walls.walls_rows(setup.lattice, planes.kernel_grid(setup.shape, self.group))

@@ -36,8 +36,8 @@ import numpy as np
 
 from lbm.boundaries.base import BoundaryCondition, BulkRule, StepState, pytree_dataclass
 from lbm.cases.base import Setup
-from lbm.engines.pallas import aa, planes
-from lbm.engines.pallas.walls import rows_unfit
+from lbm.engines.pallas import planes
+from lbm.engines.pallas.walls import pair_unfit
 from lbm.engines.timestep import active_stages, run_stages
 from lbm.lattice import Lattice
 
@@ -70,7 +70,7 @@ def faces_form(setup: Setup) -> tuple[Faces | None, str]:
 
 def faces_unsupported(setup: Setup) -> str:
     """Why the in-place pair cannot take ``setup``'s conditions as faces ('' when it can; nothing is built)."""
-    lattice, bcs, shape = setup.lattice, setup.boundaries, setup.shape
+    bcs, shape = setup.boundaries, setup.shape
     roles = [face_role(bc.bulk_rule()) for bc in bcs]
     if not bcs or None in roles or len(set(roles)) != len(roles):
         return f"the pair's faces take {TAKES}"
@@ -80,12 +80,9 @@ def faces_unsupported(setup: Setup) -> str:
         return "the obstacle's force has no link"
     if shape[0] < 6:
         return f"grid {'x'.join(map(str, shape))}: the pair's faces need nx >= 6"
-    group = planes.row_group(shape)  # the engine's 2D view: k rows of x per plane (3D: 1)
-    grid = planes.kernel_grid(shape, group)
-    why = aa.aa_unsupported(lattice, grid, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False,
-                                                                              group=group)
-    if why or rows_unfit(lattice, grid):
-        return why or rows_unfit(lattice, grid)
+    why = pair_unfit(setup)
+    if why:
+        return why
     if setup.force_array is not None and np.ndim(setup.force_array) != 1:
         return "the pair's faces take a uniform body force only"
     return ""

@@ -16,7 +16,7 @@ copies nothing and plans 1.00x the populations (v5e, deviceless, D2Q9 2048^2 and
 in every chunk planned 2.00x), P / ny where y is padded (4098^2: 1.25x, 90.0 B per cell and step).
 
 2D grids whose ny pads that view (1440: 2048, 1.42x; 4098: 5120) may group k rows of x into one plane instead
-(:func:`row_group`; the engine's choice, k > 1 where the faces' rows do not need x as the plane axis): a row of y
+(:func:`row_group`; the engine's choice): a row of y
 padded only to Y, a multiple of 128 cells (1440: 1536; 4098: 4608 with k = 2), and the k rows x = p + m N (m < k, N =
 nx / k) as plane p, (N, k Y / 128, 128). Rows of x spaced N apart make the x shift a shift of the plane (the DMA
 windows' offsets, as before), except at the grid's edge: the plane before plane 0 is plane N - 1 with its rows moved

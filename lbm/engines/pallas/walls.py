@@ -66,17 +66,11 @@ cell that does the walls' bounce-back only."""
 def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
     """The wall's streaming form the in-place kernels apply on a TPU, and ''; or None and why they cannot take
     ``setup``'s boundaries (the grid too: the kernels' blocks with walls must fit)."""
-    lattice, bcs, shape = setup.lattice, setup.boundaries, setup.shape
+    lattice, bcs = setup.lattice, setup.boundaries
     rules = [wall_rule(bc) for bc in bcs]
     if len(bcs) != 1 or rules[0] is None or rules[0][1] is None:
         return None, "the kernel walls take one half-way wall (resting or moving) and no other condition"
-    group = planes.row_group(shape)  # the engine's 2D view with the walls in its kernels (no face rows)
-    grid = planes.kernel_grid(shape, group)
-    why = aa.aa_unsupported(lattice, grid, setup.dtype) or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False,
-                                                                              group=group)
-    if why:
-        return None, why
-    why = rows_unfit(lattice, grid)
+    why = pair_unfit(setup)
     if why:
         return None, why
     solid, links, term = rules[0]
@@ -86,6 +80,17 @@ def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
     if form.wall_term is not None and np.ndim(form.wall_term) != 1:
         return None, "the moving wall's term is not one value per direction"
     return form, ""
+
+
+def pair_unfit(setup: Setup) -> str:
+    """Why the in-place pair cannot run ``setup``'s grid with its boundaries in or beside its kernels (the kernel
+    walls, the faces; '' where it can): on the engine's view (2D: planes of k rows of x, planes.row_group), the kernels
+    must take the grid, the pair be chosen without the push kernel, and R + 1 rows fit the VMEM."""
+    lattice, shape = setup.lattice, setup.shape
+    group = planes.row_group(shape)
+    grid = planes.kernel_grid(shape, group)
+    return (aa.aa_unsupported(lattice, grid, setup.dtype)
+            or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False, group=group) or rows_unfit(lattice, grid))
 
 
 def rows_unfit(lattice: Lattice, shape: tuple[int, ...]) -> str:
