@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
     if args.pair_2d_at_every_size:  # as tests/helpers/runs.py's pair_2d_at_every_size
         from lbm.engines.pallas import aa
 
-        aa.AA2D_MIN_BYTES = aa.AA2D_ALONE_MIN_BYTES = 0
+        aa.AA2D_MIN_BYTES = 0
     overrides = [*argv[cut + 1:], "output.plots=false"]
     print(f"backends: {[str(d) for d in backends()]}; jax {jax.__version__}; {' '.join(overrides)}", flush=True)
     jnp.zeros(1).block_until_ready()

@@ -76,10 +76,9 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
     # v5e 4098^2 90.0 B per cell and step (1.25x the pair's 72 B at 4096^2, measured at 9064 MLUPS) against xla's 690 B
     # (measured 1267 MLUPS), so pallas there too (docs/performance.md, "The 2D pair on padded rows"); it groups k
     # rows of x per plane, each padded to a multiple of 128 (planes.row_group: 4098^2 8212 MLUPS, 81 B).
-    # Where the push kernel cannot run a 2D case alone (walls, faces, or a grid it refuses) the pair runs from 40 MiB
-    # of populations (aa.AA2D_ALONE_MIN_BYTES): below it xla's step stays on the chip and ties (cavity 1024^2: 5361 against 5187),
-    # above it the pair wins (cavity 1500^2 5516 against 2151, cylinder 1680x720 3328 against 2716, the box 1500^2
-    # 5764 against 1960; docs/tpu-v5e/2026-12-07/pair-small/).
+    # The 2D pair runs from 40 MiB of populations (aa.AA2D_MIN_BYTES), with boundaries too: below it xla's step stays on
+    # the chip and ties (cavity 1024^2: 5361 against 5187), above it the pair wins (cavity 1500^2 5516 against 2151,
+    # cylinder 1680x720 3328 against 2716, the box 1500^2 5764 against 1960; docs/tpu-v5e/2026-12-07/pair-small/).
     if setup.wall_free:
         return "pallas", "auto on a TPU: pallas for a wall-free box, where it is faster than xla"
     # The in-place AA kernels apply one half-way wall themselves (lbm.engines.pallas.walls: no gathers or scatters):

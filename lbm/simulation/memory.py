@@ -121,8 +121,8 @@ chunks (planned, and over P / (ny nz)): box 64^3 1.000 (1.00), D3Q27 96^3 1.000,
 
 
 PALLAS_PAIR_2D = (1.2, 4.5)
-"""The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 128 MiB of populations, 40 MiB
-where the push kernel cannot run the case alone; the view's planes of k rows of x pad y to Y, planes.row_cells, and it
+"""The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 40 MiB of populations,
+lbm.engines.pallas.aa.AA2D_MIN_BYTES; the view's planes of k rows of x pad y to Y, planes.row_cells, and it
 plans Y / ny times these), when every chunk has an even number of steps and when one has an odd number. The engine
 holds the populations in the kernels' view for the whole run (lbm.engines.pallas.planes.plane_view), so an even chunk
 copies nothing: ``lbm inspect target=v5e lattice=d2q9
@@ -156,19 +156,18 @@ def has_odd_chunk(run: RunConfig, platform: str) -> bool:
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     """The 2D in-place pair's planned peak over the populations for ``run`` on ``platform`` (None where the pallas
     engine runs the push kernel or none there): :data:`PALLAS_PAIR_2D` times the view's padding Y / ny of its planes
-    of k rows of x (planes.row_group; the kernel walls, the faces and the boundary plan all take them); between the
-    pair's two thresholds at least the push kernel's ENGINE_FACTOR."""
+    of k rows of x (planes.row_group; the kernel walls, the faces and the boundary plan all take them)."""
     lattice = LATTICES[run.lattice]
     if platform != "tpu" or lattice.d != 2:
         return None
-    from lbm.engines.pallas.aa import AA2D_ALONE_MIN_BYTES, AA2D_MIN_BYTES, MAX_PAD
+    from lbm.engines.pallas.aa import AA2D_MIN_BYTES, MAX_PAD
     from lbm.engines.pallas.planes import pad_factor, row_group
 
     pad = pad_factor(tuple(run.grid), row_group(tuple(run.grid)))
     if pad > MAX_PAD:
         return None
     size = lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid)
-    if size < AA2D_ALONE_MIN_BYTES:
+    if size < AA2D_MIN_BYTES:
         return None
     odd = has_odd_chunk(run, platform)
     factor = PALLAS_PAIR_2D[odd] * pad
@@ -177,10 +176,7 @@ def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
 
         if rows_unsupported(lattice, tuple(run.grid), "float32"):  # the TPU kernels compute in float32
             factor = PALLAS_PAIR_2D_ODD_ALONE * pad
-    # Below AA2D_MIN_BYTES the pair runs only where the push kernel cannot run the case alone
-    # (lbm.engines.pallas.aa.push_runs_alone: it needs the case's set-up), else the push kernel, which plans up to
-    # 2.09x (D2Q9 2000x1200 on the chip, docs/tpu-v5e/2026-12-07/push-mid/): the larger of the two.
-    return factor if size >= AA2D_MIN_BYTES else max(factor, ENGINE_FACTOR["pallas"])
+    return factor
 
 
 def pallas_3d_factor(run: RunConfig, platform: str) -> float:

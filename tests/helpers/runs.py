@@ -61,8 +61,7 @@ def noisy_populations(setup: Any, seed: int) -> np.ndarray:
 
 def pair_2d_at_every_size(monkeypatch: Any) -> None:
     """The 2D in-place pair (and so its walls and faces) on the tests' small grids: on a TPU it is chosen from
-    lbm.engines.pallas.aa.AA2D_MIN_BYTES of populations (AA2D_ALONE_MIN_BYTES with boundaries) only."""
+    lbm.engines.pallas.aa.AA2D_MIN_BYTES of populations only."""
     from lbm.engines.pallas import aa
 
     monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
-    monkeypatch.setattr(aa, "AA2D_ALONE_MIN_BYTES", 0)

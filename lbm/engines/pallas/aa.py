@@ -47,9 +47,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from lbm.cases.base import Setup
 from lbm.engines.pallas.cell import collide_cell
-from lbm.engines.pallas.kernels import rows_unsupported, vmem_bytes
+from lbm.engines.pallas.kernels import vmem_bytes
 from lbm.engines.pallas.planes import (
     edge_rows,
     flat_plane,
@@ -129,41 +128,29 @@ def aa_unsupported(lattice: Lattice, shape: tuple[int, ...], dtype: Any) -> str:
     return ""
 
 
-AA2D_MIN_BYTES = 128 * 2**20
-"""Populations from which the 2D in-place pair runs on a TPU instead of the push rows kernel: the VMEM's size.
-Below it the push kernel was measured on the chip (D2Q9 1024^2, 37.7 MB: 8583 MLUPS, 92.8 % of the same-run probe,
-docs/tpu-v5e/2026-12-06/device-check/); above it the push kernel's halo gathers cost 2.38x the traffic (4096^2:
-3360 MLUPS, 36 % of the probe), where the pair measured 8912 MLUPS, 96.4 % of the same run's probe
-(docs/tpu-v5e/2026-12-06/walls/bench-d2q9-4096.json)."""
+AA2D_MIN_BYTES = 40 * 2**20
+"""Populations from which the 2D in-place pair runs on a TPU (on planes of k rows of x, planes.row_group). Below it
+the push rows kernel runs a wall-free box, and the xla engine's whole step stays in the VMEM where there are
+boundaries. Measured on the chip: the wall-free box below it on the push kernel 1024^2 (36 MiB) 8695 MLUPS against
+the pair's 5871, 1024x1100 (39 MiB) 10087 against 8407; the cavity 1024^2 on xla 5361 against the pair's 5187
+(docs/tpu-v5e/2026-12-07/pair-small/). Above it the pair is as fast or faster and plans 1.0-1.18x the populations,
+where the push kernel plans up to 2.13x: 1200^2 8250 against the push kernel's 7822, 1000x1300 8239 against 7464,
+1600^2 8544 against 7759, 2000x1200 8238 against 7252, 2400x1100 8485 against 7766, 1800^2 8387 against 4153; the
+one grid measured where the push kernel was faster is 1024x1200 (42 MiB), 10028 against 8151
+(docs/tpu-v5e/2026-12-07/push-pair/); and with boundaries the cavity 1500^2 5516 against xla's 2151, the cylinder
+1680x720 3328 against 2716."""
 
 
-AA2D_ALONE_MIN_BYTES = 40 * 2**20
-"""Populations from which the 2D in-place pair runs on a TPU where the push rows kernel cannot run the setup alone
-(boundary cells, which it would gather and scatter, or a grid it refuses: :func:`push_runs_alone`). Below it the
-xla engine's whole step stays in the VMEM and ties the pair: the cavity 1024^2 (36 MiB) xla 5361 MLUPS against the
-pair's 5187 (deviceless v5e: xla moves 66 B per cell and step from HBM). Above it the pair wins: the cavity 1500^2
-(77 MiB) 5516 against 2151, the cylinder 1680x720 (42 MiB) 3328 against 2716, the wall-free box 1500^2 (the push
-kernel refuses it) 5764 against 1960 (docs/tpu-v5e/2026-12-07/pair-small/)."""
-
-
-def push_runs_alone(setup: Setup) -> bool:
-    """Whether the push rows kernel runs ``setup`` on a TPU without gathering boundary cells: a wall-free grid it takes."""
-    return setup.wall_free and not rows_unsupported(setup.lattice, setup.shape, setup.dtype)
-
-
-def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any, push: bool = True, group: int = 1) -> str:
+def aa2d_not_chosen(lattice: Lattice, shape: tuple[int, ...], dtype: Any, group: int = 1) -> str:
     """Why a 2D grid the pair could run keeps the push rows kernel or the xla engine ('' for 3D, and where y pads by at
-    most MAX_PAD from AA2D_MIN_BYTES up, or from AA2D_ALONE_MIN_BYTES up where the push kernel cannot run the setup
-    alone: ``push`` False, :func:`push_runs_alone`; ``group`` rows of x per plane of its view, planes.row_group)."""
+    most MAX_PAD from AA2D_MIN_BYTES up; ``group`` rows of x per plane of its view, planes.row_group)."""
     if len(shape) != 2:
         return ""
     size = lattice.q * int(np.prod(shape)) * jnp.dtype(dtype).itemsize
-    if push and size < AA2D_MIN_BYTES:
+    if size < AA2D_MIN_BYTES:
         return (f"{size / 2**20:.0f} MiB of populations, under the {AA2D_MIN_BYTES // 2**20} MiB from which the 2D "
-                "in-place pair runs (the push rows kernel was measured at 93 % of the probe at 1024^2)")
-    if not push and size < AA2D_ALONE_MIN_BYTES:
-        return (f"{size / 2**20:.0f} MiB of populations, under the {AA2D_ALONE_MIN_BYTES // 2**20} MiB from which the "
-                "2D in-place pair runs with boundaries (below it the xla engine's step stays in the VMEM)")
+                "in-place pair runs (below it the push rows kernel runs a wall-free box faster, and the xla engine's "
+                "step stays in the VMEM)")
     if pad_factor(shape, group) > MAX_PAD:
         return (f"grid {'x'.join(map(str, shape))}: the 2D in-place pair would pad y from {shape[1]} to "
                 f"{row_cells(shape[1], group)} cells ({pad_factor(shape, group):.2f}x), more than its {MAX_PAD}x")

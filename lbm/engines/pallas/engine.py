@@ -99,7 +99,7 @@ class PallasKernel:
         kernel_grid = planes.kernel_grid(self.shape, self.group)
         if self.inplace:  # the AA kernels index rows, not populations: no int32 limit (the engine's slots have one)
             why = aa.aa_unsupported(setup.lattice, kernel_grid, dtype) or aa.aa2d_not_chosen(
-                setup.lattice, shape, dtype, aa.push_runs_alone(setup), self.group)
+                setup.lattice, shape, dtype, self.group)
             if why and len(shape) == 3:
                 raise EngineUnavailable(why)
             if why:  # 2D: the push rows kernel runs every step instead

@@ -85,12 +85,12 @@ def kernel_form(setup: Setup) -> tuple[PulledHalfway | None, str]:
 def pair_unfit(setup: Setup) -> str:
     """Why the in-place pair cannot run ``setup``'s grid with its boundaries in or beside its kernels (the kernel
     walls, the faces; '' where it can): on the engine's view (2D: planes of k rows of x, planes.row_group), the kernels
-    must take the grid, the pair be chosen without the push kernel, and R + 1 rows fit the VMEM."""
+    must take the grid, the pair be chosen (aa.aa2d_not_chosen), and R + 1 rows fit the VMEM."""
     lattice, shape = setup.lattice, setup.shape
     group = planes.row_group(shape)
     grid = planes.kernel_grid(shape, group)
     return (aa.aa_unsupported(lattice, grid, setup.dtype)
-            or aa.aa2d_not_chosen(lattice, shape, setup.dtype, push=False, group=group) or rows_unfit(lattice, grid))
+            or aa.aa2d_not_chosen(lattice, shape, setup.dtype, group=group) or rows_unfit(lattice, grid))
 
 
 def rows_unfit(lattice: Lattice, shape: tuple[int, ...]) -> str:

@@ -181,9 +181,7 @@ def test_what_the_kernel_walls_take_and_what_auto_picks_on_a_tpu(monkeypatch):
     assert "under the 40 MiB" in walls.walls_unsupported(pair) and auto_choice(pair, "tpu")[0] == "xla"
     from lbm.engines.pallas import aa
 
-    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)  # the box's threshold: not the one for boundaries
-    assert "under the 40 MiB" in walls.walls_unsupported(pair)
-    monkeypatch.setattr(aa, "AA2D_ALONE_MIN_BYTES", 0)
+    monkeypatch.setattr(aa, "AA2D_MIN_BYTES", 0)
     assert walls.walls_unsupported(pair) == "" and auto_choice(pair, "tpu")[0] == "pallas"
     padded = setup_for(CASES["cavity_d2q9_pad"], "float32")  # y padded from 1100 to 2048 (1.86x): the pair
     assert walls.walls_unsupported(padded) == "" and auto_choice(padded, "tpu")[0] == "pallas"
