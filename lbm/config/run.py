@@ -257,7 +257,8 @@ def validate_grid(section: Grid, lattice: str, key: str = "grid") -> tuple[int, 
     nz = section.nz
     if LATTICES[lattice].d == 3:
         if nz is None:
-            raise ConfigError(f"{key}.nz", nz, f"an integer >= 4 for the 3D lattice {lattice}")
+            raise ConfigError(f"{key}.nz", nz, f"an integer >= 4 for the 3D lattice {lattice}",
+                              f"set the cells along z, e.g. {key}.nz=32")
         grid: tuple[int, ...] = (nx, ny, check_int(f"{key}.nz", nz, 4))
     else:
         if nz is not None:

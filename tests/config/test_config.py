@@ -136,7 +136,8 @@ def test_bench_validates_only_the_cases_it_will_run():
     p = plan(compose_bench([*box, "cases=[periodic]"]))  # cylinder_grid.nz is null: not asked for, not checked
     assert {c.case for c, _ in p["configs"]} == {"periodic"}
     assert {c.grid for c, _ in p["configs"]} == {(128, 128, 128)}
-    with pytest.raises(ConfigError, match="^cylinder_grid.nz=null is invalid"):
+    with pytest.raises(ConfigError, match=r"^cylinder_grid.nz=null is invalid: .* \(set the cells along z, e.g. "
+                                          r"cylinder_grid.nz=32\)$"):
         plan(compose_bench(box))  # both cases (the default): the cylinder's grid must be 3D too
     p = plan(compose_bench(["cases=[cylinder]", "grid.nx=2"]))  # the box is not run: its size is not checked
     assert {c.grid for c, _ in p["configs"]} == {(420, 180)}
