@@ -5,7 +5,7 @@ the cases' defaults included (the duct, the channel, Schafer-Turek, the Taylor-G
 advances it: chunks of ``--chunk`` steps (the run's default chunk, 100), one dispatch each, synchronised.
 
     python3 scripts/auto_sweep.py --engines pallas,xla --out sweep.json \
-        "case=taylor_green" "case=duct lattice=d3q19 grid.nz=18" "case=cavity lattice=d3q19 grid.nx=34"
+        "case=taylor_green" "case=duct" "case=cavity lattice=d3q19 grid.nx=34"
 
 Each positional argument is one run's overrides (space-separated). Per configuration and engine (auto first, then
 each of ``--engines`` that auto did not pick): the compile time, MLUPS per round (``--rounds`` rounds of at least

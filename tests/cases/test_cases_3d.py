@@ -60,10 +60,12 @@ def test_coarse_lbm_duct_matches_the_series():
     assert case.axis_factor() * setup.force_array[0] / setup.nu == pytest.approx(run.flow.u_lattice, rel=1e-12)
 
 
-def test_duct_needs_a_3d_lattice():
+def test_duct_runs_on_d3q19_by_default_and_refuses_a_2d_lattice_in_one_line():
+    run = run_config("case=duct")
+    assert run.lattice == "d3q19" and tuple(run.grid) == (4, 18, 18)
     with pytest.raises(ConfigError) as err:
-        make_case(run_config("case=duct"))
-    assert "lattice" in str(err.value) and "\n" not in str(err.value)
+        make_case(run_config("case=duct", "lattice=d2q9"))
+    assert str(err.value).startswith("lattice=d2q9 is invalid") and "\n" not in str(err.value)
 
 
 def test_albensoeder_reference_is_read_whole_and_oriented():

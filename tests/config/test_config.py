@@ -59,7 +59,7 @@ def test_a_key_of_the_chosen_option_is_accepted():
 
 @pytest.mark.parametrize("case", group_options("case"))
 def test_load_equals_validate_of_the_composed_config(case):
-    given = [f"case={case}"] + (["lattice=d3q19", "grid.nz=18"] if case == "duct" else [])  # duct: 3D only
+    given = [f"case={case}"]  # every case's defaults, the 3D ones (duct, taylor_green_3d) on their 3D lattices
     run = load(given)
     assert isinstance(run, RunConfig)
     with warnings.catch_warnings():
