@@ -160,15 +160,13 @@ def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     lattice = LATTICES[run.lattice]
     if platform != "tpu" or lattice.d != 2:
         return None
-    from lbm.engines.pallas.aa import AA2D_MIN_BYTES, MAX_PAD
+    from lbm.engines.pallas.aa import aa2d_not_chosen
     from lbm.engines.pallas.planes import pad_factor, row_group
 
-    pad = pad_factor(tuple(run.grid), row_group(tuple(run.grid)))
-    if pad > MAX_PAD:
-        return None
-    size = lattice.q * (8 if run.precision == "float64" else 4) * math.prod(run.grid)
-    if size < AA2D_MIN_BYTES:
-        return None
+    grid, group = tuple(run.grid), row_group(tuple(run.grid))
+    if aa2d_not_chosen(lattice, grid, "float64" if run.precision == "float64" else "float32", group):
+        return None  # the engine's own rule: the push kernel (or xla) runs, not the pair
+    pad = pad_factor(grid, group)
     odd = has_odd_chunk(run, platform)
     factor = PALLAS_PAIR_2D[odd] * pad
     if odd:
