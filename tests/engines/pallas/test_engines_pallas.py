@@ -227,7 +227,7 @@ def test_on_the_device_the_compiled_kernel_equals_the_reference(name, monkeypatc
     differences are 6.9e-7 (populations, cylinder) and 7.6e-7 (the cylinder's force, of magnitude 0.29); the
     bound, 1e-5 for both, is 5x the GPU estimate.
     """
-    if name.endswith(("aa2d", "rows2d")):  # the 2D pair (from 40 MiB of populations with boundaries) on 16 x ~1024
+    if name.endswith(("aa2d", "rows2d")):  # the 2D pair (from 40 MiB of populations) on 16 x ~1024
         pair_2d_at_every_size(monkeypatch)
     setup = setup_for(DEVICE_CASES[name], "float32")
     # named, not auto: on a TPU auto picks xla for small 2D grids with walls or an inlet (lbm.engines.auto_choice)
