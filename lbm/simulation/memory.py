@@ -103,54 +103,41 @@ PALLAS_IN_PLACE = 1.1
 D3Q19 256^3 and 512^3, docs/tpu-v5e/2026-12-06/), plus the boundary plan's cells or the faces' solid words (the D3Q19
 cylinder 256x128x128: 1.08), where each (y, z) plane is whole (8, 128) tiles."""
 
-PALLAS_UNTILED_3D = (1.2, 2.2, 1.8)
+PALLAS_UNTILED_3D = (1.2, 2.2)
 """Where a plane is not whole tiles (ny no multiple of 8 or nz of 128) and the kernels keep (ny, nz) (the flat view
 pads as much: lbm.engines.pallas.planes.flat_plane), a bound ``a + b * L`` on the same, L = the lanes' padding
-ceil(nz / 128) * 128 / nz, times ``c`` where a chunk is odd: the kernels' layout pads z to 128 lanes, and XLA copies
-the populations into it. Deviceless v5e, jax 0.10.2, even chunk (odd), before the flat view: D3Q19 box 64^3 2.00
-(2.00), 420x180x128 2.03, 420x184x128 1.00 (2.00), 420x180x64 3.26, 256x128x32 5.00 (9.00), 420x180x32 5.31 (9.40);
-the cylinder 420x180x128 2.17, 420x180x64 3.49, 420x180x32 8.28 (14.95). An odd chunk's push step still runs on the
-grid's shape, so this bound holds for odd chunks on flat planes too."""
+ceil(nz / 128) * 128 / nz: the kernels' layout pads z to 128 lanes, and XLA copies the populations into it.
+Deviceless v5e, jax 0.10.2, before the flat view: D3Q19 box 64^3 2.00, 420x180x128 2.03, 420x184x128 1.00, 420x180x64
+3.26, 256x128x32 5.00, 420x180x32 5.31; the cylinder 420x180x128 2.17, 420x180x64 3.49, 420x180x32 8.28 (an odd
+chunk's push step planned up to 1.8 times these until the swap pass replaced it, lbm.engines.pallas.aa.aa_swap_step)."""
 
 PALLAS_FLAT_3D = 1.35
-"""The 3D pair's planned peak over the populations per the flat view's padding P / (ny nz), for even chunks, where
-the kernels view the planes flat (lbm.engines.pallas.planes.flat_plane). Deviceless v5e, jax 0.10.2 and 0.12.0.1, even
-chunks (planned, and over P / (ny nz)): box 64^3 1.000 (1.00), D3Q27 96^3 1.000, 258^3 1.015 (1.00); cavity 66^3
+"""The 3D pair's planned peak over the populations per the flat view's padding P / (ny nz), where the kernels view the
+planes flat (lbm.engines.pallas.planes.flat_plane); an odd chunk's lone step is the even kernel and the swap pass, in
+place like a pair (lbm.engines.pallas.aa.aa_swap_step). Deviceless v5e, jax 0.10.2 and 0.12.0.1, even chunks (planned,
+and over P / (ny nz)): box 64^3 1.000 (1.00), D3Q27 96^3 1.000, 258^3 1.015 (1.00); cavity 66^3
 1.287 (1.10), 258^3 1.204 (1.19); duct 64x30x30 1.250 (1.10); the cylinder (its faces' rows and force box)
 128x60x32 1.351 and 1.372 (1.29), 420x180x32 1.195 (1.12), 420x180x64 1.170 (1.10)."""
 
 
-PALLAS_PAIR_2D = (1.2, 4.5)
+PALLAS_PAIR_2D = 1.2
 """The pallas engine's planned peak in 2D on a TPU where the in-place pair runs (from 40 MiB of populations,
 lbm.engines.pallas.aa.AA2D_MIN_BYTES; the view's planes of k rows of x pad y to Y, planes.row_cells, and it
-plans Y / ny times these), when every chunk has an even number of steps and when one has an odd number. The engine
-holds the populations in the kernels' view for the whole run (lbm.engines.pallas.planes.plane_view), so an even chunk
-copies nothing: ``lbm inspect target=v5e lattice=d2q9
+plans Y / ny times this). The engine holds the populations in the kernels' view for the whole run
+(lbm.engines.pallas.planes.plane_view), so a chunk copies nothing: ``lbm inspect target=v5e lattice=d2q9
 case=taylor_green grid.nx=4096 grid.ny=4096 engine=pallas`` plans 1.000x the populations
 (``planned_peak_over_population``), ``case=cavity`` 1.167x (its kernel walls' link bits, converted to int32 in the
 view in every chunk; 1.111x since the params hold them so, twelfth session), 1.000x and 1.056x at 2048^2 (jax 0.10.2
-and 0.12.0.1; it was 2.00x and 2.17x with a copy into the view and back in every chunk). An odd chunk's push step
-runs on the grid's shape, copied out of the view and back (the walls:
-the streaming form on the xla side; ``output.every=11``): 3.50x (periodic) and 4.47x (cavity) at 4096^2 on jax
-0.12.0.1 (3.75x and 4.81x before), 2.25x and 3.04x on 0.10.2. The cylinder on the pair (lbm.engines.pallas.faces:
-the solid words and the force's weights) 1.13x and 3.78-4.42x per P / ny on jax 0.10.2 (3360x1440: 1.601x and
-5.38x; 6720x2880: 1.200x and 4.71x) with one row of x per plane; on planes of k rows (thirteenth session) 3360x1440
-(k = 2) 1.210x and 3.361x, 2400x1100 (k = 8) 1.198x and 2.511x, the cavity 4098^2 (k = 2) 3.506x odd: within these."""
-
-PALLAS_PAIR_2D_ODD_ALONE = 7.1
-"""The same for an odd chunk where the push kernel does not fit (4098^2: whole columns): its first step is the even
-kernel on the state, then the streaming of the opposite slots on the grid's shape, out of the view and back; ``lbm
-inspect target=v5e lattice=d2q9 case=taylor_green grid.nx=4098 grid.ny=4098 engine=pallas steps=11`` planned 8.754x
-the populations (jax 0.10.2), 7.0 times the padding 1.25, on rows padded to 5120; on planes of two rows (Y = 4608,
-1.124x) 3.391x: a bound now."""
-
-
-def has_odd_chunk(run: RunConfig, platform: str) -> bool:
-    """Whether one of ``run``'s chunks on ``platform`` has an odd number of steps (the in-place pair then runs a push
-    step, which plans more)."""
-    from lbm.simulation.state import chunk_lengths, chunk_size
-
-    return any(n % 2 for n in chunk_lengths(0, run.steps, chunk_size(run, platform)))
+and 0.12.0.1; it was 2.00x and 2.17x with a copy into the view and back in every chunk). The cylinder on the pair
+(lbm.engines.pallas.faces: the solid words and the force's weights) 1.13x per P / ny on jax 0.10.2 (3360x1440:
+1.601x; 6720x2880: 1.200x) with one row of x per plane; on planes of k rows (thirteenth session) 3360x1440 (k = 2)
+1.210x, 2400x1100 (k = 8) 1.198x. An odd chunk's lone step is the even kernel and the swap pass, in place
+(lbm.engines.pallas.aa.aa_swap_step; fifteenth session): with ``steps=11`` deviceless v5e (jax 0.10.2) planned 1.000x
+(box) and 1.111x (cavity) at 4096^2, 1.124x and 1.249x at 4098^2, the cylinder 3360x1440 1.206x and 2400x1100 1.192x,
+as 10 steps do (1.202x and 1.189x for the cylinders). Until then it was a push step out
+of the view and back, or the even kernel and the streaming on the xla side where the push kernel does not fit (4098^2):
+2.25x (box) and 3.04x (cavity) at 4096^2, 3.391x and 3.506x at 4098^2, the cylinder 3360x1440 3.361x (bounds 4.5 and
+7.1 per P / ny)."""
 
 
 def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
@@ -166,32 +153,22 @@ def pallas_2d_pair_factor(run: RunConfig, platform: str) -> float | None:
     grid, group = tuple(run.grid), row_group(tuple(run.grid))
     if aa2d_not_chosen(lattice, grid, "float64" if run.precision == "float64" else "float32", group):
         return None  # the engine's own rule: the push kernel (or xla) runs, not the pair
-    pad = pad_factor(grid, group)
-    odd = has_odd_chunk(run, platform)
-    factor = PALLAS_PAIR_2D[odd] * pad
-    if odd:
-        from lbm.engines.pallas.kernels import rows_unsupported
-
-        if rows_unsupported(lattice, tuple(run.grid), "float32"):  # the TPU kernels compute in float32
-            factor = PALLAS_PAIR_2D_ODD_ALONE * pad
-    return factor
+    return PALLAS_PAIR_2D * pad_factor(grid, group)
 
 
-def pallas_3d_factor(run: RunConfig, platform: str) -> float:
+def pallas_3d_factor(run: RunConfig) -> float:
     """The 3D in-place pair's planned peak over the populations on a TPU: :data:`PALLAS_IN_PLACE` where each (y, z)
-    plane is whole (8, 128) tiles, :data:`PALLAS_FLAT_3D` times the padding where the kernels view the planes flat
-    and every chunk is even, else the bound :data:`PALLAS_UNTILED_3D`."""
+    plane is whole (8, 128) tiles, :data:`PALLAS_FLAT_3D` times the padding where the kernels view the planes flat,
+    else the bound :data:`PALLAS_UNTILED_3D`."""
     _, ny, nz = run.grid
     if ny % 8 == 0 and nz % 128 == 0:
         return PALLAS_IN_PLACE
     from lbm.engines.pallas.planes import flat_plane, pad_factor
 
-    odd = has_odd_chunk(run, platform)
-    if flat_plane(tuple(run.grid)) and not odd:
+    if flat_plane(tuple(run.grid)):
         return PALLAS_FLAT_3D * pad_factor(tuple(run.grid))
-    a, b, c = PALLAS_UNTILED_3D
-    bound = a + b * math.ceil(nz / 128) * 128 / nz
-    return bound * c if odd else bound
+    a, b = PALLAS_UNTILED_3D
+    return a + b * math.ceil(nz / 128) * 128 / nz
 
 
 def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> tuple[str, float]:
@@ -201,7 +178,7 @@ def engine_factor(run: RunConfig, platform: str, engine: str | None = None) -> t
         return "xla", INSTRUMENTED_FACTOR
     engine = engine or run.engine
     if engine == "pallas" and platform == "tpu" and LATTICES[run.lattice].d == 3:
-        return engine, pallas_3d_factor(run, platform)
+        return engine, pallas_3d_factor(run)
     if engine == "pallas" and (pair := pallas_2d_pair_factor(run, platform)) is not None:
         return engine, pair
     if engine == "auto":  # lbm.engines.auto_choice: native on a CPU (xla without a compiler), else pallas or xla

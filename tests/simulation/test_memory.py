@@ -66,45 +66,40 @@ def test_the_pallas_factor_on_a_tpu_follows_the_kernel_that_runs():
     """On a TPU the pallas engine plans 1.00x in 3D (the in-place pair; more where a (y, z) plane is not whole tiles),
     and in 2D the pair's 1.2x (1.00x periodic,
     1.17x with the kernel walls, deviceless v5e D2Q9 4096^2: the populations held in the kernels' view, no copy per
-    chunk) where every chunk is even, 4.5x where one chunk is odd (its push step, out of the view and back; 7.1x where
-    the push kernel does not fit), times Y / ny where the view's planes of k rows of x pad y to Y, from 40 MiB of
-    populations; below it or where it would pad by more than 2x the push kernel's 2.50x; on a GPU the push kernel's
-    too."""
-    from lbm.simulation.memory import PALLAS_IN_PLACE, PALLAS_PAIR_2D, PALLAS_PAIR_2D_ODD_ALONE, engine_factor
+    chunk), an odd chunk alike (the even kernel and the swap pass in place; it planned up to 4.5x with a push step),
+    times Y / ny where the view's planes of k rows of x pad y to Y, from 40 MiB of populations; below it or where it
+    would pad by more than 2x the push kernel's 2.50x; on a GPU the push kernel's too."""
+    from lbm.simulation.memory import PALLAS_IN_PLACE, PALLAS_PAIR_2D, engine_factor
 
     def factor(platform: str, *overrides: str) -> float:
         return engine_factor(_run("case=taylor_green", *overrides), platform, "pallas")[1]
 
     big = ("grid.nx=4096", "grid.ny=4096")
-    assert factor("tpu", *big, "steps=1000") == PALLAS_PAIR_2D[0] == 1.2
-    assert factor("tpu", *big, "steps=1001") == PALLAS_PAIR_2D[1] == 4.5  # the last chunk: one step
-    assert factor("tpu", *big, "steps=1000", "output.every=25") == 4.5
+    assert factor("tpu", *big, "steps=1000") == PALLAS_PAIR_2D == 1.2
+    assert factor("tpu", *big, "steps=1001") == 1.2  # the last chunk: one step
+    assert factor("tpu", *big, "steps=1000", "output.every=25") == 1.2
     assert factor("tpu", "grid.nx=1024", "grid.ny=1024", "steps=1000") == ENGINE_FACTOR["pallas"]  # 36 MiB: push
     # from 40 MiB the pair, walls or not (on the chip the box 2000x1200 planned 1.07x on the pair, 2.09x on the push
-    # kernel); with an odd chunk 7.1 P / ny where the push kernel refuses the grid (1500^2)
     # the view's planes of k rows of x (planes.row_group): 1500^2 k = 2, rows of 1536; 2000x1200 k = 4, rows of 1280
     assert factor("tpu", "grid.nx=1500", "grid.ny=1500", "steps=1000") == pytest.approx(1.2 * 1536 / 1500)
     assert factor("tpu", "grid.nx=2000", "grid.ny=1200", "steps=1000") == pytest.approx(1.2 * 1280 / 1200)
-    assert factor("tpu", "grid.nx=1500", "grid.ny=1500", "steps=1001") == pytest.approx(
-        PALLAS_PAIR_2D_ODD_ALONE * 1536 / 1500)
-    assert factor("tpu", "grid.nx=2000", "grid.ny=1200", "steps=1001") == pytest.approx(4.5 * 1280 / 1200)
+    assert factor("tpu", "grid.nx=1500", "grid.ny=1500", "steps=1001") == pytest.approx(1.2 * 1536 / 1500)
+    assert factor("tpu", "grid.nx=2000", "grid.ny=1200", "steps=1001") == pytest.approx(1.2 * 1280 / 1200)
     assert factor("tpu", "grid.nx=4096", "grid.ny=4000", "steps=1000") == pytest.approx(1.2 * 4096 / 4000)  # padded
     assert factor("tpu", "grid.nx=40000", "grid.ny=500", "steps=1000") == pytest.approx(1.2 * 512 / 500)  # k = 2
     assert factor("tpu", "grid.nx=40001", "grid.ny=500", "steps=1000") == ENGINE_FACTOR["pallas"]  # pads 2.05x: push
-    # 4098^2: the push kernel does not fit, an odd chunk's first step is the even kernel and the xla side's streaming
+    # 4098^2: the push kernel does not fit (the pair needs it in no chunk)
     assert factor("tpu", "grid.nx=4098", "grid.ny=4098", "steps=1000") == pytest.approx(1.2 * 4608 / 4098)  # k = 2
-    assert factor("tpu", "grid.nx=4098", "grid.ny=4098", "steps=1001") == pytest.approx(
-        PALLAS_PAIR_2D_ODD_ALONE * 4608 / 4098) == pytest.approx(7.98, abs=0.01)  # 3.391x planned (deviceless v5e)
+    assert factor("tpu", "grid.nx=4098", "grid.ny=4098", "steps=1001") == pytest.approx(1.2 * 4608 / 4098)
     assert factor("gpu", *big, "steps=1000") == ENGINE_FACTOR["pallas"]
     assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=128") == PALLAS_IN_PLACE
-    # planes that are not whole (8, 128) tiles: viewed flat, 1.35 times the flat view's padding where every chunk is
-    # even (deviceless v5e: box 64^3 1.00x, the cylinder 420x180x32 1.20x); an odd chunk's push step runs on the grid's
-    # shape: the lanes' padding and XLA's copy into it, bounded (the cylinder 420x180x32 5.4x, 8.28x and 14.95x
+    # planes that are not whole (8, 128) tiles: viewed flat, 1.35 times the flat view's padding, odd chunks too
+    # (deviceless v5e: box 64^3 1.00x, the cylinder 420x180x32 1.20x; an odd chunk's push step planned 5.4x, 14.95x
     # before the flat view)
     narrow = ("lattice=d3q19", "grid.nx=420", "grid.ny=180", "grid.nz=32")
     assert factor("tpu", "lattice=d3q19", "grid.nx=64", "grid.ny=64", "grid.nz=64", "steps=1000") == pytest.approx(1.35)
     assert factor("tpu", *narrow, "steps=1000") == pytest.approx(1.35 * 6144 / 5760)
-    assert factor("tpu", *narrow, "steps=1001") == pytest.approx(18.0)
+    assert factor("tpu", *narrow, "steps=1001") == pytest.approx(1.35 * 6144 / 5760)
     # where the flat view pads as much as the tiles (8 x 6 x 7: 1024 cells either way), the tiles' bound
     assert factor("tpu", "lattice=d3q19", "grid.nx=8", "grid.ny=6", "grid.nz=7", "steps=1000") == pytest.approx(
         1.2 + 2.2 * 128 / 7)

@@ -28,6 +28,12 @@ is waited on only when its buffer is needed again, or at the end).
 ``aa_even_step``: the same, with every window at offset 0 (``pipeline="dma"``), or (``"blocks"``, the
 default) plain BlockSpec blocks of R rows, the input aliased to the output and pipelined by Pallas.
 
+``aa_swap_step``: after an even step, the state a dense step leaves, in place (an odd chunk's lone step is the even
+step and this pass). The even step left f*_i of x in slot opp(i) of x, where slot i of x + c_i belongs, and f*_opp(i)
+of x + c_i in slot i of x + c_i, where slot opp(i) of x belongs: the two locations are exchanged, each pair by one
+block. Slot j's window sits at offset min(0, c_x(j)), so that row r of every window holds the two ends of one pair,
+and slot i = roll(slot opp(i), c_i) row by row.
+
 2D, and 3D where it pads a plane less: the kernels run on the flat view of the planes (the axes after x), whose
 layout and shifts lbm.engines.pallas.planes holds: (Q, nx, P / 128, 128), x the major, untiled axis, along which the
 DMA windows shift.
@@ -62,8 +68,10 @@ from lbm.engines.pallas.planes import (
 from lbm.kernels.collisions import Collision
 from lbm.kernels.streaming import stream
 from lbm.lattice import Lattice
-from lbm.stages import BULK_SCOPE
+from lbm.stages import BULK_PREFIX, BULK_SCOPE
 
+SWAP_SCOPE = BULK_PREFIX + "+stream"
+"""Name of the swap pass (:func:`aa_swap_step`): a pass over every cell that streams only."""
 PIPELINES = ("blocks", "dma")
 """How the even kernel moves its blocks: Pallas' BlockSpec pipeline, or this module's DMA ring (see the module doc)."""
 AA_BYTES = 16 * 2**20
@@ -209,18 +217,45 @@ def _odd_row(lattice: Lattice, collide: Callable[[list[Any]], list[Any]], roll: 
     return row
 
 
+def _swap_row(lattice: Lattice, roll: Any, plane: tuple[int, ...] | None = None) -> Callable[[Any, Any, Any], None]:
+    """Row r of the swap pass on a block of windows (at offsets min(0, c_x(i)), :func:`window_offsets`), in place: slot
+    i = roll(slot opp(i), c_i), each pair of slots (i at x, opp(i) at x - c_i) exchanged (a flat view's planes periodic
+    at ``plane``)."""
+    opp = [int(k) for k in lattice.opposite]
+    shift = plane_shift(lattice, plane)
+
+    def row(src: Any, dst: Any, r: Any) -> None:
+        moved = [shift(src[opp[i], pl.ds(r, 1)], lattice.c[i], roll) for i in range(lattice.q)]
+        for i in range(lattice.q):
+            dst[i, pl.ds(r, 1)] = moved[i].astype(dst.dtype)
+
+    return row
+
+
 Region = tuple[int, int, int]
 """A slot's window of a block: (first grid row relative to the block's x0, rows, first VMEM row)."""
 
+SCHEMES = ("aa_even", "aa_odd", "aa_swap")
+"""The in-place kernels' window schemes: the even step (every window at its block), the odd step (slot j's window
+moved by c_x(j)) and the swap pass (by min(0, c_x(j)): slot i at x and slot opp(i) at x - c_i in one block)."""
 
-def ring_regions(cx: list[int], rows: int, moving: bool, extended: bool) -> tuple[list[Region], list[Region], list[int]]:
+
+def window_offsets(cx: list[int], scheme: str) -> list[int]:
+    """Per slot j the row offset of a block's window in ``scheme`` (:data:`SCHEMES`), from the slots' c_x."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown in-place scheme {scheme!r}: choose one of {', '.join(SCHEMES)}")
+    return [{"aa_even": 0, "aa_odd": c, "aa_swap": min(0, c)}[scheme] for c in cx]
+
+
+def ring_regions(cx: list[int], rows: int, scheme: str, extended: bool) -> tuple[list[Region], list[Region], list[int]]:
     """Per slot j the DMA read and write windows of a block (:data:`Region`) and the grid row offset of its first VMEM
-    row (``base``). The write window is R rows at offset c_x(j) (``moving``: the odd step) or 0; ``extended``: the
+    row (``base``). The write window is R rows at the ``scheme``'s offset (:func:`window_offsets`); ``extended``: the
     read window covers the rows at both offsets, 0 and c_x(j) (R + 1 rows where c_x(j) != 0: the kernel walls of
     lbm.engines.pallas.walls read the other offset), and only the R written rows go back."""
     reads, writes, base = [], [], []
-    for c in cx:
-        o = c if moving else 0
+    for c, o in zip(cx, window_offsets(cx, scheme), strict=True):
+        if extended and o not in (0, c):
+            raise ValueError(f"the extended windows span the offsets 0 and c_x = {c}, not {o}")
         g = min(0, c) if extended else o
         reads.append((g, rows + (abs(c) if extended else 0), 0))
         writes.append((o, rows, o - g))
@@ -328,11 +363,11 @@ def _ring_kernel(reads_at: list[Region], writes_at: list[Region], nx: int, rows:
     return kernel
 
 
-def ring_call(f: jnp.ndarray, cx: list[int], moving: bool, rows: int, buffers: int, row: Callable[..., None],
+def ring_call(f: jnp.ndarray, cx: list[int], scheme: str, rows: int, buffers: int, row: Callable[..., None],
               interpret: bool, bits: tuple[jnp.ndarray, ...] = (), name: str = BULK_SCOPE, wrap: int = 0
               ) -> jnp.ndarray:
-    """``f`` (Q, nx, ny, nz) updated in place by the DMA-ring kernel: per slot j windows at offset c_x(j) (``moving``,
-    the odd step) or 0 (:func:`ring_regions`); with ``bits`` (int32 arrays (nx, ny, nz)) the read windows extended to
+    """``f`` (Q, nx, ny, nz) updated in place by the DMA-ring kernel: per slot j windows at the ``scheme``'s offset
+    (:func:`window_offsets`, :func:`ring_regions`); with ``bits`` (int32 arrays (nx, ny, nz)) the read windows extended to
     both offsets and ``row(src, dst, r, *bits_blocks)`` given the block's rows of each; ``wrap``: the edge planes'
     roll of a 2D view of several rows of x per plane (lbm.engines.pallas.planes.edge_rows)."""
     from jax.experimental.pallas import tpu as pltpu
@@ -342,7 +377,7 @@ def ring_call(f: jnp.ndarray, cx: list[int], moving: bool, rows: int, buffers: i
     if nx % rows:
         raise ValueError(f"{rows} rows per block do not divide nx = {nx}")
     extended = bool(bits)
-    reads_at, writes_at, _ = ring_regions(cx, rows, moving, extended)
+    reads_at, writes_at, _ = ring_regions(cx, rows, scheme, extended)
     held = rows + int(extended)
     block = vmem_bytes(q, (held, *shape[1:]), f.dtype.itemsize)
     in_specs = [pl.BlockSpec(memory_space=pl.ANY)] + [pl.BlockSpec((rows, *shape[1:]), lambda p: (p, 0, 0))] * len(bits)
@@ -412,7 +447,7 @@ def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minu
     rows = rows or aa_rows(lattice, _grid_of(f, lattice, plane), f.dtype.itemsize)
     row = _even_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision))
     if pipeline == "dma":
-        return ring_call(f, [int(c) for c in lattice.c[:, 0]], False, rows, BUFFERS, row, interpret)
+        return ring_call(f, [int(c) for c in lattice.c[:, 0]], "aa_even", rows, BUFFERS, row, interpret)
     if pipeline != "blocks":
         raise ValueError(f"unknown pipeline {pipeline!r}: choose one of {', '.join(PIPELINES)}")
     if shape[0] % rows:
@@ -447,5 +482,19 @@ def aa_odd_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus
 
     rows = rows or aa_rows(lattice, _grid_of(f, lattice, plane), f.dtype.itemsize)
     row = _odd_row(lattice, _collider(lattice, omega_plus, omega_minus, force, collision), pltpu.roll, plane)
-    return ring_call(f, [int(c) for c in lattice.c[:, 0]], True, rows, buffers, row, interpret,
+    return ring_call(f, [int(c) for c in lattice.c[:, 0]], "aa_odd", rows, buffers, row, interpret,
+                     wrap=edge_rows(lattice, tuple(f.shape), plane))
+
+
+@_viewed
+def aa_swap_step(f: jnp.ndarray, lattice: Lattice, interpret: bool = False, rows: int | None = None,
+                 buffers: int = BUFFERS, plane: tuple[int, ...] | None = None) -> jnp.ndarray:
+    """After an even step (slot opp(i) of x holds f*_i): ``f`` in place as a dense step leaves it, the streaming of the
+    opposite slots (:func:`streamed_after_even`) with no second array: each pair (slot opp(i) of x, slot i of x + c_i)
+    exchanged (a view: periodic at the grid's ``plane``; donate ``f``)."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    rows = rows or aa_rows(lattice, _grid_of(f, lattice, plane), f.dtype.itemsize)
+    return ring_call(f, [int(c) for c in lattice.c[:, 0]], "aa_swap", rows, buffers,
+                     _swap_row(lattice, pltpu.roll, plane), interpret, name=SWAP_SCOPE,
                      wrap=edge_rows(lattice, tuple(f.shape), plane))

@@ -11,15 +11,13 @@ through the same stage functions as every other engine (lbm.engines.timestep, ea
 condition's block form), and scattered into the ``push`` slots the kernel wrote.
 
 On a TPU the loop runs in place instead (lbm.engines.pallas.aa): each iteration is an AA
-pair, the even step and the odd step, each aliasing the one population array, so the compiled
-chunk holds the populations once (an odd chunk's lone first step is still a push step, which
-writes a second buffer). In 2D, and in 3D where the (8, 128) tiles of (ny, nz) would pad more (planes.flat_plane), the
+pair, the even step and the odd step, each aliasing the one population array, and an odd chunk's lone first step
+is the even step and the swap pass (aa.aa_swap_step: the streaming of its opposite slots, in place), so the compiled
+chunk holds the populations once. In 2D, and in 3D where the (8, 128) tiles of (ny, nz) would pad more (planes.flat_plane), the
 engine's state is the kernels' flat view of the populations (planes.plane_view, not free in HBM: its tiles are not those
 of the grid), held for the whole run: ``place`` copies the populations into it once, ``canonical`` gives them back as
 (Q, *grid) where something outside the engine reads them (fields, checkpoints, the health check's first bad
-cell), and an even chunk holds the populations once (an odd chunk's push step runs on the grid's
-shape, between a copy out of the view and one back; where the push kernel does not fit, in 2D, the even
-kernel and the streaming of its opposite slots on the xla side). Where ny is no multiple of 1024 the view
+cell), and a chunk holds the populations once. Where ny is no multiple of 1024 the view
 pads y to the next one, P (planes.padded_ny; the pads at rest, invisible to ``canonical`` and the fluid mask,
 the boundary plan's slots mapped into the view), up to P / ny = aa.MAX_PAD; beyond it the push kernel
 runs every step; the engine's note says which. A 2D view holds k rows of x per plane where that pads less, each row
@@ -28,7 +26,8 @@ kernel walls, the faces and the boundary plan all take it). The boundary cells
 are gathered from the ``aa_even`` / ``aa_odd`` slots before the kernel overwrites them, and
 scattered into the slots it wrote. Where the pair runs, a setup whose one condition is a half-way wall (resting or
 moving) needs no boundary cells: the in-place kernels apply the wall themselves from per-cell link bits
-(lbm.engines.pallas.walls), and a chunk ends with one pass that leaves the walls' populations as a dense step does.
+(lbm.engines.pallas.walls), and a chunk ends with one pass that leaves the walls' populations as a dense step does
+(after an odd chunk's swap pass too).
 An inflow at x = 0, a zero-gradient outflow at x = nx - 1, a full-way obstacle and its force need none either
 (lbm.engines.pallas.faces: the obstacle is the kernels' solid bit, the two face rows' (3D: planes') step and the force
 run on the xla side from whole rows of the view).
@@ -77,8 +76,8 @@ class PallasKernel:
 
     ``inplace``: where the form is ``rows``, also the in-place AA pair (:attr:`inplace` True where it runs; in 2D
     a grid it does not fit runs the push kernel, and :attr:`inplace_note` says why, or where it pads y, by how much).
-    Where the pair runs, the push step need not fit (:attr:`push_unsupported` says why not): a 3D chunk then runs an
-    even number of steps, a 2D odd chunk's first step is the even kernel and the xla side's streaming.
+    Where the pair runs, the push step is not used (an odd chunk's lone step is the even kernel and the swap pass), so
+    it need not fit.
     """
 
     def __init__(self, setup: Setup, shape: tuple[int, ...], storage: str = "compute", platform: str | None = None,
@@ -93,7 +92,7 @@ class PallasKernel:
         self.interpret = self.platform not in ACCELERATORS if interpret is None else interpret
         self.form = "rows" if self.platform == "tpu" else "flat"
         self.inplace = inplace and self.form == "rows"
-        self.push_unsupported = self.inplace_note = ""
+        self.inplace_note = ""
         self.group = planes.row_group(self.shape) if self.inplace else 1
         """Rows of x per plane of the pair's 2D view (planes.row_group; 1 in 3D), else 1."""
         kernel_grid = planes.kernel_grid(self.shape, self.group)
@@ -110,7 +109,6 @@ class PallasKernel:
         the axes after x, or (k, ny) for k rows of x per 2D plane), else None."""
         if self.inplace:
             self.rows = aa.aa_rows(setup.lattice, kernel_grid, dtype.itemsize)
-            self.push_unsupported = kernels.rows_unsupported(setup.lattice, shape, dtype)
             pad = planes.pad_factor(shape, self.group)
             if self.plane is not None and self.group > 1:
                 self.inplace_note = (f"the in-place pair on flat planes of {self.group} rows of x, each padded from "
@@ -138,27 +136,24 @@ class PallasKernel:
         """XLA's options for a program holding the kernel (INTERPRET_OPTIONS in interpret mode on the CPU)."""
 
     def __call__(self, f: jnp.ndarray) -> jnp.ndarray:
-        """One periodic push step of every cell of ``f`` ``(Q, *shape)``; a new array. In 2D where only the pair fits,
-        the even kernel (through the view and back) and the streaming of its opposite slots on the xla side."""
+        """One periodic push step of every cell of ``f`` ``(Q, *shape)``; a new array (where the pair runs, its chunks
+        use :meth:`aa` only)."""
         s = self.setup
-        if self.push_unsupported and len(self.shape) == 2:
-            post = aa.aa_even_step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
-                                   rows=self.rows, collision=s.collision)
-            return aa.streamed_after_even(post, s.lattice)
-        if self.push_unsupported:
-            raise EngineUnavailable(f"{self.push_unsupported}: only the in-place AA pair runs here, an even number "
-                                    "of steps per chunk")
         step = kernels.flat_step if self.form == "flat" else kernels.rows_step
         return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
                     collision=s.collision)
 
     def aa(self, f: jnp.ndarray, scheme: str) -> jnp.ndarray:
-        """The ``scheme`` (aa_even | aa_odd) step of every cell of ``f``, in place (aliased: donate ``f``)."""
+        """The ``scheme`` (aa_even | aa_odd | aa_swap, aa.SCHEMES) step or pass of every cell of ``f``, in place
+        (aliased: donate ``f``)."""
         s = self.setup
-        step = aa.aa_even_step if scheme == "aa_even" else aa.aa_odd_step
         viewed = self.plane is not None and tuple(f.shape[1:]) == planes.view_shape(self.shape, self.group)
+        plane = self.plane if viewed else None
+        if scheme == "aa_swap":
+            return aa.aa_swap_step(f, s.lattice, interpret=self.interpret, rows=self.rows, plane=plane)
+        step = aa.aa_even_step if scheme == "aa_even" else aa.aa_odd_step
         return step(f, s.lattice, s.omega_plus, s.omega_minus, s.force_array, interpret=self.interpret,
-                    rows=self.rows, collision=s.collision, plane=self.plane if viewed else None)
+                    rows=self.rows, collision=s.collision, plane=plane)
 
 
 class PallasEngine(BulkKernelEngine):
@@ -307,27 +302,19 @@ class PallasEngine(BulkKernelEngine):
             return self.walls_chunk(n)
         if self.faces is not None:
             return self.faces_chunk(n)
-        if n % 2 and self.bulk.push_unsupported and self.setup.lattice.d == 3:  # 2D: PallasKernel.__call__'s even step
-            raise EngineUnavailable(f"{self.bulk.push_unsupported}: the in-place kernels run an even number of steps "
-                                    f"per chunk, not {n}")
 
         def scheme(name: str) -> Any:
             return lambda f, t, params: self.step(f, t, params, name)
 
-        def push(f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            if self.bulk.push_unsupported and self.block is None:  # 2D, only the pair fits: its even step in place,
-                return self.after_even(self.bulk.aa(f, "aa_even")), {}  # then the streaming on the grid's shape
-            out, aux = self.step(self.canonical(f), t, params, "push")  # 2D: the grid's shape, out of the view and back
-            return self.place(out), aux
+        def single(f: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+            # an odd chunk's lone step: the even step (the boundary cells' stages into its slots, where the odd step
+            # would read them), then the swap pass makes the state dense, in place
+            a, aux = self.step(f, t, params, "aa_even")
+            return self.bulk.aa(a, "aa_swap"), aux
 
         # the chunk steps the engine's state (in 2D the kernels' view of the populations, planes.plane_view) with no copy
-        return jax.jit(self.on_state(self.paired_chunk(n, push, scheme("aa_even"), scheme("aa_odd"))),
+        return jax.jit(self.on_state(self.paired_chunk(n, single, scheme("aa_even"), scheme("aa_odd"))),
                        donate_argnums=0)
-
-    def after_even(self, a: jnp.ndarray) -> jnp.ndarray:
-        """The engine's state ``a`` after an even step as a dense step leaves it (aa.streamed_after_even on the grid's
-        shape, out of the flat view and back)."""
-        return self.place(aa.streamed_after_even(self.canonical(a), self.setup.lattice))
 
     def _walls_kw(self) -> dict[str, Any]:
         """The arguments every kernel with walls or a solid bit takes but the populations, the bits and the walls (in
@@ -337,9 +324,9 @@ class PallasEngine(BulkKernelEngine):
                     interpret=self.bulk.interpret, collision=s.collision, plane=self.bulk.plane)
 
     def walls_chunk(self, n: int) -> Any:
-        """n steps with the walls in the in-place kernels (lbm.engines.pallas.walls): n // 2 AA pairs, an even step
-        if n is odd, and the walls' populations as a dense step leaves them (in place after a pair)."""
-        s, lat, wall = self.setup, self.setup.lattice, self.walls
+        """n steps with the walls in the in-place kernels (lbm.engines.pallas.walls): n // 2 AA pairs, an even step and
+        the swap pass if n is odd, and the walls' populations as a dense step leaves them (all in place)."""
+        lat, wall = self.setup.lattice, self.walls
         kw = self._walls_kw()
 
         def chunk(f: jnp.ndarray, params: Any, t0: jnp.ndarray) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
@@ -359,10 +346,8 @@ class PallasEngine(BulkKernelEngine):
                 f = odd(f)
             if n >= 4:
                 f, _ = jax.lax.scan(lambda a, _: (odd(even(a)), None), f, None, length=(n - 2) // 2)
-            if n % 2:
-                f = even(f) if n > 1 else f
-                form = walls.streaming_form(params, s.shape, self.group)
-                return self.place(walls.after_even(self.canonical(f), form, lat)), {}
+            if n % 2:  # the swap pass leaves each wall's reflected population where the fix takes it after a pair
+                f = self.bulk.aa(even(f) if n > 1 else f, "aa_swap")
             return walls.walls_fix_step(f, bits, lat, wall, self.walls_rows, self.bulk.interpret, plane=kw["plane"]), {}
 
         return jax.jit(self.on_state(chunk), donate_argnums=0)
@@ -370,7 +355,7 @@ class PallasEngine(BulkKernelEngine):
     def faces_chunk(self, n: int) -> Any:
         """n steps of the pair with an inflow, an outflow and a full-way obstacle (lbm.engines.pallas.faces): each
         AA step's kernel with the solid bit, then its face rows; an odd chunk's first step the even one and the
-        streaming on the xla side."""
+        swap pass."""
         lat, fc = self.setup.lattice, self.faces
         assert fc is not None
         kw = self._walls_kw()
@@ -395,7 +380,7 @@ class PallasEngine(BulkKernelEngine):
             return a, outputs_of(a, params)
 
         def single(a: jnp.ndarray, t: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-            a = self.after_even(even(a, t, params)[0])
+            a = self.bulk.aa(even(a, t, params)[0], "aa_swap")
             return a, outputs_of(a, params)
 
         return jax.jit(self.on_state(self.paired_chunk(n, single, even, odd)), donate_argnums=0)

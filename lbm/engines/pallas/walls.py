@@ -25,17 +25,18 @@ pads with no bits: fluid, no wall; their reads and writes wrap at the grid's pla
 is written in the step that reads it (a solid cell owns it), so the blocks may fetch it at any time.
 
 Between the kernels the populations at the walls are not those of a dense step: a fluid cell's slots k with bit k,
-and the solid cells' slots, hold what the kernels left. A chunk therefore ends with one pass that makes them so: after
-an odd step the fix kernel (:func:`walls_fix_step`, in place: the slot k of a fluid cell x with bit k takes slot
-opp(k) of x - c_k plus the wall term, a solid cell's slot k with bit k the rest state), after an even step (an odd
-chunk) the streaming form itself on the xla side (:func:`after_even`, a second array). A chunk's first step reads
+and the solid cells' slots, hold what the kernels left. A chunk therefore ends with one pass that makes them so, the
+fix kernel (:func:`walls_fix_step`, in place: the slot k of a fluid cell x with bit k takes slot opp(k) of x - c_k plus
+the wall term, a solid cell's slot k with bit k the rest state). It follows an odd step, or in an odd chunk the even
+step and the swap pass (lbm.engines.pallas.aa.aa_swap_step), which leaves a fluid cell's f*_opp(k) in slot opp(k) of
+the solid cell x - c_k just as the odd step does: the fix then gives the streaming form's populations
+(lbm.boundaries.bounce_back.bounce_back_halfway_pulled) bitwise. A chunk's first step reads
 every population from its own slot (``reflect=False``): its input is dense, and may not come from a step at all
 (the initial state), so the other place need not hold the same value.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -44,15 +45,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from lbm.boundaries.base import pytree_dataclass, static
-from lbm.boundaries.bounce_back import PulledHalfway, bounce_back_halfway_pulled, foldable_solid
+from lbm.boundaries.base import pytree_dataclass
+from lbm.boundaries.bounce_back import PulledHalfway, foldable_solid
 from lbm.boundaries.moving_wall import MovingWall
 from lbm.cases.base import Setup
 from lbm.engines.pallas import aa, planes
 from lbm.engines.pallas.kernels import vmem_bytes
 from lbm.engines.plan import wall_rule
 from lbm.kernels.collisions import Collision
-from lbm.kernels.streaming import stream
 from lbm.lattice import Lattice
 from lbm.stages import BULK_PREFIX
 
@@ -123,34 +123,18 @@ def walls_unsupported(setup: Setup) -> str:
 
 @pytree_dataclass
 class WallParams:
-    """The params of a chunk with kernel walls: the walls' streaming form without its per-cell words, the dense
-    conditions, and the words as the kernels read them, int32 in the engine's view (:func:`wall_params`; held so, not
-    converted in every chunk: a temporary of 4 B per cell of the view, the D2Q9 cavity 4098^2 planned 1.307x the
-    populations with it), with their own dtypes (:func:`streaming_form` gives the form back)."""
+    """The params of a chunk with kernel walls: the dense conditions, and the walls' words as the kernels read them,
+    int32 in the engine's view (:func:`wall_params`; held so, not converted in every chunk: a temporary of 4 B per cell
+    of the view, the D2Q9 cavity 4098^2 planned 1.307x the populations with it)."""
 
-    walls: PulledHalfway
     dense: Any
     words: tuple[Any, ...] = ()
-    dtypes: tuple[str, ...] = static(())
 
 
 def wall_params(form: PulledHalfway, dense: Any, grid: tuple[int, ...], group: int = 1) -> WallParams:
     """The chunk's params for ``form`` on ``grid``: its words (:func:`kernel_bits`) in the kernels' view (numpy, the
-    pads without bits), the form without them."""
-    words = tuple(planes.to_view(np.asarray(w), grid, group) for w in kernel_bits(form))
-    dtypes = tuple(str(np.asarray(w).dtype) for w in (form.bits, form.wall_term_bits) if w is not None)
-    return WallParams(walls=dataclasses.replace(form, bits=None, wall_term_bits=None), dense=dense, words=words,
-                      dtypes=dtypes)
-
-
-def streaming_form(params: WallParams, grid: tuple[int, ...], group: int = 1) -> PulledHalfway:
-    """The walls' streaming form of ``params`` with its words on the grid's shape in their own dtypes (an odd chunk's
-    last step, :func:`after_even`)."""
-    words = []
-    for word, dtype in zip(params.words, params.dtypes, strict=True):
-        cells = planes.from_view(word, grid, group)
-        words.append(jax.lax.bitcast_convert_type(cells, dtype) if dtype == "uint32" else cells.astype(dtype))
-    return dataclasses.replace(params.walls, bits=words[0], wall_term_bits=words[1] if len(words) > 1 else None)
+    pads without bits)."""
+    return WallParams(dense=dense, words=tuple(planes.to_view(np.asarray(w), grid, group) for w in kernel_bits(form)))
 
 
 class Walls:
@@ -257,14 +241,15 @@ def _roll() -> Any:
     return pltpu.roll
 
 
-def _call(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, moving: bool, rows: int, interpret: bool,
+def _call(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Lattice, scheme: str, rows: int, interpret: bool,
           make_row: Callable[[list[int]], Callable[..., None]], name: str = WALLED_SCOPE,
           plane: tuple[int, ...] | None = None) -> jnp.ndarray:
-    """The DMA-ring kernel over ``f`` in place with the windows of the walls (both offsets) and their bits (a flat
-    view's ``plane``: the edge planes' roll of a 2D view of several rows of x per plane, planes.edge_rows)."""
+    """The DMA-ring kernel over ``f`` in place with the windows of the walls (both offsets; written at the ``scheme``'s,
+    aa_even or aa_odd) and their bits (a flat view's ``plane``: the edge planes' roll of a 2D view of several rows of x
+    per plane, planes.edge_rows)."""
     cx = [int(c) for c in lattice.c[:, 0]]
-    _, _, base = aa.ring_regions(cx, rows, moving, True)
-    return aa.ring_call(f, cx, moving, rows, aa.BUFFERS, make_row(base), interpret, bits=bits, name=name,
+    _, _, base = aa.ring_regions(cx, rows, scheme, True)
+    return aa.ring_call(f, cx, scheme, rows, aa.BUFFERS, make_row(base), interpret, bits=bits, name=name,
                         wrap=planes.edge_rows(lattice, tuple(f.shape), plane))
 
 
@@ -276,7 +261,7 @@ def walls_even_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Latt
     place, with the walls' words ``bits`` (:func:`kernel_bits`, in the same view); ``reflect`` False for the first
     step of a chunk (populations as a dense step, or the initial state, leave them)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
-    return _call(f, bits, lattice, False, rows, interpret,
+    return _call(f, bits, lattice, "aa_even", rows, interpret,
                  lambda base: _even_row(lattice, collide, walls, base, reflect, planes.plane_shift(lattice, plane)),
                  plane=plane)
 
@@ -286,7 +271,7 @@ def walls_odd_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Latti
                    collision: Collision | None = None, plane: tuple[int, ...] | None = None) -> jnp.ndarray:
     """The AA odd step of ``f`` in place, with the walls of ``bits`` (a flat view: periodic at ``plane``)."""
     collide = aa._collider(lattice, omega_plus, omega_minus, force, collision)
-    return _call(f, bits, lattice, True, rows, interpret,
+    return _call(f, bits, lattice, "aa_odd", rows, interpret,
                  lambda base: _odd_row(lattice, collide, walls, base, planes.plane_shift(lattice, plane)), plane=plane)
 
 
@@ -294,17 +279,9 @@ def walls_fix_step(f: jnp.ndarray, bits: tuple[jnp.ndarray, ...], lattice: Latti
                    interpret: bool = False, plane: tuple[int, ...] | None = None) -> jnp.ndarray:
     """After an odd step with kernel walls: ``f`` in place as a dense step leaves it (module doc; a flat view: periodic
     at ``plane``)."""
-    return _call(f, bits, lattice, False, rows, interpret,
+    return _call(f, bits, lattice, "aa_even", rows, interpret,
                  lambda base: _fix_row(lattice, walls, base, planes.plane_shift(lattice, plane)), name=FIX_SCOPE,
                  plane=plane)
-
-
-def after_even(a: jnp.ndarray, form: PulledHalfway, lattice: Lattice) -> jnp.ndarray:
-    """After an even step with kernel walls (slot opp(k) of a fluid cell holds its f*_k): the populations a dense step
-    leaves, streamed with the walls' streaming form (a new array)."""
-    post = a[np.asarray(lattice.opposite)]
-    return bounce_back_halfway_pulled(stream(post, lattice), post, form.bits, lattice, form.wall_term_bits,
-                                      form.wall_term, form.carried)
 
 
 def kernel_bits(form: PulledHalfway) -> tuple[jnp.ndarray, ...]:

@@ -18,7 +18,6 @@ from helpers.inspect_cli import installed, v5e_planned_over_populations
 from helpers.lattices import slow_except
 from helpers.runs import pair_2d_at_every_size, run_config, setup_for
 
-from lbm.engines import EngineUnavailable
 from lbm.engines.pallas import aa, planes
 from lbm.engines.pallas.aa import aa2d_not_chosen, aa_even_step, aa_odd_step, aa_rows, aa_unsupported
 from lbm.engines.pallas.engine import PallasEngine
@@ -113,6 +112,32 @@ def test_the_dma_ring_under_tpu_interpret_mode(lattice, shape, rows, buffers):
     np.testing.assert_allclose(np.asarray(pair), np.asarray(two), rtol=0, atol=TOL)
 
 
+SWAP_CASES = [("d2q9", (9, 1024), None, 3, 1), ("d3q19", (6, 8, 128), None, 2, 1), ("d3q27", (4, 16, 128), None, 4, 1),
+              ("d2q9", (16, 300), (4, 300), 2, 4), ("d2q9", (8, 1100), (1100,), 1, 1), ("d3q19", (6, 9, 100), None, 2, 1)]
+"""(lattice, grid, the view's plane (None: the grid's), rows, rows of x per plane) of the swap pass: several rows per
+block and all of them (every window wraps inside one block), k = 4 rows of x per 2D plane (the edge planes' roll), y
+padded from 1100 to 2048, and a 3D grid viewed flat (planes.flat_plane)."""
+
+
+@pytest.mark.parametrize("lattice,shape,plane,rows,group", slow_except(SWAP_CASES, fast={SWAP_CASES[3]}))
+def test_the_swap_pass_streams_the_even_steps_slots_in_place_bitwise(lattice, shape, plane, rows, group):
+    """After an even step slot opp(i) of x holds f*_i: the swap pass exchanges it with slot i of x + c_i, in place, and
+    leaves bitwise the streaming of the opposite slots (the dense step's populations), on every form of the view."""
+    from lbm.engines.pallas.aa import aa_swap_step, streamed_after_even
+
+    lat = LATTICES[lattice]
+    a = _random(lat, shape, seed=4)
+    want = np.asarray(streamed_after_even(a, lat))
+    if plane is None:  # the grid's shape (3D flat: through the view and back)
+        got = aa_swap_step(a, lat, interpret=True, rows=rows)
+    else:
+        got = planes.from_view(aa_swap_step(planes.plane_view(a, group), lat, interpret=True, rows=rows, plane=plane),
+                               shape, group)
+    assert planes.plane_of(shape, group) == (plane or planes.plane_of(shape, group))
+    np.testing.assert_array_equal(np.asarray(got), want)
+    assert not np.array_equal(want, np.asarray(a)[np.asarray(lat.opposite)])  # the pass moved populations
+
+
 @pytest.mark.slow
 def test_the_even_kernel_through_the_dma_ring_equals_it_through_blocks():
     lat = LATTICES["d3q19"]
@@ -146,7 +171,8 @@ ENGINE_CASES = [("box_d3q19", 3), ("box_d3q19", 4), ("box_d3q27_cumulant", 2), (
                 ("cavity_d2q9_pad", 3), ("cavity_d2q9_pad", 4), ("cylinder_d2q9_pad", 3), ("cylinder_d2q9_pad", 4),
                 ("box_d3q19_flat", 3), ("box_d3q19_flat", 4), ("box_d3q27_cumulant_flat", 2), ("box_d2q9_rows", 4),
                 ("box_d2q9_rows8", 3)]
-"""Periodic D3Q19 (BGK; one row per block) over an odd chunk (a push step, then a pair) and an even one; D3Q27
+"""Periodic D3Q19 (BGK; one row per block) over an odd chunk (the even step and the swap pass, then a pair) and an even
+one; D3Q27
 cumulant (two rows per block); the lid-driven cavity (walls and the moving lid) and the cylinder (inlet, outflow,
 obstacle walls, and its force) on the boundary cells' slots. The same in 2D with ny = 1024 (the 2D pair on the
 engine's view of the populations, lbm.engines.pallas.planes.plane_view; one row per block in the box, two in the
@@ -301,18 +327,34 @@ def test_the_padded_pair_keeps_its_pads_out_of_sight():
     assert fields["rho"].shape == setup.shape and fields["u"].shape == (2, *setup.shape)
 
 
-@pytest.mark.slow  # 3.2 CPU-s
-def test_an_odd_chunk_where_only_the_pair_fits_runs_the_even_kernel_and_streams_on_the_xla_side(monkeypatch):
-    """A 2D grid whose push kernel does not fit (4098^2 on a v5e; here forced on 8 x 1000): an odd chunk's first step is
-    the even kernel (through the padded view) and the streaming of its opposite slots, equal to the xla engine."""
-    from lbm.engines.pallas import kernels
+def _pallas_calls(jaxpr):
+    """The pallas_call equations of ``jaxpr`` and of every jaxpr inside it (loops, calls), in order."""
+    out = []
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        if eqn.primitive.name == "pallas_call":
+            out.append(eqn)
+            continue
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else [value]:
+                if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
+                    out += _pallas_calls(sub)
+    return out
 
-    monkeypatch.setattr(kernels, "rows_unsupported", lambda *a: "forced: the push kernel does not fit")
-    setup, engine, f0 = _pair_2d(CASES["box_d2q9_pad"])
-    assert engine.bulk.push_unsupported
-    f_ref, _ = XlaEngine(setup).advance(jnp.array(f0), 3)
-    f, _ = engine.advance(jnp.array(f0), 3)
-    np.testing.assert_allclose(np.asarray(f), np.asarray(f_ref), rtol=0, atol=TOL)
+
+@pytest.mark.parametrize("name", ["box_d2q9_pad", "cavity_d2q9", "cylinder_d2q9", "box_d3q19", "cavity_d3q19"])
+def test_an_odd_chunk_runs_only_in_place_kernels(name):
+    """An odd chunk's lone step is the even kernel and the swap pass (then the walls' fix, where the kernels apply
+    walls): the chunk holds no push kernel, whose second array an odd chunk planned (up to 4.5x the populations in 2D);
+    every kernel in it aliases its input to its output."""
+    from lbm.engines.pallas.aa import SWAP_SCOPE
+
+    setup = setup_for(CASES[name], "float32")
+    engine = PallasEngine(setup, platform="tpu", interpret=True)
+    f = jax.ShapeDtypeStruct(engine.state_shape, jnp.float32)
+    calls = _pallas_calls(engine.chunk_function(3).trace(f, engine.params, step_index(0)).jaxpr)
+    names = [str(e.params.get("name") or e.params["name_and_src_info"]).split()[0] for e in calls]  # jax 0.12, 0.10
+    assert names.count(SWAP_SCOPE) == 1, names
+    assert all(e.params["input_output_aliases"] for e in calls), names
 
 
 def test_block_heights_and_what_the_inplace_kernels_refuse():
@@ -354,10 +396,10 @@ def test_the_ring_kernels_declare_the_bytes_of_their_windows():
     f = jax.ShapeDtypeStruct((19, 12, 40, 128), jnp.float32)
     cx = [int(c) for c in LATTICES["d3q19"].c[:, 0]]
     row = 40 * 128 * 4
-    for moving in (False, True):
-        reads, writes, _ = aa.ring_regions(cx, 3, moving, False)
+    for scheme in aa.SCHEMES:
+        reads, writes, _ = aa.ring_regions(cx, 3, scheme, False)
         assert aa.ring_bytes(f, reads, writes, 3) == 2 * 19 * 12 * row
-    reads, writes, _ = aa.ring_regions(cx, 3, True, True)
+    reads, writes, _ = aa.ring_regions(cx, 3, "aa_odd", True)
     bits = jax.ShapeDtypeStruct((12, 40, 128), jnp.int32)
     assert aa.ring_bytes(f, reads, writes, 3, (bits,)) == 4 * (19 * 3 + 10 + 19 * 3) * row + 12 * row
 
@@ -375,8 +417,9 @@ def test_the_pairs_chunk_on_its_state_keeps_the_chunks_name():
 @pytest.mark.slow  # 3.9 CPU-s; the fast lane runs the pair's state through the run loop (below)
 def test_the_2d_pair_holds_its_state_in_the_kernels_view_from_chunk_to_chunk():
     """The engine's state is the kernels' view (Q, nx, ny / 128, 128), the chunks step it with no copy and refuse the
-    grid's layout, and an odd chunk (a push step first) and an even one on the held state give bitwise what they give
-    when each call converts the populations (Q, nx, ny) in and out (the chunk's copy before); fields read the state."""
+    grid's layout, and an odd chunk (the even step and the swap pass first) and an even one on the held state give
+    bitwise what they give when each call converts the populations (Q, nx, ny) in and out (the chunk's copy before);
+    fields read the state."""
     setup, engine, f0 = _pair_2d()
     assert engine.state_shape == (9, 8, 8, 128)
     state = engine.place(jnp.array(f0))
@@ -427,10 +470,10 @@ def run_on_the_pair(monkeypatch):
 
 def test_a_run_on_the_2d_pair_writes_fields_and_checkpoints_of_the_grid_and_resumes_bitwise(tmp_path, monkeypatch,
                                                                                            run_on_the_pair):
-    """steps=3 in chunks of 2 and 1 (odd: a push step), a checkpoint at step 2: the checkpoint holds the populations
-    (Q, nx, ny), fields.npz the grid's fields, a case's observation the populations (Q, nx, ny), and a run resumed
-    from the checkpoint ends bitwise where the whole run did (the resumed one places the checkpoint's populations
-    into the view)."""
+    """steps=3 in chunks of 2 and 1 (odd: the even step and the swap pass), a checkpoint at step 2: the checkpoint
+    holds the populations (Q, nx, ny), fields.npz the grid's fields, a case's observation the populations (Q, nx,
+    ny), and a run resumed from the checkpoint ends bitwise where the whole run did (the resumed one places the
+    checkpoint's populations into the view)."""
     from lbm.cases import CASES
     from lbm.io.checkpoint import load_checkpoint
     from lbm.simulation import simulate
@@ -488,16 +531,19 @@ def test_a_2d_grid_the_pair_would_pad_by_more_than_2x_runs_the_push_kernel_and_s
                         platform="tpu", interpret=True).viewed
 
 
-def test_a_grid_only_the_inplace_kernels_fit_runs_even_chunks_only():
+def test_a_grid_only_the_inplace_kernels_fit_runs_odd_chunks_too():
     """D3Q19 planes of 512 x 512 (a row of 19 MiB, as at 512^3, where two buffers would not fit the chip either):
-    the push kernel's row does not fit its VMEM budget, the AA pair's does. 8 rows, not 512: the same rows, and a
-    setup of 2 M cells, not 134 M (45 s on a 2-core CPU)."""
+    the push kernel's row does not fit its VMEM budget, the AA pair's does, and an odd chunk needs no push step (the
+    even kernel and the swap pass). 8 rows, not 512: the same rows, and a setup of 2 M cells, not 134 M (45 s on a
+    2-core CPU)."""
     setup = setup_for(["case=taylor_green", "lattice=d3q19", "grid.nx=8", "grid.ny=512", "grid.nz=512"], "float32")
+    assert "does not fit" in rows_unsupported(setup.lattice, setup.shape, jnp.float32)
     engine = PallasEngine(setup, platform="tpu")
-    assert engine.bulk.inplace and "does not fit" in engine.bulk.push_unsupported
-    engine.chunk_function(10)
-    with pytest.raises(EngineUnavailable, match="even number of steps"):
-        engine.chunk_function(11)
+    assert engine.bulk.inplace
+    f = jax.ShapeDtypeStruct(engine.state_shape, jnp.float32)
+    for n in (10, 11):
+        out, _ = engine.chunk_function(n).eval_shape(f, engine.params, step_index(0))
+        assert out.shape == engine.state_shape
 
 
 # --- deviceless compiles (bash scripts/accel_env.sh; .venv-accel/bin/python -m pytest -m accel) ----------------
@@ -505,12 +551,12 @@ def test_a_grid_only_the_inplace_kernels_fit_runs_even_chunks_only():
 
 @pytest.mark.accel
 @pytest.mark.parametrize("case,lattice,steps,low,high", [
-    ("taylor_green", "d3q19", 10, 0.99, 1.01), ("taylor_green", "d3q19", 11, 1.99, 2.01),
-    ("cavity", "d2q9", 10, 1.0, 1.12)])
+    ("taylor_green", "d3q19", 10, 0.99, 1.01), ("taylor_green", "d3q19", 11, 0.99, 1.01),
+    ("cavity", "d2q9", 10, 1.0, 1.12), ("cavity", "d2q9", 11, 1.0, 1.12), ("taylor_green", "d2q9", 11, 0.99, 1.01)])
 def test_v5e_chunk_holds_the_populations_once(case, lattice, steps, low, high):
-    """Planned memory of the compiled chunk (D3Q19 128^3): the populations once; twice with an odd chunk's push step.
-    (Not at 64^3: a last axis of 64 is padded to 128 lanes, and XLA plans the odd chunk's push buffer there apart.)
-    The D2Q9 cavity 2048^2 (the 2D pair on the engine's state, the kernels' view of the populations): once, plus its
+    """Planned memory of the compiled chunk (D3Q19 128^3): the populations once, in an odd chunk too (the even kernel
+    and the swap pass: twice with the push step it ran before, 2.25x and 3.04x on the 2D box and cavity). The D2Q9
+    cavity 2048^2 (the 2D pair on the engine's state, the kernels' view of the populations): once, plus its
     kernel walls' words, held as the kernels read them (int32 in the view, walls.wall_params: 4 B against 36 B of
     populations per cell, 1.111 on jax 0.10.2 and 0.12.0.1; with uint16 words converted in every chunk it was 1.056 on
     0.12.0.1, where the int32 copy stayed in VMEM, and 1.167 on 0.10.2 at 4096^2)."""
