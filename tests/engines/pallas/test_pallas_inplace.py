@@ -156,6 +156,8 @@ CASES = {"box_d3q19": BOX19, "box_d3q27_cumulant": BOX27 + ["collision=cumulant"
          "cylinder_d3q19": CYLINDER, "box_d2q9": BOX9, "box_d2q9_mrt": BOX9 + ["collision=mrt"],
          "cavity_d2q9": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1024"],
          "cylinder_d2q9": ["case=cylinder", "lattice=d2q9", "grid.nx=24", "grid.ny=1024", "case.radius=5"],
+         "cylinder_d2q9_halfway": ["case=cylinder", "lattice=d2q9", "grid.nx=24", "grid.ny=1024", "case.radius=5",
+                                   "case.bounce_back=halfway"],
          "box_d2q9_pad": ["case=taylor_green", "lattice=d2q9", "grid.nx=8", "grid.ny=1000"],
          "box_d2q9_pad1030": ["case=taylor_green", "lattice=d2q9", "grid.nx=16", "grid.ny=1030"],
          "cavity_d2q9_pad": ["case=cavity", "lattice=d2q9", "grid.nx=16", "grid.ny=1100"],
@@ -170,18 +172,18 @@ ENGINE_CASES = [("box_d3q19", 3), ("box_d3q19", 4), ("box_d3q27_cumulant", 2), (
                 ("cylinder_d2q9", 4), ("box_d2q9_pad", 3), ("box_d2q9_pad1030", 3), ("box_d2q9_pad1030", 4),
                 ("cavity_d2q9_pad", 3), ("cavity_d2q9_pad", 4), ("cylinder_d2q9_pad", 3), ("cylinder_d2q9_pad", 4),
                 ("box_d3q19_flat", 3), ("box_d3q19_flat", 4), ("box_d3q27_cumulant_flat", 2), ("box_d2q9_rows", 4),
-                ("box_d2q9_rows8", 3)]
+                ("box_d2q9_rows8", 3), ("cylinder_d2q9_halfway", 3)]
 """Periodic D3Q19 (BGK; one row per block) over an odd chunk (the even step and the swap pass, then a pair) and an even
-one; D3Q27
-cumulant (two rows per block); the lid-driven cavity (walls and the moving lid) and the cylinder (inlet, outflow,
-obstacle walls, and its force) on the boundary cells' slots. The same in 2D with ny = 1024 (the 2D pair on the
-engine's view of the populations, lbm.engines.pallas.planes.plane_view; one row per block in the box, two in the
-cavity), and D2Q9 MRT; and with ny off 1024 (``_pad``: the view pads y to P = 1024 or 2048, the streaming wraps at
-ny: the box, the cavity's kernel walls, the cylinder's boundary slots mapped into the view); where k rows of x per
-plane pad less (planes.row_group: 1030 and 1100 with k = 2, rows of 1536 cells; ``_rows``: 16 x 300, k = 2, and 64 x
-300, k = 8, rows of 384) the box, the cavity and the cylinder (its boundary slots) group them. In 3D
-the cavity and the cylinder (10 x 12 planes) and ``_flat`` run on flat planes (planes.flat_plane: 1024 cells, where the
-tiles of (10, 12) take 2048), the streaming wrapping at ny and nz; the boxes of nz = 128 on the grid as it is."""
+one; D3Q27 cumulant (two rows per block); the lid-driven cavity (its walls and moving lid in the kernels,
+lbm.engines.pallas.walls) and the cylinder (inlet, outflow, full-way obstacle and its force as face rows,
+lbm.engines.pallas.faces). The same in 2D with ny = 1024 (the 2D pair on the engine's view of the populations,
+lbm.engines.pallas.planes.plane_view; one row per block in the box, two in the cavity), and D2Q9 MRT; and with ny off
+1024 (``_pad``: the view pads y to P = 1024 or 2048, the streaming wraps at ny); where k rows of x per plane pad less
+(planes.row_group: 1030 and 1100 with k = 2, rows of 1536 cells; ``_rows``: 16 x 300, k = 2, and 64 x 300, k = 8,
+rows of 384) the box, the cavity and the cylinder group them; a half-way cylinder (``_halfway``) runs on the boundary
+plan's slots, its odd chunk's even step too (then the swap pass). In 3D the cavity and the cylinder (10 x 12 planes)
+and ``_flat`` run on flat planes (planes.flat_plane: 1024 cells, where the tiles of (10, 12) take 2048), the streaming
+wrapping at ny and nz; the boxes of nz = 128 on the grid as it is."""
 
 
 @pytest.mark.parametrize("name,steps", slow_except(ENGINE_CASES, fast={("box_d2q9", 3), ("box_d2q9_rows", 4)}))
@@ -192,6 +194,7 @@ def test_the_inplace_engine_equals_the_xla_engine(name, steps):
     assert engine.viewed == (setup.lattice.d == 2 or "nz=128" not in " ".join(CASES[name]))
     assert engine.group == {"box_d2q9_pad1030": 2, "cavity_d2q9_pad": 2, "cylinder_d2q9_pad": 2, "box_d2q9_rows": 2,
                             "box_d2q9_rows8": 8}.get(name, 1)
+    assert (engine.block is not None) == name.endswith("_halfway")  # the boundary plan's slots, not faces or walls
     f0 = np.asarray(setup.initial_populations())  # 1% noise: every bulk cell off equilibrium from the first step
     f0 = (f0 * (1 + 0.01 * np.random.default_rng(2).standard_normal(f0.shape))).astype(f0.dtype)
     f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
