@@ -252,6 +252,8 @@ def measure_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 7, device: Any =
     if spec is not None:
         results["spec_bandwidth_gbs"], results["spec_source"] = spec
         results["fraction_of_spec"] = results["bandwidth_gbs"] / spec[0]
+    on_chip = on_chip_memory(getattr(device, "device_kind", ""))
+    results["on_chip_bytes"], results["on_chip_source"] = on_chip if on_chip else (None, None)
     return results
 
 
@@ -322,18 +324,30 @@ def last_level_cache(root: Path = CPU_CACHE_DIR, cpus: set[int] | None = None) -
                    f"{len(cpus)} core(s)")
 
 
-def spec_bandwidth(device_kind: str) -> tuple[float, str] | None:
-    """The specification bandwidth (GB/s) and its source of the device kind ``device_kind`` (e.g. ``TPU v5 lite``)
-    from lbm/targets, or None where no target names it."""
+def _target_value(device_kind: str, key: str) -> tuple[float, str] | None:
+    """``key`` and its source (``<key minus its unit>_source``) of the lbm/targets entry for ``device_kind``."""
     import yaml
 
     if not device_kind:
         return None
     for path in sorted(TARGETS_DIR.glob("*.yaml")):
         data = yaml.safe_load(path.read_text()) or {}
-        if data.get("device") == device_kind and data.get("bandwidth_gbs"):
-            return float(data["bandwidth_gbs"]), str(data.get("bandwidth_source", path.name))
+        if data.get("device") == device_kind and data.get(key):
+            return float(data[key]), str(data.get(key.rsplit("_", 1)[0] + "_source", path.name))
     return None
+
+
+def spec_bandwidth(device_kind: str) -> tuple[float, str] | None:
+    """The specification bandwidth (GB/s) and its source of the device kind ``device_kind`` (e.g. ``TPU v5 lite``)
+    from lbm/targets, or None where no target names it."""
+    return _target_value(device_kind, "bandwidth_gbs")
+
+
+def on_chip_memory(device_kind: str) -> tuple[int, str] | None:
+    """Bytes of the software-managed on-chip memory (a TPU's VMEM) of ``device_kind`` and their source, from
+    lbm/targets, or None where no target names it."""
+    found = _target_value(device_kind, "on_chip_bytes")
+    return (int(found[0]), found[1]) if found else None
 
 
 def lbm_bytes_per_cell(q: int, itemsize: int) -> int:

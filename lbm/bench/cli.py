@@ -235,7 +235,8 @@ def _bench(cfg: dict[str, Any], p: dict[str, Any], run_dir: Path, console: Any) 
         doc["bandwidth"] = bandwidth
         bw = bandwidth["bandwidth_gbs"] if bandwidth else None
         for rec in records:
-            apply_roofline(rec, bw, bandwidth["cache_bytes"] if bandwidth else None)
+            apply_roofline(rec, bw, bandwidth["cache_bytes"] if bandwidth else None,
+                           bandwidth.get("on_chip_bytes") if bandwidth else None)
         doc["records"] = records
         doc["roofline_warnings"] = roofline_warnings(records)
         for line in doc["roofline_warnings"]:

@@ -46,6 +46,7 @@ def summary(records: Iterable[dict[str, Any]], bandwidth_gbs: float | None, base
             row["fused_mlups"] = fused["mlups"]["median"]
             row["fused_fraction_of_roofline"] = fused.get("fraction_of_roofline")
             row["fused_cache_resident"] = fused.get("cache_resident")
+            row["fused_on_chip"] = fused.get("on_chip")
             row["fused_compile_s"] = fused["compile_s"]
             for other in ("naive", "xla", "instrumented", *PEERS):
                 if other in by_variant and other != fused_variant:
@@ -152,7 +153,8 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
             r["case"], "x".join(map(str, r["grid"])), r["lattice"], r["collision"], r["variant"], r["engine"],
             r["precision"],
             _fmt(r["mlups"]["median"], ".1f", " MLUPS"), _fmt(r["mlups"]["spread_pct"], ".1f", " %"),
-            _fmt(r["effective_gbs"], ".1f", " GB/s"), roofline_cell(r.get("fraction_of_roofline"), r.get("cache_resident")),
+            _fmt(r["effective_gbs"], ".1f", " GB/s"),
+            roofline_cell(r.get("fraction_of_roofline"), r.get("cache_resident"), r.get("on_chip")),
             _fmt(r["compile_s"], ".2f", " s"), _fmt(mem, ".2f", " x pop"),
         )
     out.print(table)
@@ -171,7 +173,7 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
                 s["case"], "x".join(map(str, s["grid"])), s["precision"], s["collision"],
                 f"{s['fused_variant']} ({s['fused_engine']})",
                 _fmt(s["fused_mlups"], ".1f", " MLUPS"),
-                roofline_cell(s.get("fused_fraction_of_roofline"), s.get("fused_cache_resident")),
+                roofline_cell(s.get("fused_fraction_of_roofline"), s.get("fused_cache_resident"), s.get("fused_on_chip")),
                 _fmt(s.get("speedup_vs_naive"), ".2f", "x"), _fmt(s.get("speedup_vs_xla"), ".2f", "x"),
                 _fmt(s.get("speedup_vs_instrumented"), ".2f", "x"),
                 *(_fmt(s.get(f"speedup_vs_{p}"), ".2f", "x") for p in peers),
@@ -187,14 +189,16 @@ def print_table(doc: dict[str, Any], console: Any = None) -> None:
         out.print(f"WARNING {line}")
 
 
-def roofline_cell(fraction: float | None, cache_resident: bool | None) -> str:
+def roofline_cell(fraction: float | None, cache_resident: bool | None, on_chip: bool | None = None) -> str:
     """The roofline column: the percentage, ``cache-resident`` (no DRAM bound), or the percentage flagged where it
-    is above 100 % at a memory-bound size (the probe is wrong there)."""
+    is above 100 %: its working set fits in the device's on-chip memory (a TPU's VMEM), or, at a memory-bound size,
+    the probe is wrong there."""
     if cache_resident:
         return "cache-resident"
     if fraction is None:
         return "-"
-    return f"{100 * fraction:.1f} %" + (" (above: probe wrong)" if fraction > 1 else "")
+    flag = " (above: fits on chip)" if on_chip else " (above: probe wrong)"
+    return f"{100 * fraction:.1f} %" + (flag if fraction > 1 else "")
 
 
 def bandwidth_lines(bw: dict[str, Any]) -> list[str]:
@@ -217,6 +221,9 @@ def bandwidth_lines(bw: dict[str, Any]) -> list[str]:
     if bw.get("spec_bandwidth_gbs"):
         lines.append(f"specification {bw['spec_bandwidth_gbs']:.0f} GB/s ({bw['spec_source']}): the roofline is "
                      f"{100 * bw['fraction_of_spec']:.0f} % of it")
+    if bw.get("on_chip_bytes"):
+        lines.append(f"on-chip memory {bw['on_chip_bytes'] / 2**20:.0f} MiB ({bw['on_chip_source']}): a record above "
+                     "the roofline whose working set fits there is marked 'fits on chip', not 'probe wrong'")
     return lines
 
 

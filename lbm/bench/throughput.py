@@ -356,6 +356,8 @@ def make_runner(cfg: BenchConfig, setup: Any, timing: Timing) -> _Runner:
 ABOVE_ROOFLINE = ("above the roofline at a memory-bound size: the bandwidth probe streams slower than this kernel, "
                   "so the probe is wrong (not the kernel)")
 CACHE_RESIDENT = "cache-resident: the working set fits in the last-level cache, which DRAM bandwidth does not bound"
+ON_CHIP = ("above the roofline with a working set that fits in the device's on-chip memory (a TPU's VMEM): part of its "
+           "traffic may not reach the HBM that the probe streams from")
 
 
 def working_set(record: dict[str, Any]) -> tuple[int, str]:
@@ -366,15 +368,17 @@ def working_set(record: dict[str, Any]) -> tuple[int, str]:
     return int(record["cells"] * record["bytes_per_cell_update"] // 2), "the populations (no memory analysis)"
 
 
-def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None, cache_bytes: int | None = None) -> None:
+def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None, cache_bytes: int | None = None,
+                   on_chip_bytes: int | None = None) -> None:
     """Set a record's roofline MLUPS and fraction of the roofline for a bandwidth (GB/s); none if None.
 
     With the last-level cache's size (``cache_bytes``), a record whose working set fits in it is ``cache_resident``:
     its GB/s over the roofline stays in ``gbs_over_roofline``, its ``fraction_of_roofline`` is None (memory does not
     bound it). ``roofline_check`` says which, or that a memory-bound record is above the roofline (the probe is
-    then wrong)."""
+    then wrong), or, with the device's on-chip memory (``on_chip_bytes``: a TPU's VMEM, which a program uses as it is
+    compiled, not as a cache), that a record above it holds a working set that fits there (``on_chip``)."""
     for key in ("roofline_mlups", "fraction_of_roofline", "gbs_over_roofline", "roofline_check", "cache_resident",
-                "working_set_bytes", "working_set_source"):
+                "on_chip", "working_set_bytes", "working_set_source"):
         record.pop(key, None)
     if not bandwidth_gbs:
         return
@@ -385,8 +389,14 @@ def apply_roofline(record: dict[str, Any], bandwidth_gbs: float | None, cache_by
                   roofline_mlups=bandwidth_gbs * 1e3 / record["bytes_per_cell_update"], gbs_over_roofline=ratio)
     if resident:
         record.update(fraction_of_roofline=None, roofline_check=CACHE_RESIDENT)
+        return
+    record["fraction_of_roofline"] = ratio
+    if ratio <= 1:
+        record["roofline_check"] = "ok"
+    elif on_chip_bytes is not None and ws <= on_chip_bytes:
+        record.update(on_chip=True, roofline_check=ON_CHIP)
     else:
-        record.update(fraction_of_roofline=ratio, roofline_check=ABOVE_ROOFLINE if ratio > 1 else "ok")
+        record["roofline_check"] = ABOVE_ROOFLINE
 
 
 def roofline_warnings(records: list[dict[str, Any]]) -> list[str]:

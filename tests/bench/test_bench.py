@@ -436,6 +436,37 @@ def test_a_memory_bound_record_above_the_roofline_says_the_probe_is_wrong(capsys
     assert " ".join(f"WARNING {line}".split()) in " ".join(out.split())  # rich wraps long lines
 
 
+def test_a_record_above_the_roofline_that_fits_in_a_tpus_vmem_is_marked_on_chip_not_a_wrong_probe(capsys):
+    """On a TPU v5e (its VMEM, 128 MiB, from lbm/targets/v5e.yaml) the push rows kernel read 109.8 % of the probe at
+    D2Q9 1024 x 1100 (39 MiB; docs/tpu-v5e/2026-12-07/push-pair/): part of its traffic stays on chip, which the HBM
+    probe cannot bound. Such a record keeps its fraction but is marked ``on_chip``, not a wrong probe; a working set
+    larger than the VMEM above the roofline still is."""
+    from lbm.bench.report import print_table
+    from lbm.bench.throughput import ABOVE_ROOFLINE, ON_CHIP, apply_roofline, roofline_warnings
+    from lbm.roofline import on_chip_memory
+
+    vmem, source = on_chip_memory("TPU v5 lite")
+    assert vmem == 128 * 2**20 and "VMEM" in source
+    assert on_chip_memory("NVIDIA H100 80GB HBM3") is None and on_chip_memory("") is None
+    small = _record((1024, 1100), 10087.0, planned=9 * 4 * 1024 * 1100)  # 726 GB/s over a 661 GB/s probe
+    large = _record((4096, 4096), 10087.0)  # the same speed at 576 MiB: the probe is wrong
+    for rec in (small, large):
+        apply_roofline(rec, 661.0, cache_bytes=None, on_chip_bytes=vmem)
+        rec.update(engine="pallas", mode="fused", compile_s=0.1,
+                   mlups={"median": rec["effective_gbs"] * 1e3 / 72, "spread_pct": 0.0})
+    assert small["roofline_check"] == ON_CHIP and small["on_chip"] is True
+    assert small["fraction_of_roofline"] == pytest.approx(726.264 / 661.0)  # the fraction stays, named as what it is
+    assert large["roofline_check"] == ABOVE_ROOFLINE and "on_chip" not in large
+    assert [w.split(":")[0] for w in roofline_warnings([small, large])] == ["periodic 4096x4096 d2q9 bgk native float32"]
+    bandwidth = {"kernels": ["copy"], "repeats": 3, "bandwidth_gbs": 661.0, "roofline_kernel": "copy",
+                 "cache_bytes": None, "copy": {"median_gbs": 661.0, "cache_resident": None},
+                 "on_chip_bytes": vmem, "on_chip_source": source}
+    print_table({"bandwidth": bandwidth, "records": [small, large], "roofline_warnings": []})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "109.9 % (above: fits on chip)" in out and "109.9 % (above: probe wrong)" in out
+    assert "on-chip memory 128 MiB" in out
+
+
 @pytest.mark.parametrize("steps", [None, 4])
 def test_a_fused_measurement_holds_the_populations_once(monkeypatch, steps):
     """Every run of a fused measurement (the steps probe, warm-up, repeats, the kernel profile) holds one population
