@@ -346,6 +346,7 @@ class Faces:
             # the weights c_ja links_j formed in the sum's fusion; a sum of products, not a dot: on a TPU a float32
             # dot runs in bfloat16 passes by default. (A sum per slot first, then over the slots, made XLA copy the
             # whole state: deviceless v5e, the D3Q19 cylinder 256x128x128 planned 2.09x the populations, not 1.09x.)
-            c = jnp.asarray(self.box.c.T.reshape(*self.box.c.T.shape, *[1] * (box.ndim - 1)), box.dtype)
+            ct = self.box.c.T  # (D, Q)
+            c = jnp.asarray(ct.reshape(*ct.shape, *[1] * (box.ndim - 1)), box.dtype)
             weights = c * links.astype(box.dtype)[None]
             return jnp.sum(weights * box[None], axis=tuple(range(1, box.ndim + 1))) + offset

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers.jaxprs import equations
 from helpers.lattices import slow_except
 from helpers.runs import noisy_populations, pair_2d_at_every_size, setup_for
 
@@ -94,16 +95,7 @@ def test_the_force_weights_give_the_momentum_exchange():
 
 def _gathers(jaxpr):
     """The operand shapes of every gather and scatter in ``jaxpr`` and the jaxprs inside it (scan, pjit, ...)."""
-    out = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name.startswith(("gather", "scatter")):
-            out.append(tuple(eqn.invars[0].aval.shape))
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else [value]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    out += _gathers(inner)
-    return out
+    return [tuple(e.invars[0].aval.shape) for e in equations(jaxpr) if e.primitive.name.startswith(("gather", "scatter"))]
 
 
 def test_a_faces_chunk_for_a_tpu_gathers_no_cell_list(pair_2d):

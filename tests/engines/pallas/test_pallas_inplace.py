@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers.inspect_cli import installed, v5e_planned_over_populations
+from helpers.jaxprs import equations
 from helpers.lattices import slow_except
 from helpers.runs import pair_2d_at_every_size, run_config, setup_for
 
@@ -330,20 +331,6 @@ def test_the_padded_pair_keeps_its_pads_out_of_sight():
     assert fields["rho"].shape == setup.shape and fields["u"].shape == (2, *setup.shape)
 
 
-def _pallas_calls(jaxpr):
-    """The pallas_call equations of ``jaxpr`` and of every jaxpr inside it (loops, calls), in order."""
-    out = []
-    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
-        if eqn.primitive.name == "pallas_call":
-            out.append(eqn)
-            continue
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (list, tuple)) else [value]:
-                if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
-                    out += _pallas_calls(sub)
-    return out
-
-
 @pytest.mark.parametrize("name", slow_except(["box_d2q9_pad", "cavity_d2q9", "cylinder_d2q9", "box_d3q19",
                                                 "cavity_d3q19"], fast={"cavity_d2q9"}))
 def test_an_odd_chunk_runs_only_in_place_kernels(name):
@@ -355,7 +342,8 @@ def test_an_odd_chunk_runs_only_in_place_kernels(name):
     setup = setup_for(CASES[name], "float32")
     engine = PallasEngine(setup, platform="tpu", interpret=True)
     f = jax.ShapeDtypeStruct(engine.state_shape, jnp.float32)
-    calls = _pallas_calls(engine.chunk_function(3).trace(f, engine.params, step_index(0)).jaxpr)
+    traced = engine.chunk_function(3).trace(f, engine.params, step_index(0))
+    calls = [e for e in equations(traced.jaxpr) if e.primitive.name == "pallas_call"]
     names = [str(e.params.get("name") or e.params["name_and_src_info"]).split()[0] for e in calls]  # jax 0.12, 0.10
     assert names.count(SWAP_SCOPE) == 1, names
     assert all(e.params["input_output_aliases"] for e in calls), names
