@@ -97,6 +97,9 @@ def auto_choice(setup: Setup, platform: str) -> tuple[str, str]:
     if not faces_unsupported(setup):
         return "pallas", ("auto on a TPU: pallas, the in-place pair with the inflow, the outflow and the obstacle "
                           "(lbm.engines.pallas.faces)")
+    # Half-way and interpolated obstacles with an inflow (the boundary plan's gathers and scatters on pallas): xla 4-12x
+    # faster on the v5e at every size measured, 420x180 to 3360x1440 and the D3Q19 cylinder 256x120x64, although
+    # pallas plans fewer bytes (docs/performance.md, "Half-way and interpolated obstacles").
     return "xla", ("auto on a TPU: xla, faster than pallas where there are boundary cells the in-place kernels "
                    "do not apply (docs/performance.md, Running on a TPU)")
 
