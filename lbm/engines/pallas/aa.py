@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
+from lbm.engines.pallas import tpu_interpret
 from lbm.engines.pallas.cell import collide_cell
 from lbm.engines.pallas.kernels import vmem_bytes
 from lbm.engines.pallas.planes import (
@@ -392,7 +393,7 @@ def ring_call(f: jnp.ndarray, cx: list[int], scheme: str, rows: int, buffers: in
                         pltpu.SemaphoreType.DMA((buffers,)), pltpu.SemaphoreType.DMA((buffers,))],
         input_output_aliases={0: 0},
         compiler_params=_compiler_params(interpret, "arbitrary", resident, block // held),
-        interpret=interpret,
+        interpret=tpu_interpret(interpret),
         name=name,
         cost_estimate=pl.CostEstimate(flops=0, transcendentals=0,
                                       bytes_accessed=ring_bytes(f, reads_at, writes_at, rows, bits)),
@@ -466,7 +467,7 @@ def aa_even_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minu
         out_specs=spec,
         input_output_aliases={0: 0},
         compiler_params=_compiler_params(interpret, "parallel", 4 * block, block // rows),
-        interpret=interpret,
+        interpret=tpu_interpret(interpret),
         name=BULK_SCOPE,
     )(f)
 

@@ -33,6 +33,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from lbm.engines.pallas import tpu_interpret
 from lbm.engines.pallas.cell import collide_cell
 from lbm.kernels.collisions import Collision
 from lbm.lattice import Lattice
@@ -263,6 +264,6 @@ def rows_step(f: jnp.ndarray, lattice: Lattice, omega_plus: float, omega_minus: 
         in_specs=in_specs,
         out_specs=main,
         compiler_params=params,
-        interpret=interpret,
+        interpret=tpu_interpret(interpret),
         name=BULK_SCOPE,
     )(*args)
