@@ -38,7 +38,8 @@ and slot i = roll(slot opp(i), c_i) row by row.
 layout and shifts lbm.engines.pallas.planes holds: (Q, nx, P / 128, 128), x the major, untiled axis, along which the
 DMA windows shift.
 
-Both run in Pallas interpret mode on a CPU (slow, for checking; tests/engines/pallas/test_pallas_inplace.py). They are
+Both run in Pallas's TPU interpret mode on a CPU (lbm.engines.pallas.tpu_interpret: slow, for checking;
+tests/engines/pallas/test_pallas_inplace.py). They are
 named ``BULK_SCOPE``, as the push kernels.
 """
 

@@ -15,9 +15,10 @@ collides its rows and those two, and writes each direction as its block shifted 
 along every axis plus the halo row where the shift along x leaves the block. Needs a block
 height that divides the first axis (multiple of 8 in 2D, the TPU sublane tile).
 
-Both run in interpret mode on a CPU (slow, for checking). On a TPU the pallas engine's loop runs the
-in-place AA pair of lbm.engines.pallas.aa instead (one buffer, no halo rows; in 2D where ny is a multiple of
-1024); ``rows`` there is an odd chunk's first step. The kernel is named
+Both run in interpret mode on a CPU (slow, for checking; ``rows`` in Pallas's TPU interpret mode,
+lbm.engines.pallas.tpu_interpret). On a TPU the pallas engine's loop runs the in-place AA pair of
+lbm.engines.pallas.aa instead (one buffer, no halo rows); ``rows`` runs every step where the pair does not (2D grids
+it does not take: lbm.engines.pallas.aa.aa2d_not_chosen). The kernel is named
 ``BULK_SCOPE`` (``fused_bulk+macroscopic+equilibrium+collide+stream``), the stages it does, so
 traces and ``inspect`` map it.
 """
