@@ -11,6 +11,7 @@ Mesh axes of size 1 need no ghost layer (the shard's own periodic wrap is the gr
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -53,8 +54,10 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
             raise ConfigError("parallel.coordinator", coordinator,
                               "the same distributed settings in every run of one process")
         return True
-    if jax.config.jax_platforms in (None, "", "cpu") or jax.default_backend() == "cpu":
+    cpu = jax.config.jax_platforms in (None, "", "cpu") or jax.default_backend() == "cpu"
+    if cpu:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        without_persistent_cache()
     if explicit:
         jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
                                    process_id=process_id)
@@ -62,6 +65,22 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
         jax.distributed.initialize()
     _initialized["key"] = key
     return True
+
+
+def without_persistent_cache() -> None:
+    """Turn JAX's persistent compilation cache off for this process (a multi-process run on CPU), saying so when one
+    was set.
+
+    Only process 0 writes the cache and only process 0's key can match it (the others' keys name their own devices),
+    so with a warm cache process 0 loads a collective program the others compile afresh. On jax 0.12.1 the two then
+    wait on each other in their first gloo all-reduce for ever (every time: scripts/multiprocess_cache_hang.sh); on
+    jax 0.10.2 they do not. The programs of a CPU run compile in seconds, so the cache is off for all of them.
+    """
+    if jax.config.jax_compilation_cache_dir and jax.config.jax_enable_compilation_cache:
+        logging.getLogger("lbm").info("jax's persistent compilation cache (%s) is off for this multi-process CPU run:"
+                                      " with it, jax 0.12 hangs in the first all-reduce once process 0 loads a cached"
+                                      " program", jax.config.jax_compilation_cache_dir)
+    jax.config.update("jax_enable_compilation_cache", False)
 
 
 def resolve_devices(devices: int) -> int:
@@ -137,7 +156,6 @@ def is_writer() -> bool:
 def own_log_file(directory: str | os.PathLike[str]) -> list[str]:
     """On process k > 0 of a multi-process run: the log file handlers writing into ``directory`` (the run's shared
     log, e.g. Hydra's ``lbm.log``) write to this process's own file instead (``lbm.process1.log``); the new paths."""
-    import logging
     from pathlib import Path
 
     if is_writer():
