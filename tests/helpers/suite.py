@@ -31,6 +31,12 @@ with JAX only if its version check, which needs a driver, is skipped before JAX'
 a GPU in the test process (tests/helpers/inspect_cli.run_inspect), after other tests may have started them.
 (lbm.bench.targets.prepare_environment sets the same for a command line that compiles for a target.)"""
 
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+"""Every Python subprocess a test starts prints its threads' stacks if it dies of a signal (pytest does so for its own
+processes): a crash shows where it happened, not just its return code (once, 2026-12-07:
+tests/test_api.py::test_run_shows_progress_on_stderr's run exited -11 after it had finished; not seen again in 50
+repeats)."""
+
 NATIVE_TEST_OPT = "0"
 """The suite builds the native kernels at -O0 (LBM_NATIVE_OPT, lbm.engines.native.build; in this process and every
 subprocess): the same bits as -O3 (tests/engines/native/test_engines_native_build.py), and about half the compiler's time of -O1
