@@ -79,12 +79,34 @@ class Footprint:
     """Cells a boundary condition touches, as flat lattice indices.
 
     ``face``: cells it writes that must stay together in face order (an inlet or outlet face);
-    ``cells``: other cells it writes, or reads and writes; ``ghosts``: cells it only reads.
+    ``cells``: other cells it writes, or reads and writes; ``ghosts``: cells it only reads;
+    ``rest``: those of ``cells`` it holds at the rest state and that receive only rest populations from it
+    (:func:`resting_cells`: an obstacle's interior), which a bulk-kernel engine may leave to its kernel in a chunk and
+    set to rest at the chunk's end (lbm.engines.plan.plan_block).
     """
 
     face: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cells: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ghosts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rest: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+def resting_cells(solid: np.ndarray, emits: np.ndarray, lattice: Lattice) -> np.ndarray:
+    """Flat indices of the solid cells x of a wall rule that sets its solid cells' post-collision populations to the
+    rest state except where ``emits`` ``(Q, *grid)`` flags them: x emits nothing, and each cell x - c_i it receives
+    population i from is solid and does not emit it.
+
+    Under such a rule nothing but rest populations ever reaches x, and what x holds reaches only cells of the same kind
+    or solid cells whose post-collision populations the rule sets whatever they received.
+    """
+    solid = np.asarray(solid, bool)
+    emits = np.asarray(emits, bool)
+    axes = tuple(range(lattice.d))
+    ok = solid & ~emits.any(axis=0)
+    for i in range(lattice.q):  # the sender x - c_i, moved onto x
+        shift = tuple(int(c) for c in lattice.c[i])
+        ok &= np.roll(solid & ~emits[i], shift, axis=axes)
+    return np.flatnonzero(ok.reshape(-1)).astype(np.int64)
 
 
 class CellBlock(Protocol):

@@ -30,6 +30,7 @@ from lbm.boundaries.base import (
     flat_block,
     neighbour,
     pytree_dataclass,
+    resting_cells,
     static,
 )
 from lbm.boundaries.forms import OnExtended
@@ -232,11 +233,12 @@ class HalfwayBounceBack(BoundaryCondition):
         return s.replace(post=bounce_back_halfway(s.post, self.solid, self.links, lattice, self.wall_term))
 
     def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
-        """Writes the solid cells, reads the fluid cells across their links."""
+        """Writes the solid cells, reads the fluid cells across their links; holds the interior at rest."""
         solid = np.flatnonzero(np.asarray(self.solid, bool).reshape(-1))
         links = np.asarray(self.links, bool).reshape(lattice.q, -1)
         across = [neighbour(np.flatnonzero(links[j]), shape, lattice.c[j]) for j in range(lattice.q)]
-        return Footprint(cells=np.union1d(solid, np.concatenate(across)).astype(np.int64))
+        return Footprint(cells=np.union1d(solid, np.concatenate(across)).astype(np.int64),
+                         rest=resting_cells(np.asarray(self.solid, bool), np.asarray(self.links, bool), lattice))
 
     def bulk_rule(self) -> BulkRule:
         """A half-way wall: its solid cells, links and wall term."""

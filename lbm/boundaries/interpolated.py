@@ -44,6 +44,7 @@ from lbm.boundaries.base import (
     MeshLayout,
     StepState,
     pytree_dataclass,
+    resting_cells,
 )
 from lbm.boundaries.forms import OnExtended, pad_links
 from lbm.kernels.forces import boundary_links
@@ -192,9 +193,13 @@ class InterpolatedBounceBack(BoundaryCondition):
 
     def footprint(self, shape: tuple[int, ...], lattice: Lattice) -> Footprint:
         """Writes the solid cells, reads the fluid cells of the links and the cells one link further out."""
-        solid = np.flatnonzero(np.asarray(self.solid, bool).reshape(-1))
+        mask = np.asarray(self.solid, bool)
+        solid = np.flatnonzero(mask.reshape(-1))
         read = np.concatenate([np.asarray(self.link_fluid, np.int64), np.asarray(self.link_far, np.int64)])
-        return Footprint(cells=np.union1d(solid, read).astype(np.int64))
+        emits = np.zeros((lattice.q, mask.size), bool)  # the links' populations, set at their solid cells
+        emits[lattice.opposite[np.asarray(self.link_dir, np.int64)], np.asarray(self.link_solid, np.int64)] = True
+        return Footprint(cells=np.union1d(solid, read).astype(np.int64),
+                         rest=resting_cells(mask, emits.reshape(lattice.q, *mask.shape), lattice))
 
     def on_block(self, block: CellBlock) -> BoundaryCondition:
         """The same links with block positions (the rule is index-based, so the class is the same)."""

@@ -26,6 +26,18 @@ class BulkKernelEngine(FusedEngine):
     """Base of the engines whose bulk kernel treats every cell as fluid (native, pallas): the boundary-cell plan."""
 
     block: Block | None = None
+    rest_scheme = "push"
+    """The scheme whose slots of the cells held at rest (``Slots.rest``) address the state a chunk ends in."""
+
+    def at_rest(self, a: jnp.ndarray, params: Any) -> jnp.ndarray:
+        """``a`` with the populations the plan's cells held at rest (lbm.engines.plan.Block.rest) sent set to rest: in
+        a chunk the kernel steps those cells as bulk cells, and what they hold reaches only each other and the block's
+        solid cells, whose post-collision populations the block overwrites."""
+        if self.block is None or self.block.rest.size == 0:
+            return a
+        slots = params.block.slots[self.rest_scheme].rest.reshape(-1)
+        with jax.named_scope("bounce_back"):
+            return a.reshape(-1).at[slots].set(jnp.zeros((), a.dtype), unique_indices=True).reshape(a.shape)
 
     def block_arrays(self, block: Block | None, boundaries: tuple[BoundaryCondition, ...]) -> BlockArrays | None:
         """The arrays of ``block`` (held as :attr:`block`) for ``boundaries``; EngineUnavailable where a block form

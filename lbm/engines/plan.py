@@ -13,6 +13,14 @@ Block order: the face cells of each boundary condition that needs a face (inlet,
 in face order; then the other written cells, sorted; then the ghosts (cells only read).
 Slot maps are flat indices into the population array viewed as ``(Q * N,)``.
 
+An obstacle's interior stays out of the block (:func:`held_at_rest`): a wall rule holds its solid cells at the rest
+state but for the populations its links send, so a solid cell that sends none, receives only from solid cells that
+send it none, and touches no other condition (nor do its neighbours) needs no gather. The bulk kernel steps it with
+the bulk; what it holds then reaches only other such cells and the wall's solid cells, whose post-collision
+populations the block overwrites; and the chunk ends by setting the populations these cells sent back to rest
+(:attr:`Slots.rest`, the engine's ``at_rest``), so that every cell ends the chunk as in the dense step. The half-way
+cylinder at 1680 x 720 gathers 4,056 cells a step instead of 22,869.
+
 Conditions in the kernel (:func:`plan_kernel`, native only): a condition whose
 :meth:`~lbm.boundaries.base.BoundaryCondition.bulk_rule` names a wall (resting and moving half-way,
 full-way bounce-back) is a link rule the kernel applies itself, from link records (:func:`wall_records`)
@@ -76,11 +84,13 @@ def slot_maps(lattice: Lattice, shape: tuple[int, ...], cells: np.ndarray, schem
 @pytree_dataclass
 class Slots:
     """int32 slots ``(Q, n)`` of a block's cells in one streaming scheme: to gather before the kernel runs (every
-    block cell), to write after it (the written cells), and to read after it (``observe``: the observed cells)."""
+    block cell), to write after it (the written cells), and to read after it (``observe``: the observed cells); and
+    the populations the cells held at rest (``rest``, :attr:`Block.rest`) send, set to rest at a chunk's end."""
 
     gather: Any
     observe: Any
     write: Any
+    rest: Any
 
 
 @pytree_dataclass
@@ -97,6 +107,9 @@ class Block:
 
     The last ``observed`` of the written cells are read by observing conditions only: the kernel
     computes them, and the block takes their post-step populations from it (slots ``observe``).
+    ``rest``: cells outside the block that its conditions hold at the rest state (an obstacle's interior,
+    :attr:`lbm.boundaries.base.Footprint.rest`): the kernel steps them with the bulk in a chunk, where nothing they
+    hold reaches a cell the block does not overwrite, and the chunk ends by setting what they sent to rest.
     """
 
     lattice: Lattice
@@ -104,6 +117,7 @@ class Block:
     cells: np.ndarray
     size: int
     observed: int = 0
+    rest: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
     def index_of(self, flat: np.ndarray) -> np.ndarray:
         """Block positions of lattice cells ``flat`` (all must be in the block)."""
@@ -126,31 +140,54 @@ class Block:
         """The block's slots in ``scheme`` (:class:`Slots`)."""
         read, _ = slot_maps(self.lattice, self.shape, self.cells, scheme)
         _, write = slot_maps(self.lattice, self.shape, self.cells[: self.size], scheme)
+        # where the held cells' populations land, i * N + (x + c_i) as a chunk leaves them: the held cells' own, and
+        # those of the block's solid cells received from them (the block overwrites what they send, not what they hold)
+        _, rest = slot_maps(self.lattice, self.shape, self.rest, "push")
         return Slots(gather=read.astype(np.int32), write=write.astype(np.int32),
-                     observe=write[:, self.size - self.observed:].astype(np.int32))
+                     observe=write[:, self.size - self.observed:].astype(np.int32), rest=rest.astype(np.int32))
 
 
-def plan_block(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[BoundaryCondition, ...]) -> Block | None:
-    """The block of a setup's boundary conditions (None when there are none); EngineUnavailable if unsupported."""
-    faces: list[np.ndarray] = []
-    others: list[np.ndarray] = []
-    ghosts: list[np.ndarray] = []
-    for bc in boundaries:
-        fp = bc.footprint(shape, lattice)
-        faces.append(fp.face)
-        others.append(fp.cells)
-        ghosts.append(fp.ghosts)
-    face = np.concatenate(faces) if faces else np.zeros(0, np.int64)
+def plan_block(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[BoundaryCondition, ...],
+               hold_at_rest: bool = True, beside: tuple[BoundaryCondition, ...] = ()) -> Block | None:
+    """The block of a setup's boundary conditions (None when there are none); EngineUnavailable if unsupported.
+
+    With ``hold_at_rest``, the cells a condition holds at rest (:func:`held_at_rest`) leave the block for
+    :attr:`Block.rest`, unless they or a neighbour meet a cell of another condition, ``beside`` ones (applied
+    elsewhere: in the kernel) included: an engine that takes them sets them to rest at each chunk's end."""
+    prints = [bc.footprint(shape, lattice) for bc in boundaries]
+    face = np.concatenate([fp.face for fp in prints]) if prints else np.zeros(0, np.int64)
     if face.size != np.unique(face).size:
         raise EngineUnavailable("inlet and outflow faces overlap (grid too small along x)")
-    rest = np.unique(np.concatenate(others)) if others else np.zeros(0, np.int64)
-    rest = np.setdiff1d(rest, face)  # a wall cell on an inlet or outlet face is gathered once, in the face
-    written = np.concatenate([face, rest]).astype(np.int64)
+    besides = [dataclasses.replace(bc.footprint(shape, lattice), rest=np.zeros(0, np.int64)) for bc in beside]
+    held = held_at_rest(lattice, shape, prints + besides) if hold_at_rest else np.zeros(0, np.int64)
+    others = np.unique(np.concatenate([fp.cells for fp in prints])) if prints else np.zeros(0, np.int64)
+    others = np.setdiff1d(np.setdiff1d(others, face), held)  # a wall cell on an inlet or outlet face: once, in the face
+    written = np.concatenate([face, others]).astype(np.int64)
     if written.size == 0:
         return None
-    ghost = np.setdiff1d(np.unique(np.concatenate(ghosts)) if ghosts else np.zeros(0, np.int64), written)
+    ghost = np.setdiff1d(np.unique(np.concatenate([fp.ghosts for fp in prints])), written)
     return Block(lattice=lattice, shape=shape, cells=np.concatenate([written, ghost]).astype(np.int64),
-                 size=int(written.size))
+                 size=int(written.size), rest=held)
+
+
+def held_at_rest(lattice: Lattice, shape: tuple[int, ...], prints: list[Any]) -> np.ndarray:
+    """The cells of the conditions' footprints ``prints`` held at rest (``Footprint.rest``) that no other condition
+    touches, nor any of their neighbours: what they hold reaches no other condition's cells, and nothing of another
+    condition reaches them."""
+    held = []
+    n = int(np.prod(shape))
+    for k, fp in enumerate(prints):
+        if fp.rest.size == 0:
+            continue
+        touched = np.zeros(n, bool)
+        for j, other in enumerate(prints):
+            if j != k:
+                touched[np.concatenate([other.face, other.cells, other.ghosts]).astype(np.int64)] = True
+        ok = ~touched[fp.rest]
+        for c in lattice.c:
+            ok &= ~touched[neighbour(fp.rest, shape, c)]
+        held.append(fp.rest[ok])
+    return np.unique(np.concatenate(held)).astype(np.int64) if held else np.zeros(0, np.int64)
 
 
 def plan_arrays(block: Block | None, boundaries: tuple[BoundaryCondition, ...]) -> BlockArrays | None:
@@ -349,7 +386,8 @@ def plan_kernel(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[Boun
         return fallback
     writers = [bc for bc in general if bc.stage not in OBSERVING]
     observers = [bc for bc in general if bc.stage in OBSERVING]
-    block = plan_block(lattice, shape, tuple(writers))
+    kernel = tuple(bc for bc in boundaries if not any(bc is w for w in writers))  # walls, faces, observers
+    block = plan_block(lattice, shape, tuple(writers), beside=kernel)
     written = np.zeros(0, np.int64) if block is None else block.cells[: block.size]
     if np.intersect1d(written, touched(walls, shape, lattice)).size:
         return fallback
@@ -380,5 +418,6 @@ def plan_kernel(lattice: Lattice, shape: tuple[int, ...], boundaries: tuple[Boun
     if block is None and observed.size == 0:
         return plan
     cells = np.concatenate([written, observed.astype(np.int64), ghosts])
-    return dataclasses.replace(plan, block=Block(lattice=lattice, shape=shape, cells=cells,
+    rest = np.zeros(0, np.int64) if block is None else block.rest
+    return dataclasses.replace(plan, block=Block(lattice=lattice, shape=shape, cells=cells, rest=rest,
                                                  size=int(written.size + observed.size), observed=int(observed.size)))

@@ -88,9 +88,14 @@ class FusedEngine(Engine):
                 (a, _), aux = jax.lax.scan(pair, (a, t0 + n % 2), None, length=n // 2)
                 auxes.append(jax.tree_util.tree_map(lambda v: v.reshape((-1,) + v.shape[2:]), aux))
             stacked = {k: jnp.concatenate([x[k] for x in auxes]) for k in (auxes[0] if auxes else {})}
-            return self.decode(a), stacked
+            return self.decode(self.at_rest(a, params)), stacked
 
         return chunk
+
+    def at_rest(self, a: jnp.ndarray, params: Any) -> jnp.ndarray:
+        """The stored populations ``a`` at a chunk's end with the cells the engine left to its kernel but the
+        conditions hold at rest set to rest (lbm.engines.plan.Block.rest); here none, ``a`` itself."""
+        return a
 
     def lower(self, f: Any, n: int) -> Any:
         """The n-step chunk lowered for populations like ``f`` (an array or a ShapeDtypeStruct, possibly sharded)."""

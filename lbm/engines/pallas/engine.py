@@ -217,6 +217,11 @@ class PallasEngine(BulkKernelEngine):
         return dataclasses.replace(block, slots=slots)
 
     @property
+    def rest_scheme(self) -> str:  # type: ignore[override]
+        """The in-place kernels' scheme (its slots on the engine's state, the view) where they run, else push."""
+        return "aa_even" if self.bulk.inplace else "push"
+
+    @property
     def state_shape(self) -> tuple[int, ...]:
         """The populations' shape between chunks: the pair's flat view (Q, nx, P / 128, 128), else (Q, *grid)."""
         return ((self.setup.lattice.q, *planes.view_shape(self.setup.shape, self.group)) if self.viewed

@@ -93,7 +93,9 @@ def shard_blocks(setup: Setup, layout: Layout) -> list[tuple[tuple[BoundaryCondi
     plans = []
     for coords in layout.shards():
         local = extended_boundaries(setup.boundaries, layout, lat, coords)
-        blk = plan_block(lat, ext, local) or Block(lattice=lat, shape=ext, cells=np.zeros(0, np.int64), size=0)
+        # every solid cell in the block: a shard's interior cells would need their rest state set on the shard
+        blk = (plan_block(lat, ext, local, hold_at_rest=False)
+               or Block(lattice=lat, shape=ext, cells=np.zeros(0, np.int64), size=0))
         e = np.stack(np.unravel_index(blk.cells, ext))
         if layout.shape[0] > 1 and any(b.footprint(ext, lat).face.size for b in local) and (
                 coords[0] == 0 and np.any(e[0] == 0) or coords[0] == layout.shape[0] - 1 and np.any(e[0] == ext[0] - 1)):

@@ -228,6 +228,7 @@ def test_the_inplace_engine_equals_the_xla_engine(name, steps):
     assert engine.group == {"box_d2q9_pad1030": 2, "cavity_d2q9_pad": 2, "cylinder_d2q9_pad": 2, "box_d2q9_rows": 2,
                             "box_d2q9_rows8": 8}.get(name, 1)
     assert (engine.block is not None) == name.endswith("_halfway")  # the boundary plan's slots, not faces or walls
+    assert engine.block is None or engine.block.rest.size > 0  # the obstacle's interior held at rest (on the view)
     f0 = np.asarray(setup.initial_populations())  # 1% noise: every bulk cell off equilibrium from the first step
     f0 = (f0 * (1 + 0.01 * np.random.default_rng(2).standard_normal(f0.shape))).astype(f0.dtype)
     f_ref, aux_ref = XlaEngine(setup).advance(jnp.array(f0), steps)
