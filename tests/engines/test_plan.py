@@ -9,7 +9,7 @@ import pytest
 from helpers.lattices import slow_except
 from helpers.runs import setup_for
 
-from lbm.boundaries.base import Footprint
+from lbm.boundaries.base import Footprint, resting_cells
 from lbm.engines.plan import held_at_rest, plan_block
 from lbm.engines.xla import XlaEngine
 
@@ -39,12 +39,29 @@ def test_an_obstacles_interior_leaves_the_block(obstacle):
     lat, shape = setup.lattice, setup.shape
     whole = plan_block(lat, shape, setup.boundaries, hold_at_rest=False)
     block = plan_block(lat, shape, setup.boundaries)
-    (obstacle,) = [bc for bc in setup.boundaries if bc.stage == "bounce_back" and np.asarray(bc.solid).sum() < 1000]
-    expected = np.flatnonzero(interior(interior(np.asarray(obstacle.solid, bool))).reshape(-1))
+    (wall,) = [bc for bc in setup.boundaries if bc.stage == "bounce_back" and np.asarray(bc.solid).sum() < 1000]
+    solid = np.asarray(wall.solid, bool)
+    assert np.array_equal(wall.footprint(shape, lat).rest, np.flatnonzero(interior(solid).reshape(-1)))
+    expected = np.flatnonzero(interior(interior(solid)).reshape(-1))
     assert expected.size >= 5 and np.array_equal(block.rest, expected)
     assert whole.rest.size == 0 and np.intersect1d(block.cells, block.rest).size == 0
     assert np.array_equal(np.sort(np.concatenate([block.cells, block.rest])), np.sort(whole.cells))
     assert block.size == whole.size - expected.size
+
+
+def test_a_solid_cell_a_link_sends_to_is_not_resting():
+    """resting_cells: a solid cell is resting only if no link of the rule sends into it (a rule's links need not be
+    the mask's half-way links) and it sends none itself."""
+    lat = setup_for(HALFWAY, "float64").lattice
+    solid = np.zeros((9, 9), bool)
+    solid[2:7, 2:7] = True
+    emits = np.zeros((lat.q, 9, 9), bool)
+    assert resting_cells(solid, emits, lat).size == 9  # (3..5, 3..5): every neighbour solid
+    i = int(np.flatnonzero((lat.c == (1, 0)).all(axis=1))[0])
+    emits[i, 3, 4] = True  # (3, 4) sends along +x into (4, 4)
+    x, y = np.unravel_index(resting_cells(solid, emits, lat), (9, 9))
+    held = set(zip(x.tolist(), y.tolist(), strict=True))
+    assert held == {(3, 3), (3, 5), (4, 3), (4, 5), (5, 3), (5, 4), (5, 5)}  # not the sender, nor the cell it sends to
 
 
 def test_a_cell_near_another_condition_is_not_held():
