@@ -69,8 +69,7 @@ def test_a_cell_near_another_condition_is_not_held():
     shape = (8, 8)
     lat = setup_for(HALFWAY, "float64").lattice
     cells = np.arange(64)
-    rest = np.ravel_multi_index(np.nonzero(np.ones((4, 4), bool)), (4, 4))  # the cells (0..3, 0..3), flat in 8 x 8
-    rest = np.ravel_multi_index(np.unravel_index(rest, (4, 4)), shape)
+    rest = np.ravel_multi_index(np.mgrid[0:4, 0:4].reshape(2, -1), shape)  # the cells (0..3, 0..3)
     wall = Footprint(cells=cells, rest=rest)
     assert np.array_equal(held_at_rest(lat, shape, [wall]), rest)
     face = Footprint(face=np.ravel_multi_index((np.zeros(8, int), np.arange(8)), shape))  # x = 0
@@ -81,11 +80,12 @@ def test_a_cell_near_another_condition_is_not_held():
     assert held.size == 16 - 4 and np.ravel_multi_index((2, 2), shape) not in held  # (3, 3) and 3 neighbours out
 
 
-def engines(setup):
+def make(engine: str, setup):
+    """The bulk-kernel engine named: pallas (interpret mode, this machine's form) or native."""
     from lbm.engines.native.engine import NativeEngine
     from lbm.engines.pallas.engine import PallasEngine
 
-    return {"pallas": lambda: PallasEngine(setup, interpret=True), "native": lambda: NativeEngine(setup)}
+    return NativeEngine(setup) if engine == "native" else PallasEngine(setup, interpret=True)
 
 
 def with_native_marked(params: list) -> list:
@@ -103,7 +103,7 @@ def test_held_cells_and_every_other_equal_the_xla_engine(obstacle, engine, steps
     every cell, solid ones included, and the forces as on the xla engine; without the chunk's end at rest, the solid
     cells next to the interior keep what it sent (5e-3 measured at 96 x 40)."""
     setup = setup_for(OBSTACLES[obstacle], "float64")
-    eng = engines(setup)[engine]()
+    eng = make(engine, setup)
     assert eng.block is not None and eng.block.rest.size > 0
     f0 = np.asarray(setup.initial_populations())
     f0 = f0 + 1e-3 * np.random.default_rng(2).standard_normal(f0.shape)
